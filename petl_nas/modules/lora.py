@@ -1,0 +1,33 @@
+"""LoRA: a low-rank update W + s·B·A on one linear weight, computed beside it (never merged in training)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..config import ModuleSpec
+from .compose import Composition
+
+
+class LoRA(nn.Module):
+    """Δh = s·(x·Aᵀ)·Bᵀ with A: r×in (Kaiming) and B: out×r (zeros), so Δh = 0 at the start."""
+
+    def __init__(self, spec: ModuleSpec, in_features: int, out_features: int):
+        super().__init__()
+        self.dropout = nn.Dropout(spec.dropout) if spec.dropout else nn.Identity()
+        self.A = nn.Parameter(torch.empty(spec.size, in_features))
+        self.B = nn.Parameter(torch.zeros(out_features, spec.size))
+        nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))
+        if spec.init == "bert":
+            nn.init.normal_(self.B, std=0.02)
+        self.compose = Composition(spec, in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.compose(self.dropout(x) @ self.A.t() @ self.B.t(), x)
+
+    def delta_weight(self) -> torch.Tensor:
+        """s·B·A, the update to merge into W (ungated, fixed-or-learned s)."""
+        s = self.compose.scale if self.compose.scale is not None else self.compose.fixed_scale
+        return s * (self.B @ self.A)

@@ -1,0 +1,25 @@
+"""He et al.'s multi-head parallel adapter: per head, Δhᵢ = relu(qᵢ·Pₖᵢᵀ)·Pᵥᵢ added to the head output.
+
+It is prefix tuning with relu instead of a softmax, composed by addition rather than the λ gate;
+2·l·d parameters per layer. Pᵥ starts at zero, so the model is unchanged at the start.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ModuleSpec
+from .compose import Composition
+
+
+class MultiHeadAdapter(nn.Module):
+    def __init__(self, spec: ModuleSpec, heads: int, head_dim: int):
+        super().__init__()
+        self.keys = nn.Parameter(torch.randn(heads, spec.size, head_dim) * head_dim ** -0.5)
+        self.values = nn.Parameter(torch.zeros(heads, spec.size, head_dim))
+        self.compose = Composition(spec, heads * head_dim)
+
+    def forward(self, query: torch.Tensor, scaling: float) -> torch.Tensor:
+        # query [B, H, Lq, D] -> Δ [B, H, Lq, D]
+        return torch.relu((query * scaling) @ self.keys.transpose(-1, -2)) @ self.values

@@ -1,0 +1,65 @@
+"""Compacter's PHM layer: W = Σᵢ Aᵢ ⊗ Bᵢ with shared "slow" Aᵢ (n×n) and per-layer rank-k "fast" Bᵢ = sᵢ·tᵢᵀ.
+
+A Compacter module is the bottleneck adapter of `adapter.py` with both projections made PHM layers;
+one rule tensor A (n×n×n) is shared by every PHM layer of the module, as in Mahabadi et al.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ConfigError, ModuleSpec
+from .compose import ACTIVATIONS, Composition
+
+
+class SharedRule(nn.Module):
+    """The slow weights A: n matrices of n×n, shared across layers and projections."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.A = nn.Parameter(torch.empty(n, n, n))
+        nn.init.xavier_uniform_(self.A.view(n * n, n))
+
+
+class PHMLinear(nn.Module):
+    """y = x·W + b with W = Σᵢ kron(Aᵢ, sᵢ·tᵢᵀ) of shape in×out; needs n | in and n | out."""
+
+    def __init__(self, rule: SharedRule, in_features: int, out_features: int, n: int, rank: int,
+                 zero: bool = False):
+        super().__init__()
+        self.rule = [rule]  # a reference, not a submodule: the shared A is counted once
+        self.n, self.in_features, self.out_features = n, in_features, out_features
+        self.s = nn.Parameter(torch.empty(n, in_features // n, rank))
+        self.t = nn.Parameter(torch.empty(n, rank, out_features // n))
+        self.bias = nn.Parameter(torch.zeros(out_features))
+        nn.init.normal_(self.s, std=0.02)
+        nn.init.normal_(self.t, std=0.02) if not zero else nn.init.zeros_(self.t)
+
+    def weight(self) -> torch.Tensor:
+        fast = self.s @ self.t                                        # [n, in/n, out/n]
+        A = self.rule[0].A                                            # [n, n, n]
+        w = torch.einsum("iab,ipq->apbq", A, fast)                    # [n, in/n, n, out/n]
+        return w.reshape(self.in_features, self.out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight() + self.bias
+
+
+class CompacterAdapter(nn.Module):
+    """The bottleneck adapter with PHM projections (Compacter; FFN-only placement is Compacter++)."""
+
+    def __init__(self, spec: ModuleSpec, dim: int, rule: SharedRule):
+        super().__init__()
+        n = spec.phm_n
+        for what, value in (("hidden size", dim), ("size", spec.size)):
+            if value % n:
+                raise ConfigError(f"module {spec.key}: compacter needs the {what} ({value}) divisible by "
+                                  f"phm_n={n}")
+        self.down = PHMLinear(rule, dim, spec.size, n, spec.phm_rank)
+        self.act = ACTIVATIONS[spec.nonlinearity]()
+        self.up = PHMLinear(rule, spec.size, dim, n, spec.phm_rank, zero=spec.init == "lora")
+        self.compose = Composition(spec, dim)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.compose(self.up(self.act(self.down(z))), z)

@@ -1,0 +1,70 @@
+"""Named presets (`search_space/presets.yaml`): every paper method as a `PetlConfig`.
+
+Sizes written ``d/16`` resolve against the backbone's hidden size, so presets scale with it.
+
+Example:
+    >>> preset("lora").modules[0].size
+    8
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .config import ConfigError, PetlConfig, _suggest
+
+_RATIO = re.compile(r"^d\s*/\s*(\d+)$")
+
+
+def space_dir() -> Path:
+    """The `search_space/` folder: the repository's, or the copy installed with the package."""
+    repo = Path(__file__).resolve().parent.parent / "search_space"
+    if repo.is_dir():
+        return repo
+    return Path(str(resources.files("petl_nas") / "search_space"))
+
+
+@lru_cache(maxsize=1)
+def _raw_presets() -> dict:
+    data = yaml.safe_load((space_dir() / "presets.yaml").read_text())
+    return data["presets"]
+
+
+def preset_names() -> list[str]:
+    return list(_raw_presets())
+
+
+def preset_doc(name: str) -> str:
+    return _raw_presets()[name].get("doc", "")
+
+
+def preset(name: str, model_config=None, hidden_size: int | None = None) -> PetlConfig:
+    """The preset ``name`` as a PetlConfig; ``d/N`` sizes need the backbone's hidden size."""
+    raw = _raw_presets()
+    if name not in raw:
+        raise ConfigError(f"preset: unknown name {name!r}{_suggest(name, raw)}")
+    d = hidden_size or (model_config.hidden_size if model_config is not None else None)
+    body = {k: v for k, v in raw[name].items() if k != "doc"}
+    mods = []
+    for i, m in enumerate(body.get("modules", [])):
+        m = dict(m)
+        match = _RATIO.match(str(m.get("size", "")))
+        if match:
+            if d is None:
+                raise ConfigError(f"preset {name}: modules[{i}].size is {m['size']}, which needs the "
+                                  f"backbone's hidden size (pass model_config or hidden_size)")
+            m["size"] = max(1, d // int(match.group(1)))
+        mods.append(m)
+    body["modules"] = mods
+    try:
+        return PetlConfig.from_dict(body)
+    except ConfigError as e:
+        raise ConfigError(f"preset {name}: {e}") from None
+
+
+__all__ = ["preset", "preset_names", "preset_doc", "space_dir"]
