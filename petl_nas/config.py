@@ -30,10 +30,10 @@ INITS = ("bert", "lora")
 LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
 
 # Which keys each form reads; a key outside its form's set is a mistake worth reporting.
-_COMMON = ("form", "position", "size", "composition", "scale", "learn_scale", "gate", "layers")
+_COMMON = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "layers")
 FORM_KEYS = {
-    "adapter": _COMMON + ("insertion", "nonlinearity", "init", "dropout"),
-    "compacter": _COMMON + ("insertion", "nonlinearity", "init", "phm_n", "phm_rank"),
+    "adapter": _COMMON + ("nonlinearity", "init", "dropout"),
+    "compacter": _COMMON + ("nonlinearity", "init", "phm_n", "phm_rank"),
     "lora": _COMMON + ("targets", "init", "dropout"),
     "prefix": _COMMON + ("reparam",),
     "mh_adapter": _COMMON,

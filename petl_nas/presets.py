@@ -1,6 +1,7 @@
 """Named presets (`search_space/presets.yaml`): every paper method as a `PetlConfig`.
 
-Sizes written ``d/16`` resolve against the backbone's hidden size, so presets scale with it.
+Sizes written ``d/16`` resolve against the backbone's hidden size, so presets scale with it
+(for Compacter, rounded up to a multiple of phm_n, which PHM layers need).
 
 Example:
     >>> preset("lora").modules[0].size
@@ -58,7 +59,11 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
             if d is None:
                 raise ConfigError(f"preset {name}: modules[{i}].size is {m['size']}, which needs the "
                                   f"backbone's hidden size (pass model_config or hidden_size)")
-            m["size"] = max(1, d // int(match.group(1)))
+            size = max(1, d // int(match.group(1)))
+            if m.get("form") == "compacter":  # PHM layers need n | size: round up to a multiple of n
+                n = int(m.get("phm_n", 4))
+                size = -(-size // n) * n
+            m["size"] = size
         mods.append(m)
     body["modules"] = mods
     try:

@@ -1,0 +1,237 @@
+"""Training step time of every petl-nas preset against the frozen-backbone floor and HF PEFT.
+
+Owns one measurement: ms per training step (forward + cross-entropy loss + backward + AdamW step
++ zero_grad) for each method, all in one process, back to back, reported as a ratio to the floor
+(only the head trainable, gradients still flowing down to the embeddings). The protocol matches
+the anchors' "Speed" section in shared/research/anchor-results.md: a randomly initialised
+BERT-base-sized BertForSequenceClassification, batch 8 x 128 random token ids, fp32, 2 threads,
+median of 20 timed steps after 5 warm-up steps. Every row builds a fresh model from the same seed
+and makes the word-embedding output require grad, so every method backpropagates the whole stack.
+PEFT rows use the same sizes as the petl-nas preset they sit under (lora, lora_ffn, prefix,
+prompt_tuning). When CUDA is available the table is repeated on the GPU under bf16 autocast.
+
+Run (the full table takes ~20 minutes on 2 cores; --tiny is a smoke run of a few seconds):
+
+    HF_HUB_OFFLINE=1 python bench/step_time.py [--steps 20] [--warmup 5] [--only lora,prefix]
+                                               [--tiny] [--out results.md]
+
+``--only`` selects methods by name (a preset name also selects its PEFT row); the floor always runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertForSequenceClassification
+
+from petl_nas import apply_petl, preset, preset_names
+
+SEED = 0
+BATCH, SEQ_LEN = 8, 128
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+
+
+@dataclass
+class Row:
+    method: str
+    library: str
+    trainable: int | None = None
+    ms: float | None = None
+    error: str | None = None
+
+
+# --- models -------------------------------------------------------------------------------------
+
+def backbone(config: BertConfig) -> nn.Module:
+    """A fresh randomly initialised model, identical for every row."""
+    torch.manual_seed(SEED)
+    model = BertForSequenceClassification(config)
+    model.get_input_embeddings().register_forward_hook(_embeddings_require_grad)
+    return model
+
+
+def _embeddings_require_grad(module, args, out):
+    # Backward then runs through the whole (frozen) network, whatever is trainable.
+    return out if out.requires_grad else out.requires_grad_()
+
+
+def frozen_floor(config):
+    model = backbone(config)
+    frozen = {id(p) for p in model.base_model.parameters()}  # everything but the classifier
+    for p in model.parameters():
+        p.requires_grad_(id(p) not in frozen)
+    return model
+
+
+def full_finetuning(config):
+    return backbone(config)
+
+
+def petl_row(name: str) -> Callable:
+    def build(config):
+        model = backbone(config)
+        return apply_petl(model, preset(name, config))
+    return build
+
+
+def peft_row(make_config: Callable) -> Callable:
+    def build(config):
+        from peft import get_peft_model
+        return get_peft_model(backbone(config), make_config())
+    return build
+
+
+def peft_configs() -> dict[str, Callable]:
+    """PEFT configs at the sizes of the petl-nas preset each is compared with."""
+    from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType
+    cls = TaskType.SEQ_CLS
+    return {
+        "lora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
+                                   target_modules=["query", "value"]),
+        # FFN W1 and W2 only: the regex skips attention.output.dense.
+        "lora_ffn": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
+                                       target_modules=r".*\.\d+\.output\.dense|.*intermediate\.dense"),
+        "prefix": lambda: PrefixTuningConfig(task_type=cls, num_virtual_tokens=30, prefix_projection=True,
+                                             encoder_hidden_size=800),
+        "prompt_tuning": lambda: PromptTuningConfig(task_type=cls, num_virtual_tokens=20),
+    }
+
+
+def methods() -> list[tuple[str, str, Callable]]:
+    """(method, library, builder), each PEFT row right after the preset it matches."""
+    rows = [("frozen floor", "-", frozen_floor), ("full fine-tuning", "-", full_finetuning)]
+    try:
+        theirs = peft_configs()
+    except ImportError as e:
+        theirs = {}
+        print(f"peft unavailable, PEFT rows skipped: {e}")
+    for name in preset_names():
+        rows.append((name, "petl-nas", petl_row(name)))
+        if name in theirs:
+            rows.append((name, "peft", peft_row(theirs[name])))
+    return rows
+
+
+# --- timing -------------------------------------------------------------------------------------
+
+def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int) -> float:
+    """Median ms of ``steps`` training steps after ``warmup`` untimed ones."""
+    model.to(device).train()
+    gen = torch.Generator().manual_seed(SEED)
+    input_ids = torch.randint(0, vocab, (BATCH, SEQ_LEN), generator=gen).to(device)
+    labels = torch.randint(0, 2, (BATCH,), generator=gen).to(device)
+    mask = torch.ones_like(input_ids)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    cuda = device == "cuda"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda)
+
+    def step():
+        with autocast:
+            logits = model(input_ids=input_ids, attention_mask=mask).logits
+            loss = nn.functional.cross_entropy(logits.float(), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    times = []
+    for i in range(warmup + steps):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def run_table(config, device, steps, warmup, only) -> list[Row]:
+    rows = []
+    for method, library, build in methods():
+        if only and method != "frozen floor" and method not in only:
+            continue
+        row = Row(method, library)
+        try:
+            model = build(config)
+            row.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            row.ms = time_steps(model, device, steps, warmup, config.vocab_size)
+        except Exception as e:  # a failing method is reported in the table, not fatal
+            row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        finally:
+            model = None
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        print(f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms" if row.ms else f"FAILED {row.error}"),
+              flush=True)
+        rows.append(row)
+    return rows
+
+
+# --- report -------------------------------------------------------------------------------------
+
+def machine() -> str:
+    return (f"{datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+            f"threads {torch.get_num_threads()} | CPUs {os.cpu_count()} | {platform.processor() or platform.machine()}")
+
+
+def markdown(rows: list[Row], title: str) -> str:
+    floor = next((r.ms for r in rows if r.method == "frozen floor"), None)
+    lines = [f"### {title}", "", "| method | library | trainable params (PETL + head) | ms/step (median) | × floor |",
+             "|---|---|---:|---:|---:|"]
+    for r in rows:
+        params = f"{r.trainable:,}" if r.trainable is not None else "-"
+        if r.ms is None:
+            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - |")
+        else:
+            ratio = f"{r.ms / floor:.2f}" if floor else "-"
+            lines.append(f"| {r.method} | {r.library} | {params} | {r.ms:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, help="timed steps (default 20, --tiny 5)")
+    ap.add_argument("--warmup", type=int, help="warm-up steps (default 5, --tiny 2)")
+    ap.add_argument("--tiny", action="store_true", help="small BERT for a quick smoke run")
+    ap.add_argument("--only", help="comma-separated method names (the floor always runs)")
+    ap.add_argument("--out", help="also write the markdown tables to this path")
+    args = ap.parse_args(argv)
+    steps = args.steps or (5 if args.tiny else 20)
+    warmup = args.warmup if args.warmup is not None else (2 if args.tiny else 5)
+    only = set(args.only.split(",")) if args.only else None
+    config = BertConfig(num_labels=2, **(TINY if args.tiny else {}))
+
+    torch.set_num_threads(2)
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # raised inside PEFT
+    size = "tiny BERT (d=64, 2 layers)" if args.tiny else "BERT-base size (d=768, 12 layers)"
+    header = (f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {BATCH} x {SEQ_LEN} tokens, "
+              f"median of {steps} steps after {warmup} warm-up; one step = forward + CE loss + backward "
+              f"+ AdamW + zero_grad; embedding output requires grad in every row.")
+    print(header, flush=True)
+    tables = []
+    devices = [("cpu", "CPU, fp32, 2 threads")]
+    if torch.cuda.is_available():
+        devices.append(("cuda", f"GPU ({torch.cuda.get_device_name()}), bf16 autocast"))
+    for device, title in devices:
+        print(f"\n{title}:", flush=True)
+        tables.append(markdown(run_table(config, device, steps, warmup, only), title))
+    report = header + "\n\n" + "\n\n".join(tables) + "\n"
+    print("\n" + "\n\n".join(tables))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+
+
+if __name__ == "__main__":
+    main()

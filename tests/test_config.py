@@ -1,0 +1,86 @@
+"""PetlConfig: presets round-trip through YAML and JSON; invalid input names the field."""
+
+import pytest
+
+from petl_nas import ConfigError, ModuleSpec, PetlConfig, preset, preset_names
+from petl_nas.presets import _raw_presets
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_preset_round_trips(name):
+    cfg = preset(name, hidden_size=768)
+    assert PetlConfig.from_yaml(cfg.to_yaml()) == cfg
+    assert PetlConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_file_round_trip(tmp_path):
+    cfg = preset("unipelt_apl", hidden_size=384)
+    (tmp_path / "c.yaml").write_text(cfg.to_yaml())
+    (tmp_path / "c.json").write_text(cfg.to_json())
+    assert PetlConfig.from_yaml(tmp_path / "c.yaml") == cfg
+    assert PetlConfig.from_yaml(str(tmp_path / "c.json")) == cfg
+
+
+def test_ratio_sizes_scale_with_the_backbone():
+    assert preset("pfeiffer", hidden_size=768).modules[0].size == 48
+    assert preset("pfeiffer", hidden_size=384).modules[0].size == 24
+    with pytest.raises(ConfigError, match="hidden size"):
+        preset("pfeiffer")
+
+
+def test_presets_file_documents_every_preset():
+    assert all(body.get("doc") for body in _raw_presets().values())
+
+
+def test_form_defaults_make_equal_designs_equal():
+    a = ModuleSpec(form="lora", position="attn", size=8, composition="scaled", scale=2.0)
+    b = ModuleSpec(form="lora", size=8, scale=2.0, targets=("q", "v"), init="lora")
+    assert a == b and hash(a) == hash(b)
+    assert ModuleSpec(form="prefix", size=10).composition == "gated"
+
+
+@pytest.mark.parametrize("data, field, words", [
+    ({"modules": [{"form": "adaptor"}]}, "modules[0].form", "did you mean 'adapter'"),
+    ({"modules": [{"form": "prefix", "position": "ffn"}]}, "modules[0].position", "head attention"),
+    ({"modules": [{"form": "adapter", "size": 0}]}, "modules[0].size", "positive integer"),
+    ({"modules": [{"form": "lora", "size": -4}]}, "modules[0].size", "positive integer"),
+    ({"modules": [{"form": "adapter", "bottleneck": 8}]}, "modules[0].bottleneck", "unknown key"),
+    ({"modules": [{"form": "adapter", "reparam": 8}]}, "modules[0].reparam", "adapter does not use it"),
+    ({"modules": [{"form": "adapter", "composition": "gated"}]}, "modules[0].composition", "gate: true"),
+    ({"modules": [{"form": "adapter", "scale": 4.0}]}, "modules[0].scale", "'scaled'"),
+    ({"modules": [{"form": "lora", "targets": ["q", "ffn_in"]}]}, "modules[0].targets", "ffn_in"),
+    ({"modules": [{"form": "lora", "insertion": "sequential"}]}, "modules[0].insertion", "parallel"),
+    ({"modules": [{"form": "adapter", "layers": []}]}, "modules[0].layers", "empty"),
+    ({"modules": [{"form": "adapter", "nonlinearity": "sigmoid"}]}, "modules[0].nonlinearity", "accepted"),
+    ({"modules": [{"form": "prefix"}, {"form": "prefix", "layers": [1]}]}, "modules[1].layers", "second prefix"),
+    ({"bitfitt": True}, "config.bitfitt", "did you mean 'bitfit'"),
+    ({"prompt_length": -1}, "prompt_length", "non-negative"),
+    ({"bitfit": "yes"}, "bitfit", "true or false"),
+])
+def test_invalid_input_names_the_field(data, field, words):
+    with pytest.raises(ConfigError) as err:
+        PetlConfig.from_dict(data)
+    assert field in str(err.value) and words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_layer_past_depth_is_rejected_when_applied():
+    from petl_nas import apply_petl
+    from conftest import tiny_model
+
+    cfg = PetlConfig(modules=(ModuleSpec(form="adapter", layers=(0, 3)),))
+    with pytest.raises(ConfigError, match=r"modules\[0\].layers: layer 3 is past the model's depth \(3 layers"):
+        apply_petl(tiny_model(), cfg)
+
+
+def test_bad_yaml_file_names_the_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("modules:\n  - {form: lora, rank: 8}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: modules\[0\].rank: unknown key"):
+        PetlConfig.from_yaml(f)
+
+
+def test_config_is_frozen():
+    cfg = preset("lora")
+    with pytest.raises(Exception):
+        cfg.bitfit = True

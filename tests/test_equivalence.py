@@ -1,0 +1,192 @@
+"""Equivalence against trusted references: explicit prefix concatenation, merged LoRA weights,
+He et al.'s λ decomposition, the multi-head adapter's formula, identity at zero-init and closed gates."""
+
+import copy
+
+import pytest
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from conftest import batch, tiny_model
+from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset
+from petl_nas.modules.head_attention import edits_of, petl_attention
+
+
+def _perturb(model, std=0.2, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.petl.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * std)
+
+
+# ---- prefix through the attention function == explicit concatenation ------------------------
+def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_):
+    """Textbook attention over [prefix; tokens], eager softmax and an additive float mask."""
+    e = edits_of(module)
+    pk, pv = e.prefix.layer_kv(e.prefix_index)
+    b, n = query.shape[0], pk.shape[1]
+    k = torch.cat([pk.expand(b, -1, -1, -1), key], 2)
+    v = torch.cat([pv.expand(b, -1, -1, -1), value], 2)
+    scores = query @ k.transpose(-1, -2) * scaling
+    if attention_mask is not None:   # eager_mask: float [B,1,Lq,Lk], 0 or -inf-like
+        scores = scores + torch.nn.functional.pad(attention_mask, (n, 0))
+    return (scores.softmax(-1) @ v).transpose(1, 2), None
+
+
+AttentionInterface.register("reference_prefix", reference_prefix_attention)
+AttentionMaskInterface.register("reference_prefix", eager_mask)
+
+
+@pytest.mark.parametrize("reparam", [0, 16])
+def test_prefix_equals_explicit_concatenation(kind, reparam):
+    model = apply_petl(tiny_model(kind), PetlConfig(modules=(ModuleSpec(form="prefix", size=5, reparam=reparam),)))
+    _perturb(model, std=1.0)
+    x = batch(kind)
+    ours = model(**x, output_hidden_states=True)
+    model.set_attn_implementation("reference_prefix")
+    ref = model(**x, output_hidden_states=True)
+    assert torch.allclose(ours.logits, ref.logits, atol=1e-5)
+    for a, b in zip(ours.hidden_states, ref.hidden_states):
+        assert torch.allclose(a[:-1], b[:-1], atol=1e-5)          # padded positions of the last row aside
+    with petl_disabled(model):
+        model.set_attn_implementation("sdpa")
+        assert not torch.allclose(model(**x).logits, ours.logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["prefix", "mam", "unipelt_apl", "prompt_tuning", "mh_pa"])
+def test_padding_is_respected(kind, name):
+    """A padded row scores exactly as the same row alone, without padding."""
+    model = apply_petl(tiny_model(kind), preset(name, tiny_model(kind).config))
+    _perturb(model)
+    x = batch(kind)
+    padded = model(**x).logits[-1]
+    keep = int(x["attention_mask"][-1].sum())
+    alone = model(input_ids=x["input_ids"][-1:, :keep], attention_mask=x["attention_mask"][-1:, :keep]).logits[0]
+    assert torch.allclose(padded, alone, atol=1e-5)
+
+
+def test_gated_prefix_is_he_et_al_lambda_decomposition():
+    """concat attention = (1-λ)·Attn(q,K,V) + λ·Attn(q,P_k,P_v), λ = prefix share of the softmax mass."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    pk, pv = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8)
+    s = 8 ** -0.5
+    concat = torch.softmax(q @ torch.cat([pk, k], 2).transpose(-1, -2) * s, -1) @ torch.cat([pv, v], 2)
+    mass_p = torch.exp(q @ pk.transpose(-1, -2) * s).sum(-1, keepdim=True)
+    mass_x = torch.exp(q @ k.transpose(-1, -2) * s).sum(-1, keepdim=True)
+    lam = mass_p / (mass_p + mass_x)
+    attn = lambda kk, vv: torch.softmax(q @ kk.transpose(-1, -2) * s, -1) @ vv
+    assert torch.allclose(concat, (1 - lam) * attn(k, v) + lam * attn(pk, pv), atol=1e-5)
+
+
+def test_ungated_prefix_adds_its_own_attention():
+    """composition 'add': h + softmax(q P_kᵀ) P_v, the prefix normalised on its own."""
+    model = apply_petl(tiny_model(), PetlConfig(modules=(ModuleSpec(form="prefix", size=4, composition="add"),)))
+    attn = model.bert.encoder.layer[0].attention.self
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    out, _ = petl_attention(attn, q, k, v, None, scaling=8 ** -0.5)
+    pk, pv = edits_of(attn).prefix.layer_kv(0)
+    expected = (torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1) @ v
+                + torch.softmax(q @ pk.transpose(-1, -2) * 8 ** -0.5, -1) @ pv)
+    assert torch.allclose(out, expected.transpose(1, 2), atol=1e-5)
+
+
+def test_multi_head_adapter_matches_its_formula():
+    model = apply_petl(tiny_model(), PetlConfig(modules=(ModuleSpec(form="mh_adapter", size=6),)))
+    _perturb(model)
+    attn = model.bert.encoder.layer[1].attention.self
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    out, _ = petl_attention(attn, q, k, v, None, scaling=8 ** -0.5)
+    mh = edits_of(attn).mh
+    expected = (torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1) @ v
+                + torch.relu(q * 8 ** -0.5 @ mh.keys.transpose(-1, -2)) @ mh.values)
+    assert torch.allclose(out, expected.transpose(1, 2), atol=1e-5)
+
+
+# ---- LoRA == running with W + s·B·A merged --------------------------------------------------
+def test_lora_equals_merged_weights(kind):
+    spec_attn = ModuleSpec(form="lora", position="attn", targets=("q", "k", "v", "o"), size=3,
+                           composition="scaled", scale=2.0)
+    spec_ffn = ModuleSpec(form="lora", position="ffn", size=2, composition="scaled", scale=0.5, layers=(0, 2))
+    base = tiny_model(kind)
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(spec_attn, spec_ffn)))
+    _perturb(model)
+    merged = copy.deepcopy(base)
+    layers = merged.base_model.encoder.layer
+    paths = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+             "o": "attention.output.dense", "ffn_in": "intermediate.dense", "ffn_out": "output.dense"}
+    with torch.no_grad():
+        for name, group in model.petl.groups.items():
+            for key, lora in group.items():
+                layer, target = key.split("_", 1)
+                layers[int(layer)].get_submodule(paths[target]).weight += lora.delta_weight()
+    x = batch(kind)
+    assert torch.allclose(model(**x).logits, merged(**x).logits, atol=1e-5)
+
+
+# ---- identity at zero-init and at closed gates ----------------------------------------------
+ZERO_INIT = {
+    "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
+    "scaled PA at attn": ModuleSpec(form="adapter", position="attn", size=4, init="lora", composition="scaled", scale=4.0),
+    "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
+    "lora": ModuleSpec(form="lora", size=4),
+    "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
+    "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
+}
+
+
+@pytest.mark.parametrize("label", ZERO_INIT)
+def test_zero_init_leaves_the_output_unchanged(kind, label):
+    base = tiny_model(kind)
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ZERO_INIT[label],)))
+    x = batch(kind)
+    assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
+
+
+def test_closed_unipelt_gates_leave_the_output_unchanged(kind):
+    base = tiny_model(kind)
+    model = apply_petl(copy.deepcopy(base), preset("unipelt_apl", base.config))
+    _perturb(model, std=0.5)
+    x = batch(kind)
+    assert not torch.allclose(model(**x).logits, base(**x).logits, atol=1e-4)
+    gates = [m for m in model.petl.modules() if type(m).__name__ == "Gate"]
+    assert len(gates) == 4 * base.config.num_hidden_layers     # prefix, adapter, LoRA q and v
+    with torch.no_grad():
+        for g in gates:
+            g.proj.weight.zero_()
+            g.proj.bias.fill_(-40.0)                            # σ(-40) ≈ 4e-18: closed
+    assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
+
+
+def test_sequential_adapter_reads_the_sublayer_output():
+    """Houlsby placement: o-projection output h becomes h + f(h·W_down)·W_up."""
+    base = tiny_model()
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(
+        ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, layers=(1,)),)))
+    _perturb(model)
+    adapter = model.petl.groups["0_attn_adapter"]["1"]
+
+    class Reference(torch.nn.Module):
+        def __init__(self, dense):
+            super().__init__()
+            self.dense = dense
+
+        def forward(self, x):
+            h = self.dense(x)
+            return h + adapter.up(adapter.act(adapter.down(h)))
+
+    ref = copy.deepcopy(base)
+    ref.bert.encoder.layer[1].attention.output.dense = Reference(ref.bert.encoder.layer[1].attention.output.dense)
+    x = batch()
+    assert torch.allclose(model(**x).logits, ref(**x).logits, atol=1e-6)
+
+
+def test_prompt_tokens_follow_the_first_token():
+    model = apply_petl(tiny_model(), preset("prompt_tuning"))
+    x = batch()
+    out = model(**x, output_hidden_states=True)
+    assert out.hidden_states[0].shape[1] == x["input_ids"].shape[1] + 20
+    emb = model.bert.embeddings
+    first = emb(input_ids=x["input_ids"][:, :1])
+    assert torch.allclose(out.hidden_states[0][:, :1], first, atol=1e-6)   # [CLS] stays at position 0
