@@ -1,4 +1,4 @@
-"""The ``petl-nas`` command line: ``count`` and ``presets`` (search, train, export, dashboard follow).
+"""The ``petl-nas`` command line: ``search``, ``space``, ``count`` and ``presets``.
 
 Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
 """
@@ -12,6 +12,9 @@ import sys
 from .config import ConfigError, PetlConfig
 
 EXAMPLES = {
+    "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
+              "  petl-nas search --experiment experiments/sst2_minilm.yaml --budget 0.5% --trials 24",
+    "space": "petl-nas space show unified\n  petl-nas space validate my_space.yaml",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
     "presets": "petl-nas presets --model all-MiniLM-L6-v2",
@@ -65,10 +68,73 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def cmd_search(args) -> int:
+    from .experiment import Experiment
+    from .search import run_search
+
+    exp = Experiment.load(args.experiment) if args.experiment else Experiment()
+    exp = exp.override(
+        name=args.name, backbone=args.model, task=args.task, data_dir=args.data_dir, budget=args.budget,
+        space=args.space, trials=args.trials, sampler=args.sampler, executor=args.executor,
+        ray_address=args.ray_address, storage=args.storage, study=args.study, seed=args.seed,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
+        presets=args.presets.split(",") if args.presets and args.presets not in ("auto", "none") else args.presets,
+        fidelity_k=args.k, fidelity_epochs=args.epochs)
+    summary = run_search(exp, force_new_study=args.force_new_study)
+    print(summary.table())
+    print(f"\nbrowse:  optuna-dashboard {exp.storage_url}")
+    return 0
+
+
+def cmd_space(args) -> int:
+    from .space import SearchSpace
+
+    space = SearchSpace.load(args.file)
+    if args.action == "validate":
+        print(f"{space.source}: ok (space {space.name}, version {space.version}, "
+              f"{len([d for d in space.dimensions() if d.kind != 'fixed'])} searched dimensions)")
+    else:
+        print(space.describe())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="petl-nas", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("search", help="search the design space under a parameter budget",
+                       epilog="example:\n  " + EXAMPLES["search"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--experiment", help="an experiment YAML (flags override it)")
+    p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
+    p.add_argument("--model", help="backbone: local directory or hub name")
+    p.add_argument("--task", help="glue task (sst2, cola, ...) or demo_sentiment")
+    p.add_argument("--data-dir", help="a GLUE directory (glue_data/<TASK>/{train,dev}.tsv)")
+    p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
+    p.add_argument("--space", help="a space file or a name from search_space/ (unified, small, mam, unipelt)")
+    p.add_argument("--trials", type=int, help="trained trials the study should hold")
+    p.add_argument("--sampler", help="tpe (default), nsga2, random, gp, presets")
+    p.add_argument("--presets", help="auto (every preset that fits), none, or a comma-separated list")
+    p.add_argument("--executor", help="ray (default) or local (no Ray, for debugging)")
+    p.add_argument("--scheduler", help="asha (default) or fifo")
+    p.add_argument("--ray-address", help="an existing Ray cluster")
+    p.add_argument("--cpus-per-trial", type=float)
+    p.add_argument("--gpus-per-trial", type=float, help="fractions share a GPU between trials")
+    p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
+    p.add_argument("--study", help="study name (default: the experiment name)")
+    p.add_argument("--force-new-study", action="store_true", help="replace a study made with another space")
+    p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
+    p.add_argument("--epochs", type=float, help="epochs per search trial")
+    p.add_argument("--seed", type=int)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("space", help="validate or show a search space file",
+                       epilog="example:\n  " + EXAMPLES["space"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=["validate", "show"])
+    p.add_argument("file", help="a space YAML or a name from search_space/")
+    p.set_defaults(func=cmd_space)
 
     p = sub.add_parser("count", help="exact trainable and deployable parameter counts",
                        epilog="example:\n  " + EXAMPLES["count"],

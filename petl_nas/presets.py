@@ -44,13 +44,18 @@ def preset_doc(name: str) -> str:
     return _raw_presets()[name].get("doc", "")
 
 
+def preset_lr(name: str) -> float:
+    """The learning rate the preset's paper trains it with (used when a study seeds it)."""
+    return float(_raw_presets()[name]["lr"])
+
+
 def preset(name: str, model_config=None, hidden_size: int | None = None) -> PetlConfig:
     """The preset ``name`` as a PetlConfig; ``d/N`` sizes need the backbone's hidden size."""
     raw = _raw_presets()
     if name not in raw:
         raise ConfigError(f"preset: unknown name {name!r}{_suggest(name, raw)}")
     d = hidden_size or (model_config.hidden_size if model_config is not None else None)
-    body = {k: v for k, v in raw[name].items() if k != "doc"}
+    body = {k: v for k, v in raw[name].items() if k not in ("doc", "lr")}
     mods = []
     for i, m in enumerate(body.get("modules", [])):
         m = dict(m)
@@ -72,4 +77,4 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
         raise ConfigError(f"preset {name}: {e}") from None
 
 
-__all__ = ["preset", "preset_names", "preset_doc", "space_dir"]
+__all__ = ["preset", "preset_names", "preset_doc", "preset_lr", "space_dir"]

@@ -1,0 +1,167 @@
+"""Experiment files: one YAML per search (backbone, task, data, budget, space, trials, fidelity).
+
+Files list only what differs from the defaults below; command-line flags override the file.
+
+Example (``experiments/smoke.yaml``)::
+
+    name: smoke
+    backbone: {tiny: {hidden_size: 32, num_hidden_layers: 2}}
+    task: demo_sentiment
+    budget: 2%
+    space: small
+    trials: 8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, _suggest
+
+_BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
+
+
+def parse_budget(text: str | int | float | None, backbone_params: int) -> int | None:
+    """``"0.5%"`` of the backbone or an absolute count (``120000``, ``1.2e5``) -> parameters."""
+    if text is None or text == "":
+        return None
+    raw = str(text).strip()
+    m = _BUDGET.match(raw)
+    if not m:
+        raise ConfigError(f"budget: {text!r} is not a count (120000, 1.2e5) or a percentage of the "
+                          f"backbone (0.5%); no spaces, no sign")
+    value = float(m.group(1))
+    if m.group(2):
+        if value > 100:
+            raise ConfigError(f"budget: {text!r} is more than the whole backbone")
+        return int(value / 100 * backbone_params)
+    if not value.is_integer():
+        raise ConfigError(f"budget: {text!r} is a fraction of a parameter; write a whole count or add %")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How cheaply each search trial is trained and scored.
+
+    Attributes:
+        k: training examples per trial (UniPELT's low-resource protocol; None = all).
+        epochs, batch_size, max_length, evals_per_epoch: the trial recipe.
+        search_dev: examples carved (at random, by the data seed) from the training data to
+            score trials on.
+    """
+
+    k: int | None = 1000
+    epochs: float = 3.0
+    batch_size: int = 32
+    max_length: int = 64
+    evals_per_epoch: int = 1
+    search_dev: int = 500
+
+
+@dataclass(frozen=True)
+class FinalEval:
+    """The re-evaluation of the Pareto front on the held-out test split (the task's dev set)."""
+
+    seeds: int = 3
+    epochs: float = 10.0
+    k: int | None = -1          # -1: the same K as the search; None: the full training set
+    max_front: int = 8          # re-evaluate at most this many front members (smallest first)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str = "search"
+    backbone: Any = "all-MiniLM-L6-v2"
+    task: str = "sst2"
+    data_dir: str | None = None
+    budget: str | int | None = "0.5%"
+    space: str = "unified"
+    trials: int = 24
+    sampler: str = "tpe"
+    presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
+    seed: int = 0
+    data_seed: int = 111
+    executor: str = "ray"
+    ray_address: str | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    concurrent: int | None = None
+    scheduler: str = "asha"
+    storage: str | None = None
+    study: str | None = None
+    fidelity: Fidelity = field(default_factory=Fidelity)
+    final: FinalEval = field(default_factory=FinalEval)
+    source: str = "<flags>"
+
+    @property
+    def study_name(self) -> str:
+        return self.study or self.name
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or f"sqlite:///runs/{self.name}/study.db"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("runs") / self.name
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<experiment>") -> Experiment:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: an experiment file is a mapping of fields")
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "source"]
+        for k in data:
+            if k not in names:
+                raise ConfigError(f"{source}: unknown key {k!r}{_suggest(k, names)}")
+        kw = dict(data)
+        for key, sub in (("fidelity", Fidelity), ("final", FinalEval)):
+            if key in kw:
+                kw[key] = _sub(sub, kw[key], f"{source}: {key}")
+        return cls(**kw, source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Experiment:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"experiment {str(path)!r}: no such file")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        return cls.from_dict(data, str(path))
+
+    def override(self, **kw) -> Experiment:
+        """Flags win over the file; ``None`` means "not given"."""
+        kw = {k: v for k, v in kw.items() if v is not None}
+        fid = {k[len("fidelity_"):]: kw.pop(k) for k in list(kw) if k.startswith("fidelity_")}
+        out = dataclasses.replace(self, **kw)
+        if fid:
+            out = dataclasses.replace(out, fidelity=dataclasses.replace(out.fidelity, **fid))
+        return out
+
+
+def _sub(cls, data, where):
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in data:
+        if k not in names:
+            raise ConfigError(f"{where}.{k}: unknown key{_suggest(k, names)}")
+    return cls(**data)
+
+
+__all__ = ["Experiment", "Fidelity", "FinalEval", "parse_budget"]

@@ -1,0 +1,217 @@
+"""A search from start to finish: validate everything, open the study, seed presets, run trials,
+re-evaluate the Pareto front on the held-out test split, and print the front.
+
+Everything that can be wrong with the input (backbone, data, space, budget, storage) is checked
+before the study is touched. Running the same experiment again resumes its study: ``trials`` is the
+number of trained trials the study should hold, so a second run trains only what is missing.
+
+Example:
+    >>> summary = run_search(Experiment.load("experiments/smoke.yaml"))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+from . import __version__
+from .budget import count_parameters
+from .config import ConfigError, PetlConfig
+from .executors import EXECUTORS, Recorder
+from .experiment import Experiment, parse_budget
+from .models import load_model_config
+from .space import SearchSpace
+from .study import (SAMPLERS, TrialSource, front, make_sampler, open_study, seed_presets,
+                    smallest_count, state_counts)
+from .tasks import get_task, load_splits
+from .train import Recipe, n_evaluations
+from .worker import TrialSpec, load_backbone, run_trial
+
+
+@dataclass
+class SearchSummary:
+    study_name: str
+    storage: str
+    metric: str
+    budget: int | None
+    counts: dict
+    front: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def table(self) -> str:
+        lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
+                 + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
+        head = f"{'trial':>5}  {'preset':<14}{'search ' + self.metric:>16}{'test ' + self.metric + ' (±std)':>26}{'deployable':>12}{'%':>8}  dominates"
+        lines.append(head)
+        for r in self.front:
+            test = f"{r['test_mean']:.4f} ± {r['test_std']:.4f}" if r.get("test_mean") is not None else "-"
+            lines.append(f"{r['number']:>5}  {r['preset'] or '-':<14}{r['score']:>16.4f}{test:>26}"
+                         f"{r['deployable']:>12,}{r['pct']:>8.3f}  {', '.join(r['dominates']) or '-'}")
+        c = self.counts
+        lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
+                     f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
+        return "\n".join(lines)
+
+
+class Progress:
+    """A live line per finished trial: states so far, the front's size and an ETA."""
+
+    def __init__(self, study, total: int, printer=print):
+        self.study, self.total, self.print = study, total, printer
+        self.start, self.done = time.time(), 0
+
+    def __call__(self, p, state: str, info: dict) -> None:
+        self.done += 1
+        elapsed = time.time() - self.start
+        eta = elapsed / self.done * (self.total - self.done)
+        c = state_counts(self.study)
+        what = (f"score {info['score']:.4f}" if state == "complete"
+                else info.get("reason", "") if state == "failed" else "")
+        tag = f" [{p.preset}]" if p.preset else ""
+        self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
+                   f"params {p.deployable:,} | done {c['complete']} pruned {c['pruned']} failed {c['failed']} "
+                   f"rejected {c['rejected']} | front {len(front(self.study))} | ETA {eta / 60:.1f} min")
+
+
+def _trained(study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+               and not t.user_attrs.get("rejected") and not t.user_attrs.get("fail_reason", "").startswith("invalid"))
+
+
+def run_search(exp: Experiment, force_new_study: bool = False, printer=print) -> SearchSummary:
+    start = time.time()
+    # ---- validate the inputs before touching the study --------------------------------------
+    task = get_task(exp.task)
+    if exp.sampler not in SAMPLERS:
+        make_sampler(exp.sampler, exp.seed)                      # raises with the names
+    if exp.executor not in EXECUTORS:
+        raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
+    splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
+                         search_dev_size=exp.fidelity.search_dev)
+    if isinstance(exp.backbone, dict):
+        model_config = load_backbone(exp.backbone, task, splits)[0].config
+    else:
+        model_config = load_model_config(str(exp.backbone), task.num_labels)
+    space = SearchSpace.load(exp.space)
+    n_layers = model_config.num_hidden_layers
+    backbone_params = count_parameters(model_config, PetlConfig()).backbone
+    budget = parse_budget(exp.budget, backbone_params)
+    smallest = smallest_count(space, model_config, n_layers)
+    if budget is not None and budget < smallest:
+        raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
+                          f"({smallest:,} deployable parameters on this backbone)")
+
+    # ---- the study ------------------------------------------------------------------------------
+    attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash,
+             "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name,
+             "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
+             "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
+             "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
+    _ensure_sqlite_dir(exp.storage_url)
+    study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed),
+                       task.main_metric, attrs, force_new=force_new_study)
+    seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers)
+    target = exp.trials
+    if exp.sampler == "presets":
+        target = _trained(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+    remaining = max(0, target - _trained(study))
+    printer(f"study {exp.study_name!r} at {exp.storage_url}: {len(study.trials)} trials so far; "
+            f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
+    printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
+            f"{backbone_params:,})" if budget is not None else "budget: none")
+
+    # ---- trials ---------------------------------------------------------------------------------
+    recipe = Recipe(epochs=exp.fidelity.epochs, batch_size=exp.fidelity.batch_size,
+                    max_length=exp.fidelity.max_length, evals_per_epoch=exp.fidelity.evals_per_epoch,
+                    seed=exp.seed)
+    source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp")
+    progress = Progress(study, remaining, printer)
+    trial_dir = exp.run_dir / "trials"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_done(p, state, info):
+        (trial_dir / f"{p.number}.json").write_text(json.dumps(
+            {"number": p.number, "state": state, "preset": p.preset, "config": p.config.to_dict(),
+             "lr": p.lr, "deployable": p.deployable, "trainable": p.trainable,
+             **{k: v for k, v in info.items() if k != "history"}}, indent=2, default=str))
+        progress(p, state, info)
+
+    def make_spec(p) -> TrialSpec:
+        return TrialSpec(backbone=exp.backbone, task=task.name, config=p.config.to_dict(),
+                         recipe=recipe.with_overrides(lr=p.lr).to_dict(), data_dir=exp.data_dir,
+                         k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
+                         number=p.number)
+
+    recorder = Recorder(source, on_done)
+    if remaining:
+        if exp.executor == "ray":
+            EXECUTORS["ray"](source, remaining, make_spec, recorder,
+                             n_evals=n_evaluations(len(splits.train), recipe), run_dir=str(exp.run_dir),
+                             cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
+                             concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address)
+        else:
+            EXECUTORS["local"](source, remaining, make_spec, recorder)
+
+    # ---- final re-evaluation of the front on the held-out test split ------------------------
+    if exp.final.seeds > 0:
+        reevaluate_front(study, exp, task, recipe, printer)
+    return summarize(study, exp, budget, backbone_params, time.time() - start)
+
+
+def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer=print) -> None:
+    """Re-train front members at full fidelity with several seeds, scored on the test split."""
+    members = front(study)[: exp.final.max_front]
+    k = exp.fidelity.k if exp.final.k == -1 else exp.final.k
+    for t in members:
+        key = f"final:{t.number}"
+        if key in study.user_attrs:
+            continue
+        scores = []
+        for seed in range(exp.final.seeds):
+            spec = TrialSpec(backbone=exp.backbone, task=task.name, config=t.user_attrs["petl_config"],
+                             recipe=recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=seed,
+                                                          epochs=exp.final.epochs).to_dict(),
+                             data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
+                             search_dev=exp.fidelity.search_dev, eval_split="test", number=t.number)
+            scores.append(run_trial(spec)["score"])
+        mean = statistics.fmean(scores)
+        std = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
+                                  "epochs": exp.final.epochs, "k": k, "split": "test"})
+        printer(f"re-evaluated trial {t.number}: test {task.main_metric} {mean:.4f} ± {std:.4f} "
+                f"over {len(scores)} seeds")
+
+
+def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:
+    members = front(study)
+    presets = [t for t in study.get_trials(deepcopy=False)
+               if t.state == TrialState.COMPLETE and t.user_attrs.get("preset")]
+    rows = []
+    for t in members:
+        final = study.user_attrs.get(f"final:{t.number}", {})
+        dominated = [p.user_attrs["preset"] for p in presets if p.number != t.number
+                     and t.values[0] >= p.values[0] and t.values[1] <= p.values[1]
+                     and (t.values[0] > p.values[0] or t.values[1] < p.values[1])]
+        rows.append({"number": t.number, "preset": t.user_attrs.get("preset"), "score": t.values[0],
+                     "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
+                     "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominated,
+                     "config": t.user_attrs.get("petl_config")})
+    return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
+                         budget, state_counts(study), rows, wall_s)
+
+
+def _ensure_sqlite_dir(url: str) -> None:
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///"):])
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+
+__all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize"]

@@ -1,0 +1,387 @@
+"""Search spaces as data: a YAML space becomes an Optuna define-by-run sampler of `PetlConfig`s.
+
+A space has named slots (where a module may go: ``site`` attn | ffn, and the ``forms`` it may take)
+and dimensions (a list is a categorical choice, ``{low, high, log}`` a range, a scalar a fixed
+value). Top-level dimensions apply to every slot; a slot may override them. Study parameters are
+``<slot>.<dimension>`` plus the globals ``gates``, ``layers``, ``bitfit`` and ``lr``; they are a
+format, versioned by the file's ``version``.
+
+Example:
+    >>> space = SearchSpace.load("small")                          # doctest: +SKIP
+    >>> config, recipe = space.sample(optuna_trial, n_layers=6)    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, ModuleSpec, PetlConfig, _suggest
+from .presets import space_dir
+
+SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
+              "ffn": ("none", "adapter", "lora", "compacter")}
+LORA_TARGETS = {"qv": ("q", "v"), "qkvo": ("q", "k", "v", "o"), "q": ("q",), "v": ("v",),
+                "ffn": ("ffn_in", "ffn_out")}
+# dimension -> (kind, allowed values for categorical/fixed); ranges are int or float
+SLOT_DIMENSIONS = {
+    "insertion": ("choice", ("sequential", "parallel")),
+    "composition": ("choice", ("add", "scaled")),
+    "prefix_composition": ("choice", ("gated", "add", "scaled")),
+    "bottleneck": ("int", None),
+    "rank": ("int", None),
+    "length": ("int", None),
+    "scale": ("float", None),
+    "nonlinearity": ("choice", ("relu", "gelu", "tanh", "swish", "identity")),
+    "lora_targets": ("choice", tuple(LORA_TARGETS)),
+    "prefix_reparam": ("int_choice", None),
+    "phm_n": ("int_choice", None),
+    "init": ("choice", ("bert", "lora")),
+}
+GLOBAL_DIMENSIONS = {
+    "gates": ("bool", None),
+    "layers": ("choice", ("all", "top", "mask")),
+    "bitfit": ("bool", None),
+    "lr": ("float", None),
+}
+# Which slot dimensions each form reads (a form ignores the rest).
+FORM_DIMENSIONS = {
+    "adapter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init"),
+    "compacter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "phm_n"),
+    "lora": ("composition", "rank", "scale", "lora_targets"),
+    "prefix": ("prefix_composition", "length", "scale", "prefix_reparam"),
+    "mh_adapter": ("composition", "length", "scale"),
+    "none": (),
+}
+DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
+            "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
+            "init": "lora", "gates": False, "layers": "all", "bitfit": False}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searchable (or fixed) dimension, named as it is stored in the study."""
+
+    name: str
+    kind: str                      # choice | int | float | fixed
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    value: Any = None
+
+    def suggest(self, trial) -> Any:
+        if self.kind == "fixed":
+            return self.value
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+    def contains(self, value) -> bool:
+        if self.kind == "fixed":
+            return value == self.value
+        if self.kind == "choice":
+            return value in self.choices
+        return self.low <= value <= self.high and (self.kind == "float" or float(value).is_integer())
+
+    def describe(self) -> str:
+        if self.kind == "fixed":
+            return f"= {self.value}"
+        if self.kind == "choice":
+            return "{" + ", ".join(map(str, self.choices)) + "}"
+        return f"[{self.low}, {self.high}]" + (" log" if self.log else "")
+
+    def size(self) -> float:
+        if self.kind == "fixed":
+            return 1
+        if self.kind == "choice":
+            return len(self.choices)
+        if self.kind == "int":
+            return int(self.high) - int(self.low) + 1
+        return float("inf")
+
+
+def _parse_dimension(name: str, raw, kind: str, allowed, where: str) -> Dimension:
+    numeric = kind in ("int", "float")
+    if isinstance(raw, dict):
+        if not numeric:
+            raise ConfigError(f"{where}: a range needs a numeric dimension; {name} takes one of "
+                              f"{', '.join(map(str, allowed or ()))}")
+        extra = set(raw) - {"low", "high", "log"}
+        if extra or not {"low", "high"} <= set(raw):
+            raise ConfigError(f"{where}: a range is {{low, high, log}}, got keys {sorted(raw)}")
+        low, high = raw["low"], raw["high"]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)):
+            raise ConfigError(f"{where}: low and high must be numbers, got {low!r}, {high!r}")
+        if low > high:
+            raise ConfigError(f"{where}: low ({low}) is greater than high ({high})")
+        if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
+            raise ConfigError(f"{where}: {name} is an integer; low and high must be integers")
+        if raw.get("log") and low <= 0:
+            raise ConfigError(f"{where}: a log range needs low > 0, got {low}")
+        if low == high:
+            return Dimension(name, "fixed", value=int(low) if kind == "int" else float(low))
+        return Dimension(name, kind, low=low, high=high, log=bool(raw.get("log", False)))
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ConfigError(f"{where}: empty choice list; give at least one value")
+    for v in values:
+        ok = (isinstance(v, bool) if kind == "bool"
+              else isinstance(v, (int, float)) and not isinstance(v, bool) if numeric or kind == "int_choice"
+              else v in allowed)
+        if not ok:
+            accepted = "true, false" if kind == "bool" else "numbers" if allowed is None else ", ".join(allowed)
+            raise ConfigError(f"{where}: invalid value {v!r}{_suggest(v, allowed) if allowed else f'; accepted: {accepted}'}")
+    if len(values) == 1:
+        return Dimension(name, "fixed", value=values[0])
+    return Dimension(name, "choice", choices=tuple(values))
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    site: str
+    forms: Dimension
+    dims: dict[str, Dimension]
+
+
+class SearchSpace:
+    """A parsed, validated space file. `sample` is the define-by-run function."""
+
+    def __init__(self, data: dict, source: str = "<space>"):
+        self.source = source
+        self.raw = copy.deepcopy(data)
+        where = source
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: a space file is a mapping")
+        known = {"version", "name", "description", "slots"} | set(SLOT_DIMENSIONS) | set(GLOBAL_DIMENSIONS)
+        for k in data:
+            if k not in known:
+                raise ConfigError(f"{where}: unknown key {k!r}{_suggest(k, sorted(known))}")
+        if not isinstance(data.get("version"), int):
+            raise ConfigError(f"{where}: version: missing or not an integer (the format of the stored parameters)")
+        self.version = data["version"]
+        self.name = str(data.get("name", Path(source).stem))
+        self.description = str(data.get("description", ""))
+        slots = data.get("slots")
+        if not isinstance(slots, dict) or not slots:
+            raise ConfigError(f"{where}: slots: give at least one slot (e.g. attn: {{site: attn, forms: [...]}})")
+        self.slots = [self._parse_slot(n, s, data) for n, s in slots.items()]
+        self.globals = {}
+        for name, (kind, allowed) in GLOBAL_DIMENSIONS.items():
+            raw = data.get(name, DEFAULTS.get(name))
+            if raw is None:
+                raise ConfigError(f"{where}: {name}: missing (e.g. lr: {{low: 1.0e-4, high: 3.0e-3, log: true}})")
+            self.globals[name] = _parse_dimension(name, raw, kind, allowed, f"{where}: {name}")
+
+    def _parse_slot(self, name: str, body, top: dict) -> Slot:
+        where = f"{self.source}: slots.{name}"
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: expected a mapping with site and forms")
+        for k in body:
+            if k not in ("site", "forms") and k not in SLOT_DIMENSIONS:
+                raise ConfigError(f"{where}: unknown key {k!r}{_suggest(k, ['site', 'forms', *SLOT_DIMENSIONS])}")
+        site = body.get("site")
+        if site not in SLOT_FORMS:
+            raise ConfigError(f"{where}.site: must be one of attn, ffn; got {site!r}")
+        forms = _parse_dimension(f"{name}.form", body.get("forms", []), "choice", SLOT_FORMS[site],
+                                 f"{where}.forms")
+        dims = {}
+        used = {d for f in (forms.choices or (forms.value,)) for d in FORM_DIMENSIONS[f]}
+        for dim, (kind, allowed) in SLOT_DIMENSIONS.items():
+            raw = body.get(dim, top.get(dim, DEFAULTS.get(dim)))
+            if raw is None:
+                if dim in used:
+                    raise ConfigError(f"{where}: dimension {dim!r} is needed by its forms but not given")
+                continue
+            dims[dim] = _parse_dimension(f"{name}.{dim}", raw, kind, allowed, f"{where}.{dim}")
+        return Slot(name, site, forms, dims)
+
+    # ---- loading ---------------------------------------------------------------------------
+    @classmethod
+    def load(cls, name_or_path: str | Path) -> SearchSpace:
+        """A space file by path, or by name from `search_space/` (``small`` -> small.yaml)."""
+        path = Path(name_or_path)
+        if not path.exists():
+            candidate = space_dir() / f"{name_or_path}.yaml"
+            if candidate.exists():
+                path = candidate
+            else:
+                names = sorted(p.stem for p in space_dir().glob("*.yaml") if p.stem != "presets")
+                raise ConfigError(f"space {str(name_or_path)!r}: no such file{_suggest(str(name_or_path), names)}")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        return cls(data, str(path))
+
+    @property
+    def hash(self) -> str:
+        """A content hash of the parsed space: studies refuse a different space under the same name."""
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    # ---- sampling --------------------------------------------------------------------------
+    def sample(self, trial, n_layers: int, flat: bool = False) -> tuple[PetlConfig, dict]:
+        """Define-by-run: suggest this trial's parameters and return (PetlConfig, recipe overrides).
+
+        With ``flat=True`` every dimension is suggested whatever the form (for samplers that need a
+        fixed search space, like the GP sampler); unused values are ignored.
+        """
+        g = {name: dim.suggest(trial) for name, dim in self.globals.items() if name != "layers"}
+        layers = self._sample_layers(trial, n_layers, flat)
+        modules = []
+        for slot in self.slots:
+            form = slot.forms.suggest(trial)
+            vals = {}
+            for d in (SLOT_DIMENSIONS if flat else FORM_DIMENSIONS[form]):
+                if d not in slot.dims:
+                    continue
+                if d == "scale" and not flat and "scaled" not in (vals.get("composition"),
+                                                                   vals.get("prefix_composition")):
+                    continue                      # s only exists for scaled composition
+                if d == "lora_targets" and slot.site == "ffn":
+                    continue                      # FFN LoRA always adapts W1 and W2
+                vals[d] = slot.dims[d].suggest(trial)
+            if form != "none":
+                modules.append(self._module(slot, form, vals, g["gates"], layers))
+        config = PetlConfig(modules=tuple(modules), bitfit=bool(g["bitfit"]))
+        return config, {"lr": float(g["lr"])}
+
+    def _sample_layers(self, trial, n_layers: int, flat: bool) -> tuple[int, ...] | None:
+        dim = self.globals["layers"]
+        choice = dim.suggest(trial)
+        top_k = mask = None
+        if choice == "top" or (flat and "top" in (dim.choices or (dim.value,))):
+            top_k = trial.suggest_int("layers.top_k", 1, n_layers)
+        if choice == "mask" or (flat and "mask" in (dim.choices or (dim.value,))):
+            mask = [trial.suggest_categorical(f"layers.mask.{i}", [True, False]) for i in range(n_layers)]
+        if choice == "top":
+            return tuple(range(n_layers - top_k, n_layers))
+        if choice == "mask":
+            chosen = tuple(i for i, on in enumerate(mask) if on)
+            return chosen or (n_layers - 1,)      # an empty mask means the top layer, never nothing
+        return None
+
+    @staticmethod
+    def _module(slot: Slot, form: str, v: dict, gated: bool, layers) -> ModuleSpec:
+        kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated), "layers": layers}
+        comp = v.get("prefix_composition") if form == "prefix" else v.get("composition", "add")
+        kw["composition"] = comp
+        if comp == "scaled":
+            kw["scale"] = float(v["scale"])
+        if form in ("adapter", "compacter"):
+            kw.update(insertion=v["insertion"], nonlinearity=v["nonlinearity"], init=v["init"])
+            size = int(v["bottleneck"])
+            if form == "compacter":             # PHM layers need n | size: round up
+                n = int(v["phm_n"])
+                kw["phm_n"], size = n, -(-size // n) * n
+            kw["size"] = size
+        elif form == "lora":
+            targets = v["lora_targets"] if slot.site == "attn" else "ffn"
+            kw.update(size=int(v["rank"]), targets=LORA_TARGETS[targets])
+        elif form == "prefix":
+            kw.update(size=int(v["length"]), reparam=int(v["prefix_reparam"]))
+        elif form == "mh_adapter":
+            kw["size"] = int(v["length"])
+        return ModuleSpec(**kw)
+
+    # ---- presets as points of the space -------------------------------------------------------
+    def params_for(self, config: PetlConfig, lr: float, n_layers: int) -> dict | None:
+        """The study parameters that sample exactly ``config`` (and ``lr``), or None if it is not a
+        point of this space. Used to enqueue presets so the sampler learns from them."""
+        import itertools
+
+        import optuna
+
+        mods = list(config.modules)
+        if len(mods) > len(self.slots) or config.prompt_length or config.train_layernorms:
+            return None
+        gates = {m.gate for m in mods}
+        if len(gates) > 1 or len({m.layers for m in mods}) > 1 or any(m.layers for m in mods):
+            return None
+        for order in itertools.permutations(range(len(self.slots)), len(mods)):
+            params = {"gates": gates.pop() if gates else False, "bitfit": config.bitfit,
+                      "lr": lr, "layers": "all"}
+            gates = {params["gates"]}
+            for slot in self.slots:
+                params[f"{slot.name}.form"] = "none"
+            ok = True
+            for m, si in zip(mods, order):
+                slot = self.slots[si]
+                if slot.site != m.position:
+                    ok = False
+                    break
+                params[f"{slot.name}.form"] = m.form
+                params.update({f"{slot.name}.{k}": v for k, v in self._module_values(m).items()})
+            if not ok:
+                continue
+            params = {k: v for k, v in params.items() if self._dimension(k) is not None}
+            if not all(self._dimension(k).contains(v) for k, v in params.items()):
+                continue
+            try:
+                decoded, recipe = self.sample(optuna.trial.FixedTrial(params), n_layers)
+            except (ValueError, KeyError, ConfigError):
+                continue
+            if decoded == config and recipe["lr"] == lr:
+                return {k: v for k, v in params.items() if self._dimension(k).kind != "fixed"}
+        return None
+
+    @staticmethod
+    def _module_values(m: ModuleSpec) -> dict:
+        v = {"scale": m.scale, "init": m.init, "nonlinearity": m.nonlinearity}
+        if m.form == "prefix":
+            v.update(prefix_composition=m.composition, length=m.size, prefix_reparam=m.reparam)
+        else:
+            v["composition"] = m.composition
+        if m.form in ("adapter", "compacter"):
+            v.update(insertion=m.insertion, bottleneck=m.size, phm_n=m.phm_n)
+        elif m.form == "lora":
+            v["rank"] = m.size
+            if m.position == "attn":
+                v["lora_targets"] = next((k for k, t in LORA_TARGETS.items() if t == m.targets), None)
+        elif m.form == "mh_adapter":
+            v["length"] = m.size
+        keep = set(FORM_DIMENSIONS[m.form]) - ({"scale"} if m.composition != "scaled" else set())
+        return {k: val for k, val in v.items() if k in keep}
+
+    def _dimension(self, param: str) -> Dimension | None:
+        if param in self.globals:
+            return self.globals[param]
+        slot_name, _, dim = param.partition(".")
+        for slot in self.slots:
+            if slot.name == slot_name:
+                return slot.forms if dim == "form" else slot.dims.get(dim)
+        return None
+
+    # ---- describing --------------------------------------------------------------------------
+    def dimensions(self) -> list[Dimension]:
+        out = [slot.forms for slot in self.slots]
+        for slot in self.slots:
+            forms = slot.forms.choices or (slot.forms.value,)
+            used = {d for f in forms for d in FORM_DIMENSIONS[f]} - ({"lora_targets"} if slot.site == "ffn" else set())
+            out += [slot.dims[d] for d in SLOT_DIMENSIONS if d in used and d in slot.dims]
+        return out + list(self.globals.values())
+
+    def describe(self) -> str:
+        searched = [d for d in self.dimensions() if d.kind != "fixed"]
+        lines = [f"space {self.name} (version {self.version}, {self.source}, hash {self.hash})",
+                 self.description, "",
+                 f"{'parameter':<26}{'values':<44}"]
+        lines += [f"{d.name:<26}{d.describe():<44}" for d in self.dimensions()]
+        finite = 1
+        for d in searched:
+            finite *= d.size()
+        size = "infinite (continuous dimensions)" if finite == float("inf") else f"{finite:,.0f} points at most"
+        lines += ["", f"{len(searched)} searched dimensions; {size} (conditional: fewer are active per trial)"]
+        return "\n".join(lines)
+
+
+__all__ = ["SearchSpace", "Dimension", "Slot"]

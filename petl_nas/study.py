@@ -1,0 +1,215 @@
+"""The Optuna study: the source of truth for a search.
+
+Owns the study's creation and attributes, the sampler choice, seeding presets, and the
+`TrialSource` that turns the sampler's proposals into trainable trials. A proposal over the budget
+is never trained: it is counted on the meta device (milliseconds), recorded as PRUNED with
+``rejected = "over_budget"``, its counts and a violated ``budget`` constraint (so TPE and NSGA-II
+learn to avoid the region), and the next proposal is drawn. Every trained trial carries its
+counts, its PetlConfig and its recipe as user attributes; the objectives are (task metric: max,
+deployable parameters: min).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import warnings
+
+import optuna
+from optuna.exceptions import ExperimentalWarning
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from .budget import count_parameters
+from .config import ConfigError, PetlConfig, _suggest
+from .presets import preset, preset_lr, preset_names
+from .space import SearchSpace
+
+SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
+# `group=True` and `set_metric_names` are marked experimental; we rely on them knowingly.
+warnings.filterwarnings("ignore", category=ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+MAX_CONSECUTIVE_REJECTIONS = 500
+
+
+def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+    """Optuna's samplers by name. TPE is multivariate and grouped (conditional spaces) and lies
+    about running trials (constant liar) so parallel workers spread out."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
+                                          n_startup_trials=n_startup_trials)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name in ("random", "presets"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    raise ConfigError(f"sampler: unknown name {name!r}{_suggest(name, SAMPLERS)}")
+
+
+def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict,
+               force_new: bool = False) -> optuna.Study:
+    """Create or resume the study; refuse one whose stored space hash differs."""
+    try:
+        storage = optuna.storages.RDBStorage(storage_url)
+    except Exception as e:                                       # noqa: BLE001 - any driver error
+        raise ConfigError(f"storage {storage_url!r} cannot be opened: {str(e).splitlines()[0]}") from None
+    existing = {s.study_name for s in storage.get_all_studies()}
+    if name in existing:
+        old = optuna.load_study(study_name=name, storage=storage)
+        stored = old.user_attrs.get("space_hash")
+        if stored and stored != attrs["space_hash"]:
+            if not force_new:
+                raise ConfigError(f"study {name!r} in {storage_url} was made with another space "
+                                  f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
+                                  f"name or --force-new-study to replace it")
+            optuna.delete_study(study_name=name, storage=storage)
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                directions=["maximize", "minimize"], load_if_exists=True)
+    for k, v in attrs.items():
+        study.set_user_attr(k, v)
+    study.set_metric_names([metric, "deployable_params"])
+    return study
+
+
+@dataclass
+class Proposal:
+    """A trial ready to train: its config, recipe overrides and counts."""
+
+    trial: Trial
+    config: PetlConfig
+    lr: float
+    deployable: int
+    trainable: int
+    preset: str | None = None
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+class TrialSource:
+    """Draws proposals from the study, rejecting those over budget before any training."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
+                 n_layers: int, flat: bool = False):
+        self.study, self.space, self.model_config = study, space, model_config
+        self.budget, self.n_layers, self.flat = budget, n_layers, flat
+        self.backbone = count_parameters(model_config, PetlConfig()).backbone
+        self.rejected = 0
+
+    def next(self) -> Proposal:
+        for _ in range(MAX_CONSECUTIVE_REJECTIONS):
+            trial = self.study.ask()
+            name = trial.user_attrs.get("preset")
+            try:
+                if "petl_config" in trial.user_attrs:        # a preset that is not a point of the space
+                    config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
+                    lr = float(trial.user_attrs["recipe"]["lr"])
+                else:
+                    config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
+                    lr = recipe["lr"]
+                count = count_parameters(self.model_config, config)
+            except ConfigError as e:
+                trial.set_user_attr("fail_reason", f"invalid configuration: {e}")
+                self.study.tell(trial, state=TrialState.FAIL)
+                continue
+            trial.set_user_attr("deployable", count.deployable)
+            trial.set_user_attr("trainable", count.trainable)
+            trial.set_user_attr("pct_of_backbone", round(count.deployable_pct, 4))
+            trial.set_user_attr("petl_config", config.to_dict())
+            trial.set_user_attr("recipe", {"lr": lr})
+            if self.budget is not None:
+                trial.set_constraint("budget", float(count.deployable - self.budget))
+                if count.deployable > self.budget:
+                    trial.set_user_attr("rejected", "over_budget")
+                    self.study.tell(trial, state=TrialState.PRUNED)
+                    self.rejected += 1
+                    continue
+            return Proposal(trial, config, lr, count.deployable, count.trainable, name)
+        raise ConfigError(f"{MAX_CONSECUTIVE_REJECTIONS} proposals in a row were over the budget "
+                          f"({self.budget:,}); the space is mostly infeasible for it: raise the "
+                          f"budget or narrow the space")
+
+
+def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
+    """The fewest deployable parameters any configuration of the space can have."""
+    from .space import FORM_DIMENSIONS
+
+    layer_choices = space.globals["layers"].choices or (space.globals["layers"].value,)
+    few_layers = (n_layers - 1,) if set(layer_choices) & {"top", "mask"} else None
+    total = 0
+    for slot in space.slots:
+        forms = slot.forms.choices or (slot.forms.value,)
+        if "none" in forms:
+            continue
+        best = None
+        for form in forms:
+            vals = {}
+            for d in FORM_DIMENSIONS[form]:
+                dim = slot.dims.get(d)
+                if dim is None:
+                    continue
+                vals[d] = (dim.value if dim.kind == "fixed" else dim.low if dim.kind in ("int", "float")
+                           else dim.choices[0])
+            if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
+                vals.setdefault("scale", 1.0)
+            spec = space._module(slot, form, vals, False, few_layers)
+            n = count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
+            best = n if best is None else min(best, n)
+        total += best
+    bitfit = space.globals["bitfit"]
+    if (bitfit.value if bitfit.kind == "fixed" else False):
+        total += count_parameters(model_config, PetlConfig(bitfit=True)).deployable
+    return total
+
+
+def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
+                 n_layers: int) -> list[str]:
+    """Enqueue the presets that fit the budget and are not in the study yet; returns their names."""
+    if names in ("auto", None):
+        names = preset_names()
+    elif names == "none":
+        return []
+    unknown = [n for n in names if n not in preset_names()]
+    if unknown:
+        raise ConfigError(f"presets: unknown name {unknown[0]!r}{_suggest(unknown[0], preset_names())}")
+    seen = {t.user_attrs.get("preset") for t in study.get_trials(deepcopy=False)}
+    queued = []
+    for name in names:
+        if name in seen:
+            continue
+        config = preset(name, model_config)
+        count = count_parameters(model_config, config)
+        if budget is not None and count.deployable > budget:
+            continue
+        lr = preset_lr(name)
+        params = space.params_for(config, lr, n_layers)
+        if params is not None:
+            study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=False)
+        else:
+            study.enqueue_trial({}, user_attrs={"preset": name, "petl_config": config.to_dict(),
+                                                "recipe": {"lr": lr}})
+        queued.append(name)
+    return queued
+
+
+def front(study: optuna.Study) -> list[FrozenTrial]:
+    """The Pareto front: COMPLETE, within-budget trials, by deployable parameters."""
+    return sorted(study.best_trials, key=lambda t: t.values[1])
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "rejected": 0, "waiting": 0}
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.PRUNED and t.user_attrs.get("rejected"):
+            counts["rejected"] += 1
+        else:
+            key = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running",
+                   TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
+                   TrialState.WAITING: "waiting"}[t.state]
+            counts[key] += 1
+    return counts
+
+
+__all__ = ["make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "front",
+           "state_counts", "smallest_count", "SAMPLERS"]

@@ -1,0 +1,88 @@
+"""Tiny random backbones for tests and smoke runs: no network, no downloads, milliseconds.
+
+`tiny_tokenizer` trains a WordPiece vocabulary in memory on the texts you give it and wraps it as
+a transformers BERT tokenizer; `tiny_backbone` builds a randomly initialised sequence classifier
+(hidden 32, 2 layers, 4 heads, FFN 64 by default) whose vocabulary matches that tokenizer.
+
+Example:
+    >>> tok = tiny_tokenizer(["a good film", "a dull plot"], vocab_size=100)
+    >>> model = tiny_backbone(tokenizer=tok, num_labels=2)
+    >>> model(**tok(["a good plot"], return_tensors="pt")).logits.shape
+    torch.Size([1, 2])
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+import torch
+
+__all__ = ["tiny_tokenizer", "tiny_backbone", "SPECIAL_TOKENS", "TINY_CONFIG"]
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                   max_position_embeddings=514)
+# DistilBERT names the same sizes differently (its config maps some of them, not the FFN width).
+_DISTILBERT_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                     "intermediate_size": "hidden_dim"}
+
+
+def tiny_tokenizer(texts: Iterable[str], vocab_size: int = 1000):
+    """A lower-casing WordPiece BERT tokenizer trained on ``texts``, entirely in memory.
+
+    Ids 0-4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``; the vocabulary is at most ``vocab_size``
+    (smaller when the texts hold fewer distinct pieces). Training is deterministic in the texts,
+    and ``name_or_path`` is ``tiny-wordpiece-<hash of the vocabulary>`` so caches can key on it.
+
+    Example:
+        >>> tok = tiny_tokenizer(["the cat sat", "the dog ran"], vocab_size=60)
+        >>> tok.convert_ids_to_tokens(tok("the cat")["input_ids"])
+        ['[CLS]', 'the', 'cat', '[SEP]']
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import BertTokenizerFast
+
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                        show_progress=False)
+    wordpiece.train_from_iterator(list(texts), trainer)
+    vocab = wordpiece.get_vocab()
+    digest = hashlib.sha1(repr(sorted(vocab.items())).encode()).hexdigest()[:12]
+    # BertTokenizerFast rebuilds BERT's normaliser, pre-tokeniser and [CLS]/[SEP] template around
+    # the vocabulary, so the result behaves exactly like a pretrained BERT tokenizer.
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, name_or_path=f"tiny-wordpiece-{digest}")
+
+
+def tiny_backbone(model_type: str = "bert", num_labels: int = 2, tokenizer=None, seed: int = 0,
+                  **config_overrides):
+    """A randomly initialised ``AutoModelForSequenceClassification`` from a tiny config, in eval mode.
+
+    Args:
+        model_type: a transformers model type (``bert``, ``roberta``, ``electra``, ``distilbert``, ...).
+        num_labels: head width; 1 makes a regression head.
+        tokenizer: sets ``vocab_size`` and ``pad_token_id`` to match it (else ``vocab_size`` 1000).
+        seed: the same seed gives the same weights.
+        **config_overrides: any config field, e.g. ``num_hidden_layers=3``.
+
+    Example:
+        >>> model = tiny_backbone("roberta", num_labels=1, vocab_size=50)
+        >>> model.config.hidden_size, model.config.problem_type
+        (32, 'regression')
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    kwargs = dict(TINY_CONFIG, vocab_size=1000)
+    if tokenizer is not None:
+        kwargs.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    kwargs.update(config_overrides)
+    if model_type == "distilbert":
+        kwargs = {_DISTILBERT_NAMES.get(k, k): v for k, v in kwargs.items()}
+    config = AutoConfig.for_model(model_type, num_labels=num_labels, **kwargs)
+    if num_labels == 1:
+        config.problem_type = "regression"
+    with torch.random.fork_rng(devices=[]):  # seed the weights without moving the caller's RNG
+        torch.manual_seed(seed)
+        return AutoModelForSequenceClassification.from_config(config).eval()

@@ -1,0 +1,167 @@
+"""The trial trainer: one readable loop from a PETL-applied model and encoded data to a score.
+
+AdamW on the trainable parameters, linear warm-up then linear decay, gradient clipping, bf16
+autocast on a GPU. It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each
+evaluation to ``report`` (the search's intermediate values, where a scheduler may stop the trial),
+and returns the best and last scores, wall time and peak memory. A non-finite loss stops the trial
+with `NonFiniteLoss`.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a configuration is trained (the search varies ``lr``; fidelity sets the rest).
+
+    Attributes:
+        lr: peak learning rate.
+        epochs: passes over the training split (fractions allowed).
+        batch_size / eval_batch_size: examples per optimiser step / per evaluation batch.
+        warmup_ratio: share of steps with linear warm-up (then linear decay to 0).
+        weight_decay, max_grad_norm: AdamW decay and the clipping norm.
+        max_length: tokens per example.
+        evals_per_epoch: evaluations (and reports) per epoch.
+        seed: model-side seed (initialisation of the PETL modules, shuffling, dropout).
+    """
+
+    lr: float = 1e-3
+    epochs: float = 3.0
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    max_length: int = 128
+    evals_per_epoch: int = 1
+    seed: int = 0
+
+    def with_overrides(self, **kw) -> Recipe:
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    score: float                  # the task's main metric at the best evaluation
+    last_score: float
+    metrics: dict                 # all metrics at the best evaluation
+    history: list[dict] = field(default_factory=list)
+    steps: int = 0
+    wall_s: float = 0.0
+    peak_mem_mb: float = 0.0
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+def n_evaluations(n_train: int, recipe: Recipe) -> int:
+    """How many evaluations (reports) a run of ``recipe`` on ``n_train`` examples makes."""
+    steps_per_epoch = math.ceil(n_train / recipe.batch_size)
+    total = max(1, math.ceil(steps_per_epoch * recipe.epochs))
+    every = max(1, steps_per_epoch // max(1, recipe.evals_per_epoch))
+    return total // every + (total % every > 0)
+
+
+def _linear_schedule(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def evaluate(model: nn.Module, split, task, batch_size: int, device) -> dict:
+    """Metrics of ``task`` on an encoded split (no gradient, eval mode)."""
+    model.eval()
+    preds, refs = [], []
+    with torch.no_grad(), _autocast(device):
+        for batch in split.batches(batch_size, shuffle=False, seed=0):
+            labels = batch.pop("labels")
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+            preds.append(logits.cpu().numpy())
+            refs.append(labels.numpy())
+    return task.compute_metrics(np.concatenate(preds), np.concatenate(refs))
+
+
+def _autocast(device):
+    enabled = torch.device(device).type == "cuda"
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled)
+
+
+def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
+          report: Callable[[int, dict, bool], None] | None = None) -> TrainResult:
+    """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``.
+
+    Args:
+        data: encoded splits with ``train`` and ``dev`` (each exposes ``batches(size, shuffle, seed)``
+            and ``len()``).
+        report: called after each evaluation with (evaluation index from 1, metrics, is_last).
+    """
+    start = time.perf_counter()
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(recipe.seed)
+    model.to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]          # biases, LayerNorms, gates' scalars
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr)
+
+    steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
+    total = max(1, math.ceil(steps_per_epoch * recipe.epochs))
+    warmup = max(1, int(recipe.warmup_ratio * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _linear_schedule(s, total, warmup))
+    eval_every = max(1, steps_per_epoch // max(1, recipe.evals_per_epoch))
+
+    history: list[dict] = []
+    step, epoch = 0, 0
+    while step < total:
+        model.train()
+        for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=recipe.seed + epoch):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with _autocast(device):
+                loss = model(**batch).loss                 # [] cross-entropy or MSE (num_labels=1)
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            if step % eval_every == 0 or step == total:
+                metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device)
+                metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
+                history.append(metrics)
+                if report is not None:
+                    report(len(history), metrics, step == total)
+                model.train()
+            if step >= total:
+                break
+        epoch += 1
+
+    best = max(history, key=lambda m: m[task.main_metric])
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
+    return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
+                       metrics=best, history=history, steps=step,
+                       wall_s=time.perf_counter() - start, peak_mem_mb=peak)
+
+
+__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "n_evaluations"]

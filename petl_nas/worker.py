@@ -1,0 +1,109 @@
+"""What a worker does for one trial: backbone + data (loaded once per process), apply, train, score.
+
+A worker keeps the pretrained backbone, its tokenizer and the tokenised splits in memory across
+trials (Ray reuses the actor; the local executor is one process), so a trial costs its training
+and little else: each trial deep-copies the cached backbone and applies its configuration.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .config import ConfigError, PetlConfig
+from .inject import apply_petl
+from .tasks import Task, encode, get_task, load_splits
+from .train import Recipe, train
+
+_BACKBONES: dict[str, tuple] = {}
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a worker needs for one trial, as plain picklable values."""
+
+    backbone: Any                      # a local path / hub name, or {"tiny": {config overrides}}
+    task: str
+    config: dict                       # PetlConfig.to_dict()
+    recipe: dict                       # Recipe fields
+    data_dir: str | None = None
+    k: int | None = None
+    data_seed: int = 111
+    search_dev: int = 500
+    eval_split: str = "search_dev"     # "test" only for the final re-evaluation
+    number: int = -1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Data:
+    """The two splits the trainer sees: train and the split it is scored on."""
+
+    train: Any
+    dev: Any
+
+
+def _backbone_key(backbone, task: Task) -> str:
+    return repr((backbone, task.name, task.num_labels))
+
+
+def load_backbone(backbone, task: Task, splits=None):
+    """(model, tokenizer) for ``backbone`` with a head for ``task``; cached per process."""
+    key = _backbone_key(backbone, task)
+    if key not in _BACKBONES:
+        if isinstance(backbone, dict) and "tiny" in backbone:
+            from .tiny import tiny_backbone, tiny_tokenizer
+
+            overrides = dict(backbone["tiny"] or {})
+            model_type = overrides.pop("model_type", "bert")
+            texts = [t for col in splits.train.texts for t in col] if splits is not None else ["empty"]
+            tok = tiny_tokenizer(texts, vocab_size=int(overrides.pop("vocab_size", 1000)))
+            model = tiny_backbone(model_type, num_labels=task.num_labels, tokenizer=tok,
+                                  seed=int(overrides.pop("seed", 0)), **overrides)
+        elif isinstance(backbone, str):
+            from transformers import AutoTokenizer
+
+            from .models import load_classifier, resolve_model
+
+            tok = AutoTokenizer.from_pretrained(resolve_model(backbone))
+            model = load_classifier(backbone, num_labels=task.num_labels)
+        else:
+            raise ConfigError(f"backbone: expected a model name/path or {{tiny: {{...}}}}, got {backbone!r}")
+        if task.kind == "regression":
+            model.config.problem_type = "regression"
+        _BACKBONES[key] = (model.eval(), tok)
+    return _BACKBONES[key]
+
+
+def prepare(spec: TrialSpec):
+    """(task, backbone model, tokenizer, encoded splits) for a spec, all cached per process."""
+    task = get_task(spec.task)
+    splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
+                         search_dev_size=spec.search_dev)
+    model, tok = load_backbone(spec.backbone, task, splits)
+    encoded = encode(splits, tok, max_length=int(spec.recipe.get("max_length", 128)))
+    return task, model, tok, encoded
+
+
+def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None = None,
+              device: str | None = None) -> dict:
+    """Train and score one configuration; returns the result as plain values."""
+    start = time.perf_counter()
+    task, base, _, encoded = prepare(spec)
+    evaluated = encoded.test if spec.eval_split == "test" else encoded.search_dev
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = apply_petl(copy.deepcopy(base), PetlConfig.from_dict(spec.config))
+    setup_s = time.perf_counter() - start
+    result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
+    return {"score": result.score, "last_score": result.last_score, "metrics": result.metrics,
+            "history": result.history, "steps": result.steps, "train_s": result.wall_s,
+            "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric}
+
+
+__all__ = ["TrialSpec", "run_trial", "prepare", "load_backbone"]

@@ -1,0 +1,181 @@
+"""The search: a study in SQLite with presets first, budgets never exceeded, ASHA stops recorded as
+PRUNED, resume without loss, over-budget proposals never trained, and clear errors up front."""
+
+import dataclasses
+import os
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from petl_nas import ConfigError
+from petl_nas.experiment import Experiment, Fidelity, FinalEval, parse_budget
+from petl_nas.search import run_search
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+
+
+def experiment(tmp_path, **kw) -> Experiment:
+    base = Experiment(name="t", backbone=TINY, task="demo_sentiment", budget="5%", space="small", trials=6,
+                      presets=["pfeiffer", "bitfit", "lora"], executor="local",
+                      storage=f"sqlite:///{tmp_path}/study.db",
+                      fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2,
+                                        search_dev=64),
+                      final=FinalEval(seeds=0))
+    return dataclasses.replace(base, **kw)
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)           # runs/ goes here
+
+
+def load(exp):
+    return optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+
+
+def trained(study):
+    return [t for t in study.trials if t.state != TrialState.WAITING and not t.user_attrs.get("rejected")]
+
+
+def check_study_shape(study, budget):
+    trials = trained(study)
+    flags = [bool(t.user_attrs.get("preset")) for t in trials]
+    assert flags[0] and flags == sorted(flags, reverse=True)            # presets first
+    for t in study.trials:
+        assert t.user_attrs.get("preset") != "lora"                     # r=8 is over every budget here
+        if t.user_attrs.get("preset"):
+            assert t.user_attrs["deployable"] <= budget
+        if t.state == TrialState.COMPLETE:
+            assert t.values[1] == t.user_attrs["deployable"] <= budget
+            assert t.user_attrs["petl_config"] and "lr" in t.user_attrs["recipe"]
+        if t.state == TrialState.PRUNED and not t.user_attrs.get("rejected"):
+            assert "stopped early" in t.user_attrs["pruned_reason"] or "non-finite" in t.user_attrs["pruned_reason"]
+            assert t.values is None                                      # never a point on the front
+    assert study.best_trials and all(t.state == TrialState.COMPLETE for t in study.best_trials)
+    assert study.user_attrs["space_name"] == "small" and study.user_attrs["budget"] == budget
+
+
+def test_local_search_never_trains_over_budget(tmp_path, monkeypatch):
+    from petl_nas import executors
+
+    calls = []
+    real = executors.run_trial
+    monkeypatch.setattr(executors, "run_trial", lambda spec, **kw: calls.append(spec.number) or real(spec, **kw))
+    exp = experiment(tmp_path, budget="1.5%")
+    summary = run_search(exp, printer=lambda *a: None)
+    study = load(exp)
+    check_study_shape(study, summary.budget)
+    rejected = [t for t in study.trials if t.user_attrs.get("rejected") == "over_budget"]
+    assert rejected, "a 1.5% budget on the small space should reject some proposals"
+    for t in rejected:
+        assert t.state == TrialState.PRUNED and t.user_attrs["deployable"] > summary.budget
+        assert t.constraints["budget"] > 0                              # the sampler learns from it
+    assert sorted(calls) == sorted(t.number for t in trained(study))    # one trainer call per trained trial
+    assert len(calls) == exp.trials
+
+
+def test_ray_search_then_resume(tmp_path):
+    ray = pytest.importorskip("ray")
+    exp = experiment(tmp_path, executor="ray", trials=6)
+    try:
+        first = run_search(exp, printer=lambda *a: None)
+        study = load(exp)
+        check_study_shape(study, first.budget)
+        before = {t.number: (t.state, t.values, t.params) for t in trained(study)}
+        assert len(before) == 6
+        assert (tmp_path / "runs" / "t" / "ray").is_dir()
+        run_search(dataclasses.replace(exp, trials=9), printer=lambda *a: None)     # resume, 3 more
+        study = load(exp)
+        after = {t.number: (t.state, t.values, t.params) for t in trained(study)}
+        assert len(after) == 9
+        assert all(after[n] == v for n, v in before.items())                       # nothing lost or redone
+        assert [t.user_attrs.get("preset") for t in study.trials].count("pfeiffer") == 1
+    finally:
+        ray.shutdown()
+
+
+def test_final_reevaluation_marks_the_front(tmp_path):
+    exp = experiment(tmp_path, trials=3, final=FinalEval(seeds=2, epochs=1, max_front=2))
+    summary = run_search(exp, printer=lambda *a: None)
+    study = load(exp)
+    marked = [k for k in study.user_attrs if k.startswith("final:")]
+    assert marked and len(marked) <= 2
+    entry = study.user_attrs[marked[0]]
+    assert entry["split"] == "test" and len(entry["scores"]) == 2
+    assert any(r["test_mean"] is not None for r in summary.front)
+    assert "±" in summary.table()
+
+
+def test_infeasible_budget_fails_up_front(tmp_path):
+    exp = experiment(tmp_path, space="mam", budget="10")
+    with pytest.raises(ConfigError, match=r"budget 10 is below the smallest configuration of space 'mam' \([\d,]+ deployable"):
+        run_search(exp, printer=lambda *a: None)
+    assert not (tmp_path / "study.db").exists()
+
+
+def test_cli_errors_are_one_line_and_write_nothing(tmp_path, capsys):
+    from petl_nas.cli import main
+
+    url = f"sqlite:///{tmp_path}/cli.db"
+    for args, words in [
+        (["--task", "sst3"], "did you mean 'sst2'"),
+        (["--budget", "0.5 %"], "budget: '0.5 %' is not a count"),
+        (["--space", "nope"], "space 'nope': no such file"),
+    ]:
+        rc = main(["search", "--storage", url, "--task", "demo_sentiment", "--space", "small",
+                   "--executor", "local", "--trials", "1"] + args)
+        err = capsys.readouterr().err
+        assert rc == 2 and words in err and err.count("\n") == 1, err
+    assert not (tmp_path / "cli.db").exists()
+
+
+def test_a_study_with_another_space_is_refused(tmp_path):
+    exp = experiment(tmp_path, trials=1)
+    run_search(exp, printer=lambda *a: None)
+    with pytest.raises(ConfigError, match="made with another space"):
+        run_search(dataclasses.replace(exp, space="mam", budget="20%"), printer=lambda *a: None)
+
+
+@pytest.mark.parametrize("text, expected", [("0.5%", 500), ("120000", 120000), ("1.2e5", 120000), ("2%", 2000)])
+def test_budget_parsing(text, expected):
+    assert parse_budget(text, 100_000) == expected
+
+
+@pytest.mark.parametrize("text", ["0.5 %", "5e", "-1", "1.5", "abc", "200%"])
+def test_bad_budgets(text):
+    with pytest.raises(ConfigError, match="budget"):
+        parse_budget(text, 100_000)
+
+
+# ---- the Ray searcher's state machine, without a cluster ------------------------------------
+def test_study_searcher_records_every_outcome(tmp_path):
+    pytest.importorskip("ray")
+    from petl_nas.executors import Recorder, _make_searcher
+    from petl_nas.space import SearchSpace
+    from petl_nas.study import TrialSource
+    from petl_nas.tiny import tiny_backbone
+    from petl_nas.worker import TrialSpec
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    model = tiny_backbone(vocab_size=50)
+    source = TrialSource(study, SearchSpace.load("small"), model.config, budget=None, n_layers=2)
+    done = []
+    searcher = _make_searcher(source, 5, lambda p: TrialSpec(backbone=TINY, task="demo_sentiment",
+                                                              config={}, recipe={}, number=p.number),
+                              Recorder(source, lambda p, s, i: done.append(s)))
+    for i in range(4):
+        assert searcher.suggest(f"r{i}")["spec"]["number"] == i
+    searcher.on_trial_result("r0", {"score": 0.6, "training_iteration": 1, "final": False})
+    searcher.on_trial_complete("r0", {"score": 0.6, "training_iteration": 1, "final": False})
+    searcher.on_trial_complete("r1", {"score": 0.7, "final": True, "metrics": {"accuracy": 0.7}})
+    searcher.on_trial_complete("r2", {"score": -2.0, "final": False, "failed": "ValueError: bad data"})
+    searcher.on_trial_complete("r3", {"score": -2.0, "final": False, "failed": "non-finite loss", "nan": True})
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.PRUNED, TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED]
+    assert study.trials[0].user_attrs["intermediate_scores"] == [0.6]
+    assert study.trials[2].user_attrs["fail_reason"] == "ValueError: bad data"
+    assert done == ["pruned", "complete", "failed", "pruned"]
+    searcher.suggest("r4")
+    assert searcher.suggest("r5") == searcher.FINISHED

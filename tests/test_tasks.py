@@ -1,0 +1,279 @@
+"""Tasks: registry, GLUE readers (real data when present), honest splits, file tasks, the demo
+task, encoding and its cache, and the tiny tokenizer + backbone they feed."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from petl_nas.config import ConfigError
+from petl_nas.tasks import (Task, clear_cache, encode, file_task, get_task, load_splits, split_indices,
+                            task_names)
+from petl_nas.tiny import SPECIAL_TOKENS, tiny_backbone, tiny_tokenizer
+
+GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+GLUE_NAMES = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from petl_nas.tasks import _load_demo
+
+    return tiny_tokenizer(_load_demo(get_task("demo_sentiment"))["train"].texts[0], vocab_size=200)
+
+
+# --- registry -------------------------------------------------------------------------------------
+
+def test_registry_lists_glue_and_demo():
+    assert set(task_names()) >= {*GLUE_NAMES, "demo_sentiment"}
+    assert get_task("SST-2") is get_task("sst2")
+    assert (get_task("cola").main_metric, get_task("mrpc").main_metric, get_task("stsb").main_metric) == (
+        "mcc", "f1", "pearson_spearman")
+    assert get_task("stsb").num_labels == 1 and get_task("mnli").num_labels == 3
+
+
+def test_unknown_task_suggests_and_lists():
+    with pytest.raises(ConfigError, match=r"unknown task 'sst3' \(did you mean 'sst2'\?\); available: cola"):
+        get_task("sst3")
+
+
+def test_task_validates_its_fields():
+    with pytest.raises(ConfigError, match="main_metric 'f1' is not among"):
+        Task("t", ("text",), "label", labels=("a", "b"), main_metric="f1")
+    with pytest.raises(ConfigError, match="1 or 2 columns"):
+        Task("t", ("a", "b", "c"), "label", labels=("0", "1"))
+
+
+def test_compute_metrics_from_logits_and_scores():
+    assert get_task("sst2").compute_metrics(torch.tensor([[2.0, 1.0], [0.0, 3.0]]), [0, 0]) == {"accuracy": 0.5}
+    out = get_task("stsb").compute_metrics(np.array([[1.0], [2.0], [3.0]]), [0.5, 2.5, 2.0])
+    assert out["spearman"] == pytest.approx(0.5) and set(out) == {"pearson", "spearman", "pearson_spearman"}
+
+
+# --- GLUE readers ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, folder, n_train, n_dev", [
+    ("sst2", "SST-2", 67_349, 872), ("cola", "CoLA", 8_551, 1_043), ("stsb", "STS-B", 5_749, 1_500)])
+def test_real_glue_row_counts(name, folder, n_train, n_dev):
+    if not (GLUE / folder / "train.tsv").exists():
+        pytest.skip(f"no GLUE data at {GLUE / folder}")
+    splits = load_splits(name, data_dir=GLUE)
+    assert len(splits.train) + len(splits.search_dev) == n_train
+    assert len(splits.search_dev) == round(0.2 * n_train) and len(splits.test) == n_dev
+
+
+def test_real_glue_first_rows():
+    if not (GLUE / "SST-2").exists():
+        pytest.skip(f"no GLUE data at {GLUE}")
+    sst2, cola = load_splits("sst2", data_dir=GLUE).test, load_splits("cola", data_dir=GLUE).test
+    assert sst2.texts[0][0] == "it 's a charming and often affecting journey . " and sst2.labels[0] == 1
+    assert cola.texts[0][0] == "The sailors rode the breeze clear of the rocks." and cola.labels[0] == 1
+    stsb = load_splits("stsb", data_dir=GLUE).test
+    assert stsb.texts[1][0] == "A man wearing a hard hat is dancing." and stsb.labels[0] == 5.0
+
+
+def test_real_qnli_without_train_names_the_file():
+    if not (GLUE / "QNLI" / "dev.tsv").exists():
+        pytest.skip(f"no GLUE data at {GLUE}")
+    with pytest.raises(ConfigError, match=r"expected file .*QNLI/train\.tsv does not exist"):
+        load_splits("qnli", data_dir=GLUE)
+
+
+def write_tsv(path: Path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
+
+
+PAIR_FORMATS = {  # GLUE layouts absent from ../shared/data, built here from their documented headers
+    "mrpc": ("MRPC", "dev.tsv", ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"], ["7", "8"], ("0", "1")),
+    "qqp": ("QQP", "dev.tsv", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"], ["5", "1", "2"],
+            ("0", "1")),
+    "mnli": ("MNLI", "dev_matched.tsv", ["index", "sentence1", "sentence2", "gold_label"], ["3"],
+             ("neutral", "contradiction")),
+    "qnli": ("QNLI", "dev.tsv", ["index", "question", "sentence", "label"], ["4"], ("entailment", "not_entailment")),
+    "rte": ("RTE", "dev.tsv", ["index", "sentence1", "sentence2", "label"], ["9"], ("not_entailment", "entailment")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAIR_FORMATS))
+def test_pair_task_layouts(tmp_path, name):
+    folder, dev_file, header, ids, (label_a, label_b) = PAIR_FORMATS[name]
+    label_first = header[0] == "Quality"
+    row = lambda a, b, y: [y, *ids, a, b] if label_first else [*ids, a, b, y]
+    train = [row(f'"quoted {i} starts', f"second {i}", label_a if i % 2 else label_b) for i in range(10)]
+    write_tsv(tmp_path / folder / "train.tsv", [header, *train])
+    write_tsv(tmp_path / folder / dev_file, [header, row("a", "b", label_b)])
+    splits = load_splits(name, data_dir=tmp_path, search_dev_size=2)
+    task = get_task(name)
+    assert (len(splits.train), len(splits.search_dev), len(splits.test)) == (8, 2, 1)
+    assert splits.test.texts == (("a",), ("b",)) and splits.test.labels[0] == task.labels.index(label_b)
+    assert all(t.startswith('"quoted') for t in splits.train.texts[0])    # a bare quote is just a character
+
+
+def test_glue_errors_name_file_column_value_and_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"expected file .*SST-2/train\.tsv does not exist"):
+        load_splits("sst2", data_dir=tmp_path)
+    write_tsv(tmp_path / "SST-2" / "train.tsv", [["text", "label"], ["fine", "1"]])
+    write_tsv(tmp_path / "SST-2" / "dev.tsv", [["sentence", "label"], ["ok", "1"]])
+    with pytest.raises(ConfigError, match=r"SST-2/train\.tsv: missing column 'sentence'"):
+        load_splits("sst2", data_dir=tmp_path)
+    write_tsv(tmp_path / "SST-2" / "train.tsv", [["sentence", "label"], ["fine", "1"], ["odd", "positive"]])
+    with pytest.raises(ConfigError, match=r"train\.tsv, line 3: label 'positive' is not one of sst2's labels \(0, 1\)"):
+        load_splits("sst2", data_dir=tmp_path)
+    write_tsv(tmp_path / "STS-B" / "train.tsv", [["sentence1", "sentence2", "score"], ["a", "b", "high"]])
+    with pytest.raises(ConfigError, match=r"line 2: label 'high' is not a number"):
+        load_splits("stsb", data_dir=tmp_path)
+
+
+def test_hub_failure_says_pass_data_dir(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "datasets", None)     # as offline: the hub load fails
+    with pytest.raises(ConfigError, match=r"could not be loaded from the Hugging Face hub .*pass --data-dir"):
+        load_splits("rte")
+
+
+def test_hub_rows_map_label_ids_to_labels(monkeypatch):
+    import types
+
+    rows = {"train": {"premise": ["p1", "p2", "p3"], "hypothesis": ["h1", "h2", "h3"], "label": [2, 0, 1]},
+            "validation_matched": {"premise": ["p"], "hypothesis": ["h"], "label": [1]}}
+    calls = []
+    fake = types.SimpleNamespace(load_dataset=lambda *args: calls.append(args) or rows)
+    monkeypatch.setitem(__import__("sys").modules, "datasets", fake)
+    splits = load_splits("mnli", search_dev_size=1)
+    assert calls == [("nyu-mll/glue", "mnli")]
+    assert len(splits.train) == 2 and splits.test.texts == (("p",), ("h",)) and splits.test.labels.tolist() == [1]
+    assert sorted(splits.train.labels.tolist() + splits.search_dev.labels.tolist()) == [0, 1, 2]
+
+
+# --- honest splits --------------------------------------------------------------------------------
+
+def test_split_indices_rule():
+    train, dev = split_indices(100, search_dev_fraction=0.2, data_seed=1)
+    assert (len(train), len(dev)) == (80, 20) and not set(train) & set(dev)
+    small, dev_small = split_indices(100, k=10, search_dev_size=20, data_seed=1)
+    large, dev_large = split_indices(100, k=30, search_dev_size=20, data_seed=1)
+    assert set(small) <= set(large) and dev_small.tolist() == dev_large.tolist() == dev.tolist()
+    assert not set(large) & set(dev_large)
+    again = split_indices(100, k=10, search_dev_size=20, data_seed=1)
+    assert again[0].tolist() == small.tolist()
+    assert split_indices(100, k=10, search_dev_size=20, data_seed=2)[0].tolist() != small.tolist()
+    train, dev = split_indices(12, k=10, search_dev_size=4)              # not enough rows: carve from K
+    assert (len(train), len(dev)) == (6, 4) and not set(train) & set(dev)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(k=0), "k must be a whole number from 1"), (dict(k=101), "k must be a whole number"),
+    (dict(search_dev_fraction=1.5), "search_dev_fraction must be between 0 and 1"),
+    (dict(search_dev_size=100), "search_dev_size must be from 1 to 99")])
+def test_split_indices_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        split_indices(100, **kwargs)
+
+
+def test_k_shot_demo_is_deterministic_and_disjoint():
+    a = load_splits("demo_sentiment", k=100, data_seed=7)
+    clear_cache()
+    b = load_splits("demo_sentiment", k=100, data_seed=7)
+    assert a is not b and a.train.texts == b.train.texts and len(a.train) == 100
+    assert len(a.search_dev) == 20 and not set(a.train.texts[0]) & set(a.search_dev.texts[0])
+    assert load_splits("demo_sentiment", k=100, data_seed=8).train.texts != a.train.texts
+
+
+# --- demo and file tasks --------------------------------------------------------------------------
+
+def test_demo_task_is_balanced_and_not_one_token():
+    splits = load_splits("demo_sentiment")
+    assert (len(splits.train) + len(splits.search_dev), len(splits.test)) == (2000, 500)
+    assert 0.35 < splits.test.labels.mean() < 0.65
+    best_single_token = max(
+        np.mean([(word in s.split()) == bool(y) for s, y in zip(splits.test.texts[0], splits.test.labels)])
+        for word in ("good", "great", "bad", "awful", "not"))
+    assert best_single_token < 0.75
+
+
+def test_csv_and_jsonl_file_tasks(tmp_path):
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f'"row, {i}",{"pos" if i % 3 else "neg"}\n'
+                                                                 for i in range(20)))
+    (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"text": f"d{i}", "label": "pos"}) + "\n" for i in range(5)))
+    task = file_task(tmp_path / "train.csv", tmp_path / "dev.jsonl", text_columns=["text"])
+    assert task.labels == ("neg", "pos") and task.metrics == ("accuracy", "f1", "mcc")
+    splits = load_splits(task, k=10, search_dev_size=4)
+    assert (len(splits.train), len(splits.search_dev), len(splits.test)) == (10, 4, 5)
+    assert splits.train.texts[0][0].startswith("row, ")
+
+    (tmp_path / "test.json").write_text(json.dumps({"text": "t", "label": "neg"}) + "\n")
+    with_test = file_task(tmp_path / "train.csv", tmp_path / "dev.jsonl", tmp_path / "test.json",
+                          text_columns=["text"])
+    splits = load_splits(with_test)
+    assert (len(splits.train), len(splits.search_dev), len(splits.test)) == (20, 5, 1)
+
+
+def test_file_task_errors(tmp_path):
+    (tmp_path / "train.csv").write_text("sentence,label\na,1\n")
+    with pytest.raises(ConfigError, match=r"dev file .*missing\.csv does not exist"):
+        file_task(tmp_path / "train.csv", tmp_path / "missing.csv", text_columns=["sentence"])
+    with pytest.raises(ConfigError, match=r"unsupported format"):
+        file_task(tmp_path / "train.csv", tmp_path / "dev.txt", text_columns=["sentence"])
+    (tmp_path / "dev.csv").write_text("text,label\nb,0\n")
+    task = file_task(tmp_path / "train.csv", tmp_path / "dev.csv", text_columns=["sentence"], labels=["0", "1"])
+    with pytest.raises(ConfigError, match=r"dev\.csv: missing column 'sentence' \(columns: text, label\)"):
+        load_splits(task, search_dev_size=None, search_dev_fraction=0.5)
+    (tmp_path / "dev.csv").write_text("sentence,label\nb,2\n")
+    with pytest.raises(ConfigError, match=r"dev\.csv, row 1: label 2 is not one of"):
+        load_splits(task, search_dev_fraction=0.5)
+
+
+# --- encoding, cache, tiny backbone ---------------------------------------------------------------
+
+def test_encode_batches_pad_per_batch(tokenizer):
+    encoded = encode(load_splits("demo_sentiment", k=50), tokenizer, max_length=12)
+    batches = list(encoded.train.batches(16, shuffle=True, seed=3))
+    assert [len(b["labels"]) for b in batches] == [16, 16, 16, 2]
+    b = batches[0]
+    assert set(b) == {"input_ids", "attention_mask", "token_type_ids", "labels"} and b["labels"].dtype == torch.long
+    lengths = b["attention_mask"].sum(1)
+    assert b["input_ids"].shape[1] == lengths.max() <= 12                 # padded to this batch's longest
+    assert (b["input_ids"][b["attention_mask"] == 0] == tokenizer.pad_token_id).all()
+    again = next(encoded.train.batches(16, shuffle=True, seed=3))
+    assert torch.equal(again["input_ids"], b["input_ids"])
+    assert sorted(torch.cat([x["labels"] for x in batches]).tolist()) == sorted(encoded.train.labels.tolist())
+
+
+def test_encode_pairs_and_regression(tmp_path, tokenizer):
+    write_tsv(tmp_path / "STS-B" / "train.tsv", [["sentence1", "sentence2", "score"]] +
+              [[f"a good film {i}", "a dull plot", f"{i / 2:.3f}"] for i in range(10)])
+    write_tsv(tmp_path / "STS-B" / "dev.tsv", [["sentence1", "sentence2", "score"], ["x", "y", "1.000"]])
+    b = next(encode(load_splits("stsb", data_dir=tmp_path), tokenizer).train.batches(4))
+    assert b["labels"].dtype == torch.float32 and (b["token_type_ids"].sum(1) > 0).all()
+
+
+def test_cache_returns_same_objects(tokenizer):
+    splits = load_splits("demo_sentiment", k=40)
+    assert load_splits("demo_sentiment", k=40) is splits
+    encoded = encode(splits, tokenizer, max_length=32)
+    assert encode(splits, tokenizer, max_length=32) is encoded
+    assert encode(splits, tokenizer, max_length=16) is not encoded
+    clear_cache()
+    assert encode(load_splits("demo_sentiment", k=40), tokenizer, max_length=32) is not encoded
+
+
+def test_tiny_tokenizer_and_backbone_forward(tokenizer):
+    assert tokenizer.convert_ids_to_tokens(range(5)) == list(SPECIAL_TOKENS)
+    assert tokenizer.name_or_path.startswith("tiny-wordpiece-") and len(tokenizer) <= 200
+    batch = next(encode(load_splits("demo_sentiment", k=20), tokenizer).train.batches(8))
+    model = tiny_backbone(tokenizer=tokenizer, num_labels=2, seed=1)
+    out = model(**batch)
+    assert out.logits.shape == (8, 2) and torch.isfinite(out.loss)
+    same = tiny_backbone(tokenizer=tokenizer, num_labels=2, seed=1)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), same.parameters()))
+    regression = tiny_backbone("roberta", num_labels=1, tokenizer=tokenizer, num_hidden_layers=1)
+    assert regression.config.num_hidden_layers == 1 and regression.config.problem_type == "regression"
