@@ -55,30 +55,35 @@ def _flat_query(query: torch.Tensor) -> torch.Tensor:
     return query.transpose(1, 2).reshape(b, l, h * d)                 # gate input, [B, Lq, H·D]
 
 
-def _prefix_mask(mask, query, key, n_prefix: int, log_gate, causal: bool):
-    """Extend the [B,1,Lq,Lk] mask with n_prefix always-visible columns (biased by log g if gated)."""
-    b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+def _prefix_mask(mask, query, key, n_prefix: int, causal: bool):
+    """Extend a [B,1,Lq,Lk] mask with n_prefix always-visible columns (None stays None)."""
+    lq, lk = query.shape[2], key.shape[2]
     if mask is None and causal:
-        offset = lk - lq
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(offset)[None, None]
-    if log_gate is None:
-        if mask is None:
-            return None
-        if mask.dtype == torch.bool:
-            pad = torch.ones(*mask.shape[:-1], n_prefix, dtype=torch.bool, device=mask.device)
-        else:
-            pad = torch.zeros(*mask.shape[:-1], n_prefix, dtype=mask.dtype, device=mask.device)
-        return torch.cat([pad, mask], dim=-1)
-    # float mask: log g on prefix columns, 0 / -inf on tokens
-    bias = log_gate.to(query.dtype).transpose(1, 2).unsqueeze(-1).expand(b, 1, lq, n_prefix)
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(lk - lq)[None, None]
     if mask is None:
-        tokens = torch.zeros(b, 1, lq, lk, dtype=query.dtype, device=query.device)
-    elif mask.dtype == torch.bool:
-        tokens = torch.zeros(mask.shape, dtype=query.dtype, device=query.device)
-        tokens = tokens.masked_fill(~mask, torch.finfo(query.dtype).min)
+        return None
+    if mask.dtype == torch.bool:
+        pad = torch.ones(*mask.shape[:-1], n_prefix, dtype=torch.bool, device=mask.device)
     else:
-        tokens = mask.to(query.dtype)
-    return torch.cat([bias, tokens.expand(b, *tokens.shape[1:])], dim=-1)
+        pad = torch.zeros(*mask.shape[:-1], n_prefix, dtype=mask.dtype, device=mask.device)
+    return torch.cat([pad, mask], dim=-1)
+
+
+def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float):
+    """Add log g(x) to the prefix logits exactly, without a float mask.
+
+    One extra feature: log g / scale on the query, 1 on prefix keys, 0 on token keys, so that
+    [q, log g/s]·[k, 1]·s = q·k·s + log g on prefix columns only. The mask stays boolean (or None),
+    which keeps SDPA on its fast kernels (a learned float mask forces the slow math path).
+    """
+    b, h, lq, _ = query.shape
+    extra_q = (log_gate.to(query.dtype) / scaling).unsqueeze(1).expand(b, h, lq, 1)   # [B,Lq,1] -> [B,H,Lq,1]
+    query = torch.cat([query, extra_q], dim=-1)
+    marker = torch.zeros(b, key.shape[1], key.shape[2], 1, dtype=key.dtype, device=key.device)
+    marker[:, :, :n_prefix] = 1
+    key = torch.cat([key, marker], dim=-1)
+    value = nn.functional.pad(value, (0, 1))                         # same width for every kernel
+    return query, key, value
 
 
 def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -94,18 +99,27 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         prefix_kv = pk.to(key.dtype).expand(b, -1, -1, -1), pv.to(value.dtype).expand(b, -1, -1, -1)
     if prefix_kv is not None and edits.prefix_composition == "gated":
         # Plain prefix tuning: one softmax over [prefix; tokens] = He et al.'s λ(x)-gated sum.
-        gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
-        log_gate = gate.log(_flat_query(query)) if gate is not None else None
+        n = pk.shape[1]
         causal = bool(kwargs.pop("is_causal", getattr(module, "is_causal", False)))
-        attention_mask = _prefix_mask(attention_mask, query, key, pk.shape[1], log_gate, causal)
+        attention_mask = _prefix_mask(attention_mask, query, key, n, causal)
         if kwargs.get("position_bias") is not None:                    # T5: no relative bias to the prefix
-            pb = kwargs["position_bias"]
-            kwargs["position_bias"] = nn.functional.pad(pb, (pk.shape[1], 0))
+            kwargs["position_bias"] = nn.functional.pad(kwargs["position_bias"], (n, 0))
         key = torch.cat([prefix_kv[0], key], dim=2)
         value = torch.cat([prefix_kv[1], value], dim=2)
         kwargs["is_causal"] = False
-    out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                          scaling=scaling, **kwargs)   # out [B, Lq, H, D]
+        gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
+        if gate is not None:
+            head_dim = value.shape[-1]
+            q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
+            out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout,
+                                                  scaling=scaling, **kwargs)
+            out = out[..., :head_dim]
+        else:
+            out, weights = sdpa_attention_forward(module, query, key, value, attention_mask,
+                                                  dropout=dropout, scaling=scaling, **kwargs)
+    else:
+        out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                              scaling=scaling, **kwargs)  # out [B, Lq, H, D]
     if prefix_kv is not None and edits.prefix_composition != "gated":
         # The ungated variant: the prefix's own softmax attention, added (or scaled, gated) to h.
         rep = query.shape[1] // prefix_kv[0].shape[1]
