@@ -11,11 +11,18 @@ from .config import ConfigError, ModuleSpec, PetlConfig
 from .inject import apply_petl, load_petl, petl_disabled, petl_state_dict, remove_petl, save_petl
 from .presets import preset, preset_names
 
+
+def load(backbone, directory):
+    """A fresh backbone with the trained PETL modules saved in ``directory`` (see `deploy.load`)."""
+    from .deploy import load as _load
+
+    return _load(backbone, directory)
+
 __version__ = "0.1.0"
 
 __all__ = [
     "PetlConfig", "ModuleSpec", "ConfigError",
     "apply_petl", "remove_petl", "petl_disabled", "petl_state_dict", "save_petl", "load_petl",
     "count_parameters", "count_model", "ParameterCount",
-    "preset", "preset_names", "__version__",
+    "preset", "preset_names", "load", "__version__",
 ]

@@ -1,4 +1,4 @@
-"""The ``petl-nas`` command line: ``search``, ``space``, ``count`` and ``presets``.
+"""The ``petl-nas`` command line: ``search``, ``export``, ``train``, ``predict``, ``space``, ``count``, ``presets``.
 
 Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
 """
@@ -15,6 +15,12 @@ EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
               "  petl-nas search --experiment experiments/sst2_minilm.yaml --budget 0.5% --trials 24",
     "space": "petl-nas space show unified\n  petl-nas space validate my_space.yaml",
+    "export": "petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml\n"
+              "  petl-nas export --storage sqlite:///runs/sst2_minilm/study.db --budget 0.3% "
+              "--pick smallest-within=0.5 -o best.yaml --format peft\n"
+              "  petl-nas export --storage sqlite:///runs/smoke/study.db --list",
+    "train": "petl-nas train --config best.yaml --seeds 3 --out runs/best",
+    "predict": "petl-nas predict --model runs/best/seed_0 --input sentences.txt",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
     "presets": "petl-nas presets --model all-MiniLM-L6-v2",
@@ -86,6 +92,81 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .experiment import parse_budget
+    from .export import choose, front_table, load_study, record, write_record
+
+    study = load_study(args.storage, args.study)
+    if args.list:
+        print(front_table(study))
+        return 0
+    if not args.output:
+        raise ConfigError("give -o FILE (or --list to print the front)")
+    budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
+    trial = choose(study, budget, args.pick)
+    rec = record(study, trial, args.storage)
+    if args.format != "petl-nas":
+        from .interop import NotExpressible, to_adapters, to_peft
+
+        config = PetlConfig.from_dict(rec["petl_config"])
+        dims = _dims_of(study)
+        try:
+            converted = (to_adapters if args.format == "adapters" else to_peft)(config, *dims)
+        except NotExpressible as e:
+            raise ConfigError(f"trial {trial.number}: {e}") from None
+        from pathlib import Path
+
+        from .inject import _atomic_write
+
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2)))
+    else:
+        write_record(rec, args.output)
+    p = rec["provenance"]
+    test = f", test {p['test_mean']:.4f} ± {p['test_std']:.4f}" if p.get("test_mean") is not None else ""
+    print(f"trial {trial.number} ({p['metric']} {p['search_score']:.4f} on search dev{test}; "
+          f"{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
+    return 0
+
+
+def _dims_of(study) -> tuple[int, int]:
+    """(hidden size, layers) of the study's backbone, for the AdapterHub/PEFT vocabularies."""
+    from .models import load_model_config
+    from .tasks import resolve_task
+    from .worker import load_backbone
+
+    backbone = json.loads(study.user_attrs["backbone"])
+    if isinstance(backbone, dict):
+        cfg = load_backbone(backbone, resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"]),
+                            None)[0].config
+    else:
+        cfg = load_model_config(backbone)
+    return cfg.hidden_size, cfg.num_hidden_layers
+
+
+def cmd_train(args) -> int:
+    from .deploy import train_record
+    from .export import read_record
+
+    rec = read_record(args.config)
+    summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress)
+    print(f"test {summary['metric']}: {summary['mean']:.4f} ± {summary['std']:.4f} over "
+          f"{len(summary['runs'])} seed(s); PETL weights and metrics.json in {args.out}")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from .deploy import load, predict, read_texts
+    from .tasks import resolve_task
+
+    backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
+    model = load(backbone, args.model)
+    task = resolve_task(model.petl.info["task"])
+    for row, pred in zip(rows := read_texts(args.input, task.text_columns), predict(model, rows)):
+        print(json.dumps({"text": row if len(row) > 1 else row[0], **pred}))
+    return 0
+
+
 def cmd_space(args) -> int:
     from .space import SearchSpace
 
@@ -128,6 +209,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=float, help="epochs per search trial")
     p.add_argument("--seed", type=int)
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("export", help="choose a configuration from a study's Pareto front and write it",
+                       epilog="example:\n  " + EXAMPLES["export"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
+    p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
+    p.add_argument("--budget", help="only front members at or under this budget (0.3%% or a count)")
+    p.add_argument("--pick", default="best", help="best (default) or smallest-within=X (X metric points)")
+    p.add_argument("--format", default="petl-nas", choices=["petl-nas", "adapters", "peft"],
+                   help="petl-nas record (default), AdapterHub ConfigUnion JSON or a PEFT config JSON")
+    p.add_argument("-o", "--output", help="the file to write")
+    p.add_argument("--list", action="store_true", help="print the front instead")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("train", help="train an exported configuration; save only its PETL weights",
+                       epilog="example:\n  " + EXAMPLES["train"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="a record written by petl-nas export")
+    p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's)")
+    p.add_argument("--out", default="petl_out", help="output folder (seed_N/ per run when several)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("predict", help="label texts with a trained PETL directory",
+                       epilog="example:\n  " + EXAMPLES["predict"],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a directory written by petl-nas train")
+    p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
+    p.add_argument("--backbone", help="override the recorded backbone (name, path)")
+    p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("space", help="validate or show a search space file",
                        epilog="example:\n  " + EXAMPLES["space"],

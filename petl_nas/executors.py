@@ -17,7 +17,7 @@ from typing import Callable
 from optuna.trial import TrialState
 
 from .study import Proposal, TrialSource
-from .tasks import get_task
+from .tasks import resolve_task
 from .train import NonFiniteLoss
 from .worker import TrialSpec, run_trial
 
@@ -72,7 +72,7 @@ def run_local(source: TrialSource, n_trials: int, make_spec: Callable[[Proposal]
         p = source.next()
         spec = make_spec(p)
         try:
-            metric = get_task(spec.task).main_metric
+            metric = resolve_task(spec.task).main_metric
             info = run_trial(spec, report=lambda i, m, last: recorder.result(p, i, m[metric]))
         except NonFiniteLoss as e:
             recorder.pruned(p, {}, f"non-finite loss: {e}")
@@ -88,7 +88,7 @@ def ray_trainable(config: dict) -> None:
     from ray import tune
 
     spec = TrialSpec(**config["spec"])
-    metric = get_task(spec.task).main_metric
+    metric = resolve_task(spec.task).main_metric
     best = [float("-inf")]
 
     def report(index: int, metrics: dict, last: bool) -> None:

@@ -72,14 +72,15 @@ class FinalEval:
     seeds: int = 3
     epochs: float = 10.0
     k: int | None = -1          # -1: the same K as the search; None: the full training set
-    max_front: int = 8          # re-evaluate at most this many front members (smallest first)
+    max_front: int = 8          # re-evaluate at most this many front members (best search scores first)
+    presets: str = "best"       # also re-evaluate the best preset within budget ("all", "none")
 
 
 @dataclass(frozen=True)
 class Experiment:
     name: str = "search"
     backbone: Any = "all-MiniLM-L6-v2"
-    task: str = "sst2"
+    task: Any = "sst2"          # a name, or {train, dev, text_columns, label_column, ...} files
     data_dir: str | None = None
     budget: str | int | None = "0.5%"
     space: str = "unified"

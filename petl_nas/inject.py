@@ -247,13 +247,16 @@ def petl_state_dict(model: nn.Module, deploy: bool = True) -> dict[str, torch.Te
     return {k: v.contiguous() for k, v in state.items()}
 
 
-def save_petl(model: nn.Module, directory: str | os.PathLike) -> Path:
-    """Write ``petl_config.json`` and ``petl_weights.safetensors`` (deployable form) atomically."""
+def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None = None) -> Path:
+    """Write ``petl_config.json`` and ``petl_weights.safetensors`` (deployable form) atomically.
+
+    ``info`` (backbone, task, labels, metric, ...) is kept in the config file for loading and prediction.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     root: PetlRoot = getattr(model, ROOT)
     meta = {"petl_config": root.config.to_dict(), "model_type": model.config.model_type,
-            "num_layers": len(layer_list(model)[1]), "flat_prefix": True}
+            "num_layers": len(layer_list(model)[1]), "flat_prefix": True, "info": info or {}}
     _atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
     _atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     return directory
@@ -269,6 +272,7 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
         raise ConfigError(f"{directory}: saved for a {meta['model_type']} backbone, "
                           f"got {model.config.model_type}")
     apply_petl(model, PetlConfig.from_dict(meta["petl_config"]), flat_prefix=meta.get("flat_prefix", True))
+    getattr(model, ROOT).info = meta.get("info", {})
     state = load_file(str(directory / WEIGHTS_FILE), device=str(next(model.parameters()).device))
     expected = {n for n, p in model.named_parameters() if p.requires_grad}
     missing, unexpected = expected - set(state), set(state) - expected

@@ -11,8 +11,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -29,7 +29,7 @@ from .models import load_model_config
 from .space import SearchSpace
 from .study import (SAMPLERS, TrialSource, front, make_sampler, open_study, seed_presets,
                     smallest_count, state_counts)
-from .tasks import get_task, load_splits
+from .tasks import load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .worker import TrialSpec, load_backbone, run_trial
 
@@ -43,16 +43,23 @@ class SearchSummary:
     counts: dict
     front: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
+    presets: list[dict] = field(default_factory=list)
+
+    @staticmethod
+    def _row(r: dict) -> str:
+        test = f"{r['test_mean']:.4f} ± {r['test_std']:.4f}" if r.get("test_mean") is not None else "-"
+        return (f"{r['number']:>5}  {r['preset'] or '-':<14}{r['score']:>16.4f}{test:>26}"
+                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {', '.join(r['dominates']) or '-'}")
 
     def table(self) -> str:
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
                  + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
         head = f"{'trial':>5}  {'preset':<14}{'search ' + self.metric:>16}{'test ' + self.metric + ' (±std)':>26}{'deployable':>12}{'%':>8}  dominates"
         lines.append(head)
-        for r in self.front:
-            test = f"{r['test_mean']:.4f} ± {r['test_std']:.4f}" if r.get("test_mean") is not None else "-"
-            lines.append(f"{r['number']:>5}  {r['preset'] or '-':<14}{r['score']:>16.4f}{test:>26}"
-                         f"{r['deployable']:>12,}{r['pct']:>8.3f}  {', '.join(r['dominates']) or '-'}")
+        lines += [self._row(r) for r in self.front]
+        if self.presets:
+            lines.append("presets measured in this study:")
+            lines += [self._row(r) for r in self.presets]
         c = self.counts
         lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
                      f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
@@ -75,7 +82,8 @@ class Progress:
                 else info.get("reason", "") if state == "failed" else "")
         tag = f" [{p.preset}]" if p.preset else ""
         self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
-                   f"params {p.deployable:,} | done {c['complete']} pruned {c['pruned']} failed {c['failed']} "
+                   f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
+                   f"pruned {c['pruned']} failed {c['failed']} "
                    f"rejected {c['rejected']} | front {len(front(self.study))} | ETA {eta / 60:.1f} min")
 
 
@@ -85,10 +93,23 @@ def _trained(study) -> int:
                and not t.user_attrs.get("rejected") and not t.user_attrs.get("fail_reason", "").startswith("invalid"))
 
 
+def _absolute_paths(exp: Experiment) -> Experiment:
+    """Local paths made absolute: Ray runs each trial in its own working directory."""
+    def fix(p):
+        return str(Path(p).resolve()) if isinstance(p, str) and Path(p).exists() else p
+
+    task = exp.task
+    if isinstance(task, dict):
+        task = {k: fix(v) if k in ("train", "dev", "test") else v for k, v in task.items()}
+    data_dir = str(Path(exp.data_dir).resolve()) if exp.data_dir else None
+    return dataclasses.replace(exp, task=task, data_dir=data_dir, backbone=fix(exp.backbone))
+
+
 def run_search(exp: Experiment, force_new_study: bool = False, printer=print) -> SearchSummary:
     start = time.time()
+    exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
-    task = get_task(exp.task)
+    task = resolve_task(exp.task)
     if exp.sampler not in SAMPLERS:
         make_sampler(exp.sampler, exp.seed)                      # raises with the names
     if exp.executor not in EXECUTORS:
@@ -110,7 +131,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=print) ->
 
     # ---- the study ------------------------------------------------------------------------------
     attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash,
-             "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name,
+             "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name, "task_spec": exp.task,
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
              "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
@@ -144,7 +165,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=print) ->
         progress(p, state, info)
 
     def make_spec(p) -> TrialSpec:
-        return TrialSpec(backbone=exp.backbone, task=task.name, config=p.config.to_dict(),
+        return TrialSpec(backbone=exp.backbone, task=exp.task, config=p.config.to_dict(),
                          recipe=recipe.with_overrides(lr=p.lr).to_dict(), data_dir=exp.data_dir,
                          k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
                          number=p.number)
@@ -166,16 +187,23 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=print) ->
 
 
 def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer=print) -> None:
-    """Re-train front members at full fidelity with several seeds, scored on the test split."""
-    members = front(study)[: exp.final.max_front]
+    """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
+    scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
+    members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
+    presets = sorted((t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE
+                      and t.user_attrs.get("preset")), key=lambda t: -t.values[0])
+    if exp.final.presets == "best":
+        presets = presets[:1]
+    elif exp.final.presets == "none":
+        presets = []
     k = exp.fidelity.k if exp.final.k == -1 else exp.final.k
-    for t in members:
+    for t in members + [p for p in presets if p.number not in {m.number for m in members}]:
         key = f"final:{t.number}"
         if key in study.user_attrs:
             continue
         scores = []
         for seed in range(exp.final.seeds):
-            spec = TrialSpec(backbone=exp.backbone, task=task.name, config=t.user_attrs["petl_config"],
+            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
                              recipe=recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=seed,
                                                           epochs=exp.final.epochs).to_dict(),
                              data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
@@ -185,7 +213,8 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer=print
         std = statistics.stdev(scores) if len(scores) > 1 else 0.0
         study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
                                   "epochs": exp.final.epochs, "k": k, "split": "test"})
-        printer(f"re-evaluated trial {t.number}: test {task.main_metric} {mean:.4f} ± {std:.4f} "
+        tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""
+        printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean:.4f} ± {std:.4f} "
                 f"over {len(scores)} seeds")
 
 
@@ -203,8 +232,14 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                      "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
                      "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominated,
                      "config": t.user_attrs.get("petl_config")})
+    anchors = []
+    for p in sorted(presets, key=lambda t: t.values[1]):
+        final = study.user_attrs.get(f"final:{p.number}", {})
+        anchors.append({"number": p.number, "preset": p.user_attrs["preset"], "score": p.values[0],
+                        "deployable": int(p.values[1]), "pct": 100 * p.values[1] / backbone_params,
+                        "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": []})
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
-                         budget, state_counts(study), rows, wall_s)
+                         budget, state_counts(study), rows, wall_s, anchors)
 
 
 def _ensure_sqlite_dir(url: str) -> None:

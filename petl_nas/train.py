@@ -101,13 +101,14 @@ def _autocast(device):
 
 
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
-          report: Callable[[int, dict, bool], None] | None = None) -> TrainResult:
+          report: Callable[[int, dict, bool], None] | None = None, progress: bool = False) -> TrainResult:
     """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``.
 
     Args:
         data: encoded splits with ``train`` and ``dev`` (each exposes ``batches(size, shuffle, seed)``
             and ``len()``).
         report: called after each evaluation with (evaluation index from 1, metrics, is_last).
+        progress: show a progress bar with the loss and the last evaluation's metric.
     """
     start = time.perf_counter()
     device = torch.device(device)
@@ -129,6 +130,11 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
 
     history: list[dict] = []
     step, epoch = 0, 0
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, unit="step", dynamic_ncols=True)
     while step < total:
         model.train()
         for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=recipe.seed + epoch):
@@ -143,6 +149,10 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
+                                                             if history else {}))
             if step % eval_every == 0 or step == total:
                 metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device)
                 metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
@@ -153,6 +163,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             if step >= total:
                 break
         epoch += 1
+    if bar is not None:
+        bar.close()
 
     best = max(history, key=lambda m: m[task.main_metric])
     if device.type == "cuda":

@@ -16,7 +16,8 @@ import torch
 
 from .config import ConfigError, PetlConfig
 from .inject import apply_petl
-from .tasks import Task, encode, get_task, load_splits
+from .data import encode
+from .tasks import Task, load_splits, resolve_task
 from .train import Recipe, train
 
 _BACKBONES: dict[str, tuple] = {}
@@ -27,7 +28,7 @@ class TrialSpec:
     """Everything a worker needs for one trial, as plain picklable values."""
 
     backbone: Any                      # a local path / hub name, or {"tiny": {config overrides}}
-    task: str
+    task: Any                          # a task name, or a file-task mapping (see tasks.resolve_task)
     config: dict                       # PetlConfig.to_dict()
     recipe: dict                       # Recipe fields
     data_dir: str | None = None
@@ -83,7 +84,7 @@ def load_backbone(backbone, task: Task, splits=None):
 
 def prepare(spec: TrialSpec):
     """(task, backbone model, tokenizer, encoded splits) for a spec, all cached per process."""
-    task = get_task(spec.task)
+    task = resolve_task(spec.task)
     splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
                          search_dev_size=spec.search_dev)
     model, tok = load_backbone(spec.backbone, task, splits)

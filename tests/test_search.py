@@ -179,3 +179,55 @@ def test_study_searcher_records_every_outcome(tmp_path):
     assert done == ["pruned", "complete", "failed", "pruned"]
     searcher.suggest("r4")
     assert searcher.suggest("r5") == searcher.FINISHED
+
+
+def test_search_on_a_local_csv_task_through_ray(tmp_path):
+    """Relative paths too: Ray runs each trial in its own working directory."""
+    ray = pytest.importorskip("ray")
+    import csv
+    import random
+
+    rng = random.Random(0)
+    words = {"1": ["great", "fine", "superb"], "0": ["bad", "dull", "awful"]}
+    for split, n in (("train", 120), ("dev", 40)):
+        with open(tmp_path / f"{split}.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            for _ in range(n):
+                y = rng.choice("01")
+                w.writerow([" ".join(rng.choice(words[y]) for _ in range(3)) + " movie", y])
+    task = {"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"],    # relative to tmp_path
+            "label_column": "label", "name": "my_csv"}
+    exp = experiment(tmp_path, task=task, trials=2, presets="none", executor="ray",
+                     fidelity=Fidelity(k=None, epochs=1, batch_size=16, max_length=16, search_dev=30))
+    try:
+        summary = run_search(exp, printer=lambda *a: None)
+    finally:
+        ray.shutdown()
+    study = load(exp)
+    assert study.user_attrs["task"] == "my_csv" and len(trained(study)) == 2
+    assert summary.front
+
+
+def test_file_task_errors_name_the_problem(tmp_path):
+    from petl_nas.tasks import resolve_task
+
+    with pytest.raises(ConfigError, match="needs train, dev and text_columns"):
+        resolve_task({"train": "a.csv"})
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_task({"train": str(tmp_path / "nope.csv"), "dev": str(tmp_path / "nope.csv"), "text_columns": ["t"]})
+
+
+@pytest.mark.parametrize("sampler", ["nsga2", "random", "gp", "presets"])
+def test_every_sampler_runs(tmp_path, sampler):
+    exp = experiment(tmp_path, sampler=sampler, trials=3, budget="20%")
+    run_search(exp, printer=lambda *a: None)
+    study = load(exp)
+    done = trained(study)
+    if sampler == "presets":                     # a grid of the seeded presets, nothing else
+        assert done and all(t.user_attrs.get("preset") for t in done)
+    else:
+        assert len(done) == 3
+    if sampler == "gp":                          # the flattened space: every dimension in every trial
+        sampled = [t for t in done if not t.user_attrs.get("preset")]
+        assert all({"attn.rank", "attn.length", "ffn.bottleneck"} <= set(t.params) for t in sampled)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from petl_nas.config import ConfigError
-from petl_nas.tasks import (Task, clear_cache, encode, file_task, get_task, load_splits, split_indices,
+from petl_nas.data import encode
+from petl_nas.tasks import (Task, clear_cache, file_task, get_task, load_splits, split_indices,
                             task_names)
 from petl_nas.tiny import SPECIAL_TOKENS, tiny_backbone, tiny_tokenizer
 

@@ -25,7 +25,9 @@ class LoRA(nn.Module):
         self.compose = Composition(spec, in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.compose(self.dropout(x) @ self.A.t() @ self.B.t(), x)
+        # s and the gate are per-token scalars: applying them to the rank-r intermediate is exact
+        # and r/out times cheaper than scaling the full-width output.
+        return self.compose(self.dropout(x) @ self.A.t(), x) @ self.B.t()
 
     def delta_weight(self) -> torch.Tensor:
         """s·B·A, the update to merge into W (ungated, fixed-or-learned s)."""

@@ -1,0 +1,158 @@
+"""Train an exported configuration for real, keep only its PETL weights, and use them.
+
+`train_record` trains a record (from `petl-nas export`) with its full recipe, one run per seed,
+on the task's training data (the K rows the study used, or all of them when ``k`` is null) and
+scores it on the test split (the task's dev set). Each run saves `petl_config.json` and
+`petl_weights.safetensors` (deployable form: a few hundred KB, never the backbone), and the output
+folder gets `metrics.json`. `load` puts the modules back on a fresh backbone; `predict` labels texts.
+
+Example:
+    >>> summary = train_record(read_record("best.yaml"), seeds=3, out="out/")    # doctest: +SKIP
+    >>> model = load("all-MiniLM-L6-v2", "out/seed_0")                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import ConfigError, PetlConfig
+from .data import encode
+from .inject import CONFIG_FILE, _atomic_write, apply_petl, load_petl, save_petl
+from .tasks import Split, load_splits, resolve_task
+from .train import Recipe, train
+from .worker import _Data, load_backbone
+
+TOKENIZER_DIR = "tokenizer"
+
+
+def _all_training_rows(splits):
+    """Training rows for a final run: with the full data, the carved search-dev rows train too."""
+    texts = tuple(a + b for a, b in zip(splits.train.texts, splits.search_dev.texts))
+    return Split(texts, np.concatenate([splits.train.labels, splits.search_dev.labels]))
+
+
+def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
+                 progress: bool = True, printer=print, keep_models: bool = False) -> dict:
+    """Train ``rec`` once per seed; save each run's PETL weights; return (and write) the metrics.
+    With ``keep_models`` the trained models come back too, under ``"models"`` (not written)."""
+    out = Path(out)
+    task = resolve_task(rec["task"])
+    config = PetlConfig.from_dict(rec["petl_config"])
+    recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}
+    base_recipe = Recipe(**recipe_fields)
+    splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
+                         search_dev_size=1 if rec.get("k") is None else None)
+    model, tok = load_backbone(rec["backbone"], task, splits)
+    if rec.get("k") is None:
+        splits = type(splits)(splits.task, _all_training_rows(splits), splits.search_dev, splits.test,
+                              splits.key + ("all-rows",))
+    encoded = encode(splits, tok, max_length=base_recipe.max_length)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    n = seeds or rec.get("seeds") or 1
+    runs, models = [], []
+    for seed in range(n):
+        trained = apply_petl(copy.deepcopy(model), config)
+        result = train(trained, _Data(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
+                       device, progress=progress)
+        run_dir = out / f"seed_{seed}" if n > 1 else out
+        info = {"backbone": rec["backbone"], "task": rec["task"], "labels": list(task.labels),
+                "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
+                "data_dir": rec.get("data_dir")}
+        save_petl(trained.cpu(), run_dir, info=info)
+        if isinstance(rec["backbone"], dict):              # tiny backbones: keep their tokenizer too
+            tok.save_pretrained(str(run_dir / TOKENIZER_DIR))
+        runs.append({"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
+                     "train_s": result.wall_s})
+        if keep_models:
+            models.append(trained)
+        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} (best epoch {result.score:.4f}) "
+                f"in {result.wall_s:.0f}s -> {run_dir}")
+    last = [r["last"] for r in runs]
+    summary = {"metric": task.main_metric, "split": "test", "mean": statistics.fmean(last),
+               "std": statistics.stdev(last) if len(last) > 1 else 0.0, "runs": runs,
+               "deployable": rec.get("counts", {}).get("deployable"), "provenance": rec.get("provenance")}
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
+    return {**summary, "models": models} if keep_models else summary
+
+
+def _info(directory: Path) -> dict:
+    path = Path(directory) / CONFIG_FILE
+    if not path.exists():
+        raise ConfigError(f"{directory}: no {CONFIG_FILE} here (not a trained PETL directory)")
+    return json.loads(path.read_text()).get("info", {})
+
+
+def load(backbone, directory: str | Path):
+    """A fresh ``backbone`` (name, path, ``{"tiny": ...}``, or None for the one it was trained on)
+    with the trained PETL modules of ``directory``, in eval mode; ``.petl_tokenizer`` is attached."""
+    directory = Path(directory)
+    info = _info(directory)
+    backbone = backbone if backbone is not None else info.get("backbone")
+    if backbone is None:
+        raise ConfigError(f"{directory}: the backbone is not recorded; pass it")
+    task = resolve_task(info["task"])
+    if isinstance(backbone, dict):
+        from transformers import AutoTokenizer
+
+        from .tiny import tiny_backbone
+
+        tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
+        overrides = dict(backbone["tiny"] or {})
+        overrides.pop("vocab_size", None)
+        model = tiny_backbone(overrides.pop("model_type", "bert"), num_labels=task.num_labels, tokenizer=tok,
+                              seed=int(overrides.pop("seed", 0)), **overrides)
+    else:
+        model, tok = load_backbone(backbone, task)
+        model = copy.deepcopy(model)
+    model = load_petl(model, directory).eval()
+    model.petl_tokenizer = tok
+    return model
+
+
+def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
+    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"input {str(path)!r}: no such file")
+    if path.suffix.lower() == ".txt":
+        return [(line.rstrip("\n"),) for line in path.read_text().splitlines() if line.strip()]
+    from .tasks import _read_table
+
+    table = _read_table(str(path), list(text_columns))
+    return list(zip(*[table[c] for c in text_columns]))
+
+
+def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
+    """Label each row: {"label", "probabilities"} (classification) or {"score"} (regression)."""
+    info = _info_from_model(model)
+    tok = model.petl_tokenizer
+    out = []
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i:i + batch_size]
+            enc = tok(*[list(col) for col in zip(*chunk)], truncation=True, padding=True,
+                      max_length=info.get("max_length", 128), return_tensors="pt").to(device)
+            logits = model(**enc).logits.float().cpu()
+            if logits.shape[-1] == 1:
+                out += [{"score": float(v)} for v in logits[:, 0]]
+            else:
+                probs = logits.softmax(-1)
+                labels = info.get("labels") or [str(j) for j in range(probs.shape[-1])]
+                out += [{"label": labels[int(p.argmax())], "probabilities": [round(float(x), 6) for x in p]}
+                        for p in probs]
+    return out
+
+
+def _info_from_model(model) -> dict:
+    return getattr(model.petl, "info", {}) or {}
+
+
+__all__ = ["train_record", "load", "predict", "read_texts"]

@@ -1,0 +1,161 @@
+"""Choose a configuration from a study's Pareto front and write it as a self-contained record.
+
+A record (YAML) holds everything `petl-nas train` needs and where it came from: the PetlConfig,
+backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
+study, trial, metric ± std, petl-nas version, space hash).
+
+Choice rules (`choose`): candidates are the front's members at or under the budget; re-evaluated
+members (scored on the held-out test split) are preferred to search-only ones. ``best`` takes the
+highest score, ties to fewer parameters; ``smallest-within=X`` takes the fewest parameters among
+those within X points (percentage points, ×100 of the metric) of the best.
+
+Example:
+    >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
+    >>> write_record(record(study, trial), "best.yaml")                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from . import __version__
+from .config import ConfigError, PetlConfig
+from .inject import _atomic_write
+
+RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
+               "recipe", "seeds", "counts", "provenance")
+_WITHIN = re.compile(r"^smallest-within=(\d+(?:\.\d+)?)$")
+
+
+def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
+    """The study at ``storage_url``; the name may be left out when the storage holds exactly one."""
+    try:
+        storage = optuna.storages.RDBStorage(storage_url)
+        names = [s.study_name for s in storage.get_all_studies()]
+    except Exception as e:                                      # noqa: BLE001 - any driver error
+        raise ConfigError(f"storage {storage_url!r} cannot be opened: {str(e).splitlines()[0]}") from None
+    if study_name is None:
+        if len(names) != 1:
+            raise ConfigError(f"storage {storage_url!r} holds {len(names)} studies "
+                              f"({', '.join(names) or 'none'}); name one with --study")
+        study_name = names[0]
+    if study_name not in names:
+        raise ConfigError(f"study {study_name!r} is not in {storage_url} (studies: {', '.join(names) or 'none'})")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def _final(study: optuna.Study, t: FrozenTrial) -> dict:
+    return study.user_attrs.get(f"final:{t.number}", {})
+
+
+def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float, bool]]:
+    """(trial, score, re-evaluated) for front members within ``budget``, re-evaluated ones only if any."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
+    front = [t for t in study.best_trials if budget is None or t.values[1] <= budget]
+    if not study.best_trials:
+        raise ConfigError(f"study {study.study_name!r} has no feasible trial (none within its budget)")
+    if not front:
+        smallest = min(t.values[1] for t in study.best_trials)
+        raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
+                          f"(the smallest has {int(smallest):,} deployable parameters)")
+    evaluated = [(t, _final(study, t)["mean"], True) for t in front if _final(study, t)]
+    return evaluated or [(t, t.values[0], False) for t in front]
+
+
+def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -> FrozenTrial:
+    """The trial to export (see the module docstring for the rules)."""
+    pool = candidates(study, budget)
+    best = max(pool, key=lambda c: (c[1], -c[0].values[1]))
+    if pick == "best":
+        return best[0]
+    m = _WITHIN.match(pick)
+    if not m:
+        raise ConfigError(f"--pick: expected 'best' or 'smallest-within=X' (X in points, e.g. 0.5), got {pick!r}")
+    floor = best[1] - float(m.group(1)) / 100
+    return min((c for c in pool if c[1] >= floor), key=lambda c: (c[0].values[1], -c[1]))[0]
+
+
+def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = None) -> dict:
+    """The self-contained export record of ``trial``."""
+    a, u = study.user_attrs, trial.user_attrs
+    final, fidelity, final_cfg = _final(study, trial), a.get("fidelity", {}), a.get("final", {})
+    recipe = {"lr": u["recipe"]["lr"], "epochs": final_cfg.get("epochs", 10.0),
+              "batch_size": fidelity.get("batch_size", 32), "max_length": fidelity.get("max_length", 128),
+              "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1}
+    k = fidelity.get("k") if final_cfg.get("k", -1) == -1 else final_cfg.get("k")
+    return {
+        "petl_nas_version": __version__,
+        "backbone": json.loads(a["backbone"]) if "backbone" in a else None,
+        "task": a.get("task_spec", a.get("task")),
+        "data_dir": a.get("data_dir"),
+        "data_seed": a.get("data_seed", 111),
+        "k": k,
+        "petl_config": u["petl_config"],
+        "recipe": recipe,
+        "seeds": final_cfg.get("seeds", 3),
+        "counts": {"deployable": u["deployable"], "trainable": u["trainable"],
+                   "pct_of_backbone": u.get("pct_of_backbone"), "backbone": a.get("backbone_params")},
+        "provenance": {"storage": storage_url,
+                       "study": study.study_name, "trial": trial.number, "preset": u.get("preset"),
+                       "metric": a.get("metric"), "search_score": trial.values[0],
+                       "test_mean": final.get("mean"), "test_std": final.get("std"),
+                       "space": a.get("space_name"), "space_hash": a.get("space_hash"),
+                       "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+    }
+
+
+def write_record(rec: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False)))
+    return path
+
+
+def read_record(path: str | Path) -> dict:
+    """Read and check an export record; unknown keys and bad configs name the file and key."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config {str(path)!r}: no such file")
+    try:
+        rec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(rec, dict):
+        raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
+    from .config import _suggest
+
+    for key in rec:
+        if key not in RECORD_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, RECORD_KEYS)}")
+    for key in ("backbone", "task", "petl_config", "recipe"):
+        if rec.get(key) is None:
+            raise ConfigError(f"{path}: {key}: missing")
+    try:
+        PetlConfig.from_dict(rec["petl_config"])
+    except ConfigError as e:
+        raise ConfigError(f"{path}: petl_config.{e}") from None
+    return rec
+
+
+def front_table(study: optuna.Study) -> str:
+    """The front as text: trial, preset, scores, counts (what ``export --list`` prints)."""
+    backbone = study.user_attrs.get("backbone_params") or 1
+    lines = [f"{'trial':>5}  {'preset':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"]
+    for t in sorted(study.best_trials, key=lambda t: t.values[1]):
+        f = _final(study, t)
+        test = f"{f['mean']:.4f} ± {f['std']:.4f}" if f else "-"
+        lines.append(f"{t.number:>5}  {t.user_attrs.get('preset') or '-':<14}{t.values[0]:>9.4f}{test:>20}"
+                     f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}")
+    return "\n".join(lines)
+
+
+__all__ = ["load_study", "candidates", "choose", "record", "write_record", "read_record", "front_table"]

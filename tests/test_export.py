@@ -1,0 +1,181 @@
+"""Export, train and load: the documented choice under several budgets, round-trips, weights the
+size of the deployable count, identical logits after loading, and clear errors that write nothing."""
+
+import json
+
+import optuna
+import pytest
+import torch
+from optuna.distributions import FloatDistribution
+from safetensors.torch import load_file
+
+from petl_nas import ConfigError, ModuleSpec, PetlConfig, preset
+from petl_nas.export import choose, read_record, record, write_record
+from petl_nas.interop import NotExpressible, to_adapters, to_peft
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+LORA = PetlConfig(modules=(ModuleSpec(form="lora", size=2, scale=2.0),)).to_dict()
+
+
+def make_study(url, rows, finals=()):
+    """A study by hand: rows are (score, deployable, preset)."""
+    study = optuna.create_study(study_name="s", storage=url, directions=["maximize", "minimize"])
+    for k, v in {"backbone": json.dumps(TINY), "task": "demo_sentiment", "task_spec": "demo_sentiment",
+                 "metric": "accuracy", "backbone_params": 10_000, "space_name": "small", "space_hash": "abc",
+                 "fidelity": {"k": 200, "batch_size": 32, "max_length": 24}, "data_seed": 111,
+                 "final": {"seeds": 1, "epochs": 1, "k": -1}}.items():
+        study.set_user_attr(k, v)
+    for score, n, name in rows:
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)}, values=[score, n],
+            user_attrs={"petl_config": PetlConfig(bitfit=True).to_dict() if name == "bitfit" else LORA,
+                        "deployable": n, "trainable": n, "recipe": {"lr": 3e-3},
+                        **({"preset": name} if name else {})}))
+    for number, mean in finals:
+        study.set_user_attr(f"final:{number}", {"mean": mean, "std": 0.01, "scores": [mean]})
+    return study
+
+
+ROWS = [(0.80, 100, None), (0.85, 1000, None), (0.86, 5000, None), (0.70, 50, "bitfit"), (0.75, 2000, None)]
+
+
+@pytest.mark.parametrize("budget, pick, expected", [
+    (None, "best", 2), (2000, "best", 1), (100, "best", 0), (60, "best", 3),
+    (None, "smallest-within=1.5", 1), (None, "smallest-within=7", 0), (None, "smallest-within=20", 3),
+])
+def test_choice_under_budgets(tmp_path, budget, pick, expected):
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    assert choose(study, budget, pick).number == expected
+
+
+def test_reevaluated_members_come_first(tmp_path):
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS, finals=[(0, 0.90), (1, 0.84)])
+    assert choose(study).number == 0                       # the best test score, not the best search score
+
+
+def test_choice_errors(tmp_path):
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    with pytest.raises(ConfigError, match=r"below every front member .*\(the smallest has 50 deployable"):
+        choose(study, 10)
+    with pytest.raises(ConfigError, match="smallest-within=X"):
+        choose(study, None, "smallest")
+    empty = optuna.create_study(storage=f"sqlite:///{tmp_path}/e.db", directions=["maximize", "minimize"])
+    with pytest.raises(ConfigError, match="no complete trial"):
+        choose(empty)
+
+
+def test_record_round_trip_and_bad_files(tmp_path):
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    rec = record(study, choose(study), "sqlite:///x")
+    path = write_record(rec, tmp_path / "best.yaml")
+    assert read_record(path) == rec
+    assert rec["provenance"]["trial"] == 2 and rec["provenance"]["space_hash"] == "abc"
+    assert rec["counts"]["deployable"] == 5000 and rec["recipe"]["lr"] == 3e-3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace("recipe:", "recipee:"))
+    with pytest.raises(ConfigError, match="unknown key 'recipee' \\(did you mean 'recipe'\\?\\)"):
+        read_record(bad)
+
+
+def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
+    from petl_nas.data import encode
+    from petl_nas.deploy import load, predict, train_record
+    from petl_nas.tasks import load_splits
+
+    config = PetlConfig(modules=(ModuleSpec(form="prefix", size=4, reparam=16),
+                                 ModuleSpec(form="adapter", position="ffn", size=4)))
+    rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 200,
+           "petl_config": config.to_dict(), "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},
+           "seeds": 1, "counts": {}}
+    summary = train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None, keep_models=True)
+    trained = summary.pop("models")[0].eval()
+    weights = load_file(tmp_path / "out" / "petl_weights.safetensors")
+    from petl_nas import count_model
+    count = count_model(trained)
+    assert sum(t.numel() for t in weights.values()) == count.deployable + count.head
+    assert count.trainable > count.deployable                      # the prefix MLP was flattened
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["mean"] == summary["mean"]
+
+    loaded = load(None, tmp_path / "out")
+    splits = load_splits("demo_sentiment", k=200, data_seed=111)
+    batch = next(encode(splits, loaded.petl_tokenizer, 24).test.batches(16))
+    batch.pop("labels")
+    assert torch.allclose(loaded(**batch).logits, trained(**batch).logits, atol=1e-5)
+    preds = predict(loaded, [("a great film",), ("awful dull movie",)])
+    assert {p["label"] for p in preds} <= {"negative", "positive"} and len(preds) == 2
+
+
+def test_cli_train_and_predict(tmp_path, capsys):
+    from petl_nas.cli import main
+
+    rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
+           "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},
+           "seeds": 2, "counts": {}}
+    write_record(rec, tmp_path / "best.yaml")
+    assert main(["train", "--config", str(tmp_path / "best.yaml"), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    assert (tmp_path / "o" / "seed_1" / "petl_weights.safetensors").exists()
+    (tmp_path / "in.txt").write_text("a great film\nawful dull movie\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["text"] for line in lines] == ["a great film", "awful dull movie"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["export", "--storage", "sqlite:///{d}/s.db", "--budget", "10", "-o", "{d}/x.yaml"], "below every front member"),
+    (["export", "--storage", "sqlite:///{d}/e.db", "-o", "{d}/x.yaml"], "no complete trial"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--study", "nope", "-o", "{d}/x.yaml"], "study 'nope' is not in"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--format", "peft", "-o", "{d}/x.yaml", "--budget", "60"],
+     "not expressible in HF PEFT: bitfit alone"),
+    (["train", "--config", "{d}/bad.yaml", "--out", "{d}/x"], "unknown key 'seed'"),
+    (["train", "--config", "{d}/missing.yaml", "--out", "{d}/x"], "no such file"),
+])
+def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
+    from petl_nas.cli import main
+
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    optuna.create_study(study_name="e", storage=f"sqlite:///{tmp_path}/e.db", directions=["maximize", "minimize"])
+    (tmp_path / "bad.yaml").write_text("backbone: x\ntask: sst2\npetl_config: {}\nrecipe: {}\nseed: 1\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main([a.format(d=tmp_path) for a in args])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_loading_onto_another_architecture_is_refused(tmp_path):
+    from petl_nas import apply_petl, load_petl, save_petl
+    from conftest import tiny_model
+
+    save_petl(apply_petl(tiny_model("bert"), preset("lora")), tmp_path)
+    with pytest.raises(ConfigError, match="saved for a bert backbone, got roberta"):
+        load_petl(tiny_model("roberta"), tmp_path)
+
+
+# ---- AdapterHub and PEFT ---------------------------------------------------------------------
+def test_mam_as_an_adapterhub_union():
+    out = to_adapters(preset("mam", hidden_size=768), 768, 12)
+    assert out["architecture"] == "union"
+    prefix, adapter = out["configs"]
+    assert prefix["prefix_length"] == 30 and prefix["bottleneck_size"] == 800 and not prefix["flat"]
+    assert adapter["is_parallel"] and adapter["scaling"] == 4.0 and adapter["reduction_factor"] == 1.5
+
+
+def test_lora_and_prefix_as_peft_configs():
+    peft = pytest.importorskip("peft")
+    lora = to_peft(preset("lora"), 768, 12)
+    assert lora["r"] == 8 and lora["lora_alpha"] == 16
+    assert isinstance(peft.get_peft_config(lora), peft.LoraConfig)
+    prefix = to_peft(preset("prefix"), 768, 12)
+    assert isinstance(peft.get_peft_config(prefix), peft.PrefixTuningConfig)
+
+
+@pytest.mark.parametrize("name, library, words", [
+    ("unipelt_apl", "peft", "UniPELT gate"), ("mh_pa", "adapters", "multi-head parallel adapter"),
+    ("bitfit", "adapters", "no BitFit"), ("houlsby", "peft", "no bottleneck adapters"),
+])
+def test_what_is_not_expressible_is_named(name, library, words):
+    fn = to_peft if library == "peft" else to_adapters
+    with pytest.raises(NotExpressible, match=words):
+        fn(preset(name, hidden_size=768), 768, 12)
