@@ -69,7 +69,7 @@ class SearchSummary:
 class Progress:
     """A live line per finished trial: states so far, the front's size and an ETA."""
 
-    def __init__(self, study, total: int, printer=print):
+    def __init__(self, study, total: int, printer):
         self.study, self.total, self.print = study, total, printer
         self.start, self.done = time.time(), 0
 
@@ -105,8 +105,9 @@ def _absolute_paths(exp: Experiment) -> Experiment:
     return dataclasses.replace(exp, task=task, data_dir=data_dir, backbone=fix(exp.backbone))
 
 
-def run_search(exp: Experiment, force_new_study: bool = False, printer=print) -> SearchSummary:
+def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
     start = time.time()
+    printer = printer or (lambda line: print(line, flush=True))     # live even when piped to a file
     exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
     task = resolve_task(exp.task)
@@ -186,7 +187,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=print) ->
     return summarize(study, exp, budget, backbone_params, time.time() - start)
 
 
-def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer=print) -> None:
+def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
     scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
     members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
