@@ -179,14 +179,18 @@ def cmd_space(args) -> int:
     return 0
 
 
+def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with its example."""
+    return sub.add_parser(name, help=help, epilog="example:\n  " + EXAMPLES[name],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="petl-nas", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("search", help="search the design space under a parameter budget",
-                       epilog="example:\n  " + EXAMPLES["search"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "search", "search the design space under a parameter budget")
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
     p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
     p.add_argument("--model", help="backbone: local directory or hub name")
@@ -210,9 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("export", help="choose a configuration from a study's Pareto front and write it",
-                       epilog="example:\n  " + EXAMPLES["export"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "export", "choose a configuration from a study's Pareto front and write it")
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
     p.add_argument("--budget", help="only front members at or under this budget (0.3%% or a count)")
@@ -223,33 +225,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="print the front instead")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("train", help="train an exported configuration; save only its PETL weights",
-                       epilog="example:\n  " + EXAMPLES["train"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "train", "train an exported configuration; save only its PETL weights")
     p.add_argument("--config", required=True, help="a record written by petl-nas export")
     p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's)")
     p.add_argument("--out", default="petl_out", help="output folder (seed_N/ per run when several)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("predict", help="label texts with a trained PETL directory",
-                       epilog="example:\n  " + EXAMPLES["predict"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "predict", "label texts with a trained PETL directory")
     p.add_argument("--model", required=True, help="a directory written by petl-nas train")
     p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("space", help="validate or show a search space file",
-                       epilog="example:\n  " + EXAMPLES["space"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "space", "validate or show a search space file")
     p.add_argument("action", choices=["validate", "show"])
     p.add_argument("file", help="a space YAML or a name from search_space/")
     p.set_defaults(func=cmd_space)
 
-    p = sub.add_parser("count", help="exact trainable and deployable parameter counts",
-                       epilog="example:\n  " + EXAMPLES["count"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "count", "exact trainable and deployable parameter counts")
     p.add_argument("--model", required=True, help="local transformers directory or hub name")
     p.add_argument("--preset", help="a named preset (see `petl-nas presets`)")
     p.add_argument("--config", help="a PetlConfig YAML or JSON file")
@@ -257,9 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_count)
 
-    p = sub.add_parser("presets", help="list the named presets (with counts if --model is given)",
-                       epilog="example:\n  " + EXAMPLES["presets"],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "presets", "list the named presets (with counts if --model is given)")
     p.add_argument("--model", help="local transformers directory or hub name")
     p.set_defaults(func=cmd_presets)
     return parser

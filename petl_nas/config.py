@@ -53,6 +53,13 @@ def _suggest(word: str, choices) -> str:
     return f"{hint}; accepted: {', '.join(map(str, choices))}"
 
 
+def check_keys(where: str, data: dict, allowed, sep: str = ".") -> None:
+    """Raise ConfigError for the first key of ``data`` not in ``allowed`` (with a suggestion)."""
+    for k in data:
+        if k not in allowed:
+            raise ConfigError(f"{where}{sep}{k}: unknown key{_suggest(k, list(allowed))}")
+
+
 def _check_choice(where: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(f"{where}: unknown value {value!r}{_suggest(value, choices)}")
@@ -274,10 +281,7 @@ class PetlConfig:
             data = {}
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        for k in data:
-            if k not in allowed:
-                raise ConfigError(f"{where}.{k}: unknown key{_suggest(k, allowed)}")
+        check_keys(where, data, [f.name for f in dataclasses.fields(cls)])
         mods = data.get("modules") or []
         if not isinstance(mods, list):
             raise ConfigError(f"{where}.modules: expected a list of modules")
@@ -316,4 +320,4 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "FORMS", "POSITIONS", "LORA_TARGETS"]
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "FORMS", "POSITIONS", "LORA_TARGETS"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, _suggest
+from .config import ConfigError, check_keys
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
 
@@ -122,10 +122,7 @@ class Experiment:
     def from_dict(cls, data: dict, source: str = "<experiment>") -> Experiment:
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: an experiment file is a mapping of fields")
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "source"]
-        for k in data:
-            if k not in names:
-                raise ConfigError(f"{source}: unknown key {k!r}{_suggest(k, names)}")
+        check_keys(source, data, [f.name for f in dataclasses.fields(cls) if f.name != "source"], sep=": ")
         kw = dict(data)
         for key, sub in (("fidelity", Fidelity), ("final", FinalEval)):
             if key in kw:
@@ -158,10 +155,7 @@ def _sub(cls, data, where):
         return data
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping")
-    names = [f.name for f in dataclasses.fields(cls)]
-    for k in data:
-        if k not in names:
-            raise ConfigError(f"{where}.{k}: unknown key{_suggest(k, names)}")
+    check_keys(where, data, [f.name for f in dataclasses.fields(cls)])
     return cls(**data)
 
 
