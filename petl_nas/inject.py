@@ -292,8 +292,11 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
 def _atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)            # mkstemp makes 0600; keep the usual file mode
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
