@@ -131,16 +131,11 @@ def cmd_export(args) -> int:
 
 def _dims_of(study) -> tuple[int, int]:
     """(hidden size, layers) of the study's backbone, for the AdapterHub/PEFT vocabularies."""
-    from .models import load_model_config
     from .tasks import resolve_task
-    from .worker import load_backbone
+    from .worker import model_config_for
 
-    backbone = json.loads(study.user_attrs["backbone"])
-    if isinstance(backbone, dict):
-        cfg = load_backbone(backbone, resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"]),
-                            None)[0].config
-    else:
-        cfg = load_model_config(backbone)
+    task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
+    cfg = model_config_for(json.loads(study.user_attrs["backbone"]), task)
     return cfg.hidden_size, cfg.num_hidden_layers
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -26,7 +26,7 @@ from .data import encode
 from .inject import CONFIG_FILE, _atomic_write, apply_petl, load_petl, save_petl
 from .tasks import Split, load_splits, resolve_task
 from .train import Recipe, train
-from .worker import _Data, load_backbone
+from .worker import _Data, load_backbone, tiny_model
 
 TOKENIZER_DIR = "tokenizer"
 
@@ -101,13 +101,8 @@ def load(backbone, directory: str | Path):
     if isinstance(backbone, dict):
         from transformers import AutoTokenizer
 
-        from .tiny import tiny_backbone
-
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
-        overrides = dict(backbone["tiny"] or {})
-        overrides.pop("vocab_size", None)
-        model = tiny_backbone(overrides.pop("model_type", "bert"), num_labels=task.num_labels, tokenizer=tok,
-                              seed=int(overrides.pop("seed", 0)), **overrides)
+        model = tiny_model(backbone, task, tok)
     else:
         model, tok = load_backbone(backbone, task)
         model = copy.deepcopy(model)
@@ -131,7 +126,7 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
     """Label each row: {"label", "probabilities"} (classification) or {"score"} (regression)."""
-    info = _info_from_model(model)
+    info = getattr(model.petl, "info", {}) or {}
     tok = model.petl_tokenizer
     out = []
     device = next(model.parameters()).device
@@ -149,10 +144,6 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
                 out += [{"label": labels[int(p.argmax())], "probabilities": [round(float(x), 6) for x in p]}
                         for p in probs]
     return out
-
-
-def _info_from_model(model) -> dict:
-    return getattr(model.petl, "info", {}) or {}
 
 
 __all__ = ["train_record", "load", "predict", "read_texts"]

@@ -25,13 +25,12 @@ from .budget import count_parameters
 from .config import ConfigError, PetlConfig
 from .executors import EXECUTORS, Recorder
 from .experiment import Experiment, parse_budget
-from .models import load_model_config
 from .space import SearchSpace
 from .study import (SAMPLERS, TrialSource, front, make_sampler, open_study, seed_presets,
                     smallest_count, state_counts)
 from .tasks import load_splits, resolve_task
 from .train import Recipe, n_evaluations
-from .worker import TrialSpec, load_backbone, run_trial
+from .worker import TrialSpec, model_config_for, run_trial
 
 
 @dataclass
@@ -117,10 +116,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
     splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
                          search_dev_size=exp.fidelity.search_dev)
-    if isinstance(exp.backbone, dict):
-        model_config = load_backbone(exp.backbone, task, splits)[0].config
-    else:
-        model_config = load_model_config(str(exp.backbone), task.num_labels)
+    model_config = model_config_for(exp.backbone, task, splits)
     space = SearchSpace.load(exp.space)
     n_layers = model_config.num_hidden_layers
     backbone_params = count_parameters(model_config, PetlConfig()).backbone

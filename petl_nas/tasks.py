@@ -305,7 +305,7 @@ def resolve_task(task) -> Task:
         unknown = set(task) - {"train", "dev", "test", "text_columns", "label_column", "kind", "labels",
                                "name", "metrics", "main_metric"}
         if unknown or not {"train", "dev", "text_columns"} <= set(task):
-            raise ConfigError(f"task: a file task needs train, dev and text_columns"
+            raise ConfigError("task: a file task needs train, dev and text_columns"
                               + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else ""))
         return file_task(task["train"], task["dev"], task.get("test"),
                          **{k: v for k, v in task.items() if k not in ("train", "dev", "test")})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
@@ -54,19 +54,35 @@ def _backbone_key(backbone, task: Task) -> str:
     return repr((backbone, task.name, task.num_labels))
 
 
+def tiny_model(backbone: dict, task: Task, tokenizer):
+    """The random model of a ``{"tiny": {config overrides}}`` backbone, sized to ``tokenizer``."""
+    from .tiny import tiny_backbone
+
+    overrides = dict(backbone["tiny"] or {})
+    overrides.pop("vocab_size", None)                    # the tokenizer sets it
+    return tiny_backbone(overrides.pop("model_type", "bert"), num_labels=task.num_labels, tokenizer=tokenizer,
+                         seed=int(overrides.pop("seed", 0)), **overrides)
+
+
+def model_config_for(backbone, task: Task, splits=None):
+    """The transformers config of a backbone with ``task``'s head (tiny ones are built, small)."""
+    if isinstance(backbone, dict):
+        return load_backbone(backbone, task, splits)[0].config
+    from .models import load_model_config
+
+    return load_model_config(str(backbone), task.num_labels)
+
+
 def load_backbone(backbone, task: Task, splits=None):
     """(model, tokenizer) for ``backbone`` with a head for ``task``; cached per process."""
     key = _backbone_key(backbone, task)
     if key not in _BACKBONES:
         if isinstance(backbone, dict) and "tiny" in backbone:
-            from .tiny import tiny_backbone, tiny_tokenizer
+            from .tiny import tiny_tokenizer
 
-            overrides = dict(backbone["tiny"] or {})
-            model_type = overrides.pop("model_type", "bert")
             texts = [t for col in splits.train.texts for t in col] if splits is not None else ["empty"]
-            tok = tiny_tokenizer(texts, vocab_size=int(overrides.pop("vocab_size", 1000)))
-            model = tiny_backbone(model_type, num_labels=task.num_labels, tokenizer=tok,
-                                  seed=int(overrides.pop("seed", 0)), **overrides)
+            tok = tiny_tokenizer(texts, vocab_size=int((backbone["tiny"] or {}).get("vocab_size", 1000)))
+            model = tiny_model(backbone, task, tok)
         elif isinstance(backbone, str):
             from transformers import AutoTokenizer
 
@@ -107,4 +123,4 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
             "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric}
 
 
-__all__ = ["TrialSpec", "run_trial", "prepare", "load_backbone"]
+__all__ = ["TrialSpec", "run_trial", "prepare", "load_backbone", "model_config_for", "tiny_model"]

@@ -134,7 +134,7 @@ def test_cli_train_and_predict(tmp_path, capsys):
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     from petl_nas.cli import main
 
-    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     optuna.create_study(study_name="e", storage=f"sqlite:///{tmp_path}/e.db", directions=["maximize", "minimize"])
     (tmp_path / "bad.yaml").write_text("backbone: x\ntask: sst2\npetl_config: {}\nrecipe: {}\nseed: 1\n")
     before = sorted(p.name for p in tmp_path.iterdir())

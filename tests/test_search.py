@@ -2,7 +2,6 @@
 PRUNED, resume without loss, over-budget proposals never trained, and clear errors up front."""
 
 import dataclasses
-import os
 
 import optuna
 import pytest

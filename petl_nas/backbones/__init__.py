@@ -62,14 +62,10 @@ def spec_for(model_type: str) -> BackboneSpec:
                           f"{_suggest(model_type, supported_model_types())}") from None
 
 
-def get_module(root: nn.Module, path: str) -> nn.Module:
-    return root.get_submodule(path)
-
-
 def layer_list(model: nn.Module) -> tuple[BackboneSpec, nn.ModuleList]:
     """The spec and the transformer layers of a transformers model."""
     spec = spec_for(getattr(model.config, "model_type", type(model).__name__))
-    return spec, get_module(model.base_model, spec.layers)
+    return spec, model.base_model.get_submodule(spec.layers)
 
 
 from . import bert, distilbert  # noqa: E402,F401  (registration)
