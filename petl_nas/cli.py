@@ -18,7 +18,8 @@ EXAMPLES = {
     "export": "petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml\n"
               "  petl-nas export --storage sqlite:///runs/sst2_minilm/study.db --budget 0.3% "
               "--pick smallest-within=0.5 -o best.yaml --format peft\n"
-              "  petl-nas export --storage sqlite:///runs/smoke/study.db --list",
+              "  petl-nas export --storage sqlite:///runs/smoke/study.db --list\n"
+              "  petl-nas export --storage sqlite:///runs/smoke/study.db --preset lora -o lora.yaml",
     "train": "petl-nas train --config best.yaml --seeds 3 --out runs/best",
     "predict": "petl-nas predict --model runs/best/seed_0 --input sentences.txt",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
@@ -94,7 +95,7 @@ def cmd_search(args) -> int:
 
 def cmd_export(args) -> int:
     from .experiment import parse_budget
-    from .export import choose, front_table, load_study, record, write_record
+    from .export import choose, front_table, load_study, preset_record, record, write_record
 
     study = load_study(args.storage, args.study)
     if args.list:
@@ -102,9 +103,12 @@ def cmd_export(args) -> int:
         return 0
     if not args.output:
         raise ConfigError("give -o FILE (or --list to print the front)")
-    budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
-    trial = choose(study, budget, args.pick)
-    rec = record(study, trial, args.storage)
+    if args.preset:
+        rec = preset_record(study, args.preset, args.storage)
+    else:
+        budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
+        rec = record(study, choose(study, budget, args.pick), args.storage)
+    what = f"preset {args.preset}" if args.preset else f"trial {rec['provenance']['trial']}"
     if args.format != "petl-nas":
         from .interop import NotExpressible, to_adapters, to_peft
 
@@ -113,7 +117,7 @@ def cmd_export(args) -> int:
         try:
             converted = (to_adapters if args.format == "adapters" else to_peft)(config, *dims)
         except NotExpressible as e:
-            raise ConfigError(f"trial {trial.number}: {e}") from None
+            raise ConfigError(f"{what}: {e}") from None
         from pathlib import Path
 
         from .inject import _atomic_write
@@ -124,8 +128,8 @@ def cmd_export(args) -> int:
         write_record(rec, args.output)
     p = rec["provenance"]
     test = f", test {p['test_mean']:.4f} ± {p['test_std']:.4f}" if p.get("test_mean") is not None else ""
-    print(f"trial {trial.number} ({p['metric']} {p['search_score']:.4f} on search dev{test}; "
-          f"{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
+    search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
+    print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
     return 0
 
 
@@ -218,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="petl-nas record (default), AdapterHub ConfigUnion JSON or a PEFT config JSON")
     p.add_argument("-o", "--output", help="the file to write")
     p.add_argument("--list", action="store_true", help="print the front instead")
+    p.add_argument("--preset", help="write this preset on the study's backbone, task and final recipe "
+                                    "instead (the baseline to train beside the exported trial)")
     p.set_defaults(func=cmd_export)
 
     p = _command(sub, "train", "train an exported configuration; save only its PETL weights")

@@ -4,7 +4,9 @@
 on the task's training data (the K rows the study used, or all of them when ``k`` is null) and
 scores it on the test split (the task's dev set). Each run saves `petl_config.json` and
 `petl_weights.safetensors` (deployable form: a few hundred KB, never the backbone), and the output
-folder gets `metrics.json`. `load` puts the modules back on a fresh backbone; `predict` labels texts.
+folder gets `metrics.json`. A run already saved for the same record and seed is kept, not redone,
+so an interrupted `petl-nas train` resumes at the first missing seed. `load` puts the modules back
+on a fresh backbone; `predict` labels texts.
 
 Example:
     >>> summary = train_record(read_record("best.yaml"), seeds=3, out="out/")    # doctest: +SKIP
@@ -14,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import statistics
 from pathlib import Path
@@ -57,18 +60,25 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     n = seeds or rec.get("seeds") or 1
     runs, models = [], []
     for seed in range(n):
+        run_dir = out / f"seed_{seed}" if n > 1 else out
+        key = run_key(rec, seed)
+        done = _finished_run(run_dir, key)
+        if done is not None and not keep_models:
+            runs.append(done)
+            printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
+            continue
         trained = apply_petl(copy.deepcopy(model), config)
         result = train(trained, _Data(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
                        device, progress=progress)
-        run_dir = out / f"seed_{seed}" if n > 1 else out
+        run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
+               "train_s": result.wall_s}
         info = {"backbone": rec["backbone"], "task": rec["task"], "labels": list(task.labels),
                 "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
-                "data_dir": rec.get("data_dir")}
-        save_petl(trained.cpu(), run_dir, info=info)
+                "data_dir": rec.get("data_dir"), "run_key": key, "run": run}
         if isinstance(rec["backbone"], dict):              # tiny backbones: keep their tokenizer too
             tok.save_pretrained(str(run_dir / TOKENIZER_DIR))
-        runs.append({"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
-                     "train_s": result.wall_s})
+        save_petl(trained.cpu(), run_dir, info=info)       # last: its config file marks the run finished
+        runs.append(run)
         if keep_models:
             models.append(trained)
         printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} (best epoch {result.score:.4f}) "
@@ -80,6 +90,23 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
     return {**summary, "models": models} if keep_models else summary
+
+
+def run_key(rec: dict, seed: int) -> str:
+    """What makes two runs the same: configuration, recipe, backbone, data and seed."""
+    what = {k: rec.get(k) for k in ("backbone", "task", "data_dir", "data_seed", "k", "petl_config", "recipe")}
+    return hashlib.sha256(json.dumps({**what, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _finished_run(run_dir: Path, key: str) -> dict | None:
+    """The saved result of the run ``key`` in ``run_dir``, or None when it is missing or another run's."""
+    try:
+        info = _info(run_dir)
+    except (ConfigError, ValueError):
+        return None
+    if info.get("run_key") != key or not (run_dir / "petl_weights.safetensors").exists():
+        return None
+    return info.get("run")
 
 
 def _info(directory: Path) -> dict:

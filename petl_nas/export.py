@@ -86,9 +86,36 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -
 
 def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = None) -> dict:
     """The self-contained export record of ``trial``."""
-    a, u = study.user_attrs, trial.user_attrs
-    final, fidelity, final_cfg = _final(study, trial), a.get("fidelity", {}), a.get("final", {})
-    recipe = {"lr": u["recipe"]["lr"], "epochs": final_cfg.get("epochs", 10.0),
+    u, final = trial.user_attrs, _final(study, trial)
+    counts = {"deployable": u["deployable"], "trainable": u["trainable"], "pct_of_backbone": u.get("pct_of_backbone")}
+    return _record(study, u["petl_config"], u["recipe"]["lr"], counts, storage_url,
+                   trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
+                   test_mean=final.get("mean"), test_std=final.get("std"))
+
+
+def preset_record(study: optuna.Study, name: str, storage_url: str | None = None) -> dict:
+    """A record of preset ``name`` on the study's backbone, task and final recipe (at the preset's
+    paper learning rate): the fair hand-designed baseline to train beside an exported trial."""
+    from .budget import count_parameters
+    from .presets import preset, preset_lr
+    from .tasks import resolve_task
+    from .worker import model_config_for
+
+    a = study.user_attrs
+    task = resolve_task(a.get("task_spec") or a["task"])
+    model_config = model_config_for(json.loads(a["backbone"]), task)
+    config = preset(name, model_config)
+    n = count_parameters(model_config, config, num_labels=task.num_labels)
+    counts = {"deployable": n.deployable, "trainable": n.trainable,
+              "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}
+    return _record(study, config.to_dict(), preset_lr(name), counts, storage_url,
+                   trial=None, preset=name, search_score=None, test_mean=None, test_std=None)
+
+
+def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, **provenance) -> dict:
+    a = study.user_attrs
+    fidelity, final_cfg = a.get("fidelity", {}), a.get("final", {})
+    recipe = {"lr": lr, "epochs": final_cfg.get("epochs", 10.0),
               "batch_size": fidelity.get("batch_size", 32), "max_length": fidelity.get("max_length", 128),
               "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1}
     k = fidelity.get("k") if final_cfg.get("k", -1) == -1 else final_cfg.get("k")
@@ -99,15 +126,12 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
         "data_dir": a.get("data_dir"),
         "data_seed": a.get("data_seed", 111),
         "k": k,
-        "petl_config": u["petl_config"],
+        "petl_config": petl_config,
         "recipe": recipe,
         "seeds": final_cfg.get("seeds", 3),
-        "counts": {"deployable": u["deployable"], "trainable": u["trainable"],
-                   "pct_of_backbone": u.get("pct_of_backbone"), "backbone": a.get("backbone_params")},
-        "provenance": {"storage": storage_url,
-                       "study": study.study_name, "trial": trial.number, "preset": u.get("preset"),
-                       "metric": a.get("metric"), "search_score": trial.values[0],
-                       "test_mean": final.get("mean"), "test_std": final.get("std"),
+        "counts": {**counts, "backbone": a.get("backbone_params")},
+        "provenance": {"storage": storage_url, "study": study.study_name, **provenance,
+                       "metric": a.get("metric"),
                        "space": a.get("space_name"), "space_hash": a.get("space_hash"),
                        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
     }

@@ -106,6 +106,43 @@ def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
     assert {p["label"] for p in preds} <= {"negative", "positive"} and len(preds) == 2
 
 
+def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
+    from petl_nas.budget import count_parameters
+    from petl_nas.export import preset_record
+    from petl_nas.presets import preset_lr
+    from petl_nas.tasks import resolve_task
+    from petl_nas.worker import model_config_for
+
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    rec = preset_record(study, "pfeiffer", "sqlite:///x")
+    cfg = model_config_for(TINY, resolve_task("demo_sentiment"))
+    expected = count_parameters(cfg, preset("pfeiffer", cfg), num_labels=2).deployable
+    assert rec["counts"]["deployable"] == expected == 2 * (32 * 2 + 2 + 2 * 32 + 32)   # d/16 = 2, two layers
+    assert rec["recipe"]["lr"] == preset_lr("pfeiffer") and rec["recipe"]["epochs"] == 1
+    assert rec["provenance"]["preset"] == "pfeiffer" and rec["provenance"]["trial"] is None
+    assert read_record(write_record(rec, tmp_path / "p.yaml")) == rec
+    with pytest.raises(ConfigError, match="unknown name 'lorra'.*did you mean 'lora'"):
+        preset_record(study, "lorra")
+
+
+def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
+    from petl_nas.deploy import train_record
+
+    rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
+           "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},
+           "seeds": 2, "counts": {}}
+    first = train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None)
+    (tmp_path / "out" / "seed_1" / "petl_config.json").unlink()          # as if killed while saving seed 1
+    lines = []
+    again = train_record(rec, out=tmp_path / "out", progress=False, printer=lines.append)
+    assert "already trained" in lines[0] and "already trained" not in lines[1]
+    assert again["runs"][0] == first["runs"][0] and again["runs"][1]["last"] == first["runs"][1]["last"]
+    changed = {**rec, "recipe": {**rec["recipe"], "lr": 1e-3}}             # another recipe is another run
+    lines.clear()
+    train_record(changed, out=tmp_path / "out", progress=False, printer=lines.append)
+    assert not any("already trained" in line for line in lines)
+
+
 def test_cli_train_and_predict(tmp_path, capsys):
     from petl_nas.cli import main
 
