@@ -89,7 +89,10 @@ def count_model(model: nn.Module) -> ParameterCount:
     """Counts for a model that already has PETL modules applied."""
     root: PetlRoot = getattr(model, ROOT)
     petl_ids = {id(p) for p in root.parameters()}
-    backbone_params = [p for p in model.base_model.parameters() if id(p) not in petl_ids]
+    base_ids = {id(p) for p in model.base_model.parameters()}
+    # The backbone: the base model, plus a frozen pretrained head outside it (an untied LM head).
+    backbone_params = [p for p in model.parameters()
+                       if id(p) not in petl_ids and (id(p) in base_ids or not p.requires_grad)]
     backbone_ids = {id(p) for p in backbone_params}
     rows = _group_rows(root)
     cfg = root.config
@@ -116,8 +119,11 @@ _META_CACHE: dict[str, nn.Module] = {}
 
 
 def meta_model(model_config, num_labels: int | None = None) -> nn.Module:
-    """A sequence-classification model of ``model_config`` on the meta device (cached per config)."""
-    from transformers import AutoModelForSequenceClassification
+    """A sequence-classification model of ``model_config`` on the meta device (cached per config).
+
+    A family without a classification head is built bare; PETL counts do not depend on the head.
+    """
+    from transformers import AutoModel, AutoModelForSequenceClassification
 
     cfg = copy.deepcopy(model_config)
     if num_labels is not None:
@@ -125,7 +131,12 @@ def meta_model(model_config, num_labels: int | None = None) -> nn.Module:
     key = cfg.to_json_string(use_diff=False)
     if key not in _META_CACHE:
         with torch.device("meta"), no_init_weights():
-            _META_CACHE[key] = AutoModelForSequenceClassification.from_config(cfg)
+            try:
+                _META_CACHE[key] = AutoModelForSequenceClassification.from_config(cfg)
+            except ValueError:                              # no classification head for this family
+                _META_CACHE[key] = AutoModel.from_config(cfg)
+        # no_init_weights also skips tying: tie shared embeddings (BART, T5) so they count once.
+        _META_CACHE[key].tie_weights()
     return _META_CACHE[key]
 
 

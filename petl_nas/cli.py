@@ -1,4 +1,5 @@
-"""The ``petl-nas`` command line: ``search``, ``export``, ``train``, ``predict``, ``space``, ``count``, ``presets``.
+"""The ``petl-nas`` command line: ``search``, ``export``, ``train``, ``predict``, ``space``, ``count``, ``presets``,
+``dashboard``, ``report``.
 
 Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
 """
@@ -25,7 +26,24 @@ EXAMPLES = {
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
     "presets": "petl-nas presets --model all-MiniLM-L6-v2",
+    "dashboard": "petl-nas dashboard --storage sqlite:///runs/smoke/study.db\n"
+                 "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --host 0.0.0.0 --port 8081",
+    "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
+              "  petl-nas report --storage sqlite:///runs/sst2_minilm/study.db --study sst2_minilm -o report/",
+    "quickstart": "petl-nas quickstart\n"
+                  "  petl-nas quickstart --data-dir ~/glue_data --trials 12\n"
+                  "  petl-nas quickstart --demo --trials 4 --k 200 --epochs 1",
+    "doctor": "petl-nas doctor\n"
+              "  petl-nas doctor --storage postgresql+psycopg2://petl:petl@127.0.0.1:5432/petl_nas --start-ray",
 }
+TOP_EXAMPLES = """examples:
+  petl-nas quickstart                                   a real, small search (MiniLM, SST-2 or a demo task)
+  petl-nas search --experiment experiments/smoke.yaml   a search from an experiment file
+  petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml
+  petl-nas train --config best.yaml --out runs/best
+  petl-nas doctor                                       what this environment has and lacks
+
+Each command's --help has its own examples; the user guide is docs/guide.md."""
 
 
 def _config_from_args(args, model_config) -> tuple[str, PetlConfig]:
@@ -89,7 +107,7 @@ def cmd_search(args) -> int:
         fidelity_k=args.k, fidelity_epochs=args.epochs)
     summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
-    print(f"\nbrowse:  optuna-dashboard {exp.storage_url}")
+    print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
     return 0
 
 
@@ -115,7 +133,8 @@ def cmd_export(args) -> int:
         config = PetlConfig.from_dict(rec["petl_config"])
         dims = _dims_of(study)
         try:
-            converted = (to_adapters if args.format == "adapters" else to_peft)(config, *dims)
+            converted = (to_adapters(config, *dims[:2]) if args.format == "adapters"
+                         else to_peft(config, *dims))
         except NotExpressible as e:
             raise ConfigError(f"{what}: {e}") from None
         from pathlib import Path
@@ -133,14 +152,14 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _dims_of(study) -> tuple[int, int]:
-    """(hidden size, layers) of the study's backbone, for the AdapterHub/PEFT vocabularies."""
+def _dims_of(study) -> tuple[int, int, str]:
+    """(hidden size, layers, model type) of the study's backbone, for the AdapterHub/PEFT vocabularies."""
     from .tasks import resolve_task
     from .worker import model_config_for
 
     task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
     cfg = model_config_for(json.loads(study.user_attrs["backbone"]), task)
-    return cfg.hidden_size, cfg.num_hidden_layers
+    return cfg.hidden_size, cfg.num_hidden_layers, cfg.model_type
 
 
 def cmd_train(args) -> int:
@@ -166,6 +185,37 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_quickstart(args) -> int:
+    from .quickstart import run
+
+    return run(data_dir=args.data_dir, demo=args.demo, name=args.name, trials=args.trials, k=args.k,
+               epochs=args.epochs, final_seeds=args.final_seeds, storage=args.storage, executor=args.executor)
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import run
+
+    return run(storage=args.storage, start_ray=args.start_ray, data_dir=args.data_dir)
+
+
+def cmd_dashboard(args) -> int:
+    from .dashboards.launcher import serve
+
+    try:
+        serve(args.storage, host=args.host, port=args.port)
+    except KeyboardInterrupt:                  # Ctrl-C before the server was up: stop quietly too
+        pass
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .dashboards.report import write_report
+
+    written = write_report(args.storage, args.study, args.output)
+    print(f"wrote {written[-1]} and {', '.join(p.name for p in written[:-1])}")
+    return 0
+
+
 def cmd_space(args) -> int:
     from .space import SearchSpace
 
@@ -185,7 +235,7 @@ def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="petl-nas", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -193,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
     p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
     p.add_argument("--model", help="backbone: local directory or hub name")
-    p.add_argument("--task", help="glue task (sst2, cola, ...) or demo_sentiment")
+    p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, demo_sentiment, demo_copy, "
+                                   "or a local file task")
     p.add_argument("--data-dir", help="a GLUE directory (glue_data/<TASK>/{train,dev}.tsv)")
     p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
     p.add_argument("--space", help="a space file or a name from search_space/ (unified, small, mam, unipelt)")
@@ -255,6 +306,37 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "presets", "list the named presets (with counts if --model is given)")
     p.add_argument("--model", help="local transformers directory or hub name")
     p.set_defaults(func=cmd_presets)
+
+    p = _command(sub, "dashboard", "browse a study in optuna-dashboard (until Ctrl-C)")
+    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL (SQLite or PostgreSQL)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    p.set_defaults(func=cmd_dashboard)
+
+    p = _command(sub, "report", "write a study's Pareto plot, hypervolume, importances and front table (HTML + PNG)")
+    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
+    p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
+    p.add_argument("-o", "--output", required=True, help="folder for report.html and the PNGs")
+    p.set_defaults(func=cmd_report)
+
+    p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), ~10 min")
+    p.add_argument("--data-dir", help="a GLUE directory with SST-2/{train,dev}.tsv (default: look in the usual places)")
+    p.add_argument("--demo", action="store_true", help="search the built-in demo task even when SST-2 is there")
+    p.add_argument("--name", help="run name: runs/NAME and the study (default quickstart, or quickstart_demo)")
+    p.add_argument("--trials", type=int, help="trained trials the study should hold (default 8)")
+    p.add_argument("--k", type=int, help="training examples per trial (default 500)")
+    p.add_argument("--epochs", type=float, help="epochs per trial (default 3)")
+    p.add_argument("--final-seeds", type=int, help="seeds of the front's final re-evaluation (default 2; 0 skips it)")
+    p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
+    p.add_argument("--executor", help="ray (default: local Ray) or local (no Ray)")
+    p.set_defaults(func=cmd_quickstart)
+
+    p = _command(sub, "doctor", "check this environment: versions, GPUs, Ray, storage, extras, data, hub")
+    p.add_argument("--storage", default="sqlite:///runs/quickstart/study.db",
+                   help="the SQLAlchemy URL to check (default the quickstart's SQLite file)")
+    p.add_argument("--start-ray", action="store_true", help="also start a local Ray instance and run a task")
+    p.add_argument("--data-dir", help="a GLUE directory to check instead of the usual places")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

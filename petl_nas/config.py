@@ -28,9 +28,13 @@ COMPOSITIONS = ("add", "scaled", "gated")
 NONLINEARITIES = ("relu", "gelu", "tanh", "swish", "identity")
 INITS = ("bert", "lora")
 LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
+# Attention kinds of a backbone (He et al.'s N_attn): an encoder-decoder has all three, an encoder
+# only `encoder`, a decoder-only model only `decoder`. FFNs live in the encoder and decoder blocks.
+BLOCKS = ("encoder", "decoder", "cross")
 
 # Which keys each form reads; a key outside its form's set is a mistake worth reporting.
-_COMMON = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "layers")
+_COMMON = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "layers",
+           "blocks")
 FORM_KEYS = {
     "adapter": _COMMON + ("nonlinearity", "init", "dropout"),
     "compacter": _COMMON + ("nonlinearity", "init", "phm_n", "phm_rank"),
@@ -60,6 +64,18 @@ def check_keys(where: str, data: dict, allowed, sep: str = ".") -> None:
             raise ConfigError(f"{where}{sep}{k}: unknown key{_suggest(k, list(allowed))}")
 
 
+def parse_blocks(value, where: str = "blocks") -> tuple[str, ...] | None:
+    """``None``/``"all"`` -> None; a list or a ``+``-joined string of block names -> a canonical tuple."""
+    if value is None or value == "all":
+        return None
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"{where}: expected a list of block names, got {value!r}")
+    names = value.split("+") if isinstance(value, str) else list(value)
+    for name in names:
+        _check_choice(where, name, BLOCKS)
+    return tuple(b for b in BLOCKS if b in names)
+
+
 def _check_choice(where: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(f"{where}: unknown value {value!r}{_suggest(value, choices)}")
@@ -86,7 +102,11 @@ class ModuleSpec:
         learn_scale: learn s (initialised at ``scale``), per layer.
         gate: UniPELT's learned gate σ(W·x + b) per token multiplying this module's contribution
             (for prefix: multiplying its share of attention, so a closed gate removes it exactly).
-        layers: the layer indices it applies to; None means every layer.
+        layers: the layer indices it applies to, counted within each block's stack; None means every layer.
+        blocks: which attention kinds (position ``attn``) or which stacks' FFNs (``ffn``) it applies to:
+            a subset of ``encoder`` (encoder self-attention), ``decoder`` (decoder self-attention;
+            the only block of a decoder-only model) and ``cross`` (decoder cross-attention, no FFN).
+            None means every block the backbone has; naming a block it lacks is an error when applied.
         nonlinearity: bottleneck activation.
         init: ``bert`` (N(0, 0.02) weights, zero biases) or ``lora`` (Kaiming down, zero up: Δh = 0 at
             the start). Default: ``lora`` for LoRA, ``bert`` otherwise.
@@ -106,6 +126,7 @@ class ModuleSpec:
     learn_scale: bool = False
     gate: bool = False
     layers: tuple[int, ...] | None = None
+    blocks: tuple[str, ...] | None = None
     nonlinearity: str = "relu"
     init: str | None = None
     dropout: float = 0.0
@@ -131,6 +152,8 @@ class ModuleSpec:
             set_("targets", tuple(self.targets))
         if self.layers is not None:
             set_("layers", tuple(sorted(set(int(i) for i in self.layers))))
+        if self.blocks is not None:
+            set_("blocks", parse_blocks(self.blocks, "module.blocks"))   # canonical order, "all" -> None
         set_("scale", float(self.scale))
 
     def check(self, where: str) -> None:
@@ -165,6 +188,12 @@ class ModuleSpec:
                 raise ConfigError(f"{where}.layers: empty list; leave it out to use every layer")
             if self.layers[0] < 0:
                 raise ConfigError(f"{where}.layers: layer indices start at 0, got {self.layers[0]}")
+        if self.blocks is not None:
+            if not self.blocks:
+                raise ConfigError(f"{where}.blocks: empty list; leave it out to use every block")
+            if self.position == "ffn" and "cross" in self.blocks:
+                raise ConfigError(f"{where}.blocks: cross-attention has no FFN; position 'ffn' takes "
+                                  f"encoder, decoder")
         if self.form == "lora":
             if not self.targets:
                 raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
@@ -186,6 +215,8 @@ class ModuleSpec:
         out = {}
         for k in FORM_KEYS[self.form]:
             v = getattr(self, k)
+            if k == "blocks" and v is None:               # the default; written only when restricted
+                continue
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
 
@@ -204,6 +235,8 @@ class ModuleSpec:
                 why = f"{form} does not use it" if k in known else f"unknown key{_suggest(k, allowed)}"
                 raise ConfigError(f"{where}.{k}: {why}")
         kw = dict(data)
+        if kw.get("blocks") is not None:                 # a list, or "all" / "decoder+cross" as spaces write it
+            kw["blocks"] = parse_blocks(kw["blocks"], f"{where}.blocks")
         for k in ("layers", "targets"):
             if kw.get(k) is not None:
                 if not isinstance(kw[k], (list, tuple)):
@@ -225,7 +258,8 @@ class PetlConfig:
     Attributes:
         modules: the inserted modules, applied in this order where they share a site.
         bitfit: train every bias of the backbone (BitFit).
-        prompt_length: number of soft prompt tokens (prompt tuning), inserted after the first token.
+        prompt_length: number of soft prompt tokens (prompt tuning), inserted after the first token of
+            the (encoder's) input; before every token on a decoder-only model.
         train_layernorms: train the backbone's LayerNorms too (Houlsby, Compacter).
     """
 
@@ -244,24 +278,42 @@ class PetlConfig:
         self._check_head_overlap()
 
     def _check_head_overlap(self) -> None:
-        # One attention function serves each layer: one prefix and one mh_adapter per layer at most.
+        # One attention function serves each attention module: one prefix and one mh_adapter at most.
+        overlap = lambda a, b: a is None or b is None or bool(set(a) & set(b))  # noqa: E731
         for form in _HEAD_FORMS:
-            seen: dict[int | None, int] = {}
+            seen: dict[int, ModuleSpec] = {}
             for i, m in enumerate(self.modules):
                 if m.form != form:
                     continue
                 for j, other in seen.items():
-                    if other is None or m.layers is None or set(other or ()) & set(m.layers):
+                    if overlap(other.layers, m.layers) and overlap(other.blocks, m.blocks):
                         raise ConfigError(f"modules[{i}].layers: a second {form} on layers already "
-                                          f"covered by modules[{j}]; merge them into one module")
-                seen[i] = m.layers
+                                          f"covered by modules[{j}] in the same blocks; merge them into one "
+                                          f"module or give them disjoint layers or blocks")
+                seen[i] = m
 
-    def check_depth(self, n_layers: int) -> None:
-        """Raise ConfigError if a module names a layer the model does not have."""
+    def check_backbone(self, depths: dict[str, dict[str, int]], name: str = "this backbone") -> None:
+        """Raise ConfigError if a module names a block or a layer the backbone does not have.
+
+        ``depths`` maps each position to the backbone's blocks there and their depths, e.g.
+        ``{"attn": {"encoder": 12, "decoder": 12, "cross": 12}, "ffn": {"encoder": 12, "decoder": 12}}``.
+        """
+        single = len(depths["attn"]) == 1
         for i, m in enumerate(self.modules):
-            if m.layers is not None and m.layers[-1] >= n_layers:
-                raise ConfigError(f"modules[{i}].layers: layer {m.layers[-1]} is past the model's depth "
-                                  f"({n_layers} layers: 0..{n_layers - 1})")
+            have = depths[m.position]
+            for b in self.blocks_of(m, have):
+                if b not in have:
+                    raise ConfigError(f"modules[{i}].blocks: {name} has no {b!r} block at {m.position}; "
+                                      f"it has {', '.join(have)}")
+                n = have[b]
+                if m.layers is not None and m.layers[-1] >= n:
+                    where = "the model's" if single else f"the {b} stack's"
+                    raise ConfigError(f"modules[{i}].layers: layer {m.layers[-1]} is past {where} depth "
+                                      f"({n} layers: 0..{n - 1})")
+
+    def blocks_of(self, spec: ModuleSpec, available) -> tuple[str, ...]:
+        """The blocks ``spec`` applies to, given the backbone's blocks at its position."""
+        return tuple(available) if spec.blocks is None else spec.blocks
 
     def layers_of(self, spec: ModuleSpec, n_layers: int) -> tuple[int, ...]:
         return spec.layers if spec.layers is not None else tuple(range(n_layers))
@@ -320,4 +372,5 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "FORMS", "POSITIONS", "LORA_TARGETS"]
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "parse_blocks", "FORMS", "POSITIONS",
+           "LORA_TARGETS", "BLOCKS"]

@@ -2,13 +2,15 @@
 
 A worker running many trials tokenises each (tokenizer, task, data, K, seed, max length) once:
 the result is kept in the same in-process cache as the splits (`tasks.clear_cache` empties both).
+Classification and regression rows carry one label each; sequence-to-sequence rows carry target
+token ids and causal-LM rows per-token labels (-100 where no loss is taken), padded with -100.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -18,15 +20,30 @@ from .tasks import _CACHE, Split, Task, TaskSplits
 
 @dataclass(frozen=True, eq=False)
 class EncodedSplit:
-    """One split as unpadded token ids; `batches` pads each batch to its own longest row."""
+    """One split as unpadded token ids; `batches` pads each batch to its own longest row.
+
+    Generation splits also keep ``label_ids`` (target ids, or per-token labels of a causal LM),
+    the ``references`` to score decoded text against, and the ``tokenizer`` that decodes it.
+    """
 
     input_ids: tuple[list[int], ...]
     token_type_ids: tuple[list[int], ...] | None
-    labels: torch.Tensor              # [N] long (classification) or float (regression)
+    labels: torch.Tensor              # [N] long (classification) or float (regression); empty otherwise
     pad_token_id: int
+    label_ids: tuple[list[int], ...] | None = None
+    references: tuple[str, ...] = ()
+    tokenizer: Any = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def head(self, n: int | None) -> EncodedSplit:
+        """The first ``n`` rows (all of them for None): a capped subset to score on."""
+        if n is None or n >= len(self):
+            return self
+        cut = lambda rows: rows[:n] if rows is not None else None  # noqa: E731
+        return EncodedSplit(self.input_ids[:n], cut(self.token_type_ids), self.labels[:n], self.pad_token_id,
+                            cut(self.label_ids), self.references[:n], self.tokenizer)
 
     def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0) -> Iterator[dict[str, torch.Tensor]]:
         """Padded batches of ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``.
@@ -53,7 +70,13 @@ class EncodedSplit:
             batch = {"input_ids": ids, "attention_mask": mask}
             if types is not None:
                 batch["token_type_ids"] = types
-            batch["labels"] = self.labels[rows]
+            if self.label_ids is not None:      # token labels, padded with -100 (no loss, no score)
+                label_width = max(len(self.label_ids[i]) for i in rows)
+                batch["labels"] = torch.full((len(rows), label_width), -100, dtype=torch.long)
+                for j, i in enumerate(rows):
+                    batch["labels"][j, :len(self.label_ids[i])] = torch.tensor(self.label_ids[i])
+            else:
+                batch["labels"] = self.labels[rows]
             yield batch
 
 
@@ -76,7 +99,25 @@ def _tokenizer_key(tokenizer) -> tuple:
     return name, len(tokenizer)
 
 
-def _encode_split(split: Split, tokenizer, max_length: int, kind: str) -> EncodedSplit:
+def _encode_generation(split: Split, tokenizer, max_length: int, task: Task) -> EncodedSplit:
+    targets = tuple(str(t) for t in split.labels)
+    if task.kind == "seq2seq":
+        from .seq2seq import encode_pairs
+
+        ids, label_ids = encode_pairs(split.texts[0], targets, tokenizer, max_length, task.seq2seq)
+    else:
+        from .causal_lm import encode_rows
+
+        prompts = split.texts[0] if split.texts else [""] * len(targets)
+        ids, label_ids = encode_rows(prompts, targets, tokenizer, max_length)
+    return EncodedSplit(tuple(ids), None, torch.zeros(0, dtype=torch.long), tokenizer.pad_token_id,
+                        tuple(label_ids), targets, tokenizer)
+
+
+def _encode_split(split: Split, tokenizer, max_length: int, task: Task) -> EncodedSplit:
+    kind = task.kind
+    if kind in ("seq2seq", "causal_lm"):
+        return _encode_generation(split, tokenizer, max_length, task)
     dtype = torch.long if kind == "classification" else torch.float32
     if not len(split):
         return EncodedSplit((), None, torch.zeros(0, dtype=dtype), tokenizer.pad_token_id)
@@ -97,7 +138,7 @@ def encode(splits: TaskSplits, tokenizer, max_length: int = 128) -> EncodedSplit
                           "set tokenizer.pad_token before encoding")
     key = ("encoded", _tokenizer_key(tokenizer), splits.key, max_length)
     if key not in _CACHE:
-        parts = [_encode_split(s, tokenizer, max_length, splits.task.kind)
+        parts = [_encode_split(s, tokenizer, max_length, splits.task)
                  for s in (splits.train, splits.search_dev, splits.test)]
         _CACHE[key] = EncodedSplits(splits.task, *parts, max_length)
     return _CACHE[key]

@@ -6,7 +6,8 @@ scores it on the test split (the task's dev set). Each run saves `petl_config.js
 `petl_weights.safetensors` (deployable form: a few hundred KB, never the backbone), and the output
 folder gets `metrics.json`. A run already saved for the same record and seed is kept, not redone,
 so an interrupted `petl-nas train` resumes at the first missing seed. `load` puts the modules back
-on a fresh backbone; `predict` labels texts.
+on a fresh backbone; `predict` labels texts, or generates them for a generation task (beam search
+with the task's settings for seq2seq, greedy continuation of the prompt for a causal LM).
 
 Example:
     >>> summary = train_record(read_record("best.yaml"), seeds=3, out="out/")    # doctest: +SKIP
@@ -72,7 +73,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
                        device, progress=progress)
         run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
                "train_s": result.wall_s}
-        info = {"backbone": rec["backbone"], "task": rec["task"], "labels": list(task.labels),
+        info = {"backbone": rec["backbone"], "task": rec["task"], "kind": task.kind, "labels": list(task.labels),
                 "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
                 "data_dir": rec.get("data_dir"), "run_key": key, "run": run}
         if isinstance(rec["backbone"], dict):              # tiny backbones: keep their tokenizer too
@@ -152,9 +153,12 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
-    """Label each row: {"label", "probabilities"} (classification) or {"score"} (regression)."""
+    """Label each row: {"label", "probabilities"} (classification), {"score"} (regression), or
+    {"generated"} (text of a seq2seq or causal-LM task, from the row's source or prompt)."""
     info = getattr(model.petl, "info", {}) or {}
     tok = model.petl_tokenizer
+    if info.get("kind") in ("seq2seq", "causal_lm"):
+        return [{"generated": text} for text in _generate(model, [r[0] if r else "" for r in rows], info, batch_size)]
     out = []
     device = next(model.parameters()).device
     with torch.no_grad():
@@ -171,6 +175,20 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
                 out += [{"label": labels[int(p.argmax())], "probabilities": [round(float(x), 6) for x in p]}
                         for p in probs]
     return out
+
+
+def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[str]:
+    task, tok = resolve_task(info["task"]), model.petl_tokenizer
+    max_length = info.get("max_length", 128)
+    if task.kind == "causal_lm":
+        from .causal_lm import generate_responses
+
+        return generate_responses(model, tok, sources, max_length, batch_size)
+    from .decode import generate_ids
+
+    ids = tok(sources, truncation=True, max_length=max_length)["input_ids"]
+    out = generate_ids(model, ids, tok, task.seq2seq, batch_size, next(model.parameters()).device)
+    return [t.strip() for t in tok.batch_decode(out, skip_special_tokens=True)]
 
 
 __all__ = ["train_record", "load", "predict", "read_texts"]

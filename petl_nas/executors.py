@@ -4,24 +4,34 @@ Both draw proposals from the same `TrialSource` (the driver owns the Optuna stud
 touch the storage) and record outcomes through `Recorder`:
 - a trial that trains to the end is COMPLETE with (score, deployable parameters);
 - a trial a scheduler (ASHA) stops early is PRUNED, with its intermediate scores, never on the front;
-- a trial whose loss goes NaN/inf is PRUNED with the reason; any other error is FAIL with the reason.
+- a trial whose loss goes NaN/inf is PRUNED with the reason; any other error is FAIL with the reason
+  and its kind (``out of memory``, ``error: ValueError``, ``worker crashed``), and the worker frees
+  the failed trial's memory (CUDA cache too) before the next one.
+Each executor stops when the `TrialSource` says the study is full (all workers together).
 """
 
 from __future__ import annotations
 
+import gc
+import math
 import os
+import socket
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from .config import ConfigError
 from .study import Proposal, TrialSource
 from .tasks import resolve_task
 from .train import NonFiniteLoss
 from .worker import TrialSpec, run_trial
 
 FAILED_SCORE = -2.0   # below every metric's range; only ever seen by the scheduler for a failed trial
+OOM = "out of memory"
+_OOM_WORDS = (OOM, "not enough memory", "can't allocate memory", "cannot allocate memory")
 
 
 @dataclass
@@ -39,23 +49,50 @@ class Recorder:
         p.trial.set_user_attr("intermediate_scores", list(scores))
 
     def complete(self, p: Proposal, info: dict) -> None:
-        self._attrs(p, info)
-        self.source.study.tell(p.trial, [float(info["score"]), float(p.deployable)])
-        self.on_done(p, "complete", info)
+        score = float(info["score"])
+        if not math.isfinite(score):
+            return self.failed(p, f"the trial's score is {score}", "non-finite score")
+        if self._finish(p, lambda: (self._attrs(p, info),
+                                    self.source.study.tell(p.trial, [score, float(p.deployable)]))):
+            self.on_done(p, "complete", info)
 
     def pruned(self, p: Proposal, info: dict, reason: str) -> None:
-        self._attrs(p, info)
-        p.trial.set_user_attr("pruned_reason", reason)
-        self.source.study.tell(p.trial, state=TrialState.PRUNED)
-        self.on_done(p, "pruned", info)
+        def write():
+            self._attrs(p, info)
+            p.trial.set_user_attr("pruned_reason", reason)
+            self.source.study.tell(p.trial, state=TrialState.PRUNED)
 
-    def failed(self, p: Proposal, reason: str) -> None:
-        p.trial.set_user_attr("fail_reason", reason[-2000:])
-        self.source.study.tell(p.trial, state=TrialState.FAIL)
-        self.on_done(p, "failed", {"reason": reason})
+        if self._finish(p, write):
+            self.on_done(p, "pruned", {**info, "reason": reason})
+
+    def failed(self, p: Proposal, reason: str, kind: str = "error") -> None:
+        def write():
+            p.trial.set_user_attr("fail_reason", reason[-2000:])
+            p.trial.set_user_attr("fail_kind", kind)
+            self.source.study.tell(p.trial, state=TrialState.FAIL)
+
+        if self._finish(p, write):
+            self.on_done(p, "failed", {"reason": reason, "kind": kind})
+
+    def _finish(self, p: Proposal, write: Callable[[], None]) -> bool:
+        """Write an outcome; False when another worker had already failed the trial as lost (its
+        heartbeat lapsed, e.g. the database was out of reach): the result is dropped, not fatal."""
+        try:
+            write()
+        except (ValueError, UpdateFinishedTrialError):
+            now = next(t for t in self.source.study.get_trials(deepcopy=False) if t.number == p.number)
+            if not now.state.is_finished():
+                raise
+            self.on_done(p, "dropped", {"reason": f"already {now.state.name} (failed as lost by another "
+                                                  f"worker); this result is dropped"})
+            return False
+        finally:
+            self.source.release(p)
+        return True
 
     def _attrs(self, p: Proposal, info: dict) -> None:
-        for key in ("metrics", "train_s", "setup_s", "peak_mem_mb", "steps", "last_score"):
+        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "epochs", "k",
+                    "node"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
 
@@ -65,26 +102,60 @@ def _reason(e: BaseException) -> str:
     return last if len(last) < 500 else last[:497] + "..."
 
 
+def _kind(e: BaseException) -> str:
+    """A failure's kind, for counting: out of memory (CPU or GPU), or the exception's type."""
+    import torch
+
+    if isinstance(e, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))) \
+            or any(w in str(e).lower() for w in _OOM_WORDS):
+        return OOM
+    return f"error: {type(e).__name__}"
+
+
+def _free_memory() -> None:
+    """Give back what a failed trial held, so the next trial on this worker starts clean."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
+    """Run one trial and never raise: ``("complete", result)``, ``("nan", {reason})`` for a
+    non-finite loss, or ``("failed", {reason, kind})`` for any other error."""
+    try:
+        return "complete", run_trial(spec, report=report)
+    except NonFiniteLoss as e:
+        outcome = "nan", {"reason": f"non-finite loss: {e}"}
+    except Exception as e:                                      # noqa: BLE001 - recorded, search goes on
+        outcome = "failed", {"reason": _reason(e), "kind": _kind(e)}
+    _free_memory()          # out of the except block: no traceback pins the failed trial's tensors now
+    return outcome
+
+
 def run_local(source: TrialSource, n_trials: int, make_spec: Callable[[Proposal], TrialSpec],
               recorder: Recorder, **_) -> None:
-    """Run ``n_trials`` one after another in this process (no early stopping)."""
+    """Run up to ``n_trials`` one after another in this process (no early stopping)."""
     for _ in range(n_trials):
         p = source.next()
+        if p is None:                                           # the study is full
+            return
         spec = make_spec(p)
-        try:
-            metric = resolve_task(spec.task).main_metric
-            info = run_trial(spec, report=lambda i, m, last: recorder.result(p, i, m[metric]))
-        except NonFiniteLoss as e:
-            recorder.pruned(p, {}, f"non-finite loss: {e}")
-        except Exception as e:                                  # noqa: BLE001 - recorded, search goes on
-            recorder.failed(p, _reason(e))
-        else:
+        metric = resolve_task(spec.task).main_metric
+        outcome, info = attempt(spec, report=lambda i, m, last: recorder.result(p, i, m[metric]))
+        if outcome == "complete":
             recorder.complete(p, info)
+        elif outcome == "nan":
+            recorder.pruned(p, {}, info["reason"])
+        else:
+            recorder.failed(p, info["reason"], info["kind"])
 
 
 # ---- Ray Tune ---------------------------------------------------------------------------------
 def ray_trainable(config: dict) -> None:
     """The Tune function trainable: one trial; reports the score after every evaluation."""
+    import ray
     from ray import tune
 
     spec = TrialSpec(**config["spec"])
@@ -96,16 +167,15 @@ def ray_trainable(config: dict) -> None:
         best[0] = max(best[0], score)
         tune.report({"score": score, "best_score": best[0], "final": False})
 
-    try:
-        info = run_trial(spec, report=report)
-    except NonFiniteLoss as e:
-        tune.report({"score": FAILED_SCORE, "final": False, "failed": f"non-finite loss: {e}", "nan": True})
-        return
-    except Exception as e:                                      # noqa: BLE001 - reported, search goes on
-        tune.report({"score": FAILED_SCORE, "final": False, "failed": _reason(e)})
+    outcome, info = attempt(spec, report)
+    node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
+    if outcome != "complete":
+        tune.report({"score": FAILED_SCORE, "final": False, "failed": info["reason"], "kind": info.get("kind"),
+                     "nan": outcome == "nan", "node": node})
         return
     # One more report carries the whole result; `final` tells it from a scheduler's stop.
-    tune.report({**{k: v for k, v in info.items() if k != "history"}, "score": info["score"], "final": True})
+    tune.report({**{k: v for k, v in info.items() if k != "history"}, "score": info["score"], "final": True,
+                 "node": node})
 
 
 def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Recorder):
@@ -123,6 +193,9 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             if self.remaining <= 0:
                 return Searcher.FINISHED
             p = source.next()
+            if p is None:                                       # the study is full
+                self.remaining = 0
+                return Searcher.FINISHED
             self.remaining -= 1
             self.live[trial_id] = p
             return {"spec": make_spec(p).to_dict()}
@@ -137,12 +210,13 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             if p is None:
                 return
             if error or not result:
-                recorder.failed(p, "the trial's worker raised outside the trainer (see the Ray logs)")
+                recorder.failed(p, "the trial's worker died or raised outside the trainer (see the Ray logs)",
+                                "worker crashed")
             elif "failed" in result:
                 if result.get("nan"):
-                    recorder.pruned(p, {}, result["failed"])
+                    recorder.pruned(p, {"node": result.get("node")}, result["failed"])
                 else:
-                    recorder.failed(p, result["failed"])
+                    recorder.failed(p, result["failed"], result.get("kind") or "error")
             elif result.get("final"):
                 recorder.complete(p, result)
             else:
@@ -157,6 +231,30 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             pass
 
     return StudySearcher()
+
+
+def check_ray_address(address: str | None) -> None:
+    """ConfigError unless ``address`` is empty, ``auto``, or a host:port where something answers."""
+    if address in (None, "", "auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"ray_address {address!r}: expected HOST:PORT (printed by `ray start --head`), "
+                          f"ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ConfigError(f"ray_address {address!r}: nothing answers there ({e.strerror or e}); start the "
+                          f"head with `ray start --head` or check the address") from None
+
+
+def _slots(resources: dict, cpus_per_trial: float, gpus_per_trial: float) -> int:
+    """Trials the cluster fits at once. Tune keeps only this many trials pending for a custom
+    searcher (one, unless told), so without it a cluster fills one trial start at a time."""
+    slots = int(resources.get("CPU", 1) // cpus_per_trial) if cpus_per_trial else 1
+    if gpus_per_trial:
+        slots = min(slots, int(resources.get("GPU", 0) // gpus_per_trial))
+    return max(1, slots)
 
 
 def _trial_name(trial) -> str:
@@ -176,6 +274,7 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    concurrent = concurrent or _slots(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
     if scheduler == "asha" and n_evals > 1:
         # max_t counts the trainable's closing report too (evaluations + 1), so that a trial that
         # trains to the end is never stopped before it says so.
@@ -198,4 +297,4 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
 EXECUTORS = {"local": run_local, "ray": run_ray}
 
-__all__ = ["run_local", "run_ray", "ray_trainable", "Recorder", "EXECUTORS"]
+__all__ = ["run_local", "run_ray", "ray_trainable", "attempt", "check_ray_address", "Recorder", "EXECUTORS"]

@@ -24,6 +24,35 @@ import yaml
 
 from .config import ConfigError, check_keys
 
+def _whole(low: int):
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low), f"a whole number >= {low}"
+
+
+def _number(low: float, strict: bool):
+    ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and (v > low if strict else v >= low))
+    return ok, f"a number {'>' if strict else '>='} {low:g}"
+
+
+def _optional(rule):
+    ok, what = rule
+    return (lambda v: v is None or ok(v)), f"{what} or null"
+
+
+def _one_of(*names):
+    return (lambda v: v in names), "one of " + ", ".join(names)
+
+
+_TEXT = (lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"
+
+
+def _check_fields(obj, where: str, rules: dict) -> None:
+    """ConfigError naming the first field whose value breaks its rule (wrong type or range)."""
+    for name, (ok, what) in rules.items():
+        value = getattr(obj, name)
+        if not ok(value):
+            raise ConfigError(f"{where}{name}: expected {what}, got {value!r}")
+
+
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
 
 
@@ -55,6 +84,9 @@ class Fidelity:
         epochs, batch_size, max_length, evals_per_epoch: the trial recipe.
         search_dev: examples carved (at random, by the data seed) from the training data to
             score trials on.
+        max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
+        eval_rows: score each evaluation on the first rows of the search dev only (None: all);
+            beam search makes this the main cost of a generation trial.
     """
 
     k: int | None = 1000
@@ -63,6 +95,14 @@ class Fidelity:
     max_length: int = 64
     evals_per_epoch: int = 1
     search_dev: int = 500
+    max_steps: int | None = None
+    eval_rows: int | None = None
+
+    def __post_init__(self):
+        _check_fields(self, "fidelity: ", {
+            "k": _optional(_whole(1)), "epochs": _number(0, True), "batch_size": _whole(1),
+            "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
+            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
 
 
 @dataclass(frozen=True)
@@ -74,6 +114,14 @@ class FinalEval:
     k: int | None = -1          # -1: the same K as the search; None: the full training set
     max_front: int = 8          # re-evaluate at most this many front members (best search scores first)
     presets: str = "best"       # also re-evaluate the best preset within budget ("all", "none")
+    max_steps: int | None = None  # cap on optimiser steps per run (the search's cap does not apply)
+    eval_rows: int | None = None  # score on the first rows of the test split only (None: all of it)
+
+    def __post_init__(self):
+        _check_fields(self, "final: ", {
+            "seeds": _whole(0), "epochs": _number(0, True), "k": _optional(_whole(-1)),
+            "max_front": _whole(1), "presets": _one_of("best", "all", "none"),
+            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
 
 
 @dataclass(frozen=True)
@@ -99,7 +147,28 @@ class Experiment:
     study: str | None = None
     fidelity: Fidelity = field(default_factory=Fidelity)
     final: FinalEval = field(default_factory=FinalEval)
+    heartbeat_interval: int = 20    # seconds between heartbeats of each running trial
+    grace_period: int = 60          # a RUNNING trial silent this long lost its worker: FAIL, then retried
+    stale_retries: int = 1          # how many times a lost trial is enqueued again
     source: str = "<flags>"
+
+    def __post_init__(self):
+        where = "" if self.source == "<flags>" else f"{self.source}: "
+        _check_fields(self, where, {
+            "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT, "trials": _whole(1),
+            "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
+            "gpus_per_trial": _number(0, False), "concurrent": _optional(_whole(1)),
+            "scheduler": _one_of("asha", "fifo"), "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
+            "study": _optional(_TEXT), "ray_address": _optional(_TEXT),
+            "budget": ((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
+                       "a count or a percentage such as 0.5%"),
+            "presets": ((lambda v: v in ("auto", "none") or (isinstance(v, (list, tuple)) and
+                                                            all(isinstance(n, str) for n in v))),
+                        "auto, none or a list of preset names"),
+            "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
+        if self.grace_period <= self.heartbeat_interval:
+            raise ConfigError(f"{where}grace_period: must be longer than heartbeat_interval "
+                              f"({self.heartbeat_interval}s), got {self.grace_period}s")
 
     @property
     def study_name(self) -> str:
@@ -156,7 +225,10 @@ def _sub(cls, data, where):
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping")
     check_keys(where, data, [f.name for f in dataclasses.fields(cls)])
-    return cls(**data)
+    try:
+        return cls(**data)
+    except ConfigError as e:
+        raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
 
 
 __all__ = ["Experiment", "Fidelity", "FinalEval", "parse_budget"]

@@ -117,7 +117,8 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, **pr
     fidelity, final_cfg = a.get("fidelity", {}), a.get("final", {})
     recipe = {"lr": lr, "epochs": final_cfg.get("epochs", 10.0),
               "batch_size": fidelity.get("batch_size", 32), "max_length": fidelity.get("max_length", 128),
-              "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1}
+              "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1,
+              **{key: final_cfg[key] for key in ("max_steps", "eval_rows") if final_cfg.get(key)}}
     k = fidelity.get("k") if final_cfg.get("k", -1) == -1 else final_cfg.get("k")
     return {
         "petl_nas_version": __version__,

@@ -1,11 +1,15 @@
 """Apply a `PetlConfig` to a transformers model, freeze the rest, and save/load the PETL weights.
 
 Every PETL parameter lives under one submodule, ``model.petl`` (so its names all start with
-``petl.``); BitFit biases, LayerNorms and the task head are the only other trainable tensors.
-Edits reach the backbone in two ways, both named by the backbone spec, never by model class:
+``petl.``); BitFit biases, LayerNorms and a classification head are the only other trainable
+tensors (a language-model head stays frozen). Each module goes to the blocks it names (encoder
+self-, decoder self-, cross-attention; all by default) and the layers it names within each stack.
+Edits reach the backbone in three ways, all named by the backbone spec, never by model class:
 - one forward hook per modified linear (q/k/v/o, W1/W2) applies its edits in a fixed order:
-  LoRA updates first, then adapters (sequential ones read the updated output);
-- head-attention edits (prefix, multi-head adapter) ride on the ``petl`` attention function.
+  LoRA updates first (on a fused projection, to its slice), then adapters (sequential ones read
+  the updated output);
+- head-attention edits (prefix, multi-head adapter) ride on the ``petl`` attention function;
+- input hooks insert prompt tokens and refresh reparameterised prefixes once per forward.
 
 Example:
     >>> model = AutoModelForSequenceClassification.from_pretrained(path)   # doctest: +SKIP
@@ -26,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from .backbones import BackboneSpec, layer_list
+from .backbones import BackboneSpec, Block, depths, features, stacks
 from .config import ConfigError, PetlConfig
 from .modules import (ATTENTION_NAME, Bottleneck, CompacterAdapter, Composition, HeadEdits, LoRA,
                       MultiHeadAdapter, PrefixEncoder, SharedRule, SoftPrompt)
@@ -49,29 +53,30 @@ class PetlRoot(nn.Module):
         self.prompt: SoftPrompt | None = None
         self._handles: list = []
         self._attn_modules: list[nn.Module] = []
-        self._inputs: dict[tuple[int, str], torch.Tensor] = {}
+        self._inputs: dict[tuple[str, int, str], torch.Tensor] = {}
         self._previous_attn: str | None = None
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
 
 
-def _dims(config) -> tuple[int, int, int, int]:
-    d = config.hidden_size
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or d // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return d, heads, head_dim, kv_heads
+def _head_dims(config, block: Block, layer: nn.Module) -> tuple[int, int, int]:
+    """(query heads, head dim, key/value heads) of one block, read off its q and k widths."""
+    heads = getattr(config, block.heads)
+    q, k = block.sites("q")[0], block.sites("k")[0]
+    head_dim = features(layer.get_submodule(q.path), q)[1] // heads
+    kv_heads = features(layer.get_submodule(k.path), k)[1] // head_dim
+    return heads, head_dim, kv_heads
 
 
 class _Site:
-    """The ordered edits on one linear's output; ``capture`` holds a sublayer input x when needed."""
+    """The ordered edits on one linear's output: LoRA updates first, then adapters."""
 
     def __init__(self):
-        self.edits: list[tuple[int, str, nn.Module, str | None]] = []  # (order, kind, module, x source)
+        self.edits: list[tuple[int, str, nn.Module, object]] = []  # (order, kind, module, x source | slice)
 
-    def add(self, kind: str, module: nn.Module, source: str | None = None):
-        self.edits.append((0 if kind == "lora" else 1, kind, module, source))
+    def add(self, kind: str, module: nn.Module, extra=None):
+        self.edits.append((0 if kind == "lora" else 1, kind, module, extra))
 
 
 def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = False) -> nn.Module:
@@ -84,15 +89,20 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     """
     if hasattr(model, ROOT):
         raise ConfigError("model already has PETL modules; apply a config to a fresh backbone")
-    spec, layers = layer_list(model)
-    config.check_depth(len(layers))
-    d, heads, head_dim, kv_heads = _dims(model.config)
+    spec, layer_lists = stacks(model)
+    available = depths(spec, layer_lists)
+    config.check_backbone(available, name=f"a {model.config.model_type} backbone")
+    if config.bitfit and not any(n.endswith("bias") for n, _ in model.base_model.named_parameters()):
+        raise ConfigError(f"bitfit: a {model.config.model_type} backbone has no bias terms, so BitFit "
+                          f"would train nothing; use another method")
+    d = model.config.hidden_size
     ref = next(model.parameters())
     root = PetlRoot(config, flat_prefix)
-    sites: dict[tuple[int, str], _Site] = defaultdict(_Site)
-    captures: set[tuple[int, str]] = set()    # (layer, 'attn'|'ffn') whose input x must be kept
-    head_edits: dict[int, HeadEdits] = {}
+    sites: dict[tuple[str, int, str], _Site] = defaultdict(_Site)   # (block, layer, module path)
+    captures: set[tuple[str, int, str]] = set()    # (block, layer, 'attn'|'ffn') whose input x is kept
+    head_edits: dict[tuple[str, int], HeadEdits] = {}
     is_on = lambda: root.enabled  # noqa: E731
+    single = len(spec.blocks) == 1   # one block: parameter names carry no block name
 
     # On the meta device (parameter counting) weights have no values: skip their initialisation.
     skip_init = no_init_weights() if ref.device.type == "meta" else contextlib.nullcontext()
@@ -100,52 +110,64 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
         for i, m in enumerate(config.modules):
             group = nn.ModuleDict()
             root.groups[f"{i}_{m.key}"] = group
-            covered = config.layers_of(m, len(layers))
-            if m.form in ("adapter", "compacter"):
-                rule = SharedRule(m.phm_n) if m.form == "compacter" else None
-                if rule is not None:
-                    group["rule"] = rule
-                for l in covered:
-                    block = Bottleneck(m, d) if rule is None else CompacterAdapter(m, d, rule)
-                    group[str(l)] = block
-                    out_site = "o" if m.position == "attn" else "ffn_out"
-                    if m.insertion == "parallel":
-                        captures.add((l, m.position))
-                        sites[(l, out_site)].add("parallel", block, m.position)
-                    else:
-                        sites[(l, out_site)].add("sequential", block)
-            elif m.form == "lora":
-                for l in covered:
-                    for t in m.targets:
-                        linear = layers[l].get_submodule(spec.site(t))
-                        lora = LoRA(m, linear.in_features, linear.out_features)
-                        group[f"{l}_{t}"] = lora
-                        sites[(l, t)].add("lora", lora)
-            elif m.form == "prefix":
-                enc = PrefixEncoder(len(covered), kv_heads, head_dim, m.size, m.reparam, d, flat=flat_prefix)
-                group["encoder"] = enc
-                for slot, l in enumerate(covered):
-                    comp = None
-                    if m.gate or m.composition == "scaled":
-                        comp = group[str(l)] = Composition(m, heads * head_dim)
-                    e = head_edits.setdefault(l, HeadEdits(is_enabled=is_on))
-                    e.prefix, e.prefix_index, e.prefix_composition, e.prefix_compose = enc, slot, m.composition, comp
-            elif m.form == "mh_adapter":
-                for l in covered:
-                    mh = group[str(l)] = MultiHeadAdapter(m, heads, head_dim)
-                    head_edits.setdefault(l, HeadEdits(is_enabled=is_on)).mh = mh
+            rule = SharedRule(m.phm_n) if m.form == "compacter" else None   # one per module, shared
+            if rule is not None:
+                group["rule"] = rule
+            for name in config.blocks_of(m, available[m.position]):
+                block, layers = spec.block(name), layer_lists[name]
+                if not single:
+                    group[name] = nn.ModuleDict()
+                sub = group if single else group[name]
+                covered = config.layers_of(m, len(layers))
+                heads, head_dim, kv_heads = _head_dims(model.config, block, layers[0])
+                if m.form in ("adapter", "compacter"):
+                    (out_site,) = block.sites("o" if m.position == "attn" else "ffn_out")
+                    for l in covered:
+                        adapter = sub[str(l)] = Bottleneck(m, d) if rule is None else CompacterAdapter(m, d, rule)
+                        if m.insertion == "parallel":
+                            captures.add((name, l, m.position))
+                            sites[(name, l, out_site.path)].add("parallel", adapter, m.position)
+                        else:
+                            sites[(name, l, out_site.path)].add("sequential", adapter)
+                elif m.form == "lora":
+                    for l in covered:
+                        for t in m.targets:
+                            targets = block.sites(t)
+                            for j, site in enumerate(targets):
+                                fan_in, fan_out = features(layers[l].get_submodule(site.path), site)
+                                key = f"{l}_{t}" if len(targets) == 1 else f"{l}_{t}_{j}"
+                                lora = sub[key] = LoRA(m, fan_in, fan_out)
+                                out_slice = (site.part * fan_out, site.parts * fan_out) if site.parts > 1 else None
+                                sites[(name, l, site.path)].add("lora", lora, out_slice)
+                elif m.form == "prefix":
+                    enc = sub["encoder"] = PrefixEncoder(len(covered), kv_heads, head_dim, m.size, m.reparam, d,
+                                                         flat=flat_prefix)
+                    for slot, l in enumerate(covered):
+                        comp = None
+                        if m.gate or m.composition == "scaled":
+                            comp = sub[str(l)] = Composition(m, heads * head_dim)
+                        e = head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on))
+                        e.prefix, e.prefix_index = enc, slot
+                        e.prefix_composition, e.prefix_compose = m.composition, comp
+                elif m.form == "mh_adapter":
+                    for l in covered:
+                        mh = sub[str(l)] = MultiHeadAdapter(m, heads, head_dim)
+                        head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on)).mh = mh
         if config.prompt_length:
-            root.prompt = SoftPrompt(config.prompt_length, d)
+            root.prompt = SoftPrompt(config.prompt_length, d, at=0 if spec.decoder_only else 1)
     root.to(ref.dtype)
 
     model.add_module(ROOT, root)
     _freeze(model, root, config)
-    _install_hooks(model, root, spec, layers, sites, captures, head_edits)
+    _install_hooks(model, root, spec, layer_lists, sites, captures, head_edits)
     return model
 
 
 def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
     backbone = {id(p) for p in model.base_model.parameters()} - {id(p) for p in root.parameters()}
+    lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if lm_head is not None:              # a language-model head is pretrained (often tied): it stays frozen
+        backbone |= {id(p) for p in lm_head.parameters()}
     for p in model.parameters():
         p.requires_grad_(id(p) not in backbone)            # PETL and the task head train
     for name, p in model.base_model.named_parameters():
@@ -158,50 +180,94 @@ def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
                     p.requires_grad_(True)
 
 
-def _install_hooks(model, root, spec: BackboneSpec, layers, sites, captures, head_edits) -> None:
+def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures, head_edits) -> None:
     handles = root._handles
     slot = root._inputs
-    for l, position in sorted(captures):
+    for name, l, position in sorted(captures):
         # x of the attention sublayer is q's input; x of the FFN is W1's input.
-        src = layers[l].get_submodule(spec.q if position == "attn" else spec.ffn_in)
+        block = spec.block(name)
+        src = block.sites("q")[0] if position == "attn" else block.sites("ffn_in")[0]
 
-        def keep(mod, args, key=(l, position), slot=slot):
+        def keep(mod, args, key=(name, l, position), slot=slot):
             slot[key] = args[0]
-        handles.append(src.register_forward_pre_hook(keep))
+        handles.append(layer_lists[name][l].get_submodule(src.path).register_forward_pre_hook(keep))
 
-    for (l, site_name), site in sites.items():
-        edits = [(kind, mod, src) for _, kind, mod, src in sorted(site.edits, key=lambda e: e[0])]
-        linear = layers[l].get_submodule(spec.site(site_name))
+    for (name, l, path), site in sites.items():
+        edits = [(kind, mod, extra) for _, kind, mod, extra in sorted(site.edits, key=lambda e: e[0])]
 
-        def apply_edits(mod, args, out, edits=edits, l=l):
+        def apply_edits(mod, args, out, edits=edits, name=name, l=l):
             if not root.enabled:
                 return None
             x = args[0]
-            for kind, block, src in edits:
+            for kind, block, extra in edits:
                 if kind == "lora":
-                    out = out + block(x)
+                    delta = block(x)
+                    if extra is not None:                       # one slice of a fused projection
+                        start, total = extra
+                        delta = nn.functional.pad(delta, (start, total - start - delta.shape[-1]))
+                    out = out + delta
                 elif kind == "sequential":
                     out = out + block(out)
                 else:
-                    out = out + block(root._inputs.pop((l, src)))
+                    out = out + block(root._inputs.pop((name, l, extra)))
             return out
-        handles.append(linear.register_forward_hook(apply_edits))
+        handles.append(layer_lists[name][l].get_submodule(path).register_forward_hook(apply_edits))
 
-    for l, edits in head_edits.items():
-        attn = layers[l].get_submodule(spec.attention)
+    for (name, l), edits in head_edits.items():
+        attn = layer_lists[name][l].get_submodule(spec.block(name).attention)
         head_attention.attach(attn, edits)
         root._attn_modules.append(attn)
     if head_edits:
         root._previous_attn = model.config._attn_implementation
         model.set_attn_implementation(ATTENTION_NAME)
+    _install_input_hooks(model, root, spec)
 
-    def begin_forward(mod, args, kwargs):
+
+def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
+    """Per forward: recompute reparameterised prefixes; insert prompt tokens where the spec says.
+
+    An encoder-decoder gets the prompt in its encoder (``generate`` calls the encoder on its own),
+    and its decoder widens the cross-attention mask to match. A decoder-only model gets it at its
+    base model, whose output loses the prompt positions again.
+    """
+    handles, prompt = root._handles, root.prompt
+
+    def clear_prefixes():
         for _, enc in root.prefix_encoders():
             enc.clear()
-        if root.prompt is not None and root.enabled:
-            return root.prompt.rewrite_inputs(mod, args, kwargs)
-        return None
-    handles.append(model.register_forward_pre_hook(begin_forward, with_kwargs=True))
+
+    def begin(mod, args, kwargs):
+        clear_prefixes()
+        if prompt is None or not root.enabled:
+            return None
+        args, kwargs, inserted = prompt.rewrite_inputs(mod, args, kwargs)
+        mod.__dict__["_petl_prompt_inserted"] = inserted
+        return args, kwargs
+
+    def end(mod, args, kwargs, out):
+        if mod.__dict__.pop("_petl_prompt_inserted", False):
+            out["last_hidden_state"] = prompt.shrink(out["last_hidden_state"])
+            if out.get("hidden_states") is not None:
+                out["hidden_states"] = tuple(prompt.shrink(h) for h in out["hidden_states"])
+        return out
+
+    if spec.encoder_decoder:
+        base = model.base_model
+        encoder = base.get_submodule(spec.block("encoder").stack)
+        decoder = base.get_submodule(spec.block("decoder").stack)
+        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_prefixes()))
+        handles.append(encoder.register_forward_pre_hook(begin, with_kwargs=True))
+        if prompt is not None:
+            handles.append(decoder.register_forward_pre_hook(
+                lambda mod, args, kwargs: (args, prompt.grow_encoder_mask(kwargs)) if root.enabled else None,
+                with_kwargs=True))
+    elif spec.decoder_only:
+        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_prefixes()))
+        handles.append(model.base_model.register_forward_pre_hook(begin, with_kwargs=True))
+        if prompt is not None:
+            handles.append(model.base_model.register_forward_hook(end, with_kwargs=True))
+    else:
+        handles.append(model.register_forward_pre_hook(begin, with_kwargs=True))
 
 
 def remove_petl(model: nn.Module) -> nn.Module:
@@ -256,7 +322,7 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
     directory.mkdir(parents=True, exist_ok=True)
     root: PetlRoot = getattr(model, ROOT)
     meta = {"petl_config": root.config.to_dict(), "model_type": model.config.model_type,
-            "num_layers": len(layer_list(model)[1]), "flat_prefix": True, "info": info or {}}
+            "num_layers": len(next(iter(stacks(model)[1].values()))), "flat_prefix": True, "info": info or {}}
     _atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
     _atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     return directory

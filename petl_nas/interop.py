@@ -13,6 +13,7 @@ from __future__ import annotations
 from .config import ModuleSpec, PetlConfig
 
 # BERT-family module names for PEFT's target_modules (PEFT matches names, not roles).
+_BERT_NAMED = ("bert", "roberta", "xlm-roberta", "electra", "camembert")
 _PEFT_TARGETS = {"q": "query", "k": "key", "v": "value", "o": "attention.output.dense",
                  "ffn_in": "intermediate.dense", "ffn_out": r"\d+\.output\.dense"}
 
@@ -46,6 +47,8 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
         reasons.append("prompt tokens after the first token (AdapterHub's prompt tuning prepends them)")
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
+        if m.blocks is not None:
+            reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
         if m.form in ("adapter", "compacter"):
             c = {"architecture": "bottleneck", "mh_adapter": m.position == "attn",
                  "output_adapter": m.position == "ffn", "reduction_factor": hidden_size / m.size,
@@ -89,12 +92,17 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
     return out[0] if len(out) == 1 else {"architecture": "union", "configs": out}
 
 
-def to_peft(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
-    """A PEFT config dict (one tuner: LoRA, prefix tuning or prompt tuning)."""
+def to_peft(config: PetlConfig, hidden_size: int, n_layers: int, model_type: str = "bert") -> dict:
+    """A PEFT config dict (one tuner: LoRA, prefix tuning or prompt tuning). PEFT names target
+    modules by the backbone's own layer names; those are written for the BERT family."""
     reasons = []
+    if model_type not in _BERT_NAMED:
+        reasons.append(f"a {model_type} backbone (target module names are written for the BERT family)")
     forms = [m.form for m in config.modules] + (["prompt"] if config.prompt_length else [])
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
+        if m.blocks is not None:
+            reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
         if m.form in ("adapter", "compacter", "mh_adapter"):
             reasons.append(f"{where}: PEFT has no {'bottleneck' if m.form != 'mh_adapter' else 'multi-head'} adapters")
         if m.gate:

@@ -1,4 +1,5 @@
-"""Task metrics in plain numpy: accuracy, F1, Matthews correlation, Pearson, Spearman.
+"""Task metrics: accuracy, F1, Matthews correlation, Pearson, Spearman (plain numpy); ROUGE and
+sacreBLEU for generated text; token accuracy and perplexity for language modelling.
 
 Every metric takes ``(predictions, references)`` as 1-D arrays (class ids for classification,
 scores for regression) and returns a float. The GLUE tasks use them as follows (``main`` is the
@@ -20,6 +21,13 @@ as the GLUE score does, since neither paper's single choice is a better proxy fo
 inputs (a constant column, no positive class) give 0.0 rather than NaN, so a collapsed model
 scores badly instead of poisoning an optimiser with NaN.
 
+Generation tasks score decoded strings with `text_metrics` (``rouge1``, ``rouge2``, ``rougeL``:
+mean F1 of Google's ``rouge_score`` with Porter stemming, as He et al.'s scripts and BART's XSum
+figures use; ``bleu``: sacreBLEU's corpus BLEU with its standard 13a tokenisation), both on the
+0-100 scale the papers print. They run offline (the ``evaluate`` package would fetch metric
+scripts from the hub); install them with ``pip install 'petl-nas[generation]'``. Causal-LM tasks
+report ``token_accuracy`` (0-1, the main metric, higher is better) and ``perplexity``.
+
 Example:
     >>> accuracy([1, 0, 1], [1, 1, 1])
     0.6666666666666666
@@ -34,7 +42,8 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["accuracy", "f1", "mcc", "pearson", "spearman", "f1_accuracy", "pearson_spearman",
-           "rankdata", "METRICS", "compute_metrics", "evaluate_metric"]
+           "rankdata", "METRICS", "compute_metrics", "evaluate_metric", "rouge", "bleu",
+           "TEXT_METRICS", "text_metrics", "LM_METRICS", "lm_metrics"]
 
 
 def _pair(predictions, references) -> tuple[np.ndarray, np.ndarray]:
@@ -163,3 +172,87 @@ def evaluate_metric(name: str, config_name: str | None = None):
         return evaluate.load(name, config_name)
     except Exception:  # offline, missing module, unknown name: all mean "not available here"
         return None
+
+
+# ---- generated text --------------------------------------------------------------------------
+TEXT_METRICS = ("rouge1", "rouge2", "rougeL", "bleu")
+
+
+def _require(module: str, package: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        from .config import ConfigError
+
+        raise ConfigError(f"generation metrics need the {package} package: "
+                          f"pip install 'petl-nas[generation]'") from None
+
+
+def _texts(predictions, references) -> tuple[list[str], list[str]]:
+    p, r = [str(x) for x in predictions], [str(x) for x in references]
+    if len(p) != len(r):
+        raise ValueError(f"predictions and references differ in length: {len(p)} vs {len(r)}")
+    if not p:
+        raise ValueError("metrics need at least one example")
+    return p, r
+
+
+def rouge(predictions, references, types=("rouge1", "rouge2", "rougeL")) -> dict[str, float]:
+    """Mean ROUGE F1 (x100) per type, with Porter stemming.
+
+    Example:
+        >>> {k: round(v, 2) for k, v in rouge(["the cat sat on the mat"], ["the cat is on the mat"]).items()}
+        {'rouge1': 83.33, 'rouge2': 60.0, 'rougeL': 83.33}
+    """
+    p, r = _texts(predictions, references)
+    scorer = _require("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(types), use_stemmer=True)
+    sums = dict.fromkeys(types, 0.0)
+    for hyp, ref in zip(p, r):
+        for t, score in scorer.score(ref, hyp).items():     # score(target, prediction)
+            sums[t] += score.fmeasure
+    return {t: 100.0 * v / len(p) for t, v in sums.items()}
+
+
+def bleu(predictions, references) -> float:
+    """sacreBLEU corpus BLEU (0-100) of detokenised predictions against one reference each.
+
+    Example:
+        >>> round(bleu(["the cat sat on the mat"], ["the cat is on the mat"]), 2)
+        37.99
+    """
+    p, r = _texts(predictions, references)
+    return float(_require("sacrebleu", "sacrebleu").corpus_bleu(p, [r]).score)
+
+
+def text_metrics(names, predictions, references) -> dict[str, float]:
+    """Each named text metric (``rouge1``, ``rouge2``, ``rougeL``, ``bleu``) of decoded strings."""
+    unknown = [n for n in names if n not in TEXT_METRICS]
+    if unknown:
+        raise KeyError(f"unknown text metric {unknown[0]!r}; available: {', '.join(TEXT_METRICS)}")
+    out = {}
+    kinds = [n for n in names if n.startswith("rouge")]
+    if kinds:
+        out.update(rouge(predictions, references, kinds))
+    if "bleu" in names:
+        out["bleu"] = bleu(predictions, references)
+    return {n: out[n] for n in names}
+
+
+# ---- language modelling ----------------------------------------------------------------------
+LM_METRICS = ("token_accuracy", "perplexity")
+
+
+def lm_metrics(names, nll_sum: float, correct: int, tokens: int) -> dict[str, float]:
+    """``token_accuracy`` (share of scored tokens predicted exactly) and ``perplexity``
+    (exp of the mean negative log-likelihood per scored token) from sums over a split.
+
+    Example:
+        >>> lm_metrics(["token_accuracy", "perplexity"], nll_sum=0.0, correct=3, tokens=4)
+        {'token_accuracy': 0.75, 'perplexity': 1.0}
+    """
+    if tokens <= 0:
+        raise ValueError("metrics need at least one scored token")
+    values = {"token_accuracy": correct / tokens, "perplexity": float(np.exp(min(nll_sum / tokens, 700.0)))}
+    return {n: values[n] for n in names}

@@ -42,6 +42,22 @@ def load_model_config(name_or_path: str, num_labels: int | None = None):
     return cfg
 
 
+def load_for_task(name_or_path: str, task, **kwargs):
+    """A pretrained backbone with the head ``task`` needs: a sequence classifier (or regressor), a
+    sequence-to-sequence LM for ``seq2seq`` tasks, a causal LM for ``causal_lm`` tasks."""
+    if not task.generative:
+        return load_classifier(name_or_path, num_labels=task.num_labels, **kwargs)
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    auto = AutoModelForSeq2SeqLM if task.kind == "seq2seq" else AutoModelForCausalLM
+    cfg = load_model_config(name_or_path)
+    try:
+        return auto.from_pretrained(resolve_model(name_or_path), config=cfg, **kwargs)
+    except ValueError as e:          # e.g. an encoder-only model for a seq2seq task
+        raise ConfigError(f"model {name_or_path!r} ({cfg.model_type}) has no {task.kind} head for task "
+                          f"{task.name!r}: {str(e).splitlines()[0]}") from None
+
+
 def load_classifier(name_or_path: str, num_labels: int = 2, **kwargs):
     """A pretrained backbone with a sequence-classification (or, with num_labels=1, regression) head."""
     from transformers import AutoModelForSequenceClassification

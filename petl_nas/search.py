@@ -3,7 +3,10 @@ re-evaluate the Pareto front on the held-out test split, and print the front.
 
 Everything that can be wrong with the input (backbone, data, space, budget, storage) is checked
 before the study is touched. Running the same experiment again resumes its study: ``trials`` is the
-number of trained trials the study should hold, so a second run trains only what is missing.
+number of trained trials the study should hold, so a second run trains only what is missing, and
+several runs of it at once (processes or machines on one storage) fill the study together. A run
+ends when the study is full and no other worker's trial is still running; a trial whose worker died
+is failed once its heartbeat lapses and trained again (see storage.py and docs/cluster.md).
 
 Example:
     >>> summary = run_search(Experiment.load("experiments/smoke.yaml"))   # doctest: +SKIP
@@ -23,11 +26,13 @@ from optuna.trial import TrialState
 from . import __version__
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
-from .executors import EXECUTORS, Recorder
+from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
+from .inject import _atomic_write
 from .space import SearchSpace
-from .study import (SAMPLERS, TrialSource, front, make_sampler, open_study, seed_presets,
-                    smallest_count, state_counts)
+from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
+from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front,
+                    make_sampler, open_study, seed_presets, smallest_count, state_counts)
 from .tasks import load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .worker import TrialSpec, model_config_for, run_trial
@@ -43,6 +48,7 @@ class SearchSummary:
     front: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
     presets: list[dict] = field(default_factory=list)
+    failures: dict = field(default_factory=dict)      # failed (and NaN-pruned) trials by kind
 
     @staticmethod
     def _row(r: dict) -> str:
@@ -62,6 +68,8 @@ class SearchSummary:
         c = self.counts
         lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
                      f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
+        if self.failures:
+            lines.append("failures by kind: " + ", ".join(f"{k} {n}" for k, n in self.failures.items()))
         return "\n".join(lines)
 
 
@@ -77,19 +85,12 @@ class Progress:
         elapsed = time.time() - self.start
         eta = elapsed / self.done * (self.total - self.done)
         c = state_counts(self.study)
-        what = (f"score {info['score']:.4f}" if state == "complete"
-                else info.get("reason", "") if state == "failed" else "")
+        what = f"score {info['score']:.4f}" if state == "complete" else info.get("reason", "")
         tag = f" [{p.preset}]" if p.preset else ""
         self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
                    f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
                    f"pruned {c['pruned']} failed {c['failed']} "
                    f"rejected {c['rejected']} | front {len(front(self.study))} | ETA {eta / 60:.1f} min")
-
-
-def _trained(study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-               and not t.user_attrs.get("rejected") and not t.user_attrs.get("fail_reason", "").startswith("invalid"))
 
 
 def _absolute_paths(exp: Experiment) -> Experiment:
@@ -102,6 +103,27 @@ def _absolute_paths(exp: Experiment) -> Experiment:
         task = {k: fix(v) if k in ("train", "dev", "test") else v for k, v in task.items()}
     data_dir = str(Path(exp.data_dir).resolve()) if exp.data_dir else None
     return dataclasses.replace(exp, task=task, data_dir=data_dir, backbone=fix(exp.backbone))
+
+
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+_TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+              "tokenizer.model")
+
+
+def _check_backbone_files(backbone) -> None:
+    """A backbone folder must hold weights and a tokenizer (every worker loads both; a folder with
+    only config.json would otherwise fail each trial, after the study was made)."""
+    if not isinstance(backbone, str):
+        return
+    from .models import resolve_model
+
+    path = Path(resolve_model(backbone))
+    if not path.is_dir():
+        return                                  # a hub name: its config was found, the rest follows
+    if not any(any(path.glob(g)) for g in _WEIGHTS):
+        raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
+    if not any((path / f).is_file() for f in _TOKENIZER):
+        raise ConfigError(f"model {backbone!r}: the folder has no tokenizer files ({', '.join(_TOKENIZER)})")
 
 
 def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
@@ -125,6 +147,10 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     if budget is not None and budget < smallest:
         raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
                           f"({smallest:,} deployable parameters on this backbone)")
+    _check_backbone_files(exp.backbone)
+    check_preset_names(exp.presets)
+    if exp.executor == "ray":
+        check_ray_address(exp.ray_address)
 
     # ---- the study ------------------------------------------------------------------------------
     attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash,
@@ -132,14 +158,29 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
              "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
-    _ensure_sqlite_dir(exp.storage_url)
     study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed),
-                       task.main_metric, attrs, force_new=force_new_study)
-    seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers)
-    target = exp.trials
-    if exp.sampler == "presets":
-        target = _trained(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
-    remaining = max(0, target - _trained(study))
+                       task.main_metric, attrs, force_new=force_new_study,
+                       heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
+                       retries=exp.stale_retries)
+    try:
+        summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
+    finally:
+        close_storage(study._storage)
+    summary.wall_s = time.time() - start
+    return summary
+
+
+def _search(study, exp: Experiment, task, splits, space, model_config, budget, backbone_params: int,
+            printer) -> SearchSummary:
+    n_layers = model_config.num_hidden_layers
+    lock = ClaimLock(study, exp.study_name)
+    with lock():                                     # two workers never enqueue the same preset twice
+        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers)
+        fail_stale(study)
+        target = exp.trials
+        if exp.sampler == "presets":
+            target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+        remaining = max(0, target - claimed(study))
     printer(f"study {exp.study_name!r} at {exp.storage_url}: {len(study.trials)} trials so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
@@ -148,17 +189,19 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     # ---- trials ---------------------------------------------------------------------------------
     recipe = Recipe(epochs=exp.fidelity.epochs, batch_size=exp.fidelity.batch_size,
                     max_length=exp.fidelity.max_length, evals_per_epoch=exp.fidelity.evals_per_epoch,
-                    seed=exp.seed)
-    source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp")
+                    seed=exp.seed, max_steps=exp.fidelity.max_steps, eval_rows=exp.fidelity.eval_rows)
+    heartbeat = Heartbeat(study, exp.heartbeat_interval)
+    source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
+                         target=target, lock=lock, heartbeat=heartbeat)
     progress = Progress(study, remaining, printer)
     trial_dir = exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)
 
     def on_done(p, state, info):
-        (trial_dir / f"{p.number}.json").write_text(json.dumps(
-            {"number": p.number, "state": state, "preset": p.preset, "config": p.config.to_dict(),
-             "lr": p.lr, "deployable": p.deployable, "trainable": p.trainable,
-             **{k: v for k, v in info.items() if k != "history"}}, indent=2, default=str))
+        text = json.dumps({"number": p.number, "state": state, "preset": p.preset, "config": p.config.to_dict(),
+                           "lr": p.lr, "deployable": p.deployable, "trainable": p.trainable,
+                           **{k: v for k, v in info.items() if k != "history"}}, indent=2, default=str)
+        _atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text))
         progress(p, state, info)
 
     def make_spec(p) -> TrialSpec:
@@ -168,19 +211,49 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
                          number=p.number)
 
     recorder = Recorder(source, on_done)
-    if remaining:
+
+    def execute(n: int) -> None:
         if exp.executor == "ray":
-            EXECUTORS["ray"](source, remaining, make_spec, recorder,
+            EXECUTORS["ray"](source, n, make_spec, recorder,
                              n_evals=n_evaluations(len(splits.train), recipe), run_dir=str(exp.run_dir),
                              cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
                              concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address)
         else:
-            EXECUTORS["local"](source, remaining, make_spec, recorder)
+            EXECUTORS["local"](source, n, make_spec, recorder)
+
+    try:
+        fill(study, source, execute, printer, poll_s=exp.heartbeat_interval, grace_s=exp.grace_period)
+    finally:
+        heartbeat.stop()
 
     # ---- final re-evaluation of the front on the held-out test split ------------------------
     if exp.final.seeds > 0:
         reevaluate_front(study, exp, task, recipe, printer)
-    return summarize(study, exp, budget, backbone_params, time.time() - start)
+    return summarize(study, exp, budget, backbone_params)
+
+
+def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: float) -> None:
+    """Train until the study holds ``source.target`` trained trials and none runs anywhere.
+
+    Trials running in other workers count toward the target; if one of them is lost (its worker
+    died, its heartbeat lapses), it is failed and re-queued, and this worker trains the difference.
+    """
+    said = None
+    while True:
+        with source.lock():
+            fail_stale(study)
+            have = claimed(study)
+            running = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING)
+        if have < source.target:
+            execute(source.target - have)
+            continue
+        if not running:
+            return
+        if said != running:
+            printer(f"waiting for {running} trial(s) running in other workers (or lost with a stopped "
+                    f"one: failed and trained again here once its heartbeat is {grace_s:g}s old)")
+            said = running
+        time.sleep(poll_s)
 
 
 def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
@@ -200,9 +273,11 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
             continue
         scores = []
         for seed in range(exp.final.seeds):
+            final = dataclasses.replace(recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=seed,
+                                                              epochs=exp.final.epochs),
+                                        max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows)
             spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
-                             recipe=recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=seed,
-                                                          epochs=exp.final.epochs).to_dict(),
+                             recipe=final.to_dict(),
                              data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
                              search_dev=exp.fidelity.search_dev, eval_split="test", number=t.number)
             scores.append(run_trial(spec)["score"])
@@ -236,14 +311,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                         "deployable": int(p.values[1]), "pct": 100 * p.values[1] / backbone_params,
                         "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": []})
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
-                         budget, state_counts(study), rows, wall_s, anchors)
+                         budget, state_counts(study), rows, wall_s, anchors, failure_counts(study))
 
 
-def _ensure_sqlite_dir(url: str) -> None:
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):])
-        if path.parent and not path.parent.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-
-
-__all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize"]
+__all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

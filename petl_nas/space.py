@@ -2,7 +2,9 @@
 
 A space has named slots (where a module may go: ``site`` attn | ffn, and the ``forms`` it may take)
 and dimensions (a list is a categorical choice, ``{low, high, log}`` a range, a scalar a fixed
-value). Top-level dimensions apply to every slot; a slot may override them. Study parameters are
+value). Top-level dimensions apply to every slot; a slot may override them. The ``blocks``
+dimension (default ``all``) places a slot's module in an encoder-decoder's encoder, decoder or
+cross-attention; spaces that leave it out are unchanged for every backbone. Study parameters are
 ``<slot>.<dimension>`` plus the globals ``gates``, ``layers``, ``bitfit`` and ``lr``; they are a
 format, versioned by the file's ``version``.
 
@@ -22,13 +24,15 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, ModuleSpec, PetlConfig, _suggest
+from .config import ConfigError, ModuleSpec, PetlConfig, _suggest, parse_blocks
 from .presets import space_dir
 
 SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
               "ffn": ("none", "adapter", "lora", "compacter")}
 LORA_TARGETS = {"qv": ("q", "v"), "qkvo": ("q", "k", "v", "o"), "q": ("q",), "v": ("v",),
                 "ffn": ("ffn_in", "ffn_out")}
+# Where in the model a slot's module goes: every block, or a '+'-joined subset (encoder-decoders).
+BLOCK_CHOICES = ("all", "encoder", "decoder", "cross", "encoder+decoder", "encoder+cross", "decoder+cross")
 # dimension -> (kind, allowed values for categorical/fixed); ranges are int or float
 SLOT_DIMENSIONS = {
     "insertion": ("choice", ("sequential", "parallel")),
@@ -43,6 +47,7 @@ SLOT_DIMENSIONS = {
     "prefix_reparam": ("int_choice", None),
     "phm_n": ("int_choice", None),
     "init": ("choice", ("bert", "lora")),
+    "blocks": ("choice", BLOCK_CHOICES),
 }
 GLOBAL_DIMENSIONS = {
     "gates": ("bool", None),
@@ -52,16 +57,16 @@ GLOBAL_DIMENSIONS = {
 }
 # Which slot dimensions each form reads (a form ignores the rest).
 FORM_DIMENSIONS = {
-    "adapter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init"),
-    "compacter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "phm_n"),
-    "lora": ("composition", "rank", "scale", "lora_targets"),
-    "prefix": ("prefix_composition", "length", "scale", "prefix_reparam"),
-    "mh_adapter": ("composition", "length", "scale"),
+    "adapter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "blocks"),
+    "compacter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "phm_n", "blocks"),
+    "lora": ("composition", "rank", "scale", "lora_targets", "blocks"),
+    "prefix": ("prefix_composition", "length", "scale", "prefix_reparam", "blocks"),
+    "mh_adapter": ("composition", "length", "scale", "blocks"),
     "none": (),
 }
 DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
             "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
-            "init": "lora", "gates": False, "layers": "all", "bitfit": False}
+            "init": "lora", "gates": False, "layers": "all", "bitfit": False, "blocks": "all"}
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,10 @@ class SearchSpace:
                     raise ConfigError(f"{where}: dimension {dim!r} is needed by its forms but not given")
                 continue
             dims[dim] = _parse_dimension(f"{name}.{dim}", raw, kind, allowed, f"{where}.{dim}")
+        blocks = dims["blocks"]
+        if site == "ffn" and any("cross" in b for b in (blocks.choices or (blocks.value,))):
+            raise ConfigError(f"{where}.blocks: cross-attention has no FFN; an ffn slot takes all, encoder, "
+                              f"decoder (set blocks in the slot to override the top-level choice)")
         return Slot(name, site, forms, dims)
 
     # ---- loading ---------------------------------------------------------------------------
@@ -272,7 +281,8 @@ class SearchSpace:
 
     @staticmethod
     def _module(slot: Slot, form: str, v: dict, gated: bool, layers) -> ModuleSpec:
-        kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated), "layers": layers}
+        kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated), "layers": layers,
+                              "blocks": parse_blocks(v.get("blocks", "all"))}
         comp = v.get("prefix_composition") if form == "prefix" else v.get("composition", "add")
         kw["composition"] = comp
         if comp == "scaled":
@@ -336,7 +346,8 @@ class SearchSpace:
 
     @staticmethod
     def _module_values(m: ModuleSpec) -> dict:
-        v = {"scale": m.scale, "init": m.init, "nonlinearity": m.nonlinearity}
+        v = {"scale": m.scale, "init": m.init, "nonlinearity": m.nonlinearity,
+             "blocks": "all" if m.blocks is None else "+".join(m.blocks)}
         if m.form == "prefix":
             v.update(prefix_composition=m.composition, length=m.size, prefix_reparam=m.reparam)
         else:
@@ -367,7 +378,8 @@ class SearchSpace:
         for slot in self.slots:
             forms = slot.forms.choices or (slot.forms.value,)
             used = {d for f in forms for d in FORM_DIMENSIONS[f]} - ({"lora_targets"} if slot.site == "ffn" else set())
-            out += [slot.dims[d] for d in SLOT_DIMENSIONS if d in used and d in slot.dims]
+            out += [slot.dims[d] for d in SLOT_DIMENSIONS if d in used and d in slot.dims
+                    and not (d == "blocks" and slot.dims[d].value == "all")]   # the default says nothing
         return out + list(self.globals.values())
 
     def describe(self) -> str:

@@ -1,19 +1,26 @@
 """The Optuna study: the source of truth for a search.
 
 Owns the study's creation and attributes, the sampler choice, seeding presets, and the
-`TrialSource` that turns the sampler's proposals into trainable trials. A proposal over the budget
+`TrialSource` that turns the sampler's proposals into trainable trials, and what counts as a
+trained trial (the stopping rule) and why a trial failed. A proposal over the budget
 is never trained: it is counted on the meta device (milliseconds), recorded as PRUNED with
 ``rejected = "over_budget"``, its counts and a violated ``budget`` constraint (so TPE and NSGA-II
 learn to avoid the region), and the next proposal is drawn. Every trained trial carries its
 counts, its PetlConfig and its recipe as user attributes; the objectives are (task metric: max,
 deployable parameters: min).
+
+Several workers may share a study: `TrialSource` claims each trial under the study's `ClaimLock`
+(storage.py), counting trained and running trials first, so the study holds exactly ``target``
+trained trials however many workers fill it; each running trial has a heartbeat, and trials whose
+worker died are failed (and retried) by whichever worker notices first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import contextlib
 import warnings
+from collections import Counter
+from dataclasses import dataclass
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
@@ -21,14 +28,18 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig, _suggest
+from .describe import describe_config
 from .presets import preset, preset_lr, preset_names
 from .space import SearchSpace
+from .storage import ClaimLock, Heartbeat, close_storage, fail_stale, open_storage
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
 # `group=True` and `set_metric_names` are marked experimental; we rely on them knowingly.
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_CONSECUTIVE_REJECTIONS = 500
+LOST = "lost: its worker stopped (no heartbeat)"     # the failure kind of a trial whose process died
+INVALID = "invalid configuration"
 
 
 def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
@@ -46,28 +57,34 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
     raise ConfigError(f"sampler: unknown name {name!r}{_suggest(name, SAMPLERS)}")
 
 
-def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict,
-               force_new: bool = False) -> optuna.Study:
-    """Create or resume the study; refuse one whose stored space hash differs."""
+def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,
+               heartbeat_interval: int | None = None, grace_period: int | None = None,
+               retries: int = 0) -> optuna.Study:
+    """Create or resume the study; refuse one whose stored space hash differs (nothing is written
+    then). The heartbeat settings are those of `open_storage`."""
+    storage = open_storage(storage_url, heartbeat_interval, grace_period, retries)
     try:
-        storage = optuna.storages.RDBStorage(storage_url)
-    except Exception as e:                                       # noqa: BLE001 - any driver error
-        raise ConfigError(f"storage {storage_url!r} cannot be opened: {str(e).splitlines()[0]}") from None
-    existing = {s.study_name for s in storage.get_all_studies()}
-    if name in existing:
-        old = optuna.load_study(study_name=name, storage=storage)
-        stored = old.user_attrs.get("space_hash")
-        if stored and stored != attrs["space_hash"]:
-            if not force_new:
-                raise ConfigError(f"study {name!r} in {storage_url} was made with another space "
-                                  f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
-                                  f"name or --force-new-study to replace it")
-            optuna.delete_study(study_name=name, storage=storage)
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                directions=["maximize", "minimize"], load_if_exists=True)
+        with ClaimLock(storage, name)():          # one worker at a time checks, replaces or creates it
+            existing = {s.study_name for s in storage.get_all_studies()}
+            if name in existing:
+                old = optuna.load_study(study_name=name, storage=storage)
+                stored = old.user_attrs.get("space_hash")
+                if stored and stored != attrs["space_hash"]:
+                    if not force_new:
+                        raise ConfigError(f"study {name!r} in {storage_url} was made with another space "
+                                          f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
+                                          f"name or --force-new-study to replace it")
+                    optuna.delete_study(study_name=name, storage=storage)
+            study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                        directions=["maximize", "minimize"], load_if_exists=True)
+    except ConfigError:
+        close_storage(storage)
+        raise
     for k, v in attrs.items():
-        study.set_user_attr(k, v)
-    study.set_metric_names([metric, "deployable_params"])
+        if study.user_attrs.get(k, ()) != v:
+            study.set_user_attr(k, v)
+    if study.metric_names != [metric, "deployable_params"]:
+        study.set_metric_names([metric, "deployable_params"])
     return study
 
 
@@ -88,47 +105,80 @@ class Proposal:
 
 
 class TrialSource:
-    """Draws proposals from the study, rejecting those over budget before any training."""
+    """Draws proposals from the study, rejecting those over budget before any training.
+
+    With a ``target``, `next` returns None once the study holds that many trained or running
+    trials (all workers together). ``lock`` (a `ClaimLock`) makes count-then-claim atomic across
+    workers; ``heartbeat`` keeps this process's claimed trials alive until `release`.
+    """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
-                 n_layers: int, flat: bool = False):
+                 n_layers: int, flat: bool = False, target: int | None = None, lock=None,
+                 heartbeat: Heartbeat | None = None):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
+        self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
         self.backbone = count_parameters(model_config, PetlConfig()).backbone
         self.rejected = 0
 
-    def next(self) -> Proposal:
+    def next(self) -> Proposal | None:
+        with self.lock():
+            fail_stale(self.study)
+            if self.target is not None and claimed(self.study) >= self.target:
+                return None
+            return self._draw()
+
+    def release(self, p: Proposal) -> None:
+        """The proposal's outcome is recorded: stop its heartbeat."""
+        if self.heartbeat is not None:
+            self.heartbeat.discard(p.trial._trial_id)
+
+    def _draw(self) -> Proposal:
         for _ in range(MAX_CONSECUTIVE_REJECTIONS):
-            trial = self.study.ask()
-            name = trial.user_attrs.get("preset")
-            try:
-                if "petl_config" in trial.user_attrs:        # a preset that is not a point of the space
-                    config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
-                    lr = float(trial.user_attrs["recipe"]["lr"])
-                else:
-                    config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
-                    lr = recipe["lr"]
-                count = count_parameters(self.model_config, config)
-            except ConfigError as e:
-                trial.set_user_attr("fail_reason", f"invalid configuration: {e}")
-                self.study.tell(trial, state=TrialState.FAIL)
-                continue
-            trial.set_user_attr("deployable", count.deployable)
-            trial.set_user_attr("trainable", count.trainable)
-            trial.set_user_attr("pct_of_backbone", round(count.deployable_pct, 4))
-            trial.set_user_attr("petl_config", config.to_dict())
-            trial.set_user_attr("recipe", {"lr": lr})
-            if self.budget is not None:
-                trial.set_constraint("budget", float(count.deployable - self.budget))
-                if count.deployable > self.budget:
-                    trial.set_user_attr("rejected", "over_budget")
-                    self.study.tell(trial, state=TrialState.PRUNED)
-                    self.rejected += 1
-                    continue
-            return Proposal(trial, config, lr, count.deployable, count.trainable, name)
+            with warnings.catch_warnings():       # "heartbeat is supposed to be used with optimize":
+                warnings.simplefilter("ignore")   # we beat for ask/tell trials ourselves (`Heartbeat`)
+                trial = self.study.ask()
+            if self.heartbeat is not None:
+                self.heartbeat.add(trial._trial_id)
+            proposal = self._decide(trial)
+            if proposal is not None:
+                return proposal
+            if self.heartbeat is not None:
+                self.heartbeat.discard(trial._trial_id)
         raise ConfigError(f"{MAX_CONSECUTIVE_REJECTIONS} proposals in a row were over the budget "
                           f"({self.budget:,}); the space is mostly infeasible for it: raise the "
                           f"budget or narrow the space")
+
+    def _decide(self, trial: Trial) -> Proposal | None:
+        """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""
+        name = trial.user_attrs.get("preset")
+        try:
+            if "petl_config" in trial.user_attrs:        # a preset that is not a point of the space
+                config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
+                lr = float(trial.user_attrs["recipe"]["lr"])
+            else:
+                config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
+                lr = recipe["lr"]
+            count = count_parameters(self.model_config, config)
+        except ConfigError as e:
+            trial.set_user_attr("fail_reason", f"invalid configuration: {e}")
+            trial.set_user_attr("fail_kind", INVALID)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return None
+        trial.set_user_attr("deployable", count.deployable)
+        trial.set_user_attr("trainable", count.trainable)
+        trial.set_user_attr("pct_of_backbone", round(count.deployable_pct, 4))
+        trial.set_user_attr("petl_config", config.to_dict())
+        trial.set_user_attr("config_text", describe_config(config))
+        trial.set_user_attr("recipe", {"lr": lr})
+        if self.budget is not None:
+            trial.set_constraint("budget", float(count.deployable - self.budget))
+            if count.deployable > self.budget:
+                trial.set_user_attr("rejected", "over_budget")
+                self.study.tell(trial, state=TrialState.PRUNED)
+                self.rejected += 1
+                return None
+        return Proposal(trial, config, lr, count.deployable, count.trainable, name)
 
 
 def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
@@ -163,16 +213,23 @@ def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
     return total
 
 
+def check_preset_names(names) -> None:
+    """ConfigError for the first name that is not a preset (``auto`` and ``none`` are fine)."""
+    if names in ("auto", "none", None):
+        return
+    unknown = [n for n in names if n not in preset_names()]
+    if unknown:
+        raise ConfigError(f"presets: unknown name {unknown[0]!r}{_suggest(unknown[0], preset_names())}")
+
+
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
                  n_layers: int) -> list[str]:
     """Enqueue the presets that fit the budget and are not in the study yet; returns their names."""
+    check_preset_names(names)
     if names in ("auto", None):
         names = preset_names()
     elif names == "none":
         return []
-    unknown = [n for n in names if n not in preset_names()]
-    if unknown:
-        raise ConfigError(f"presets: unknown name {unknown[0]!r}{_suggest(unknown[0], preset_names())}")
     seen = {t.user_attrs.get("preset") for t in study.get_trials(deepcopy=False)}
     queued = []
     for name in names:
@@ -198,6 +255,46 @@ def front(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(study.best_trials, key=lambda t: t.values[1])
 
 
+def is_trained(t: FrozenTrial) -> bool:
+    """Did this trial count toward the study's ``trials``? Trained to the end, stopped early, or
+    failed while training; not: over budget (never trained), an invalid configuration, or lost with
+    its worker (the retry takes its place)."""
+    if t.state == TrialState.COMPLETE:
+        return True
+    if t.state == TrialState.PRUNED:
+        return not t.user_attrs.get("rejected")
+    if t.state == TrialState.FAIL:
+        return failure_kind(t) not in (LOST, INVALID)
+    return False
+
+
+def claimed(study: optuna.Study) -> int:
+    """Trained trials plus running ones (of every worker): what the stopping rule counts."""
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.state == TrialState.RUNNING or is_trained(t))
+
+
+def failure_kind(t: FrozenTrial) -> str | None:
+    """Why a trial failed, in a few words (None when it did not): ``out of memory``,
+    ``non-finite loss``, ``error: ValueError``, ``lost: ...``, ``invalid configuration``..."""
+    if t.state == TrialState.FAIL:
+        if "fail_kind" in t.user_attrs:
+            return t.user_attrs["fail_kind"]
+        reason = t.user_attrs.get("fail_reason")
+        if not reason:
+            return LOST                  # failed by a heartbeat check: the only FAIL without a reason
+        return INVALID if reason.startswith("invalid") else "error"
+    if t.state == TrialState.PRUNED and str(t.user_attrs.get("pruned_reason", "")).startswith("non-finite"):
+        return "non-finite loss"
+    return None
+
+
+def failure_counts(study: optuna.Study) -> dict[str, int]:
+    """Failed (and NaN-pruned) trials by kind, most frequent first."""
+    kinds = Counter(k for t in study.get_trials(deepcopy=False) if (k := failure_kind(t)))
+    return dict(kinds.most_common())
+
+
 def state_counts(study: optuna.Study) -> dict[str, int]:
     counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "rejected": 0, "waiting": 0}
     for t in study.get_trials(deepcopy=False):
@@ -212,4 +309,5 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 
 
 __all__ = ["make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "front",
-           "state_counts", "smallest_count", "SAMPLERS"]
+           "state_counts", "smallest_count", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
+           "SAMPLERS", "LOST", "INVALID"]

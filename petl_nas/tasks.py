@@ -1,4 +1,4 @@
-"""Tasks: the registry (GLUE, a demo task, local files), loading, and the honest splits.
+"""Tasks: the registry (GLUE, demo tasks, generation tasks, local files), loading, and the honest splits.
 
 A `Task` says what to read and how to score it; `load_splits` reads its data into the three
 splits of the honest protocol (search trains on ``train`` and scores on ``search_dev``, carved out
@@ -24,12 +24,15 @@ import numpy as np
 import torch
 
 from .config import ConfigError
-from .metrics import METRICS, compute_metrics
+from .metrics import LM_METRICS, METRICS, TEXT_METRICS, compute_metrics, text_metrics
+from .seq2seq import Seq2SeqSettings
 
 __all__ = ["resolve_task", "Task", "Split", "TaskSplits", "get_task", "task_names",
            "register_task", "file_task", "load_splits", "split_indices", "clear_cache"]
 
-KINDS = ("classification", "regression")
+KINDS = ("classification", "regression", "seq2seq", "causal_lm")
+_KIND_METRICS = {"classification": METRICS, "regression": METRICS, "seq2seq": TEXT_METRICS, "causal_lm": LM_METRICS}
+_TEXT_COLUMNS = {"seq2seq": (1,), "causal_lm": (0, 1)}    # source / prompt (none: plain text rows)
 
 
 @dataclass(frozen=True)
@@ -38,14 +41,17 @@ class Task:
 
     Attributes:
         name: registry name (``sst2``, ``demo_sentiment``, ...).
-        text_columns: one or two text columns (a single sentence or a sentence pair).
-        label_column: the column holding the label.
-        kind: ``classification`` or ``regression``.
+        text_columns: one or two text columns (a single sentence or a sentence pair); for
+            ``seq2seq`` the source column; for ``causal_lm`` the prompt column, or none.
+        label_column: the column holding the label (the target / response text of a generation task).
+        kind: ``classification``, ``regression``, ``seq2seq`` (encoder-decoder generation) or
+            ``causal_lm`` (decoder-only fine-tuning, loss on the response).
         labels: the label values as they appear in the data, in class-id order; empty for regression.
         main_metric: the one figure the search maximises; one of ``metrics``.
         metrics: every metric reported (names from `petl_nas.metrics.METRICS`).
         source: where the data comes from: ``glue``, ``files`` or ``demo``.
         data_files: ``(split, path)`` pairs for a ``files`` task (splits ``train``, ``dev``, ``test``).
+        seq2seq: training and decoding settings of a ``seq2seq`` task (`Seq2SeqSettings`).
 
     Example:
         >>> get_task("mrpc").compute_metrics([[0.1, 0.9], [2.0, 0.0]], [1, 1])["f1"]
@@ -61,18 +67,26 @@ class Task:
     metrics: tuple[str, ...] = ("accuracy",)
     source: str = "glue"
     data_files: tuple[tuple[str, str], ...] = ()
+    seq2seq: Seq2SeqSettings | None = None
 
     def __post_init__(self):
         where = f"task {self.name!r}"
         if self.kind not in KINDS:
             raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if len(self.text_columns) not in (1, 2):
-            raise ConfigError(f"{where}: text_columns must name 1 or 2 columns, got {list(self.text_columns)}")
+        counts = _TEXT_COLUMNS.get(self.kind, (1, 2))
+        if len(self.text_columns) not in counts:
+            raise ConfigError(f"{where}: text_columns must name {' or '.join(map(str, counts))} "
+                              f"column{'s' if counts != (1,) else ''} for a {self.kind} task, "
+                              f"got {list(self.text_columns)}")
+        if self.kind == "seq2seq" and self.seq2seq is None:
+            object.__setattr__(self, "seq2seq", Seq2SeqSettings())
         if (self.kind == "classification") != bool(self.labels):
             raise ConfigError(f"{where}: a classification task needs labels and a regression task has none")
-        bad = [m for m in self.metrics if m not in METRICS]
+        accepted = _KIND_METRICS[self.kind]
+        bad = [m for m in self.metrics if m not in accepted]
         if bad:
-            raise ConfigError(f"{where}: unknown metric {bad[0]!r}; accepted: {', '.join(METRICS)}")
+            raise ConfigError(f"{where}: unknown metric {bad[0]!r} for a {self.kind} task; "
+                              f"accepted: {', '.join(accepted)}")
         if self.main_metric not in self.metrics:
             raise ConfigError(f"{where}: main_metric {self.main_metric!r} is not among "
                               f"metrics {list(self.metrics)}")
@@ -82,8 +96,16 @@ class Task:
         """Width of the model's head: the number of classes, or 1 for regression."""
         return len(self.labels) or 1
 
+    @property
+    def generative(self) -> bool:
+        """Whether the model produces text (``seq2seq``, ``causal_lm``) rather than a label or score."""
+        return self.kind in ("seq2seq", "causal_lm")
+
     def compute_metrics(self, predictions, references) -> dict[str, float]:
-        """Every metric of this task, from logits ``[N, C]`` (or class ids ``[N]``) or scores ``[N]``."""
+        """Every metric of this task, from logits ``[N, C]`` (or class ids ``[N]``) or scores ``[N]``;
+        from decoded strings for a ``seq2seq`` task."""
+        if self.kind == "seq2seq":
+            return text_metrics(self.metrics, predictions, references)
         p, r = _numpy(predictions), _numpy(references).ravel()
         if self.kind == "classification":
             p = p.argmax(-1) if p.ndim == 2 else p
@@ -180,7 +202,13 @@ class Split:
 
 def _make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence, where) -> Split:
     """Labels checked against the task; ``where(i)`` names row i of the source in an error."""
-    if task.kind == "regression":
+    if task.generative:
+        labels = np.empty(len(raw_labels), dtype=object)
+        for i, value in enumerate(raw_labels):
+            if value is None:
+                raise ConfigError(f"{where(i)}: {task.label_column!r} is empty")
+            labels[i] = str(value)
+    elif task.kind == "regression":
         labels = np.empty(len(raw_labels), dtype=np.float32)
         for i, value in enumerate(raw_labels):
             try:
@@ -265,14 +293,18 @@ def _read_table(path: str, needed: Sequence[str]):
     return table
 
 
-def file_task(train, dev, test=None, *, text_columns: Sequence[str], label_column: str = "label",
+def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = None, label_column: str | None = None,
               kind: str = "classification", labels: Sequence[str] | None = None, name: str | None = None,
-              metrics: Sequence[str] | None = None, main_metric: str | None = None) -> Task:
+              metrics: Sequence[str] | None = None, main_metric: str | None = None,
+              generation: dict | Seq2SeqSettings | None = None) -> Task:
     """A task over local CSV/TSV/JSON/JSONL files (read with `datasets.load_dataset`).
 
     Without ``test``, ``dev`` is the test set and the search dev is carved out of ``train``, as for
     GLUE; with ``test``, ``dev`` is the search dev and ``test`` the test set. Classification labels
-    default to the sorted distinct values of the train file's label column.
+    default to the sorted distinct values of the train file's label column (``label``).
+    A ``seq2seq`` task reads ``source`` -> ``target`` columns unless told otherwise, with
+    ``generation`` settings (`Seq2SeqSettings` fields); a ``causal_lm`` task reads
+    ``prompt``/``response`` columns, or a ``text`` column alone, whichever the train file has.
 
     Example:
         >>> task = file_task("train.csv", "dev.csv", text_columns=["text"])  # doctest: +SKIP
@@ -283,6 +315,11 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str], label_colum
             raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(_FORMATS)}")
         if not Path(path).is_file():
             raise ConfigError(f"{split} file {path} does not exist")
+    if kind in ("seq2seq", "causal_lm"):
+        return _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation)
+    if text_columns is None:
+        raise ConfigError(f"task: a {kind} file task needs text_columns")
+    label_column = label_column or "label"
     if kind == "classification" and labels is None:
         values = {str(v).strip() for v in _read_table(str(train), [label_column])[label_column]}
         numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
@@ -296,15 +333,46 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str], label_colum
                 main_metric, tuple(metrics), "files", tuple((s, str(p)) for s, p in files.items()))
 
 
+def _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation) -> Task:
+    if kind == "causal_lm" and text_columns is None and label_column is None:
+        columns = _read_table(str(files["train"]), ()).column_names
+        if {"prompt", "response"} <= set(columns):
+            text_columns, label_column = ["prompt"], "response"
+        elif "text" in columns:
+            text_columns, label_column = [], "text"
+        else:
+            raise ConfigError(f"{files['train']}: a causal_lm file needs 'prompt' and 'response' columns or "
+                              f"a 'text' column (columns: {', '.join(columns)})")
+    if kind == "seq2seq":
+        text_columns, label_column = text_columns or ["source"], label_column or "target"
+        if isinstance(generation, dict):
+            from .config import check_keys
+
+            check_keys("task: generation", generation, list(Seq2SeqSettings.__dataclass_fields__))
+            generation = Seq2SeqSettings(**generation)
+        metrics = tuple(metrics or ("rouge1", "rouge2", "rougeL", "bleu"))
+        main_metric = main_metric or ("rougeL" if "rougeL" in metrics else metrics[0])
+    else:
+        if generation is not None:
+            raise ConfigError("task: generation settings apply to seq2seq tasks only")
+        text_columns, label_column = text_columns or [], label_column or "response"
+        metrics = tuple(metrics or ("token_accuracy", "perplexity"))
+        main_metric = main_metric or "token_accuracy"
+    return Task(name or f"files:{Path(files['train']).stem}", tuple(text_columns), label_column, kind, (),
+                main_metric, metrics, "files", tuple((s, str(p)) for s, p in files.items()), seq2seq=generation)
+
+
 def resolve_task(task) -> Task:
     """A task from a name (``sst2``), a `Task`, or a file-task mapping as in experiment files::
 
         task: {train: data/train.csv, dev: data/dev.csv, text_columns: [text], label_column: label}
+        task: {train: data/train.jsonl, dev: data/dev.jsonl, kind: seq2seq, generation: {num_beams: 4}}
     """
     if isinstance(task, dict):
         unknown = set(task) - {"train", "dev", "test", "text_columns", "label_column", "kind", "labels",
-                               "name", "metrics", "main_metric"}
-        if unknown or not {"train", "dev", "text_columns"} <= set(task):
+                               "name", "metrics", "main_metric", "generation"}
+        generative = task.get("kind") in ("seq2seq", "causal_lm")
+        if unknown or not {"train", "dev", *(() if generative else ("text_columns",))} <= set(task):
             raise ConfigError("task: a file task needs train, dev and text_columns"
                               + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else ""))
         return file_task(task["train"], task["dev"], task.get("test"),
@@ -439,6 +507,7 @@ def load_splits(task: str | Task, data_dir=None, k: int | None = None, data_seed
     if key in _CACHE:
         return _CACHE[key]
     loaded = (_load_demo(task) if task.source == "demo" else _load_files(task) if task.source == "files"
+              else _load_generation(task, data_dir) if task.source == "generation"
               else _load_glue(task, data_dir))
     train = loaded["train"]
     if "test" in loaded:  # same first-K-of-the-permutation rule as split_indices, no carving
@@ -451,3 +520,12 @@ def load_splits(task: str | Task, data_dir=None, k: int | None = None, data_seed
         splits = TaskSplits(task, train.select(train_idx), train.select(dev_idx), loaded["dev"], key)
     _CACHE[key] = splits
     return splits
+
+
+def _load_generation(task: Task, data_dir) -> dict[str, Split]:
+    from .generation import load_generation
+
+    return load_generation(task, data_dir)
+
+
+from . import generation as _registered  # noqa: E402,F401  (xsum, wmt16_en_ro, demo_copy, demo_reverse)

@@ -1,8 +1,10 @@
 """The trial trainer: one readable loop from a PETL-applied model and encoded data to a score.
 
 AdamW on the trainable parameters, linear warm-up then linear decay, gradient clipping, bf16
-autocast on a GPU. It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each
-evaluation to ``report`` (the search's intermediate values, where a scheduler may stop the trial),
+autocast on a GPU. Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`)
+and are scored by beam search (`decode`), or by token accuracy for a causal LM (`causal_lm`).
+It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each evaluation to
+``report`` (the search's intermediate values, where a scheduler may stop the trial),
 and returns the best and last scores, wall time and peak memory. A non-finite loss stops the trial
 with `NonFiniteLoss`.
 """
@@ -30,9 +32,11 @@ class Recipe:
         batch_size / eval_batch_size: examples per optimiser step / per evaluation batch.
         warmup_ratio: share of steps with linear warm-up (then linear decay to 0).
         weight_decay, max_grad_norm: AdamW decay and the clipping norm.
-        max_length: tokens per example.
+        max_length: tokens per example (the source, for a sequence-to-sequence task).
         evals_per_epoch: evaluations (and reports) per epoch.
         seed: model-side seed (initialisation of the PETL modules, shuffling, dropout).
+        max_steps: stop after this many optimiser steps, if fewer than ``epochs`` make (None: no cap).
+        eval_rows: score only the first rows of the scoring split (None: all; beam search is slow).
     """
 
     lr: float = 1e-3
@@ -45,6 +49,8 @@ class Recipe:
     max_length: int = 128
     evals_per_epoch: int = 1
     seed: int = 0
+    max_steps: int | None = None
+    eval_rows: int | None = None
 
     def with_overrides(self, **kw) -> Recipe:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -71,9 +77,14 @@ class NonFiniteLoss(RuntimeError):
 def n_evaluations(n_train: int, recipe: Recipe) -> int:
     """How many evaluations (reports) a run of ``recipe`` on ``n_train`` examples makes."""
     steps_per_epoch = math.ceil(n_train / recipe.batch_size)
-    total = max(1, math.ceil(steps_per_epoch * recipe.epochs))
+    total = _total_steps(steps_per_epoch, recipe)
     every = max(1, steps_per_epoch // max(1, recipe.evals_per_epoch))
     return total // every + (total % every > 0)
+
+
+def _total_steps(steps_per_epoch: int, recipe: Recipe) -> int:
+    total = max(1, math.ceil(steps_per_epoch * recipe.epochs))
+    return min(total, recipe.max_steps) if recipe.max_steps else total
 
 
 def _linear_schedule(step: int, total: int, warmup: int) -> float:
@@ -82,8 +93,19 @@ def _linear_schedule(step: int, total: int, warmup: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
-def evaluate(model: nn.Module, split, task, batch_size: int, device) -> dict:
-    """Metrics of ``task`` on an encoded split (no gradient, eval mode)."""
+def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: int | None = None) -> dict:
+    """Metrics of ``task`` on an encoded split, or on its first ``max_rows`` rows (no gradient, eval mode)."""
+    if task.kind == "seq2seq":
+        from .decode import evaluate_generation
+
+        with _autocast(device):
+            return evaluate_generation(model, split, task, batch_size, device, max_rows)
+    if task.kind == "causal_lm":
+        from .causal_lm import evaluate_lm
+
+        with _autocast(device):
+            return evaluate_lm(model, split, task, batch_size, device, max_rows)
+    split = split.head(max_rows) if max_rows else split
     model.eval()
     preds, refs = [], []
     with torch.no_grad(), _autocast(device):
@@ -93,6 +115,15 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device) -> dict:
             preds.append(logits.cpu().numpy())
             refs.append(labels.numpy())
     return task.compute_metrics(np.concatenate(preds), np.concatenate(refs))
+
+
+def training_loss(model: nn.Module, batch: dict, task) -> torch.Tensor:
+    """The loss a step minimises: label-smoothed cross-entropy for seq2seq, the model's own otherwise."""
+    if task.kind == "seq2seq":
+        from .seq2seq import seq2seq_loss
+
+        return seq2seq_loss(model, batch, task.seq2seq.label_smoothing)
+    return model(**batch).loss                 # [] cross-entropy, MSE (num_labels=1) or next-token CE
 
 
 def _autocast(device):
@@ -123,7 +154,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                              {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr)
 
     steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
-    total = max(1, math.ceil(steps_per_epoch * recipe.epochs))
+    total = _total_steps(steps_per_epoch, recipe)
     warmup = max(1, int(recipe.warmup_ratio * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _linear_schedule(s, total, warmup))
     eval_every = max(1, steps_per_epoch // max(1, recipe.evals_per_epoch))
@@ -140,7 +171,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=recipe.seed + epoch):
             batch = {k: v.to(device) for k, v in batch.items()}
             with _autocast(device):
-                loss = model(**batch).loss                 # [] cross-entropy or MSE (num_labels=1)
+                loss = training_loss(model, batch, task)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
             loss.backward()
@@ -154,7 +185,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
                                                              if history else {}))
             if step % eval_every == 0 or step == total:
-                metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device)
+                metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows)
                 metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
                 history.append(metrics)
                 if report is not None:
@@ -176,4 +207,4 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        wall_s=time.perf_counter() - start, peak_mem_mb=peak)
 
 
-__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "n_evaluations"]
+__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "training_loss", "n_evaluations"]

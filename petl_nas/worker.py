@@ -51,15 +51,24 @@ class _Data:
 
 
 def _backbone_key(backbone, task: Task) -> str:
-    return repr((backbone, task.name, task.num_labels))
+    return repr((backbone, task.name, task.kind, task.num_labels))
 
 
 def tiny_model(backbone: dict, task: Task, tokenizer):
-    """The random model of a ``{"tiny": {config overrides}}`` backbone, sized to ``tokenizer``."""
+    """The random model of a ``{"tiny": {config overrides}}`` backbone, sized to ``tokenizer``, with
+    the head ``task`` needs (a generation task gets a tiny BART / GPT-2 unless ``model_type`` says)."""
     from .tiny import tiny_backbone
 
     overrides = dict(backbone["tiny"] or {})
     overrides.pop("vocab_size", None)                    # the tokenizer sets it
+    if task.kind == "seq2seq":
+        from .seq2seq import tiny_seq2seq
+
+        return tiny_seq2seq(overrides.pop("model_type", "bart"), tokenizer, int(overrides.pop("seed", 0)), **overrides)
+    if task.kind == "causal_lm":
+        from .causal_lm import tiny_causal_lm
+
+        return tiny_causal_lm(overrides.pop("model_type", "gpt2"), tokenizer, int(overrides.pop("seed", 0)), **overrides)
     return tiny_backbone(overrides.pop("model_type", "bert"), num_labels=task.num_labels, tokenizer=tokenizer,
                          seed=int(overrides.pop("seed", 0)), **overrides)
 
@@ -81,15 +90,19 @@ def load_backbone(backbone, task: Task, splits=None):
             from .tiny import tiny_tokenizer
 
             texts = [t for col in splits.train.texts for t in col] if splits is not None else ["empty"]
+            if splits is not None and task.generative:     # targets / responses need their words too
+                texts += list(splits.train.labels)
             tok = tiny_tokenizer(texts, vocab_size=int((backbone["tiny"] or {}).get("vocab_size", 1000)))
             model = tiny_model(backbone, task, tok)
         elif isinstance(backbone, str):
             from transformers import AutoTokenizer
 
-            from .models import load_classifier, resolve_model
+            from .causal_lm import ensure_pad_token
+            from .models import load_for_task, resolve_model
 
             tok = AutoTokenizer.from_pretrained(resolve_model(backbone))
-            model = load_classifier(backbone, num_labels=task.num_labels)
+            model = load_for_task(backbone, task)
+            ensure_pad_token(model, tok)                   # GPT-2 / Llama tokenizers have no pad token
         else:
             raise ConfigError(f"backbone: expected a model name/path or {{tiny: {{...}}}}, got {backbone!r}")
         if task.kind == "regression":
@@ -120,7 +133,8 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
     return {"score": result.score, "last_score": result.last_score, "metrics": result.metrics,
             "history": result.history, "steps": result.steps, "train_s": result.wall_s,
-            "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric}
+            "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric,
+            "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}
 
 
 __all__ = ["TrialSpec", "run_trial", "prepare", "load_backbone", "model_config_for", "tiny_model"]

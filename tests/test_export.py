@@ -216,3 +216,20 @@ def test_what_is_not_expressible_is_named(name, library, words):
     fn = to_peft if library == "peft" else to_adapters
     with pytest.raises(NotExpressible, match=words):
         fn(preset(name, hidden_size=768), 768, 12)
+
+
+def test_restricted_blocks_and_other_backbones_are_named_not_dropped():
+    decoder_only = PetlConfig(modules=(ModuleSpec(form="lora", size=8, blocks=("decoder",)),))
+    for fn in (to_peft, to_adapters):
+        with pytest.raises(NotExpressible, match=r"restricted to the decoder blocks"):
+            fn(decoder_only, 768, 12)
+    with pytest.raises(NotExpressible, match="a bart backbone"):
+        to_peft(preset("lora"), 768, 12, model_type="bart")
+
+
+def test_record_carries_the_final_step_and_decoding_caps(tmp_path):
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    assert "max_steps" not in record(study, choose(study))["recipe"]
+    study.set_user_attr("final", {"seeds": 1, "epochs": 1, "k": -1, "max_steps": 500, "eval_rows": 64})
+    recipe = record(study, choose(study))["recipe"]
+    assert recipe["max_steps"] == 500 and recipe["eval_rows"] == 64

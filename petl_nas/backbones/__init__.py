@@ -1,51 +1,124 @@
 """Backbone specs: where a model family keeps its layers, attention, q/k/v/o and FFN weights.
 
-A new architecture is one `BackboneSpec` and one `register` call; nothing in the injection code
-names a model family. Paths are attribute paths relative to ``model.base_model``'s layer list.
+A spec is a tuple of *blocks*, one per kind of attention (He et al.'s N_attn): ``encoder``
+(encoder self-attention), ``decoder`` (decoder self-attention; the one block of a decoder-only
+model) and ``cross`` (the decoder's cross-attention). Each block names its layer list (relative to
+``model.base_model``), and relative to one layer: the module that calls transformers' attention
+interface, the q/k/v/o projections and, except for ``cross``, the FFN of the same layers.
+
+A new architecture is one file in this package holding a `BackboneSpec` and its `register` call
+(every module here is imported at start-up); nothing in the injection code names a model family.
+Two spellings cover the odd layers:
+- a fused projection is ``"attn.c_attn[0/3]"``: output slice 0 of 3 equal slices (GPT-2's qkv);
+- a gated FFN lists several W1 paths: ``ffn_in=("mlp.gate_proj", "mlp.up_proj")``.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 from torch import nn
 
 from ..config import ConfigError, _suggest
 
+_SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+)\]$")
+
+
+class Site(NamedTuple):
+    """One weight a module edits: a submodule path, and for a fused projection its output slice."""
+
+    path: str
+    part: int = 0
+    parts: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Site:
+        m = _SLICE.match(text)
+        return cls(m["path"], int(m["part"]), int(m["parts"])) if m else cls(text)
+
+
+def features(linear: nn.Module, site: Site = Site("")) -> tuple[int, int]:
+    """(in, out) widths of a linear layer, or of its ``site`` slice (nn.Linear or transformers' Conv1D)."""
+    if hasattr(linear, "in_features"):
+        fan_in, fan_out = linear.in_features, linear.out_features
+    else:                                              # Conv1D keeps weight as [in, out]: nx, nf
+        fan_in, fan_out = linear.nx, linear.nf
+    return fan_in, fan_out // site.parts
+
 
 @dataclass(frozen=True)
-class BackboneSpec:
-    """Attribute paths of one model family (relative to one layer unless said otherwise).
+class Block:
+    """One kind of attention and, for encoder/decoder blocks, the FFN of the same layers.
 
     Attributes:
-        model_types: ``config.model_type`` values this spec serves.
-        layers: path from ``model.base_model`` to the list of transformer layers.
-        attention: the module that calls transformers' attention interface (it sees q, k, v, mask);
-            its first input is the attention sublayer's input x.
-        q, k, v, o: the attention projections.
-        ffn_in, ffn_out: the FFN's W1 and W2; ffn_in's input is the FFN sublayer's input x.
+        name: ``encoder``, ``decoder`` or ``cross``.
+        layers: path from ``model.base_model`` to the layer list.
+        attention: the module that calls the attention interface (sees q, k, v and the mask).
+        q, k, v, o: the attention projections (a fused one as ``path[i/n]``).
+        ffn_in: W1, whose input is the FFN sublayer's input x (two paths for a gated FFN).
+        ffn_out: W2.
+        heads: config attribute holding this block's number of query heads.
     """
 
-    model_types: tuple[str, ...]
+    name: str
     layers: str
     attention: str
     q: str
     k: str
     v: str
     o: str
-    ffn_in: str
-    ffn_out: str
+    ffn_in: tuple[str, ...] = ()
+    ffn_out: str | None = None
+    heads: str = "num_attention_heads"
 
-    def site(self, name: str) -> str:
-        return getattr(self, name)
+    def sites(self, role: str) -> tuple[Site, ...]:
+        """The weights behind a role: q, k, v, o, ffn_in or ffn_out."""
+        value = getattr(self, role)
+        return tuple(Site.parse(p) for p in (value if isinstance(value, tuple) else (value,)))
+
+    @property
+    def stack(self) -> str:
+        """Path of the stack module that owns the layer list (``encoder.layers`` -> ``encoder``)."""
+        return self.layers.rpartition(".")[0]
 
 
-_REGISTRY: dict[str, BackboneSpec] = {}
+@dataclass(frozen=True)
+class BackboneSpec:
+    """Where one model family keeps what PETL modules edit.
+
+    Attributes:
+        model_types: ``config.model_type`` values this spec serves.
+        blocks: its attention kinds, encoder first.
+        when: for a family with variants, the config predicate that selects this one
+            (T5 v1.1's gated FFN); specs are tried in registration order.
+    """
+
+    model_types: tuple[str, ...]
+    blocks: tuple[Block, ...]
+    when: Callable[[object], bool] | None = None
+
+    def block(self, name: str) -> Block:
+        return next(b for b in self.blocks if b.name == name)
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return {"encoder", "decoder"} <= {b.name for b in self.blocks}
+
+    @property
+    def decoder_only(self) -> bool:
+        return [b.name for b in self.blocks] == ["decoder"]
+
+
+_REGISTRY: dict[str, list[BackboneSpec]] = {}
 
 
 def register(spec: BackboneSpec) -> BackboneSpec:
     for t in spec.model_types:
-        _REGISTRY[t] = spec
+        _REGISTRY.setdefault(t, []).append(spec)
     return spec
 
 
@@ -53,21 +126,37 @@ def supported_model_types() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def spec_for(model_type: str) -> BackboneSpec:
-    """The spec serving ``model_type``; an unknown type gets the supported list."""
-    try:
-        return _REGISTRY[model_type]
-    except KeyError:
+def spec_for(model_config) -> BackboneSpec:
+    """The spec serving a transformers config (or a model type); an unknown type gets the supported list."""
+    model_type = model_config if isinstance(model_config, str) else getattr(model_config, "model_type", None)
+    if model_type not in _REGISTRY:
         raise ConfigError(f"backbone: model type {model_type!r} has no backbone spec"
-                          f"{_suggest(model_type, supported_model_types())}") from None
+                          f"{_suggest(model_type, supported_model_types())}")
+    specs = _REGISTRY[model_type]
+    if isinstance(model_config, str):                  # no config to choose a variant by: the plain one
+        return next((s for s in specs if s.when is None), specs[0])
+    return next(s for s in specs if s.when is None or s.when(model_config))
 
 
-def layer_list(model: nn.Module) -> tuple[BackboneSpec, nn.ModuleList]:
-    """The spec and the transformer layers of a transformers model."""
-    spec = spec_for(getattr(model.config, "model_type", type(model).__name__))
-    return spec, model.base_model.get_submodule(spec.layers)
+def stacks(model: nn.Module) -> tuple[BackboneSpec, dict[str, nn.ModuleList]]:
+    """The spec of a transformers model and each block's layer list."""
+    spec = spec_for(model.config)
+    return spec, {b.name: model.base_model.get_submodule(b.layers) for b in spec.blocks}
 
 
-from . import bert, distilbert  # noqa: E402,F401  (registration)
+def depths(spec: BackboneSpec, layers: dict[str, nn.ModuleList]) -> dict[str, dict[str, int]]:
+    """Blocks and their depths per position, as `PetlConfig.check_backbone` takes them."""
+    return {"attn": {b.name: len(layers[b.name]) for b in spec.blocks},
+            "ffn": {b.name: len(layers[b.name]) for b in spec.blocks if b.ffn_in}}
 
-__all__ = ["BackboneSpec", "register", "spec_for", "supported_model_types", "layer_list"]
+
+def _register_all() -> None:
+    """Import every module of this package: a new backbone is a new file here, nothing else."""
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_all()
+
+__all__ = ["BackboneSpec", "Block", "Site", "features", "register", "spec_for", "supported_model_types",
+           "stacks", "depths"]

@@ -1,15 +1,11 @@
 """BERT-family encoders: BERT, RoBERTa, XLM-R, ELECTRA, CamemBERT (same module names in transformers 5)."""
 
-from . import BackboneSpec, register
+from . import BackboneSpec, Block, register
 
 BERT = register(BackboneSpec(
     model_types=("bert", "roberta", "xlm-roberta", "camembert", "electra"),
-    layers="encoder.layer",
-    attention="attention.self",
-    q="attention.self.query",
-    k="attention.self.key",
-    v="attention.self.value",
-    o="attention.output.dense",
-    ffn_in="intermediate.dense",
-    ffn_out="output.dense",
+    blocks=(Block(
+        "encoder", layers="encoder.layer", attention="attention.self",
+        q="attention.self.query", k="attention.self.key", v="attention.self.value",
+        o="attention.output.dense", ffn_in=("intermediate.dense",), ffn_out="output.dense"),),
 ))

@@ -1,15 +1,11 @@
 """DistilBERT: a 6-layer BERT with its own module names."""
 
-from . import BackboneSpec, register
+from . import BackboneSpec, Block, register
 
 DISTILBERT = register(BackboneSpec(
     model_types=("distilbert",),
-    layers="transformer.layer",
-    attention="attention",
-    q="attention.q_lin",
-    k="attention.k_lin",
-    v="attention.v_lin",
-    o="attention.out_lin",
-    ffn_in="ffn.lin1",
-    ffn_out="ffn.lin2",
+    blocks=(Block(
+        "encoder", layers="transformer.layer", attention="attention",
+        q="attention.q_lin", k="attention.k_lin", v="attention.v_lin", o="attention.out_lin",
+        ffn_in=("ffn.lin1",), ffn_out="ffn.lin2", heads="n_heads"),),
 ))

@@ -5,6 +5,11 @@ mask, ...)``. Registering ``petl`` there (and, so that padding masks still arriv
 ``AttentionMaskInterface``) lets prefix tuning and the multi-head adapter work on any model that
 routes through the interface, with no copy of its attention code. Attention modules without edits
 fall through to SDPA unchanged.
+
+Prefix keys/values are stored per key/value head, so grouped-query attention shares them across each
+group exactly as it shares the token keys; they get no relative position bias (T5) and no causal
+mask. They never enter the KV cache: each call prepends them to whatever keys the cache returns, so
+cached decoding sees the prefix exactly once per step, as a full forward does.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Prompt tuning: l learned input embeddings, inserted right after the first token.
+"""Prompt tuning: l learned input embeddings, inserted at a fixed index of the input.
 
-Inserting after the first token (not before it) keeps [CLS]/<s> at position 0, where BERT-style
-pooling heads read the sequence representation. The attention mask and token types grow with it.
+Encoders (and the encoder of an encoder-decoder) get them right after the first token, which keeps
+[CLS]/<s> at position 0 where BERT-style pooling heads read the sequence representation. A
+decoder-only model gets them before every token (the sequence then starts with the prompt, as in
+Lester et al.), and the prompt positions are cut from the base model's output again, so heads,
+labels and pooling see the original length. The attention masks and token types grow with it.
 """
 
 from __future__ import annotations
@@ -11,26 +14,57 @@ from torch import nn
 
 
 class SoftPrompt(nn.Module):
-    def __init__(self, length: int, dim: int):
+    def __init__(self, length: int, dim: int, at: int = 1):
         super().__init__()
         self.embeddings = nn.Parameter(torch.randn(length, dim) * 0.02)
+        self.at = at                                     # insertion index: 1 after the first token, 0 first
 
-    def rewrite_inputs(self, model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """Turn the model's (input_ids | inputs_embeds, mask, token types) into prompted inputs."""
+    def grow(self, t: torch.Tensor, fill=None) -> torch.Tensor:
+        """Insert n columns at the prompt's index: ``fill``, or copies of the first column."""
+        b, n = t.shape[0], self.embeddings.shape[0]
+        pad = t[:, :1].expand(b, n) if fill is None else torch.full((b, n), fill, dtype=t.dtype, device=t.device)
+        return torch.cat([t[:, :self.at], pad, t[:, self.at:]], dim=1)
+
+    def shrink(self, t: torch.Tensor) -> torch.Tensor:
+        """Drop the prompt positions of a [B, L+n, ...] tensor."""
+        n = self.embeddings.shape[0]
+        return torch.cat([t[:, :self.at], t[:, self.at + n:]], dim=1)
+
+    def rewrite_inputs(self, model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict, bool]:
+        """Turn the model's (input_ids | inputs_embeds, mask, token types) into prompted inputs.
+
+        Returns (args, kwargs, inserted). When a decoder cache already holds the prompt (generation
+        after the first step) only the attention mask grows, and ``inserted`` is False.
+        """
         if len(args) > 1:
             raise TypeError("prompt tuning: pass the model's inputs as keyword arguments")
+        n = self.embeddings.shape[0]
+        past = kwargs.get("past_key_values")
+        if past is not None and past.get_seq_length() > 0:
+            if kwargs.get("attention_mask") is not None:
+                kwargs["attention_mask"] = self.grow(kwargs["attention_mask"], 1)
+            if kwargs.get("position_ids") is not None:        # given positions do not count the prompt
+                kwargs["position_ids"] = kwargs["position_ids"] + n
+            return args, kwargs, False
         input_ids = args[0] if args else kwargs.pop("input_ids", None)
         embeds = kwargs.pop("inputs_embeds", None)
         if embeds is None:
             embeds = model.get_input_embeddings()(input_ids)
-        b, n = embeds.shape[0], self.embeddings.shape[0]
+        b = embeds.shape[0]
         prompt = self.embeddings.to(embeds.dtype).expand(b, -1, -1)
-        kwargs["inputs_embeds"] = torch.cat([embeds[:, :1], prompt, embeds[:, 1:]], dim=1)
+        kwargs["inputs_embeds"] = torch.cat([embeds[:, :self.at], prompt, embeds[:, self.at:]], dim=1)
         for key, fill in (("attention_mask", 1), ("token_type_ids", None)):
-            t = kwargs.get(key)
-            if t is not None:
-                pad = t[:, :1].expand(b, n) if fill is None else torch.full((b, n), fill, dtype=t.dtype,
-                                                                            device=t.device)
-                kwargs[key] = torch.cat([t[:, :1], pad, t[:, 1:]], dim=1)
-        kwargs.pop("position_ids", None)  # positions are recomputed for the longer sequence
-        return (), kwargs
+            if kwargs.get(key) is not None:
+                kwargs[key] = self.grow(kwargs[key], fill)
+        positions = kwargs.pop("position_ids", None)
+        if positions is not None and self.at == 0:         # the prompt takes 0..n-1, the tokens move up by n
+            start = torch.arange(n, device=positions.device).expand(positions.shape[0], n)
+            kwargs["position_ids"] = torch.cat([start, positions + n], dim=1)
+        return (), kwargs, True                           # (elsewhere positions are recomputed)
+
+    def grow_encoder_mask(self, kwargs: dict) -> dict:
+        """In a decoder: widen the cross-attention mask to encoder states that carry the prompt."""
+        states, mask = kwargs.get("encoder_hidden_states"), kwargs.get("encoder_attention_mask")
+        if states is not None and mask is not None and mask.shape[-1] + self.embeddings.shape[0] == states.shape[1]:
+            kwargs["encoder_attention_mask"] = self.grow(mask, 1)
+        return kwargs

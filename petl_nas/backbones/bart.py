@@ -1,0 +1,22 @@
+"""BART and mBART: encoder self-, decoder self- and cross-attention (N_attn = 3), two FFNs (N_ffn = 2).
+
+mBART differs from BART only in where its LayerNorms sit; the module names are the same.
+"""
+
+from . import BackboneSpec, Block, register
+
+
+def _attention(name: str, layers: str, module: str, heads: str, ffn: bool) -> Block:
+    return Block(name, layers=layers, attention=module, q=f"{module}.q_proj", k=f"{module}.k_proj",
+                 v=f"{module}.v_proj", o=f"{module}.out_proj", ffn_in=("fc1",) if ffn else (),
+                 ffn_out="fc2" if ffn else None, heads=heads)
+
+
+BART = register(BackboneSpec(
+    model_types=("bart", "mbart"),
+    blocks=(
+        _attention("encoder", "encoder.layers", "self_attn", "encoder_attention_heads", ffn=True),
+        _attention("decoder", "decoder.layers", "self_attn", "decoder_attention_heads", ffn=True),
+        _attention("cross", "decoder.layers", "encoder_attn", "decoder_attention_heads", ffn=False),
+    ),
+))

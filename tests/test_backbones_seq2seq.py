@@ -1,0 +1,374 @@
+"""Encoder-decoder and decoder-only backbones: BART, mBART, T5 (and v1.1's gated FFN), GPT-2, Llama (GQA).
+
+Every preset builds on each; zero-init modules and closed gates leave the outputs of the bare model;
+only PETL parameters move; the prefix through the attention function equals explicit concatenation
+of prefix keys/values (T5's position bias and Llama's key/value groups included); decoding with the
+cache equals decoding without it; the `blocks` dimension places modules per attention kind.
+"""
+
+import copy
+
+import optuna
+import pytest
+import torch
+from transformers import (AttentionInterface, AutoConfig, AutoModelForCausalLM, BartConfig,
+                          BartForConditionalGeneration, DynamicCache, EncoderDecoderCache, GPT2Config, GPT2LMHeadModel,
+                          MBartConfig, MBartForConditionalGeneration, T5Config, T5ForConditionalGeneration)
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.pytorch_utils import Conv1D
+
+from petl_nas import (ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, count_parameters, load_petl,
+                      petl_disabled, preset, preset_names, save_petl)
+from petl_nas.backbones import spec_for
+from petl_nas.modules.head_attention import edits_of
+from petl_nas.space import SearchSpace
+
+V, D, F = 64, 16, 32
+
+
+def tiny(kind: str, seed: int = 0):
+    """A tiny random LM of each family, in eval mode."""
+    torch.manual_seed(seed)
+    s2s = dict(vocab_size=V, d_model=D, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+               decoder_attention_heads=4, encoder_ffn_dim=F, decoder_ffn_dim=F, max_position_embeddings=64)
+    t5 = dict(vocab_size=V, d_model=D, d_kv=4, d_ff=F, num_layers=2, num_heads=4, decoder_start_token_id=0,
+              pad_token_id=0)
+    if kind == "bart":
+        model = BartForConditionalGeneration(BartConfig(**s2s))
+    elif kind == "mbart":
+        model = MBartForConditionalGeneration(MBartConfig(**s2s))
+    elif kind == "t5":
+        model = T5ForConditionalGeneration(T5Config(**t5))
+    elif kind == "t5_gated":                                  # T5 v1.1: gated-GELU FFN, untied LM head
+        model = T5ForConditionalGeneration(T5Config(**t5, feed_forward_proj="gated-gelu", tie_word_embeddings=False))
+    elif kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=D, n_layer=2, n_head=4, n_positions=64,
+                                           pad_token_id=0))
+    else:                                                     # grouped-query attention: 4 query, 2 KV heads
+        llama = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kind, **llama))  # llama, mistral, qwen2
+    return model.eval()
+
+
+KINDS = ["bart", "mbart", "t5", "t5_gated", "gpt2", "llama"]
+LLAMA_FAMILY = ["mistral", "qwen2"]          # Llama's spec; Qwen2 adds q/k/v biases
+ENC_DEC = {"bart", "mbart", "t5", "t5_gated"}
+BIAS_FREE = {"t5", "t5_gated", "llama"}
+
+
+def batch(kind: str, seed: int = 1):
+    """A padded batch with labels: right padding into an encoder, left padding into a decoder-only model."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, V, (3, 8), generator=g)
+    mask = torch.ones_like(ids)
+    if kind in ENC_DEC:
+        mask[-1, -3:] = 0
+        labels = torch.randint(3, V, (3, 5), generator=g)
+    else:
+        mask[-1, :3] = 0
+        labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask, "labels": labels}
+
+
+def perturb(model, std=0.3, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.petl.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * std)
+
+
+def applied(kind, config):
+    model = tiny(kind)
+    if isinstance(config, str):
+        config = preset(config, model.config)
+    return apply_petl(model, config)
+
+
+def logits(model, x):
+    return model(**x).logits
+
+
+def same(a, b, x, atol=1e-5):
+    """Equal logits at every real position (a left-padded row's pad positions carry no meaning)."""
+    keep = torch.ones(a.shape[:2], dtype=torch.bool) if x["labels"].shape != x["input_ids"].shape \
+        else x["attention_mask"].bool()
+    return torch.allclose(a[keep], b[keep], atol=atol)
+
+
+PRESETS = preset_names()
+
+
+# ---- every preset on every backbone ---------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_builds_and_trains_only_petl(kind, name):
+    model = tiny(kind)
+    if name == "bitfit" and kind in BIAS_FREE:
+        with pytest.raises(ConfigError, match="no bias terms"):
+            apply_petl(model, preset(name, model.config))
+        return
+    apply_petl(model, preset(name, model.config)).train()
+    # The meta-device count is the real model's trainable count (no head trains on an LM).
+    assert count_parameters(model.config, preset(name, model.config)).trainable == count_model(model).trainable
+    assert count_model(model).trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    norms = {f"{m}.{n}".lstrip(".") for m, mod in model.named_modules() for n, _ in mod.named_parameters(recurse=False)
+             if "norm" in type(mod).__name__.lower()}
+    assert all(n.startswith("petl.") or n.endswith("bias") or n in norms for n in trainable)
+    assert not any(n.startswith("lm_head") for n in trainable)      # the LM head is pretrained: frozen
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model(**batch(kind)).loss.backward()
+    opt.step()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= trainable
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["mam", "unipelt_apl", "prompt_tuning", "compacter", "lora_ffn"])
+def test_disabled_is_the_base_model_and_save_load_round_trips(kind, name, tmp_path):
+    base = tiny(kind)
+    x = batch(kind)
+    expected = logits(base, x)
+    model = apply_petl(copy.deepcopy(base), preset(name, base.config))
+    perturb(model)
+    with petl_disabled(model):
+        assert torch.allclose(logits(model, x), expected, atol=1e-6)
+    ours = logits(model, x)
+    assert not torch.allclose(ours, expected, atol=1e-4)
+    assert ours.shape == expected.shape                              # prompt positions never reach the head
+    save_petl(model, tmp_path)
+    assert torch.allclose(logits(load_petl(tiny(kind), tmp_path), x), ours, atol=1e-5)
+
+
+# ---- identity at zero-init and at closed gates ----------------------------------------------
+ZERO_INIT = {
+    "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
+    "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
+    "lora qkvo": ModuleSpec(form="lora", size=4, targets=("q", "k", "v", "o")),
+    "lora ffn": ModuleSpec(form="lora", position="ffn", size=4),
+    "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
+    "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_zero_init_and_closed_gates_leave_the_output_unchanged(kind):
+    base = tiny(kind)
+    x = batch(kind)
+    expected = logits(base, x)
+    for label, spec in ZERO_INIT.items():
+        model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(spec,)))
+        assert same(logits(model, x), expected, x, atol=1e-6), label
+    model = apply_petl(copy.deepcopy(base), preset("unipelt_apl", base.config))
+    perturb(model, std=0.5)
+    assert not same(logits(model, x), expected, x, atol=1e-4)
+    with torch.no_grad():
+        for g in (m for m in model.petl.modules() if type(m).__name__ == "Gate"):
+            g.proj.weight.zero_()
+            g.proj.bias.fill_(-1000.0)            # closed (T5 does not scale q·k: prefix logits run large)
+    assert same(logits(model, x), expected, x)   # the gate's extra feature column reorders float sums
+
+
+# ---- prefix through the attention function == explicit concatenation -----------------------
+def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                               position_bias=None, **_):
+    """Textbook attention over [prefix; tokens]: eager softmax, float mask, T5's bias, GQA by repetition."""
+    e = edits_of(module)
+    b = query.shape[0]
+    if e is not None and e.prefix is not None:
+        pk, pv = e.prefix.layer_kv(e.prefix_index)
+        n = pk.shape[1]
+        key = torch.cat([pk.expand(b, -1, -1, -1), key], 2)
+        value = torch.cat([pv.expand(b, -1, -1, -1), value], 2)
+        pad = lambda t: None if t is None else torch.nn.functional.pad(t, (n, 0))  # noqa: E731
+        attention_mask, position_bias = pad(attention_mask), pad(position_bias)
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scores = query @ key.transpose(-1, -2) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
+    for extra in (position_bias, attention_mask):
+        if extra is not None:
+            scores = scores + extra
+    return (scores.softmax(-1) @ value).transpose(1, 2), None
+
+
+AttentionInterface.register("reference_prefix_s2s", reference_prefix_attention)
+AttentionMaskInterface.register("reference_prefix_s2s", eager_mask)
+
+
+@pytest.mark.parametrize("kind", KINDS + LLAMA_FAMILY)
+@pytest.mark.parametrize("reparam", [0, 8])
+def test_prefix_equals_explicit_concatenation(kind, reparam):
+    model = applied(kind, PetlConfig(modules=(ModuleSpec(form="prefix", size=3, reparam=reparam),)))
+    perturb(model, std=1.0)
+    x = batch(kind)
+    ours = logits(model, x)
+    model.set_attn_implementation("reference_prefix_s2s")
+    assert same(logits(model, x), ours, x)
+    model.set_attn_implementation("petl")
+    with petl_disabled(model):
+        assert not same(logits(model, x), ours, x, atol=1e-4)
+    n_attn = len(spec_for(model.config).blocks)                      # 3 kinds of attention on encoder-decoders
+    assert len(model.petl.prefix_encoders()) == n_attn
+
+
+# ---- decoding with the cache == decoding without it ----------------------------------------
+@pytest.mark.parametrize("kind", KINDS + LLAMA_FAMILY)
+@pytest.mark.parametrize("name", ["prefix", "mam", "prompt_tuning", "unipelt_apl"])
+def test_cached_decoding_equals_full_forward(kind, name):
+    model = applied(kind, name)
+    perturb(model)
+    x = batch(kind)
+    with torch.no_grad():
+        if kind in ENC_DEC:
+            dec = x["labels"]
+            full = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"], decoder_input_ids=dec).logits
+            enc = model.get_encoder()(input_ids=x["input_ids"], attention_mask=x["attention_mask"])
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            steps = [model(encoder_outputs=enc, attention_mask=x["attention_mask"], decoder_input_ids=dec[:, i:i + 1],
+                           past_key_values=cache, use_cache=True).logits for i in range(dec.shape[1])]
+        else:
+            ids, mask = x["input_ids"], x["attention_mask"]
+            full = model(input_ids=ids, attention_mask=mask).logits
+            cache = DynamicCache()
+            steps = [model(input_ids=ids[:, :5], attention_mask=mask[:, :5], past_key_values=cache,
+                           use_cache=True).logits]
+            steps += [model(input_ids=ids[:, i:i + 1], attention_mask=mask[:, :i + 1], past_key_values=cache,
+                            use_cache=True).logits for i in range(5, ids.shape[1])]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-4)       # T5 v1.1's untied logits run to ~10
+    # And through generate: beam search with and without the cache picks the same tokens.
+    gen = dict(input_ids=x["input_ids"], attention_mask=x["attention_mask"], max_new_tokens=5, num_beams=2,
+               do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(**gen, use_cache=True), model.generate(**gen, use_cache=False))
+
+
+# ---- where modules go: the blocks dimension ------------------------------------------------
+def test_blocks_place_prefix_in_each_attention_kind_separately():
+    model = applied("bart", PetlConfig(modules=(ModuleSpec(form="prefix", size=3, blocks=("cross",)),)))
+    layers = model.model.decoder.layers
+    assert all(edits_of(l.encoder_attn) is not None and edits_of(l.self_attn) is None for l in layers)
+    assert all(edits_of(l.self_attn) is None for l in model.model.encoder.layers)
+    # Two prefixes may share layers when their blocks differ; each has its own length.
+    two = PetlConfig(modules=(ModuleSpec(form="prefix", size=3, blocks=("encoder", "decoder")),
+                              ModuleSpec(form="prefix", size=5, blocks=("cross",))))
+    model = applied("bart", two)
+    assert edits_of(model.model.decoder.layers[0].encoder_attn).prefix.shape[3] == 5
+    assert edits_of(model.model.encoder.layers[1].self_attn).prefix.shape[3] == 3
+
+
+@pytest.mark.parametrize("blocks, n_attn", [(None, 3), (("encoder",), 1), (("decoder", "cross"), 2)])
+def test_lora_count_per_attention_kind(blocks, n_attn):
+    """4·r·d per layer per attention kind (q and v), as He et al. count it."""
+    r, L = 4, 2
+    cfg = tiny("bart").config
+    count = count_parameters(cfg, PetlConfig(modules=(ModuleSpec(form="lora", size=r, blocks=blocks),)))
+    assert count.deployable == 4 * r * D * n_attn * L
+
+
+def test_layers_count_within_each_stack():
+    """A T5 with 2 encoder and 3 decoder layers: `layers` indexes each stack, checked against its depth."""
+    cfg = T5Config(vocab_size=V, d_model=D, d_kv=4, d_ff=F, num_layers=2, num_decoder_layers=3, num_heads=4)
+    top = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=2, layers=(2,), blocks=("decoder",)),))
+    assert count_parameters(cfg, top).deployable == 2 * 2 * D + 2 + D
+    too_deep = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=2, layers=(2,)),))
+    with pytest.raises(ConfigError, match=r"modules\[0\].layers: layer 2 is past the encoder stack's depth"):
+        count_parameters(cfg, too_deep)
+
+
+@pytest.mark.parametrize("spec, words", [
+    (ModuleSpec(form="lora", blocks=("cross",)), "has no 'cross' block at attn; it has decoder"),
+    (ModuleSpec(form="adapter", position="ffn", blocks=("encoder",)), "has no 'encoder' block at ffn"),
+])
+def test_blocks_a_backbone_lacks_are_rejected(spec, words):
+    with pytest.raises(ConfigError, match=words):
+        applied("gpt2", PetlConfig(modules=(spec,)))
+
+
+def test_blocks_field_validates_and_round_trips():
+    with pytest.raises(ConfigError, match="cross-attention has no FFN"):
+        ModuleSpec(form="adapter", position="ffn", blocks=("cross",))
+    with pytest.raises(ConfigError, match=r"modules\[0\].blocks: unknown value 'crosss' \(did you mean 'cross'"):
+        PetlConfig.from_dict({"modules": [{"form": "lora", "blocks": ["crosss"]}]})
+    spec = ModuleSpec(form="lora", blocks=["cross", "encoder"])
+    assert spec.blocks == ("encoder", "cross")                            # canonical order
+    assert PetlConfig.from_dict({"modules": [{"form": "lora", "blocks": "encoder+cross"}]}).modules[0] == spec
+    cfg = PetlConfig(modules=(spec, ModuleSpec(form="adapter")))
+    assert PetlConfig.from_yaml(cfg.to_yaml()) == cfg
+    assert "blocks" not in cfg.to_dict()["modules"][1]                    # the default is not written
+
+
+# ---- fused and gated weights: LoRA == merged W + s·B·A --------------------------------------
+@pytest.mark.parametrize("kind", ["gpt2", "t5_gated", "llama", "bart"])
+def test_lora_equals_merged_weights_on_fused_and_gated_projections(kind):
+    base = tiny(kind)
+    config = PetlConfig(modules=(
+        ModuleSpec(form="lora", size=3, targets=("q", "k", "v", "o"), composition="scaled", scale=2.0),
+        ModuleSpec(form="lora", position="ffn", size=2)))
+    model = apply_petl(copy.deepcopy(base), config)
+    perturb(model)
+    merged = copy.deepcopy(base)
+    spec = spec_for(base.config)
+    with torch.no_grad():
+        for block in spec.blocks:
+            layers = merged.base_model.get_submodule(block.layers)
+            for group in model.petl.groups.values():
+                if len(spec.blocks) > 1 and block.name not in group:           # cross has no FFN
+                    continue
+                sub = group[block.name] if len(spec.blocks) > 1 else group
+                for l, layer in enumerate(layers):
+                    for t in ("q", "k", "v", "o", "ffn_in", "ffn_out"):
+                        sites = block.sites(t) if (t[0] != "f" or block.ffn_in) else ()
+                        for j, site in enumerate(sites):
+                            key = f"{l}_{t}" if len(sites) == 1 else f"{l}_{t}_{j}"
+                            if key not in sub:
+                                continue
+                            delta = sub[key].delta_weight()                      # [out, in]
+                            linear = layer.get_submodule(site.path)
+                            if isinstance(linear, Conv1D):                       # weight [in, out]; q/k/v slices
+                                width = delta.shape[0]
+                                linear.weight[:, site.part * width:(site.part + 1) * width] += delta.t()
+                            else:
+                                linear.weight += delta
+    x = batch(kind)
+    assert torch.allclose(logits(model, x), logits(merged, x), atol=1e-4)   # T5 v1.1 logits run to ~10
+
+
+def test_lora_counts_on_fused_grouped_and_gated_weights():
+    r = 8
+    gpt2, llama, t5g = (tiny(k).config for k in ("gpt2", "llama", "t5_gated"))
+    lora = preset("lora", gpt2)
+    assert count_parameters(gpt2, lora).deployable == 2 * 2 * r * (D + D)            # q and v slices of c_attn
+    assert count_parameters(llama, lora).deployable == 2 * (r * (D + D) + r * (D + D // 2))  # v: 2 of 4 heads
+    ffn = preset("lora_ffn", t5g)                                                    # wi_0, wi_1 and wo
+    assert count_parameters(t5g, ffn).deployable == (2 + 2) * 3 * r * (D + F)
+    prefix = PetlConfig(modules=(ModuleSpec(form="prefix", size=5),))
+    assert count_parameters(llama, prefix).deployable == 2 * 2 * 5 * (D // 2)         # per KV head
+    assert count_parameters(t5g, prefix).deployable == 2 * 5 * D * (2 + 2 + 2)       # enc, dec, cross
+
+
+# ---- the seq2seq search space ---------------------------------------------------------------
+def test_seq2seq_space_samples_configs_that_apply_to_bart():
+    space = SearchSpace.load("seq2seq")
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(0))
+    cfg = tiny("bart").config
+    placed = set()
+    for _ in range(40):
+        trial = study.ask()
+        config, _ = space.sample(trial, n_layers=2)
+        count_parameters(cfg, config)                                   # builds on the meta device
+        placed |= {m.blocks for m in config.modules}
+        study.tell(trial, [0.0, 1.0])
+    assert {None, ("cross",), ("encoder",)} <= placed
+    mam = preset("mam", cfg)
+    assert space.params_for(mam, 2e-4, n_layers=2)["attn.blocks"] == "all"
+
+
+def test_ffn_slot_rejects_cross(tmp_path):
+    import yaml
+    data = yaml.safe_load(open(SearchSpace.load("seq2seq").source).read())
+    del data["slots"]["ffn"]["blocks"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"slots.ffn.blocks: cross-attention has no FFN"):
+        SearchSpace.load(path)

@@ -1,0 +1,156 @@
+"""Bad input to `petl-nas search`: one clear `error:` line naming the problem, exit status 2, and
+nothing written — no study created or changed, no file or folder made.
+
+One table, one row per mistake a user makes; each row runs the real CLI in this process on a
+fresh folder holding the files it needs, and compares every file's bytes before and after."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+
+import pytest
+
+from petl_nas.cli import main
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+BASE = {"name": "bad", "backbone": TINY, "task": "demo_sentiment", "budget": "5%", "space": "small",
+        "trials": 2, "presets": "none", "executor": "local", "storage": "sqlite:///study.db",
+        "fidelity": {"k": 80, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+        "final": {"seeds": 0}}
+DIMS = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+        "vocab_size": 100}
+SMALL_SPACE = """version: 1
+name: mine
+slots:
+  attn: {site: attn, forms: [none, lora]}
+  ffn: {site: ffn, forms: [none, adapter]}
+bottleneck: {low: 2, high: 16, log: true}
+rank: {low: 1, high: 8, log: true}
+scale: 1.0
+lr: {low: 3.0e-3, high: 3.0e-2, log: true}
+"""
+SST2_TRAIN = "sentence\tlabel\n" + "".join(f"a {'good' if i % 2 else 'bad'} film number {i}\t{i % 2}\n"
+                                           for i in range(60))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def exp(**changes) -> str:
+    return json.dumps({**BASE, **changes})          # JSON is YAML
+
+
+def space(old: str, new: str) -> str:
+    assert old in SMALL_SPACE
+    return SMALL_SPACE.replace(old, new)
+
+
+# (id, files to create first, arguments after `search`, words the error line must contain)
+CASES = [
+    ("model-missing", {}, ["--model", "/no/such/bert"], "model '/no/such/bert': no such local directory"),
+    ("model-architecture", {"albert/config.json": json.dumps({"model_type": "albert", **DIMS})},
+     ["--model", "albert"], "model type 'albert' has no backbone spec"),
+    ("model-without-weights", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS})},
+     ["--model", "bert"], "bert': the folder has no weights"),
+    ("model-without-tokenizer", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS}),
+                                 "bert/model.safetensors": ""},
+     ["--model", "bert"], "bert': the folder has no tokenizer files"),
+    ("space-missing", {}, ["--space", "nope"], "space 'nope': no such file"),
+    ("space-unknown-key", {"s.yaml": SMALL_SPACE + "colour: blue\n"}, ["--space", "s.yaml"],
+     "unknown key 'colour'"),
+    ("space-wrong-type", {"s.yaml": space("low: 2, high: 16", "low: two, high: 16")}, ["--space", "s.yaml"],
+     "low and high must be numbers"),
+    ("space-empty-choices", {"s.yaml": space("forms: [none, adapter]", "forms: []")}, ["--space", "s.yaml"],
+     "empty choice list"),
+    ("space-min-over-max", {"s.yaml": space("low: 1, high: 8", "low: 8, high: 1")}, ["--space", "s.yaml"],
+     "low (8) is greater than high (1)"),
+    ("budget-below-smallest", {}, ["--space", "mam", "--budget", "10"], "budget 10 is below the smallest configuration"),
+    ("budget-space", {}, ["--budget", "0.5 %"], "budget: '0.5 %' is not a count"),
+    ("budget-exponent", {}, ["--budget", "5e"], "budget: '5e' is not a count"),
+    ("budget-negative", {}, ["--budget=-1"], "budget: '-1' is not a count"),
+    ("budget-over-all", {}, ["--budget", "200%"], "budget: '200%' is more than the whole backbone"),
+    ("task-unknown", {}, ["--task", "sst3"], "unknown task 'sst3' (did you mean 'sst2'?)"),
+    ("data-dir-empty", {"glue/.keep": ""}, ["--task", "sst2", "--data-dir", "glue"],
+     "expected file"),
+    ("data-missing-column", {"glue/SST-2/train.tsv": SST2_TRAIN.replace("label\n", "stars\n", 1),
+                             "glue/SST-2/dev.tsv": SST2_TRAIN},
+     ["--task", "sst2", "--data-dir", "glue"], "missing column 'label'"),
+    ("data-label-outside", {"glue/SST-2/train.tsv": SST2_TRAIN + "an odd film\t7\n",
+                            "glue/SST-2/dev.tsv": SST2_TRAIN},
+     ["--task", "sst2", "--data-dir", "glue"], "label '7' is not one of sst2's labels"),
+    ("file-task-missing", {"e.yaml": exp(task={"train": "no.csv", "dev": "no.csv", "text_columns": ["text"]})},
+     [], "does not exist"),
+    ("storage-not-a-url", {}, ["--storage", "just some words"], "is not a database URL"),
+    ("storage-unknown-driver", {}, ["--storage", "nosuchdb://host/db"], "cannot be opened"),
+    ("storage-no-server", {}, ["--storage", f"postgresql+psycopg2://u:secret@127.0.0.1:{_free_port()}/db"],
+     "cannot be opened"),
+    ("storage-not-a-database", {"notes.db": "just text, not SQLite " * 100}, ["--storage", "sqlite:///notes.db"],
+     "cannot be opened: file is not a database"),
+    ("storage-unwritable-folder", {}, ["--storage", "sqlite:////proc/petl/study.db"],
+     "cannot create folder /proc/petl"),
+    ("study-other-space", "other-study", ["--space", "mam", "--budget", "20%"], "was made with another space"),
+    ("experiment-missing", {}, ["--experiment", "nope.yaml"], "experiment 'nope.yaml': no such file"),
+    ("experiment-not-yaml", {"e.yaml": "name: [unclosed"}, [], "not valid YAML"),
+    ("experiment-unknown-key", {"e.yaml": exp(trails=3)}, [], "trails: unknown key (did you mean 'trials'?)"),
+    ("experiment-wrong-type", {"e.yaml": exp(trials="many")}, [], "trials: expected a whole number >= 1, got 'many'"),
+    ("trials-zero", {}, ["--trials", "0"], "trials: expected a whole number >= 1, got 0"),
+    ("fidelity-wrong-type", {"e.yaml": exp(fidelity={"k": "all"})}, [], "fidelity: k: expected a whole number"),
+    ("k-too-large", {}, ["--k", "100000"], "k must be a whole number from 1 to"),
+    ("sampler-unknown", {}, ["--sampler", "tpee"], "sampler: unknown name 'tpee' (did you mean 'tpe'?)"),
+    ("executor-unknown", {}, ["--executor", "slurm"], "executor: unknown name 'slurm'"),
+    ("scheduler-unknown", {}, ["--scheduler", "hyperband"], "scheduler: expected one of asha, fifo"),
+    ("preset-unknown", {}, ["--presets", "lora,loar2"], "presets: unknown name 'loar2'"),
+    ("ray-address-unreachable", {}, ["--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}"],
+     "nothing answers there"),
+    ("heartbeat-grace-too-short", {"e.yaml": exp(heartbeat_interval=30, grace_period=10)}, [],
+     "grace_period: must be longer than heartbeat_interval"),
+]
+
+
+def _snapshot(root) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def _make_other_study(root) -> None:
+    """A study named like the experiment, made with another space (its hash differs)."""
+    import optuna
+
+    from petl_nas.storage import close_storage, open_storage
+
+    storage = open_storage(f"sqlite:///{root}/study.db")
+    study = optuna.create_study(study_name="bad", storage=storage, directions=["maximize", "minimize"])
+    study.set_user_attr("space_hash", "0123456789ab")
+    study.enqueue_trial({"lr": 0.01})
+    close_storage(storage)
+
+
+@pytest.mark.parametrize("files, args, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, files, args, words):
+    monkeypatch.chdir(tmp_path)
+    if files == "other-study":
+        _make_other_study(tmp_path)
+        files = {}
+    files = {"e.yaml": exp(), **files}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    before = _snapshot(tmp_path)
+    argv = ["search"] + (["--experiment", "e.yaml"] if "--experiment" not in args else []) + args
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith("petl-nas: error: ") and err.count("\n") == 1, err
+    assert words in err, err
+    assert "secret" not in err                                  # passwords never printed
+    assert _snapshot(tmp_path) == before                        # nothing created, nothing changed
+
+
+def test_the_table_covers_what_the_issue_lists():
+    assert len(CASES) >= 20 and len({c[0] for c in CASES}) == len(CASES)

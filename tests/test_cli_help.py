@@ -1,0 +1,44 @@
+"""Every ``petl-nas`` subcommand's --help, and the top-level one, ends with a runnable example."""
+
+import argparse
+import shlex
+
+import pytest
+
+from petl_nas.cli import build_parser
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv + ["--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_has_examples(capsys):
+    out = _help([], capsys)
+    assert "examples:" in out
+    assert "petl-nas quickstart" in out and "petl-nas doctor" in out
+
+
+@pytest.mark.parametrize("name", sorted(_subcommands()))
+def test_every_subcommand_help_has_an_example_that_parses(name, capsys):
+    out = _help([name], capsys)
+    assert "example" in out.lower()
+    examples = [line.strip() for line in out.split("example")[-1].splitlines() if line.strip().startswith("petl-nas ")]
+    assert examples, f"{name} --help shows no `petl-nas {name} ...` line"
+    for line in examples:
+        argv = shlex.split(line)[1:]
+        assert argv[0] == name
+        build_parser().parse_args(argv)           # raises SystemExit if a flag is wrong
+
+
+def test_the_new_subcommands_are_there():
+    names = set(_subcommands())
+    assert {"quickstart", "doctor", "search", "export", "train", "dashboard", "report"} <= names

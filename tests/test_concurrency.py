@@ -1,0 +1,139 @@
+"""Several workers on one study: four `petl-nas search` processes on one SQLite file and on one
+PostgreSQL study, and a two-node Ray cluster on PostgreSQL. The study ends with exactly the trials
+asked for, each preset trained once, every trial trained by exactly one worker, and no worker
+crashes ("database is locked" included).
+
+PostgreSQL tests read the server's URL from PETL_NAS_TEST_POSTGRES and skip without it; each uses
+a study name of its own and deletes it afterwards. The four workers are processes forked from a
+forkserver that has imported petl-nas once (four interpreters importing torch at once would cost
+more than the search), each running the CLI's ``main`` in a folder of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from petl_nas.study import is_trained
+
+PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+PRESETS = ["bitfit", "pfeiffer"]
+
+
+def experiment(storage: str, study: str, trials: int = 10, **changes) -> dict:
+    return {"name": "together", "study": study, "backbone": TINY, "task": "demo_sentiment", "budget": None,
+            "space": "small", "trials": trials, "presets": PRESETS, "executor": "local", "storage": storage,
+            "fidelity": {"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            "final": {"seeds": 0}, "heartbeat_interval": 2, "grace_period": 10, **changes}
+
+
+def _worker(argv: list[str], folder: str) -> None:
+    """One worker: the CLI in its own folder, its output in folder/log.txt."""
+    os.environ.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    os.chdir(folder)
+    fd = os.open("log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from petl_nas.cli import main
+
+    sys.exit(main(argv))
+
+
+def run_workers(tmp_path: Path, exp: dict, n: int = 4) -> list[set[int]]:
+    """Run ``n`` workers on ``exp`` at once; returns the trial numbers each one trained."""
+    (tmp_path / "exp.yaml").write_text(json.dumps(exp))
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["petl_nas.cli", "petl_nas.search"])
+    folders = [tmp_path / f"worker{i}" for i in range(n)]
+    procs = []
+    for folder in folders:
+        folder.mkdir()
+        procs.append(ctx.Process(target=_worker, args=(["search", "--experiment", str(tmp_path / "exp.yaml")],
+                                                       str(folder))))
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=400)
+    logs = [(f / "log.txt").read_text() for f in folders]
+    for p, log in zip(procs, logs):
+        assert p.exitcode == 0, log[-3000:]
+        assert "locked" not in log and "Traceback" not in log, log[-3000:]
+    return [{int(j.stem) for j in (f / "runs" / "together" / "trials").glob("*.json")
+             if json.loads(j.read_text())["state"] in ("complete", "pruned", "failed")} for f in folders]
+
+
+def check_filled(storage, study_name: str, by_worker: list[set[int]], trials: int) -> None:
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    everything = study.get_trials(deepcopy=False)
+    trained = [t for t in everything if is_trained(t)]
+    assert len(trained) == trials and all(t.state == TrialState.COMPLETE for t in trained)
+    assert not [t for t in everything if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    names = [t.user_attrs.get("preset") for t in everything if t.user_attrs.get("preset")]
+    assert sorted(names) == sorted(PRESETS)                          # each preset claimed once
+    assert sum(len(w) for w in by_worker) == trials                   # every trial by one worker ...
+    assert set().union(*by_worker) == {t.number for t in trained}     # ... and none by two
+    assert sum(1 for w in by_worker if w) >= 2                        # they really worked together
+
+
+def test_four_workers_fill_one_sqlite_study(tmp_path):
+    url = f"sqlite:///{tmp_path}/study.db"
+    by_worker = run_workers(tmp_path, experiment(url, "together"))
+    check_filled(url, "together", by_worker, trials=10)
+    (tmp_path / "again").mkdir()                      # run again: the study is full, nobody trains more
+    assert run_workers(tmp_path / "again", experiment(url, "together"), n=2) == [set(), set()]
+    check_filled(url, "together", by_worker, trials=10)
+
+
+@pytest.fixture
+def pg_study():
+    if not PG:
+        pytest.skip("PETL_NAS_TEST_POSTGRES is not set")
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    yield name
+    try:
+        optuna.delete_study(study_name=name, storage=PG)
+    except KeyError:
+        pass
+
+
+def test_four_workers_fill_one_postgresql_study(tmp_path, pg_study):
+    by_worker = run_workers(tmp_path, experiment(PG, pg_study))
+    check_filled(PG, pg_study, by_worker, trials=10)
+
+
+def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, pg_study):
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    from petl_nas.experiment import Experiment
+    from petl_nas.search import run_search
+
+    for k, v in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        exp = Experiment.from_dict(experiment(  # trials long enough that both nodes' workers get some
+            PG, pg_study, trials=6, executor="ray", ray_address=cluster.address, scheduler="fifo",
+            fidelity={"k": 320, "epochs": 3, "batch_size": 16, "max_length": 16, "search_dev": 32}), "cluster.yaml")
+        summary = run_search(exp, printer=lambda line: None)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert summary.counts["complete"] == 6
+    study = optuna.load_study(study_name=pg_study, storage=PG)
+    trained = [t for t in study.trials if is_trained(t)]
+    assert len(trained) == 6 and sorted(t.user_attrs.get("preset") or "" for t in trained)[-2:] == sorted(PRESETS)
+    assert len({t.user_attrs["node"] for t in trained}) == 2          # both nodes trained trials

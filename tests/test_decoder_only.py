@@ -1,0 +1,173 @@
+"""Decoder-only backbones on tiny random GPT-2 and Llama configs: sequence classification with a
+tokenizer that has no pad token, causal-LM encoding (loss on the response only), training that
+moves only PETL parameters, perplexity against the model's own loss, local files, and
+`petl-nas train` / load / predict for a causal-LM task."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from petl_nas import ConfigError
+from petl_nas.causal_lm import encode_rows, ensure_pad_token, evaluate_lm
+from petl_nas.config import ModuleSpec, PetlConfig
+from petl_nas.data import encode
+from petl_nas.inject import apply_petl
+from petl_nas.tasks import load_splits, resolve_task
+from petl_nas.tiny import tiny_backbone, tiny_tokenizer
+from petl_nas.train import Recipe, train, training_loss
+from petl_nas.worker import _Data, load_backbone
+
+WORDS = "red blue green fox dog cat sun moon".split()
+
+
+def bpe_tokenizer(texts):
+    """A GPT-2-style byte-level BPE tokenizer with an end token and no pad token, trained in memory."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(list(texts), trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+
+
+@pytest.fixture
+def instruction_files(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(120):
+        words = [WORDS[i] for i in torch.randperm(len(WORDS), generator=g)[:3].tolist()]
+        rows.append({"prompt": f"repeat: {' '.join(words)} =>", "response": " ".join(words)})
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:100]))
+    (tmp_path / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[100:]))
+    return {"train": str(tmp_path / "train.jsonl"), "dev": str(tmp_path / "dev.jsonl"), "kind": "causal_lm"}
+
+
+def test_gpt2_classifier_pads_with_the_end_token_and_reads_the_last_real_token():
+    splits = load_splits("demo_sentiment", k=64, search_dev_size=16)
+    tok = bpe_tokenizer(splits.train.texts[0])
+    model = tiny_backbone("gpt2", num_labels=2, tokenizer=tok, vocab_size=len(tok))
+    with pytest.raises(ConfigError, match="has no pad token"):
+        encode(splits, tok, max_length=24)
+    ensure_pad_token(model, tok)
+    assert tok.pad_token_id == tok.eos_token_id == model.config.pad_token_id
+    batch = next(encode(splits, tok, max_length=24).train.batches(8))
+    assert (batch["attention_mask"] == 0).any()                     # rows of different lengths
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    for j in range(8):
+        n = int(batch["attention_mask"][j].sum())
+        alone = model(input_ids=batch["input_ids"][j:j + 1, :n]).logits
+        assert torch.allclose(logits[j], alone[0], atol=1e-5)       # padding changes nothing
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+def test_decoder_classification_trains_only_petl_and_the_head(model_type):
+    from petl_nas.tasks import get_task
+
+    task = get_task("demo_sentiment")
+    splits = load_splits(task, k=96, search_dev_size=32)
+    tiny = {"tiny": {"model_type": model_type, "vocab_size": 200,
+                     **({"num_key_value_heads": 2} if model_type == "llama" else {})}}
+    base, tok = load_backbone(tiny, task, splits)
+    encoded = encode(splits, tok, max_length=24)
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", position="attn", size=4),)))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = train(model, _Data(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=1, batch_size=16), "cpu")
+    assert 0.0 <= result.score <= 1.0
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and all(n.startswith(("petl.", "score.")) for n in moved)
+    assert any(n.startswith("score.") for n in moved)
+
+
+def test_causal_lm_encoding_labels_only_the_response():
+    wordpiece = tiny_tokenizer(["repeat: red fox => red fox", "a b c d e f g h"], vocab_size=60)
+    ids, labels = encode_rows(["repeat: red fox =>", ""], ["red fox", "a b"], wordpiece, max_length=32)
+    cls, sep = wordpiece.cls_token_id, wordpiece.sep_token_id
+    prompt = wordpiece("repeat: red fox =>", add_special_tokens=False)["input_ids"]
+    response = wordpiece("red fox", add_special_tokens=False)["input_ids"]
+    assert ids[0] == [cls] + prompt + response + [sep]
+    assert labels[0] == [-100] * (1 + len(prompt)) + response + [sep]
+    assert labels[1] == [-100] + ids[1][1:]                           # plain text: every token but the start
+
+    bpe = bpe_tokenizer(["repeat: red fox => red fox"])               # GPT-2 style: no start token
+    ids, labels = encode_rows(["repeat: red fox =>"], [" red fox"], bpe, max_length=32)
+    assert ids[0][-1] == labels[0][-1] == bpe.eos_token_id
+    assert labels[0][0] == -100 and ids[0][0] != bpe.bos_token_id
+
+    long_prompt, long_response = " ".join(["red fox"] * 20), " ".join(["blue dog"] * 20)
+    ids, labels = encode_rows([long_prompt], [long_response], wordpiece, max_length=10)
+    kept = [t for t in labels[0] if t != -100]
+    assert len(ids[0]) == 10 and len(kept) >= (10 - 1) // 2 and labels[0][:2] == [-100, -100]
+
+
+@pytest.mark.parametrize("model_type,form", [("gpt2", "prefix"), ("llama", "lora")])
+def test_causal_lm_training_moves_only_petl(instruction_files, model_type, form):
+    task = resolve_task(instruction_files)
+    assert (task.kind, task.text_columns, task.label_column, task.main_metric) == (
+        "causal_lm", ("prompt",), "response", "token_accuracy")
+    splits = load_splits(task, search_dev_size=20)
+    tiny = {"tiny": {"model_type": model_type, "vocab_size": 120,
+                     **({"num_key_value_heads": 2} if model_type == "llama" else {})}}
+    base, tok = load_backbone(tiny, task, splits)
+    encoded = encode(splits, tok, max_length=24)
+    spec = ModuleSpec(form=form, size=4, **({"reparam": 16} if form == "prefix" else {"position": "attn"}))
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(spec,)))
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    assert any("lm_head" in n or "wte" in n or "embed_tokens" in n for n in frozen)   # the LM head stays frozen
+    batch = next(encoded.train.batches(64))
+    with torch.no_grad():
+        before = training_loss(model.eval(), batch, task).item()
+    result = train(model, _Data(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=3, batch_size=16), "cpu")
+    with torch.no_grad():
+        after = training_loss(model.eval(), batch, task).item()
+    assert after < before - 0.05
+    assert set(result.metrics) >= {"token_accuracy", "perplexity"} and 0 <= result.score <= 1
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    assert all(n.startswith("petl.") for n, p in model.named_parameters() if p.requires_grad)
+
+    dev = encoded.search_dev                                           # one batch: the model's own mean loss
+    whole = next(dev.batches(len(dev)))
+    with torch.no_grad():
+        own = model(**whole).loss.item()
+    assert evaluate_lm(model, dev, task, len(dev), "cpu")["perplexity"] == pytest.approx(math.exp(own), rel=1e-4)
+
+
+def test_causal_lm_file_columns(tmp_path):
+    (tmp_path / "text.jsonl").write_text('{"text": "red fox"}\n{"text": "blue dog"}\n{"text": "sun"}\n')
+    task = resolve_task({"train": str(tmp_path / "text.jsonl"), "dev": str(tmp_path / "text.jsonl"), "kind": "causal_lm"})
+    assert (task.text_columns, task.label_column) == ((), "text")
+    splits = load_splits(task, search_dev_size=1)
+    assert splits.train.texts == () and set(splits.test.labels) == {"red fox", "blue dog", "sun"}
+
+    (tmp_path / "qa.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    with pytest.raises(ConfigError) as err:
+        resolve_task({"train": str(tmp_path / "qa.jsonl"), "dev": str(tmp_path / "qa.jsonl"), "kind": "causal_lm"})
+    assert "\n" not in str(err.value) and str(err.value).endswith(
+        "qa.jsonl: a causal_lm file needs 'prompt' and 'response' columns or a 'text' column (columns: question, answer)")
+    explicit = resolve_task({"train": str(tmp_path / "qa.jsonl"), "dev": str(tmp_path / "qa.jsonl"),
+                             "kind": "causal_lm", "text_columns": ["question"], "label_column": "answer"})
+    assert (explicit.text_columns, explicit.label_column) == (("question",), "answer")
+
+
+def test_train_record_and_predict_for_a_causal_lm(tmp_path, instruction_files):
+    from petl_nas.deploy import load, predict, train_record
+
+    config = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", size=4),))
+    rec = {"backbone": {"tiny": {"model_type": "gpt2", "vocab_size": 120}}, "task": instruction_files,
+           "data_dir": None, "data_seed": 111, "k": None, "petl_config": config.to_dict(), "seeds": 1, "counts": {},
+           "recipe": {"lr": 1e-2, "epochs": 1, "batch_size": 16, "max_length": 24}}
+    summary = train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None, keep_models=True)
+    trained = summary.pop("models")[0].eval()
+    assert summary["metric"] == "token_accuracy"
+    loaded = load(None, tmp_path / "out")
+    batch = next(encode(load_splits(resolve_task(instruction_files), search_dev_size=1), loaded.petl_tokenizer,
+                        24).test.batches(8))
+    assert torch.allclose(loaded(**batch).logits, trained(**batch).logits, atol=1e-5)
+    preds = predict(loaded, [("repeat: red fox sun =>",), ("repeat: cat =>",)])
+    assert len(preds) == 2 and all(isinstance(p["generated"], str) for p in preds)
