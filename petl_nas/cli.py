@@ -1,5 +1,7 @@
-"""The ``petl-nas`` command line: ``search``, ``export``, ``train``, ``predict``, ``space``, ``count``, ``presets``,
-``dashboard``, ``report``.
+"""petl-nas: search the design space of parameter-efficient fine-tuning under a parameter budget.
+
+The ``petl-nas`` command line: ``quickstart``, ``search``, ``dashboard``, ``report``, ``export``, ``train``,
+``predict``, ``space``, ``count``, ``presets``, ``doctor``.
 
 Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
 """
@@ -209,6 +211,11 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_report(args) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("petl-nas report draws with matplotlib, which is not installed: "
+                          "pip install 'petl-nas[dashboard]'")
     from .dashboards.report import write_report
 
     written = write_report(args.storage, args.study, args.output)

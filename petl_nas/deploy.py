@@ -27,10 +27,10 @@ import torch
 
 from .config import ConfigError, PetlConfig
 from .data import encode
-from .inject import CONFIG_FILE, _atomic_write, apply_petl, load_petl, save_petl
+from .inject import CONFIG_FILE, _atomic_write, load_petl, save_petl
 from .tasks import Split, load_splits, resolve_task
 from .train import Recipe, train
-from .worker import _Data, load_backbone, tiny_model
+from .worker import _Data, load_backbone, petl_copy, tiny_model
 
 TOKENIZER_DIR = "tokenizer"
 
@@ -68,7 +68,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
             runs.append(done)
             printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
             continue
-        trained = apply_petl(copy.deepcopy(model), config)
+        trained = petl_copy(model, config, seed)
         result = train(trained, _Data(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
                        device, progress=progress)
         run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,

@@ -273,6 +273,8 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if not ray.is_initialized():
+        # No address: a Ray of our own, never a cluster some other `ray start` left on this machine.
+        address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     concurrent = concurrent or _slots(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
     if scheduler == "asha" and n_evals > 1:

@@ -356,6 +356,8 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
 
 
 def _atomic_write(path: Path, write) -> None:
+    """``write(tmp)`` fills a temporary file beside ``path``, which is flushed to disk and then
+    renamed over ``path``: readers see the old file or the new one, never half of one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     umask = os.umask(0)
@@ -363,6 +365,8 @@ def _atomic_write(path: Path, write) -> None:
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~umask)            # mkstemp makes 0600; keep the usual file mode
+        with open(tmp, "rb") as f:               # on disk before the rename, so a power cut cannot
+            os.fsync(f.fileno())                 # leave an empty file under the final name
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -101,7 +101,9 @@ def load_backbone(backbone, task: Task, splits=None):
             from .models import load_for_task, resolve_model
 
             tok = AutoTokenizer.from_pretrained(resolve_model(backbone))
-            model = load_for_task(backbone, task)
+            with torch.random.fork_rng():                  # a new head starts the same in every process
+                torch.manual_seed(0)
+                model = load_for_task(backbone, task)
             ensure_pad_token(model, tok)                   # GPT-2 / Llama tokenizers have no pad token
         else:
             raise ConfigError(f"backbone: expected a model name/path or {{tiny: {{...}}}}, got {backbone!r}")
@@ -121,6 +123,13 @@ def prepare(spec: TrialSpec):
     return task, model, tok, encoded
 
 
+def petl_copy(base, config: PetlConfig, seed: int):
+    """A copy of ``base`` (head included) with ``config`` applied, its new modules initialised from
+    ``seed`` alone: the same seed gives the same start whatever the process ran before."""
+    torch.manual_seed(seed)
+    return apply_petl(copy.deepcopy(base), config)
+
+
 def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None = None,
               device: str | None = None) -> dict:
     """Train and score one configuration; returns the result as plain values."""
@@ -128,7 +137,7 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     task, base, _, encoded = prepare(spec)
     evaluated = encoded.test if spec.eval_split == "test" else encoded.search_dev
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = apply_petl(copy.deepcopy(base), PetlConfig.from_dict(spec.config))
+    model = petl_copy(base, PetlConfig.from_dict(spec.config), int(spec.recipe.get("seed", 0)))
     setup_s = time.perf_counter() - start
     result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
     return {"score": result.score, "last_score": result.last_score, "metrics": result.metrics,
@@ -137,4 +146,4 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}
 
 
-__all__ = ["TrialSpec", "run_trial", "prepare", "load_backbone", "model_config_for", "tiny_model"]
+__all__ = ["TrialSpec", "run_trial", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]

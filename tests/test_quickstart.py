@@ -64,7 +64,7 @@ def test_no_backbone_offline_names_the_extra(monkeypatch):
 def test_next_steps_are_commands_that_parse():
     exp = quickstart.default_experiment()
     commands = [l.strip() for l in quickstart.next_steps(exp).splitlines() if l.strip().startswith("petl-nas ")]
-    assert [c.split()[1] for c in commands] == ["dashboard", "export", "train"]
+    assert [c.split()[1] for c in commands] == ["dashboard", "report", "export", "train"]
     for c in commands:
         build_parser().parse_args(shlex.split(c)[1:])
 

@@ -230,3 +230,20 @@ def test_every_sampler_runs(tmp_path, sampler):
     if sampler == "gp":                          # the flattened space: every dimension in every trial
         sampled = [t for t in done if not t.user_attrs.get("preset")]
         assert all({"attn.rank", "attn.length", "ffn.bottleneck"} <= set(t.params) for t in sampled)
+
+
+def test_a_trial_starts_from_its_seed_alone_whatever_ran_before():
+    import torch
+
+    from petl_nas import ModuleSpec, PetlConfig
+    from petl_nas.worker import TrialSpec, run_trial
+
+    config = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=4, init="bert"),)).to_dict()
+    spec = TrialSpec(backbone=TINY, task="demo_sentiment", config=config, k=64,
+                     recipe={"lr": 3e-3, "epochs": 1, "batch_size": 16, "max_length": 16, "seed": 3})
+    first = run_trial(spec)
+    torch.rand(1000)                                       # another trial's draws in the same worker
+    again = run_trial(spec)
+    assert again["history"] == first["history"] and again["score"] == first["score"]
+    other = run_trial(dataclasses.replace(spec, recipe={**spec.recipe, "seed": 4}))
+    assert other["history"] != first["history"]
