@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 
 from ..config import ConfigError
+from ..storage import redact
 
 
 def _check_url(url: str) -> None:
@@ -23,16 +24,6 @@ def _check_url(url: str) -> None:
         if not Path(parsed.database).is_file():
             raise ConfigError(f"storage {url!r}: no such file {parsed.database!r} "
                               f"(sqlite:///relative/path.db, sqlite:////absolute/path.db)")
-
-
-def redact(url: str) -> str:
-    """``url`` with its password hidden (for what the tools print and write)."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:                                           # noqa: BLE001 - not a URL: shown as is
-        return url
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:

@@ -67,7 +67,8 @@ def _begin_immediate(conn) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.engine in _IMMEDIATE else "BEGIN")
 
 
-def _redacted(url: str) -> str:
+def redact(url: str) -> str:
+    """``url`` with its password hidden (for what the tools print and write)."""
     try:
         return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
     except Exception:                                           # noqa: BLE001 - only for messages
@@ -92,7 +93,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
         retries: how many times a lost trial is enqueued again (the same parameters).
         create_dirs: create the folder of a SQLite file (removed again if the open fails).
     """
-    shown = _redacted(url)
+    shown = redact(url)
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except Exception:                                           # noqa: BLE001 - any parse error
@@ -294,5 +295,5 @@ def fail_stale(study: optuna.Study) -> None:
     optuna.storages.fail_stale_trials(study)
 
 
-__all__ = ["open_storage", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+__all__ = ["open_storage", "redact", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
            "SQLITE_BUSY_TIMEOUT_S"]
