@@ -111,7 +111,9 @@ def test_label_smoothed_loss_matches_torch_over_target_tokens(copy_task):
     expected = F.cross_entropy(out.logits[keep], batch["labels"][keep], label_smoothing=0.1)
     assert seq2seq_loss(model, batch, 0.1).item() == pytest.approx(expected.item(), rel=1e-5)
     assert seq2seq_loss(model, batch, 0.0).item() == pytest.approx(out.loss.item(), rel=1e-5)
-    assert seq2seq_loss(model, batch, 0.1).item() != pytest.approx(out.loss.item(), rel=1e-3)
+    # smoothing is applied: on a near-uniform random model it moves the loss by only ~0.1%, so the
+    # check is finer than that (the first assertion already pins the exact value)
+    assert seq2seq_loss(model, batch, 0.1).item() != pytest.approx(out.loss.item(), rel=1e-5)
 
 
 def test_training_lowers_the_loss_and_moves_only_petl(copy_task):
