@@ -4,12 +4,28 @@ The core API (no optuna or ray imported here):
 
     >>> from petl_nas import PetlConfig, ModuleSpec, apply_petl, count_parameters, preset  # doctest: +SKIP
     >>> model = apply_petl(model, preset("unipelt_apl", model.config))                      # doctest: +SKIP
+
+Names are imported on first use, so ``petl-nas doctor`` and ``--help`` work before torch is installed.
 """
 
-from .budget import ParameterCount, count_model, count_parameters
-from .config import ConfigError, ModuleSpec, PetlConfig
-from .inject import apply_petl, load_petl, petl_disabled, petl_state_dict, remove_petl, save_petl
-from .presets import preset, preset_names
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_HOMES = {
+    "ParameterCount": "budget", "count_model": "budget", "count_parameters": "budget",
+    "ConfigError": "config", "ModuleSpec": "config", "PetlConfig": "config",
+    "apply_petl": "inject", "load_petl": "inject", "petl_disabled": "inject", "petl_state_dict": "inject",
+    "remove_petl": "inject", "save_petl": "inject",
+    "preset": "presets", "preset_names": "presets",
+}
+
+__all__ = [
+    "PetlConfig", "ModuleSpec", "ConfigError",
+    "apply_petl", "remove_petl", "petl_disabled", "petl_state_dict", "save_petl", "load_petl",
+    "count_parameters", "count_model", "ParameterCount",
+    "preset", "preset_names", "load", "__version__",
+]
 
 
 def load(backbone, directory):
@@ -18,11 +34,14 @@ def load(backbone, directory):
 
     return _load(backbone, directory)
 
-__version__ = "0.1.0"
 
-__all__ = [
-    "PetlConfig", "ModuleSpec", "ConfigError",
-    "apply_petl", "remove_petl", "petl_disabled", "petl_state_dict", "save_petl", "load_petl",
-    "count_parameters", "count_model", "ParameterCount",
-    "preset", "preset_names", "load", "__version__",
-]
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

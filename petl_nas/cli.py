@@ -124,10 +124,10 @@ def cmd_export(args) -> int:
     if not args.output:
         raise ConfigError("give -o FILE (or --list to print the front)")
     if args.preset:
-        rec = preset_record(study, args.preset, args.storage)
+        rec = preset_record(study, args.preset, args.storage, args.recipe)
     else:
         budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
-        rec = record(study, choose(study, budget, args.pick), args.storage)
+        rec = record(study, choose(study, budget, args.pick), args.storage, args.recipe)
     what = f"preset {args.preset}" if args.preset else f"trial {rec['provenance']['trial']}"
     if args.format != "petl-nas":
         from .interop import NotExpressible, to_adapters, to_peft
@@ -151,6 +151,10 @@ def cmd_export(args) -> int:
     test = f", test {p['test_mean']:.4f} ± {p['test_std']:.4f}" if p.get("test_mean") is not None else ""
     search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
     print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
+    scored = study.user_attrs.get("fidelity", {}).get("epochs")
+    if args.recipe == "final" and scored is not None and scored != rec["recipe"]["epochs"]:
+        print(f"note: the record trains {rec['recipe']['epochs']:g} epochs, the search scored {scored:g}; "
+              f"--recipe search trains at the length its ranking was measured")
     return 0
 
 
@@ -282,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="print the front instead")
     p.add_argument("--preset", help="write this preset on the study's backbone, task and final recipe "
                                     "instead (the baseline to train beside the exported trial)")
+    p.add_argument("--recipe", default="final", choices=["final", "search"],
+                   help="train with the study's final recipe (default) or with the length and data the "
+                        "search scored the trial at, where its ranking was measured")
     p.set_defaults(func=cmd_export)
 
     p = _command(sub, "train", "train an exported configuration; save only its PETL weights")

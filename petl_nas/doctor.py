@@ -93,7 +93,11 @@ def check_python() -> Check:
 
 
 def check_gpus() -> Check:
-    import torch
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 - a broken or mismatched build raises more than ImportError
+        return Check("gpus", "FAIL", f"torch is installed but cannot be imported ({type(e).__name__}: "
+                                     f"{str(e).splitlines()[0]})", "pip install --force-reinstall torch")
 
     cores = os.cpu_count() or 1
     if torch.cuda.is_available():

@@ -84,16 +84,21 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -
     return min((c for c in pool if c[1] >= floor), key=lambda c: (c[0].values[1], -c[1]))[0]
 
 
-def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = None) -> dict:
-    """The self-contained export record of ``trial``."""
+RECIPES = ("final", "search")
+
+
+def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = None,
+           recipe: str = "final") -> dict:
+    """The self-contained export record of ``trial``: trained with the study's final recipe, or with
+    ``recipe="search"`` the length and data its search score was measured at."""
     u, final = trial.user_attrs, _final(study, trial)
     counts = {"deployable": u["deployable"], "trainable": u["trainable"], "pct_of_backbone": u.get("pct_of_backbone")}
-    return _record(study, u["petl_config"], u["recipe"]["lr"], counts, storage_url,
+    return _record(study, u["petl_config"], u["recipe"]["lr"], counts, storage_url, recipe,
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
                    test_mean=final.get("mean"), test_std=final.get("std"))
 
 
-def preset_record(study: optuna.Study, name: str, storage_url: str | None = None) -> dict:
+def preset_record(study: optuna.Study, name: str, storage_url: str | None = None, recipe: str = "final") -> dict:
     """A record of preset ``name`` on the study's backbone, task and final recipe (at the preset's
     paper learning rate): the fair hand-designed baseline to train beside an exported trial."""
     from .budget import count_parameters
@@ -108,18 +113,24 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     n = count_parameters(model_config, config, num_labels=task.num_labels)
     counts = {"deployable": n.deployable, "trainable": n.trainable,
               "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}
-    return _record(study, config.to_dict(), preset_lr(name), counts, storage_url,
+    return _record(study, config.to_dict(), preset_lr(name), counts, storage_url, recipe,
                    trial=None, preset=name, search_score=None, test_mean=None, test_std=None)
 
 
-def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, **provenance) -> dict:
+def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, recipe_source: str,
+            **provenance) -> dict:
+    if recipe_source not in RECIPES:
+        raise ConfigError(f"--recipe: expected one of {', '.join(RECIPES)}, got {recipe_source!r}")
     a = study.user_attrs
     fidelity, final_cfg = a.get("fidelity", {}), a.get("final", {})
-    recipe = {"lr": lr, "epochs": final_cfg.get("epochs", 10.0),
+    # "search": the trial's own length and data, where its score says it is good; "final": the study's
+    # final recipe, where the search's ranking may not hold (a longer run can overfit a high rate)
+    length = fidelity if recipe_source == "search" else final_cfg
+    recipe = {"lr": lr, "epochs": length.get("epochs", 10.0),
               "batch_size": fidelity.get("batch_size", 32), "max_length": fidelity.get("max_length", 128),
               "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1,
-              **{key: final_cfg[key] for key in ("max_steps", "eval_rows") if final_cfg.get(key)}}
-    k = fidelity.get("k") if final_cfg.get("k", -1) == -1 else final_cfg.get("k")
+              **{key: length[key] for key in ("max_steps", "eval_rows") if length.get(key)}}
+    k = fidelity.get("k") if recipe_source == "search" or final_cfg.get("k", -1) == -1 else final_cfg.get("k")
     return {
         "petl_nas_version": __version__,
         "backbone": json.loads(a["backbone"]) if "backbone" in a else None,
@@ -131,7 +142,7 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, **pr
         "recipe": recipe,
         "seeds": final_cfg.get("seeds", 3),
         "counts": {**counts, "backbone": a.get("backbone_params")},
-        "provenance": {"storage": storage_url, "study": study.study_name, **provenance,
+        "provenance": {"storage": storage_url, "study": study.study_name, "recipe": recipe_source, **provenance,
                        "metric": a.get("metric"),
                        "space": a.get("space_name"), "space_hash": a.get("space_hash"),
                        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},

@@ -5,9 +5,16 @@ Hub names work for users who are online; everything also works from local paths.
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 from .config import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Parameters a task head adds on top of a pretrained body: their absence from a checkpoint is expected.
+HEAD_PREFIXES = ("classifier.", "score.", "qa_outputs.", "lm_head.", "pooler.", "bert.pooler.")
 
 DEMO_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 
@@ -52,7 +59,7 @@ def load_for_task(name_or_path: str, task, **kwargs):
     auto = AutoModelForSeq2SeqLM if task.kind == "seq2seq" else AutoModelForCausalLM
     cfg = load_model_config(name_or_path)
     try:
-        return auto.from_pretrained(resolve_model(name_or_path), config=cfg, **kwargs)
+        return _from_pretrained(auto, name_or_path, cfg, **kwargs)
     except ValueError as e:          # e.g. an encoder-only model for a seq2seq task
         raise ConfigError(f"model {name_or_path!r} ({cfg.model_type}) has no {task.kind} head for task "
                           f"{task.name!r}: {str(e).splitlines()[0]}") from None
@@ -63,4 +70,34 @@ def load_classifier(name_or_path: str, num_labels: int = 2, **kwargs):
     from transformers import AutoModelForSequenceClassification
 
     cfg = load_model_config(name_or_path, num_labels)
-    return AutoModelForSequenceClassification.from_pretrained(resolve_model(name_or_path), config=cfg, **kwargs)
+    return _from_pretrained(AutoModelForSequenceClassification, name_or_path, cfg, **kwargs)
+
+
+@contextmanager
+def _transformers_quiet():
+    """Silence transformers' per-load progress bar and key table for one load, restoring both after."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def _from_pretrained(auto, name_or_path: str, cfg, **kwargs):
+    """``auto.from_pretrained`` without transformers' load table, which on every load lists the new task
+    head as missing. What it would say that matters, body weights absent from the checkpoint, is
+    logged here in one line instead."""
+    with _transformers_quiet():
+        model, info = auto.from_pretrained(resolve_model(name_or_path), config=cfg, output_loading_info=True,
+                                           **kwargs)
+    body_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(HEAD_PREFIXES))
+    if body_missing:
+        log.warning("%s: %d backbone weights were not in the checkpoint and start random: %s%s", name_or_path,
+                    len(body_missing), ", ".join(body_missing[:5]), " ..." if len(body_missing) > 5 else "")
+    return model

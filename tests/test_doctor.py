@@ -98,3 +98,18 @@ def test_start_ray(capsys):
     check = doctor.check_ray(start=True)
     assert check.status == "ok", check.detail
     assert "started and ran a task" in check.detail
+
+
+def test_a_torch_that_cannot_be_imported_fails_one_check_not_the_doctor():
+    """Run in a fresh interpreter where importing torch fails (as a broken or mismatched build does):
+    the CLI still starts, as it imports no torch itself, and doctor names the problem and its fix."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from petl_nas.cli import main; sys.exit(main(['doctor']))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert "FAIL  gpus" in run.stdout and "torch is installed but cannot be imported" in run.stdout
+    assert "fix: pip install --force-reinstall torch" in run.stdout and "Traceback" not in run.stderr

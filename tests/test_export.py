@@ -233,3 +233,18 @@ def test_record_carries_the_final_step_and_decoding_caps(tmp_path):
     study.set_user_attr("final", {"seeds": 1, "epochs": 1, "k": -1, "max_steps": 500, "eval_rows": 64})
     recipe = record(study, choose(study))["recipe"]
     assert recipe["max_steps"] == 500 and recipe["eval_rows"] == 64
+
+
+def test_search_recipe_trains_at_the_length_the_trial_was_scored(tmp_path):
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    study.set_user_attr("fidelity", {"k": 200, "epochs": 5, "batch_size": 16, "max_length": 24, "max_steps": 40})
+    study.set_user_attr("final", {"seeds": 3, "epochs": 10, "k": 1000})
+    final, search = (record(study, choose(study), "sqlite:///x", recipe=r) for r in ("final", "search"))
+    assert (final["recipe"]["epochs"], final["k"], "max_steps" in final["recipe"]) == (10, 1000, False)
+    assert (search["recipe"]["epochs"], search["k"], search["recipe"]["max_steps"]) == (5, 200, 40)
+    assert search["recipe"]["lr"] == final["recipe"]["lr"] == 3e-3 and search["seeds"] == 3
+    assert (final["provenance"]["recipe"], search["provenance"]["recipe"]) == ("final", "search")
+    from petl_nas.export import preset_record
+    assert preset_record(study, "lora", recipe="search")["recipe"]["epochs"] == 5
+    with pytest.raises(ConfigError, match="--recipe: expected one of final, search, got 'short'"):
+        record(study, choose(study), recipe="short")

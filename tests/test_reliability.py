@@ -218,3 +218,25 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_raises(tmp_path, fail_a
     with pytest.raises(OSError, match="disk full"):
         _atomic_write(path, writer)
     assert path.read_text() == "old report" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_stale_running_trials_fail_and_a_trial_without_any_beat_gets_its_grace(tmp_path):
+    """fail_stale on its own: a trial whose beats stopped is FAIL at once (and enqueued again when
+    retries are on); one that never beat first gets a beat, so it fails only after the grace period."""
+    from petl_nas.storage import fail_stale
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="hb", storage=open_storage(url, heartbeat_interval=1, grace_period=2,
+                                                                      retries=1))
+    beaten = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    study._storage.record_heartbeat(beaten._trial_id)
+    never = study.ask()                                           # RUNNING, no heartbeat at all
+    time.sleep(3)
+    fail_stale(study)
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states[beaten.number] == TrialState.FAIL and states[never.number] == TrialState.RUNNING
+    assert [t.params for t in study.get_trials(states=(TrialState.WAITING,))] == [beaten.params]  # retried once
+    time.sleep(3)
+    fail_stale(study)
+    assert study.get_trials()[never.number].state == TrialState.FAIL
