@@ -91,7 +91,7 @@ class Recorder:
         return True
 
     def _attrs(self, p: Proposal, info: dict) -> None:
-        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "epochs", "k",
+        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "best_score", "epochs", "k",
                     "node"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])

@@ -87,6 +87,9 @@ class Fidelity:
         max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
         eval_rows: score each evaluation on the first rows of the search dev only (None: all);
             beam search makes this the main cost of a generation trial.
+        score: a trial's score is its ``last`` evaluation (as the final runs report) or its
+            ``best`` one. The best of several noisy evaluations favours unstable configurations,
+            which the final recipe then does not reproduce.
     """
 
     k: int | None = 1000
@@ -97,9 +100,10 @@ class Fidelity:
     search_dev: int = 500
     max_steps: int | None = None
     eval_rows: int | None = None
+    score: str = "last"
 
     def __post_init__(self):
-        _check_fields(self, "fidelity: ", {
+        _check_fields(self, "fidelity: ", {"score": _one_of("last", "best"),
             "k": _optional(_whole(1)), "epochs": _number(0, True), "batch_size": _whole(1),
             "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
             "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})

@@ -208,7 +208,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         return TrialSpec(backbone=exp.backbone, task=exp.task, config=p.config.to_dict(),
                          recipe=recipe.with_overrides(lr=p.lr).to_dict(), data_dir=exp.data_dir,
                          k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
-                         number=p.number)
+                         number=p.number, score=exp.fidelity.score)
 
     recorder = Recorder(source, on_done)
 
@@ -280,7 +280,7 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
                              recipe=final.to_dict(),
                              data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
                              search_dev=exp.fidelity.search_dev, eval_split="test", number=t.number)
-            scores.append(run_trial(spec)["score"])
+            scores.append(run_trial(spec)["last_score"])       # on the test split: no checkpoint picking
         mean = statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else 0.0
         study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,

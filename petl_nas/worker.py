@@ -37,6 +37,7 @@ class TrialSpec:
     search_dev: int = 500
     eval_split: str = "search_dev"     # "test" only for the final re-evaluation
     number: int = -1
+    score: str = "last"                # the trial's score: its "last" evaluation, or its "best" one
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,7 +141,8 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     model = petl_copy(base, PetlConfig.from_dict(spec.config), int(spec.recipe.get("seed", 0)))
     setup_s = time.perf_counter() - start
     result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
-    return {"score": result.score, "last_score": result.last_score, "metrics": result.metrics,
+    score = result.score if spec.score == "best" else result.last_score
+    return {"score": score, "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
             "history": result.history, "steps": result.steps, "train_s": result.wall_s,
             "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric,
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}

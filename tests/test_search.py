@@ -247,3 +247,33 @@ def test_a_trial_starts_from_its_seed_alone_whatever_ran_before():
     assert again["history"] == first["history"] and again["score"] == first["score"]
     other = run_trial(dataclasses.replace(spec, recipe={**spec.recipe, "seed": 4}))
     assert other["history"] != first["history"]
+
+
+def test_a_trial_scores_its_last_evaluation_unless_asked_for_its_best():
+    from petl_nas import ModuleSpec, PetlConfig
+    from petl_nas.worker import TrialSpec, run_trial
+
+    config = PetlConfig(modules=(ModuleSpec(form="lora", size=4, scale=2.0),)).to_dict()
+    spec = TrialSpec(backbone=TINY, task="demo_sentiment", config=config, k=64, search_dev=64,
+                     recipe={"lr": 3e-2, "epochs": 4, "batch_size": 16, "max_length": 16, "seed": 0})
+    last, best = run_trial(spec), run_trial(dataclasses.replace(spec, score="best"))
+    scores = [h["accuracy"] for h in last["history"]]
+    assert len(scores) == 4 and last["history"] == best["history"]
+    assert max(scores) != scores[-1]                          # this seed's run peaks before its end
+    assert last["score"] == last["last_score"] == scores[-1]
+    assert best["score"] == best["best_score"] == max(scores)
+    with pytest.raises(ConfigError, match="fidelity: score: expected one of"):
+        Fidelity(score="mean")
+
+
+def test_the_final_reevaluation_reports_last_epochs_not_the_best_on_test(tmp_path, monkeypatch):
+    from petl_nas import search as search_module
+
+    runs = []
+    real = search_module.run_trial
+    monkeypatch.setattr(search_module, "run_trial", lambda spec, **kw: runs.append(real(spec, **kw)) or runs[-1])
+    exp = experiment(tmp_path, trials=2, presets="none", final=FinalEval(seeds=2, epochs=2, max_front=1))
+    run_search(exp, printer=lambda *a: None)
+    entry = next(v for k, v in load(exp).user_attrs.items() if k.startswith("final:"))
+    finals = [r for r in runs if r["epochs"] == 2]
+    assert entry["scores"] == [r["last_score"] for r in finals] and len(finals) == 2
