@@ -91,8 +91,8 @@ class Recorder:
         return True
 
     def _attrs(self, p: Proposal, info: dict) -> None:
-        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "best_score", "epochs", "k",
-                    "node"):
+        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "best_score",
+                    "epochs", "k", "node"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
 

@@ -31,7 +31,7 @@ from .experiment import Experiment, parse_budget
 from .inject import _atomic_write
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
-from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front,
+from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, smallest_count, state_counts)
 from .tasks import load_splits, resolve_task
 from .train import Recipe, n_evaluations
@@ -181,7 +181,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         if exp.sampler == "presets":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         remaining = max(0, target - claimed(study))
-    printer(f"study {exp.study_name!r} at {exp.storage_url}: {len(study.trials)} trials so far; "
+    trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
+    printer(f"study {exp.study_name!r} at {exp.storage_url}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
             f"{backbone_params:,})" if budget is not None else "budget: none")
