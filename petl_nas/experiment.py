@@ -138,6 +138,7 @@ class Experiment:
     space: str = "unified"
     trials: int = 24
     sampler: str = "tpe"
+    startup_trials: int = 10    # TPE/GP: proposals drawn at random before the model takes over
     presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
     seed: int = 0
     data_seed: int = 111
@@ -160,7 +161,7 @@ class Experiment:
         where = "" if self.source == "<flags>" else f"{self.source}: "
         _check_fields(self, where, {
             "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT, "trials": _whole(1),
-            "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
+            "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
             "gpus_per_trial": _number(0, False), "concurrent": _optional(_whole(1)),
             "scheduler": _one_of("asha", "fifo"), "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
             "study": _optional(_TEXT), "ray_address": _optional(_TEXT),

@@ -158,7 +158,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
              "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
-    study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed),
+    study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed, exp.startup_trials),
                        task.main_metric, attrs, force_new=force_new_study,
                        heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
                        retries=exp.stale_retries)

@@ -53,7 +53,7 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
     if name in ("random", "presets"):
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
     raise ConfigError(f"sampler: unknown name {name!r}{_suggest(name, SAMPLERS)}")
 
 

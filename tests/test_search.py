@@ -277,3 +277,13 @@ def test_the_final_reevaluation_reports_last_epochs_not_the_best_on_test(tmp_pat
     entry = next(v for k, v in load(exp).user_attrs.items() if k.startswith("final:"))
     finals = [r for r in runs if r["epochs"] == 2]
     assert entry["scores"] == [r["last_score"] for r in finals] and len(finals) == 2
+
+
+def test_startup_trials_reach_the_model_based_samplers():
+    from petl_nas.study import make_sampler
+
+    assert make_sampler("tpe", 0, 3)._n_startup_trials == 3
+    assert make_sampler("gp", 0, 4)._n_startup_trials == 4
+    assert Experiment().startup_trials == 10
+    with pytest.raises(ConfigError, match="startup_trials: expected"):
+        Experiment(startup_trials=0)
