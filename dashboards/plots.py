@@ -73,9 +73,16 @@ def pareto(view: StudyView) -> bytes:
     fig = _figure("pareto")
     ax = fig.add_subplot()
     ax.set_xscale("log")
-    others = [p for p in view.points if not p.on_front]
+    others = [p for p in view.points if not p.on_front and not p.did_not_learn]
     ax.scatter([p.deployable for p in others], [p.score for p in others], s=22, color="0.6", alpha=0.7,
                label="complete trial", zorder=2)
+    flat = [p for p in view.points if p.did_not_learn]
+    if flat:
+        ax.scatter([p.deployable for p in flat], [p.score for p in flat], s=26, marker="x", color="0.45",
+                   label="did not learn (within noise of the baseline)", zorder=2)
+    if view.baseline:
+        ax.axhline(view.baseline["score"], color="0.3", ls=":", lw=1.2, zorder=1,
+                   label=f"trivial baseline: {view.baseline['what']}")
     front = view.front
     ax.plot([p.deployable for p in front], [p.score for p in front], "-o", drawstyle="steps-post",
             color="tab:blue", markersize=6, lw=1.2, label="Pareto front (search score)", zorder=3)
@@ -98,6 +105,7 @@ def pareto(view: StudyView) -> bytes:
     ax.set_xlim(min(xs) / 1.8, max(xs) * 1.8)
     ys = [p.score for p in view.points] + [p.final["mean"] + s * (p.final.get("std") or 0)
                                            for p in finals for s in (-1, 1)]
+    ys += [view.baseline["score"]] if view.baseline else []
     span = max(ys) - min(ys) or 0.05
     ax.set_ylim(min(ys) - 0.1 * span, max(ys) + 0.25 * span)       # room for the labels
     ax.xaxis.set_major_formatter(_count)

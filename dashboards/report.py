@@ -82,7 +82,9 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
         pct = view.pct(p.deployable)
         rows.append(
             f'<tr id="{caption_id}-trial-{p.number}"><td class="n">{p.number}</td><td>{_e(p.preset or "–")}</td>'
-            f"<td>{_e(p.config_text)}</td><td class='n'>{p.score:.4f}</td><td class='n'>{test}</td>"
+            f"<td>{_e(p.config_text)}</td><td class='n'>{p.score:.4f}"
+            f"{f' ± {p.se:.4f}' if p.se is not None else ''}{' (did not learn)' if p.did_not_learn else ''}</td>"
+            f"<td class='n'>{test}</td>"
             f"<td class='n'>{p.deployable:,}</td><td class='n'>{f'{pct:.3f}' if pct is not None else '–'}</td>"
             f"<td class='n'>{f'{p.trainable:,}' if p.trainable is not None else '–'}</td>"
             f"<td class='n'>{f'{p.lr:.2g}' if p.lr else '–'}</td>"
@@ -98,8 +100,17 @@ def _backbone(stored) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _calibration(record: dict | None) -> str:
+    if not record:
+        return "– (fixed length)"
+    tried = "; ".join(f"{s['epochs']:g} epochs: " + ", ".join(f"{n} {v['score']:.4f}" for n, v in s["scores"].items())
+                      for s in record["steps"])
+    return _e(f"{record['epochs']:g} epochs chosen ({'stable' if record['stable'] else 'no stable order'}; "
+              f"{record['cost_s'] / 60:.1f} min). {tried}")
+
+
 def _facts(view: StudyView) -> str:
-    a, c = view.attrs, view.counts
+    a, c, m_ = view.attrs, view.counts, _e(view.metric)
     f = a.get("fidelity") or {}
     budget = (f"{view.budget:,} deployable parameters ({view.pct(view.budget):.3f}% of the backbone)"
               if view.budget and view.pct(view.budget) else f"{view.budget:,}" if view.budget else "none")
@@ -112,6 +123,10 @@ def _facts(view: StudyView) -> str:
         "space": f"{_e(a.get('space_name', '?'))} (version {_e(a.get('space_version', '?'))}, "
                  f"hash {_e(a.get('space_hash', '?'))}); sampler {_e(a.get('sampler', '?'))}",
         "search fidelity": ", ".join(f"{k} {_e(v)}" for k, v in f.items() if v is not None) or "–",
+        "trivial baseline": (f"{_e(view.baseline['what'])}: {m_} {view.baseline['score']:.4f} on search-dev; trials "
+                             f"within two standard errors of it did not learn"
+                             if view.baseline else "–"),
+        "fidelity calibration": _calibration(a.get("fidelity_calibration")),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
                    f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),
     }
@@ -134,7 +149,8 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
                 "log scale. Blue: the Pareto front; orange diamonds: presets seeded into the study, measured "
                 "the same way; red dashed line: the budget; black squares: front members and presets "
                 "re-trained at full fidelity with several seeds and scored on the held-out test split "
-                "(mean ± std)."),
+                "(mean ± std); dotted line: the trivial baseline on search-dev; grey crosses: trials within "
+                "noise of it (did not learn), never on the front."),
         _table(view, view.front, "front"),
     ]
     if view.presets:

@@ -42,6 +42,8 @@ class Point:
     on_front: bool
     finished_s: float                 # seconds from the study's first trial start to completion
     train_s: float | None
+    se: float | None = None           # the search score's standard error
+    did_not_learn: bool = False       # within noise of the trivial baseline
 
 
 @dataclass
@@ -54,6 +56,11 @@ class StudyView:
     attrs: dict
     counts: dict
     points: list[Point] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> dict | None:
+        """The task's trivial baseline on search-dev (score, what), when the study recorded one."""
+        return self.attrs.get("baseline")
 
     @property
     def front(self) -> list[Point]:
@@ -98,13 +105,15 @@ def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
     return Point(number=t.number, score=float(t.values[0]), deployable=int(t.values[1]),
                  trainable=u.get("trainable"), preset=u.get("preset"), config=config, config_text=text,
                  lr=(u.get("recipe") or {}).get("lr"), final=attrs.get(f"final:{t.number}"),
-                 on_front=on_front, finished_s=finished, train_s=u.get("train_s"))
+                 on_front=on_front, finished_s=finished, train_s=u.get("train_s"), se=u.get("score_se"),
+                 did_not_learn=bool(u.get("did_not_learn")))
 
 
 # ---- hypervolume ----------------------------------------------------------------------------
 def reference_point(view: StudyView) -> tuple[float, float]:
-    """(score, deployable parameters) the hypervolume is measured from."""
-    worst = min(p.score for p in view.points)
+    """(score, deployable parameters) the hypervolume is measured from: the trivial baseline's score
+    when the study has one (a trial no better than it adds nothing), else the worst complete score."""
+    worst = view.baseline["score"] if view.baseline else min(p.score for p in view.points)
     largest = view.budget or max(p.deployable for p in view.points)
     return worst, float(largest)
 

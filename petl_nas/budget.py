@@ -8,7 +8,9 @@ so it is exact by construction and costs milliseconds. Two figures:
 - **deployable**: what is shipped after training (prefixes flattened to 2·l·d per layer). Budgets
   apply to this one by default, as the papers count.
 
-Both exclude the task head, which every method trains; it is reported separately.
+Both exclude the task head, which every method trains (with a trained pooler, when the
+configuration's pooling is ``pooler_trained``); it is counted separately, shown beside them, and no
+budget applies to it.
 
 Example:
     >>> count = count_parameters(BertConfig(), preset("lora"))   # doctest: +SKIP
@@ -26,6 +28,7 @@ from torch import nn
 from transformers.initialization import no_init_weights
 
 from .config import PetlConfig
+from .head import pooler_parameters
 from .inject import ROOT, PetlRoot, apply_petl, remove_petl
 from .modules import PrefixEncoder
 
@@ -62,7 +65,7 @@ class ParameterCount:
             lines.append(f"{r.name:<28}{r.trainable:>14,}{r.deployable:>14,}")
         lines.append(f"{'total (PETL)':<28}{self.trainable:>14,}{self.deployable:>14,}")
         lines.append(f"{'% of backbone':<28}{self.trainable_pct:>13.3f}%{self.deployable_pct:>13.3f}%")
-        lines.append(f"{'task head (not counted)':<28}{self.head:>14,}")
+        lines.append(f"{'task head (no budget)':<28}{self.head:>14,}")
         lines.append(f"{'backbone':<28}{self.backbone:>14,}")
         return "\n".join(lines)
 
@@ -96,16 +99,19 @@ def count_model(model: nn.Module) -> ParameterCount:
     backbone_ids = {id(p) for p in backbone_params}
     rows = _group_rows(root)
     cfg = root.config
+    pooler_ids = {id(p) for p in pooler_parameters(model, root.pooling)}   # trained with the head
     bias_ids = set()
     if cfg.bitfit:
-        named = [(n, p) for n, p in model.base_model.named_parameters() if id(p) in backbone_ids]
+        named = [(n, p) for n, p in model.base_model.named_parameters()
+                 if id(p) in backbone_ids and id(p) not in pooler_ids]
         biases = [p for n, p in named if n.endswith("bias")]
         bias_ids = {id(p) for p in biases}
         rows.append(CountRow("bitfit (biases)", _numel(biases), _numel(biases)))
     if cfg.train_layernorms:
-        norms = [p for p in backbone_params if p.requires_grad and id(p) not in bias_ids]
+        norms = [p for p in backbone_params if p.requires_grad and id(p) not in bias_ids | pooler_ids]
         rows.append(CountRow("layernorms", _numel(norms), _numel(norms)))
-    head = _numel(p for p in model.parameters() if id(p) not in backbone_ids and id(p) not in petl_ids)
+    head = _numel(p for p in model.parameters() if (id(p) not in backbone_ids and id(p) not in petl_ids)
+                  or id(p) in pooler_ids)
     return ParameterCount(
         trainable=sum(r.trainable for r in rows),
         deployable=sum(r.deployable for r in rows),

@@ -48,6 +48,16 @@ TOP_EXAMPLES = """examples:
 Each command's --help has its own examples; the user guide is docs/guide.md."""
 
 
+
+def _epochs(text: str):
+    """``--epochs``: a positive number, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of epochs or auto, got {text!r}") from None
+
 def _config_from_args(args, model_config) -> tuple[str, PetlConfig]:
     from .presets import preset
 
@@ -152,7 +162,7 @@ def cmd_export(args) -> int:
     search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
     print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
     scored = study.user_attrs.get("fidelity", {}).get("epochs")
-    if args.recipe == "final" and scored is not None and scored != rec["recipe"]["epochs"]:
+    if args.recipe == "final" and isinstance(scored, (int, float)) and scored != rec["recipe"]["epochs"]:
         print(f"note: the record trains {rec['recipe']['epochs']:g} epochs, the search scored {scored:g}; "
               f"--recipe search trains at the length its ranking was measured")
     return 0
@@ -271,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", help="study name (default: the experiment name)")
     p.add_argument("--force-new-study", action="store_true", help="replace a study made with another space")
     p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
-    p.add_argument("--epochs", type=float, help="epochs per search trial")
+    p.add_argument("--epochs", type=_epochs, help="epochs per search trial, or auto (calibrated before the search)")
     p.add_argument("--seed", type=int)
     p.set_defaults(func=cmd_search)
 

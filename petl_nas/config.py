@@ -27,14 +27,16 @@ INSERTIONS = ("sequential", "parallel")
 COMPOSITIONS = ("add", "scaled", "gated")
 NONLINEARITIES = ("relu", "gelu", "tanh", "swish", "identity")
 INITS = ("bert", "lora")
+GATE_SCOPES = ("example", "token")
+POOLINGS = ("auto", "cls", "mean", "pooler", "pooler_trained")   # see head.py
 LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
 # Attention kinds of a backbone (He et al.'s N_attn): an encoder-decoder has all three, an encoder
 # only `encoder`, a decoder-only model only `decoder`. FFNs live in the encoder and decoder blocks.
 BLOCKS = ("encoder", "decoder", "cross")
 
 # Which keys each form reads; a key outside its form's set is a mistake worth reporting.
-_COMMON = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "layers",
-           "blocks")
+_COMMON = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "gate_per",
+           "layers", "blocks")
 FORM_KEYS = {
     "adapter": _COMMON + ("nonlinearity", "init", "dropout"),
     "compacter": _COMMON + ("nonlinearity", "init", "phm_n", "phm_rank"),
@@ -100,8 +102,14 @@ class ModuleSpec:
             and adds the result (the ungated variant). ``gated`` is prefix-only; see ``gate``.
         scale: s for ``scaled`` composition (LoRA's alpha/r).
         learn_scale: learn s (initialised at ``scale``), per layer.
-        gate: UniPELT's learned gate σ(W·x + b) per token multiplying this module's contribution
-            (for prefix: multiplying its share of attention, so a closed gate removes it exactly).
+        gate: UniPELT's learned gate g = σ(W·x + b) from the module's input x (for prefix: the
+            attention sublayer's input), multiplying this module's contribution Δh (for prefix:
+            multiplying the prefix keys P_K and values P_V, as in the UniPELT code).
+        gate_per: ``example`` (UniPELT: one gate per example, the mean of σ(W·x_t + b) over the
+            example's tokens, padding excluded) or ``token`` (one gate per token; for prefix, log g
+            is added to the prefix's attention logits, so a closed gate removes the prefix exactly).
+            In causal blocks (a decoder's self- and cross-attention and FFN) a sequence mean would
+            let a token see later tokens, so gates there are per token whatever this says.
         layers: the layer indices it applies to, counted within each block's stack; None means every layer.
         blocks: which attention kinds (position ``attn``) or which stacks' FFNs (``ffn``) it applies to:
             a subset of ``encoder`` (encoder self-attention), ``decoder`` (decoder self-attention;
@@ -125,6 +133,7 @@ class ModuleSpec:
     scale: float = 1.0
     learn_scale: bool = False
     gate: bool = False
+    gate_per: str = "example"
     layers: tuple[int, ...] | None = None
     blocks: tuple[str, ...] | None = None
     nonlinearity: str = "relu"
@@ -164,6 +173,9 @@ class ModuleSpec:
         _check_choice(f"{where}.composition", self.composition, COMPOSITIONS)
         _check_choice(f"{where}.nonlinearity", self.nonlinearity, NONLINEARITIES)
         _check_choice(f"{where}.init", self.init, INITS)
+        _check_choice(f"{where}.gate_per", self.gate_per, GATE_SCOPES)
+        if self.gate_per != "example" and not self.gate:
+            raise ConfigError(f"{where}.gate_per: {self.gate_per!r} needs gate: true")
         if self.form in _HEAD_FORMS and self.position != "attn":
             raise ConfigError(
                 f"{where}.position: {self.form} modifies head attention, so position must be 'attn', "
@@ -217,6 +229,8 @@ class ModuleSpec:
             v = getattr(self, k)
             if k == "blocks" and v is None:               # the default; written only when restricted
                 continue
+            if k == "gate_per" and not self.gate:          # meaningful only with a gate
+                continue
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
 
@@ -261,12 +275,23 @@ class PetlConfig:
         prompt_length: number of soft prompt tokens (prompt tuning), inserted after the first token of
             the (encoder's) input; before every token on a decoder-only model.
         train_layernorms: train the backbone's LayerNorms too (Houlsby, Compacter).
+        pooling: what a sequence classifier reads (`petl_nas.head`): ``auto`` (the checkpoint's
+            sentence-transformers pooling if it has one, else the architecture's own head),
+            ``cls``, ``mean``, ``pooler`` (frozen) or ``pooler_trained``.
+        head_dropout: dropout before the classifier (None: the checkpoint's own).
+        head_lr_mult: the head's learning rate as a multiple of the PETL learning rate.
+
+    The head is part of the design, but budgets count PETL parameters only, as the papers do; the
+    head's count (and a trained pooler's) is shown beside it.
     """
 
     modules: tuple[ModuleSpec, ...] = ()
     bitfit: bool = False
     prompt_length: int = 0
     train_layernorms: bool = False
+    pooling: str = "auto"
+    head_dropout: float | None = None
+    head_lr_mult: float = 1.0
 
     def __post_init__(self):
         object.__setattr__(self, "modules", tuple(self.modules))
@@ -275,6 +300,14 @@ class PetlConfig:
                 raise ConfigError(f"modules[{i}]: expected a ModuleSpec, got {type(m).__name__}")
         if not isinstance(self.prompt_length, int) or self.prompt_length < 0:
             raise ConfigError(f"prompt_length: must be a non-negative integer, got {self.prompt_length!r}")
+        _check_choice("pooling", self.pooling, POOLINGS)
+        if self.head_dropout is not None and not (isinstance(self.head_dropout, (int, float))
+                                                  and 0.0 <= self.head_dropout < 1.0):
+            raise ConfigError(f"head_dropout: must be in [0, 1) or null, got {self.head_dropout!r}")
+        if not isinstance(self.head_lr_mult, (int, float)) or isinstance(self.head_lr_mult, bool) \
+                or self.head_lr_mult <= 0:
+            raise ConfigError(f"head_lr_mult: must be a positive number, got {self.head_lr_mult!r}")
+        object.__setattr__(self, "head_lr_mult", float(self.head_lr_mult))
         self._check_head_overlap()
 
     def _check_head_overlap(self) -> None:
@@ -325,6 +358,9 @@ class PetlConfig:
             "bitfit": self.bitfit,
             "prompt_length": self.prompt_length,
             "train_layernorms": self.train_layernorms,
+            "pooling": self.pooling,
+            "head_dropout": self.head_dropout,
+            "head_lr_mult": self.head_lr_mult,
         }
 
     @classmethod
@@ -343,7 +379,9 @@ class PetlConfig:
                 raise ConfigError(f"{k}: expected true or false, got {data[k]!r}")
         return cls(modules=specs, bitfit=data.get("bitfit", False),
                    prompt_length=data.get("prompt_length", 0),
-                   train_layernorms=data.get("train_layernorms", False))
+                   train_layernorms=data.get("train_layernorms", False),
+                   pooling=data.get("pooling", "auto"), head_dropout=data.get("head_dropout"),
+                   head_lr_mult=data.get("head_lr_mult", 1.0))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=False)
@@ -373,4 +411,4 @@ def _looks_like_path(x: str | Path) -> bool:
 
 
 __all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "parse_blocks", "FORMS", "POSITIONS",
-           "LORA_TARGETS", "BLOCKS"]
+           "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS"]

@@ -45,16 +45,23 @@ class EncodedSplit:
         return EncodedSplit(self.input_ids[:n], cut(self.token_type_ids), self.labels[:n], self.pad_token_id,
                             cut(self.label_ids), self.references[:n], self.tokenizer)
 
-    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-        """Padded batches of ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``.
+    def by_length(self) -> torch.Tensor:
+        """Row indices from shortest to longest: batches of similar lengths pad little."""
+        return torch.tensor(sorted(range(len(self)), key=lambda i: len(self.input_ids[i])), dtype=torch.long)
+
+    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0,
+                order: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        """Padded batches of ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``,
+        in a seeded random order (``shuffle``), the given ``order`` of row indices, or as stored.
 
         Example:
             >>> batch = next(encoded.train.batches(32, shuffle=True, seed=0))  # doctest: +SKIP
             >>> batch["input_ids"].shape                                      # doctest: +SKIP
             torch.Size([32, 41])
         """
-        order = (torch.randperm(len(self), generator=torch.Generator().manual_seed(seed)) if shuffle
-                 else torch.arange(len(self)))
+        if order is None:
+            order = (torch.randperm(len(self), generator=torch.Generator().manual_seed(seed)) if shuffle
+                     else torch.arange(len(self)))
         for start in range(0, len(self), batch_size):
             rows = order[start:start + batch_size].tolist()
             width = max(len(self.input_ids[i]) for i in rows)

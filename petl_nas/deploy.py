@@ -28,6 +28,7 @@ import torch
 from .config import ConfigError, PetlConfig
 from .data import encode
 from .inject import CONFIG_FILE, _atomic_write, load_petl, save_petl
+from .precision import autocast_for
 from .tasks import Split, load_splits, resolve_task
 from .train import Recipe, train
 from .worker import _Data, load_backbone, petl_copy, tiny_model
@@ -161,7 +162,7 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
         return [{"generated": text} for text in _generate(model, [r[0] if r else "" for r in rows], info, batch_size)]
     out = []
     device = next(model.parameters()).device
-    with torch.no_grad():
+    with torch.no_grad(), autocast_for(model, device):
         for i in range(0, len(rows), batch_size):
             chunk = rows[i:i + batch_size]
             enc = tok(*[list(col) for col in zip(*chunk)], truncation=True, padding=True,
@@ -183,11 +184,13 @@ def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[st
     if task.kind == "causal_lm":
         from .causal_lm import generate_responses
 
-        return generate_responses(model, tok, sources, max_length, batch_size)
+        with autocast_for(model, next(model.parameters()).device):
+            return generate_responses(model, tok, sources, max_length, batch_size)
     from .decode import generate_ids
 
     ids = tok(sources, truncation=True, max_length=max_length)["input_ids"]
-    out = generate_ids(model, ids, tok, task.seq2seq, batch_size, next(model.parameters()).device)
+    with autocast_for(model, next(model.parameters()).device):
+        out = generate_ids(model, ids, tok, task.seq2seq, batch_size, next(model.parameters()).device)
     return [t.strip() for t in tok.batch_decode(out, skip_special_tokens=True)]
 
 

@@ -43,7 +43,7 @@ def describe_module(m: ModuleSpec) -> str:
     elif m.form == "prefix":
         parts.append("λ-gated" if m.composition == "gated" else "add")
     if m.gate:
-        parts.append("σ-gate")
+        parts.append("σ-gate" if m.gate_per == "example" else "σ-gate per token")
     blocks = f" in {'+'.join(m.blocks)}" if m.blocks is not None else ""
     return " ".join(parts) + blocks + _layers(m.layers)
 

@@ -24,6 +24,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from .config import ConfigError
+from .significance import Z, did_not_learn
 from .study import Proposal, TrialSource
 from .tasks import resolve_task
 from .train import NonFiniteLoss
@@ -41,6 +42,7 @@ class Recorder:
     source: TrialSource
     on_done: Callable[[Proposal, str, dict], None] = lambda p, state, info: None
     intermediate: dict[int, list[float]] = field(default_factory=dict)
+    baseline: dict | None = None        # the task's trivial baseline on search-dev (significance.py)
 
     def result(self, p: Proposal, index: int, score: float) -> None:
         scores = self.intermediate.setdefault(p.number, [])
@@ -52,8 +54,18 @@ class Recorder:
         score = float(info["score"])
         if not math.isfinite(score):
             return self.failed(p, f"the trial's score is {score}", "non-finite score")
-        if self._finish(p, lambda: (self._attrs(p, info),
-                                    self.source.study.tell(p.trial, [score, float(p.deployable)]))):
+        flat = did_not_learn(score, info.get("score_se"), self.baseline)
+        info = {**info, "did_not_learn": flat}
+
+        def write():
+            self._attrs(p, info)
+            p.trial.set_user_attr("did_not_learn", flat)
+            if self.baseline is not None:     # infeasible when flat: never on the front, never dominates
+                margin = score - self.baseline["score"] - Z * (info.get("score_se") or 0.0)
+                p.trial.set_constraint("learned", 0.0 if margin > 0 else float(-margin) + 1e-9)
+            self.source.study.tell(p.trial, [score, float(p.deployable)])
+
+        if self._finish(p, write):
             self.on_done(p, "complete", info)
 
     def pruned(self, p: Proposal, info: dict, reason: str) -> None:
@@ -92,7 +104,7 @@ class Recorder:
 
     def _attrs(self, p: Proposal, info: dict) -> None:
         for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "best_score",
-                    "epochs", "k", "node"):
+                    "score_se", "epochs", "k", "node"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
 
@@ -263,8 +275,10 @@ def _trial_name(trial) -> str:
 
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
             run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float = 0.0,
-            concurrent: int | None = None, scheduler: str = "asha", address: str | None = None) -> None:
-    """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``)."""
+            concurrent: int | None = None, scheduler: str = "asha", address: str | None = None,
+            first_rung: int = 1) -> None:
+    """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first
+    rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
@@ -280,8 +294,8 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
     if scheduler == "asha" and n_evals > 1:
         # max_t counts the trainable's closing report too (evaluations + 1), so that a trial that
         # trains to the end is never stopped before it says so.
-        sched = ASHAScheduler(metric="score", mode="max", max_t=n_evals + 1, grace_period=1,
-                              reduction_factor=2)
+        sched = ASHAScheduler(metric="score", mode="max", max_t=n_evals + 1,
+                              grace_period=min(first_rung, n_evals), reduction_factor=2)
     else:
         sched = FIFOScheduler()
     trainable = tune.with_resources(ray_trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})

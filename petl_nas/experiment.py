@@ -38,6 +38,11 @@ def _optional(rule):
     return (lambda v: v is None or ok(v)), f"{what} or null"
 
 
+def _auto_or(rule):
+    ok, what = rule
+    return (lambda v: v == "auto" or ok(v)), f"auto or {what}"
+
+
 def _one_of(*names):
     return (lambda v: v in names), "one of " + ", ".join(names)
 
@@ -81,7 +86,10 @@ class Fidelity:
 
     Attributes:
         k: training examples per trial (UniPELT's low-resource protocol; None = all).
-        epochs, batch_size, max_length, evals_per_epoch: the trial recipe.
+        epochs: epochs per trial, or ``auto`` (the default): calibrated before the search on a
+            few presets, the shortest length at which they clear the trivial baseline and rank
+            as at the next length (`petl_nas.calibrate`). ``fidelity: auto`` is short for it.
+        batch_size, max_length, evals_per_epoch: the rest of the trial recipe.
         search_dev: examples carved (at random, by the data seed) from the training data to
             score trials on.
         max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
@@ -93,7 +101,7 @@ class Fidelity:
     """
 
     k: int | None = 1000
-    epochs: float = 3.0
+    epochs: float | str = "auto"
     batch_size: int = 32
     max_length: int = 64
     evals_per_epoch: int = 1
@@ -104,7 +112,7 @@ class Fidelity:
 
     def __post_init__(self):
         _check_fields(self, "fidelity: ", {"score": _one_of("last", "best"),
-            "k": _optional(_whole(1)), "epochs": _number(0, True), "batch_size": _whole(1),
+            "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
             "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
             "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
 
@@ -198,6 +206,8 @@ class Experiment:
             raise ConfigError(f"{source}: an experiment file is a mapping of fields")
         check_keys(source, data, [f.name for f in dataclasses.fields(cls) if f.name != "source"], sep=": ")
         kw = dict(data)
+        if kw.get("fidelity") == "auto":
+            kw["fidelity"] = {"epochs": "auto"}
         for key, sub in (("fidelity", Fidelity), ("final", FinalEval)):
             if key in kw:
                 kw[key] = _sub(sub, kw[key], f"{source}: {key}")

@@ -4,10 +4,13 @@ A record (YAML) holds everything `petl-nas train` needs and where it came from: 
 backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
 study, trial, metric ± std, petl-nas version, space hash).
 
-Choice rules (`choose`): candidates are the front's members at or under the budget; re-evaluated
-members (scored on the held-out test split) are preferred to search-only ones. ``best`` takes the
-highest score, ties to fewer parameters; ``smallest-within=X`` takes the fewest parameters among
-those within X points (percentage points, ×100 of the metric) of the best.
+Choice rules (`choose`): candidates are the front's members at or under the budget, ranked by
+their search score (measured on the search-dev split carved from the training data). The held-out
+test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
+the number `petl-nas train` reports on that split is not inflated by having picked on it.
+``best`` takes the highest search score, ties to fewer parameters; ``smallest-within=X`` takes
+the fewest parameters among those within X points (percentage points, ×100 of the metric) of the
+best.
 
 Example:
     >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
@@ -55,20 +58,20 @@ def _final(study: optuna.Study, t: FrozenTrial) -> dict:
     return study.user_attrs.get(f"final:{t.number}", {})
 
 
-def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float, bool]]:
-    """(trial, score, re-evaluated) for front members within ``budget``, re-evaluated ones only if any."""
+def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float]]:
+    """(trial, search score) for the front members within ``budget``. Test-split scores play no part."""
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if not complete:
         raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
     front = [t for t in study.best_trials if budget is None or t.values[1] <= budget]
     if not study.best_trials:
-        raise ConfigError(f"study {study.study_name!r} has no feasible trial (none within its budget)")
+        raise ConfigError(f"study {study.study_name!r} has no feasible trial: every complete trial is over its "
+                          f"budget or did not learn (within noise of the trivial baseline)")
     if not front:
         smallest = min(t.values[1] for t in study.best_trials)
         raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
                           f"(the smallest has {int(smallest):,} deployable parameters)")
-    evaluated = [(t, _final(study, t)["mean"], True) for t in front if _final(study, t)]
-    return evaluated or [(t, t.values[0], False) for t in front]
+    return [(t, t.values[0]) for t in front]
 
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -> FrozenTrial:
@@ -98,6 +101,14 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
                    test_mean=final.get("mean"), test_std=final.get("std"))
 
 
+def _study_space(study: optuna.Study):
+    """The study's search space: its file if it is still there, else the shipped space of that name."""
+    from .space import SearchSpace
+
+    source, name = study.user_attrs.get("space"), study.user_attrs.get("space_name")
+    return SearchSpace.load(source if source and Path(source).exists() else name)
+
+
 def preset_record(study: optuna.Study, name: str, storage_url: str | None = None, recipe: str = "final") -> dict:
     """A record of preset ``name`` on the study's backbone, task and final recipe (at the preset's
     paper learning rate): the fair hand-designed baseline to train beside an exported trial."""
@@ -109,7 +120,7 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     a = study.user_attrs
     task = resolve_task(a.get("task_spec") or a["task"])
     model_config = model_config_for(json.loads(a["backbone"]), task)
-    config = preset(name, model_config)
+    config = _study_space(study).with_head(preset(name, model_config))   # the head the trials had
     n = count_parameters(model_config, config, num_labels=task.num_labels)
     counts = {"deployable": n.deployable, "trainable": n.trainable,
               "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}

@@ -32,6 +32,8 @@ from transformers.initialization import no_init_weights
 
 from .backbones import BackboneSpec, Block, depths, features, stacks
 from .config import ConfigError, PetlConfig
+from .head import install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout
+from .precision import master_dtype
 from .modules import (ATTENTION_NAME, Bottleneck, CompacterAdapter, Composition, HeadEdits, LoRA,
                       MultiHeadAdapter, PrefixEncoder, SharedRule, SoftPrompt)
 from .modules import head_attention
@@ -54,7 +56,9 @@ class PetlRoot(nn.Module):
         self._handles: list = []
         self._attn_modules: list[nn.Module] = []
         self._inputs: dict[tuple[str, int, str], torch.Tensor] = {}
+        self._pad_mask: torch.Tensor | None = None     # this forward's [B, L] padding mask (per-example gates)
         self._previous_attn: str | None = None
+        self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
@@ -98,6 +102,7 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     d = model.config.hidden_size
     ref = next(model.parameters())
     root = PetlRoot(config, flat_prefix)
+    on_mask = lambda: root._pad_mask  # noqa: E731
     sites: dict[tuple[str, int, str], _Site] = defaultdict(_Site)   # (block, layer, module path)
     captures: set[tuple[str, int, str]] = set()    # (block, layer, 'attn'|'ffn') whose input x is kept
     head_edits: dict[tuple[str, int], HeadEdits] = {}
@@ -120,10 +125,12 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                 sub = group if single else group[name]
                 covered = config.layers_of(m, len(layers))
                 heads, head_dim, kv_heads = _head_dims(model.config, block, layers[0])
+                causal = spec.decoder_only or name in ("decoder", "cross")   # tokens must not see later ones
                 if m.form in ("adapter", "compacter"):
                     (out_site,) = block.sites("o" if m.position == "attn" else "ffn_out")
                     for l in covered:
-                        adapter = sub[str(l)] = Bottleneck(m, d) if rule is None else CompacterAdapter(m, d, rule)
+                        adapter = sub[str(l)] = (Bottleneck(m, d, causal) if rule is None
+                                                 else CompacterAdapter(m, d, rule, causal))
                         if m.insertion == "parallel":
                             captures.add((name, l, m.position))
                             sites[(name, l, out_site.path)].add("parallel", adapter, m.position)
@@ -136,30 +143,39 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                             for j, site in enumerate(targets):
                                 fan_in, fan_out = features(layers[l].get_submodule(site.path), site)
                                 key = f"{l}_{t}" if len(targets) == 1 else f"{l}_{t}_{j}"
-                                lora = sub[key] = LoRA(m, fan_in, fan_out)
+                                lora = sub[key] = LoRA(m, fan_in, fan_out, causal)
                                 out_slice = (site.part * fan_out, site.parts * fan_out) if site.parts > 1 else None
                                 sites[(name, l, site.path)].add("lora", lora, out_slice)
                 elif m.form == "prefix":
                     enc = sub["encoder"] = PrefixEncoder(len(covered), kv_heads, head_dim, m.size, m.reparam, d,
                                                          flat=flat_prefix)
+                    # UniPELT's prefix gate (per example) reads the sublayer input x (width d); the
+                    # per-token gate reads the projected query (width H·D).
+                    reads_x = m.gate and m.gate_per == "example" and not causal and m.composition == "gated"
                     for slot, l in enumerate(covered):
                         comp = None
                         if m.gate or m.composition == "scaled":
-                            comp = sub[str(l)] = Composition(m, heads * head_dim)
-                        e = head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on))
+                            comp = sub[str(l)] = Composition(m, d if reads_x else heads * head_dim, causal)
+                        e = head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on, pad_mask=on_mask))
                         e.prefix, e.prefix_index = enc, slot
                         e.prefix_composition, e.prefix_compose = m.composition, comp
+                        if reads_x:
+                            captures.add((name, l, "attn"))
+                            e.sublayer_input = lambda key=(name, l, "attn"): root._inputs.get(key)
                 elif m.form == "mh_adapter":
                     for l in covered:
-                        mh = sub[str(l)] = MultiHeadAdapter(m, heads, head_dim)
-                        head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on)).mh = mh
+                        mh = sub[str(l)] = MultiHeadAdapter(m, heads, head_dim, causal)
+                        head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on, pad_mask=on_mask)).mh = mh
         if config.prompt_length:
             root.prompt = SoftPrompt(config.prompt_length, d, at=0 if spec.decoder_only else 1)
-    root.to(ref.dtype)
+    root.to(master_dtype(ref.dtype))
 
     model.add_module(ROOT, root)
+    root.pooling = resolve_pooling(config.pooling, model, sequence_model=not (spec.decoder_only or spec.encoder_decoder))
     _freeze(model, root, config)
     _install_hooks(model, root, spec, layer_lists, sites, captures, head_edits)
+    install_pooling(model, root.pooling, lambda: root._pad_mask, root._handles)
+    set_head_dropout(model, config.head_dropout)
     return model
 
 
@@ -173,11 +189,50 @@ def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
     for name, p in model.base_model.named_parameters():
         if id(p) in backbone and config.bitfit and name.endswith("bias"):
             p.requires_grad_(True)
+    for p in pooler_parameters(model, root.pooling):      # pooling: pooler_trained
+        p.requires_grad_(True)
     if config.train_layernorms:
         for mod in model.base_model.modules():
             if isinstance(mod, nn.LayerNorm) or type(mod).__name__.endswith(("LayerNorm", "RMSNorm")):
                 for p in mod.parameters():
                     p.requires_grad_(True)
+    _upcast_trained(model, root)
+
+
+def _upcast_trained(model: nn.Module, root: PetlRoot) -> None:
+    """Trained tensors of a half-precision body (head, BitFit biases, LayerNorms) become fp32 masters.
+
+    The modules that own them read their input in fp32 and hand back the body's dtype, so the model
+    also runs outside autocast (under it, each matmul still computes in half precision).
+    """
+    owners = []
+    for mod in model.modules():
+        if mod is root:
+            continue
+        own = [p for p in mod.parameters(recurse=False) if p.requires_grad and p.dtype != master_dtype(p.dtype)]
+        for p in own:
+            p.data = p.data.to(master_dtype(p.dtype))
+        if own:
+            owners.append(mod)
+    for mod in owners:
+        dtype = next(p.dtype for p in mod.parameters(recurse=False) if p.requires_grad)
+
+        def to_master(m, args, dtype=dtype):
+            m.__dict__["_petl_in_dtype"] = next((a.dtype for a in args if torch.is_tensor(a)), None)
+            return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+        def to_body(m, args, out):
+            body = m.__dict__.pop("_petl_in_dtype", None)
+            return out.to(body) if torch.is_tensor(out) and body is not None and out.is_floating_point() else out
+
+        root._handles += [mod.register_forward_pre_hook(to_master), mod.register_forward_hook(to_body)]
+
+
+
+def _as_params(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """``x`` in the dtype of ``module``'s parameters (fp32 masters inside a half-precision body)."""
+    dtype = next(module.parameters()).dtype
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures, head_edits) -> None:
@@ -198,18 +253,18 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
         def apply_edits(mod, args, out, edits=edits, name=name, l=l):
             if not root.enabled:
                 return None
-            x = args[0]
+            x, mask = args[0], root._pad_mask
             for kind, block, extra in edits:
                 if kind == "lora":
-                    delta = block(x)
+                    delta = block(_as_params(x, block), mask)
                     if extra is not None:                       # one slice of a fused projection
                         start, total = extra
                         delta = nn.functional.pad(delta, (start, total - start - delta.shape[-1]))
-                    out = out + delta
                 elif kind == "sequential":
-                    out = out + block(out)
+                    delta = block(_as_params(out, block), mask)
                 else:
-                    out = out + block(root._inputs.pop((name, l, extra)))
+                    delta = block(_as_params(root._inputs[(name, l, extra)], block), mask)
+                out = out + delta.to(out.dtype)                 # the body's activations keep its dtype
             return out
         handles.append(layer_lists[name][l].get_submodule(path).register_forward_hook(apply_edits))
 
@@ -238,10 +293,13 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
 
     def begin(mod, args, kwargs):
         clear_prefixes()
+        root._inputs.clear()
+        root._pad_mask = kwargs.get("attention_mask")
         if prompt is None or not root.enabled:
             return None
         args, kwargs, inserted = prompt.rewrite_inputs(mod, args, kwargs)
         mod.__dict__["_petl_prompt_inserted"] = inserted
+        root._pad_mask = kwargs.get("attention_mask")          # grown by the prompt's positions
         return args, kwargs
 
     def end(mod, args, kwargs, out):
@@ -321,7 +379,10 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     root: PetlRoot = getattr(model, ROOT)
-    meta = {"petl_config": root.config.to_dict(), "model_type": model.config.model_type,
+    config = root.config.to_dict()
+    if root.pooling != "native":          # the pooling `auto` resolved to, so a load elsewhere reads the same
+        config["pooling"] = root.pooling
+    meta = {"petl_config": config, "model_type": model.config.model_type,
             "num_layers": len(next(iter(stacks(model)[1].values()))), "flat_prefix": True, "info": info or {}}
     _atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
     _atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
@@ -337,7 +398,9 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     if meta["model_type"] != model.config.model_type:
         raise ConfigError(f"{directory}: saved for a {meta['model_type']} backbone, "
                           f"got {model.config.model_type}")
-    apply_petl(model, PetlConfig.from_dict(meta["petl_config"]), flat_prefix=meta.get("flat_prefix", True))
+    saved = dict(meta["petl_config"])
+    saved.setdefault("pooling", native_pooling(model))     # saved before the head was configurable
+    apply_petl(model, PetlConfig.from_dict(saved), flat_prefix=meta.get("flat_prefix", True))
     getattr(model, ROOT).info = meta.get("info", {})
     state = load_file(str(directory / WEIGHTS_FILE), device=str(next(model.parameters()).device))
     expected = {n for n, p in model.named_parameters() if p.requires_grad}

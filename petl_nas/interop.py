@@ -49,6 +49,8 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
         where = f"modules[{i}] ({m.form} at {m.position})"
         if m.blocks is not None:
             reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
+        if m.gate and m.gate_per == "token":
+            reasons.append(f"{where}: a per-token gate (AdapterHub's gates are UniPELT's, one per example)")
         if m.form in ("adapter", "compacter"):
             c = {"architecture": "bottleneck", "mh_adapter": m.position == "attn",
                  "output_adapter": m.position == "ffn", "reduction_factor": hidden_size / m.size,

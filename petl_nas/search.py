@@ -24,6 +24,7 @@ from pathlib import Path
 from optuna.trial import TrialState
 
 from . import __version__
+from . import calibrate
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
 from .executors import EXECUTORS, Recorder, check_ray_address
@@ -31,6 +32,7 @@ from .experiment import Experiment, parse_budget
 from .inject import _atomic_write
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
+from .significance import clearly_better, paired_difference, trivial_baseline
 from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, smallest_count, state_counts)
 from .tasks import load_splits, resolve_task
@@ -49,27 +51,46 @@ class SearchSummary:
     wall_s: float = 0.0
     presets: list[dict] = field(default_factory=list)
     failures: dict = field(default_factory=dict)      # failed (and NaN-pruned) trials by kind
+    baseline: dict | None = None                      # the trivial baseline on search-dev
+    did_not_learn: int = 0                            # complete trials within noise of it
+    reference: str | None = None                      # the preset the paired comparisons are against
 
     @staticmethod
     def _row(r: dict) -> str:
         test = f"{r['test_mean']:.4f} ± {r['test_std']:.4f}" if r.get("test_mean") is not None else "-"
-        return (f"{r['number']:>5}  {r['preset'] or '-':<14}{r['score']:>16.4f}{test:>26}"
-                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {', '.join(r['dominates']) or '-'}")
+        search = f"{r['score']:.4f}" + (f" ± {r['se']:.4f}" if r.get("se") is not None else "")
+        paired = r.get("paired")
+        vs = f"{100 * paired['mean']:+.2f} ± {100 * paired['std']:.2f}" if paired else "-"
+        relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
+        flag = "  did not learn" if r.get("did_not_learn") else ""
+        return (f"{r['number']:>5}  {r['preset'] or '-':<17}{search:>24}{test:>20}{vs:>15}"
+                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}")
 
     def table(self) -> str:
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
                  + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
-        head = f"{'trial':>5}  {'preset':<14}{'search ' + self.metric:>16}{'test ' + self.metric + ' (±std)':>26}{'deployable':>12}{'%':>8}  dominates"
+        head = (f"{'trial':>5}  {'preset':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
+                f"{'paired Δ pts':>15}{'deployable':>12}{'%':>8}  dominates")
         lines.append(head)
         lines += [self._row(r) for r in self.front]
         if self.presets:
             lines.append("presets measured in this study:")
             lines += [self._row(r) for r in self.presets]
+        lines.append("dominates: fewer or equal parameters and a search score higher by more than two standard "
+                     "errors; ~name: within noise of it with fewer parameters"
+                     + (f"; paired Δ: per-seed test difference to {self.reference} (same seeds)"
+                        if self.reference else ""))
+        if self.baseline is not None:
+            lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev")
         c = self.counts
         lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
                      f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
         if self.failures:
             lines.append("failures by kind: " + ", ".join(f"{k} {n}" for k, n in self.failures.items()))
+        if self.did_not_learn and self.did_not_learn * 2 >= max(1, c["complete"]):
+            lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn (within noise of "
+                         f"the baseline): train longer (fidelity epochs, or fidelity: auto), raise the learning "
+                         f"rate range, or check the head (pooling: mean for sentence-transformers checkpoints)")
         return "\n".join(lines)
 
 
@@ -86,6 +107,10 @@ class Progress:
         eta = elapsed / self.done * (self.total - self.done)
         c = state_counts(self.study)
         what = f"score {info['score']:.4f}" if state == "complete" else info.get("reason", "")
+        if state == "complete" and info.get("score_se") is not None:
+            what += f" ± {info['score_se']:.4f}"
+        if info.get("did_not_learn"):
+            what += " (did not learn: within noise of the baseline)"
         tag = f" [{p.preset}]" if p.preset else ""
         self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
                    f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
@@ -153,7 +178,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         check_ray_address(exp.ray_address)
 
     # ---- the study ------------------------------------------------------------------------------
-    attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash,
+    baseline = trivial_baseline(task, splits)
+    attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
              "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name, "task_spec": exp.task,
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
@@ -185,11 +211,21 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     printer(f"study {exp.study_name!r} at {exp.storage_url}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
-            f"{backbone_params:,})" if budget is not None else "budget: none")
+            f"{backbone_params:,}; the task head is counted beside it)" if budget is not None else "budget: none")
+    baseline = study.user_attrs.get("baseline")
+    if baseline is not None:
+        printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "
+                f"{baseline['score']:.4f}; a trial within noise of it did not learn")
+
+    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
 
     # ---- trials ---------------------------------------------------------------------------------
+    # Evaluate only where a score is read: ASHA reads every evaluation, a trial scored by its best
+    # evaluation needs them all; otherwise only the last one is read (multi-objective TPE cannot
+    # use intermediate values), so the others are not computed.
+    reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or exp.fidelity.score == "best"
     recipe = Recipe(epochs=exp.fidelity.epochs, batch_size=exp.fidelity.batch_size,
-                    max_length=exp.fidelity.max_length, evals_per_epoch=exp.fidelity.evals_per_epoch,
+                    max_length=exp.fidelity.max_length, evals_per_epoch=exp.fidelity.evals_per_epoch if reads_all else 0,
                     seed=exp.seed, max_steps=exp.fidelity.max_steps, eval_rows=exp.fidelity.eval_rows)
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
@@ -211,12 +247,16 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                          k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
                          number=p.number, score=exp.fidelity.score)
 
-    recorder = Recorder(source, on_done)
+    recorder = Recorder(source, on_done, baseline=baseline)
+    # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
+    learned_at = (calibration or {}).get("first_learned_epochs")
+    first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
 
     def execute(n: int) -> None:
         if exp.executor == "ray":
             EXECUTORS["ray"](source, n, make_spec, recorder,
                              n_evals=n_evaluations(len(splits.train), recipe), run_dir=str(exp.run_dir),
+                             first_rung=first_rung,
                              cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
                              concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address)
         else:
@@ -276,7 +316,8 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         for seed in range(exp.final.seeds):
             final = dataclasses.replace(recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=seed,
                                                               epochs=exp.final.epochs),
-                                        max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows)
+                                        max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows,
+                                        evals_per_epoch=0)           # only the last evaluation is reported
             spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
                              recipe=final.to_dict(),
                              data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
@@ -292,27 +333,43 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
 
 
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:
+    """The front and the presets with noise-aware relations; paired test differences to the preset
+    with the best search score among those re-evaluated (the test split decides nothing here)."""
     members = front(study)
-    presets = [t for t in study.get_trials(deepcopy=False)
-               if t.state == TrialState.COMPLETE and t.user_attrs.get("preset")]
-    rows = []
-    for t in members:
-        final = study.user_attrs.get(f"final:{t.number}", {})
-        dominated = [p.user_attrs["preset"] for p in presets if p.number != t.number
-                     and t.values[0] >= p.values[0] and t.values[1] <= p.values[1]
-                     and (t.values[0] > p.values[0] or t.values[1] < p.values[1])]
-        rows.append({"number": t.number, "preset": t.user_attrs.get("preset"), "score": t.values[0],
-                     "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
-                     "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominated,
-                     "config": t.user_attrs.get("petl_config")})
-    anchors = []
-    for p in sorted(presets, key=lambda t: t.values[1]):
-        final = study.user_attrs.get(f"final:{p.number}", {})
-        anchors.append({"number": p.number, "preset": p.user_attrs["preset"], "score": p.values[0],
-                        "deployable": int(p.values[1]), "pct": 100 * p.values[1] / backbone_params,
-                        "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": []})
+    trials = study.get_trials(deepcopy=False)
+    presets = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("preset")]
+    finals = {t.number: study.user_attrs.get(f"final:{t.number}") for t in trials}
+    evaluated = [p for p in presets if finals.get(p.number)]
+    reference = max(evaluated, key=lambda t: t.values[0]) if evaluated else None
+
+    def row(t, relations: bool) -> dict:
+        u, final = t.user_attrs, finals.get(t.number) or {}
+        se = u.get("score_se")
+        dominates, matches = [], []
+        for p in presets if relations else ():
+            if p.number == t.number or t.values[1] > p.values[1] or u.get("did_not_learn"):
+                continue
+            if clearly_better(t.values[0], se, p.values[0], p.user_attrs.get("score_se")):
+                dominates.append(p.user_attrs["preset"])
+            elif t.values[1] < p.values[1] and not clearly_better(p.values[0], p.user_attrs.get("score_se"),
+                                                                    t.values[0], se):
+                matches.append(p.user_attrs["preset"])
+        paired = None
+        if reference is not None and final and t.number != reference.number:
+            paired = paired_difference(final["scores"], finals[reference.number]["scores"])
+        return {"number": t.number, "preset": u.get("preset"), "score": t.values[0], "se": se,
+                "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
+                "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominates,
+                "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
+                "config": u.get("petl_config")}
+
+    rows = [row(t, True) for t in members]
+    anchors = [row(p, False) for p in sorted(presets, key=lambda t: t.values[1])]
+    flat = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("did_not_learn"))
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
-                         budget, state_counts(study), rows, wall_s, anchors, failure_counts(study))
+                         budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
+                         baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
+                         reference=reference.user_attrs["preset"] if reference is not None else None)
 
 
 __all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

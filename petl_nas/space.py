@@ -5,8 +5,8 @@ and dimensions (a list is a categorical choice, ``{low, high, log}`` a range, a 
 value). Top-level dimensions apply to every slot; a slot may override them. The ``blocks``
 dimension (default ``all``) places a slot's module in an encoder-decoder's encoder, decoder or
 cross-attention; spaces that leave it out are unchanged for every backbone. Study parameters are
-``<slot>.<dimension>`` plus the globals ``gates``, ``layers``, ``bitfit`` and ``lr``; they are a
-format, versioned by the file's ``version``.
+``<slot>.<dimension>`` plus the globals ``gates``, ``layers``, ``bitfit``, ``lr`` and the head's
+``pooling`` and ``head_lr_mult``; they are a format, versioned by the file's ``version``.
 
 Example:
     >>> space = SearchSpace.load("small")                          # doctest: +SKIP
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, ModuleSpec, PetlConfig, _suggest, parse_blocks
+from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, _suggest, parse_blocks
 from .presets import space_dir
 
 SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
@@ -54,6 +54,8 @@ GLOBAL_DIMENSIONS = {
     "layers": ("choice", ("all", "top", "mask")),
     "bitfit": ("bool", None),
     "lr": ("float", None),
+    "pooling": ("choice", POOLINGS),          # what the classifier reads (head.py)
+    "head_lr_mult": ("float", None),         # the head's learning rate / the PETL rate
 }
 # Which slot dimensions each form reads (a form ignores the rest).
 FORM_DIMENSIONS = {
@@ -66,7 +68,8 @@ FORM_DIMENSIONS = {
 }
 DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
             "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
-            "init": "lora", "gates": False, "layers": "all", "bitfit": False, "blocks": "all"}
+            "init": "lora", "gates": False, "layers": "all", "bitfit": False, "blocks": "all",
+            "pooling": "auto", "head_lr_mult": 1.0}
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,8 @@ class SearchSpace:
                 vals[d] = slot.dims[d].suggest(trial)
             if form != "none":
                 modules.append(self._module(slot, form, vals, g["gates"], layers))
-        config = PetlConfig(modules=tuple(modules), bitfit=bool(g["bitfit"]))
+        config = PetlConfig(modules=tuple(modules), bitfit=bool(g["bitfit"]), pooling=g["pooling"],
+                            head_lr_mult=float(g["head_lr_mult"]))
         return config, {"lr": float(g["lr"])}
 
     def _sample_layers(self, trial, n_layers: int, flat: bool) -> tuple[int, ...] | None:
@@ -304,6 +308,19 @@ class SearchSpace:
         return ModuleSpec(**kw)
 
     # ---- presets as points of the space -------------------------------------------------------
+    def with_head(self, config: PetlConfig) -> PetlConfig:
+        """``config`` with this space's head: a fixed value replaces the config's; a searched one keeps
+        the config's value when the space allows it, else takes the space's first choice. Presets
+        are seeded and compared with the head the searched trials get."""
+        import dataclasses
+
+        head = {}
+        for name in ("pooling", "head_lr_mult"):
+            dim, own = self.globals[name], getattr(config, name)
+            head[name] = (dim.value if dim.kind == "fixed" else own if dim.contains(own)
+                          else dim.choices[0] if dim.kind == "choice" else own)
+        return dataclasses.replace(config, **head)
+
     def params_for(self, config: PetlConfig, lr: float, n_layers: int) -> dict | None:
         """The study parameters that sample exactly ``config`` (and ``lr``), or None if it is not a
         point of this space. Used to enqueue presets so the sampler learns from them."""
@@ -319,7 +336,7 @@ class SearchSpace:
             return None
         for order in itertools.permutations(range(len(self.slots)), len(mods)):
             params = {"gates": gates.pop() if gates else False, "bitfit": config.bitfit,
-                      "lr": lr, "layers": "all"}
+                      "lr": lr, "layers": "all", "pooling": config.pooling, "head_lr_mult": config.head_lr_mult}
             gates = {params["gates"]}
             for slot in self.slots:
                 params[f"{slot.name}.form"] = "none"

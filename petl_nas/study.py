@@ -235,7 +235,7 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     for name in names:
         if name in seen:
             continue
-        config = preset(name, model_config)
+        config = space.with_head(preset(name, model_config))       # the head the searched trials get
         count = count_parameters(model_config, config)
         if budget is not None and count.deployable > budget:
             continue

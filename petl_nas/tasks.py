@@ -153,6 +153,8 @@ _TASKS: dict[str, Task] = {
 }
 _TASKS["demo_sentiment"] = Task("demo_sentiment", ("sentence",), "label", labels=("negative", "positive"),
                                 main_metric="accuracy", metrics=("accuracy", "f1"), source="demo")
+_TASKS["demo_keyword"] = Task("demo_keyword", ("sentence",), "label", labels=("negative", "positive"),
+                              main_metric="accuracy", metrics=("accuracy", "f1"), source="demo")
 
 
 def task_names() -> list[str]:
@@ -415,11 +417,25 @@ def _demo_rows(n: int, rng: np.random.Generator) -> tuple[list[str], list[str]]:
     return sentences, labels
 
 
+def _keyword_rows(n: int, rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """demo_keyword: one sentiment word among filler words decides the label, no negation, no
+    noise: a task a tiny random model learns in seconds (tests and smoke runs)."""
+    sentences, labels = [], []
+    for _ in range(n):
+        positive = rng.random() < 0.5
+        words = list(rng.choice(_FILLER, size=rng.integers(3, 9)))
+        words.insert(int(rng.integers(0, len(words) + 1)), rng.choice(_POSITIVE if positive else _NEGATIVE))
+        sentences.append(" ".join(words))
+        labels.append("positive" if positive else "negative")
+    return sentences, labels
+
+
 def _load_demo(task: Task) -> dict[str, Split]:
     rng = np.random.default_rng(20220)  # fixed: the data never changes; data_seed only re-splits it
+    rows = _keyword_rows if task.name == "demo_keyword" else _demo_rows
     out = {}
     for split, n in (("train", 2000), ("dev", 500)):
-        sentences, labels = _demo_rows(n, rng)
+        sentences, labels = rows(n, rng)
         out[split] = _make_split(task, [sentences], labels, lambda i, s=split: f"demo {s}, row {i + 1}")
     return out
 

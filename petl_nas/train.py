@@ -1,7 +1,8 @@
 """The trial trainer: one readable loop from a PETL-applied model and encoded data to a score.
 
-AdamW on the trainable parameters, linear warm-up then linear decay, gradient clipping, bf16
-autocast on a GPU. Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`)
+AdamW on the trainable parameters (fp32 masters), linear warm-up then linear decay, gradient
+clipping; forward passes under `precision.autocast_for` (bf16 on a GPU, the checkpoint's own half
+precision for a half-precision body, with loss scaling for fp16). Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`)
 and are scored by beam search (`decode`), or by token accuracy for a causal LM (`causal_lm`).
 It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each evaluation to
 ``report`` (the search's intermediate values, where a scheduler may stop the trial),
@@ -21,6 +22,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .head import head_parameters
+from .significance import standard_error
+from .precision import autocast_for, grad_scaler_for
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -33,7 +38,8 @@ class Recipe:
         warmup_ratio: share of steps with linear warm-up (then linear decay to 0).
         weight_decay, max_grad_norm: AdamW decay and the clipping norm.
         max_length: tokens per example (the source, for a sequence-to-sequence task).
-        evals_per_epoch: evaluations (and reports) per epoch.
+        evals_per_epoch: evaluations (and reports) per epoch; 0: one evaluation, at the end (where
+            nothing reads the others: a FIFO search scored by the last evaluation, the final runs).
         seed: model-side seed (initialisation of the PETL modules, shuffling, dropout).
         max_steps: stop after this many optimiser steps, if fewer than ``epochs`` make (None: no cap).
         eval_rows: score only the first rows of the scoring split (None: all; beam search is slow).
@@ -78,6 +84,8 @@ def n_evaluations(n_train: int, recipe: Recipe) -> int:
     """How many evaluations (reports) a run of ``recipe`` on ``n_train`` examples makes."""
     steps_per_epoch = math.ceil(n_train / recipe.batch_size)
     total = _total_steps(steps_per_epoch, recipe)
+    if recipe.evals_per_epoch == 0:
+        return 1
     every = max(1, steps_per_epoch // max(1, recipe.evals_per_epoch))
     return total // every + (total % every > 0)
 
@@ -85,6 +93,12 @@ def n_evaluations(n_train: int, recipe: Recipe) -> int:
 def _total_steps(steps_per_epoch: int, recipe: Recipe) -> int:
     total = max(1, math.ceil(steps_per_epoch * recipe.epochs))
     return min(total, recipe.max_steps) if recipe.max_steps else total
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The shuffling seed of one epoch, distinct for every (seed, epoch): with ``seed + epoch``, seed
+    k's epoch 1 would repeat seed k+1's epoch 0 and two seeds would share all but one data order."""
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
 
 
 def _linear_schedule(step: int, total: int, warmup: int) -> float:
@@ -98,23 +112,28 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: i
     if task.kind == "seq2seq":
         from .decode import evaluate_generation
 
-        with _autocast(device):
+        with autocast_for(model, device):
             return evaluate_generation(model, split, task, batch_size, device, max_rows)
     if task.kind == "causal_lm":
         from .causal_lm import evaluate_lm
 
-        with _autocast(device):
+        with autocast_for(model, device):
             return evaluate_lm(model, split, task, batch_size, device, max_rows)
     split = split.head(max_rows) if max_rows else split
     model.eval()
+    order = split.by_length()                  # batches of similar lengths: little padding to compute
     preds, refs = [], []
-    with torch.no_grad(), _autocast(device):
-        for batch in split.batches(batch_size, shuffle=False, seed=0):
+    with torch.no_grad(), autocast_for(model, device):
+        for batch in split.batches(batch_size, order=order):
             labels = batch.pop("labels")
             logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
             preds.append(logits.cpu().numpy())
             refs.append(labels.numpy())
-    return task.compute_metrics(np.concatenate(preds), np.concatenate(refs))
+    back = np.argsort(order.numpy())           # rows in their stored order again
+    preds, refs = np.concatenate(preds)[back], np.concatenate(refs)[back]
+    metrics = task.compute_metrics(preds, refs)
+    se = standard_error(task, preds, refs)            # the main metric's standard error over these rows
+    return {**metrics, "se": se} if se is not None else metrics
 
 
 def training_loss(model: nn.Module, batch: dict, task) -> torch.Tensor:
@@ -126,9 +145,20 @@ def training_loss(model: nn.Module, batch: dict, task) -> torch.Tensor:
     return model(**batch).loss                 # [] cross-entropy, MSE (num_labels=1) or next-token CE
 
 
-def _autocast(device):
-    enabled = torch.device(device).type == "cuda"
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=enabled)
+def _param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
+    """AdamW groups: weight decay on matrices only (not biases, LayerNorms, gates' scalars); the
+    head at ``head_lr_mult`` × the PETL rate when the configuration says so."""
+    config, head_ids = getattr(getattr(model, "petl", None), "config", None), set()
+    mult = config.head_lr_mult if config is not None else 1.0
+    if mult != 1.0:
+        head_ids = {id(p) for p in head_parameters(model, model.petl.pooling)}
+    groups = []
+    for in_head, lr in ((False, recipe.lr), (True, recipe.lr * mult)):
+        for decays in (True, False):
+            members = [p for p in params if (id(p) in head_ids) == in_head and (p.ndim >= 2) == decays]
+            if members:
+                groups.append({"params": members, "lr": lr, "weight_decay": recipe.weight_decay if decays else 0.0})
+    return groups
 
 
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
@@ -148,16 +178,14 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     torch.manual_seed(recipe.seed)
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]          # biases, LayerNorms, gates' scalars
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr)
+    opt = torch.optim.AdamW(_param_groups(model, params, recipe), lr=recipe.lr)
 
     steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
     total = _total_steps(steps_per_epoch, recipe)
     warmup = max(1, int(recipe.warmup_ratio * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _linear_schedule(s, total, warmup))
-    eval_every = max(1, steps_per_epoch // max(1, recipe.evals_per_epoch))
+    scaler = grad_scaler_for(model, device)
+    eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
 
     history: list[dict] = []
     step, epoch = 0, 0
@@ -168,15 +196,17 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         bar = tqdm(total=total, unit="step", dynamic_ncols=True)
     while step < total:
         model.train()
-        for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=recipe.seed + epoch):
+        for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=epoch_seed(recipe.seed, epoch)):
             batch = {k: v.to(device) for k, v in batch.items()}
-            with _autocast(device):
+            with autocast_for(model, device):
                 loss = training_loss(model, batch, task)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
             nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
@@ -207,4 +237,5 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        wall_s=time.perf_counter() - start, peak_mem_mb=peak)
 
 
-__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "training_loss", "n_evaluations"]
+__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "training_loss", "n_evaluations",
+           "epoch_seed"]

@@ -84,8 +84,11 @@ def model_config_for(backbone, task: Task, splits=None):
 
 
 def load_backbone(backbone, task: Task, splits=None):
-    """(model, tokenizer) for ``backbone`` with a head for ``task``; cached per process."""
+    """(model, tokenizer) for ``backbone`` with a head for ``task``; cached per process. A tiny
+    model's tokenizer is built from the training texts, so its cache entry is per data as well."""
     key = _backbone_key(backbone, task)
+    if isinstance(backbone, dict) and splits is not None:
+        key += repr(splits.key)
     if key not in _BACKBONES:
         if isinstance(backbone, dict) and "tiny" in backbone:
             from .tiny import tiny_tokenizer
@@ -141,8 +144,9 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     model = petl_copy(base, PetlConfig.from_dict(spec.config), int(spec.recipe.get("seed", 0)))
     setup_s = time.perf_counter() - start
     result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
+    scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
-    return {"score": score, "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
+    return {"score": score, "score_se": scored.get("se"), "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
             "history": result.history, "steps": result.steps, "train_s": result.wall_s,
             "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric,
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}

@@ -2,6 +2,7 @@
 He et al.'s λ decomposition, the multi-head adapter's formula, identity at zero-init and closed gates."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -144,18 +145,102 @@ def test_zero_init_leaves_the_output_unchanged(kind, label):
     assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
 
 
-def test_closed_unipelt_gates_leave_the_output_unchanged(kind):
+# ---- UniPELT's gates, against the paper's formulas --------------------------------------------
+def _gates(model):
+    return [m for m in model.petl.modules() if type(m).__name__ == "Gate"]
+
+
+def _close(gates):
+    with torch.no_grad():
+        for g in gates:
+            g.proj.weight.zero_()
+            g.proj.bias.fill_(-40.0)                            # σ(-40) ≈ 4e-18: closed
+
+
+def _paper_gate(gate, x, mask):
+    """UniPELT: mean over the example's (real) tokens of σ(W·x_t + b): [B, L, d] -> [B, 1, 1]."""
+    g = torch.sigmoid(x @ gate.proj.weight.t() + gate.proj.bias)             # [B, L, 1]
+    m = mask[..., None].float()
+    return (g * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
+
+
+def reference_unipelt_attention(module, query, key, value, attention_mask, scaling=None, **_):
+    """Textbook attention over [g·P_K; K], [g·P_V; V] with g from the sublayer input (UniPELT code)."""
+    e = edits_of(module)
+    pk, pv = e.prefix.layer_kv(e.prefix_index)
+    b, n = query.shape[0], pk.shape[1]
+    g = _paper_gate(e.prefix_compose.gate, e.sublayer_input(), e.pad_mask()).view(b, 1, 1, 1)
+    k = torch.cat([g * pk.expand(b, -1, -1, -1), key], 2)
+    v = torch.cat([g * pv.expand(b, -1, -1, -1), value], 2)
+    scores = query @ k.transpose(-1, -2) * scaling
+    if attention_mask is not None:
+        scores = scores + torch.nn.functional.pad(attention_mask, (n, 0))
+    return (scores.softmax(-1) @ v).transpose(1, 2), None
+
+
+AttentionInterface.register("reference_unipelt", reference_unipelt_attention)
+AttentionMaskInterface.register("reference_unipelt", eager_mask)
+
+
+def test_open_unipelt_prefix_gate_scales_the_prefix_keys_and_values(kind):
+    model = apply_petl(tiny_model(kind), preset("unipelt_ap", tiny_model(kind).config))
+    _perturb(model, std=0.5)                                    # open, and far from 1/2
+    x = batch(kind)
+    ours = model(**x).logits
+    model.set_attn_implementation("reference_unipelt")
+    assert torch.allclose(ours, model(**x).logits, atol=1e-5)
+
+
+def test_open_unipelt_adapter_and_lora_gates_match_the_formulas():
+    """Adapter: Δh = g·up(f(down(h))); LoRA: Δh = g·B·A·x (the gate replaces alpha/r);
+    g = mean over real tokens of σ(W·x_t + b), one scalar per example."""
+    torch.manual_seed(0)
+    x, mask = torch.randn(3, 7, 16), torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 2 + [0] * 5])
+    adapter = ModuleSpec(form="adapter", position="ffn", insertion="sequential", size=4, gate=True)
+    lora = ModuleSpec(form="lora", size=4, composition="add", gate=True)
+    from petl_nas.modules import Bottleneck, LoRA
+
+    a, l = Bottleneck(adapter, 16), LoRA(lora, 16, 16)
+    _perturb_module = lambda m: [p.data.add_(torch.randn(p.shape) * 0.5) for p in m.parameters()]  # noqa: E731
+    _perturb_module(a), _perturb_module(l)
+    g_a, g_l = _paper_gate(a.compose.gate, x, mask), _paper_gate(l.compose.gate, x, mask)
+    assert g_a.shape == (3, 1, 1) and not torch.allclose(g_a, torch.full_like(g_a, 0.5), atol=0.05)
+    assert torch.allclose(a(x, mask), g_a * a.up(a.act(a.down(x))), atol=1e-6)
+    assert torch.allclose(l(x, mask), g_l * (x @ l.A.t() @ l.B.t()), atol=1e-6)
+    # per token: a gate for every position instead
+    tok = LoRA(ModuleSpec(form="lora", size=4, composition="add", gate=True, gate_per="token"), 16, 16)
+    _perturb_module(tok)
+    per_token = torch.sigmoid(x @ tok.compose.gate.proj.weight.t() + tok.compose.gate.proj.bias)
+    assert torch.allclose(tok(x, mask), per_token * (x @ tok.A.t() @ tok.B.t()), atol=1e-6)
+
+
+def test_closed_unipelt_gates_leave_a_prefix_of_zeros(kind):
+    """Closed UniPELT gates silence the adapter and LoRA exactly and scale P_K, P_V to zero: what is
+    left is the base model attending to l extra positions whose keys and values are zero."""
     base = tiny_model(kind)
     model = apply_petl(copy.deepcopy(base), preset("unipelt_apl", base.config))
     _perturb(model, std=0.5)
     x = batch(kind)
     assert not torch.allclose(model(**x).logits, base(**x).logits, atol=1e-4)
-    gates = [m for m in model.petl.modules() if type(m).__name__ == "Gate"]
+    gates = _gates(model)
     assert len(gates) == 4 * base.config.num_hidden_layers     # prefix, adapter, LoRA q and v
+    _close(gates)
+    zeros = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="prefix", size=10),)))
     with torch.no_grad():
-        for g in gates:
-            g.proj.weight.zero_()
-            g.proj.bias.fill_(-40.0)                            # σ(-40) ≈ 4e-18: closed
+        zeros.petl.groups["0_attn_prefix"]["encoder"].flat.zero_()
+    assert torch.allclose(model(**x).logits, zeros(**x).logits, atol=1e-6)
+
+
+def test_closed_per_token_gates_leave_the_output_unchanged(kind):
+    """The per-token variant adds log g to the prefix logits: a closed gate removes every module."""
+    base = tiny_model(kind)
+    per_token = PetlConfig(modules=tuple(dataclasses.replace(m, gate_per="token")
+                                         for m in preset("unipelt_apl", base.config).modules))
+    model = apply_petl(copy.deepcopy(base), per_token)
+    _perturb(model, std=0.5)
+    x = batch(kind)
+    assert not torch.allclose(model(**x).logits, base(**x).logits, atol=1e-4)
+    _close(_gates(model))
     assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
 
 

@@ -83,21 +83,49 @@ def test_meta_count_equals_the_real_model(kind, name):
     assert meta.head == head
 
 
+def _meant_to_train(model, config) -> set[str]:
+    """The names the config says train, worked out from names alone (not from `requires_grad`):
+    every PETL tensor, the task head (outside the backbone), and in the backbone its biases under
+    BitFit, its LayerNorms under ``train_layernorms`` and its pooler under ``pooling: pooler_trained``."""
+    backbone = model.base_model_prefix + "."
+    def trains(n):
+        if n.startswith("petl.") or not n.startswith(backbone):
+            return True
+        return ((config.bitfit and n.endswith(".bias")) or (config.train_layernorms and "LayerNorm" in n)
+                or (getattr(config, "pooling", None) == "pooler_trained" and n.startswith(backbone + "pooler.")))
+    return {n for n, _ in model.named_parameters() if trains(n)}
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_only_petl_parameters_change(kind, name):
+    """Training moves exactly what the method trains: every PETL tensor (so its hooks reach the
+    forward pass and give it a gradient), the head, BitFit biases and LayerNorms where the config
+    says; every other backbone tensor stays bit-identical."""
     model = _apply(kind, name).train()
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    config = preset(name, model.config)
+    expected = _meant_to_train(model, config)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    out = model(**batch(kind), labels=torch.tensor([0, 1, 1]))
-    out.loss.backward()
-    opt.step()
-    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert changed <= trainable
-    assert any(n.startswith("petl.") or "bias" in n for n in changed - {"classifier"})
-    allowed = lambda n: (n.startswith(("petl.", "classifier.")) or n.endswith("bias")
-                         or "LayerNorm" in n)
-    assert all(allowed(n) for n in trainable)
+    assert trainable == expected, (f"trainable but meant frozen: {sorted(trainable - expected)[:3]}; "
+                                   f"frozen but meant to train: {sorted(expected - trainable)[:3]}")
+    assert any(n.startswith("petl.") for n in expected) or config.bitfit   # BitFit alone adds no module
+    # A zero-initialised half (LoRA's B, an adapter's W_up) keeps its other half's gradient at zero
+    # until it moves; give it values so that three steps reach every PETL tensor.
+    with torch.no_grad():
+        for p in model.petl.parameters():
+            if p.ndim >= 2 and not p.any():
+                p.normal_(0, 0.2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for step in range(3):
+        model(**batch(kind, seed=1 + step, n=8), labels=torch.tensor([0, 1] * 4)).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    after = dict(model.named_parameters())
+    changed = {n for n in after if not torch.equal(after[n], before[n])}
+    frozen_moved = sorted(changed - expected)
+    assert not frozen_moved, f"frozen backbone tensors changed: {frozen_moved[:5]}"
+    untrained = sorted(expected - changed)
+    assert not untrained, f"trainable tensors never moved (no gradient reached them): {untrained[:5]}"
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -16,11 +16,13 @@ TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads
 
 
 def experiment(tmp_path, **kw) -> Experiment:
-    base = Experiment(name="t", backbone=TINY, task="demo_sentiment", budget="5%", space="small", trials=6,
+    """A search the tiny model learns something in (demo_keyword, ~100 steps a trial): a front of
+    trials that did not learn would be empty, and these tests are about the front's shape."""
+    base = Experiment(name="t", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=6,
                       presets=["pfeiffer", "bitfit", "lora"], executor="local",
                       storage=f"sqlite:///{tmp_path}/study.db",
-                      fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2,
-                                        search_dev=64),
+                      fidelity=Fidelity(k=320, epochs=5, batch_size=16, max_length=24, evals_per_epoch=2,
+                                        search_dev=128),
                       final=FinalEval(seeds=0))
     return dataclasses.replace(base, **kw)
 
@@ -38,7 +40,9 @@ def trained(study):
     return [t for t in study.trials if t.state != TrialState.WAITING and not t.user_attrs.get("rejected")]
 
 
-def check_study_shape(study, budget):
+def check_study_shape(study, budget, need_front: bool = True):
+    """Presets first, budgets kept, pruned trials off the front; ``need_front``: some trial learned
+    (a short ASHA run may stop every learner early and keep only trials that did not learn)."""
     trials = trained(study)
     flags = [bool(t.user_attrs.get("preset")) for t in trials]
     assert flags[0] and flags == sorted(flags, reverse=True)            # presets first
@@ -52,7 +56,8 @@ def check_study_shape(study, budget):
         if t.state == TrialState.PRUNED and not t.user_attrs.get("rejected"):
             assert "stopped early" in t.user_attrs["pruned_reason"] or "non-finite" in t.user_attrs["pruned_reason"]
             assert t.values is None                                      # never a point on the front
-    assert study.best_trials and all(t.state == TrialState.COMPLETE for t in study.best_trials)
+    assert all(t.state == TrialState.COMPLETE and not t.user_attrs["did_not_learn"] for t in study.best_trials)
+    assert study.best_trials or not need_front
     assert study.user_attrs["space_name"] == "small" and study.user_attrs["budget"] == budget
 
 
@@ -81,7 +86,7 @@ def test_ray_search_then_resume(tmp_path):
     try:
         first = run_search(exp, printer=lambda *a: None)
         study = load(exp)
-        check_study_shape(study, first.budget)
+        check_study_shape(study, first.budget, need_front=False)       # ASHA stops most after one evaluation
         before = {t.number: (t.state, t.values, t.params) for t in trained(study)}
         assert len(before) == 6
         assert (tmp_path / "runs" / "t" / "ray").is_dir()
@@ -198,7 +203,7 @@ def test_search_on_a_local_csv_task_through_ray(tmp_path):
     task = {"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"],    # relative to tmp_path
             "label_column": "label", "name": "my_csv"}
     exp = experiment(tmp_path, task=task, trials=2, presets="none", executor="ray",
-                     fidelity=Fidelity(k=None, epochs=1, batch_size=16, max_length=16, search_dev=30))
+                     fidelity=Fidelity(k=None, epochs=6, batch_size=16, max_length=16, search_dev=30))
     try:
         summary = run_search(exp, printer=lambda *a: None)
     finally:
@@ -217,19 +222,94 @@ def test_file_task_errors_name_the_problem(tmp_path):
         resolve_task({"train": str(tmp_path / "nope.csv"), "dev": str(tmp_path / "nope.csv"), "text_columns": ["t"]})
 
 
-@pytest.mark.parametrize("sampler", ["nsga2", "random", "gp", "presets"])
-def test_every_sampler_runs(tmp_path, sampler):
-    exp = experiment(tmp_path, sampler=sampler, trials=3, budget="20%")
+def test_the_presets_sampler_trains_only_the_seeded_presets(tmp_path):
+    """``sampler: presets`` trains the queued presets and proposes nothing of its own."""
+    exp = experiment(tmp_path, sampler="presets", trials=3, budget="20%")
+    run_search(exp, printer=lambda *a: None)
+    done = trained(load(exp))
+    assert done and all(t.user_attrs.get("preset") for t in done)   # a grid of the seeded presets, nothing else
+
+
+def searched_study(monkeypatch, exp):
+    """Run the search and return the study object it drove (its sampler is not stored in the database)."""
+    from petl_nas import search as search_module
+
+    opened = []
+    real = search_module.open_study
+    monkeypatch.setattr(search_module, "open_study", lambda *a, **kw: opened.append(real(*a, **kw)) or opened[-1])
+    run_search(exp, printer=lambda *a: None)
+    (study,) = opened
+    return study
+
+
+def replayed_params(trials, sampler, space="small", n_layers=2, flat=False):
+    """The parameters ``sampler`` proposes, in a fresh in-memory study, for the same sequence of
+    trials on the same space, told the same outcomes."""
+    from petl_nas.space import SearchSpace
+
+    space = SearchSpace.load(space)
+    replay = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    out = []
+    for t in trials:
+        trial = replay.ask()
+        try:
+            space.sample(trial, n_layers, flat=flat)
+        except ConfigError:
+            pass                                   # an invalid draw: the search recorded it as FAIL
+        out.append(trial.params)
+        if t.state == TrialState.COMPLETE:
+            replay.tell(trial, t.values)
+        else:
+            replay.tell(trial, state=t.state)
+    return out
+
+
+@pytest.mark.parametrize("sampler, cls", [("nsga2", optuna.samplers.NSGAIISampler),
+                                          ("random", optuna.samplers.RandomSampler),
+                                          ("gp", optuna.samplers.GPSampler)])
+def test_proposals_come_from_the_named_sampler_with_the_experiment_seed(tmp_path, monkeypatch, sampler, cls):
+    """``sampler: nsga2|random|gp`` makes the study use that sampler, seeded with the experiment's
+    seed: every proposal (over-budget ones included) is exactly what a fresh sampler of that class
+    with that seed proposes for the same trials (and not what one with another seed proposes, so the
+    comparison can fail), and no proposal repeats."""
+    exp = experiment(tmp_path, sampler=sampler, trials=3, budget="20%", presets="none", seed=7)
+    study = searched_study(monkeypatch, exp)
+    assert type(study.sampler) is cls
+    trials = sorted(load(exp).trials, key=lambda t: t.number)
+    assert len(trained(load(exp))) == 3
+    params = [t.params for t in trials]
+    assert len({repr(sorted(p.items())) for p in params}) == len(params)     # no proposal repeats
+    flat = sampler == "gp"                        # the flattened space: every dimension in every trial
+    assert params == replayed_params(trials, cls(seed=7), flat=flat)
+    assert params != replayed_params(trials, cls(seed=8), flat=flat)
+    if flat:
+        assert all({"attn.rank", "attn.length", "ffn.bottleneck"} <= set(p) for p in params)
+
+
+def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_on_test(tmp_path, monkeypatch):
+    """The search selects on search_dev and never sees the test split: every TrialSpec it hands
+    the executor's trainer says ``eval_split == "search_dev"``; only the final re-evaluation of the
+    front (re-trained with each seed) says "test"."""
+    from petl_nas import executors
+    from petl_nas import search as search_module
+
+    searched, final = [], []
+
+    def spy(seen, real):
+        return lambda spec, **kw: seen.append(spec) or real(spec, **kw)
+
+    monkeypatch.setattr(executors, "run_trial", spy(searched, executors.run_trial))
+    monkeypatch.setattr(search_module, "run_trial", spy(final, search_module.run_trial))
+    # One preset and one sampled trial; the preset is re-evaluated (final presets: best) even when
+    # the front is empty, so the final re-evaluation always trains something.
+    exp = experiment(tmp_path, trials=2, presets=["bitfit"], final=FinalEval(seeds=2, epochs=1, max_front=1))
     run_search(exp, printer=lambda *a: None)
     study = load(exp)
-    done = trained(study)
-    if sampler == "presets":                     # a grid of the seeded presets, nothing else
-        assert done and all(t.user_attrs.get("preset") for t in done)
-    else:
-        assert len(done) == 3
-    if sampler == "gp":                          # the flattened space: every dimension in every trial
-        sampled = [t for t in done if not t.user_attrs.get("preset")]
-        assert all({"attn.rank", "attn.length", "ffn.bottleneck"} <= set(t.params) for t in sampled)
+    assert sorted(s.number for s in searched) == sorted(t.number for t in trained(study))
+    assert [s.eval_split for s in searched] == ["search_dev"] * 2
+    marked = sorted(int(k.split(":")[1]) for k in study.user_attrs if k.startswith("final:"))
+    assert marked and sorted(s.number for s in final) == sorted(marked * 2)      # each one, once per seed
+    assert [s.eval_split for s in final] == ["test"] * len(final)
 
 
 def test_a_trial_starts_from_its_seed_alone_whatever_ran_before():
@@ -279,11 +359,32 @@ def test_the_final_reevaluation_reports_last_epochs_not_the_best_on_test(tmp_pat
     assert entry["scores"] == [r["last_score"] for r in finals] and len(finals) == 2
 
 
-def test_startup_trials_reach_the_model_based_samplers():
+def _proposals(sampler, n: int) -> list[tuple[float, float]]:
+    """The first ``n`` points ``sampler`` proposes on a smooth two-dimensional objective."""
+    study = optuna.create_study(sampler=sampler)
+    points = []
+    for _ in range(n):
+        trial = study.ask()
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        study.tell(trial, (x - 0.3) ** 2 + (y - 0.7) ** 2)
+        points.append((x, y))
+    return points
+
+
+@pytest.mark.parametrize("name, startup", [("tpe", 3), ("gp", 4)])
+def test_startup_trials_reach_the_model_based_samplers(name, startup):
+    """With ``startup_trials`` N, TPE and GP propose exactly a seeded RandomSampler's first N points,
+    then their model's (which differ from the random ones)."""
     from petl_nas.study import make_sampler
 
-    assert make_sampler("tpe", 0, 3)._n_startup_trials == 3
-    assert make_sampler("gp", 0, 4)._n_startup_trials == 4
+    model_based = _proposals(make_sampler(name, 5, startup), startup + 2)
+    random = _proposals(optuna.samplers.RandomSampler(seed=5), startup + 2)
+    assert model_based[:startup] == random[:startup]
+    still_random = [m for m, r in zip(model_based[startup:], random[startup:]) if m == r]
+    assert not still_random, f"{name} still proposes the random sampler's points after {startup}: {still_random}"
+
+
+def test_startup_trials_default_and_bounds():
     assert Experiment().startup_trials == 10
     with pytest.raises(ConfigError, match="startup_trials: expected"):
         Experiment(startup_trials=0)

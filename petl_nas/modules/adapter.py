@@ -17,13 +17,13 @@ from .compose import ACTIVATIONS, Composition, init_bert_, init_zero_
 class Bottleneck(nn.Module):
     """d -> r -> d with a nonlinearity; ``init='lora'`` makes Δh = 0 at the start."""
 
-    def __init__(self, spec: ModuleSpec, dim: int):
+    def __init__(self, spec: ModuleSpec, dim: int, causal: bool = False):
         super().__init__()
         self.dropout = nn.Dropout(spec.dropout) if spec.dropout else nn.Identity()
         self.down = nn.Linear(dim, spec.size)
         self.act = ACTIVATIONS[spec.nonlinearity]()
         self.up = nn.Linear(spec.size, dim)
-        self.compose = Composition(spec, dim)
+        self.compose = Composition(spec, dim, causal)
         if spec.init == "lora":
             nn.init.kaiming_uniform_(self.down.weight, a=math.sqrt(5))
             nn.init.zeros_(self.down.bias)
@@ -32,5 +32,5 @@ class Bottleneck(nn.Module):
             init_bert_(self.down)
             init_bert_(self.up)
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.compose(self.up(self.act(self.down(self.dropout(z)))), z)
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.compose(self.up(self.act(self.down(self.dropout(z)))), z, mask)

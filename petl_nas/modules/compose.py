@@ -20,36 +20,61 @@ ACTIVATIONS = {
 
 
 class Gate(nn.Module):
-    """UniPELT's gate g(x) = σ(W·x + b), one scalar per token, computed from the module's input."""
+    """UniPELT's gate σ(W·x + b) from the module's input x.
 
-    def __init__(self, dim: int):
+    ``per="example"`` is UniPELT's (and AdapterHub's) gate: the mean of σ(W·x_t + b) over an example's
+    tokens, one scalar per example; padding tokens are left out of the mean when the padding mask is
+    known, so a padded row is gated as the same row alone. ``per="token"`` keeps one scalar per token.
+    Parameters stay in their own (fp32) dtype; the result has the input's dtype.
+    """
+
+    def __init__(self, dim: int, per: str = "example"):
         super().__init__()
         self.proj = nn.Linear(dim, 1)
+        self.per = per
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., d] -> [..., 1]
-        return torch.sigmoid(self.proj(x))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example."""
+        g = torch.sigmoid(self.proj(x.to(self.proj.weight.dtype)))
+        if self.per == "example":
+            g = sequence_mean(g, mask)
+        return g.to(x.dtype)
 
     def log(self, x: torch.Tensor) -> torch.Tensor:
-        """log g(x), stable for closed gates (used as an attention-logit bias)."""
-        return nn.functional.logsigmoid(self.proj(x))
+        """log g(x) per token, stable for closed gates (the per-token prefix gate's logit bias)."""
+        return nn.functional.logsigmoid(self.proj(x.to(self.proj.weight.dtype))).to(x.dtype)
+
+
+def sequence_mean(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``g`` [B, L, ...] over dim 1, keeping dims; only where ``mask`` [B, L] is 1 if it fits."""
+    if mask is None or mask.shape != g.shape[:2]:
+        return g.mean(dim=1, keepdim=True)
+    m = mask.to(g.dtype).view(*mask.shape, *([1] * (g.ndim - 2)))
+    return (g * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1)
 
 
 class Composition(nn.Module):
-    """Multiplies Δh by s (fixed, or a learned scalar) and by the gate g(x) when the spec has one."""
+    """Multiplies Δh by s (fixed, or a learned scalar) and by the gate g(x) when the spec has one.
 
-    def __init__(self, spec: ModuleSpec, gate_dim: int):
+    ``causal``: the module sits in a causal block, where a per-example gate would read later
+    tokens, so its gate is per token.
+    """
+
+    def __init__(self, spec: ModuleSpec, gate_dim: int, causal: bool = False):
         super().__init__()
         self.fixed_scale = spec.scale if spec.composition == "scaled" and not spec.learn_scale else 1.0
         self.scale = nn.Parameter(torch.tensor(float(spec.scale))) if spec.learn_scale else None
-        self.gate = Gate(gate_dim) if spec.gate else None
+        per = "token" if causal else spec.gate_per
+        self.gate = Gate(gate_dim, per) if spec.gate else None
 
-    def forward(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.scale is not None:
             delta = delta * self.scale
         elif self.fixed_scale != 1.0:
             delta = delta * self.fixed_scale
         if self.gate is not None:
-            delta = delta * self.gate(gate_input)
+            delta = delta * self.gate(gate_input, mask)
         return delta
 
 

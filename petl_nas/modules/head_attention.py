@@ -32,7 +32,11 @@ _EDITS_ATTR = "_petl_head_edits"
 
 @dataclass
 class HeadEdits:
-    """What one attention module adds: a prefix (with its layer slot) and/or a multi-head adapter."""
+    """What one attention module adds: a prefix (with its layer slot) and/or a multi-head adapter.
+
+    ``sublayer_input`` returns the attention sublayer's input x (what UniPELT's prefix gate reads) and
+    ``pad_mask`` the current [B, L] padding mask (or None), both kept by `inject` per forward.
+    """
 
     is_enabled: callable
     prefix: PrefixEncoder | None = None
@@ -40,6 +44,8 @@ class HeadEdits:
     prefix_composition: str = "gated"
     prefix_compose: Composition | None = None
     mh: MultiHeadAdapter | None = None
+    sublayer_input: callable = lambda: None
+    pad_mask: callable = lambda: None
 
 
 def attach(module: nn.Module, edits: HeadEdits) -> None:
@@ -99,9 +105,15 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
     b = query.shape[0]
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     prefix_kv = None
+    gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
     if edits.prefix is not None:
         pk, pv = edits.prefix.layer_kv(edits.prefix_index)              # [H_kv, l, D]
         prefix_kv = pk.to(key.dtype).expand(b, -1, -1, -1), pv.to(value.dtype).expand(b, -1, -1, -1)
+        if gate is not None and gate.per == "example" and edits.prefix_composition == "gated":
+            # UniPELT: one gate per example from the sublayer input scales P_K and P_V.
+            g = gate(edits.sublayer_input(), edits.pad_mask()).view(b, 1, 1, 1)
+            prefix_kv = prefix_kv[0] * g.to(key.dtype), prefix_kv[1] * g.to(value.dtype)
+            gate = None
     if prefix_kv is not None and edits.prefix_composition == "gated":
         # Plain prefix tuning: one softmax over [prefix; tokens] = He et al.'s λ(x)-gated sum.
         n = pk.shape[1]
@@ -112,8 +124,7 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         key = torch.cat([prefix_kv[0], key], dim=2)
         value = torch.cat([prefix_kv[1], value], dim=2)
         kwargs["is_causal"] = False
-        gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
-        if gate is not None:
+        if gate is not None:                                           # per token: log g on the prefix logits
             head_dim = value.shape[-1]
             q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
             out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout,
@@ -130,20 +141,20 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         rep = query.shape[1] // prefix_kv[0].shape[1]
         pk_, pv_ = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in prefix_kv)
         delta = nn.functional.scaled_dot_product_attention(query, pk_, pv_, scale=scaling).transpose(1, 2)
-        out = out + _compose_heads(edits.prefix_compose, delta, query)
+        out = out + _compose_heads(edits.prefix_compose, delta, query, edits).to(out.dtype)
     if edits.mh is not None:
         delta = edits.mh(query, scaling).transpose(1, 2)                # [B, Lq, H, D]
-        out = out + _compose_heads(edits.mh.compose, delta, query)
+        out = out + _compose_heads(edits.mh.compose, delta, query, edits).to(out.dtype)
     return out, weights
 
 
-def _compose_heads(compose: Composition, delta: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+def _compose_heads(compose: Composition, delta: torch.Tensor, query: torch.Tensor, edits: HeadEdits) -> torch.Tensor:
     if compose is None:
         return delta
     gate_input = _flat_query(query) if compose.gate is not None else None
     if gate_input is not None:
         gate_input = gate_input.unsqueeze(2)                           # [B, Lq, 1, H·D] broadcasts over heads
-    return compose(delta, gate_input)
+    return compose(delta, gate_input, edits.pad_mask())
 
 
 AttentionInterface.register(ATTENTION_NAME, petl_attention)

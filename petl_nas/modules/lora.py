@@ -12,9 +12,12 @@ from .compose import Composition
 
 
 class LoRA(nn.Module):
-    """Δh = s·(x·Aᵀ)·Bᵀ with A: r×in (Kaiming) and B: out×r (zeros), so Δh = 0 at the start."""
+    """Δh = s·(x·Aᵀ)·Bᵀ with A: r×in (Kaiming) and B: out×r (zeros), so Δh = 0 at the start.
 
-    def __init__(self, spec: ModuleSpec, in_features: int, out_features: int):
+    With a gate, Δh = g(x)·s·(x·Aᵀ)·Bᵀ; UniPELT's gated LoRA has s = 1 (the gate replaces alpha/r).
+    """
+
+    def __init__(self, spec: ModuleSpec, in_features: int, out_features: int, causal: bool = False):
         super().__init__()
         self.dropout = nn.Dropout(spec.dropout) if spec.dropout else nn.Identity()
         self.A = nn.Parameter(torch.empty(spec.size, in_features))
@@ -22,12 +25,12 @@ class LoRA(nn.Module):
         nn.init.kaiming_uniform_(self.A, a=math.sqrt(5))
         if spec.init == "bert":
             nn.init.normal_(self.B, std=0.02)
-        self.compose = Composition(spec, in_features)
+        self.compose = Composition(spec, in_features, causal)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # s and the gate are per-token scalars: applying them to the rank-r intermediate is exact
-        # and r/out times cheaper than scaling the full-width output.
-        return self.compose(self.dropout(x) @ self.A.t(), x) @ self.B.t()
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        # s and the gate are per-token (or per-example) scalars: applying them to the rank-r
+        # intermediate is exact and r/out times cheaper than scaling the full-width output.
+        return self.compose(self.dropout(x) @ self.A.t(), x, mask) @ self.B.t()
 
     def delta_weight(self) -> torch.Tensor:
         """s·B·A, the update to merge into W (ungated, fixed-or-learned s)."""

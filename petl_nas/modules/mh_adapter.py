@@ -14,12 +14,13 @@ from .compose import Composition
 
 
 class MultiHeadAdapter(nn.Module):
-    def __init__(self, spec: ModuleSpec, heads: int, head_dim: int):
+    def __init__(self, spec: ModuleSpec, heads: int, head_dim: int, causal: bool = False):
         super().__init__()
         self.keys = nn.Parameter(torch.randn(heads, spec.size, head_dim) * head_dim ** -0.5)
         self.values = nn.Parameter(torch.zeros(heads, spec.size, head_dim))
-        self.compose = Composition(spec, heads * head_dim)
+        self.compose = Composition(spec, heads * head_dim, causal)
 
     def forward(self, query: torch.Tensor, scaling: float) -> torch.Tensor:
         # query [B, H, Lq, D] -> Δ [B, H, Lq, D]
-        return torch.relu((query * scaling) @ self.keys.transpose(-1, -2)) @ self.values
+        q = query.to(self.keys.dtype) * scaling
+        return torch.relu(q @ self.keys.transpose(-1, -2)) @ self.values

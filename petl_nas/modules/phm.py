@@ -49,7 +49,7 @@ class PHMLinear(nn.Module):
 class CompacterAdapter(nn.Module):
     """The bottleneck adapter with PHM projections (Compacter; FFN-only placement is Compacter++)."""
 
-    def __init__(self, spec: ModuleSpec, dim: int, rule: SharedRule):
+    def __init__(self, spec: ModuleSpec, dim: int, rule: SharedRule, causal: bool = False):
         super().__init__()
         n = spec.phm_n
         for what, value in (("hidden size", dim), ("size", spec.size)):
@@ -59,7 +59,7 @@ class CompacterAdapter(nn.Module):
         self.down = PHMLinear(rule, dim, spec.size, n, spec.phm_rank)
         self.act = ACTIVATIONS[spec.nonlinearity]()
         self.up = PHMLinear(rule, spec.size, dim, n, spec.phm_rank, zero=spec.init == "lora")
-        self.compose = Composition(spec, dim)
+        self.compose = Composition(spec, dim, causal)
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.compose(self.up(self.act(self.down(z))), z)
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.compose(self.up(self.act(self.down(z))), z, mask)

@@ -1,0 +1,125 @@
+"""`fidelity: auto`: measure how long a trial must train before its score ranks configurations.
+
+Short trials measure "has it started learning" rather than quality: on SST-2 with MiniLM's
+untrained pooler every method sat at the majority class after 3 epochs, and the order of
+configurations changed again between 5 and 10 epochs. Before the search, a few presets that fit
+the budget are trained at growing lengths (1, 2, 4, ... epochs, never past the final recipe's),
+scored on search-dev like any trial. The chosen length is the shortest at which every one of them
+is clear of the trivial baseline (beyond noise) and their order is the one the next length gives.
+What was tried, what it cost and what was chosen is stored on the study (``fidelity_calibration``)
+and printed; a resumed study reuses it. ASHA's first rung is never earlier than the first length
+at which calibration saw every preset learn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from .budget import count_parameters
+from .presets import preset, preset_lr
+from .significance import did_not_learn
+from .train import Recipe
+from .worker import TrialSpec, run_trial
+
+# Presets that calibrate a trial's length, in order of preference: the common anchors of three
+# functional forms (low-rank, bottleneck, Kronecker) and the smallest, BitFit.
+CALIBRATION_PRESETS = ("lora", "parallel_adapter", "compacter_pp", "pfeiffer", "bitfit")
+ATTR = "fidelity_calibration"
+
+
+def ladder(final_epochs: float) -> list[float]:
+    """1, 2, 4, ... epochs, capped at (and ending with) the final recipe's length."""
+    out, e = [], 1.0
+    while e < final_epochs:
+        out.append(e)
+        e *= 2
+    return out + [float(final_epochs)]
+
+
+def calibration_presets(exp, model_config, budget: int | None, n: int = 3) -> list[str]:
+    """Up to ``n`` presets that fit the budget: the experiment's own list first, then the anchors."""
+    named = list(exp.presets) if isinstance(exp.presets, (list, tuple)) else []
+    chosen = []
+    for name in named + [p for p in CALIBRATION_PRESETS if p not in named]:
+        try:
+            count = count_parameters(model_config, preset(name, model_config)).deployable
+        except Exception:                                    # noqa: BLE001 - not for this backbone
+            continue
+        if budget is None or count <= budget:
+            chosen.append(name)
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+def calibrate(exp, baseline: dict | None, model_config, budget: int | None, printer) -> dict:
+    """Train the calibration presets at growing lengths; returns the record stored on the study."""
+    from .space import SearchSpace
+
+    start = time.perf_counter()
+    space = SearchSpace.load(exp.space)
+    names = calibration_presets(exp, model_config, budget)
+    fid = exp.fidelity
+    steps, chosen, first_learned, previous = [], None, None, None
+    for epochs in ladder(exp.final.epochs):
+        recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
+                        evals_per_epoch=0, seed=exp.seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows)
+        scores = {}
+        for name in names:
+            config = space.with_head(preset(name, model_config))      # the head the trials get
+            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=config.to_dict(),
+                             recipe=recipe.with_overrides(lr=preset_lr(name)).to_dict(), data_dir=exp.data_dir,
+                             k=fid.k, data_seed=exp.data_seed, search_dev=fid.search_dev, score=fid.score)
+            r = run_trial(spec)
+            scores[name] = {"score": r["score"], "se": r.get("score_se"),
+                            "learned": not did_not_learn(r["score"], r.get("score_se"), baseline)}
+        learned = all(s["learned"] for s in scores.values())
+        order = sorted(names, key=lambda n: -scores[n]["score"])
+        steps.append({"epochs": epochs, "scores": scores, "order": order, "all_learned": learned})
+        printer(f"  calibration at {epochs:g} epochs: "
+                + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}"
+                            for n, s in scores.items()))
+        if learned and first_learned is None:
+            first_learned = epochs
+        if learned and previous is not None and previous["all_learned"] and previous["order"] == order:
+            chosen = previous["epochs"]
+            break
+        if learned and len(names) == 1:
+            chosen = epochs
+            break
+        previous = steps[-1]
+    stable = chosen is not None
+    if chosen is None:
+        chosen = steps[-1]["epochs"]
+    return {"presets": names, "steps": steps, "epochs": chosen, "stable": stable,
+            "first_learned_epochs": first_learned, "cost_s": round(time.perf_counter() - start, 1)}
+
+
+def describe(record: dict) -> str:
+    """One line: what calibration chose and why, and what it cost."""
+    why = ("the presets cleared the baseline and kept their order at the next length" if record["stable"]
+           else "no length up to the final recipe's gave a stable order of presets clear of the baseline")
+    return (f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
+            f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)")
+
+
+def resolve(study, exp, baseline: dict | None, model_config, budget: int | None, printer):
+    """The experiment with a numeric trial length: calibrated now, or as a resumed study recorded."""
+    if exp.fidelity.epochs != "auto":
+        return exp, None
+    record = study.user_attrs.get(ATTR)
+    if record is None:
+        printer("fidelity auto: calibrating the trial length on "
+                + ", ".join(calibration_presets(exp, model_config, budget)) + " ...")
+        record = calibrate(exp, baseline, model_config, budget, printer)
+        # Another worker of the same study may have finished first: every worker uses one record.
+        record = study.user_attrs.get(ATTR) or record
+        study.set_user_attr(ATTR, record)
+    printer(describe(record))
+    resolved = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, epochs=record["epochs"]))
+    study.set_user_attr("fidelity", resolved.fidelity.__dict__)
+    return resolved, record
+
+
+__all__ = ["calibrate", "resolve", "ladder", "calibration_presets", "describe", "CALIBRATION_PRESETS"]

@@ -1,0 +1,92 @@
+"""Every score has a floor and an error bar: trivial baselines, standard errors, noise-aware comparisons.
+
+- `trivial_baseline`: what a model that learned nothing scores on the search-dev split: the best
+  constant class (the majority class, or the class a metric such as F1 favours), a constant for
+  regression (no correlation: 0), or copying the source for sequence-to-sequence tasks.
+- `standard_error`: a score's standard error over the rows it was measured on: binomial for
+  accuracy, a bootstrap (fixed seed) for F1, MCC and correlations.
+- `did_not_learn`: within noise of the baseline (no more than two standard errors above it).
+- `clearly_better`: a difference beyond two standard errors of the difference.
+- `paired_difference`: per-seed differences of two configurations trained with the same seeds.
+
+Example:
+    >>> did_not_learn(0.7988, 0.012, {"score": 0.7988})
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+
+import numpy as np
+
+Z = 2.0                        # "beyond noise": more than two standard errors
+BOOTSTRAP_SAMPLES = 200
+
+
+def trivial_baseline(task, splits) -> dict | None:
+    """``{"score", "metric", "what"}`` of the task's trivial predictor on ``splits.search_dev``."""
+    dev, metric = splits.search_dev, task.main_metric
+    if task.kind == "classification":
+        refs = np.asarray(dev.labels, dtype=np.int64)
+        majority = Counter(np.asarray(splits.train.labels, dtype=np.int64).tolist()).most_common(1)[0][0]
+        scored = [(task.compute_metrics(np.full(len(refs), c), refs)[metric], c) for c in range(task.num_labels)]
+        score, best = max(scored, key=lambda sc: (sc[0], sc[1] == majority))
+        kind = "the majority class" if best == majority else "the best constant class"
+        return {"score": float(score), "metric": metric, "what": f"constant {task.labels[best]!r} ({kind})"}
+    if task.kind == "regression":
+        return {"score": 0.0, "metric": metric, "what": "a constant (the training mean): no correlation"}
+    if task.kind == "seq2seq":
+        sources = [texts[0] for texts in zip(*dev.texts)]
+        if sources == [str(t) for t in dev.labels]:
+            return None        # every target is its source: copying is the task itself, not a floor
+        score = task.compute_metrics(sources, list(dev.labels))[metric]
+        return {"score": float(score), "metric": metric, "what": "copying the source"}
+    return None                # causal LM: token accuracy needs a model; no trivial floor is computed
+
+
+def standard_error(task, predictions, references) -> float | None:
+    """The main metric's standard error over these rows (None where none is computed: generation)."""
+    if task.kind not in ("classification", "regression"):
+        return None
+    p, r = np.asarray(predictions), np.asarray(references).ravel()
+    if task.kind == "classification" and p.ndim == 2:
+        p = p.argmax(-1)
+    p, n = p.ravel(), len(r)
+    if n < 2:
+        return None
+    if task.main_metric == "accuracy":
+        acc = float(np.mean(p == r))
+        return math.sqrt(acc * (1 - acc) / n)
+    rng = np.random.default_rng(0)
+    scores = []
+    for _ in range(BOOTSTRAP_SAMPLES):
+        idx = rng.integers(0, n, n)
+        value = task.compute_metrics(p[idx], r[idx])[task.main_metric]
+        if math.isfinite(value):
+            scores.append(value)
+    return float(np.std(scores, ddof=1)) if len(scores) > 1 else None
+
+
+def did_not_learn(score: float, se: float | None, baseline: dict | None) -> bool:
+    """True when ``score`` is within noise of the baseline (at most ``Z`` standard errors above)."""
+    if baseline is None or score is None:
+        return False
+    return score - baseline["score"] <= Z * (se or 0.0) + 1e-12
+
+
+def clearly_better(a: float, se_a: float | None, b: float, se_b: float | None) -> bool:
+    """``a`` beats ``b`` beyond noise: by more than ``Z`` standard errors of the difference."""
+    return a - b > Z * math.sqrt((se_a or 0.0) ** 2 + (se_b or 0.0) ** 2)
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """Mean and standard deviation of per-seed differences a_i - b_i (same seeds, same data order)."""
+    diffs = [x - y for x, y in zip(a, b)]
+    return {"mean": statistics.fmean(diffs), "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
+            "n": len(diffs), "wins": sum(d > 0 for d in diffs)}
+
+
+__all__ = ["trivial_baseline", "standard_error", "did_not_learn", "clearly_better", "paired_difference", "Z"]

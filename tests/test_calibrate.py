@@ -1,0 +1,108 @@
+"""`fidelity: auto`: the trial length is measured on presets before the search, stored, and reused.
+
+The trainer is replaced by a table of scores per (preset, epochs), so each rule is checked exactly:
+the shortest length at which every preset is clear of the baseline and ranks as at the next length;
+the final length when no such length exists; one calibration per study, reused on resume; ASHA's
+first rung where the presets first learned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from petl_nas import calibrate
+from petl_nas.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search import run_search
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+BASELINE = {"score": 0.5, "metric": "accuracy", "what": "constant"}
+
+
+def scripted(monkeypatch, table: dict[tuple[str, float], float], calls: list):
+    """Replace the trainer: the score of preset ``name`` trained ``epochs`` comes from ``table``."""
+    from petl_nas.presets import preset
+
+    names = {}
+
+    def fake_run_trial(spec):
+        name = names.get(repr(spec.config)) or next(n for n in ("lora", "bitfit", "pfeiffer", "parallel_adapter")
+                                                   if preset(n, hidden_size=32).to_dict()["modules"]
+                                                   == spec.config["modules"]
+                                                   and preset(n, hidden_size=32).bitfit == spec.config["bitfit"])
+        names[repr(spec.config)] = name
+        calls.append((name, spec.recipe["epochs"], spec.recipe["evals_per_epoch"], spec.eval_split))
+        return {"score": table[(name, spec.recipe["epochs"])], "score_se": 0.02}
+
+    monkeypatch.setattr(calibrate, "run_trial", fake_run_trial)
+
+
+def experiment(tmp_path, **kw) -> Experiment:
+    return Experiment(name="cal", backbone=TINY, task="demo_keyword", budget=None, space="small", trials=1,
+                      presets=["lora", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
+                      fidelity=Fidelity(k=64, epochs="auto", batch_size=16, max_length=16, search_dev=32),
+                      final=FinalEval(seeds=0, epochs=8), **kw)
+
+
+def test_the_ladder_never_passes_the_final_length():
+    assert calibrate.ladder(10) == [1, 2, 4, 8, 10] and calibrate.ladder(1) == [1] and calibrate.ladder(3) == [1, 2, 3]
+
+
+def test_the_shortest_length_that_learned_and_kept_its_order(tmp_path, monkeypatch):
+    calls = []
+    scripted(monkeypatch, {("lora", 1): 0.52, ("bitfit", 1): 0.51, ("parallel_adapter", 1): 0.6,  # not all clear
+                           ("lora", 2): 0.70, ("bitfit", 2): 0.62, ("parallel_adapter", 2): 0.66,  # all learned
+                           ("lora", 4): 0.78, ("bitfit", 4): 0.66, ("parallel_adapter", 4): 0.7},  # same order
+             calls)
+    record = calibrate.calibrate(experiment(tmp_path), BASELINE, _config(), None, lambda line: None)
+    assert record["epochs"] == 2 and record["stable"] and record["first_learned_epochs"] == 2
+    assert [s["epochs"] for s in record["steps"]] == [1, 2, 4]                # stopped: 8 never trained
+    assert record["presets"] == ["lora", "bitfit", "parallel_adapter"]   # the experiment's, then an anchor
+    assert all(evals == 0 and split == "search_dev" for _, _, evals, split in calls)   # scored like trials
+    assert "2 epochs per trial" in calibrate.describe(record)
+
+
+def test_no_stable_order_means_the_final_length(tmp_path, monkeypatch):
+    flips = {("lora", e): s for e, s in ((1, 0.7), (2, 0.6), (4, 0.7), (8, 0.6))}
+    flips.update({("bitfit", e): s for e, s in ((1, 0.6), (2, 0.7), (4, 0.6), (8, 0.7))})
+    flips.update({("parallel_adapter", e): 0.65 for e in (1, 2, 4, 8)})
+    scripted(monkeypatch, flips, [])
+    record = calibrate.calibrate(experiment(tmp_path), BASELINE, _config(), None, lambda line: None)
+    assert record["epochs"] == 8 and not record["stable"] and record["first_learned_epochs"] == 1
+    assert "no length up to the final recipe's" in calibrate.describe(record)
+
+
+def test_a_study_calibrates_once_and_its_trials_run_at_the_chosen_length(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    rank = {"lora": 0.1, "parallel_adapter": 0.05, "bitfit": 0.0}
+    table = {(n, e): 0.7 + r + 0.01 * e for n, r in rank.items() for e in (1, 2, 4, 8)}   # one order throughout
+    scripted(monkeypatch, table, calls)
+    lines = []
+    exp = experiment(tmp_path)
+    run_search(exp, printer=lines.append)
+    study = optuna.load_study(study_name="cal", storage=exp.storage_url)
+    assert study.user_attrs["fidelity_calibration"]["epochs"] == 1
+    assert study.user_attrs["fidelity"]["epochs"] == 1                        # what export's --recipe search reads
+    assert all(t.user_attrs["epochs"] == 1 for t in study.trials if t.user_attrs.get("epochs"))
+    assert any(line.startswith("fidelity auto: 1 epochs per trial") for line in lines)
+    n = len(calls)
+    run_search(dataclasses.replace(exp, trials=2), printer=lines.append)     # resume: no new calibration
+    assert len(calls) == n
+
+
+def test_fidelity_auto_in_files_and_flags(tmp_path):
+    assert Experiment.from_dict({"fidelity": "auto"}).fidelity.epochs == "auto"
+    assert Experiment().fidelity.epochs == "auto"                              # the default
+    with pytest.raises(Exception, match="fidelity: epochs: expected auto or a number > 0, got 'soon'"):
+        Experiment.from_dict({"fidelity": {"epochs": "soon"}})
+
+
+def _config():
+    from petl_nas.tasks import get_task
+    from petl_nas.worker import model_config_for
+
+    return model_config_for(TINY, get_task("demo_keyword"))

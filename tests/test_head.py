@@ -1,0 +1,166 @@
+"""The task head in the configuration: pooling (auto, cls, mean, pooler, pooler_trained), head dropout
+and learning rate; what each pooling feeds the classifier, its counts, and its round trip."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2ForSequenceClassification
+
+from conftest import batch, tiny_model
+from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, load_petl, save_petl
+from petl_nas import head
+from petl_nas.budget import count_parameters
+from petl_nas.models import load_classifier
+from petl_nas.train import Recipe, _param_groups
+
+LORA = (ModuleSpec(form="lora", size=2),)
+
+
+def config(**head) -> PetlConfig:
+    return PetlConfig(modules=LORA, **head)
+
+
+def sentence_transformers_checkpoint(tmp_path, mode="mean"):
+    """A tiny BERT saved with a sentence-transformers pooling config, as all-MiniLM-L6-v2 ships."""
+    path = tmp_path / "st"
+    tiny_model().save_pretrained(path)
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"pooling_mode_mean_tokens": mode == "mean", "pooling_mode_cls_token": mode == "cls"}))
+    return path
+
+
+def hidden_and_logits(model, x):
+    with torch.no_grad():
+        out = model(**x, output_hidden_states=True)
+    return out.hidden_states[-1], out.logits
+
+
+def masked_mean(h, mask):
+    m = mask.unsqueeze(-1).float()
+    return (h * m).sum(1) / m.sum(1)
+
+
+def test_bert_head_reads_what_pooling_says(tmp_path):
+    x = batch()
+    base = tiny_model()
+    with torch.no_grad():
+        native = base(**x).logits
+    for pooling in ("cls", "mean", "pooler", "pooler_trained"):
+        model = apply_petl(copy.deepcopy(base), config(pooling=pooling))
+        h, logits = hidden_and_logits(model, x)
+        read = {"cls": h[:, 0], "mean": masked_mean(h, x["attention_mask"])}.get(pooling)
+        expected = native if read is None else model.classifier(read)
+        assert torch.allclose(logits, expected, atol=1e-6), pooling
+    assert not torch.allclose(native, hidden_and_logits(apply_petl(copy.deepcopy(base), config(pooling="mean")), x)[1])
+
+
+def test_auto_follows_a_sentence_transformers_checkpoint(tmp_path):
+    for mode in ("mean", "cls"):
+        path = sentence_transformers_checkpoint(tmp_path / mode, mode)
+        model = apply_petl(load_classifier(str(path)), config())
+        assert model.petl.pooling == mode
+    assert apply_petl(tiny_model(), config()).petl.pooling == "pooler"         # BERT's own head
+    assert apply_petl(tiny_model("roberta"), config()).petl.pooling == "cls"   # RoBERTa's own head
+
+
+def test_first_token_heads_pool_at_position_zero():
+    x = batch("roberta")
+    model = apply_petl(tiny_model("roberta"), config(pooling="mean"))
+    h, logits = hidden_and_logits(model, x)
+    pooled = masked_mean(h, x["attention_mask"])
+    assert torch.allclose(logits, model.classifier(torch.cat([pooled[:, None], h[:, 1:]], 1)), atol=1e-6)
+    with pytest.raises(ConfigError, match="roberta classifier has no pooler; accepted: auto, cls, mean"):
+        apply_petl(tiny_model("roberta"), config(pooling="pooler_trained"))
+
+
+def test_mean_pooling_ignores_padding():
+    model = apply_petl(tiny_model(), config(pooling="mean"))
+    x = batch()
+    keep = int(x["attention_mask"][-1].sum())
+    with torch.no_grad():
+        padded = model(**x).logits[-1]
+        alone = model(input_ids=x["input_ids"][-1:, :keep], attention_mask=x["attention_mask"][-1:, :keep]).logits[0]
+    assert torch.allclose(padded, alone, atol=1e-5)
+
+
+def test_a_trained_pooler_is_head_not_budget():
+    base = tiny_model()
+    d, labels = base.config.hidden_size, base.config.num_labels
+    frozen, trained = (count_parameters(base.config, config(pooling=p), num_labels=labels)
+                       for p in ("pooler", "pooler_trained"))
+    assert frozen.head == d * labels + labels                                  # the classifier
+    assert trained.head == frozen.head + d * d + d                             # + the pooler's dense layer
+    assert trained.deployable == frozen.deployable and trained.backbone == frozen.backbone
+    model = apply_petl(copy.deepcopy(base), config(pooling="pooler_trained"))
+    assert count_model(model).head == trained.head
+    assert all(p.requires_grad for p in model.bert.pooler.parameters())
+    assert not any(p.requires_grad for p in apply_petl(copy.deepcopy(base), config()).bert.pooler.parameters())
+
+
+def test_an_untrained_frozen_pooler_is_named_with_the_fix():
+    base = tiny_model()
+    with torch.no_grad():
+        base.bert.pooler.dense.bias.zero_()                                    # as all-MiniLM-L6-v2's
+    head._WARNED.clear()
+    with pytest.warns(UserWarning, match="frozen pooler looks untrained .* set pooling: mean"):
+        apply_petl(copy.deepcopy(base), config(pooling="pooler"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply_petl(copy.deepcopy(base), config(pooling="mean"))               # no warning: not read
+
+
+def test_resolved_pooling_is_saved_and_old_saves_keep_their_head(tmp_path):
+    path = sentence_transformers_checkpoint(tmp_path)
+    model = apply_petl(load_classifier(str(path)), config())
+    x = batch()
+    ours = hidden_and_logits(model, x)[1]
+    save_petl(model, tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "petl_config.json").read_text())["petl_config"]["pooling"] == "mean"
+    elsewhere = tiny_model()                                                   # no 1_Pooling here
+    elsewhere.load_state_dict(load_classifier(str(path)).state_dict())
+    assert torch.allclose(hidden_and_logits(load_petl(elsewhere, tmp_path / "saved"), x)[1], ours, atol=1e-6)
+    # a directory saved before pooling was configurable: its classifier was trained on the native head
+    meta = json.loads((tmp_path / "saved" / "petl_config.json").read_text())
+    del meta["petl_config"]["pooling"]
+    (tmp_path / "saved" / "petl_config.json").write_text(json.dumps(meta))
+    assert load_petl(tiny_model(), tmp_path / "saved").petl.pooling == "pooler"
+
+
+def test_head_learning_rate_and_dropout():
+    model = apply_petl(tiny_model(), config(head_lr_mult=10.0, head_dropout=0.3))
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = _param_groups(model, params, Recipe(lr=1e-3))
+    head = {id(p) for p in model.classifier.parameters()}
+    for g in groups:
+        in_head = {id(p) in head for p in g["params"]}
+        assert len(in_head) == 1 and g["lr"] == (1e-2 if in_head.pop() else 1e-3)
+    assert sum(len(g["params"]) for g in groups) == len(params)
+    assert model.dropout.p == 0.3 and model.bert.embeddings.dropout.p == 0.1   # only the head's dropout
+
+
+def test_other_families_keep_their_own_head():
+    """A decoder classifier reads its last token whatever the space says: one space serves every backbone."""
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(vocab_size=64, n_embd=16, n_layer=2, n_head=4,
+                                                    pad_token_id=0)).eval()
+    x = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    with torch.no_grad():
+        native = gpt2(**x).logits
+        for pooling in ("auto", "mean", "cls"):
+            model = apply_petl(copy.deepcopy(gpt2), config(pooling=pooling))
+            assert model.petl.pooling == "native" and torch.equal(model(**x).logits, native)
+
+
+def test_bad_head_values_name_the_field():
+    with pytest.raises(ConfigError, match="pooling: unknown value 'max'.*accepted: auto, cls, mean"):
+        PetlConfig(pooling="max")
+    with pytest.raises(ConfigError, match="head_dropout: must be in"):
+        PetlConfig(head_dropout=1.5)
+    with pytest.raises(ConfigError, match="head_lr_mult: must be a positive number"):
+        PetlConfig(head_lr_mult=0)
+    assert PetlConfig.from_dict(config(pooling="mean", head_lr_mult=3).to_dict()) == config(pooling="mean", head_lr_mult=3)

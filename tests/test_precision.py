@@ -1,0 +1,76 @@
+"""Half-precision checkpoints: the body stays in its dtype, everything that trains is fp32, and a
+small learning-rate step still moves the weights (it would vanish in bf16)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from conftest import batch, tiny_model
+from petl_nas import ModuleSpec, PetlConfig, apply_petl, load_petl, preset, save_petl
+from petl_nas.models import load_classifier
+from petl_nas.precision import autocast_for
+from petl_nas.tasks import get_task
+from petl_nas.train import Recipe, train
+
+
+def bf16_checkpoint(tmp_path):
+    """A tiny BERT saved in bf16, loaded the way petl-nas loads backbones (dtype "auto")."""
+    tiny_model().to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    model = load_classifier(str(tmp_path / "bf16"), num_labels=2)
+    assert model.bert.encoder.layer[0].attention.self.query.weight.dtype == torch.bfloat16
+    return model
+
+
+class Rows:
+    """A split of one fixed batch (the trainer's data interface)."""
+
+    def __init__(self, n=4):
+        self.x = {**batch(n=n), "labels": torch.arange(n) % 2}
+
+    def __len__(self):
+        return len(self.x["labels"])
+
+    def by_length(self):
+        return torch.arange(len(self))
+
+    def batches(self, size, shuffle=False, seed=0, order=None):
+        yield dict(self.x)
+
+
+def test_bf16_body_trains_fp32_masters_and_small_steps_move_them(tmp_path):
+    unipelt = preset("unipelt_apl", hidden_size=32)
+    model = apply_petl(bf16_checkpoint(tmp_path), dataclasses.replace(unipelt, bitfit=True, train_layernorms=True))
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p for n, p in model.named_parameters() if not p.requires_grad}
+    assert any(n.startswith("classifier") for n in trained) and any(".LayerNorm." in n for n in trained)
+    before = {n: p.detach().clone() for n, p in trained.items()}
+    data = type("D", (), {"train": Rows(), "dev": Rows()})()
+    train(model, data, get_task("demo_sentiment"), Recipe(lr=1e-5, epochs=1, batch_size=4, warmup_ratio=0.0))
+    moved = {n for n, p in trained.items() if not torch.equal(p, before[n])}
+    petl = {n for n in trained if n.startswith("petl.")}
+    # Every PETL tensor with a gradient moves by ~1e-5; the prefix MLP's output layer is flattened
+    # at deployment, but it trains too. (Zero-initialised LoRA B gets a gradient; A does not yet.)
+    assert len(moved & petl) >= len(petl) - 2 * 2 * 3 and "classifier.weight" in moved
+    assert {p.dtype for p in trained.values()} == {torch.float32}         # PETL, head, biases, norms
+    assert {p.dtype for p in frozen.values()} == {torch.bfloat16}         # the body keeps its dtype
+
+
+def test_modules_follow_the_body_outside_autocast(tmp_path):
+    """Without autocast (plain inference on a CPU) the fp32 modules read bf16 activations and hand
+    back bf16, and a saved model loads back with fp32 modules and the same logits."""
+    model = apply_petl(bf16_checkpoint(tmp_path), PetlConfig(modules=(
+        ModuleSpec(form="lora", size=4, gate=True), ModuleSpec(form="adapter", position="ffn", size=4),
+        ModuleSpec(form="mh_adapter", size=3))))
+    x = batch()
+    with torch.no_grad():
+        plain = model(**x).logits
+        with autocast_for(model, "cpu"):
+            ours = model(**x).logits
+    assert plain.dtype == torch.bfloat16 and torch.allclose(plain.float(), ours.float(), atol=0.05)
+    save_petl(model, tmp_path / "saved")
+    again = load_petl(load_classifier(str(tmp_path / "bf16"), num_labels=2), tmp_path / "saved")
+    assert {p.dtype for p in again.petl.parameters()} == {torch.float32}
+    with torch.no_grad(), autocast_for(again, "cpu"):
+        assert torch.equal(again(**x).logits, ours)

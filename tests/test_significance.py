@@ -1,0 +1,90 @@
+"""Floors and error bars: trivial baselines, standard errors, "did not learn", dominance beyond noise,
+and a search whose every trial is a constant predictor (the summary says so; nothing dominates)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import optuna
+import pytest
+
+from petl_nas.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search import run_search
+from petl_nas.significance import (clearly_better, did_not_learn, paired_difference, standard_error,
+                                   trivial_baseline)
+from petl_nas.tasks import Split, get_task
+
+
+def splits(task, train_labels, dev_labels, dev_texts=None):
+    make = lambda labels, texts=None: Split((texts or [f"s{i}" for i in range(len(labels))],), np.asarray(labels))  # noqa: E731
+    return SimpleNamespace(train=make(train_labels), search_dev=make(dev_labels, dev_texts))
+
+
+def test_classification_baseline_is_the_best_constant_class():
+    sst2 = get_task("sst2")                                        # accuracy: the majority class
+    base = trivial_baseline(sst2, splits(sst2, [1, 1, 0], [1, 0, 0, 0]))
+    assert base["score"] == 0.75 and base["what"] == "constant '0' (the best constant class)"
+    mrpc = get_task("mrpc")                                        # F1 of the positive class: all-positive
+    base = trivial_baseline(mrpc, splits(mrpc, [1, 1, 0], [1, 1, 0, 0, 0]))
+    assert math.isclose(base["score"], 2 * 0.4 / 1.4) and "majority class" in base["what"]
+
+
+def test_regression_and_generation_baselines():
+    stsb = get_task("stsb")
+    assert trivial_baseline(stsb, splits(stsb, [1.0, 2.0], [3.0, 4.0]))["score"] == 0.0
+    copy = get_task("demo_copy")
+    sources, targets = ["a b c d", "d e f g"], ["a b c d", "f e d c"]
+    base = trivial_baseline(copy, splits(copy, np.array(["x"], dtype=object), np.array(targets, dtype=object), sources))
+    half = copy.compute_metrics(sources, targets)[copy.main_metric]
+    assert base["score"] == pytest.approx(half) and 0 < half < 100 and base["what"] == "copying the source"
+    # a task whose targets are its sources: copying is the task, not a floor
+    assert trivial_baseline(copy, splits(copy, np.array(["x"], dtype=object), np.array(sources, dtype=object),
+                                         sources)) is None
+
+
+def test_standard_errors():
+    sst2, cola = get_task("sst2"), get_task("cola")
+    refs = np.array([1, 0] * 50)
+    preds = refs.copy()
+    preds[:20] = 1 - preds[:20]                                    # 80% right
+    assert standard_error(sst2, preds, refs) == pytest.approx(math.sqrt(0.8 * 0.2 / 100))
+    se = standard_error(cola, preds, refs)                         # MCC: bootstrap, deterministic
+    assert se == standard_error(cola, preds, refs) and 0.03 < se < 0.12
+    big = np.tile(refs, 10), np.tile(preds, 10)
+    assert standard_error(cola, big[1], big[0]) < se / 2           # ~1/sqrt(n)
+    assert standard_error(get_task("demo_copy"), ["a"], ["a"]) is None
+
+
+def test_noise_decides_learning_and_dominance():
+    assert did_not_learn(0.80, 0.012, {"score": 0.7988})           # within 2 se of the floor
+    assert not did_not_learn(0.83, 0.012, {"score": 0.7988})
+    assert not clearly_better(0.81, 0.012, 0.80, 0.012)           # 1 point apart, se 1.2 each
+    assert clearly_better(0.86, 0.012, 0.80, 0.012)
+    assert paired_difference([0.8, 0.82, 0.81], [0.79, 0.80, 0.82]) == pytest.approx(
+        {"mean": 0.0066666, "std": 0.0152753, "n": 3, "wins": 2}, rel=1e-3)
+
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+
+
+def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path, monkeypatch):
+    """One epoch of 160 demo rows at a tiny learning rate: no trial gets off the floor."""
+    monkeypatch.chdir(tmp_path)
+    space = tmp_path / "still.yaml"
+    space.write_text((__import__("petl_nas.presets", fromlist=["space_dir"]).space_dir() / "small.yaml")
+                     .read_text().replace("lr: {low: 3.0e-3, high: 3.0e-2, log: true}", "lr: 1.0e-7"))
+    exp = Experiment(name="flat", backbone=TINY, task="demo_sentiment", budget=None, space=str(space), trials=4,
+                     presets=["pfeiffer", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
+                     fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, search_dev=64),
+                     final=FinalEval(seeds=0))
+    summary = run_search(exp, printer=lambda line: None)
+    study = optuna.load_study(study_name="flat", storage=exp.storage_url)
+    assert summary.counts["complete"] == 4 and summary.did_not_learn == 4
+    assert study.best_trials == [] and summary.front == []          # a constant predictor is on no front
+    assert all(not r["dominates"] and not r["matches"] for r in summary.presets)
+    assert all(t.user_attrs["did_not_learn"] for t in study.trials)
+    assert "4 of 4 complete trials did not learn" in summary.table()
+    assert study.user_attrs["baseline"]["what"].startswith("constant")
