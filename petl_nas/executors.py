@@ -104,7 +104,7 @@ class Recorder:
 
     def _attrs(self, p: Proposal, info: dict) -> None:
         for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "best_score",
-                    "score_se", "epochs", "k", "node"):
+                    "score_se", "pooling", "epochs", "k", "node"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
 

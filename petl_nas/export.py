@@ -96,7 +96,10 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
     ``recipe="search"`` the length and data its search score was measured at."""
     u, final = trial.user_attrs, _final(study, trial)
     counts = {"deployable": u["deployable"], "trainable": u["trainable"], "pct_of_backbone": u.get("pct_of_backbone")}
-    return _record(study, u["petl_config"], u["recipe"]["lr"], counts, storage_url, recipe,
+    config = dict(u["petl_config"])
+    if config.get("pooling", "auto") == "auto" and u.get("pooling") not in (None, "native"):
+        config["pooling"] = u["pooling"]       # what `auto` read on the study's backbone, written out
+    return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
                    test_mean=final.get("mean"), test_std=final.get("std"))
 

@@ -45,6 +45,9 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
         reasons.append("train_layernorms (AdapterHub trains no backbone LayerNorms)")
     if config.prompt_length:
         reasons.append("prompt tokens after the first token (AdapterHub's prompt tuning prepends them)")
+    if config.pooling in ("mean", "pooler", "pooler_trained"):
+        reasons.append(f"pooling: {config.pooling} (AdapterHub's classification heads read [CLS] into a new "
+                       f"dense layer)")
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
         if m.blocks is not None:
@@ -94,6 +97,11 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
     return out[0] if len(out) == 1 else {"architecture": "union", "configs": out}
 
 
+def _head_modules(config: PetlConfig) -> dict:
+    """A trained pooler trains beside PEFT's classifier (``modules_to_save``)."""
+    return {"modules_to_save": ["classifier", "pooler"]} if config.pooling == "pooler_trained" else {}
+
+
 def to_peft(config: PetlConfig, hidden_size: int, n_layers: int, model_type: str = "bert") -> dict:
     """A PEFT config dict (one tuner: LoRA, prefix tuning or prompt tuning). PEFT names target
     modules by the backbone's own layer names; those are written for the BERT family."""
@@ -117,6 +125,8 @@ def to_peft(config: PetlConfig, hidden_size: int, n_layers: int, model_type: str
             reasons.append(f"{where}: prefix on a subset of layers")
     if config.train_layernorms:
         reasons.append("train_layernorms")
+    if config.pooling in ("cls", "mean"):
+        reasons.append(f"pooling: {config.pooling} (PEFT trains the model's own head: [CLS] through the pooler)")
     if config.prompt_length:
         reasons.append("prompt tokens after the first token (PEFT prepends them)")
     if len({f for f in forms if f in ("lora", "prefix", "prompt")}) > 1:
@@ -136,11 +146,11 @@ def to_peft(config: PetlConfig, hidden_size: int, n_layers: int, model_type: str
                 "lora_alpha": m.size * (m.scale if m.composition == "scaled" else 1.0),
                 "lora_dropout": m.dropout, "target_modules": "|".join(f".*{t}" for t in targets),
                 "layers_to_transform": list(m.layers) if m.layers is not None else None,
-                "bias": "all" if config.bitfit else "none"}
+                "bias": "all" if config.bitfit else "none", **_head_modules(config)}
     prefix = [m for m in config.modules if m.form == "prefix"]
     if prefix:
         m = prefix[0]
-        return {**base, "peft_type": "PREFIX_TUNING", "num_virtual_tokens": m.size,
+        return {**base, **_head_modules(config), "peft_type": "PREFIX_TUNING", "num_virtual_tokens": m.size,
                 "prefix_projection": m.reparam > 0, "encoder_hidden_size": m.reparam or hidden_size,
                 "token_dim": hidden_size, "num_layers": n_layers}
     raise NotExpressible("HF PEFT", ["an empty configuration"])

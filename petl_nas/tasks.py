@@ -235,14 +235,16 @@ def _read_glue_tsv(task: Task, path: Path, fmt: _GlueFormat) -> Split:
     if not path.is_file():
         raise ConfigError(f"task {task.name!r}: expected file {path} does not exist "
                           f"(GLUE layout: <data-dir>/{fmt.folder}/train.tsv and {fmt.dev_file})")
-    with open(path, encoding="utf-8", newline="") as f:
+    # utf-8-sig: GLUE's download script writes MRPC's files with a byte-order mark before the header.
+    with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)  # GLUE text contains bare quotes
         cols = list(fmt.columns)
         if fmt.header:
             header = next(reader, [])
-            for c in cols:
-                if c not in header:
-                    raise ConfigError(f"{path}: missing column {c!r} (header has: {', '.join(header)})")
+            missing = [c for c in cols if c not in header]
+            if missing:
+                raise ConfigError(f"{path}: not a {fmt.folder} file: expected columns {', '.join(map(repr, cols))}, "
+                                  f"found {', '.join(map(repr, header))} (missing {', '.join(map(repr, missing))})")
             cols = [header.index(c) for c in cols]
         rows, lines = [], []
         for row in reader:
@@ -280,8 +282,9 @@ def _load_glue(task: Task, data_dir) -> dict[str, Split]:
     return out
 
 
-_FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}),
-            ".jsonl": ("json", {})}
+# utf-8-sig reads a file with or without a byte-order mark (spreadsheets and GLUE's MRPC write one).
+_FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig"}), ".tsv": ("csv", {"delimiter": "\t", "encoding": "utf-8-sig"}),
+            ".json": ("json", {}), ".jsonl": ("json", {})}
 
 
 def _read_table(path: str, needed: Sequence[str]):

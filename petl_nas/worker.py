@@ -146,7 +146,7 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
     scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
-    return {"score": score, "score_se": scored.get("se"), "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
+    return {"score": score, "score_se": scored.get("se"), "pooling": model.petl.pooling, "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
             "history": result.history, "steps": result.steps, "train_s": result.wall_s,
             "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric,
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}

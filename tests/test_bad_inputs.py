@@ -80,7 +80,7 @@ CASES = [
      "expected file"),
     ("data-missing-column", {"glue/SST-2/train.tsv": SST2_TRAIN.replace("label\n", "stars\n", 1),
                              "glue/SST-2/dev.tsv": SST2_TRAIN},
-     ["--task", "sst2", "--data-dir", "glue"], "missing column 'label'"),
+     ["--task", "sst2", "--data-dir", "glue"], "missing 'label'"),
     ("data-label-outside", {"glue/SST-2/train.tsv": SST2_TRAIN + "an odd film\t7\n",
                             "glue/SST-2/dev.tsv": SST2_TRAIN},
      ["--task", "sst2", "--data-dir", "glue"], "label '7' is not one of sst2's labels"),

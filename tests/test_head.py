@@ -4,6 +4,7 @@ and learning rate; what each pooling feeds the classifier, its counts, and its r
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import warnings
 
@@ -164,3 +165,32 @@ def test_bad_head_values_name_the_field():
     with pytest.raises(ConfigError, match="head_lr_mult: must be a positive number"):
         PetlConfig(head_lr_mult=0)
     assert PetlConfig.from_dict(config(pooling="mean", head_lr_mult=3).to_dict()) == config(pooling="mean", head_lr_mult=3)
+
+
+def test_interop_names_the_head_it_cannot_express():
+    from petl_nas.interop import NotExpressible, to_adapters, to_peft
+
+    lora = PetlConfig(modules=(ModuleSpec(form="lora", size=8, composition="scaled", scale=2.0),))
+    assert to_peft(lora, 32, 3)["peft_type"] == "LORA"                                   # the model's own head
+    assert to_peft(dataclasses.replace(lora, pooling="pooler_trained"), 32, 3)["modules_to_save"] == [
+        "classifier", "pooler"]
+    with pytest.raises(NotExpressible, match="pooling: mean"):
+        to_peft(dataclasses.replace(lora, pooling="mean"), 32, 3)
+    with pytest.raises(NotExpressible, match="pooling: mean .AdapterHub"):
+        to_adapters(dataclasses.replace(lora, pooling="mean"), 32, 3)
+
+
+def test_export_writes_the_pooling_auto_resolved_to(tmp_path):
+    """A search trial records what `auto` read; the exported record trains that head anywhere."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from petl_nas.export import record
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("backbone", json.dumps("x"))
+    trial = optuna.trial.create_trial(params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)},
+                                      values=[0.9, 10], user_attrs={"petl_config": config().to_dict(), "pooling": "mean",
+                                                                    "deployable": 10, "trainable": 10, "recipe": {"lr": 1e-3}})
+    study.add_trial(trial)
+    assert record(study, study.trials[0])["petl_config"]["pooling"] == "mean"

@@ -125,7 +125,7 @@ def test_glue_errors_name_file_column_value_and_line(tmp_path):
         load_splits("sst2", data_dir=tmp_path)
     write_tsv(tmp_path / "SST-2" / "train.tsv", [["text", "label"], ["fine", "1"]])
     write_tsv(tmp_path / "SST-2" / "dev.tsv", [["sentence", "label"], ["ok", "1"]])
-    with pytest.raises(ConfigError, match=r"SST-2/train\.tsv: missing column 'sentence'"):
+    with pytest.raises(ConfigError, match=r"SST-2/train\.tsv: not a SST-2 file: expected columns 'sentence', 'label', found .* \(missing 'sentence'\)"):
         load_splits("sst2", data_dir=tmp_path)
     write_tsv(tmp_path / "SST-2" / "train.tsv", [["sentence", "label"], ["fine", "1"], ["odd", "positive"]])
     with pytest.raises(ConfigError, match=r"train\.tsv, line 3: label 'positive' is not one of sst2's labels \(0, 1\)"):
@@ -278,3 +278,69 @@ def test_tiny_tokenizer_and_backbone_forward(tokenizer):
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), same.parameters()))
     regression = tiny_backbone("roberta", num_labels=1, tokenizer=tokenizer, num_hidden_layers=1)
     assert regression.config.num_hidden_layers == 1 and regression.config.problem_type == "regression"
+
+
+# --- GLUE files exactly as distributed ------------------------------------------------------------
+GLUE_HEADERS = {   # task: (folder, dev file, header or None, a row), as download_glue_data.py writes them
+    "cola": ("CoLA", "dev.tsv", None, ["gj04", "1", "", "Our friends won't buy this analysis."]),
+    "sst2": ("SST-2", "dev.tsv", ["sentence", "label"], ["a gripping film ", "1"]),
+    "mrpc": ("MRPC", "dev.tsv", ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+             ["1", "1", "2", "He said so .", "He said it ."]),
+    "qqp": ("QQP", "dev.tsv", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+            ["0", "1", "2", "Why?", "Why not?", "0"]),
+    "stsb": ("STS-B", "dev.tsv", ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                                   "sentence1", "sentence2", "score"],
+             ["0", "main-captions", "MSRvid", "2012test", "0001", "none", "none", "A man plays.", "A man sings.", "2.5"]),
+    "mnli": ("MNLI", "dev_matched.tsv", ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                                          "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
+                                          "sentence1", "sentence2", "label1", "gold_label"],
+             ["0", "1", "1e", "gov", "(", "(", "(", "(", "It rains.", "It is wet.", "entailment", "entailment"]),
+    "qnli": ("QNLI", "dev.tsv", ["index", "question", "sentence", "label"], ["0", "Who?", "Him.", "entailment"]),
+    "rte": ("RTE", "dev.tsv", ["index", "sentence1", "sentence2", "label"], ["0", "A cat.", "An animal.", "entailment"]),
+}
+
+
+@pytest.mark.parametrize("bom", [False, True], ids=["plain", "byte-order-mark"])
+@pytest.mark.parametrize("name", sorted(GLUE_HEADERS))
+def test_every_glue_task_reads_its_files_as_distributed(tmp_path, name, bom):
+    from petl_nas.tasks import clear_cache, load_splits
+
+    folder, dev, header, row = GLUE_HEADERS[name]
+    (tmp_path / folder).mkdir()
+    lines = ([header] if header else []) + [row] * 6
+    text = "\n".join("\t".join(r) for r in lines) + "\n"
+    for file in ("train.tsv", dev):
+        (tmp_path / folder / file).write_text(("\ufeff" if bom else "") + text, encoding="utf-8")
+    clear_cache()
+    splits = load_splits(name, data_dir=tmp_path, search_dev_size=2)
+    assert len(splits.train) + len(splits.search_dev) == 6 and len(splits.test) == 6
+    task = get_task(name)
+    first_text = task.text_columns[0]
+    assert splits.test.texts[0][0] == row[header.index(_GLUE_COLUMN[name][0])] if header else row[3]
+    assert first_text and len(splits.test.texts) == len(task.text_columns)
+
+
+_GLUE_COLUMN = {"sst2": ("sentence",), "mrpc": ("#1 String",), "qqp": ("question1",), "stsb": ("sentence1",),
+                "mnli": ("sentence1",), "qnli": ("question",), "rte": ("sentence1",), "cola": (3,)}
+
+
+def test_a_wrong_glue_file_names_the_file_and_the_columns(tmp_path):
+    from petl_nas.tasks import clear_cache, load_splits
+
+    (tmp_path / "MRPC").mkdir()
+    for file in ("train.tsv", "dev.tsv"):
+        (tmp_path / "MRPC" / file).write_text("\ufeffid\ttext\tlabel\n1\thello\t0\n", encoding="utf-8")
+    clear_cache()
+    with pytest.raises(ConfigError, match=r"MRPC/train\.tsv: not a MRPC file: expected columns '#1 String', "
+                                          r"'#2 String', 'Quality', found 'id', 'text', 'label'"):
+        load_splits("mrpc", data_dir=tmp_path)
+
+
+def test_a_csv_with_a_byte_order_mark_reads_its_first_column(tmp_path):
+    from petl_nas.tasks import clear_cache, file_task, load_splits
+
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("\ufefftext,label\ngood,pos\nbad,neg\nfine,pos\n", encoding="utf-8")
+    clear_cache()
+    task = file_task(str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"), text_columns=["text"])
+    assert load_splits(task, search_dev_size=1).test.texts[0] == ("good", "bad", "fine")
