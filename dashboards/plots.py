@@ -86,6 +86,13 @@ def pareto(view: StudyView) -> bytes:
     front = view.front
     ax.plot([p.deployable for p in front], [p.score for p in front], "-o", drawstyle="steps-post",
             color="tab:blue", markersize=6, lw=1.2, label="Pareto front (search score)", zorder=3)
+    sweep = [p for p in view.sweep if not p.did_not_learn]
+    if view.sweep:
+        steps = [p for i, p in enumerate(sweep) if all(q.score < p.score for q in sweep[:i])]
+        ax.plot([p.deployable for p in steps], [p.score for p in steps], "--^", drawstyle="steps-post",
+                color="tab:green", markersize=6, lw=1.0, label="LoRA rank sweep (its front)", zorder=3)
+        ax.scatter([p.deployable for p in view.sweep], [p.score for p in view.sweep], marker="^", s=30,
+                   color="tab:green", alpha=0.5, zorder=3)
     presets = view.presets
     ax.scatter([p.deployable for p in presets], [p.score for p in presets], marker="D", s=46,
                facecolors="none", edgecolors="tab:orange", linewidths=1.6, label="preset (seeded trial)", zorder=4)
@@ -101,7 +108,8 @@ def pareto(view: StudyView) -> bytes:
         pct = view.pct(view.budget)
         ax.axvline(view.budget, color="tab:red", ls="--", lw=1.2, zorder=1,
                    label=f"budget {view.budget:,}" + (f" ({pct:.2f}% of the backbone)" if pct else ""))
-    xs = [p.deployable for p in view.points] + ([view.budget] if view.budget else [])
+    xs = [p.deployable for p in view.points if p.deployable > 0] + ([view.budget] if view.budget else [])
+    xs = xs or [1]                                      # a log axis: a head-only trial (0) sits at its left edge
     ax.set_xlim(min(xs) / 1.8, max(xs) * 1.8)
     ys = [p.score for p in view.points] + [p.final["mean"] + s * (p.final.get("std") or 0)
                                            for p in finals for s in (-1, 1)]

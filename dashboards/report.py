@@ -100,6 +100,11 @@ def _backbone(stored) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _fronts(view: StudyView) -> str:
+    """Hypervolume of the searched, preset and sweep fronts, and the comparison with the sweep."""
+    return _e(view.sweep_line or "no LoRA rank sweep in this study (final.baselines: false)")
+
+
 def _calibration(record: dict | None) -> str:
     if not record:
         return "– (fixed length)"
@@ -127,6 +132,7 @@ def _facts(view: StudyView) -> str:
                              f"within two standard errors of it did not learn"
                              if view.baseline else "–"),
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),
+        "fronts": _fronts(view),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
                    f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),
     }

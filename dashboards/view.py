@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigError, PetlConfig
+from ..fronts import group_of, hypervolume, sweep_line
 from ..study import state_counts
 from ..describe import describe_config
 
@@ -44,6 +45,8 @@ class Point:
     train_s: float | None
     se: float | None = None           # the search score's standard error
     did_not_learn: bool = False       # within noise of the trivial baseline
+    group: str = "searched"           # searched, preset or sweep (fronts.py)
+    baseline: str | None = None       # the sweep point's name (lora_qv_r8, ...)
 
 
 @dataclass
@@ -56,6 +59,7 @@ class StudyView:
     attrs: dict
     counts: dict
     points: list[Point] = field(default_factory=list)
+    sweep_line: str | None = None     # the searched front against the LoRA rank sweep (fronts.py)
 
     @property
     def baseline(self) -> dict | None:
@@ -65,6 +69,11 @@ class StudyView:
     @property
     def front(self) -> list[Point]:
         return sorted((p for p in self.points if p.on_front), key=lambda p: p.deployable)
+
+    @property
+    def sweep(self) -> list[Point]:
+        """The LoRA rank sweep's points, by size."""
+        return sorted((p for p in self.points if p.group == "sweep"), key=lambda p: p.deployable)
 
     @property
     def presets(self) -> list[Point]:
@@ -94,7 +103,7 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
         name=study.study_name, storage=storage_url, metric=a.get("metric") or names[0],
         budget=a.get("budget"), backbone_params=a.get("backbone_params"), attrs=a,
         counts=state_counts(study),
-        points=[_point(t, a, t0, t.number in front) for t in complete])
+        points=[_point(t, a, t0, t.number in front) for t in complete], sweep_line=sweep_line(study))
 
 
 def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
@@ -106,7 +115,7 @@ def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
                  trainable=u.get("trainable"), preset=u.get("preset"), config=config, config_text=text,
                  lr=(u.get("recipe") or {}).get("lr"), final=attrs.get(f"final:{t.number}"),
                  on_front=on_front, finished_s=finished, train_s=u.get("train_s"), se=u.get("score_se"),
-                 did_not_learn=bool(u.get("did_not_learn")))
+                 did_not_learn=bool(u.get("did_not_learn")), group=group_of(t), baseline=u.get("baseline"))
 
 
 # ---- hypervolume ----------------------------------------------------------------------------
@@ -116,19 +125,6 @@ def reference_point(view: StudyView) -> tuple[float, float]:
     worst = view.baseline["score"] if view.baseline else min(p.score for p in view.points)
     largest = view.budget or max(p.deployable for p in view.points)
     return worst, float(largest)
-
-
-def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
-    """Area dominated by (score, deployable) ``points`` up to ``reference``, in (metric, log10
-    parameters): the sum of the front's staircase steps. Points beyond the reference add nothing."""
-    ref_score, ref_x = reference[0], math.log10(reference[1])
-    pts = sorted((math.log10(max(d, 1)), s) for s, d in points if s >= ref_score and d <= reference[1])
-    area, best = 0.0, ref_score
-    for i, (x, s) in enumerate(pts):
-        best = max(best, s)
-        right = pts[i + 1][0] if i + 1 < len(pts) else ref_x
-        area += (right - x) * (best - ref_score)
-    return area
 
 
 def hypervolume_history(view: StudyView) -> dict:

@@ -20,8 +20,9 @@ import dataclasses
 import time
 
 from .budget import count_parameters
-from .presets import preset, preset_lr
+from .presets import preset
 from .significance import clearly_better, did_not_learn
+from .study import preset_in_space
 from .train import Recipe
 from .worker import TrialSpec, run_trial
 
@@ -84,9 +85,9 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
                         evals_per_epoch=0, seed=exp.seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows)
         scores = {}
         for name in names:
-            config = space.with_head(preset(name, model_config))      # the head the trials get
+            config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
             spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=config.to_dict(),
-                             recipe=recipe.with_overrides(lr=preset_lr(name)).to_dict(), data_dir=exp.data_dir,
+                             recipe=recipe.with_overrides(lr=lr).to_dict(), data_dir=exp.data_dir,
                              k=fid.k, data_seed=exp.data_seed, search_dev=fid.search_dev, score=fid.score)
             r = run_trial(spec)
             scores[name] = {"score": r["score"], "se": r.get("score_se"),

@@ -17,7 +17,7 @@ from .config import ConfigError, PetlConfig
 EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
               "  petl-nas search --experiment experiments/sst2_minilm.yaml --budget 0.5% --trials 24",
-    "space": "petl-nas space show unified\n  petl-nas space validate my_space.yaml",
+    "space": "petl-nas space show unified --model all-MiniLM-L6-v2\n  petl-nas space validate my_space.yaml",
     "export": "petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml\n"
               "  petl-nas export --storage sqlite:///runs/sst2_minilm/study.db --budget 0.3% "
               "--pick smallest-within=0.5 -o best.yaml --format peft\n"
@@ -116,7 +116,7 @@ def cmd_search(args) -> int:
         ray_address=args.ray_address, storage=args.storage, study=args.study, seed=args.seed,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
         presets=args.presets.split(",") if args.presets and args.presets not in ("auto", "none") else args.presets,
-        fidelity_k=args.k, fidelity_epochs=args.epochs)
+        fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start)
     summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
     print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
@@ -245,7 +245,12 @@ def cmd_space(args) -> int:
         print(f"{space.source}: ok (space {space.name}, version {space.version}, "
               f"{len([d for d in space.dimensions() if d.kind != 'fixed'])} searched dimensions)")
     else:
-        print(space.describe())
+        n_layers = None
+        if args.model:
+            from .models import load_model_config
+
+            n_layers = load_model_config(args.model).num_hidden_layers
+        print(space.describe(n_layers))
     return 0
 
 
@@ -279,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-trial", type=float, help="fractions share a GPU between trials")
     p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
     p.add_argument("--study", help="study name (default: the experiment name)")
+    p.add_argument("--warm-start", metavar="URL[#STUDY]",
+                   help="enqueue an earlier study's front first (another task or backbone), re-counted and filtered")
     p.add_argument("--force-new-study", action="store_true", help="replace a study made with another space")
     p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
     p.add_argument("--epochs", type=_epochs, help="epochs per search trial, or auto (calibrated before the search)")
@@ -317,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "space", "validate or show a search space file")
     p.add_argument("action", choices=["validate", "show"])
     p.add_argument("file", help="a space YAML or a name from search_space/")
+    p.add_argument("--model", help="count the per-layer parameters for this backbone (show)")
     p.set_defaults(func=cmd_space)
 
     p = _command(sub, "count", "exact trainable and deployable parameter counts")

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import torch
 
 from .config import ConfigError
-from .tasks import _CACHE, Split, Task, TaskSplits
+from .tasks import Split, Task, TaskSplits, cached
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,11 +144,13 @@ def encode(splits: TaskSplits, tokenizer, max_length: int = 128) -> EncodedSplit
         raise ConfigError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no pad token; "
                           "set tokenizer.pad_token before encoding")
     key = ("encoded", _tokenizer_key(tokenizer), splits.key, max_length)
-    if key not in _CACHE:
+
+    def make() -> EncodedSplits:
         parts = [_encode_split(s, tokenizer, max_length, splits.task)
                  for s in (splits.train, splits.search_dev, splits.test)]
-        _CACHE[key] = EncodedSplits(splits.task, *parts, max_length)
-    return _CACHE[key]
+        return EncodedSplits(splits.task, *parts, max_length)
+
+    return cached(key, make)
 
 
 __all__ = ["EncodedSplit", "EncodedSplits", "encode"]

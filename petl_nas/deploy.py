@@ -147,9 +147,9 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
         raise ConfigError(f"input {str(path)!r}: no such file")
     if path.suffix.lower() == ".txt":
         return [(line.rstrip("\n"),) for line in path.read_text().splitlines() if line.strip()]
-    from .tasks import _read_table
+    from .tasks.files import read_table
 
-    table = _read_table(str(path), list(text_columns))
+    table = read_table(str(path), list(text_columns))
     return list(zip(*[table[c] for c in text_columns]))
 
 

@@ -128,12 +128,14 @@ class FinalEval:
     presets: str = "best"       # also re-evaluate the best preset within budget ("all", "none")
     max_steps: int | None = None  # cap on optimiser steps per run (the search's cap does not apply)
     eval_rows: int | None = None  # score on the first rows of the test split only (None: all of it)
+    baselines: bool = True      # the LoRA rank sweep within budget (baselines.py), trained in the search on top of trials
 
     def __post_init__(self):
         _check_fields(self, "final: ", {
             "seeds": _whole(0), "epochs": _number(0, True), "k": _optional(_whole(-1)),
             "max_front": _whole(1), "presets": _one_of("best", "all", "none"),
-            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
+            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
+            "baselines": ((lambda v: isinstance(v, bool)), "true or false")})
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class Experiment:
     sampler: str = "tpe"
     startup_trials: int = 10    # TPE/GP: proposals drawn at random before the model takes over
     presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
+    warm_start: str | None = None  # URL[#STUDY]: an earlier study's front as the first proposals (warm_start.py)
     seed: int = 0
     data_seed: int = 111
     executor: str = "ray"
@@ -172,7 +175,7 @@ class Experiment:
             "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
             "gpus_per_trial": _number(0, False), "concurrent": _optional(_whole(1)),
             "scheduler": _one_of("asha", "fifo"), "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
-            "study": _optional(_TEXT), "ray_address": _optional(_TEXT),
+            "study": _optional(_TEXT), "ray_address": _optional(_TEXT), "warm_start": _optional(_TEXT),
             "budget": ((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
                        "a count or a percentage such as 0.5%"),
             "presets": ((lambda v: v in ("auto", "none") or (isinstance(v, (list, tuple)) and

@@ -32,6 +32,9 @@ from .experiment import Experiment, parse_budget
 from .inject import _atomic_write
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
+from .baselines import seed_sweep
+from .warm_start import seed_warm_start
+from .fronts import sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
 from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, smallest_count, state_counts)
@@ -54,6 +57,7 @@ class SearchSummary:
     baseline: dict | None = None                      # the trivial baseline on search-dev
     did_not_learn: int = 0                            # complete trials within noise of it
     reference: str | None = None                      # the preset the paired comparisons are against
+    sweep: str | None = None                          # the searched front against the LoRA rank sweep
 
     @staticmethod
     def _row(r: dict) -> str:
@@ -82,6 +86,8 @@ class SearchSummary:
                         if self.reference else ""))
         if self.baseline is not None:
             lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev")
+        if self.sweep:
+            lines.append(self.sweep)
         c = self.counts
         lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
                      f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
@@ -202,14 +208,20 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     lock = ClaimLock(study, exp.study_name)
     with lock():                                     # two workers never enqueue the same preset twice
         seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers)
+        warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url)
+                      if exp.warm_start else [])
+        n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers) if exp.final.baselines
+                                else (sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), []))
         fail_stale(study)
-        target = exp.trials
+        target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
         if exp.sampler == "presets":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     printer(f"study {exp.study_name!r} at {exp.storage_url}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
+    for line in warm_lines + sweep_lines:
+        printer(line)
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
             f"{backbone_params:,}; the task head is counted beside it)" if budget is not None else "budget: none")
     baseline = study.user_attrs.get("baseline")
@@ -357,7 +369,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
         paired = None
         if reference is not None and final and t.number != reference.number:
             paired = paired_difference(final["scores"], finals[reference.number]["scores"])
-        return {"number": t.number, "preset": u.get("preset"), "score": t.values[0], "se": se,
+        return {"number": t.number, "preset": u.get("preset") or u.get("baseline"), "score": t.values[0], "se": se,
                 "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
                 "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominates,
                 "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
@@ -369,7 +381,8 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
                          budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
                          baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
-                         reference=reference.user_attrs["preset"] if reference is not None else None)
+                         reference=reference.user_attrs["preset"] if reference is not None else None,
+                         sweep=sweep_line(study))
 
 
 __all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

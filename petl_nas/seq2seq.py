@@ -2,7 +2,7 @@
 
 `Seq2SeqSettings` is what a generation task fixes besides its data: label smoothing and target
 length for training, beam search for decoding (the values He et al. used are on the registered
-tasks, see `petl_nas.generation`). `encode_pairs` tokenises sources and targets (target padding
+tasks, see `petl_nas.tasks.generation`). `encode_pairs` tokenises sources and targets (target padding
 becomes -100 batch by batch, in `data.EncodedSplit.batches`); `seq2seq_loss` is the training loss;
 `tiny_seq2seq` builds a random BART/mBART/T5 of a tiny size for tests and smoke runs.
 

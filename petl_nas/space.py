@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,8 @@ GLOBAL_DIMENSIONS = {
     "layers": ("choice", ("all", "top", "mask")),
     "bitfit": ("bool", None),
     "lr": ("float", None),
+    "train_layernorms": ("bool", None),      # Houlsby, Compacter
+    "prompt_length": ("int_choice", None),   # soft prompt tokens (0: none)
     "pooling": ("choice", POOLINGS),          # what the classifier reads (head.py)
     "head_lr_mult": ("float", None),         # the head's learning rate / the PETL rate
 }
@@ -69,7 +72,7 @@ FORM_DIMENSIONS = {
 DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
             "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
             "init": "lora", "gates": False, "layers": "all", "bitfit": False, "blocks": "all",
-            "pooling": "auto", "head_lr_mult": 1.0}
+            "pooling": "auto", "head_lr_mult": 1.0, "train_layernorms": False, "prompt_length": 0}
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,8 @@ class SearchSpace:
             if form != "none":
                 modules.append(self._module(slot, form, vals, g["gates"], layers))
         config = PetlConfig(modules=tuple(modules), bitfit=bool(g["bitfit"]), pooling=g["pooling"],
-                            head_lr_mult=float(g["head_lr_mult"]))
+                            head_lr_mult=float(g["head_lr_mult"]), train_layernorms=bool(g["train_layernorms"]),
+                            prompt_length=int(g["prompt_length"]))
         return config, {"lr": float(g["lr"])}
 
     def _sample_layers(self, trial, n_layers: int, flat: bool) -> tuple[int, ...] | None:
@@ -324,19 +328,68 @@ class SearchSpace:
     def params_for(self, config: PetlConfig, lr: float, n_layers: int) -> dict | None:
         """The study parameters that sample exactly ``config`` (and ``lr``), or None if it is not a
         point of this space. Used to enqueue presets so the sampler learns from them."""
+        found = self._structural_params(config, lr, n_layers)
+        if found is None or not all(self._dimension(k).contains(v) for k, v in found.items()):
+            return None
+        return {k: v for k, v in found.items() if self._dimension(k).kind != "fixed"}
+
+    def nearest_point(self, config: PetlConfig, lr: float, n_layers: int) -> tuple[dict, list[str]] | None:
+        """The point of this space nearest to ``config``: every number outside its range (a size, a
+        scale, the learning rate) clamped to the range, nothing else changed. Returns the study
+        parameters and what was changed (``["lr 0.0001 -> 0.0005"]``; empty for an exact point), or
+        None when no clamping makes ``config`` a point (a form, position or choice it lacks)."""
+        found = self._structural_params(config, lr, n_layers)
+        if found is None:
+            return None
+        params, changes = {}, []
+        for k, v in found.items():
+            dim = self._dimension(k)
+            if not dim.contains(v):
+                if dim.kind not in ("int", "float"):
+                    return None
+                near = min(max(v, dim.low), dim.high)
+                near = int(round(near)) if dim.kind == "int" else float(near)
+                changes.append(f"{k} {v:g} -> {near:g}")
+                v = near
+            if dim.kind != "fixed":
+                params[k] = v
+        return params, changes
+
+    def why_not(self, config: PetlConfig) -> str:
+        """Why ``config`` has no nearest point here: the first module whose form or site the space lacks."""
+        for m in config.modules:
+            slots = [s for s in self.slots if s.site == m.position and m.form in (s.forms.choices or (s.forms.value,))]
+            if not slots:
+                return f"space {self.name!r} has no {m.form} at {m.position}"
+        if len(config.modules) > len(self.slots):
+            return f"space {self.name!r} holds {len(self.slots)} modules, the configuration {len(config.modules)}"
+        gates = any(m.gate for m in config.modules)
+        for name, value in (("bitfit", config.bitfit), ("train_layernorms", config.train_layernorms),
+                            ("prompt_length", config.prompt_length), ("gates", gates)):
+            if not self.globals[name].contains(value):
+                return f"space {self.name!r} has no {name} = {value}"
+        return (f"one of its modules' choices (insertion, composition, nonlinearity, targets, init, layers) "
+                f"is not in space {self.name!r}")
+
+    def _structural_params(self, config: PetlConfig, lr: float, n_layers: int) -> dict | None:
+        """Study parameters (fixed ones included, values unchecked against ranges) that decode to
+        ``config`` when every value is taken as given; None when the space's structure cannot."""
         import itertools
 
         import optuna
 
         mods = list(config.modules)
-        if len(mods) > len(self.slots) or config.prompt_length or config.train_layernorms:
+        if len(mods) > len(self.slots):
             return None
         gates = {m.gate for m in mods}
         if len(gates) > 1 or len({m.layers for m in mods}) > 1 or any(m.layers for m in mods):
             return None
+        if any(m.gate and m.gate_per != "example" for m in mods):
+            return None                           # the spaces' gates are UniPELT's (per example)
         for order in itertools.permutations(range(len(self.slots)), len(mods)):
             params = {"gates": gates.pop() if gates else False, "bitfit": config.bitfit,
-                      "lr": lr, "layers": "all", "pooling": config.pooling, "head_lr_mult": config.head_lr_mult}
+                      "lr": lr, "layers": "all", "pooling": config.pooling, "head_lr_mult": config.head_lr_mult,
+                      "train_layernorms": config.train_layernorms, "prompt_length": config.prompt_length}
             gates = {params["gates"]}
             for slot in self.slots:
                 params[f"{slot.name}.form"] = "none"
@@ -351,14 +404,17 @@ class SearchSpace:
             if not ok:
                 continue
             params = {k: v for k, v in params.items() if self._dimension(k) is not None}
-            if not all(self._dimension(k).contains(v) for k, v in params.items()):
+            categorical = [k for k, v in params.items() if self._dimension(k).kind in ("choice", "fixed")]
+            if not all(self._dimension(k).contains(params[k]) for k in categorical):
                 continue
             try:
-                decoded, recipe = self.sample(optuna.trial.FixedTrial(params), n_layers)
+                with warnings.catch_warnings():       # FixedTrial warns about values outside a range
+                    warnings.simplefilter("ignore")
+                    decoded, recipe = self.sample(optuna.trial.FixedTrial(params), n_layers)
             except (ValueError, KeyError, ConfigError):
                 continue
             if decoded == config and recipe["lr"] == lr:
-                return {k: v for k, v in params.items() if self._dimension(k).kind != "fixed"}
+                return params
         return None
 
     @staticmethod
@@ -399,17 +455,39 @@ class SearchSpace:
                     and not (d == "blocks" and slot.dims[d].value == "all")]   # the default says nothing
         return out + list(self.globals.values())
 
-    def describe(self) -> str:
+    def layer_parameters(self, n_layers: int | None) -> list[tuple[str, str]]:
+        """The layer-placement parameters a study can hold besides `dimensions`: ``layers.top_k``
+        when ``top`` is a choice, one ``layers.mask.<i>`` per layer when ``mask`` is (None: unknown L)."""
+        choices = self.globals["layers"].choices or (self.globals["layers"].value,)
+        out = []
+        if "top" in choices:
+            out.append(("layers.top_k", f"[1, {n_layers if n_layers else 'L'}]"))
+        if "mask" in choices:
+            if n_layers:
+                out += [(f"layers.mask.{i}", "{True, False}") for i in range(n_layers)]
+            else:
+                out.append(("layers.mask.<i>", "{True, False}, one per layer"))
+        return out
+
+    def describe(self, n_layers: int | None = None) -> str:
+        """Every parameter a study of this space can hold (on an ``n_layers``-layer backbone)."""
         searched = [d for d in self.dimensions() if d.kind != "fixed"]
+        layer_rows = self.layer_parameters(n_layers)
         lines = [f"space {self.name} (version {self.version}, {self.source}, hash {self.hash})",
                  self.description, "",
                  f"{'parameter':<26}{'values':<44}"]
         lines += [f"{d.name:<26}{d.describe():<44}" for d in self.dimensions()]
+        lines += [f"{name:<26}{values:<44}" for name, values in layer_rows]
         finite = 1
         for d in searched:
             finite *= d.size()
         size = "infinite (continuous dimensions)" if finite == float("inf") else f"{finite:,.0f} points at most"
-        lines += ["", f"{len(searched)} searched dimensions; {size} (conditional: fewer are active per trial)"]
+        total = len(searched) + len(layer_rows)
+        per_layer = "" if n_layers or not any(n.startswith("layers.mask") for n, _ in layer_rows) else \
+            " plus one layers.mask.<i> per layer beyond the first (--model counts them)"
+        where = f" on a {n_layers}-layer backbone" if n_layers else ""
+        lines += ["", f"{total} parameters a study can hold{where}{per_layer}: {len(searched)} searched dimensions "
+                      f"and {len(layer_rows)} layer-placement parameters; {size} (conditional: fewer are active per trial)"]
         return "\n".join(lines)
 
 

@@ -224,9 +224,18 @@ def check_preset_names(names) -> None:
 
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
                  n_layers: int) -> list[str]:
-    """Enqueue the presets that fit the budget and are not in the study yet; returns their names."""
+    """Enqueue the presets that fit the budget and are not in the study yet, each as a point of the
+    space so the sampler learns from it; returns what was queued, with how each was placed.
+
+    A preset that is a point of the space is queued as it is. One whose sizes or learning rate lie
+    outside the space's ranges is queued at its nearest point (clamped), marked ``mapped``. One the
+    space cannot hold at all (a form or choice it lacks) is skipped under ``presets: auto``; named
+    explicitly, it is trained off the space (its configuration given whole, marked ``off_space``),
+    which the sampler cannot learn from.
+    """
     check_preset_names(names)
-    if names in ("auto", None):
+    explicit = names not in ("auto", None)
+    if not explicit:
         names = preset_names()
     elif names == "none":
         return []
@@ -240,14 +249,29 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
         if budget is not None and count.deployable > budget:
             continue
         lr = preset_lr(name)
-        params = space.params_for(config, lr, n_layers)
-        if params is not None:
-            study.enqueue_trial(params, user_attrs={"preset": name}, skip_if_exists=False)
-        else:
+        near = space.nearest_point(config, lr, n_layers)
+        if near is not None:
+            params, changes = near
+            attrs = {"preset": name, **({"mapped": "; ".join(changes)} if changes else {})}
+            study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
+            queued.append(name + (f" (nearest point: {', '.join(changes)})" if changes else ""))
+        elif explicit:
+            why = space.why_not(config)
             study.enqueue_trial({}, user_attrs={"preset": name, "petl_config": config.to_dict(),
-                                                "recipe": {"lr": lr}})
-        queued.append(name)
+                                                "recipe": {"lr": lr}, "off_space": why})
+            queued.append(f"{name} (off the space: {why})")
     return queued
+
+
+def preset_in_space(space: SearchSpace, name: str, model_config, n_layers: int) -> tuple[PetlConfig, float]:
+    """Preset ``name`` as a study trains it in ``space``: with the space's head, at the space's nearest
+    point when it has one (else as the preset is), and the learning rate that goes with it."""
+    config, lr = space.with_head(preset(name, model_config)), preset_lr(name)
+    near = space.nearest_point(config, lr, n_layers)
+    if near is None:
+        return config, lr
+    config, recipe = space.sample(optuna.trial.FixedTrial(near[0]), n_layers)
+    return config, recipe["lr"]
 
 
 def front(study: optuna.Study) -> list[FrozenTrial]:
@@ -308,6 +332,6 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
-__all__ = ["make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "front",
+__all__ = ["make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
            "state_counts", "smallest_count", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
            "SAMPLERS", "LOST", "INVALID"]

@@ -19,7 +19,7 @@ TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads
 BASE = {"name": "bad", "backbone": TINY, "task": "demo_sentiment", "budget": "5%", "space": "small",
         "trials": 2, "presets": "none", "executor": "local", "storage": "sqlite:///study.db",
         "fidelity": {"k": 80, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-        "final": {"seeds": 0}}
+        "final": {"seeds": 0, "baselines": False}}
 DIMS = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
         "vocab_size": 100}
 SMALL_SPACE = """version: 1

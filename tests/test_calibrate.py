@@ -44,7 +44,7 @@ def experiment(tmp_path, **kw) -> Experiment:
     return Experiment(name="cal", backbone=TINY, task="demo_keyword", budget=None, space="small", trials=1,
                       presets=["lora", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
                       fidelity=Fidelity(k=64, epochs="auto", batch_size=16, max_length=16, search_dev=32),
-                      final=FinalEval(seeds=0, epochs=8), **kw)
+                      final=FinalEval(seeds=0, epochs=8, baselines=False), **kw)
 
 
 def test_the_ladder_never_passes_the_final_length():

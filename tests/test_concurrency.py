@@ -34,7 +34,7 @@ def experiment(storage: str, study: str, trials: int = 10, **changes) -> dict:
     return {"name": "together", "study": study, "backbone": TINY, "task": "demo_sentiment", "budget": None,
             "space": "small", "trials": trials, "presets": PRESETS, "executor": "local", "storage": storage,
             "fidelity": {"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0}, "heartbeat_interval": 2, "grace_period": 10, **changes}
+            "final": {"seeds": 0, "baselines": False}, "heartbeat_interval": 2, "grace_period": 10, **changes}
 
 
 def _worker(argv: list[str], folder: str) -> None:

@@ -227,8 +227,11 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     import optuna
     from optuna.trial import TrialState
 
+    from petl_nas.baselines import lora_sweep
     from petl_nas.experiment import Experiment
     from petl_nas.export import front_table
+    from petl_nas.tasks import get_task
+    from petl_nas.worker import model_config_for
     from petl_nas.search import run_search
 
     root = Path(__file__).resolve().parents[1]
@@ -238,14 +241,18 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     summary = run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert len(done) == exp.trials
+    sweep = sorted(t.user_attrs["baseline"] for t in done if t.user_attrs.get("baseline"))
+    assert sweep == sorted(name for name, _ in lora_sweep(model_config_for(exp.backbone, get_task(exp.task)), summary.budget)
+                           if name.startswith("lora_qv"))            # the small space holds LoRA on q, v only
+    assert len(done) == exp.trials + len(sweep)                     # the sweep comes on top of the trials
     for t in done:
         metrics = t.user_attrs["metrics"]
         assert {"rouge1", "rouge2", "rougeL", "bleu"} <= set(metrics)
         assert 0.0 <= metrics["rougeL"] <= 100.0 and t.values[0] == metrics["rougeL"]
     assert summary.metric == "rougeL" and summary.front
     assert sum(r["test_mean"] is not None for r in summary.front) == min(len(summary.front), exp.final.max_front)
-    assert len(list((tmp_path / "runs" / exp.name / "trials").glob("*.json"))) == exp.trials
+    assert len(list((tmp_path / "runs" / exp.name / "trials").glob("*.json"))) == len(done)
+    assert "LoRA rank sweep" in summary.table()
     assert "search rougeL" in summary.table() and len(front_table(study).splitlines()) == 1 + len(summary.front)
 
 

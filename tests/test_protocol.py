@@ -64,7 +64,7 @@ def search(tmp_path, name: str, train_file: str, test_file: str) -> optuna.Study
                      presets=["pfeiffer", "bitfit"], executor="local", sampler="tpe", startup_trials=2,
                      storage=f"sqlite:///{tmp_path}/{name}.db",
                      fidelity=Fidelity(k=None, epochs=4, batch_size=16, max_length=24, search_dev=100),
-                     final=FinalEval(seeds=1, epochs=4, max_front=3, presets="best"))
+                     final=FinalEval(seeds=1, epochs=4, max_front=3, presets="best", baselines=False))
     clear_cache()
     run_search(dataclasses.replace(exp), printer=lambda line: None)
     return optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)

@@ -39,7 +39,7 @@ def write_experiment(folder: Path, **changes) -> Path:
     exp = {"name": "reliable", "backbone": TINY, "task": "demo_sentiment", "budget": None, "space": "small",
            "trials": 5, "presets": ["bitfit"], "executor": "local", "storage": "sqlite:///study.db",
            "fidelity": {"k": 320, "epochs": 2, "batch_size": 16, "max_length": 24, "search_dev": 64},
-           "final": {"seeds": 0}, "heartbeat_interval": 1, "grace_period": 3, "stale_retries": 1, **changes}
+           "final": {"seeds": 0, "baselines": False}, "heartbeat_interval": 1, "grace_period": 3, "stale_retries": 1, **changes}
     path = folder / "exp.yaml"
     path.write_text(json.dumps(exp))
     return path

@@ -35,7 +35,7 @@ def searched(tmp_path_factory):
     exp = Experiment(name="rep", backbone=TINY, task="demo_sentiment", budget="5%", space="small", trials=6,
                      presets=["pfeiffer", "bitfit", "prefix"], executor="local", storage=f"sqlite:///{d}/study.db",
                      fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2, search_dev=64),
-                     final=FinalEval(seeds=2, epochs=1, max_front=2))
+                     final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False))
     cwd = os.getcwd()
     os.chdir(d)                                       # runs/rep goes here
     try:

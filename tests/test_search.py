@@ -23,7 +23,7 @@ def experiment(tmp_path, **kw) -> Experiment:
                       storage=f"sqlite:///{tmp_path}/study.db",
                       fidelity=Fidelity(k=320, epochs=5, batch_size=16, max_length=24, evals_per_epoch=2,
                                         search_dev=128),
-                      final=FinalEval(seeds=0))
+                      final=FinalEval(seeds=0, baselines=False))
     return dataclasses.replace(base, **kw)
 
 
@@ -101,7 +101,7 @@ def test_ray_search_then_resume(tmp_path):
 
 
 def test_final_reevaluation_marks_the_front(tmp_path):
-    exp = experiment(tmp_path, trials=3, final=FinalEval(seeds=2, epochs=1, max_front=2))
+    exp = experiment(tmp_path, trials=3, final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False))
     summary = run_search(exp, printer=lambda *a: None)
     study = load(exp)
     marked = [k for k in study.user_attrs if k.startswith("final:")]
@@ -302,7 +302,7 @@ def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_
     monkeypatch.setattr(search_module, "run_trial", spy(final, search_module.run_trial))
     # One preset and one sampled trial; the preset is re-evaluated (final presets: best) even when
     # the front is empty, so the final re-evaluation always trains something.
-    exp = experiment(tmp_path, trials=2, presets=["bitfit"], final=FinalEval(seeds=2, epochs=1, max_front=1))
+    exp = experiment(tmp_path, trials=2, presets=["bitfit"], final=FinalEval(seeds=2, epochs=1, max_front=1, baselines=False))
     run_search(exp, printer=lambda *a: None)
     study = load(exp)
     assert sorted(s.number for s in searched) == sorted(t.number for t in trained(study))
@@ -352,7 +352,7 @@ def test_the_final_reevaluation_reports_last_epochs_not_the_best_on_test(tmp_pat
     runs = []
     real = search_module.run_trial
     monkeypatch.setattr(search_module, "run_trial", lambda spec, **kw: runs.append(real(spec, **kw)) or runs[-1])
-    exp = experiment(tmp_path, trials=2, presets="none", final=FinalEval(seeds=2, epochs=2, max_front=1))
+    exp = experiment(tmp_path, trials=2, presets="none", final=FinalEval(seeds=2, epochs=2, max_front=1, baselines=False))
     run_search(exp, printer=lambda *a: None)
     entry = next(v for k, v in load(exp).user_attrs.items() if k.startswith("final:"))
     finals = [r for r in runs if r["epochs"] == 2]

@@ -79,7 +79,7 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
     exp = Experiment(name="flat", backbone=TINY, task="demo_sentiment", budget=None, space=str(space), trials=4,
                      presets=["pfeiffer", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
                      fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, search_dev=64),
-                     final=FinalEval(seeds=0))
+                     final=FinalEval(seeds=0, baselines=False))
     summary = run_search(exp, printer=lambda line: None)
     study = optuna.load_study(study_name="flat", storage=exp.storage_url)
     assert summary.counts["complete"] == 4 and summary.did_not_learn == 4

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from petl_nas import ConfigError, preset
-from petl_nas.presets import preset_lr
+from petl_nas.presets import preset_lr, preset_names
 from petl_nas.space import SearchSpace
 
 SHIPPED = ["unified", "small", "mam", "unipelt"]
@@ -21,7 +21,8 @@ def test_shipped_spaces_sample_valid_configs(name):
         assert all(m.layers is None or max(m.layers) < 6 for m in config.modules)
         assert space.globals["lr"].contains(recipe["lr"])
         study.tell(trial, [0.0, 1.0])
-    assert all(p.startswith(("attn", "ffn", "gates", "layers", "bitfit", "lr")) for t in study.trials for p in t.params)
+    globals_ = ("gates", "layers", "bitfit", "lr", "train_layernorms", "prompt_length", "pooling", "head_lr_mult")
+    assert all(p.startswith(("attn", "ffn", *globals_)) for t in study.trials for p in t.params)
 
 
 def test_parameter_names_are_stable():
@@ -30,14 +31,58 @@ def test_parameter_names_are_stable():
     assert {"attn.form", "ffn.form", "ffn.bottleneck", "attn.length", "attn.rank", "lr", "gates", "bitfit"} <= names
 
 
-def test_presets_are_points_of_the_unified_space():
-    space = SearchSpace.load("unified")
-    for name in ["mam", "unipelt_apl", "lora", "pfeiffer", "parallel_adapter", "prefix", "bitfit"]:
-        config = preset(name, hidden_size=384)
-        params = space.params_for(config, preset_lr(name), n_layers=6)
-        assert params is not None, name
-        decoded, recipe = space.sample(optuna.trial.FixedTrial(params), n_layers=6)
+ALL_SPACES = ["unified", "unified_short", "small", "mam", "unipelt"]
+
+
+@pytest.mark.parametrize("space_name", ALL_SPACES)
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_is_a_point_its_nearest_point_or_named_off_the_space(space_name, name):
+    """Every preset x every shipped space: a point (decodes to the preset itself), its nearest point
+    (only numbers outside a range clamped, each change named), or off the space for a named reason
+    that is true of the space. The unified space holds every preset exactly."""
+    space = SearchSpace.load(space_name)
+    config = space.with_head(preset(name, hidden_size=384))
+    near = space.nearest_point(config, preset_lr(name), n_layers=6)
+    if near is None:
+        why = space.why_not(config)
+        assert space_name != "unified", why
+        assert why.startswith((f"space {space_name!r} has no", f"space {space_name!r} holds")) or "choices" in why, why
+        for m in config.modules:                       # "has no <form> at <site>" is a fact of the space
+            if f"has no {m.form} at {m.position}" in why:
+                assert all(m.form not in (s.forms.choices or (s.forms.value,)) for s in space.slots if s.site == m.position)
+        return
+    params, changes = near
+    decoded, recipe = space.sample(optuna.trial.FixedTrial(params), n_layers=6)
+    if not changes:
         assert decoded == config and recipe["lr"] == preset_lr(name)
+        assert space.params_for(config, preset_lr(name), n_layers=6) == params
+        return
+    assert space_name != "unified", changes
+    assert [m.form for m in decoded.modules] == [m.form for m in config.modules]
+    for change in changes:                              # "<param> <old> -> <new>", the new one in range
+        param, old, _, new = change.split()
+        assert space._dimension(param).contains(float(new)) and not space._dimension(param).contains(float(old))
+    if [c.split()[0] for c in changes] == ["lr"]:
+        assert decoded == config                         # only the learning rate moved
+
+
+def test_seeding_places_presets_as_points_and_says_how(tmp_path):
+    from petl_nas.study import seed_presets
+    from transformers import BertConfig
+
+    cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    queued = seed_presets(study, SearchSpace.load("unified_short"), ["lora", "pfeiffer"], cfg, None, 6)
+    assert queued == ["lora", "pfeiffer (nearest point: lr 0.0001 -> 0.0005)"]
+    pfeiffer = study.get_trials(deepcopy=False)[1]
+    assert pfeiffer.user_attrs["mapped"] == "lr 0.0001 -> 0.0005"
+    assert pfeiffer.system_attrs["fixed_params"]["lr"] == 5e-4           # what the sampler will see
+    small = optuna.create_study(directions=["maximize", "minimize"])
+    auto = seed_presets(small, SearchSpace.load("small"), "auto", cfg, None, 6)
+    assert "compacter_pp" not in " ".join(auto) and any(q.startswith("lora (nearest point") for q in auto)
+    named = seed_presets(small, SearchSpace.load("small"), ["compacter_pp"], cfg, None, 6)
+    assert named == ["compacter_pp (off the space: space 'small' has no compacter at ffn)"]
+    assert small.get_trials(deepcopy=False)[-1].user_attrs["off_space"] == "space 'small' has no compacter at ffn"
 
 
 def test_flat_sampling_suggests_every_dimension():
@@ -95,3 +140,18 @@ def test_cli_space_show_and_validate(capsys, tmp_path):
     bad.write_text(yaml.safe_dump({**BASE, "rnak": 3}))
     assert main(["space", "validate", str(bad)]) == 2
     assert "unknown key 'rnak'" in capsys.readouterr().err
+
+
+def test_space_show_counts_every_parameter_a_study_holds():
+    """What `space show --model` counts is what a study of that space stores on that backbone."""
+    space = SearchSpace.load("unified")
+    stored = set()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(1))
+    for _ in range(300):
+        trial = study.ask()
+        space.sample(trial, n_layers=6)
+        study.tell(trial, 0.0)
+        stored |= set(trial.params)
+    shown = {d.name for d in space.dimensions() if d.kind != "fixed"} | {n for n, _ in space.layer_parameters(6)}
+    assert stored == shown
+    assert f"{len(shown)} parameters a study can hold on a 6-layer backbone" in space.describe(6)

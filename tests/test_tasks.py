@@ -27,7 +27,7 @@ def fresh_cache():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from petl_nas.tasks import _load_demo
+    from petl_nas.tasks.demo import load_demo as _load_demo
 
     return tiny_tokenizer(_load_demo(get_task("demo_sentiment"))["train"].texts[0], vocab_size=200)
 
@@ -344,3 +344,22 @@ def test_a_csv_with_a_byte_order_mark_reads_its_first_column(tmp_path):
     clear_cache()
     task = file_task(str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"), text_columns=["text"])
     assert load_splits(task, search_dev_size=1).test.texts[0] == ("good", "bad", "fine")
+
+
+def test_the_guides_task_family_example_registers_and_splits(tmp_path):
+    """The guide's "Adding a task family" example, run as written in a fresh interpreter (the
+    registry is process-wide): its task is found by name, its labels are checked, it splits."""
+    import re
+    import subprocess
+    import sys
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    section = guide.split("## Adding a task family", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```text\n(.*?)```", section, re.S).group(1).replace("from .registry", "from petl_nas.tasks.registry")
+    check = ("from petl_nas.tasks import get_task, load_splits\n"
+             "s = load_splits(get_task('my_polarity'), k=40)\n"
+             "print(len(s.train), len(s.search_dev), len(s.test), sorted(set(s.train.labels.tolist())))\n")
+    (tmp_path / "family.py").write_text(code + "\n" + check)
+    out = subprocess.run([sys.executable, str(tmp_path / "family.py")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["40", "8", "1", "[0,", "1]"]

@@ -44,9 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError
-from .seq2seq import Seq2SeqSettings
-from .tasks import _FORMATS, Split, Task, _make_split, _read_table, register_task
+from ..config import ConfigError
+from ..seq2seq import Seq2SeqSettings
+from .files import FORMATS, read_table
+from .registry import Split, Task, make_split, register_source, register_task
 
 __all__ = ["GENERATION_TASKS", "load_generation"]
 
@@ -84,7 +85,7 @@ def _demo(task: Task) -> dict[str, Split]:
     for split, n in (("train", 400), ("dev", 100)):
         sources = [list(rng.choice(_WORDS, size=int(rng.integers(3, 9)))) for _ in range(n)]
         targets = [s[::-1] if task.name == "demo_reverse" else s for s in sources]
-        out[split] = _make_split(task, [[" ".join(s) for s in sources]], [" ".join(t) for t in targets],
+        out[split] = make_split(task, [[" ".join(s) for s in sources]], [" ".join(t) for t in targets],
                                  lambda i, s=split: f"{task.name} {s}, row {i + 1}")
     return out
 
@@ -93,7 +94,7 @@ def _demo(task: Task) -> dict[str, Split]:
 def _find(directory: Path, task: Task, stems: tuple[str, ...]) -> Path:
     for folder in (directory / task.name, directory):
         for stem in stems:
-            for ext in _FORMATS:
+            for ext in FORMATS:
                 if (folder / f"{stem}{ext}").is_file():
                     return folder / f"{stem}{ext}"
     raise ConfigError(f"task {task.name!r}: no {' or '.join(stems)} file in {directory} (expected "
@@ -120,8 +121,8 @@ def _from_dir(task: Task, data_dir) -> dict[str, Split]:
     out = {}
     for split, stems in (("train", ("train",)), ("dev", ("dev", "validation"))):
         path = _find(directory, task, stems)
-        sources, targets = _columns(task, _read_table(str(path), ()), path)
-        out[split] = _make_split(task, [sources], targets, lambda i, p=path: f"{p}, row {i + 1}")
+        sources, targets = _columns(task, read_table(str(path), ()), path)
+        out[split] = make_split(task, [sources], targets, lambda i, p=path: f"{p}, row {i + 1}")
     return out
 
 
@@ -138,7 +139,7 @@ def _from_hub(task: Task) -> dict[str, Split]:
     out = {}
     for split, hub_split in (("train", "train"), ("dev", "validation")):
         sources, targets = _columns(task, hub[hub_split], f"{name} {hub_split}")
-        out[split] = _make_split(task, [sources], targets, lambda i, s=hub_split: f"{name} {s}, row {i + 1}")
+        out[split] = make_split(task, [sources], targets, lambda i, s=hub_split: f"{name} {s}, row {i + 1}")
     return out
 
 
@@ -147,3 +148,6 @@ def load_generation(task: Task, data_dir=None) -> dict[str, Split]:
     if task.name.startswith("demo_"):
         return _demo(task)
     return _from_dir(task, data_dir) if data_dir is not None else _from_hub(task)
+
+
+register_source("generation", load_generation)

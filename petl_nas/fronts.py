@@ -1,0 +1,115 @@
+"""Fronts of groups of trials and how they compare: the searched front against its baselines.
+
+A study holds three kinds of complete trial: ``searched`` (proposed by the sampler), ``preset``
+(the hand-designed methods) and ``sweep`` (the LoRA rank sweep, `baselines.py`). Each group has a
+Pareto front of search score against deployable parameters and a hypervolume, measured in the
+report's coordinates: score above the reference (the trivial baseline's score when there is one)
+times decades of parameters up to the budget. `compare_to_sweep` asks, at each sweep point's size,
+whether the searched front is higher there, and by more than noise.
+
+Example:
+    >>> hypervolume([(0.8, 100), (0.9, 1000)], (0.5, 10000))   # doctest: +ELLIPSIS
+    1.1...
+"""
+
+from __future__ import annotations
+
+import math
+
+from optuna.trial import FrozenTrial, TrialState
+
+from .significance import clearly_better
+
+GROUPS = ("searched", "preset", "sweep")
+
+
+def group_of(t: FrozenTrial) -> str:
+    """``sweep``, ``preset`` or ``searched``."""
+    if t.user_attrs.get("baseline"):
+        return "sweep"
+    return "preset" if t.user_attrs.get("preset") else "searched"
+
+
+def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:
+    """Complete trials that learned (not within noise of the trivial baseline), of one group or all."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE and t.values is not None and not t.user_attrs.get("did_not_learn")
+            and (group is None or group_of(t) == group)]
+
+
+def pareto(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The non-dominated trials (higher score, fewer parameters), by parameters."""
+    out = []
+    for t in sorted(trials, key=lambda t: (t.values[1], -t.values[0])):
+        if not out or t.values[0] > out[-1].values[0]:
+            out.append(t)
+    return out
+
+
+def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
+    """Area dominated by (score, deployable) ``points`` up to ``reference``, in (metric, log10
+    parameters): the sum of the front's staircase steps. Points beyond the reference add nothing."""
+    ref_score, ref_x = reference[0], math.log10(reference[1])
+    pts = sorted((math.log10(max(d, 1)), s) for s, d in points if s >= ref_score and d <= reference[1])
+    area, best = 0.0, ref_score
+    for i, (x, s) in enumerate(pts):
+        best = max(best, s)
+        right = pts[i + 1][0] if i + 1 < len(pts) else ref_x
+        area += (right - x) * (best - ref_score)
+    return area
+
+
+def reference_point(study) -> tuple[float, float] | None:
+    """(score, parameters) hypervolumes are measured from: the trivial baseline (else the worst
+    complete score) and the budget (else the largest complete trial)."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and t.values]
+    if not complete:
+        return None
+    base = study.user_attrs.get("baseline")
+    score = base["score"] if base else min(t.values[0] for t in complete)
+    return score, float(study.user_attrs.get("budget") or max(t.values[1] for t in complete))
+
+
+def group_hypervolumes(study) -> dict[str, float]:
+    """Hypervolume of each group's trials that learned (groups with none are left out)."""
+    ref = reference_point(study)
+    out = {}
+    for g in GROUPS:
+        trials = learned_trials(study, g)
+        if ref is not None and trials:
+            out[g] = hypervolume([(t.values[0], t.values[1]) for t in trials], ref)
+    return out
+
+
+def compare_to_sweep(study) -> list[dict]:
+    """At each sweep point's size: the best searched trial no larger, and whether it is higher
+    (and beyond noise). Sweep points that did not learn are compared too: beating those is easy."""
+    searched = learned_trials(study, "searched")
+    rows = []
+    sweep = [t for t in study.get_trials(deepcopy=False)
+             if t.state == TrialState.COMPLETE and t.values is not None and group_of(t) == "sweep"]
+    for s in sorted(sweep, key=lambda t: t.values[1]):
+        fits = [t for t in searched if t.values[1] <= s.values[1]]
+        best = max(fits, key=lambda t: t.values[0]) if fits else None
+        rows.append({"sweep": s.user_attrs["baseline"], "params": int(s.values[1]), "sweep_score": s.values[0],
+                     "searched": best.number if best else None, "searched_score": best.values[0] if best else None,
+                     "higher": bool(best and best.values[0] > s.values[0]),
+                     "beyond_noise": bool(best and clearly_better(best.values[0], best.user_attrs.get("score_se"),
+                                                                  s.values[0], s.user_attrs.get("score_se")))})
+    return rows
+
+
+def sweep_line(study) -> str | None:
+    """The summary's one line: is the searched front above the LoRA rank sweep?"""
+    rows = compare_to_sweep(study)
+    if not rows:
+        return None
+    hv = group_hypervolumes(study)
+    higher, clear = sum(r["higher"] for r in rows), sum(r["beyond_noise"] for r in rows)
+    volumes = ", ".join(f"{g} {hv[g]:.3f}" for g in GROUPS if g in hv)
+    return (f"searched front vs the LoRA rank sweep (search-dev): higher at {higher} of {len(rows)} sweep sizes, "
+            f"beyond noise at {clear}; hypervolume {volumes or 'n/a'}")
+
+
+__all__ = ["GROUPS", "group_of", "learned_trials", "pareto", "hypervolume", "reference_point",
+           "group_hypervolumes", "compare_to_sweep", "sweep_line"]

@@ -1,0 +1,141 @@
+"""Tasks over local files: CSV, TSV, JSON or JSONL tables, read with `datasets.load_dataset`.
+
+`file_task` builds a (classification, regression, seq2seq or causal-LM) task from file paths;
+`resolve_task` turns what an experiment file or the CLI names (a registered name, a `Task`, or a
+file-task mapping) into a task; `read_table` reads one table and checks its columns (also used to
+read texts to label, `petl_nas.deploy.read_texts`, and the generation tasks' local files).
+
+Example:
+    >>> task = resolve_task({"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"]})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..config import ConfigError
+from ..seq2seq import Seq2SeqSettings
+from .registry import Split, Task, get_task, make_split, register_source
+
+__all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "load_files"]
+
+# utf-8-sig reads a file with or without a byte-order mark (spreadsheets and GLUE's MRPC write one).
+FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig"}), ".tsv": ("csv", {"delimiter": "\t", "encoding": "utf-8-sig"}),
+           ".json": ("json", {}), ".jsonl": ("json", {})}
+"""File suffix -> (`datasets` builder, its keyword arguments): the tables `read_table` reads."""
+
+
+def read_table(path: str, needed: Sequence[str]):
+    """The rows of a CSV/TSV/JSON/JSONL file as a `datasets.Dataset`, with every ``needed`` column.
+
+    Raises `ConfigError` naming the file and its columns when one is missing.
+    """
+    import datasets
+
+    builder, kwargs = FORMATS[Path(path).suffix.lower()]
+    table = datasets.load_dataset(builder, data_files={"rows": path}, split="rows", **kwargs)
+    for c in needed:
+        if c not in table.column_names:
+            raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})")
+    return table
+
+
+def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = None, label_column: str | None = None,
+              kind: str = "classification", labels: Sequence[str] | None = None, name: str | None = None,
+              metrics: Sequence[str] | None = None, main_metric: str | None = None,
+              generation: dict | Seq2SeqSettings | None = None) -> Task:
+    """A task over local CSV/TSV/JSON/JSONL files (read with `datasets.load_dataset`).
+
+    Without ``test``, ``dev`` is the test set and the search dev is carved out of ``train``, as for
+    GLUE; with ``test``, ``dev`` is the search dev and ``test`` the test set. Classification labels
+    default to the sorted distinct values of the train file's label column (``label``).
+    A ``seq2seq`` task reads ``source`` -> ``target`` columns unless told otherwise, with
+    ``generation`` settings (`Seq2SeqSettings` fields); a ``causal_lm`` task reads
+    ``prompt``/``response`` columns, or a ``text`` column alone, whichever the train file has.
+
+    Example:
+        >>> task = file_task("train.csv", "dev.csv", text_columns=["text"])  # doctest: +SKIP
+    """
+    files = {"train": train, "dev": dev, **({"test": test} if test is not None else {})}
+    for split, path in files.items():
+        if Path(path).suffix.lower() not in FORMATS:
+            raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(FORMATS)}")
+        if not Path(path).is_file():
+            raise ConfigError(f"{split} file {path} does not exist")
+    if kind in ("seq2seq", "causal_lm"):
+        return _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation)
+    if text_columns is None:
+        raise ConfigError(f"task: a {kind} file task needs text_columns")
+    label_column = label_column or "label"
+    if kind == "classification" and labels is None:
+        values = {str(v).strip() for v in read_table(str(train), [label_column])[label_column]}
+        numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
+        labels = sorted(values, key=float if numeric else str)
+    labels = tuple(str(v) for v in labels or ())
+    if metrics is None:
+        metrics = (("pearson", "spearman", "pearson_spearman") if kind == "regression"
+                   else ("accuracy", "f1", "mcc") if len(labels) == 2 else ("accuracy",))
+    main_metric = main_metric or ("pearson_spearman" if kind == "regression" else "accuracy")
+    return Task(name or f"files:{Path(train).stem}", tuple(text_columns), label_column, kind, labels,
+                main_metric, tuple(metrics), "files", tuple((s, str(p)) for s, p in files.items()))
+
+
+def _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation) -> Task:
+    if kind == "causal_lm" and text_columns is None and label_column is None:
+        columns = read_table(str(files["train"]), ()).column_names
+        if {"prompt", "response"} <= set(columns):
+            text_columns, label_column = ["prompt"], "response"
+        elif "text" in columns:
+            text_columns, label_column = [], "text"
+        else:
+            raise ConfigError(f"{files['train']}: a causal_lm file needs 'prompt' and 'response' columns or "
+                              f"a 'text' column (columns: {', '.join(columns)})")
+    if kind == "seq2seq":
+        text_columns, label_column = text_columns or ["source"], label_column or "target"
+        if isinstance(generation, dict):
+            from ..config import check_keys
+
+            check_keys("task: generation", generation, list(Seq2SeqSettings.__dataclass_fields__))
+            generation = Seq2SeqSettings(**generation)
+        metrics = tuple(metrics or ("rouge1", "rouge2", "rougeL", "bleu"))
+        main_metric = main_metric or ("rougeL" if "rougeL" in metrics else metrics[0])
+    else:
+        if generation is not None:
+            raise ConfigError("task: generation settings apply to seq2seq tasks only")
+        text_columns, label_column = text_columns or [], label_column or "response"
+        metrics = tuple(metrics or ("token_accuracy", "perplexity"))
+        main_metric = main_metric or "token_accuracy"
+    return Task(name or f"files:{Path(files['train']).stem}", tuple(text_columns), label_column, kind, (),
+                main_metric, metrics, "files", tuple((s, str(p)) for s, p in files.items()), seq2seq=generation)
+
+
+def resolve_task(task) -> Task:
+    """A task from a name (``sst2``), a `Task`, or a file-task mapping as in experiment files::
+
+        task: {train: data/train.csv, dev: data/dev.csv, text_columns: [text], label_column: label}
+        task: {train: data/train.jsonl, dev: data/dev.jsonl, kind: seq2seq, generation: {num_beams: 4}}
+    """
+    if isinstance(task, dict):
+        unknown = set(task) - {"train", "dev", "test", "text_columns", "label_column", "kind", "labels",
+                               "name", "metrics", "main_metric", "generation"}
+        generative = task.get("kind") in ("seq2seq", "causal_lm")
+        if unknown or not {"train", "dev", *(() if generative else ("text_columns",))} <= set(task):
+            raise ConfigError("task: a file task needs train, dev and text_columns"
+                              + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else ""))
+        return file_task(task["train"], task["dev"], task.get("test"),
+                         **{k: v for k, v in task.items() if k not in ("train", "dev", "test")})
+    return get_task(task)
+
+
+def load_files(task: Task, data_dir=None) -> dict[str, Split]:
+    """The rows of a file task's ``train``, ``dev`` (and ``test``) files; ``data_dir`` is ignored."""
+    out = {}
+    for split, path in task.data_files:
+        table = read_table(path, (*task.text_columns, task.label_column))
+        out[split] = make_split(task, [table[c] for c in task.text_columns], table[task.label_column],
+                                lambda i, p=path: f"{p}, row {i + 1}")
+    return out
+
+
+register_source("files", load_files)

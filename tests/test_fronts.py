@@ -1,0 +1,74 @@
+"""Baseline fronts: the LoRA rank sweep (exact counts, within budget, points of the space with the
+sampler's learning rate, on top of the trials, never twice) and how the searched front compares."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from transformers import BertConfig
+
+from petl_nas.baselines import lora_sweep, seed_sweep
+from petl_nas.budget import count_parameters
+from petl_nas.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
+from petl_nas.space import SearchSpace
+
+D, FF, L = 384, 1536, 6
+CFG = BertConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=6, intermediate_size=FF)
+
+
+def test_the_sweep_counts_and_fits_the_budget():
+    sweep = dict(lora_sweep(CFG, 113_566))
+    expected = {f"lora_qv_r{r}": 2 * 2 * r * D * L for r in (1, 2, 4, 8, 16, 32)}          # (A + B) · (q, v)
+    expected.update({f"lora_all_r{r}": (4 * 2 * r * D + 2 * r * (D + FF)) * L for r in (1, 2, 4, 8, 16, 32)})
+    assert set(sweep) == {n for n, c in expected.items() if c <= 113_566}
+    for name, config in sweep.items():
+        assert count_parameters(CFG, config).deployable == expected[name]
+    assert list(sweep) == sorted(sweep, key=expected.get)                               # smallest first
+
+
+def test_seeding_the_sweep_leaves_the_learning_rate_to_the_sampler():
+    space = SearchSpace.load("unified")
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(0))
+    n, lines = seed_sweep(study, space, CFG, 113_566, L)
+    assert n == 6 and "LoRA rank sweep queued" in lines[0]
+    assert seed_sweep(study, space, CFG, 113_566, L) == (6, [])                          # never twice
+    trial = study.ask()
+    config, recipe = space.sample(trial, L)
+    assert trial.user_attrs["baseline"] == "lora_qv_r1" and config.modules[0].size == 1
+    fixed = study.get_trials(deepcopy=False)[0].system_attrs["fixed_params"]
+    assert "lr" not in fixed and "attn.rank" in fixed and space.globals["lr"].contains(recipe["lr"])
+    narrow = optuna.create_study(directions=["maximize", "minimize"])
+    _, lines = seed_sweep(narrow, SearchSpace.load("small"), CFG, None, L)              # qv only, r <= 8
+    assert "lora_all_r1" in lines[-1] and "skipped" in lines[-1]
+
+
+def _study(rows):
+    """rows: (score, params, group name or None, se)."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("baseline", {"score": 0.5, "metric": "accuracy", "what": "constant"})
+    study.set_user_attr("budget", 10_000)
+    for score, n, group, se in rows:
+        attrs = {"score_se": se, **({"baseline": group} if group and group.startswith("lora") else {}),
+                 **({"preset": group} if group and not group.startswith("lora") else {})}
+        study.add_trial(optuna.trial.create_trial(params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)},
+                                                  values=[score, n], user_attrs=attrs))
+    return study
+
+
+def test_the_searched_front_against_the_sweep():
+    study = _study([(0.80, 100, "lora_qv_r1", 0.01), (0.85, 1000, "lora_qv_r8", 0.01),
+                    (0.83, 90, None, 0.01), (0.86, 900, None, 0.01), (0.70, 50, "pfeiffer", 0.01)])
+    rows = compare_to_sweep(study)
+    assert [(r["sweep"], r["searched"], r["higher"], r["beyond_noise"]) for r in rows] == [
+        ("lora_qv_r1", 2, True, True), ("lora_qv_r8", 3, True, False)]
+    hv = group_hypervolumes(study)
+    assert hv["searched"] > hv["sweep"] > 0 and "preset" in hv
+    assert sweep_line(study).startswith("searched front vs the LoRA rank sweep (search-dev): higher at 2 of 2 "
+                                        "sweep sizes, beyond noise at 1")
+    assert [t.number for t in pareto(study.trials)] == [4, 2, 3]
+
+
+def test_hypervolume_is_the_staircase_area():
+    assert hypervolume([(0.8, 10), (0.9, 100)], (0.5, 1000)) == pytest.approx(1 * 0.3 + 1 * 0.4)
+    assert hypervolume([(0.4, 10)], (0.5, 1000)) == 0.0                                   # below the floor

@@ -1,0 +1,113 @@
+"""Warm start: an earlier study's front enqueued first, re-counted on the new backbone, filtered by
+the new budget and space (each drop said), clamped to the nearest point, never taken twice."""
+
+import dataclasses
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from transformers import BertConfig
+
+from petl_nas import ConfigError
+from petl_nas.budget import count_parameters
+from petl_nas.config import ModuleSpec, PetlConfig
+from petl_nas.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search import run_search
+from petl_nas.space import SearchSpace
+from petl_nas.warm_start import front_of, parse_source, seed_warm_start
+
+D, L = 32, 2
+CFG = BertConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=4, intermediate_size=64, vocab_size=400)
+TINY = {"tiny": {"hidden_size": D, "num_hidden_layers": L, "num_attention_heads": 4, "intermediate_size": 64,
+                 "vocab_size": 400}}
+
+
+def lora(r, scale=2.0, layers=None):
+    return PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=r, composition="scaled",
+                                          scale=scale, layers=layers),))
+
+
+FITS = lora(4)                                                           # a point of `small` as it is
+CLAMPED = lora(6, scale=8.0)                                             # scale 8 is past small's 4
+OFF_SPACE = PetlConfig(modules=(ModuleSpec(form="adapter", position="attn", size=4),))
+DEEP = lora(2, layers=(0, 5))                                            # layer 5: the new backbone has 2
+OVER = PetlConfig(modules=(ModuleSpec(form="prefix", size=16, reparam=0, composition="gated"),))
+
+
+def earlier_study(url: str, members) -> None:
+    """A finished study: each (config, score) a complete trial that learned; scores rise with size."""
+    study = optuna.create_study(study_name="earlier", storage=url, directions=["maximize", "minimize"])
+    study.set_user_attr("baseline", {"score": 0.5, "metric": "accuracy", "what": "constant"})
+    for i, (config, score) in enumerate(members):
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 1e-2}, distributions={"lr": FloatDistribution(1e-4, 1e-1, log=True)},
+            values=[score, 100 * (i + 1)],
+            user_attrs={"petl_config": config.to_dict(), "recipe": {"lr": 1e-2}, "score_se": 0.01}))
+    study.add_trial(optuna.trial.create_trial(                                     # did not learn: not a member
+        params={"lr": 1e-2}, distributions={"lr": FloatDistribution(1e-4, 1e-1, log=True)}, values=[0.5, 1],
+        user_attrs={"petl_config": FITS.to_dict(), "recipe": {"lr": 1e-2}, "did_not_learn": True}))
+
+
+def test_the_front_is_queued_first_and_each_drop_is_named(tmp_path):
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    earlier_study(url, [(FITS, 0.70), (CLAMPED, 0.75), (OFF_SPACE, 0.80), (DEEP, 0.85), (OVER, 0.90)])
+    assert [t.number for t in front_of(url)[1]] == [0, 1, 2, 3, 4]
+    space = SearchSpace.load("small")
+    budget = 1600
+    assert count_parameters(CFG, CLAMPED).deployable <= budget < count_parameters(CFG, OVER).deployable
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    lines = seed_warm_start(study, f"{url}#earlier", space, CFG, budget, L, "sqlite:///elsewhere.db")
+    assert lines[0] == ("warm start from 'earlier': 2 of 5 front members queued first: trial 0, "
+                        "trial 1 (nearest point: attn.scale 8 -> 4)")
+    assert lines[1] == ("warm start: dropped trial 2 (space 'small' has no adapter at attn), "
+                        "trial 3 (layers 5 beyond the backbone's 2), "
+                        f"trial 4 ({count_parameters(CFG, OVER).deployable:,} deployable parameters on this "
+                        "backbone, over the budget of 1,600)")
+    decoded = []
+    for _ in range(2):
+        trial = study.ask()
+        config, recipe = space.sample(trial, L)
+        decoded.append((trial.user_attrs["warm_start"], config.modules, recipe["lr"]))
+    assert decoded[0] == ("earlier trial 0", space.with_head(FITS).modules, pytest.approx(1e-2))
+    assert decoded[1][0] == "earlier trial 1" and decoded[1][1][0].scale == 4.0 and decoded[1][1][0].size == 6
+    assert study.user_attrs["warm_start"]["dropped"][0].startswith("trial 2")
+    assert seed_warm_start(study, f"{url}#earlier", space, CFG, budget, L, "sqlite:///elsewhere.db") == []  # once
+
+
+def test_bad_sources_are_one_clear_error(tmp_path):
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    earlier_study(url, [(FITS, 0.7)])
+    study = optuna.create_study(study_name="earlier", directions=["maximize", "minimize"])
+    with pytest.raises(ConfigError, match="that is this study"):
+        seed_warm_start(study, url, SearchSpace.load("small"), CFG, None, L, url)
+    with pytest.raises(ConfigError, match="'nope' is not in"):
+        front_of(f"{url}#nope")
+    with pytest.raises(ConfigError, match="expected a storage URL"):
+        parse_source("#earlier")
+
+
+def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatch):
+    """Two real tiny searches: the second (another task) starts from the first one's front."""
+    monkeypatch.chdir(tmp_path)
+    base = Experiment(name="a", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=3,
+                      presets=["lora"], executor="local", startup_trials=1,
+                      storage=f"sqlite:///{tmp_path}/a.db",
+                      fidelity=Fidelity(k=320, epochs=5, batch_size=16, max_length=24, search_dev=128),
+                      final=FinalEval(seeds=0, baselines=False))
+    run_search(base, printer=lambda line: None)
+    members = front_of(base.storage_url)[1]
+    assert members
+    lines = []
+    warm = dataclasses.replace(base, name="b", task="demo_sentiment", storage=f"sqlite:///{tmp_path}/b.db",
+                               trials=len(members) + 1, warm_start=base.storage_url)
+    run_search(warm, printer=lines.append)
+    assert any(line.startswith("warm start from 'a'") for line in lines)
+    b = optuna.load_study(study_name="b", storage=warm.storage_url)
+    started = [t for t in b.trials if t.user_attrs.get("warm_start")]
+    assert sorted(t.user_attrs["warm_start"] for t in started) == sorted(f"a trial {t.number}" for t in members)
+    assert {str(t.user_attrs["petl_config"]) for t in started} == {str(t.user_attrs["petl_config"]) for t in members}
+    assert all(t.number < len(members) + 1 for t in started)                  # before the sampler's own
+    run_search(warm, printer=lines.append)                                    # resumed: nothing taken twice
+    assert len([t for t in optuna.load_study(study_name="b", storage=warm.storage_url).trials
+                if t.user_attrs.get("warm_start")]) == len(members)
