@@ -49,6 +49,23 @@ class EncodedSplit:
         """Row indices from shortest to longest: batches of similar lengths pad little."""
         return torch.tensor(sorted(range(len(self)), key=lambda i: len(self.input_ids[i])), dtype=torch.long)
 
+    def bucketed_order(self, batch_size: int, seed: int, pool: int) -> torch.Tensor:
+        """A seeded epoch order of every row once, in batches of similar lengths: rows are shuffled,
+        each run of ``pool`` batches' worth of rows is sorted by length and cut into batches, and
+        the batches are shuffled. ``pool`` trades padding (larger: less) for randomness (smaller:
+        more); the last batch may be short, as with a plain shuffle."""
+        g = torch.Generator().manual_seed(seed)
+        rows = torch.randperm(len(self), generator=g).tolist()
+        span = batch_size * pool
+        batches = []
+        for start in range(0, len(rows), span):
+            chunk = sorted(rows[start:start + span], key=lambda i: len(self.input_ids[i]))
+            batches += [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+        full = [b for b in batches if len(b) == batch_size]
+        short = [b for b in batches if len(b) < batch_size]       # at most one (the last pool's): kept last
+        full = [full[i] for i in torch.randperm(len(full), generator=g).tolist()]
+        return torch.tensor([i for b in full + short for i in b], dtype=torch.long)
+
     def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0,
                 order: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """Padded batches of ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``,

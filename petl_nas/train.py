@@ -43,6 +43,8 @@ class Recipe:
         seed: model-side seed (initialisation of the PETL modules, shuffling, dropout).
         max_steps: stop after this many optimiser steps, if fewer than ``epochs`` make (None: no cap).
         eval_rows: score only the first rows of the scoring split (None: all; beam search is slow).
+        length_buckets: 0 shuffles rows uniformly; N > 0 draws batches of similar lengths from pools
+            of N batches' worth of shuffled rows (`EncodedSplit.bucketed_order`): less padding.
     """
 
     lr: float = 1e-3
@@ -57,6 +59,7 @@ class Recipe:
     seed: int = 0
     max_steps: int | None = None
     eval_rows: int | None = None
+    length_buckets: int = 0
 
     def with_overrides(self, **kw) -> Recipe:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -196,7 +199,9 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         bar = tqdm(total=total, unit="step", dynamic_ncols=True)
     while step < total:
         model.train()
-        for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=epoch_seed(recipe.seed, epoch)):
+        seed = epoch_seed(recipe.seed, epoch)
+        order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
+        for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=seed, order=order):
             batch = {k: v.to(device) for k, v in batch.items()}
             with autocast_for(model, device):
                 loss = training_loss(model, batch, task)
