@@ -11,6 +11,7 @@ import math
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..fronts import pareto as pareto_front
 from .view import StudyView
 
 DPI = 100
@@ -86,9 +87,9 @@ def pareto(view: StudyView) -> bytes:
     front = view.front
     ax.plot([p.deployable for p in front], [p.score for p in front], "-o", drawstyle="steps-post",
             color="tab:blue", markersize=6, lw=1.2, label="Pareto front (search score)", zorder=3)
-    sweep = [p for p in view.sweep if not p.did_not_learn]
     if view.sweep:
-        steps = [p for i, p in enumerate(sweep) if all(q.score < p.score for q in sweep[:i])]
+        steps = pareto_front([p for p in view.sweep if not p.did_not_learn],
+                             score=lambda p: p.score, size=lambda p: p.deployable)
         ax.plot([p.deployable for p in steps], [p.score for p in steps], "--^", drawstyle="steps-post",
                 color="tab:green", markersize=6, lw=1.0, label="LoRA rank sweep (its front)", zorder=3)
         ax.scatter([p.deployable for p in view.sweep], [p.score for p in view.sweep], marker="^", s=30,

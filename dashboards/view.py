@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigError, PetlConfig
-from ..fronts import group_of, hypervolume, sweep_line
+from ..fronts import group_of, hypervolume, reference_from, sweep_line
 from ..study import state_counts
 from ..describe import describe_config
 
@@ -122,9 +122,7 @@ def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
 def reference_point(view: StudyView) -> tuple[float, float]:
     """(score, deployable parameters) the hypervolume is measured from: the trivial baseline's score
     when the study has one (a trial no better than it adds nothing), else the worst complete score."""
-    worst = view.baseline["score"] if view.baseline else min(p.score for p in view.points)
-    largest = view.budget or max(p.deployable for p in view.points)
-    return worst, float(largest)
+    return reference_from([(p.score, p.deployable) for p in view.points], view.baseline, view.budget)
 
 
 def hypervolume_history(view: StudyView) -> dict:

@@ -32,12 +32,17 @@ def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]
     return [(name, config) for _, name, config in sorted(points, key=lambda p: p[0])]
 
 
+def sweep_trials(study) -> set[str]:
+    """Names of the sweep points already in the study (whatever their state)."""
+    return {t.user_attrs["baseline"] for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")}
+
+
 def seed_sweep(study, space, model_config, budget: int | None, n_layers: int) -> tuple[int, list[str]]:
     """Enqueue the sweep points the study lacks; returns (sweep trials in the study, lines to print).
 
     A point the space cannot hold (a rank past its range, targets it lacks) is skipped and named.
     """
-    have = {t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")}
+    have = sweep_trials(study)
     queued, skipped = [], []
     for name, config in lora_sweep(model_config, budget):
         if name in have:
@@ -58,4 +63,4 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int) ->
     return len(have) + len(queued), lines
 
 
-__all__ = ["lora_sweep", "seed_sweep", "RANKS"]
+__all__ = ["lora_sweep", "seed_sweep", "sweep_trials", "RANKS"]

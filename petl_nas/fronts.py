@@ -37,11 +37,12 @@ def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:
             and (group is None or group_of(t) == group)]
 
 
-def pareto(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The non-dominated trials (higher score, fewer parameters), by parameters."""
+def pareto(items: list, score=lambda t: t.values[0], size=lambda t: t.values[1]) -> list:
+    """The non-dominated items (higher score, fewer parameters), by parameters: trials by default,
+    anything else with its own ``score`` and ``size``."""
     out = []
-    for t in sorted(trials, key=lambda t: (t.values[1], -t.values[0])):
-        if not out or t.values[0] > out[-1].values[0]:
+    for t in sorted(items, key=lambda t: (size(t), -score(t))):
+        if not out or score(t) > score(out[-1]):
             out.append(t)
     return out
 
@@ -59,15 +60,20 @@ def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float
     return area
 
 
+def reference_from(points: list[tuple[float, float]], baseline: dict | None, budget: int | None) -> tuple[float, float]:
+    """(score, parameters) hypervolumes are measured from, given complete (score, parameters)
+    points: the trivial baseline's score (else the worst point's) and the budget (else the largest point)."""
+    score = baseline["score"] if baseline else min(s for s, _ in points)
+    return score, float(budget or max(d for _, d in points))
+
+
 def reference_point(study) -> tuple[float, float] | None:
-    """(score, parameters) hypervolumes are measured from: the trivial baseline (else the worst
-    complete score) and the budget (else the largest complete trial)."""
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and t.values]
+    """`reference_from` for a study's complete trials (None when it has none)."""
+    complete = [(t.values[0], t.values[1]) for t in study.get_trials(deepcopy=False)
+                if t.state == TrialState.COMPLETE and t.values]
     if not complete:
         return None
-    base = study.user_attrs.get("baseline")
-    score = base["score"] if base else min(t.values[0] for t in complete)
-    return score, float(study.user_attrs.get("budget") or max(t.values[1] for t in complete))
+    return reference_from(complete, study.user_attrs.get("baseline"), study.user_attrs.get("budget"))
 
 
 def group_hypervolumes(study) -> dict[str, float]:
@@ -111,5 +117,5 @@ def sweep_line(study) -> str | None:
             f"beyond noise at {clear}; hypervolume {volumes or 'n/a'}")
 
 
-__all__ = ["GROUPS", "group_of", "learned_trials", "pareto", "hypervolume", "reference_point",
+__all__ = ["GROUPS", "group_of", "learned_trials", "pareto", "hypervolume", "reference_from", "reference_point",
            "group_hypervolumes", "compare_to_sweep", "sweep_line"]

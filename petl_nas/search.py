@@ -32,7 +32,7 @@ from .experiment import Experiment, parse_budget
 from .inject import _atomic_write
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
-from .baselines import seed_sweep
+from .baselines import seed_sweep, sweep_trials
 from .warm_start import seed_warm_start
 from .fronts import sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
@@ -211,7 +211,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url)
                       if exp.warm_start else [])
         n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers) if exp.final.baselines
-                                else (sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), []))
+                                else (len(sweep_trials(study)), []))
         fail_stale(study)
         target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
         if exp.sampler == "presets":
