@@ -15,7 +15,10 @@ from ..fronts import pareto as pareto_front
 from .view import StudyView
 
 DPI = 100
-SIZES = {"pareto": (1000, 600), "hypervolume": (1000, 400), "importance": (800, 500), "forms": (1000, 450)}
+SIZES = {"pareto": (1000, 600), "hypervolume": (1000, 400), "importance": (800, 500), "forms": (1000, 450),
+         "costs": (1000, 450)}
+COST_LABELS = {"latency": "inference latency of the deployed form (ms)", "step_time": "training step time (ms)",
+               "memory": "the trial's peak memory (MB)"}
 FORM_ORDER = ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter")
 TOP_IMPORTANCES = 15
 
@@ -210,4 +213,36 @@ def forms(rows_by_position: dict[str, list[dict]], metric: str) -> bytes:
     return _png(fig)
 
 
-__all__ = ["pareto", "hypervolume", "importance", "forms", "SIZES", "DPI"]
+def costs(view: StudyView) -> bytes:
+    """The front in its further objectives: search score against each measured cost the study
+    minimises, coloured by deployable parameters (log); members of the study's front (all its
+    objectives at once) ringed in red, trials that did not learn as crosses."""
+    names = view.cost_objectives
+    fig = _figure("costs")
+    axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
+    learned = [p for p in view.points if not p.did_not_learn and all(n in p.costs for n in names)]
+    flat = [p for p in view.points if p.did_not_learn and all(n in p.costs for n in names)]
+    sizes = [math.log10(max(p.deployable, 1)) for p in learned] or [0.0]
+    sc = None
+    for ax, name in zip(axes, names):
+        sc = ax.scatter([p.costs[name] for p in learned], [p.score for p in learned], c=sizes[:len(learned)],
+                        cmap="viridis", vmin=min(sizes), vmax=max(sizes) + 1e-6, s=36, zorder=3,
+                        edgecolors=["tab:red" if p.on_front else "none" for p in learned], linewidths=1.8)
+        ax.scatter([p.costs[name] for p in flat], [p.score for p in flat], marker="x", color="0.45", s=26, zorder=2)
+        for p in learned:
+            if p.on_front:
+                ax.annotate(f"#{p.number}", (p.costs[name], p.score), textcoords="offset points", xytext=(5, 4),
+                            fontsize=7, color="tab:red")
+        if view.baseline:
+            ax.axhline(view.baseline["score"], color="0.3", ls=":", lw=1.2, zorder=1)
+        ax.set_xlabel(COST_LABELS[name])
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel(f"search {view.metric}")
+    if sc is not None:
+        fig.colorbar(sc, ax=list(axes), label="log10 deployable parameters")
+    fig.suptitle(f"Search {view.metric} against the measured costs the study minimises "
+                 f"(red ring: on the front of all {2 + len(names)} objectives)", fontsize=10)
+    return _png(fig)
+
+
+__all__ = ["pareto", "hypervolume", "importance", "forms", "costs", "SIZES", "DPI"]

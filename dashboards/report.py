@@ -50,6 +50,8 @@ def write_report(storage_url: str, study_name: str | None, out_dir: str | Path) 
                "forms.png": plots.forms(modules_by_position(view), view.metric)}
     if ranked:
         figures["importance.png"] = plots.importance(ranked, view.metric)
+    if view.cost_objectives:
+        figures["costs.png"] = plots.costs(view)
     page = render(view, figures, note, hypervolume_history(view)["reference"])
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -74,12 +76,13 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
     m = _e(view.metric)
     head = ("<tr><th>trial</th><th>preset</th><th>configuration</th>"
             f"<th>search {m}</th><th>test {m} (mean ± std)</th><th>deployable</th><th>% of backbone</th>"
-            "<th>trainable</th><th>lr</th><th>train s</th></tr>")
+            "<th>trainable</th><th>lr</th><th>train s</th><th>latency ms</th></tr>")
     rows = []
     for p in points:
         test = (f"{p.final['mean']:.4f} ± {p.final.get('std') or 0:.4f} ({len(p.final.get('scores', []))} seeds)"
                 if p.final else "–")
         pct = view.pct(p.deployable)
+        latency = f"{p.costs['latency']:.1f}" if "latency" in p.costs else "–"
         rows.append(
             f'<tr id="{caption_id}-trial-{p.number}"><td class="n">{p.number}</td><td>{_e(p.preset or "–")}</td>'
             f"<td>{_e(p.config_text)}</td><td class='n'>{p.score:.4f}"
@@ -88,7 +91,8 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
             f"<td class='n'>{p.deployable:,}</td><td class='n'>{f'{pct:.3f}' if pct is not None else '–'}</td>"
             f"<td class='n'>{f'{p.trainable:,}' if p.trainable is not None else '–'}</td>"
             f"<td class='n'>{f'{p.lr:.2g}' if p.lr else '–'}</td>"
-            f"<td class='n'>{f'{p.train_s:.0f}' if p.train_s is not None else '–'}</td></tr>")
+            f"<td class='n'>{f'{p.train_s:.0f}' if p.train_s is not None else '–'}</td>"
+            f"<td class='n'>{latency}</td></tr>")
     return f'<table id="{caption_id}">{head}{"".join(rows)}</table>'
 
 
@@ -161,6 +165,14 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
     ]
     if view.presets:
         parts += ["<h2>Presets measured in this study</h2>", _table(view, view.presets, "presets")]
+    if "costs.png" in figures:
+        parts += ["<h2>Costs</h2>", _figure(figures, "costs.png",
+                  f"The study minimises {', '.join(_e(c) for c in view.cost_objectives)} besides deployable "
+                  f"parameters: search {m} against each, coloured by log10 deployable parameters. Red rings: "
+                  "the study's front over all its objectives (a trial slower but smaller can be on it). "
+                  "Times are measured on the machine the trial ran on, beside whatever else ran there. "
+                  "<code>petl-nas export --pick fastest-within=X</code> takes the lowest latency within X "
+                  "points of the best search score.")]
     ref_score, ref_params = reference
     parts += [
         "<h2>Hypervolume</h2>",

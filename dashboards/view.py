@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigError, PetlConfig
+from ..costs import COSTS
 from ..fronts import group_of, hypervolume, reference_from, sweep_line
 from ..study import state_counts
 from ..describe import describe_config
@@ -47,6 +48,7 @@ class Point:
     did_not_learn: bool = False       # within noise of the trivial baseline
     group: str = "searched"           # searched, preset or sweep (fronts.py)
     baseline: str | None = None       # the sweep point's name (lora_qv_r8, ...)
+    costs: dict = field(default_factory=dict)   # measured costs by objective name (costs.py): latency, ...
 
 
 @dataclass
@@ -60,6 +62,11 @@ class StudyView:
     counts: dict
     points: list[Point] = field(default_factory=list)
     sweep_line: str | None = None     # the searched front against the LoRA rank sweep (fronts.py)
+
+    @property
+    def cost_objectives(self) -> list[str]:
+        """The measured costs the study minimises besides parameters (``objectives`` after the first two)."""
+        return list(self.attrs.get("objectives", ["score", "params"]))[2:]
 
     @property
     def baseline(self) -> dict | None:
@@ -115,7 +122,8 @@ def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
                  trainable=u.get("trainable"), preset=u.get("preset"), config=config, config_text=text,
                  lr=(u.get("recipe") or {}).get("lr"), final=attrs.get(f"final:{t.number}"),
                  on_front=on_front, finished_s=finished, train_s=u.get("train_s"), se=u.get("score_se"),
-                 did_not_learn=bool(u.get("did_not_learn")), group=group_of(t), baseline=u.get("baseline"))
+                 did_not_learn=bool(u.get("did_not_learn")), group=group_of(t), baseline=u.get("baseline"),
+                 costs={name: u[key] for name, (_, key) in COSTS.items() if u.get(key) is not None})
 
 
 # ---- hypervolume ----------------------------------------------------------------------------

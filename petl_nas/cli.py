@@ -116,7 +116,8 @@ def cmd_search(args) -> int:
         ray_address=args.ray_address, storage=args.storage, study=args.study, seed=args.seed,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
         presets=args.presets.split(",") if args.presets and args.presets not in ("auto", "none") else args.presets,
-        fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start)
+        fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
+        objectives=args.objectives.split(",") if args.objectives else None)
     summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
     print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
@@ -286,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", help="study name (default: the experiment name)")
     p.add_argument("--warm-start", metavar="URL[#STUDY]",
                    help="enqueue an earlier study's front first (another task or backbone), re-counted and filtered")
+    p.add_argument("--objectives", help="score,params (default), then any of step_time, memory, latency "
+                                        "(measured costs, minimised too)")
     p.add_argument("--force-new-study", action="store_true", help="replace a study made with another space")
     p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
     p.add_argument("--epochs", type=_epochs, help="epochs per search trial, or auto (calibrated before the search)")
@@ -296,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
     p.add_argument("--budget", help="only front members at or under this budget (0.3%% or a count)")
-    p.add_argument("--pick", default="best", help="best (default) or smallest-within=X (X metric points)")
+    p.add_argument("--pick", default="best", help="best (default), smallest-within=X or fastest-within=X "
+                                                  "(X metric points; fastest: the deployed form's latency)")
     p.add_argument("--format", default="petl-nas", choices=["petl-nas", "adapters", "peft"],
                    help="petl-nas record (default), AdapterHub ConfigUnion JSON or a PEFT config JSON")
     p.add_argument("-o", "--output", help="the file to write")

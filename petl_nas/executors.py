@@ -24,6 +24,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from .config import ConfigError
+from .costs import cost_values
 from .significance import Z, did_not_learn
 from .study import Proposal, TrialSource
 from .tasks import resolve_task
@@ -43,6 +44,7 @@ class Recorder:
     on_done: Callable[[Proposal, str, dict], None] = lambda p, state, info: None
     intermediate: dict[int, list[float]] = field(default_factory=dict)
     baseline: dict | None = None        # the task's trivial baseline on search-dev (significance.py)
+    objectives: tuple = ("score", "params")   # the study's; costs after the first two (costs.py)
 
     def result(self, p: Proposal, index: int, score: float) -> None:
         scores = self.intermediate.setdefault(p.number, [])
@@ -63,7 +65,7 @@ class Recorder:
             if self.baseline is not None:     # infeasible when flat: never on the front, never dominates
                 margin = score - self.baseline["score"] - Z * (info.get("score_se") or 0.0)
                 p.trial.set_constraint("learned", 0.0 if margin > 0 else float(-margin) + 1e-9)
-            self.source.study.tell(p.trial, [score, float(p.deployable)])
+            self.source.study.tell(p.trial, [score, float(p.deployable), *cost_values(self.objectives, info)])
 
         if self._finish(p, write):
             self.on_done(p, "complete", info)
@@ -103,7 +105,8 @@ class Recorder:
         return True
 
     def _attrs(self, p: Proposal, info: dict) -> None:
-        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "steps", "last_score", "best_score",
+        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "train_step_ms", "latency_ms", "steps",
+                    "last_score", "best_score",
                     "score_se", "pooling", "epochs", "k", "node"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from .config import ConfigError, check_keys
+from .costs import check_objectives
 
 def _whole(low: int):
     return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low), f"a whole number >= {low}"
@@ -155,6 +156,7 @@ class Experiment:
     startup_trials: int = 10    # TPE/GP: proposals drawn at random before the model takes over
     presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
     warm_start: str | None = None  # URL[#STUDY]: an earlier study's front as the first proposals (warm_start.py)
+    objectives: tuple = ("score", "params")  # then any of step_time, memory, latency (costs.py), all minimised
     seed: int = 0
     data_seed: int = 111
     executor: str = "ray"
@@ -186,6 +188,7 @@ class Experiment:
                                                             all(isinstance(n, str) for n in v))),
                         "auto, none or a list of preset names"),
             "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
+        object.__setattr__(self, "objectives", check_objectives(self.objectives))
         if self.grace_period <= self.heartbeat_interval:
             raise ConfigError(f"{where}grace_period: must be longer than heartbeat_interval "
                               f"({self.heartbeat_interval}s), got {self.grace_period}s")

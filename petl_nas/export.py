@@ -10,7 +10,9 @@ test split never decides: its scores (the final re-evaluation) are reported besi
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
 ``best`` takes the highest search score, ties to fewer parameters; ``smallest-within=X`` takes
 the fewest parameters among those within X points (percentage points, ×100 of the metric) of the
-best.
+best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
+trial, `costs.py`) among them. With ``objectives: [score, params, latency]`` the front holds the
+fast configurations too; with two objectives, the fastest of the (score, parameters) front.
 
 Example:
     >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
@@ -34,7 +36,8 @@ from .inject import _atomic_write
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
                "recipe", "seeds", "counts", "provenance")
-_WITHIN = re.compile(r"^smallest-within=(\d+(?:\.\d+)?)$")
+_WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
+PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
 
 
 def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
@@ -82,9 +85,16 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -
         return best[0]
     m = _WITHIN.match(pick)
     if not m:
-        raise ConfigError(f"--pick: expected 'best' or 'smallest-within=X' (X in points, e.g. 0.5), got {pick!r}")
-    floor = best[1] - float(m.group(1)) / 100
-    return min((c for c in pool if c[1] >= floor), key=lambda c: (c[0].values[1], -c[1]))[0]
+        raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
+    floor = best[1] - float(m.group(2)) / 100
+    within = [c for c in pool if c[1] >= floor]
+    if m.group(1) == "smallest":
+        return min(within, key=lambda c: (c[0].values[1], -c[1]))[0]
+    unmeasured = [c[0].number for c in within if c[0].user_attrs.get("latency_ms") is None]
+    if unmeasured:
+        raise ConfigError(f"--pick {pick}: trial {unmeasured[0]} of study {study.study_name!r} has no latency "
+                          f"measured (a study from before petl-nas measured it); use best or smallest-within")
+    return min(within, key=lambda c: (c[0].user_attrs["latency_ms"], c[0].values[1], -c[1]))[0]
 
 
 RECIPES = ("final", "search")
@@ -200,12 +210,14 @@ def read_record(path: str | Path) -> dict:
 def front_table(study: optuna.Study) -> str:
     """The front as text: trial, preset, scores, counts (what ``export --list`` prints)."""
     backbone = study.user_attrs.get("backbone_params") or 1
-    lines = [f"{'trial':>5}  {'preset':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"]
+    lines = [f"{'trial':>5}  {'preset':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}{'latency ms':>12}"]
     for t in sorted(study.best_trials, key=lambda t: t.values[1]):
         f = _final(study, t)
         test = f"{f['mean']:.4f} ± {f['std']:.4f}" if f else "-"
+        latency = t.user_attrs.get("latency_ms")
         lines.append(f"{t.number:>5}  {t.user_attrs.get('preset') or '-':<14}{t.values[0]:>9.4f}{test:>20}"
-                     f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}")
+                     f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"
+                     f"{f'{latency:.1f}' if latency is not None else '-':>12}")
     return "\n".join(lines)
 
 

@@ -58,6 +58,7 @@ class PetlRoot(nn.Module):
         self._inputs: dict[tuple[str, int, str], torch.Tensor] = {}
         self._pad_mask: torch.Tensor | None = None     # this forward's [B, L] padding mask (per-example gates)
         self._previous_attn: str | None = None
+        self._sites: list[tuple[nn.Module, list, object]] = []  # (linear, its edits, its hook): `merge_lora` folds
         self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
@@ -266,7 +267,9 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
                     delta = block(_as_params(root._inputs[(name, l, extra)], block), mask)
                 out = out + delta.to(out.dtype)                 # the body's activations keep its dtype
             return out
-        handles.append(layer_lists[name][l].get_submodule(path).register_forward_hook(apply_edits))
+        linear = layer_lists[name][l].get_submodule(path)
+        handles.append(linear.register_forward_hook(apply_edits))
+        root._sites.append((linear, edits, handles[-1]))
 
     for (name, l), edits in head_edits.items():
         attn = layer_lists[name][l].get_submodule(spec.block(name).attention)
@@ -339,6 +342,36 @@ def remove_petl(model: nn.Module) -> nn.Module:
         model.set_attn_implementation(root._previous_attn)
     del model._modules[ROOT]
     return model
+
+
+def merge_lora(model: nn.Module) -> int:
+    """Fold every LoRA update without a gate into the weight it updates (W += s·B·A) and stop
+    computing it beside W: the deployed form, as fast as the backbone at those weights. Gated LoRA
+    (its update depends on the input), adapters, prefixes and prompts stay as they are. Returns how
+    many updates were folded. For inference only: the folded updates no longer train."""
+    root = getattr(model, ROOT)
+    folded = 0
+    with torch.no_grad():
+        for linear, edits, hook in root._sites:
+            for edit in list(edits):
+                kind, module, extra = edit
+                if kind != "lora" or module.compose.gate is not None or not root.enabled:
+                    continue
+                delta = module.delta_weight()                    # [out, in]
+                weight = linear.weight
+                transposed = not isinstance(linear, nn.Linear)   # GPT-2's Conv1D keeps W as [in, out]
+                if extra is not None:                            # one slice of a fused projection
+                    start, _ = extra
+                    rows = slice(start, start + delta.shape[0])
+                    target = weight[:, rows] if transposed else weight[rows]
+                else:
+                    target = weight
+                target += (delta.t() if transposed else delta).to(weight.dtype)
+                edits.remove(edit)
+                folded += 1
+            if not edits:
+                hook.remove()                                    # nothing left to compute beside W
+    return folded
 
 
 @contextlib.contextmanager
@@ -436,5 +469,5 @@ def _atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["apply_petl", "remove_petl", "petl_disabled", "petl_config_of", "petl_state_dict",
+__all__ = ["apply_petl", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of", "petl_state_dict",
            "save_petl", "load_petl", "PetlRoot"]

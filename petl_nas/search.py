@@ -27,6 +27,7 @@ from . import __version__
 from . import calibrate
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
+from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import _atomic_write
@@ -67,8 +68,10 @@ class SearchSummary:
         vs = f"{100 * paired['mean']:+.2f} ± {100 * paired['std']:.2f}" if paired else "-"
         relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
         flag = "  did not learn" if r.get("did_not_learn") else ""
+        costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
+                        if value is not None)
         return (f"{r['number']:>5}  {r['preset'] or '-':<17}{search:>24}{test:>20}{vs:>15}"
-                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}")
+                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}")
 
     def table(self) -> str:
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
@@ -193,7 +196,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed, exp.startup_trials),
                        task.main_metric, attrs, force_new=force_new_study,
                        heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
-                       retries=exp.stale_retries)
+                       retries=exp.stale_retries, objectives=exp.objectives)
     try:
         summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
     finally:
@@ -260,7 +263,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                          k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
                          number=p.number, score=exp.fidelity.score)
 
-    recorder = Recorder(source, on_done, baseline=baseline)
+    recorder = Recorder(source, on_done, baseline=baseline, objectives=exp.objectives)
     # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
     learned_at = (calibration or {}).get("first_learned_epochs")
     first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
@@ -374,7 +377,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                 "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
                 "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominates,
                 "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
-                "config": u.get("petl_config")}
+                "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
 
     rows = [row(t, True) for t in members]
     anchors = [row(p, False) for p in sorted(presets, key=lambda t: t.values[1])]

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig, _suggest
+from .costs import directions, metric_names
 from .describe import describe_config
 from .presets import preset, preset_lr, preset_names
 from .space import SearchSpace
@@ -59,9 +60,9 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
 
 def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,
                heartbeat_interval: int | None = None, grace_period: int | None = None,
-               retries: int = 0) -> optuna.Study:
-    """Create or resume the study; refuse one whose stored space hash differs (nothing is written
-    then). The heartbeat settings are those of `open_storage`."""
+               retries: int = 0, objectives=("score", "params")) -> optuna.Study:
+    """Create or resume the study; refuse one whose stored space hash or objectives differ (nothing
+    is written then). The heartbeat settings are those of `open_storage`."""
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries)
     try:
         with ClaimLock(storage, name)():          # one worker at a time checks, replaces or creates it
@@ -75,16 +76,20 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                                           f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
                                           f"name or --force-new-study to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
+                elif len(old.directions) != len(objectives):
+                    had = old.user_attrs.get("objectives", ["score", "params"])
+                    raise ConfigError(f"study {name!r} in {storage_url} has objectives [{', '.join(had)}], "
+                                      f"not [{', '.join(objectives)}]; use a new --study name")
             study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                        directions=["maximize", "minimize"], load_if_exists=True)
+                                        directions=directions(objectives), load_if_exists=True)
     except ConfigError:
         close_storage(storage)
         raise
-    for k, v in attrs.items():
+    for k, v in {**attrs, "objectives": list(objectives)}.items():
         if study.user_attrs.get(k, ()) != v:
             study.set_user_attr(k, v)
-    if study.metric_names != [metric, "deployable_params"]:
-        study.set_metric_names([metric, "deployable_params"])
+    if study.metric_names != metric_names(objectives, metric):
+        study.set_metric_names(metric_names(objectives, metric))
     return study
 
 

@@ -13,7 +13,6 @@ with `NonFiniteLoss`.
 from __future__ import annotations
 
 import math
-import resource
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .costs import MemoryProbe
 from .head import head_parameters
 from .significance import standard_error
 from .precision import autocast_for, grad_scaler_for
@@ -76,7 +76,8 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     steps: int = 0
     wall_s: float = 0.0
-    peak_mem_mb: float = 0.0
+    peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
+    train_step_ms: float = 0.0    # mean wall time of one optimiser step, evaluations left out
 
 
 class NonFiniteLoss(RuntimeError):
@@ -176,8 +177,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     """
     start = time.perf_counter()
     device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    memory = MemoryProbe(device).start()
     torch.manual_seed(recipe.seed)
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -192,6 +192,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
 
     history: list[dict] = []
     step, epoch = 0, 0
+    loop_start, eval_s = time.perf_counter(), 0.0
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -220,12 +221,14 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
                                                              if history else {}))
             if step % eval_every == 0 or step == total:
+                eval_start = time.perf_counter()
                 metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows)
                 metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
                 history.append(metrics)
                 if report is not None:
                     report(len(history), metrics, step == total)
                 model.train()
+                eval_s += time.perf_counter() - eval_start
             if step >= total:
                 break
         epoch += 1
@@ -233,13 +236,10 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         bar.close()
 
     best = max(history, key=lambda m: m[task.main_metric])
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) / 2**20
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
+    step_ms = 1000 * (time.perf_counter() - loop_start - eval_s) / max(1, step)
     return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
                        metrics=best, history=history, steps=step,
-                       wall_s=time.perf_counter() - start, peak_mem_mb=peak)
+                       wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms)
 
 
 __all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "training_loss", "n_evaluations",

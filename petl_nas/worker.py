@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .config import ConfigError, PetlConfig
+from .costs import LATENCY_BATCH, deployed_latency_ms
 from .inject import apply_petl
 from .data import encode
 from .tasks import Task, load_splits, resolve_task
@@ -144,11 +145,14 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     model = petl_copy(base, PetlConfig.from_dict(spec.config), int(spec.recipe.get("seed", 0)))
     setup_s = time.perf_counter() - start
     result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
+    first = next(iter(evaluated.batches(LATENCY_BATCH, shuffle=False)))
+    latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
     scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
     return {"score": score, "score_se": scored.get("se"), "pooling": model.petl.pooling, "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
             "history": result.history, "steps": result.steps, "train_s": result.wall_s,
-            "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb, "metric": task.main_metric,
+            "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb,
+            "train_step_ms": result.train_step_ms, "latency_ms": latency_ms, "metric": task.main_metric,
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}
 
 

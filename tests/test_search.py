@@ -213,6 +213,40 @@ def test_search_on_a_local_csv_task_through_ray(tmp_path):
     assert summary.front
 
 
+SHARED_GLUE = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+
+
+def test_a_search_runs_on_byte_order_marked_copies_of_the_shared_glue_folder(tmp_path):
+    """Every task folder of ../shared/data/glue, copied whole with a UTF-8 byte-order mark put in
+    front of each file (as GLUE's download script writes MRPC): each task with a training file is
+    searched and scores a trial; a folder without one is refused in one line naming the file."""
+    if not SHARED_GLUE.is_dir():
+        pytest.skip(f"no GLUE data at {SHARED_GLUE}")
+    marked = tmp_path / "glue"
+    for folder in sorted(p for p in SHARED_GLUE.iterdir() if p.is_dir()):
+        (marked / folder.name).mkdir(parents=True)
+        for f in folder.glob("*.tsv"):
+            (marked / folder.name / f.name).write_bytes(b"\xef\xbb\xbf" + f.read_bytes())
+    assert (marked / "SST-2" / "train.tsv").read_bytes()[:3] == b"\xef\xbb\xbf"
+    folders = {"CoLA": "cola", "SST-2": "sst2", "STS-B": "stsb", "QNLI": "qnli"}
+    searched = []
+    for folder, name in sorted(folders.items()):
+        if not (marked / folder).is_dir():
+            continue
+        exp = experiment(tmp_path, name=name, task=name, data_dir=str(marked), trials=1, presets=["bitfit"],
+                         storage=f"sqlite:///{tmp_path}/{name}.db",
+                         fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=24, search_dev=32))
+        if not (marked / folder / "train.tsv").exists():
+            with pytest.raises(ConfigError, match="train.tsv"):
+                run_search(exp, printer=lambda *a: None)
+            continue
+        run_search(exp, printer=lambda *a: None)
+        (trial,) = trained(load(exp))
+        assert trial.state == TrialState.COMPLETE and trial.values[0] == trial.values[0]   # a finite score
+        searched.append(name)
+    assert {"cola", "sst2", "stsb"} <= set(searched)
+
+
 def test_file_task_errors_name_the_problem(tmp_path):
     from petl_nas.tasks import resolve_task
 

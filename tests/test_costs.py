@@ -1,0 +1,180 @@
+"""Cost objectives: the deployed form (LoRA merged) computes what training computed, the memory
+probe sees a trial's own peak, every trial measures its costs, a study minimises the ones named in
+``objectives``, and export picks the fastest configuration within a score margin."""
+
+import copy
+import dataclasses
+
+import optuna
+import pytest
+import torch
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from conftest import batch, tiny_model
+from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl
+from petl_nas.costs import MemoryProbe, deployed_latency_ms, metric_names
+from petl_nas.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.export import choose
+from petl_nas.inject import merge_lora
+from petl_nas.search import run_search
+from petl_nas.tiny import tiny_backbone
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+
+
+def _perturb(model, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.petl.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+
+
+MIXED = PetlConfig(modules=(
+    ModuleSpec(form="lora", position="attn", targets=("q", "v"), size=4, composition="scaled", scale=2.0),
+    ModuleSpec(form="lora", position="ffn", size=2, gate=True, layers=(0,)),              # gated: stays
+    ModuleSpec(form="adapter", position="ffn", size=4, layers=(1, 2)),                     # cannot merge
+), bitfit=True)
+
+
+def test_merging_lora_changes_nothing_the_model_computes(kind):
+    model = apply_petl(tiny_model(kind), MIXED)
+    _perturb(model)
+    x = batch(kind)
+    with torch.no_grad():
+        before = model(**x).logits
+        assert merge_lora(model) == 2 * 3                    # q and v in each of 3 layers; not the gated one
+        after = model(**x).logits
+        assert merge_lora(model) == 0                        # nothing left to fold
+    assert torch.allclose(before, after, atol=1e-5)
+    left = [kind for _, edits, _ in model.petl._sites for kind, _, _ in edits]
+    assert left.count("lora") == 1 * 2 and len(left) > left.count("lora")      # gated LoRA (ffn in, out), adapters
+
+
+def test_a_merged_lora_model_computes_nothing_beside_its_linears():
+    model = apply_petl(tiny_model(), PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=4),)))
+    hooked = lambda: sum(len(m._forward_hooks) for m in model.modules() if isinstance(m, torch.nn.Linear))  # noqa: E731
+    assert hooked() == 2 * 3
+    merge_lora(model)
+    assert hooked() == 0
+
+
+def test_merging_a_slice_of_a_fused_projection():
+    """GPT-2 keeps q, k and v in one Conv1D ([in, out]): LoRA on v is folded into its slice only."""
+    model = tiny_backbone("gpt2", num_labels=2, vocab_size=120)
+    model.config.pad_token_id = 0
+    model = apply_petl(model, PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=3),)))
+    _perturb(model)
+    x = batch()
+    with torch.no_grad():
+        before = model(**x).logits
+        assert merge_lora(model) == 2 * model.config.n_layer
+        assert torch.allclose(before, model(**x).logits, atol=1e-5)
+
+
+def test_latency_is_measured_on_the_deployed_form():
+    model = apply_petl(tiny_model(), MIXED)
+    ms = deployed_latency_ms(model, {**batch(), "labels": torch.tensor([0, 1, 0])}, "cpu", repeats=3)
+    assert ms > 0 and sum(k == "lora" for _, edits, _ in model.petl._sites for k, _, _ in edits) == 2
+
+
+def test_the_memory_probe_sees_what_runs_inside_it_not_before():
+    held = torch.ones(64, 2**20)                             # 256 MB the process holds before the probe
+    probe = MemoryProbe(torch.device("cpu")).start()
+    idle = probe.peak_mb()
+    probe = MemoryProbe(torch.device("cpu")).start()
+    big = torch.ones(48, 2**20)                              # 192 MB allocated inside
+    used = probe.peak_mb()
+    del big, held
+    assert idle < 32 and 180 <= used < 200 + 32
+
+
+def test_objectives_are_checked_in_one_line():
+    assert Experiment(objectives=["score", "params", "latency"]).objectives == ("score", "params", "latency")
+    for bad, words in ((["params", "score"], "expected [score, params]"), (["score", "params", "speed"], "unknown"),
+                       (["score", "params", "memory", "memory"], "twice")):
+        with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            Experiment(objectives=bad)
+
+
+def _search(tmp_path, **kw):
+    exp = Experiment(name="c", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=3,
+                     presets=["lora"], executor="local", storage=f"sqlite:///{tmp_path}/study.db",
+                     fidelity=Fidelity(k=160, epochs=2, batch_size=16, max_length=24, search_dev=64),
+                     final=FinalEval(seeds=0, baselines=False))
+    return dataclasses.replace(exp, **kw)
+
+
+def test_a_search_minimises_the_costs_it_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exp = _search(tmp_path, objectives=("score", "params", "latency", "step_time", "memory"))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert study.directions[2:] == [optuna.study.StudyDirection.MINIMIZE] * 3
+    assert study.metric_names == metric_names(exp.objectives, "accuracy")
+    assert study.user_attrs["objectives"] == list(exp.objectives)
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 3
+    for t in done:
+        u = t.user_attrs
+        assert t.values[2:] == [u["latency_ms"], u["train_step_ms"], u["peak_mem_mb"]]
+        assert u["latency_ms"] > 0 and u["train_step_ms"] > 0 and u["peak_mem_mb"] >= 0
+    with pytest.raises(ConfigError, match=r"has objectives \[score, params, latency, step_time, memory\]"):
+        run_search(dataclasses.replace(exp, objectives=("score", "params")), printer=lambda *a: None)
+
+
+def test_a_two_objective_search_still_measures_every_cost(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exp = _search(tmp_path, trials=1)
+    run_search(exp, printer=lambda *a: None)
+    (t,) = [t for t in optuna.load_study(study_name=exp.study_name, storage=exp.storage_url).trials
+            if t.state == TrialState.COMPLETE]
+    assert len(t.values) == 2 and t.user_attrs["latency_ms"] > 0 and t.user_attrs["train_step_ms"] > 0
+
+
+def _study(rows):
+    """A 3-objective study of complete trials: (score, params, latency_ms)."""
+    study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
+    for score, params, ms in rows:
+        attrs = {"latency_ms": ms} if ms is not None else {}
+        study.add_trial(create_trial(values=[score, params, ms if ms is not None else 0.0], user_attrs=attrs,
+                                     params={"x": 0.0}, distributions={"x": FloatDistribution(0, 1)}))
+    return study
+
+
+def test_export_picks_the_fastest_within_the_margin():
+    study = _study([(0.90, 9000, 5.0), (0.897, 20000, 3.0), (0.89, 5000, 2.0), (0.80, 1000, 1.0)])
+    assert choose(study).number == 0
+    assert choose(study, pick="fastest-within=0.5").number == 1          # 2.0 ms is 1.0 point below
+    assert choose(study, pick="fastest-within=1.0").number == 2
+    assert choose(study, pick="smallest-within=1.0").number == 2
+    assert choose(study, budget=6000, pick="fastest-within=0").number == 2
+    with pytest.raises(ConfigError, match="expected 'best', 'smallest-within=X' or 'fastest-within=X'"):
+        choose(study, pick="quickest")
+
+
+def test_fastest_needs_measured_latency():
+    study = _study([(0.90, 9000, None), (0.89, 5000, None)])
+    with pytest.raises(ConfigError, match="has no latency measured"):
+        choose(study, pick="fastest-within=5")
+
+
+def test_the_report_draws_the_costs_the_study_minimises(tmp_path, monkeypatch):
+    from petl_nas.dashboards import plots
+    from petl_nas.dashboards.report import write_report
+
+    monkeypatch.chdir(tmp_path)
+    exp = _search(tmp_path, objectives=("score", "params", "latency"))
+    run_search(exp, printer=lambda *a: None)
+    names = sorted(p.name for p in write_report(exp.storage_url, None, tmp_path / "report"))
+    assert "costs.png" in names
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "<h2>Costs</h2>" in page and "fastest-within" in page
+    import struct
+
+    data = (tmp_path / "report" / "costs.png").read_bytes()
+    assert struct.unpack(">II", data[16:24]) == plots.SIZES["costs"]
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    for t in study.best_trials:                                   # the front's latency, in its table row
+        assert f"<td class='n'>{t.user_attrs['latency_ms']:.1f}</td></tr>" in page
