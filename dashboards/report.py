@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..config import ConfigError
-from ..inject import _atomic_write
+from ..inject import atomic_write
 from . import plots
 from .storage import load, redact
 from .view import Point, StudyView, hypervolume_history, importances, modules_by_position, study_view
@@ -56,7 +56,7 @@ def write_report(storage_url: str, study_name: str | None, out_dir: str | Path) 
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data in {**figures, REPORT: page.encode()}.items():
-        _atomic_write(out / name, lambda p, data=data: Path(p).write_bytes(data))
+        atomic_write(out / name, lambda p, data=data: Path(p).write_bytes(data))
         written.append(out / name)
     return written
 

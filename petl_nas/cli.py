@@ -152,10 +152,10 @@ def cmd_export(args) -> int:
             raise ConfigError(f"{what}: {e}") from None
         from pathlib import Path
 
-        from .inject import _atomic_write
+        from .inject import atomic_write
 
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2)))
+        atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2)))
     else:
         write_record(rec, args.output)
     p = rec["provenance"]

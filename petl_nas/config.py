@@ -53,7 +53,7 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the field, the value and what is accepted."""
 
 
-def _suggest(word: str, choices) -> str:
+def suggest(word: str, choices) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"{hint}; accepted: {', '.join(map(str, choices))}"
@@ -63,7 +63,7 @@ def check_keys(where: str, data: dict, allowed, sep: str = ".") -> None:
     """Raise ConfigError for the first key of ``data`` not in ``allowed`` (with a suggestion)."""
     for k in data:
         if k not in allowed:
-            raise ConfigError(f"{where}{sep}{k}: unknown key{_suggest(k, list(allowed))}")
+            raise ConfigError(f"{where}{sep}{k}: unknown key{suggest(k, list(allowed))}")
 
 
 def parse_blocks(value, where: str = "blocks") -> tuple[str, ...] | None:
@@ -80,7 +80,7 @@ def parse_blocks(value, where: str = "blocks") -> tuple[str, ...] | None:
 
 def _check_choice(where: str, value, choices) -> None:
     if value not in choices:
-        raise ConfigError(f"{where}: unknown value {value!r}{_suggest(value, choices)}")
+        raise ConfigError(f"{where}: unknown value {value!r}{suggest(value, choices)}")
 
 
 @dataclass(frozen=True)
@@ -246,7 +246,7 @@ class ModuleSpec:
         for k in data:
             if k not in allowed:
                 known = {f.name for f in dataclasses.fields(cls)}
-                why = f"{form} does not use it" if k in known else f"unknown key{_suggest(k, allowed)}"
+                why = f"{form} does not use it" if k in known else f"unknown key{suggest(k, allowed)}"
                 raise ConfigError(f"{where}.{k}: {why}")
         kw = dict(data)
         if kw.get("blocks") is not None:                 # a list, or "all" / "decoder+cross" as spaces write it
@@ -411,4 +411,4 @@ def _looks_like_path(x: str | Path) -> bool:
 
 
 __all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "parse_blocks", "FORMS", "POSITIONS",
-           "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS"]
+           "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]

@@ -27,11 +27,11 @@ import torch
 
 from .config import ConfigError, PetlConfig
 from .data import encode
-from .inject import CONFIG_FILE, _atomic_write, load_petl, save_petl
+from .inject import CONFIG_FILE, atomic_write, load_petl, save_petl
 from .precision import autocast_for
 from .tasks import Split, load_splits, resolve_task
 from .train import Recipe, train
-from .worker import _Data, load_backbone, petl_copy, tiny_model
+from .worker import TrainData, load_backbone, petl_copy, tiny_model
 
 TOKENIZER_DIR = "tokenizer"
 
@@ -70,7 +70,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
             printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
             continue
         trained = petl_copy(model, config, seed)
-        result = train(trained, _Data(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
+        result = train(trained, TrainData(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
                        device, progress=progress)
         run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
                "train_s": result.wall_s}
@@ -90,7 +90,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
                "std": statistics.stdev(last) if len(last) > 1 else 0.0, "runs": runs,
                "deployable": rec.get("counts", {}).get("deployable"), "provenance": rec.get("provenance")}
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
+    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
     return {**summary, "models": models} if keep_models else summary
 
 

@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
 from .config import ConfigError, PetlConfig
-from .inject import _atomic_write
+from .inject import atomic_write
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
                "recipe", "seeds", "counts", "provenance")
@@ -177,7 +177,7 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, reci
 def write_record(rec: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False)))
+    atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False)))
     return path
 
 
@@ -192,11 +192,11 @@ def read_record(path: str | Path) -> dict:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(rec, dict):
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
-    from .config import _suggest
+    from .config import suggest
 
     for key in rec:
         if key not in RECORD_KEYS:
-            raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, RECORD_KEYS)}")
+            raise ConfigError(f"{path}: unknown key {key!r}{suggest(key, RECORD_KEYS)}")
     for key in ("backbone", "task", "petl_config", "recipe"):
         if rec.get(key) is None:
             raise ConfigError(f"{path}: {key}: missing")

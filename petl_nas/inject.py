@@ -417,8 +417,8 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
         config["pooling"] = root.pooling
     meta = {"petl_config": config, "model_type": model.config.model_type,
             "num_layers": len(next(iter(stacks(model)[1].values()))), "flat_prefix": True, "info": info or {}}
-    _atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
-    _atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
+    atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     return directory
 
 
@@ -451,7 +451,7 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     return model
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """``write(tmp)`` fills a temporary file beside ``path``, which is flushed to disk and then
     renamed over ``path``: readers see the old file or the new one, never half of one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -470,4 +470,4 @@ def _atomic_write(path: Path, write) -> None:
 
 
 __all__ = ["apply_petl", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of", "petl_state_dict",
-           "save_petl", "load_petl", "PetlRoot"]
+           "save_petl", "load_petl", "PetlRoot", "atomic_write"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import ConfigError, PetlConfig, _suggest
+from .config import ConfigError, PetlConfig, suggest
 
 _RATIO = re.compile(r"^d\s*/\s*(\d+)$")
 
@@ -53,7 +53,7 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
     """The preset ``name`` as a PetlConfig; ``d/N`` sizes need the backbone's hidden size."""
     raw = _raw_presets()
     if name not in raw:
-        raise ConfigError(f"preset: unknown name {name!r}{_suggest(name, raw)}")
+        raise ConfigError(f"preset: unknown name {name!r}{suggest(name, raw)}")
     d = hidden_size or (model_config.hidden_size if model_config is not None else None)
     body = {k: v for k, v in raw[name].items() if k not in ("doc", "lr")}
     mods = []

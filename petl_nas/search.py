@@ -30,7 +30,7 @@ from .config import ConfigError, PetlConfig
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
-from .inject import _atomic_write
+from .inject import atomic_write
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
 from .baselines import seed_sweep, sweep_trials
@@ -254,7 +254,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         text = json.dumps({"number": p.number, "state": state, "preset": p.preset, "config": p.config.to_dict(),
                            "lr": p.lr, "deployable": p.deployable, "trainable": p.trainable,
                            **{k: v for k, v in info.items() if k != "history"}}, indent=2, default=str)
-        _atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text))
+        atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text))
         progress(p, state, info)
 
     def make_spec(p) -> TrialSpec:

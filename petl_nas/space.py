@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, _suggest, parse_blocks
+from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, suggest, parse_blocks
 from .presets import space_dir
 
 SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
@@ -150,7 +150,7 @@ def _parse_dimension(name: str, raw, kind: str, allowed, where: str) -> Dimensio
               else v in allowed)
         if not ok:
             accepted = "true, false" if kind == "bool" else "numbers" if allowed is None else ", ".join(allowed)
-            raise ConfigError(f"{where}: invalid value {v!r}{_suggest(v, allowed) if allowed else f'; accepted: {accepted}'}")
+            raise ConfigError(f"{where}: invalid value {v!r}{suggest(v, allowed) if allowed else f'; accepted: {accepted}'}")
     if len(values) == 1:
         return Dimension(name, "fixed", value=values[0])
     return Dimension(name, "choice", choices=tuple(values))
@@ -176,7 +176,7 @@ class SearchSpace:
         known = {"version", "name", "description", "slots"} | set(SLOT_DIMENSIONS) | set(GLOBAL_DIMENSIONS)
         for k in data:
             if k not in known:
-                raise ConfigError(f"{where}: unknown key {k!r}{_suggest(k, sorted(known))}")
+                raise ConfigError(f"{where}: unknown key {k!r}{suggest(k, sorted(known))}")
         if not isinstance(data.get("version"), int):
             raise ConfigError(f"{where}: version: missing or not an integer (the format of the stored parameters)")
         self.version = data["version"]
@@ -199,7 +199,7 @@ class SearchSpace:
             raise ConfigError(f"{where}: expected a mapping with site and forms")
         for k in body:
             if k not in ("site", "forms") and k not in SLOT_DIMENSIONS:
-                raise ConfigError(f"{where}: unknown key {k!r}{_suggest(k, ['site', 'forms', *SLOT_DIMENSIONS])}")
+                raise ConfigError(f"{where}: unknown key {k!r}{suggest(k, ['site', 'forms', *SLOT_DIMENSIONS])}")
         site = body.get("site")
         if site not in SLOT_FORMS:
             raise ConfigError(f"{where}.site: must be one of attn, ffn; got {site!r}")
@@ -231,7 +231,7 @@ class SearchSpace:
                 path = candidate
             else:
                 names = sorted(p.stem for p in space_dir().glob("*.yaml") if p.stem != "presets")
-                raise ConfigError(f"space {str(name_or_path)!r}: no such file{_suggest(str(name_or_path), names)}")
+                raise ConfigError(f"space {str(name_or_path)!r}: no such file{suggest(str(name_or_path), names)}")
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
@@ -266,7 +266,7 @@ class SearchSpace:
                     continue                      # FFN LoRA always adapts W1 and W2
                 vals[d] = slot.dims[d].suggest(trial)
             if form != "none":
-                modules.append(self._module(slot, form, vals, g["gates"], layers))
+                modules.append(self.module_spec(slot, form, vals, g["gates"], layers))
         config = PetlConfig(modules=tuple(modules), bitfit=bool(g["bitfit"]), pooling=g["pooling"],
                             head_lr_mult=float(g["head_lr_mult"]), train_layernorms=bool(g["train_layernorms"]),
                             prompt_length=int(g["prompt_length"]))
@@ -288,7 +288,8 @@ class SearchSpace:
         return None
 
     @staticmethod
-    def _module(slot: Slot, form: str, v: dict, gated: bool, layers) -> ModuleSpec:
+    def module_spec(slot: Slot, form: str, v: dict, gated: bool, layers) -> ModuleSpec:
+        """The ModuleSpec of ``form`` at ``slot`` with dimension values ``v``."""
         kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated), "layers": layers,
                               "blocks": parse_blocks(v.get("blocks", "all"))}
         comp = v.get("prefix_composition") if form == "prefix" else v.get("composition", "add")

@@ -27,7 +27,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .budget import count_parameters
-from .config import ConfigError, PetlConfig, _suggest
+from .config import ConfigError, PetlConfig, suggest
 from .costs import directions, metric_names
 from .describe import describe_config
 from .presets import preset, preset_lr, preset_names
@@ -55,7 +55,7 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
-    raise ConfigError(f"sampler: unknown name {name!r}{_suggest(name, SAMPLERS)}")
+    raise ConfigError(f"sampler: unknown name {name!r}{suggest(name, SAMPLERS)}")
 
 
 def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,
@@ -208,7 +208,7 @@ def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
                            else dim.choices[0])
             if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
                 vals.setdefault("scale", 1.0)
-            spec = space._module(slot, form, vals, False, few_layers)
+            spec = space.module_spec(slot, form, vals, False, few_layers)
             n = count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
             best = n if best is None else min(best, n)
         total += best
@@ -224,7 +224,7 @@ def check_preset_names(names) -> None:
         return
     unknown = [n for n in names if n not in preset_names()]
     if unknown:
-        raise ConfigError(f"presets: unknown name {unknown[0]!r}{_suggest(unknown[0], preset_names())}")
+        raise ConfigError(f"presets: unknown name {unknown[0]!r}{suggest(unknown[0], preset_names())}")
 
 
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,

@@ -45,7 +45,7 @@ class TrialSpec:
 
 
 @dataclass
-class _Data:
+class TrainData:
     """The two splits the trainer sees: train and the split it is scored on."""
 
     train: Any
@@ -144,7 +144,7 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = petl_copy(base, PetlConfig.from_dict(spec.config), int(spec.recipe.get("seed", 0)))
     setup_s = time.perf_counter() - start
-    result = train(model, _Data(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
+    result = train(model, TrainData(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
     first = next(iter(evaluated.batches(LATENCY_BATCH, shuffle=False)))
     latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
     scored = result.metrics if spec.score == "best" else result.history[-1]
@@ -156,4 +156,4 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}
 
 
-__all__ = ["TrialSpec", "run_trial", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]
+__all__ = ["TrialSpec", "TrainData", "run_trial", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]

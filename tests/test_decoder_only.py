@@ -18,7 +18,7 @@ from petl_nas.inject import apply_petl
 from petl_nas.tasks import load_splits, resolve_task
 from petl_nas.tiny import tiny_backbone, tiny_tokenizer
 from petl_nas.train import Recipe, train, training_loss
-from petl_nas.worker import _Data, load_backbone
+from petl_nas.worker import TrainData, load_backbone
 
 WORDS = "red blue green fox dog cat sun moon".split()
 
@@ -78,7 +78,7 @@ def test_decoder_classification_trains_only_petl_and_the_head(model_type):
     encoded = encode(splits, tok, max_length=24)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", position="attn", size=4),)))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    result = train(model, _Data(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=1, batch_size=16), "cpu")
+    result = train(model, TrainData(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=1, batch_size=16), "cpu")
     # The score is the trained model's accuracy on the scoring split, worked out here from its logits.
     dev = next(encoded.search_dev.batches(len(encoded.search_dev)))
     labels = dev.pop("labels")
@@ -129,7 +129,7 @@ def test_causal_lm_training_moves_only_petl(instruction_files, model_type, form)
     batch = next(encoded.train.batches(64))
     with torch.no_grad():
         before = training_loss(model.eval(), batch, task).item()
-    result = train(model, _Data(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=3, batch_size=16), "cpu")
+    result = train(model, TrainData(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=3, batch_size=16), "cpu")
     with torch.no_grad():
         after = training_loss(model.eval(), batch, task).item()
     assert after < before - 0.05

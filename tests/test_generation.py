@@ -118,7 +118,7 @@ def test_label_smoothed_loss_matches_torch_over_target_tokens(copy_task):
 
 def test_training_lowers_the_loss_and_moves_only_petl(copy_task):
     from petl_nas.train import Recipe, train, training_loss
-    from petl_nas.worker import _Data
+    from petl_nas.worker import TrainData
 
     task, base, _, encoded = copy_task
     model = apply_petl(copy.deepcopy(base), LORA)
@@ -126,7 +126,7 @@ def test_training_lowers_the_loss_and_moves_only_petl(copy_task):
     batch = next(encoded.train.batches(64))
     with torch.no_grad():
         before = training_loss(model.eval(), batch, task).item()
-    result = train(model, _Data(encoded.train, encoded.search_dev), task,
+    result = train(model, TrainData(encoded.train, encoded.search_dev), task,
                    Recipe(lr=2e-2, epochs=4, batch_size=8, eval_rows=4), "cpu")
     with torch.no_grad():
         after = training_loss(model.eval(), batch, task).item()

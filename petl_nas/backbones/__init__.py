@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 
 from torch import nn
 
-from ..config import ConfigError, _suggest
+from ..config import ConfigError, suggest
 
 _SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+)\]$")
 
@@ -131,7 +131,7 @@ def spec_for(model_config) -> BackboneSpec:
     model_type = model_config if isinstance(model_config, str) else getattr(model_config, "model_type", None)
     if model_type not in _REGISTRY:
         raise ConfigError(f"backbone: model type {model_type!r} has no backbone spec"
-                          f"{_suggest(model_type, supported_model_types())}")
+                          f"{suggest(model_type, supported_model_types())}")
     specs = _REGISTRY[model_type]
     if isinstance(model_config, str):                  # no config to choose a variant by: the plain one
         return next((s for s in specs if s.when is None), specs[0])
