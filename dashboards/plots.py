@@ -97,6 +97,11 @@ def pareto(view: StudyView) -> bytes:
                 color="tab:green", markersize=6, lw=1.0, label="LoRA rank sweep (its front)", zorder=3)
         ax.scatter([p.deployable for p in view.sweep], [p.score for p in view.sweep], marker="^", s=30,
                    color="tab:green", alpha=0.5, zorder=3)
+    oneshot = [p for p in view.points if p.group == "oneshot"]
+    if oneshot:
+        ax.scatter([p.deployable for p in oneshot], [p.score for p in oneshot], marker="s", s=34,
+                   facecolors="none", edgecolors="tab:purple", linewidths=1.4,
+                   label="one-shot proposal (read off the supernet)", zorder=4)
     presets = view.presets
     ax.scatter([p.deployable for p in presets], [p.score for p in presets], marker="D", s=46,
                facecolors="none", edgecolors="tab:orange", linewidths=1.6, label="preset (seeded trial)", zorder=4)

@@ -46,7 +46,7 @@ class Point:
     train_s: float | None
     se: float | None = None           # the search score's standard error
     did_not_learn: bool = False       # within noise of the trivial baseline
-    group: str = "searched"           # searched, preset or sweep (fronts.py)
+    group: str = "searched"           # searched, oneshot, preset or sweep (fronts.py)
     baseline: str | None = None       # the sweep point's name (lora_qv_r8, ...)
     costs: dict = field(default_factory=dict)   # measured costs by objective name (costs.py): latency, ...
 

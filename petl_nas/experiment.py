@@ -144,6 +144,32 @@ class FinalEval:
 
 
 @dataclass(frozen=True)
+class OneShot:
+    """The one-shot supernet run of ``strategy: oneshot`` or ``both`` (`petl_nas.oneshot`).
+
+    Attributes:
+        rungs: budgets on the ladder (from the smallest one-unit count to the budget), each read off
+            the trained supernet as one proposal (identical ones are proposed once).
+        lr: the supernet's learning rate, and the proposals' when they are trained.
+        gate_lr: the gates' learning rate (they must decide within a short run).
+        epochs: the supernet's training length (None: the trials' fidelity epochs).
+        init_open: every gate's starting chance of being open.
+    """
+
+    rungs: int = 10
+    lr: float = 1e-3
+    gate_lr: float = 0.05
+    epochs: float | None = None
+    init_open: float = 0.9
+
+    def __post_init__(self):
+        _check_fields(self, "oneshot: ", {"rungs": _whole(1), "lr": _number(0, True), "gate_lr": _number(0, True),
+                                          "epochs": _optional(_number(0, True)),
+                                          "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
+                                                        "a number between 0 and 1")})
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str = "search"
     backbone: Any = "all-MiniLM-L6-v2"
@@ -157,6 +183,8 @@ class Experiment:
     presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
     warm_start: str | None = None  # URL[#STUDY]: an earlier study's front as the first proposals (warm_start.py)
     objectives: tuple = ("score", "params")  # then any of step_time, memory, latency (costs.py), all minimised
+    strategy: str = "sampler"   # sampler, oneshot (a supernet's proposals, petl_nas.oneshot) or both
+    oneshot: OneShot = field(default_factory=OneShot)
     seed: int = 0
     data_seed: int = 111
     executor: str = "ray"
@@ -180,7 +208,8 @@ class Experiment:
             "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT, "trials": _whole(1),
             "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
             "gpus_per_trial": _number(0, False), "concurrent": _optional(_whole(1)),
-            "scheduler": _one_of("asha", "fifo"), "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
+            "scheduler": _one_of("asha", "fifo"), "strategy": _one_of("sampler", "oneshot", "both"),
+            "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
             "study": _optional(_TEXT), "ray_address": _optional(_TEXT), "warm_start": _optional(_TEXT),
             "budget": ((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
                        "a count or a percentage such as 0.5%"),
@@ -218,7 +247,7 @@ class Experiment:
         kw = dict(data)
         if kw.get("fidelity") == "auto":
             kw["fidelity"] = {"epochs": "auto"}
-        for key, sub in (("fidelity", Fidelity), ("final", FinalEval)):
+        for key, sub in (("fidelity", Fidelity), ("final", FinalEval), ("oneshot", OneShot)):
             if key in kw:
                 kw[key] = _sub(sub, kw[key], f"{source}: {key}")
         return cls(**kw, source=source)
@@ -256,4 +285,4 @@ def _sub(cls, data, where):
         raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
 
 
-__all__ = ["Experiment", "Fidelity", "FinalEval", "parse_budget"]
+__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "parse_budget"]

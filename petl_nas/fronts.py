@@ -1,7 +1,8 @@
 """Fronts of groups of trials and how they compare: the searched front against its baselines.
 
-A study holds three kinds of complete trial: ``searched`` (proposed by the sampler), ``preset``
-(the hand-designed methods) and ``sweep`` (the LoRA rank sweep, `baselines.py`). Each group has a
+A study holds four kinds of complete trial: ``searched`` (proposed by the sampler), ``oneshot``
+(read off a trained supernet, `petl_nas.oneshot`), ``preset`` (the hand-designed methods) and
+``sweep`` (the LoRA rank sweep, `baselines.py`). Each group has a
 Pareto front of search score against deployable parameters and a hypervolume, measured in the
 report's coordinates: score above the reference (the trivial baseline's score when there is one)
 times decades of parameters up to the budget. `compare_to_sweep` asks, at each sweep point's size,
@@ -20,14 +21,17 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .significance import clearly_better
 
-GROUPS = ("searched", "preset", "sweep")
+GROUPS = ("searched", "oneshot", "preset", "sweep")
+FOUND = ("searched", "oneshot")            # what the tool proposed, against its baselines
 
 
 def group_of(t: FrozenTrial) -> str:
-    """``sweep``, ``preset`` or ``searched``."""
+    """``sweep``, ``preset``, ``oneshot`` or ``searched``."""
     if t.user_attrs.get("baseline"):
         return "sweep"
-    return "preset" if t.user_attrs.get("preset") else "searched"
+    if t.user_attrs.get("preset"):
+        return "preset"
+    return "oneshot" if t.user_attrs.get("oneshot") else "searched"
 
 
 def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:
@@ -90,7 +94,7 @@ def group_hypervolumes(study) -> dict[str, float]:
 def compare_to_sweep(study) -> list[dict]:
     """At each sweep point's size: the best searched trial no larger, and whether it is higher
     (and beyond noise). Sweep points that did not learn are compared too: beating those is easy."""
-    searched = learned_trials(study, "searched")
+    searched = [t for t in learned_trials(study) if group_of(t) in FOUND]
     rows = []
     sweep = [t for t in study.get_trials(deepcopy=False)
              if t.state == TrialState.COMPLETE and t.values is not None and group_of(t) == "sweep"]

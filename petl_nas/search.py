@@ -27,6 +27,7 @@ from . import __version__
 from . import calibrate
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
+from .oneshot.propose import ATTR as ONESHOT, propose
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
@@ -183,6 +184,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
                           f"({smallest:,} deployable parameters on this backbone)")
     _check_backbone_files(exp.backbone)
     check_preset_names(exp.presets)
+    if exp.strategy != "sampler" and budget is None:
+        raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
     if exp.executor == "ray":
         check_ray_address(exp.ray_address)
 
@@ -233,6 +236,15 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                 f"{baseline['score']:.4f}; a trial within noise of it did not learn")
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
+    if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
+        for line in propose(study, exp, task, splits, space, model_config, budget, lock):
+            printer(line)
+        n_oneshot = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ONESHOT))
+        if exp.strategy == "oneshot":
+            target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+        else:
+            target += n_oneshot
+        remaining = max(0, target - claimed(study))
 
     # ---- trials ---------------------------------------------------------------------------------
     # Evaluate only where a score is read: ASHA reads every evaluation, a trial scored by its best

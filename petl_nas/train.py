@@ -166,7 +166,8 @@ def _param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
 
 
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
-          report: Callable[[int, dict, bool], None] | None = None, progress: bool = False) -> TrainResult:
+          report: Callable[[int, dict, bool], None] | None = None, progress: bool = False,
+          regularizer: Callable[[], torch.Tensor] | None = None) -> TrainResult:
     """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``.
 
     Args:
@@ -174,6 +175,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             and ``len()``).
         report: called after each evaluation with (evaluation index from 1, metrics, is_last).
         progress: show a progress bar with the loss and the last evaluation's metric.
+        regularizer: a term added to every step's loss, computed after the forward pass (the
+            one-shot supernet's count penalty).
     """
     start = time.perf_counter()
     device = torch.device(device)
@@ -206,6 +209,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             batch = {k: v.to(device) for k, v in batch.items()}
             with autocast_for(model, device):
                 loss = training_loss(model, batch, task)
+                if regularizer is not None:
+                    loss = loss + regularizer()
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
             scaler.scale(loss).backward()

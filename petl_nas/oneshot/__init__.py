@@ -1,0 +1,21 @@
+"""One-shot structure search: train one network that holds every candidate, read configurations off it.
+
+A *supernet* (`supernet.py`) is an ordinary PETL model, built by `apply_petl` from a space, whose
+every LoRA rank component and adapter unit sits behind its own hard-concrete gate (`gates.py`).
+Training it under a penalty on the expected deployable count (a Lagrange multiplier drives that
+expectation to a target) lets the data decide which components are worth their parameters.
+`derive.py` then reads, for any budget, the configuration made of the components most likely to be
+open, as a plain `PetlConfig` whose exact count `budget.py` checks; a study trains it from scratch
+like any trial.
+
+What the supernet holds (first version): LoRA on every attention and FFN weight the space allows
+and a parallel adapter at each position the space allows adapters, on every layer, at the largest
+size that alone fits the budget. Prefixes, Compacter, BitFit and UniPELT's input gates are not
+candidates yet.
+"""
+
+from .derive import derive, ladder
+from .gates import HardConcrete
+from .supernet import Supernet, build_supernet
+
+__all__ = ["HardConcrete", "Supernet", "build_supernet", "derive", "ladder"]

@@ -1,0 +1,179 @@
+"""The supernet: every candidate of a space in one model, each rank component and adapter unit gated.
+
+`build_supernet` applies, with the ordinary injection code, one PetlConfig holding the candidates
+(`candidates`), then puts a `HardConcrete` gate on each unit through torch parametrizations: a LoRA
+module's rank rows of A, an adapter's bottleneck rows of W_down and b_down (and its b_up, which
+exists while any unit of that adapter is open). A gate at 0 removes its unit exactly, so a
+supernet with every gate closed computes what the backbone computes.
+
+`Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
+unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
+it to a target (the multiplier rises while the expectation is over the target).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from ..budget import count_parameters
+from ..config import ModuleSpec, PetlConfig
+from ..inject import apply_petl
+from ..modules.adapter import Bottleneck
+from ..modules.lora import LoRA
+from .gates import HardConcrete
+
+GATES = "oneshot_gates"
+LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
+
+
+class _Rows(nn.Module):
+    """Multiplies a weight's rows (or a bias's entries) by the gates."""
+
+    def __init__(self, gate: HardConcrete):
+        super().__init__()
+        self.gate = [gate]                       # a list: not a submodule of the parametrization
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        z = self.gate[0].z().to(w.dtype)
+        return w * (z[:, None] if w.dim() == 2 else z)
+
+
+class _AnyOpen(nn.Module):
+    """Keeps a bias while any gate of its module is open (max z), drops it when all are shut."""
+
+    def __init__(self, gate: HardConcrete):
+        super().__init__()
+        self.gate = [gate]
+
+    def forward(self, b: torch.Tensor) -> torch.Tensor:
+        return b * self.gate[0].z().max().to(b.dtype)
+
+
+@dataclass
+class Unit:
+    """The gates of one module instance: which candidate, layer and target, and what a unit costs."""
+
+    candidate: int                # index into the supernet's candidate specs
+    layer: int
+    target: str | None            # LoRA: q, v, ffn_in, ...; adapter: None
+    gate: HardConcrete
+    unit_cost: int                # deployable parameters per open unit
+    fixed_cost: int = 0           # parameters the module has while any unit is open (an adapter's b_up)
+
+
+@dataclass
+class Supernet:
+    model: nn.Module
+    specs: tuple[ModuleSpec, ...]
+    units: list[Unit] = field(default_factory=list)
+    multiplier: float = 0.0       # the Lagrange multiplier of the count constraint
+
+    def gates(self) -> list[HardConcrete]:
+        return [u.gate for u in self.units]
+
+    def expected_count(self) -> torch.Tensor:
+        total = 0.0
+        for u in self.units:
+            p = u.gate.p_open()
+            total = total + u.unit_cost * p.sum() + u.fixed_cost * p.max()
+        return total
+
+    def penalty(self, target: float, step_size: float = 0.05) -> torch.Tensor:
+        """λ·(E/target − 1) + (E/target − 1)², then λ += step·(E/target − 1): dual ascent holds the
+        expected count E at ``target`` without a hand-tuned weight."""
+        gap = self.expected_count() / target - 1.0
+        self.multiplier = max(0.0, self.multiplier + step_size * float(gap))
+        return self.multiplier * gap + gap * gap
+
+    def close_all(self) -> None:
+        for g in self.gates():
+            g.close()
+
+
+def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...]:
+    """The supernet's module specs for ``space``: LoRA at each position whose slot allows it (all
+    targets there), a parallel adapter at each position whose slot allows adapters; every layer;
+    each at the space's largest size, cut to the largest that alone (on one layer) fits ``budget``."""
+    forms: dict[str, set[str]] = {}
+    for slot in space.slots:
+        forms.setdefault(slot.site, set()).update(slot.forms.choices or (slot.forms.value,))
+    specs = []
+    for site in ("attn", "ffn"):
+        for form, dim in (("lora", "rank"), ("adapter", "bottleneck")):
+            if form not in forms.get(site, ()):
+                continue
+            size = _largest(space, site, dim)
+            extra = {"targets": LORA_TARGETS[site]} if form == "lora" else {"insertion": "parallel", "init": "lora"}
+            spec = ModuleSpec(form=form, position=site, size=size, **extra)
+            while budget is not None and size > 1 and _one_layer_count(model_config, spec) > budget:
+                size = max(1, size // 2)
+                spec = ModuleSpec(form=form, position=site, size=size, **extra)
+            specs.append(spec)
+    return tuple(specs)
+
+
+def _largest(space, site: str, dim: str) -> int:
+    for slot in space.slots:
+        if slot.site == site and dim in slot.dims:
+            d = slot.dims[dim]
+            return int(d.high if d.kind == "int" else max(d.choices) if d.choices else d.value)
+    d = space.globals.get(dim) if hasattr(space, "globals") else None
+    return int(d.high) if d is not None and d.kind == "int" else 8
+
+
+def _one_layer_count(model_config, spec: ModuleSpec) -> int:
+    import dataclasses
+
+    return count_parameters(model_config, PetlConfig(modules=(dataclasses.replace(spec, layers=(0,)),))).deployable
+
+
+def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlConfig | None = None,
+                   init_open: float = 0.9, gate_speed: float = 1.0) -> Supernet:
+    """Apply ``specs`` (and ``head``'s head options) to ``model`` in place and gate every unit;
+    ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`)."""
+    import dataclasses
+
+    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs))
+    apply_petl(model, config)
+    gates = nn.ModuleList()
+    model.petl.add_module(GATES, gates)
+    net = Supernet(model, tuple(specs))
+    for i, group in enumerate(model.petl.groups.values()):
+        for key, module in _instances(group):
+            layer, _, target = key.partition("_")
+            if isinstance(module, LoRA):
+                gate = HardConcrete(module.A.shape[0], init_open, gate_speed)
+                parametrize.register_parametrization(module, "A", _Rows(gate))
+                net.units.append(Unit(i, int(layer), target, gate, module.A.shape[1] + module.B.shape[0]))
+            elif isinstance(module, Bottleneck):
+                gate = HardConcrete(module.down.weight.shape[0], init_open, gate_speed)
+                parametrize.register_parametrization(module.down, "weight", _Rows(gate))
+                parametrize.register_parametrization(module.down, "bias", _Rows(gate))
+                parametrize.register_parametrization(module.up, "bias", _AnyOpen(gate))
+                d_in, d_out = module.down.weight.shape[1], module.up.weight.shape[0]
+                net.units.append(Unit(i, int(layer), None, gate, d_in + 1 + d_out, fixed_cost=d_out))
+            else:
+                continue
+            gates.append(gate)
+    def resample(module, args):
+        for g in gates:                      # one draw per forward: every use of a gate sees the same z
+            g.sample()
+
+    model.register_forward_pre_hook(resample)
+    return net
+
+
+def _instances(group: nn.Module):
+    """(key, module) of a group's per-layer modules (one block: ``'3'``, ``'3_q'``; several: nested)."""
+    for key, module in group.items():
+        if isinstance(module, (LoRA, Bottleneck)):
+            yield key, module
+        elif isinstance(module, nn.ModuleDict):
+            yield from _instances(module)
+
+
+__all__ = ["Supernet", "Unit", "build_supernet", "candidates", "GATES"]

@@ -1,0 +1,214 @@
+"""The one-shot supernet: all gates shut computes the backbone exactly; unit costs are the exact
+deployable counts; derived configurations are plain PetlConfigs within each budget of the ladder,
+counted exactly by budget.py, that train like any trial; the count penalty pulls the supernet's
+expected size to its target."""
+
+import copy
+
+import pytest
+import torch
+
+from conftest import batch, tiny_model
+from petl_nas import PetlConfig
+from petl_nas.budget import count_parameters
+from petl_nas.oneshot import HardConcrete, build_supernet, derive, ladder
+from petl_nas.oneshot.supernet import candidates
+from petl_nas.oneshot.train import train_supernet
+from petl_nas.space import SearchSpace
+from petl_nas.tasks import load_splits, resolve_task
+from petl_nas.worker import TrialSpec, load_backbone, model_config_for, run_trial
+
+HEAD = PetlConfig(pooling="mean")
+
+
+def _supernet(kind="bert", budget=None):
+    model = tiny_model(kind)
+    specs = candidates(SearchSpace.load("unified"), model.config, budget)
+    return build_supernet(model, specs, HEAD), specs
+
+
+def _perturb(net, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in net.model.petl.named_parameters():
+            if not name.endswith(".raw"):
+                p.add_(torch.randn(p.shape, generator=g) * 0.3)
+
+
+def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
+    model = tiny_model()
+    specs = candidates(SearchSpace.load("unified"), model.config, None)
+    assert [(s.form, s.position) for s in specs] == [("lora", "attn"), ("adapter", "attn"),
+                                                     ("lora", "ffn"), ("adapter", "ffn")]
+    assert specs[0].size == 64 and specs[0].targets == ("q", "k", "v", "o") and specs[1].size == 512
+    small = candidates(SearchSpace.load("unified"), model.config, 2000)
+    for s in small:
+        one_layer = count_parameters(model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),)))
+        assert one_layer.deployable <= 2000
+    only_lora = candidates(SearchSpace.load("mam"), model.config, None)
+    assert {s.form for s in only_lora} <= {"lora", "adapter"}
+
+
+def test_a_supernet_with_every_gate_shut_is_the_backbone(kind):
+    base = tiny_model(kind)
+    x = batch(kind)
+    net, _ = _supernet(kind)
+    _perturb(net)
+    net.model.eval()
+    with torch.no_grad():
+        open_out = net.model(**x).logits
+        net.close_all()
+        shut = net.model(**x).logits
+        ref = apply_head_only(base, kind)(**x).logits
+    assert torch.equal(shut, ref)                                    # bit-exact, no tolerance
+    assert not torch.allclose(open_out, ref, atol=1e-4)
+
+
+def apply_head_only(base, kind):
+    from petl_nas import apply_petl
+
+    model = apply_petl(copy.deepcopy(base), HEAD)
+    model.eval()
+    return model
+
+
+def test_unit_costs_are_exact_deployable_counts():
+    net, specs = _supernet()
+    model_config = net.model.config
+    full = count_parameters(model_config, PetlConfig(modules=specs)).deployable
+    assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) == full
+    for u in net.units:
+        u.gate.set_log_alpha(30.0)                                   # every gate surely open
+    assert float(net.expected_count().detach()) == pytest.approx(full, rel=1e-6)
+
+
+def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():
+    net, _ = _supernet(budget=20_000)
+    g = torch.Generator().manual_seed(0)
+    for u in net.units:
+        u.gate.set_log_alpha(torch.randn(u.gate.log_alpha.shape, generator=g) * 3)
+    budgets = ladder(500, 20_000, 10)
+    assert len(budgets) == 10 and budgets[0] == 500 and budgets[-1] == 20_000
+    counts = []
+    for b in budgets:
+        config, n = derive(net, net.model.config, b, HEAD)
+        assert n <= b and n == count_parameters(net.model.config, config).deployable
+        assert config.pooling == "mean" and all(m.layers for m in config.modules)
+        counts.append(n)
+    assert counts == sorted(counts) and counts[-1] > counts[0] > 0
+    for u in net.units:
+        u.gate.set_log_alpha(-30.0)                                  # nothing open: nothing derived
+    assert derive(net, net.model.config, 20_000, HEAD)[1] == 0
+
+
+def test_a_derived_configuration_trains_like_any_trial():
+    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "intermediate_size": 64, "vocab_size": 400}}
+    task = resolve_task("demo_keyword")
+    splits = load_splits(task, k=320, data_seed=111, search_dev_size=64)
+    base, _ = load_backbone(tiny, task, splits)
+    model_config = model_config_for(tiny, task, splits)
+    net = build_supernet(copy.deepcopy(base), candidates(SearchSpace.load("unified"), model_config, 3000), HEAD)
+    config, n = derive(net, model_config, 3000, HEAD)
+    assert 0 < n <= 3000
+    spec = TrialSpec(backbone=tiny, task="demo_keyword", config=config.to_dict(),
+                     recipe={"lr": 3e-3, "epochs": 1, "batch_size": 16, "max_length": 24}, k=320, search_dev=64)
+    r = run_trial(spec)
+    assert 0.0 <= r["score"] <= 1.0 and r["steps"] > 0
+
+
+def test_the_count_penalty_pulls_the_expected_size_to_its_target():
+    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "intermediate_size": 64, "vocab_size": 400}}
+    task = resolve_task("demo_keyword")
+    splits = load_splits(task, k=320, data_seed=111, search_dev_size=64)
+    base, tok = load_backbone(tiny, task, splits)
+    model_config = model_config_for(tiny, task, splits)
+    net = build_supernet(copy.deepcopy(base), candidates(SearchSpace.load("unified"), model_config, None), HEAD)
+    start = float(net.expected_count().detach())
+    target = start / 10
+    result = train_supernet(net, tiny, "demo_keyword", splits, target, lr=3e-3, gate_lr=0.1, epochs=4,
+                            batch_size=16, max_length=24)
+    end = float(net.expected_count().detach())
+    assert end < start / 3 and abs(end - target) / target < 1.0
+    assert result["expected_count"] == pytest.approx(end, rel=1e-6)
+
+
+def test_hard_concrete_gates_are_exactly_zero_or_one_at_their_extremes():
+    g = HardConcrete(1000, init_open=0.5)
+    g.train()
+    g.sample()
+    z = g.z()
+    assert ((z == 0) | (z == 1)).float().mean() > 0.3 and (z >= 0).all() and (z <= 1).all()
+    g.close()
+    g.eval()
+    g.sample()
+    assert torch.equal(g.z(), torch.zeros(1000)) and float(g.p_open().max()) < 1e-6
+
+
+def _exp(tmp_path, **kw):
+    import dataclasses
+
+    from petl_nas.experiment import Experiment, Fidelity, FinalEval, OneShot
+
+    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "intermediate_size": 64, "vocab_size": 400}}
+    exp = Experiment(name="o", backbone=tiny, task="demo_keyword", budget="5%", space="small", trials=2,
+                     presets=["lora"], executor="local", storage=f"sqlite:///{tmp_path}/study.db",
+                     strategy="both", oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2),
+                     fidelity=Fidelity(k=320, epochs=2, batch_size=16, max_length=24, search_dev=64),
+                     final=FinalEval(seeds=0, baselines=False))
+    return dataclasses.replace(exp, **kw)
+
+
+def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, monkeypatch):
+    import optuna
+    from optuna.trial import TrialState
+
+    from petl_nas.fronts import group_of
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path)
+    lines = []
+    run_search(exp, printer=lines.append)
+    study = optuna.load_study(study_name="o", storage=exp.storage_url)
+    record = study.user_attrs["oneshot"]
+    assert any(line.startswith("one-shot: a supernet of") for line in lines)
+    proposals = [t for t in study.trials if t.user_attrs.get("oneshot") == record["run"]]
+    assert len(proposals) == len(record["proposed"]) >= 1
+    budget = study.user_attrs["budget"]
+    for t, p in zip(sorted(proposals, key=lambda t: t.number), record["proposed"]):
+        assert t.state == TrialState.COMPLETE and group_of(t) == "oneshot"
+        assert t.values[1] == t.user_attrs["deployable"] == p["deployable"] <= p["budget"] <= budget
+    sampled = [t for t in study.trials if group_of(t) == "searched" and t.state == TrialState.COMPLETE]
+    assert len(sampled) == 2                                     # both: the sampler's trials on top
+    n = len(study.trials)
+    run_search(exp, printer=lambda *a: None)                     # resumed: no second supernet
+    assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == n
+
+
+def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkeypatch):
+    import optuna
+
+    from petl_nas.fronts import group_of
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=5)
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name="o", storage=exp.storage_url)
+    assert {group_of(t) for t in study.trials if not t.user_attrs.get("rejected")} <= {"oneshot", "preset"}
+
+
+def test_strategy_errors_are_one_line(tmp_path):
+    from petl_nas import ConfigError
+    from petl_nas.experiment import Experiment
+    from petl_nas.search import run_search
+
+    with pytest.raises(ConfigError, match="strategy: expected one of sampler, oneshot, both"):
+        Experiment(strategy="supernet")
+    with pytest.raises(ConfigError, match="oneshot: init_open"):
+        Experiment.from_dict({"oneshot": {"init_open": 1.5}})
+    with pytest.raises(ConfigError, match="set a budget"):
+        run_search(_exp(tmp_path, budget=None), printer=lambda *a: None)
