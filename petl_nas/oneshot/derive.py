@@ -1,8 +1,9 @@
 """Reading configurations off a trained supernet, one per budget, each an exact count.
 
-For a budget, the components (LoRA rank rows, adapter units) the supernet holds open (P(open) >
-``min_open``) are taken most-likely-open first while the deployable count stays within the budget
-(S3Delta's greedy hard selection, with our exact per-unit costs). A module instance keeps the units
+For a budget, the components (LoRA rank rows, adapter units) are taken most-likely-open first
+while the deployable count stays within the budget (S3Delta's greedy hard selection, with our exact
+per-unit costs); the order, not a threshold, decides: a short supernet run may leave every gate's
+chance low while still ranking them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the units
 taken; its layers are grouped by the size they kept into ordinary ModuleSpecs, so the result is a
 plain PetlConfig, and `budget.count_parameters` checks its count against the one computed here.
 """
@@ -27,7 +28,7 @@ def ladder(low: int, high: int, n: int = 10) -> list[int]:
     return sorted(set(out))
 
 
-def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_open: float = 0.5,
+def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_open: float = 0.0,
            num_labels: int | None = None) -> tuple[PetlConfig, int]:
     """The configuration ``net`` suggests within ``budget``, and its exact deployable count."""
     with torch.no_grad():

@@ -82,12 +82,13 @@ class Supernet:
             total = total + u.unit_cost * p.sum() + u.fixed_cost * p.max()
         return total
 
-    def penalty(self, target: float, step_size: float = 0.05) -> torch.Tensor:
-        """λ·(E/target − 1) + (E/target − 1)², then λ += step·(E/target − 1): dual ascent holds the
-        expected count E at ``target`` without a hand-tuned weight."""
-        gap = self.expected_count() / target - 1.0
-        self.multiplier = max(0.0, self.multiplier + step_size * float(gap))
-        return self.multiplier * gap + gap * gap
+    def penalty(self, target: float, step_size: float = 0.02) -> torch.Tensor:
+        """λ·g + g²/2 with g = log(E/target), then λ += step·g (kept ≥ 0): dual ascent holds the
+        expected count E at ``target`` without a hand-tuned weight. The log keeps the pull bounded
+        when the supernet starts many times larger than the budget."""
+        gap = torch.log(self.expected_count() / target)
+        self.multiplier = max(0.0, self.multiplier + step_size * float(gap.detach()))
+        return self.multiplier * gap + 0.5 * gap * gap
 
     def close_all(self) -> None:
         for g in self.gates():
