@@ -13,6 +13,7 @@ and the inference latency of its deployed form. Every trial measures all three; 
   prefixes, prompts and gated LoRA as trained (they cannot be merged).
 
 Measured times depend on the machine and on what else runs on it: compare them within a study.
+torch is imported where it is used: the CLI checks experiment files (and runs `doctor`) without it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass
-
-import torch
 
 # objective name -> (metric name in the study, the trial attribute that holds it)
 COSTS = {"step_time": ("train_step_ms", "train_step_ms"),
@@ -86,11 +85,13 @@ def _give_back_freed_memory() -> None:
 class MemoryProbe:
     """Peak memory of what runs between `start` and `peak_mb`, on ``device``."""
 
-    device: torch.device
+    device: "torch.device"  # noqa: F821
     _base_kb: int = 0
     _reset: bool = False
 
     def start(self) -> MemoryProbe:
+        import torch
+
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base_kb = torch.cuda.memory_allocated(self.device) // 1024
@@ -107,6 +108,8 @@ class MemoryProbe:
 
     def peak_mb(self) -> float:
         """Peak above the start, in MB (the process's peak when the high-water mark cannot be reset)."""
+        import torch
+
         if self.device.type == "cuda":
             return max(0, torch.cuda.max_memory_allocated(self.device) // 1024 - self._base_kb) / 1024
         peak = _resident_kb("VmHWM")
@@ -117,7 +120,9 @@ class MemoryProbe:
         return max(0, peak - (self._base_kb if self._reset else 0)) / 1024
 
 
-def _sync(device: torch.device) -> None:
+def _sync(device) -> None:
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -125,6 +130,8 @@ def _sync(device: torch.device) -> None:
 def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEATS) -> float:
     """Median ms of one forward pass of ``batch`` through ``model`` in its deployed form. Merges
     what can be merged into ``model``'s weights first, so call it when training is over."""
+    import torch
+
     from .inject import merge_lora
 
     merge_lora(model)
