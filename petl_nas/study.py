@@ -158,7 +158,8 @@ class TrialSource:
         """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""
         name = trial.user_attrs.get("preset")
         try:
-            if "petl_config" in trial.user_attrs:        # a preset that is not a point of the space
+            if "petl_config" in trial.user_attrs and "recipe" in trial.user_attrs:   # given whole: an off-space
+                # preset, a one-shot proposal, or the retry of a trial whose worker died once decided
                 config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
                 lr = float(trial.user_attrs["recipe"]["lr"])
             else:
@@ -173,9 +174,9 @@ class TrialSource:
         trial.set_user_attr("deployable", count.deployable)
         trial.set_user_attr("trainable", count.trainable)
         trial.set_user_attr("pct_of_backbone", round(count.deployable_pct, 4))
-        trial.set_user_attr("petl_config", config.to_dict())
-        trial.set_user_attr("config_text", describe_config(config))
-        trial.set_user_attr("recipe", {"lr": lr})
+        trial.set_user_attr("recipe", {"lr": lr})          # before petl_config: a retry of a trial killed
+        trial.set_user_attr("config_text", describe_config(config))      # between the two writes is drawn
+        trial.set_user_attr("petl_config", config.to_dict())             # again from its parameters
         if self.budget is not None:
             trial.set_constraint("budget", float(count.deployable - self.budget))
             if count.deployable > self.budget:

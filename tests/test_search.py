@@ -422,3 +422,21 @@ def test_startup_trials_default_and_bounds():
     assert Experiment().startup_trials == 10
     with pytest.raises(ConfigError, match="startup_trials: expected"):
         Experiment(startup_trials=0)
+
+
+def test_a_trial_killed_between_its_attribute_writes_is_drawn_again_from_its_parameters():
+    """A driver killed after writing a trial's configuration but before its learning rate leaves a
+    retry with ``petl_config`` and no ``recipe``: it is drawn from its parameters, not refused."""
+    from petl_nas.presets import preset, preset_lr
+    from petl_nas.space import SearchSpace
+    from petl_nas.study import TrialSource
+    from petl_nas.tasks import resolve_task
+    from petl_nas.worker import model_config_for
+
+    model_config = model_config_for(TINY, resolve_task("demo_keyword"))
+    space = SearchSpace.load("small")
+    params, _ = space.nearest_point(space.with_head(preset("lora", model_config)), preset_lr("lora"), 2)
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial(params, user_attrs={"petl_config": {"modules": []}})      # half-written
+    p = TrialSource(study, space, model_config, None, 2).next()
+    assert p.config.modules and p.lr == pytest.approx(params["lr"])
