@@ -101,13 +101,20 @@ def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():
     assert derive(net, net.model.config, 20_000, HEAD, min_open=0.5)[1] == 0
 
 
-def test_a_derived_configuration_trains_like_any_trial():
-    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                     "intermediate_size": 64, "vocab_size": 400}}
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+
+
+def _tiny_keyword():
+    """(backbone spec, splits, cached backbone, its config) of the tiny keyword task."""
     task = resolve_task("demo_keyword")
     splits = load_splits(task, k=320, data_seed=111, search_dev_size=64)
-    base, _ = load_backbone(tiny, task, splits)
-    model_config = model_config_for(tiny, task, splits)
+    base, _ = load_backbone(TINY, task, splits)
+    return TINY, splits, base, model_config_for(TINY, task, splits)
+
+
+def test_a_derived_configuration_trains_like_any_trial():
+    tiny, splits, base, model_config = _tiny_keyword()
     net = build_supernet(copy.deepcopy(base), candidates(SearchSpace.load("unified"), model_config, 3000), HEAD)
     config, n = derive(net, model_config, 3000, HEAD)
     assert 0 < n <= 3000
@@ -118,12 +125,7 @@ def test_a_derived_configuration_trains_like_any_trial():
 
 
 def test_the_count_penalty_pulls_the_expected_size_to_its_target():
-    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                     "intermediate_size": 64, "vocab_size": 400}}
-    task = resolve_task("demo_keyword")
-    splits = load_splits(task, k=320, data_seed=111, search_dev_size=64)
-    base, tok = load_backbone(tiny, task, splits)
-    model_config = model_config_for(tiny, task, splits)
+    tiny, splits, base, model_config = _tiny_keyword()
     net = build_supernet(copy.deepcopy(base), candidates(SearchSpace.load("unified"), model_config, None), HEAD)
     start = float(net.expected_count().detach())
     target = start / 10
@@ -151,9 +153,7 @@ def _exp(tmp_path, **kw):
 
     from petl_nas.experiment import Experiment, Fidelity, FinalEval, OneShot
 
-    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                     "intermediate_size": 64, "vocab_size": 400}}
-    exp = Experiment(name="o", backbone=tiny, task="demo_keyword", budget="5%", space="small", trials=2,
+    exp = Experiment(name="o", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=2,
                      presets=["lora"], executor="local", storage=f"sqlite:///{tmp_path}/study.db",
                      strategy="both", oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2),
                      fidelity=Fidelity(k=320, epochs=2, batch_size=16, max_length=24, search_dev=64),

@@ -13,6 +13,7 @@ it to a target (the multiplier rises while the expectation is over the target).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -122,13 +123,11 @@ def _largest(space, site: str, dim: str) -> int:
         if slot.site == site and dim in slot.dims:
             d = slot.dims[dim]
             return int(d.high if d.kind == "int" else max(d.choices) if d.choices else d.value)
-    d = space.globals.get(dim) if hasattr(space, "globals") else None
+    d = space.globals.get(dim)
     return int(d.high) if d is not None and d.kind == "int" else 8
 
 
 def _one_layer_count(model_config, spec: ModuleSpec) -> int:
-    import dataclasses
-
     return count_parameters(model_config, PetlConfig(modules=(dataclasses.replace(spec, layers=(0,)),))).deployable
 
 
@@ -136,8 +135,6 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
                    init_open: float = 0.9, gate_speed: float = 1.0) -> Supernet:
     """Apply ``specs`` (and ``head``'s head options) to ``model`` in place and gate every unit;
     ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`)."""
-    import dataclasses
-
     config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs))
     apply_petl(model, config)
     gates = nn.ModuleList()
