@@ -146,5 +146,28 @@ def set_head_dropout(model: nn.Module, p: float | None) -> None:
             m.p = p
 
 
+def start_regression_at_mean(model: nn.Module, mean: float) -> bool:
+    """Start a new regression head at the training mean: the output layer's bias set to ``mean``.
+
+    A new head predicts about 0 and AdamW moves a bias by about one learning rate per step, so on
+    labels far from 0 (STS-B's 0-5) a short trial spends itself walking toward the mean and its
+    correlation says nothing. Only a head whose output bias is still all zero (as transformers
+    initialises it) is changed; one without a bias (GPT-2's ``score``) is left as it is. Returns
+    whether the bias was set.
+    """
+    inside = {id(m) for m in model.base_model.modules()}
+    if isinstance(getattr(model, "petl", None), nn.Module):
+        inside |= {id(m) for m in model.petl.modules()}
+    outputs = [m for m in model.modules() if isinstance(m, nn.Linear) and id(m) not in inside and m.out_features == 1]
+    if not outputs or outputs[-1].bias is None:
+        return False
+    bias = outputs[-1].bias
+    if bool(bias.detach().abs().sum() != 0):
+        return False
+    with torch.no_grad():
+        bias.fill_(float(mean))
+    return True
+
+
 __all__ = ["POOLINGS", "checkpoint_pooling", "native_pooling", "resolve_pooling", "pooler_parameters",
-           "untrained_pooler", "install_pooling", "head_parameters", "set_head_dropout"]
+           "untrained_pooler", "install_pooling", "head_parameters", "set_head_dropout", "start_regression_at_mean"]

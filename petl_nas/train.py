@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .costs import MemoryProbe
-from .head import head_parameters
+from .head import head_parameters, start_regression_at_mean
 from .significance import standard_error
 from .precision import autocast_for, grad_scaler_for
 
@@ -168,7 +168,8 @@ def _param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
           report: Callable[[int, dict, bool], None] | None = None, progress: bool = False,
           regularizer: Callable[[], torch.Tensor] | None = None) -> TrainResult:
-    """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``.
+    """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``. A new
+    regression head starts at the training labels' mean (`head.start_regression_at_mean`).
 
     Args:
         data: encoded splits with ``train`` and ``dev`` (each exposes ``batches(size, shuffle, seed)``
@@ -182,6 +183,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     device = torch.device(device)
     memory = MemoryProbe(device).start()
     torch.manual_seed(recipe.seed)
+    if task.kind == "regression" and len(data.train):
+        start_regression_at_mean(model, float(data.train.labels.float().mean()))
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(_param_groups(model, params, recipe), lr=recipe.lr)

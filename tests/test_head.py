@@ -194,3 +194,53 @@ def test_export_writes_the_pooling_auto_resolved_to(tmp_path):
                                                                     "deployable": 10, "trainable": 10, "recipe": {"lr": 1e-3}})
     study.add_trial(trial)
     assert record(study, study.trials[0])["petl_config"]["pooling"] == "mean"
+
+
+def _regression_files(tmp_path, offset: float):
+    """A regression task whose label is ``offset`` plus the count of 'good' in the text."""
+    import csv
+
+    rows = [["text", "label"]] + [[" ".join(["good"] * (i % 4) + ["plot"] * (3 - i % 4) + [f"w{i % 7}"]),
+                                   f"{offset + i % 4:.1f}"] for i in range(64)]
+    for name in ("train", "dev"):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as f:
+            csv.writer(f).writerows(rows)
+    from petl_nas.tasks import file_task
+
+    return file_task(tmp_path / "train.csv", tmp_path / "dev.csv", text_columns=["text"], kind="regression")
+
+
+def test_a_new_regression_head_starts_at_the_training_mean(tmp_path):
+    from petl_nas.data import encode
+    from petl_nas.tasks import load_splits
+    from petl_nas.train import train
+    from petl_nas.worker import TrainData, load_backbone
+
+    task = _regression_files(tmp_path, offset=40.0)
+    splits = load_splits(task, search_dev_size=16)
+    base, tok = load_backbone({"tiny": {"vocab_size": 200}}, task, splits)
+    encoded = encode(splits, tok, max_length=16)
+    model = apply_petl(copy.deepcopy(base), config(pooling="mean"))
+    assert float(model.classifier.bias.detach()) == 0.0                       # as transformers made it
+    mean = float(encoded.train.labels.mean())
+    lr, epochs = 1e-3, 1
+    result = train(model, TrainData(encoded.train, encoded.search_dev), task,
+                   Recipe(lr=lr, epochs=epochs, batch_size=16), "cpu")
+    # AdamW moves the bias about lr per step: it started at the mean, not at 0.
+    assert abs(float(model.classifier.bias.detach()) - mean) <= 2 * lr * result.steps
+    with torch.no_grad():
+        dev = next(encoded.search_dev.batches(len(encoded.search_dev)))
+        dev.pop("labels")
+        assert float(model.eval()(**dev).logits.mean()) == pytest.approx(mean, abs=2.0)
+
+
+def test_a_trained_or_biasless_regression_head_is_left_as_it_is():
+    model = tiny_model(num_labels=1)
+    with torch.no_grad():
+        model.classifier.bias.fill_(0.5)
+    assert not head.start_regression_at_mean(model, 40.0) and float(model.classifier.bias.detach()) == 0.5
+    model.classifier.bias.data.zero_()
+    assert head.start_regression_at_mean(model, 40.0) and float(model.classifier.bias.detach()) == 40.0
+    torch.manual_seed(0)
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50, num_labels=1))
+    assert gpt2.score.bias is None and not head.start_regression_at_mean(gpt2, 40.0)
