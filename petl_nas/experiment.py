@@ -150,7 +150,10 @@ class OneShot:
     Attributes:
         rungs: budgets on the ladder (from the smallest one-unit count to the budget), each read off
             the trained supernet as one proposal (identical ones are proposed once).
-        lr: the supernet's learning rate, and the proposals' when they are trained.
+        lr: the supernet's learning rate.
+        proposal_lr: the proposals' learning rate when they are trained as trials: ``sampler`` (the
+            default: the study's sampler draws it from the space's ``lr`` range, as for every
+            searched trial and the LoRA rank sweep), ``supernet`` (``lr``), or a number.
         gate_lr: the gates' learning rate (they must decide within a short run).
         epochs: the supernet's training length (None: the trials' fidelity epochs).
         init_open: every gate's starting chance of being open.
@@ -158,12 +161,16 @@ class OneShot:
 
     rungs: int = 10
     lr: float = 1e-3
+    proposal_lr: str | float = "sampler"
     gate_lr: float = 0.05
     epochs: float | None = None
     init_open: float = 0.9
 
     def __post_init__(self):
         _check_fields(self, "oneshot: ", {"rungs": _whole(1), "lr": _number(0, True), "gate_lr": _number(0, True),
+                                          "proposal_lr": ((lambda v: v in ("sampler", "supernet") or (
+                                              isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)),
+                                              "sampler, supernet or a positive number"),
                                           "epochs": _optional(_number(0, True)),
                                           "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
                                                         "a number between 0 and 1")})

@@ -272,6 +272,12 @@ class SearchSpace:
                             prompt_length=int(g["prompt_length"]))
         return config, {"lr": float(g["lr"])}
 
+    def sample_lr(self, trial) -> float:
+        """Only the learning rate, for a configuration given whole (a one-shot proposal)."""
+        if "lr" not in self.globals:
+            raise ConfigError(f"space {self.name!r} has no lr dimension to draw a learning rate from")
+        return float(self.globals["lr"].suggest(trial))
+
     def _sample_layers(self, trial, n_layers: int, flat: bool) -> tuple[int, ...] | None:
         dim = self.globals["layers"]
         choice = dim.suggest(trial)

@@ -162,6 +162,9 @@ class TrialSource:
                 # preset, a one-shot proposal, or the retry of a trial whose worker died once decided
                 config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
                 lr = float(trial.user_attrs["recipe"]["lr"])
+            elif "petl_config" in trial.user_attrs:       # a configuration given whole, its learning rate
+                config = PetlConfig.from_dict(trial.user_attrs["petl_config"])   # the sampler's (a sampled
+                lr = self.space.sample_lr(trial)          # trial always has its recipe first)
             else:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
                 lr = recipe["lr"]

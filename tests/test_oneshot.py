@@ -181,6 +181,10 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     for t, p in zip(sorted(proposals, key=lambda t: t.number), record["proposed"]):
         assert t.state == TrialState.COMPLETE and group_of(t) == "oneshot"
         assert t.values[1] == t.user_attrs["deployable"] == p["deployable"] <= p["budget"] <= budget
+        # its learning rate drawn by the sampler, from the space's range, and recorded as a parameter
+        assert t.params["lr"] == t.user_attrs["recipe"]["lr"] and set(t.params) == {"lr"}
+    lr = SearchSpace.load("small").globals["lr"]
+    assert all(lr.low <= t.params["lr"] <= lr.high for t in proposals)
     sampled = [t for t in study.trials if group_of(t) == "searched" and t.state == TrialState.COMPLETE]
     assert len(sampled) == 2                                     # both: the sampler's trials on top
     n = len(study.trials)
@@ -191,14 +195,18 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
 def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkeypatch):
     import optuna
 
+    from petl_nas.experiment import OneShot
     from petl_nas.fronts import group_of
     from petl_nas.search import run_search
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=5)
+    exp = _exp(tmp_path, strategy="oneshot", trials=5,
+               oneshot=OneShot(rungs=4, lr=3e-3, proposal_lr="supernet", gate_lr=0.05, epochs=2))
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     assert {group_of(t) for t in study.trials if not t.user_attrs.get("rejected")} <= {"oneshot", "preset"}
+    proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
+    assert proposals and all(t.user_attrs["recipe"]["lr"] == 3e-3 and "lr" not in t.params for t in proposals)
 
 
 def test_strategy_errors_are_one_line(tmp_path):
@@ -208,6 +216,8 @@ def test_strategy_errors_are_one_line(tmp_path):
 
     with pytest.raises(ConfigError, match="strategy: expected one of sampler, oneshot, both"):
         Experiment(strategy="supernet")
+    with pytest.raises(ConfigError, match="oneshot: proposal_lr"):
+        Experiment.from_dict({"oneshot": {"proposal_lr": "fast"}})
     with pytest.raises(ConfigError, match="oneshot: init_open"):
         Experiment.from_dict({"oneshot": {"init_open": 1.5}})
     with pytest.raises(ConfigError, match="set a budget"):

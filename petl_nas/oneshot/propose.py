@@ -5,7 +5,7 @@ supernet from the study's space on the cached backbone, trains it with the trial
 budget (`train.train_supernet`), derives a configuration for each budget of a ladder from the
 smallest one-unit count to the budget (`derive`), and enqueues each distinct one as a proposal
 with its configuration given whole (it is generally not a point of the space: sizes differ per
-layer), marked ``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with
+layer) and its learning rate left to the study's sampler (``oneshot.proposal_lr``), marked ``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with
 the trial recipe and scored like every trial, so the front mixes one-shot, sampler and preset
 points measured the same way.
 
@@ -55,6 +55,7 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
             seen.add(key)
             proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
     record = {"run": run, "candidates": [s.to_dict() for s in specs], "lr": o.lr, "gate_lr": o.gate_lr,
+              "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
               "supernet_params": count_parameters(model_config, PetlConfig(modules=specs)).deployable,
@@ -63,8 +64,10 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
         if ATTR in study.user_attrs:                   # another worker got there first
             return []
         for p in proposed:
-            study.enqueue_trial({}, user_attrs={"petl_config": p.pop("config"), "recipe": {"lr": o.lr},
-                                                ATTR: run, "oneshot_budget": p["budget"]}, skip_if_exists=False)
+            attrs = {"petl_config": p.pop("config"), ATTR: run, "oneshot_budget": p["budget"]}
+            if o.proposal_lr != "sampler":               # else the sampler draws it when the trial starts
+                attrs["recipe"] = {"lr": o.lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
+            study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
         study.set_user_attr(ATTR, record)
     return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs in "
             f"{record['cost_s']:.0f}s (search-dev {result['score']:.4f}, expected size "
