@@ -151,9 +151,10 @@ class OneShot:
         rungs: budgets on the ladder (from the smallest one-unit count to the budget), each read off
             the trained supernet as one proposal (identical ones are proposed once).
         lr: the supernet's learning rate.
-        proposal_lr: the proposals' learning rate when they are trained as trials: ``sampler`` (the
-            default: the study's sampler draws it from the space's ``lr`` range, as for every
-            searched trial and the LoRA rank sweep), ``supernet`` (``lr``), or a number.
+        proposal_lr: the proposals' learning rate when they are trained as trials: ``supernet``
+            (the default: ``lr``), ``sampler`` (the study's sampler draws it from the space's ``lr``
+            range, as for the LoRA rank sweep; before the sampler has seen trials that is a random
+            draw), or a number.
         gate_lr: the gates' learning rate (they must decide within a short run).
         epochs: the supernet's training length (None: the trials' fidelity epochs).
         init_open: every gate's starting chance of being open.
@@ -161,7 +162,7 @@ class OneShot:
 
     rungs: int = 10
     lr: float = 1e-3
-    proposal_lr: str | float = "sampler"
+    proposal_lr: str | float = "supernet"
     gate_lr: float = 0.05
     epochs: float | None = None
     init_open: float = 0.9

@@ -155,7 +155,7 @@ def _exp(tmp_path, **kw):
 
     exp = Experiment(name="o", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=2,
                      presets=["lora"], executor="local", storage=f"sqlite:///{tmp_path}/study.db",
-                     strategy="both", oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2),
+                     strategy="both", oneshot=OneShot(rungs=4, lr=3e-3, proposal_lr="sampler", gate_lr=0.05, epochs=2),
                      fidelity=Fidelity(k=320, epochs=2, batch_size=16, max_length=24, search_dev=64),
                      final=FinalEval(seeds=0, baselines=False))
     return dataclasses.replace(exp, **kw)
@@ -201,7 +201,7 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=5,
-               oneshot=OneShot(rungs=4, lr=3e-3, proposal_lr="supernet", gate_lr=0.05, epochs=2))
+               oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2))   # proposals at the supernet's lr
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     assert {group_of(t) for t in study.trials if not t.user_attrs.get("rejected")} <= {"oneshot", "preset"}

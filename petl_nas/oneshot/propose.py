@@ -5,7 +5,7 @@ supernet from the study's space on the cached backbone, trains it with the trial
 budget (`train.train_supernet`), derives a configuration for each budget of a ladder from the
 smallest one-unit count to the budget (`derive`), and enqueues each distinct one as a proposal
 with its configuration given whole (it is generally not a point of the space: sizes differ per
-layer) and its learning rate left to the study's sampler (``oneshot.proposal_lr``), marked ``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with
+layer) and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked ``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with
 the trial recipe and scored like every trial, so the front mixes one-shot, sampler and preset
 points measured the same way.
 
