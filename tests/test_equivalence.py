@@ -214,6 +214,35 @@ def test_open_unipelt_adapter_and_lora_gates_match_the_formulas():
     assert torch.allclose(tok(x, mask), per_token * (x @ tok.A.t() @ tok.B.t()), atol=1e-6)
 
 
+@pytest.mark.parametrize("per", ["example", "token"])
+def test_fused_gates_equal_separate_ones_with_their_gradients(per):
+    """A gate that reads the input of the module's first projection is computed in the same matmul
+    (`linear_with_gate`); forward and every gradient equal the separate gate's."""
+    from torch import nn
+
+    from petl_nas.modules import Bottleneck, LoRA
+
+    torch.manual_seed(0)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 2 + [0] * 5])
+    adapter = ModuleSpec(form="adapter", position="ffn", insertion="sequential", size=4, gate=True, gate_per=per)
+    lora = ModuleSpec(form="lora", size=4, composition="scaled", scale=2.0, gate=True, gate_per=per)
+    for fused in (Bottleneck(adapter, 16), LoRA(lora, 16, 16)):
+        for p in fused.parameters():
+            p.data.add_(torch.randn(p.shape) * 0.5)
+        separate = copy.deepcopy(fused)
+        separate.dropout = nn.Dropout(0.0)            # not Identity: takes the separate-gate path
+        results = []
+        for m in (fused, separate):
+            x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+            out = m(x, mask)
+            (out * torch.linspace(-1, 1, 16)).sum().backward()
+            results.append((out, x.grad, [p.grad for p in m.parameters()]))
+        (o1, gx1, gp1), (o2, gx2, gp2) = results
+        assert torch.allclose(o1, o2, atol=1e-6) and torch.allclose(gx1, gx2, atol=1e-6)
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(gp1, gp2))
+        assert fused.compose.gate.proj.weight.grad.abs().sum() > 0     # the gate learns through the fused path
+
+
 def test_closed_unipelt_gates_leave_a_prefix_of_zeros(kind):
     """Closed UniPELT gates silence the adapter and LoRA exactly and scale P_K, P_V to zero: what is
     left is the base model attending to l extra positions whose keys and values are zero."""

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import ACTIVATIONS, Composition, init_bert_, init_zero_
+from .compose import ACTIVATIONS, Composition, init_bert_, init_zero_, linear_with_gate
 
 
 class Bottleneck(nn.Module):
@@ -33,4 +33,7 @@ class Bottleneck(nn.Module):
             init_bert_(self.up)
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.compose.gate is not None and isinstance(self.dropout, nn.Identity):
+            h, logit = linear_with_gate(z, self.down.weight, self.down.bias, self.compose.gate)
+            return self.compose(self.up(self.act(h)), mask=mask, gate_logit=logit)
         return self.compose(self.up(self.act(self.down(self.dropout(z)))), z, mask)

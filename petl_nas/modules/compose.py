@@ -35,14 +35,33 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example."""
-        g = torch.sigmoid(self.proj(x.to(self.proj.weight.dtype)))
-        if self.per == "example":
-            g = sequence_mean(g, mask)
-        return g.to(x.dtype)
+        return self.from_logit(self.proj(x.to(self.proj.weight.dtype)), mask).to(x.dtype)
+
+    def from_logit(self, logit: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The gate from W·x + b computed elsewhere (`linear_with_gate`)."""
+        g = torch.sigmoid(logit)
+        return sequence_mean(g, mask) if self.per == "example" else g
 
     def log(self, x: torch.Tensor) -> torch.Tensor:
         """log g(x) per token, stable for closed gates (the per-token prefix gate's logit bias)."""
         return nn.functional.logsigmoid(self.proj(x.to(self.proj.weight.dtype))).to(x.dtype)
+
+
+def linear_with_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     gate: Gate) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x·Wᵀ + b, the gate's logit W_g·x + b_g) from one matmul over [W; W_g].
+
+    A module whose gate reads the same input as its first projection (a gated LoRA's A, a gated
+    adapter's down-projection) gets both from one pass over x: on a CPU the separate d -> 1 gate
+    cost as much as the adapter's whole down-projection (forward and backward), since each reads
+    and back-propagates through all of x.
+    """
+    r = weight.shape[0]
+    w = torch.cat([weight, gate.proj.weight.to(weight.dtype)])
+    gate_bias = gate.proj.bias.to(weight.dtype)
+    b = torch.cat([bias if bias is not None else gate_bias.new_zeros(r), gate_bias])
+    y = nn.functional.linear(x, w, b)
+    return y[..., :r], y[..., r:]
 
 
 def sequence_mean(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -68,13 +87,16 @@ class Composition(nn.Module):
         self.gate = Gate(gate_dim, per) if spec.gate else None
 
     def forward(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, gate_logit: torch.Tensor | None = None) -> torch.Tensor:
+        """s·g·Δh; the gate from ``gate_input``, or from its logit when the caller fused it."""
         if self.scale is not None:
             delta = delta * self.scale
         elif self.fixed_scale != 1.0:
             delta = delta * self.fixed_scale
         if self.gate is not None:
-            delta = delta * self.gate(gate_input, mask)
+            g = (self.gate.from_logit(gate_logit, mask) if gate_logit is not None
+                 else self.gate(gate_input, mask))
+            delta = delta * g.to(delta.dtype)
         return delta
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import Composition
+from .compose import Composition, linear_with_gate
 
 
 class LoRA(nn.Module):
@@ -30,6 +30,9 @@ class LoRA(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         # s and the gate are per-token (or per-example) scalars: applying them to the rank-r
         # intermediate is exact and r/out times cheaper than scaling the full-width output.
+        if self.compose.gate is not None and isinstance(self.dropout, nn.Identity):
+            u, logit = linear_with_gate(x, self.A, None, self.compose.gate)   # the gate reads x too
+            return self.compose(u, mask=mask, gate_logit=logit) @ self.B.t()
         return self.compose(self.dropout(x) @ self.A.t(), x, mask) @ self.B.t()
 
     def delta_weight(self) -> torch.Tensor:
