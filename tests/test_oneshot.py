@@ -209,6 +209,31 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     assert proposals and all(t.user_attrs["recipe"]["lr"] == 3e-3 and "lr" not in t.params for t in proposals)
 
 
+def test_a_supernet_run_killed_midway_is_recorded_and_trained_again(tmp_path, monkeypatch):
+    import optuna
+
+    import petl_nas.oneshot.propose as propose_module
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=3)
+    real = propose_module.train_supernet
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(propose_module, "train_supernet", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name="o", storage=exp.storage_url)
+    assert study.user_attrs["oneshot_started"]["attempt"] == 1 and "oneshot" not in study.user_attrs
+    monkeypatch.setattr(propose_module, "train_supernet", real)
+    lines = []
+    run_search(exp, printer=lines.append)
+    assert any("left no result" in line and "attempt 2" in line for line in lines)
+    record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
+    assert record["attempts"] == 2 and record["proposed"]
+
+
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
     from petl_nas.experiment import Experiment

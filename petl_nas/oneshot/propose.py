@@ -10,13 +10,15 @@ the trial recipe and scored like every trial, so the front mixes one-shot, sampl
 points measured the same way.
 
 The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
-count and what it proposed). A study killed while the supernet trains has no record, and its
-resume trains the supernet again from scratch; one killed later resumes with the proposals queued.
+count, what it proposed and how many attempts it took). Its start is recorded too
+(``oneshot_started``), so a study killed while the supernet trains says so when it resumes, and
+trains the supernet again from scratch; one killed later resumes with the proposals queued.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import time
 
 from ..budget import count_parameters
@@ -27,6 +29,7 @@ from .supernet import build_supernet, candidates
 from .train import train_supernet
 
 ATTR = "oneshot"
+STARTED = "oneshot_started"
 
 
 def propose(study, exp, task, splits, space, model_config, budget: int, lock) -> list[str]:
@@ -35,6 +38,13 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
     other workers); the enqueueing inside it, so two workers never both enqueue."""
     if ATTR in study.user_attrs:
         return []
+    lines = []
+    earlier = study.user_attrs.get(STARTED)
+    attempt = earlier["attempt"] + 1 if earlier else 1
+    if earlier:
+        lines.append(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
+                     f"running elsewhere); training it again from scratch (attempt {attempt})")
+    study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt})
     start = time.perf_counter()
     o = exp.oneshot
     head = space.with_head(PetlConfig())
@@ -59,7 +69,7 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
               "supernet_params": count_parameters(model_config, PetlConfig(modules=specs)).deployable,
-              "proposed": proposed, "cost_s": round(time.perf_counter() - start, 1)}
+              "proposed": proposed, "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt}
     with lock():
         if ATTR in study.user_attrs:                   # another worker got there first
             return []
@@ -69,10 +79,10 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
                 attrs["recipe"] = {"lr": o.lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
         study.set_user_attr(ATTR, record)
-    return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs in "
+    return lines + [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs in "
             f"{record['cost_s']:.0f}s (search-dev {result['score']:.4f}, expected size "
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
             + ", ".join(f"{p['deployable']:,}" for p in proposed)]
 
 
-__all__ = ["propose", "ATTR"]
+__all__ = ["propose", "ATTR", "STARTED"]
