@@ -3,11 +3,12 @@
 `propose` runs before the sampler's trials (``strategy: oneshot`` or ``both``): it builds the
 supernet from the study's space on the cached backbone, trains it with the trial recipe toward the
 budget (`train.train_supernet`), derives a configuration for each budget of a ladder from the
-smallest one-unit count to the budget (`derive`), and enqueues each distinct one as a proposal
-with its configuration given whole (it is generally not a point of the space: sizes differ per
-layer) and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked ``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with
-the trial recipe and scored like every trial, so the front mixes one-shot, sampler and preset
-points measured the same way.
+smallest one-unit count to the budget (`derive`), and enqueues each distinct one as a proposal with
+its configuration given whole (it is generally not a point of the space: sizes differ per layer)
+and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked
+``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with the trial recipe
+and scored like every trial, so the front mixes one-shot, sampler and preset points measured the
+same way.
 
 The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
 count, what it proposed and how many attempts it took). Its start is recorded too
