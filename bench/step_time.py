@@ -16,6 +16,8 @@ Run (the full table takes ~20 minutes on 2 cores; --tiny is a smoke run of a few
                                                [--tiny] [--out results.md]
 
 ``--only`` selects methods by name (a preset name also selects its PEFT row); the floor always runs.
+Each row also counts one step's FLOPs (matmuls and attention, forward and backward): "FLOPs ×
+floor" is the lowest ratio the method's arithmetic allows, so the gap to "× floor" is overhead.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Row:
     library: str
     trainable: int | None = None
     ms: float | None = None
+    flops: float | None = None
     error: str | None = None
 
 
@@ -124,8 +127,35 @@ def methods() -> list[tuple[str, str, Callable]]:
 
 # --- timing -------------------------------------------------------------------------------------
 
-def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int) -> float:
-    """Median ms of ``steps`` training steps after ``warmup`` untimed ones."""
+def _count_cpu_attention() -> None:
+    """Teach the FLOP counter SDPA's CPU kernels (it knows only the CUDA ones), with its own formulas."""
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    if not hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        return
+
+    @fc.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)
+    def _forward(query, key, value, *args, out_shape=None, **kwargs):
+        return fc.sdpa_flop_count(query, key, value)
+
+    @fc.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)
+    def _backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+        return fc.sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+_count_cpu_attention()
+
+
+def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int) -> tuple[float, float]:
+    """(median ms of ``steps`` training steps after ``warmup`` untimed ones, FLOPs of one step).
+
+    FLOPs are counted by `torch.utils.flop_counter.FlopCounterMode` over the matmuls and attention
+    of one step, forward and backward: the arithmetic a method cannot avoid, so "FLOPs × floor" is
+    the lowest step-time ratio it could reach on a compute-bound device.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
     model.to(device).train()
     gen = torch.Generator().manual_seed(SEED)
     input_ids = torch.randint(0, vocab, (BATCH, SEQ_LEN), generator=gen).to(device)
@@ -143,6 +173,10 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    flops = float(counter.get_total_flops())
     times = []
     for i in range(warmup + steps):
         if cuda:
@@ -153,7 +187,7 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
             torch.cuda.synchronize()
         if i >= warmup:
             times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
+    return statistics.median(times), flops
 
 
 def run_table(config, device, steps, warmup, only) -> list[Row]:
@@ -165,7 +199,7 @@ def run_table(config, device, steps, warmup, only) -> list[Row]:
         try:
             model = build(config)
             row.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            row.ms = time_steps(model, device, steps, warmup, config.vocab_size)
+            row.ms, row.flops = time_steps(model, device, steps, warmup, config.vocab_size)
         except Exception as e:  # a failing method is reported in the table, not fatal
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
         finally:
@@ -186,16 +220,17 @@ def machine() -> str:
 
 
 def markdown(rows: list[Row], title: str) -> str:
-    floor = next((r.ms for r in rows if r.method == "frozen floor"), None)
-    lines = [f"### {title}", "", "| method | library | trainable params (PETL + head) | ms/step (median) | × floor |",
-             "|---|---|---:|---:|---:|"]
+    base = next((r for r in rows if r.method == "frozen floor" and r.ms), None)
+    lines = [f"### {title}", "", "| method | library | trainable params (PETL + head) | ms/step (median) | × floor "
+             "| FLOPs × floor |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         params = f"{r.trainable:,}" if r.trainable is not None else "-"
         if r.ms is None:
-            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - |")
+            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | - |")
         else:
-            ratio = f"{r.ms / floor:.2f}" if floor else "-"
-            lines.append(f"| {r.method} | {r.library} | {params} | {r.ms:.1f} | {ratio} |")
+            ratio = f"{r.ms / base.ms:.2f}" if base else "-"
+            flops = f"{r.flops / base.flops:.3f}" if base and base.flops and r.flops else "-"
+            lines.append(f"| {r.method} | {r.library} | {params} | {r.ms:.1f} | {ratio} | {flops} |")
     return "\n".join(lines)
 
 
