@@ -37,6 +37,7 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset, preset_names
+from petl_nas.train import adamw
 
 SEED = 0
 BATCH, SEQ_LEN = 8, 128
@@ -161,7 +162,7 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
     input_ids = torch.randint(0, vocab, (BATCH, SEQ_LEN), generator=gen).to(device)
     labels = torch.randint(0, 2, (BATCH,), generator=gen).to(device)
     mask = torch.ones_like(input_ids)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
     cuda = device == "cuda"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda)
 

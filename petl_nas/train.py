@@ -165,6 +165,16 @@ def _param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
     return groups
 
 
+def adamw(groups: list, lr: float) -> torch.optim.AdamW:
+    """AdamW, fused (one kernel per step instead of a loop over tensors) where torch has it: every
+    parameter a float tensor on a CPU or a CUDA device. A PETL model has many small tensors: for
+    UniPELT (APL) on MiniLM's shape (103 tensors) the loop took 28 ms a step on one CPU core, the
+    fused step 4 ms (`bench/optimizer_step.py`)."""
+    params = [p for g in groups for p in g["params"]] if groups and isinstance(groups[0], dict) else list(groups)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(groups, lr=lr, fused=True if fused else None)
+
+
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
           report: Callable[[int, dict, bool], None] | None = None, progress: bool = False,
           regularizer: Callable[[], torch.Tensor] | None = None) -> TrainResult:
@@ -187,7 +197,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         start_regression_at_mean(model, float(data.train.labels.float().mean()))
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(_param_groups(model, params, recipe), lr=recipe.lr)
+    opt = adamw(_param_groups(model, params, recipe), recipe.lr)
 
     steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
     total = _total_steps(steps_per_epoch, recipe)
@@ -250,5 +260,5 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms)
 
 
-__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "evaluate", "training_loss", "n_evaluations",
+__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "adamw", "evaluate", "training_loss", "n_evaluations",
            "epoch_seed"]

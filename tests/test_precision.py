@@ -74,3 +74,24 @@ def test_modules_follow_the_body_outside_autocast(tmp_path):
     assert {p.dtype for p in again.petl.parameters()} == {torch.float32}
     with torch.no_grad(), autocast_for(again, "cpu"):
         assert torch.equal(again(**x).logits, ours)
+
+
+def test_trials_step_with_fused_adamw_which_equals_the_per_tensor_loop():
+    from petl_nas.train import adamw
+
+    torch.manual_seed(0)
+    shapes = [(8, 16), (16,), (1, 16), (1,)]
+    fused = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    loop = [torch.nn.Parameter(p.detach().clone()) for p in fused]
+    groups = [{"params": fused[:2], "lr": 1e-2, "weight_decay": 0.01}, {"params": fused[2:], "lr": 1e-3, "weight_decay": 0.0}]
+    opt = adamw(groups, 1e-2)
+    ref = torch.optim.AdamW([{"params": loop[:2], "lr": 1e-2, "weight_decay": 0.01},
+                             {"params": loop[2:], "lr": 1e-3, "weight_decay": 0.0}], lr=1e-2, foreach=False)
+    assert opt.defaults["fused"] is True
+    for step in range(5):
+        for a, b in zip(fused, loop):
+            a.grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(step))
+            b.grad = a.grad.clone()
+        opt.step()
+        ref.step()
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(fused, loop))
