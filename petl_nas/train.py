@@ -168,7 +168,7 @@ def _param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
 def adamw(groups: list, lr: float) -> torch.optim.AdamW:
     """AdamW, fused (one kernel per step instead of a loop over tensors) where torch has it: every
     parameter a float tensor on a CPU or a CUDA device. A PETL model has many small tensors: for
-    UniPELT (APL) on MiniLM's shape (103 tensors) the loop took 28 ms a step on one CPU core, the
+    UniPELT (APL) on MiniLM's shape (103 tensors) the loop took 22-28 ms a step on one CPU core, the
     fused step 4 ms (`bench/optimizer_step.py`)."""
     params = [p for g in groups for p in g["params"]] if groups and isinstance(groups[0], dict) else list(groups)
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
