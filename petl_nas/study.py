@@ -41,6 +41,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_CONSECUTIVE_REJECTIONS = 500
 LOST = "lost: its worker stopped (no heartbeat)"     # the failure kind of a trial whose process died
 INVALID = "invalid configuration"
+LR_FROM_SAMPLER = "lr_from_sampler"   # a configuration given whole whose learning rate the sampler draws
 
 
 def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
@@ -162,9 +163,9 @@ class TrialSource:
                 # preset, a one-shot proposal, or the retry of a trial whose worker died once decided
                 config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
                 lr = float(trial.user_attrs["recipe"]["lr"])
-            elif "petl_config" in trial.user_attrs:       # a configuration given whole, its learning rate
-                config = PetlConfig.from_dict(trial.user_attrs["petl_config"])   # the sampler's (a sampled
-                lr = self.space.sample_lr(trial)          # trial always has its recipe first)
+            elif trial.user_attrs.get(LR_FROM_SAMPLER) and "petl_config" in trial.user_attrs:
+                config = PetlConfig.from_dict(trial.user_attrs["petl_config"])   # given whole, its
+                lr = self.space.sample_lr(trial)                                 # rate the sampler's
             else:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
                 lr = recipe["lr"]
@@ -341,6 +342,6 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
-__all__ = ["make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
+__all__ = ["LR_FROM_SAMPLER", "make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
            "state_counts", "smallest_count", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
            "SAMPLERS", "LOST", "INVALID"]

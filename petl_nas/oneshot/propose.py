@@ -24,6 +24,7 @@ import time
 
 from ..budget import count_parameters
 from ..config import PetlConfig
+from ..study import LR_FROM_SAMPLER
 from ..worker import load_backbone
 from .derive import derive, ladder
 from .supernet import build_supernet, candidates
@@ -76,7 +77,9 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
             return []
         for p in proposed:
             attrs = {"petl_config": p.pop("config"), ATTR: run, "oneshot_budget": p["budget"]}
-            if o.proposal_lr != "sampler":               # else the sampler draws it when the trial starts
+            if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
+                attrs[LR_FROM_SAMPLER] = True
+            else:
                 attrs["recipe"] = {"lr": o.lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
         study.set_user_attr(ATTR, record)
