@@ -162,7 +162,7 @@ def start_regression_at_mean(model: nn.Module, mean: float) -> bool:
     if not outputs or outputs[-1].bias is None:
         return False
     bias = outputs[-1].bias
-    if bool(bias.detach().abs().sum() != 0):
+    if bias.detach().any():                         # trained already: not a new head
         return False
     with torch.no_grad():
         bias.fill_(float(mean))

@@ -83,10 +83,10 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
                 attrs["recipe"] = {"lr": o.lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
         study.set_user_attr(ATTR, record)
-    return lines + [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs in "
-            f"{record['cost_s']:.0f}s (search-dev {result['score']:.4f}, expected size "
-            f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
-            + ", ".join(f"{p['deployable']:,}" for p in proposed)]
+    return lines + [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs "
+                    f"in {record['cost_s']:.0f}s (search-dev {result['score']:.4f}, expected size "
+                    f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
+                    + ", ".join(f"{p['deployable']:,}" for p in proposed)]
 
 
 __all__ = ["propose", "ATTR", "STARTED"]
