@@ -88,8 +88,8 @@ class Fidelity:
     Attributes:
         k: training examples per trial (UniPELT's low-resource protocol; None = all).
         epochs: epochs per trial, or ``auto`` (the default): calibrated before the search on a
-            few presets, the shortest length at which they clear the trivial baseline and rank
-            as at the next length (`petl_nas.calibrate`). ``fidelity: auto`` is short for it.
+            few presets, the shortest length at which they clear the trivial baseline, rank as at
+            the final length and score within noise of it (`petl_nas.calibrate`). ``fidelity: auto`` is short for it.
         batch_size, max_length, evals_per_epoch: the rest of the trial recipe.
         length_buckets: 0 (the default) shuffles training rows uniformly; N > 0 batches rows of
             similar lengths, drawn from pools of N batches of shuffled rows: less padding to compute.
@@ -198,7 +198,7 @@ class Experiment:
     executor: str = "ray"
     ray_address: str | None = None
     cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
+    gpus_per_trial: float | str = "auto"   # auto: none without GPUs, else packed by measured memory
     concurrent: int | None = None
     scheduler: str = "asha"
     storage: str | None = None
@@ -215,7 +215,7 @@ class Experiment:
         _check_fields(self, where, {
             "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT, "trials": _whole(1),
             "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
-            "gpus_per_trial": _number(0, False), "concurrent": _optional(_whole(1)),
+            "gpus_per_trial": _auto_or(_number(0, False)), "concurrent": _optional(_whole(1)),
             "scheduler": _one_of("asha", "fifo"), "strategy": _one_of("sampler", "oneshot", "both"),
             "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
             "study": _optional(_TEXT), "ray_address": _optional(_TEXT), "warm_start": _optional(_TEXT),
