@@ -49,6 +49,16 @@ Each command's --help has its own examples; the user guide is docs/guide.md."""
 
 
 
+def _gpus(text: str):
+    """``--gpus-per-trial``: a number of GPUs (0 or more), or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs or auto, got {text!r}") from None
+
+
 def _epochs(text: str):
     """``--epochs``: a positive number, or ``auto``."""
     if text == "auto":
@@ -284,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="asha (default) or fifo")
     p.add_argument("--ray-address", help="an existing Ray cluster")
     p.add_argument("--cpus-per-trial", type=float)
-    p.add_argument("--gpus-per-trial", type=float, help="fractions share a GPU between trials")
+    p.add_argument("--gpus-per-trial", type=_gpus,
+                   help="a share of a GPU per trial (fractions share a card), or auto (the default): "
+                        "none without GPUs, else as many trials per GPU as the first one's memory allows")
     p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
     p.add_argument("--study", help="study name (default: the experiment name)")
     p.add_argument("--warm-start", metavar="URL[#STUDY]",

@@ -127,6 +127,19 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def gpu_footprint(device) -> dict:
+    """What this process holds on its GPU, for packing trials onto cards (`petl_nas.packing`): the
+    allocator's reserved peak since the trial's probe reset it (the backbone and the trial's
+    tensors, caching included) and the card's memory, in MB. Empty on CPU."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    return {"gpu_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20,
+            "gpu_total_mb": torch.cuda.get_device_properties(device).total_memory / 2**20}
+
+
 def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEATS) -> float:
     """Median ms of one forward pass of ``batch`` through ``model`` in its deployed form. Merges
     what can be merged into ``model``'s weights first, so call it when training is over."""
@@ -151,4 +164,4 @@ def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEA
 
 
 __all__ = ["COSTS", "UNITS", "OBJECTIVES", "LATENCY_BATCH", "check_objectives", "metric_names", "directions", "cost_values",
-           "MemoryProbe", "deployed_latency_ms"]
+           "MemoryProbe", "deployed_latency_ms", "gpu_footprint"]

@@ -8,6 +8,8 @@ touch the storage) and record outcomes through `Recorder`:
   and its kind (``out of memory``, ``error: ValueError``, ``worker crashed``), and the worker frees
   the failed trial's memory (CUDA cache too) before the next one.
 Each executor stops when the `TrialSource` says the study is full (all workers together).
+With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their measured memory
+(`petl_nas.packing`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from optuna.trial import TrialState
 
 from .config import ConfigError
 from .costs import cost_values
+from .packing import GpuPacking
 from .significance import Z, did_not_learn
 from .study import Proposal, TrialSource
 from .tasks import resolve_task
@@ -107,7 +110,7 @@ class Recorder:
     def _attrs(self, p: Proposal, info: dict) -> None:
         for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "train_step_ms", "latency_ms", "steps",
                     "last_score", "best_score",
-                    "score_se", "pooling", "epochs", "k", "node"):
+                    "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
 
@@ -189,11 +192,14 @@ def ray_trainable(config: dict) -> None:
                      "nan": outcome == "nan", "node": node})
         return
     # One more report carries the whole result; `final` tells it from a scheduler's stop.
+    granted = ray.get_runtime_context().get_assigned_resources()       # what Ray gave this trial
+    shared = {"gpu_share": round(granted.get("GPU", 0.0), 4)} if "gpu" in config else {}   # gpus_per_trial: auto
     tune.report({**{k: v for k, v in info.items() if k != "history"}, "score": info["score"], "final": True,
-                 "node": node})
+                 "node": node, **shared})
 
 
-def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Recorder):
+def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Recorder,
+                   packing: GpuPacking | None = None, printer: Callable[[str], None] = print):
     from ray.tune.search import Searcher
 
     class StudySearcher(Searcher):
@@ -207,13 +213,17 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
         def suggest(self, trial_id: str):
             if self.remaining <= 0:
                 return Searcher.FINISHED
+            if packing is not None and packing.must_wait(len(self.live)):
+                return None                                     # asked again once the first trial is measured
             p = source.next()
             if p is None:                                       # the study is full
                 self.remaining = 0
                 return Searcher.FINISHED
             self.remaining -= 1
             self.live[trial_id] = p
-            return {"spec": make_spec(p).to_dict()}
+            if packing is None:
+                return {"spec": make_spec(p).to_dict()}
+            return {"spec": make_spec(p).to_dict(), "gpu": packing.fraction}
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             p = self.live.get(trial_id)
@@ -224,6 +234,10 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             p = self.live.pop(trial_id, None)
             if p is None:
                 return
+            if packing is not None and result and (result.get("final") or result.get("kind") == OOM):
+                line = packing.observe(result) if result.get("final") else packing.out_of_memory()
+                if line:
+                    printer(line)
             if error or not result:
                 recorder.failed(p, "the trial's worker died or raised outside the trainer (see the Ray logs)",
                                 "worker crashed")
@@ -246,6 +260,13 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             pass
 
     return StudySearcher()
+
+
+def _gpu_resources(cpus_per_trial: float):
+    """Resources of a trial whose GPU share travels in its config (``gpus_per_trial: auto``)."""
+    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+    return lambda config: resource_dict_to_pg_factory({"cpu": cpus_per_trial, "gpu": config.get("gpu", 0.0)})
 
 
 def check_ray_address(address: str | None) -> None:
@@ -277,11 +298,12 @@ def _trial_name(trial) -> str:
 
 
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
-            run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float = 0.0,
+            run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float | str = "auto",
             concurrent: int | None = None, scheduler: str = "asha", address: str | None = None,
-            first_rung: int = 1) -> None:
+            first_rung: int = 1, printer: Callable[[str], None] = print) -> None:
     """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first
-    rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn)."""
+    rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn).
+    ``gpus_per_trial: auto``: no GPU where the cluster has none, else shares sized by `GpuPacking`."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
@@ -293,7 +315,15 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
         # No address: a Ray of our own, never a cluster some other `ray start` left on this machine.
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    concurrent = concurrent or _slots(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
+    resources, packing = ray.cluster_resources(), None
+    if gpus_per_trial == "auto":
+        gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
+        if n_gpus:
+            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus))
+            printer(f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
+                    f"its memory, then up to {packing.most} trials share each GPU")
+    concurrent = concurrent or (_slots(resources, cpus_per_trial, 0.0) if packing
+                                else _slots(resources, cpus_per_trial, gpus_per_trial))
     if scheduler == "asha" and n_evals > 1:
         # max_t counts the trainable's closing report too (evaluations + 1), so that a trial that
         # trains to the end is never stopped before it says so.
@@ -301,10 +331,11 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
                               grace_period=min(first_rung, n_evals), reduction_factor=2)
     else:
         sched = FIFOScheduler()
-    trainable = tune.with_resources(ray_trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+    trainable = tune.with_resources(ray_trainable, _gpu_resources(cpus_per_trial) if packing
+                                    else {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=_make_searcher(source, n_trials, make_spec, recorder),
+        tune_config=tune.TuneConfig(search_alg=_make_searcher(source, n_trials, make_spec, recorder, packing, printer),
                                     scheduler=sched, num_samples=n_trials, reuse_actors=True,
                                     max_concurrent_trials=concurrent, trial_name_creator=_trial_name,
                                     trial_dirname_creator=_trial_name),

@@ -286,7 +286,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                              n_evals=n_evaluations(len(splits.train), recipe), run_dir=str(exp.run_dir),
                              first_rung=first_rung,
                              cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
-                             concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address)
+                             concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address,
+                             printer=printer)
         else:
             EXECUTORS["local"](source, n, make_spec, recorder)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .config import ConfigError, PetlConfig
-from .costs import LATENCY_BATCH, deployed_latency_ms
+from .costs import LATENCY_BATCH, deployed_latency_ms, gpu_footprint
 from .inject import apply_petl
 from .data import encode
 from .tasks import Task, load_splits, resolve_task
@@ -146,6 +146,7 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     setup_s = time.perf_counter() - start
     result = train(model, TrainData(encoded.train, evaluated), task, Recipe(**spec.recipe), device, report)
     first = next(iter(evaluated.batches(LATENCY_BATCH, shuffle=False)))
+    gpu = gpu_footprint(device)                                          # before latency's merge and forward
     latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
     scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
@@ -153,7 +154,7 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
             "history": result.history, "steps": result.steps, "train_s": result.wall_s,
             "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb,
             "train_step_ms": result.train_step_ms, "latency_ms": latency_ms, "metric": task.main_metric,
-            "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k}
+            "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k, **gpu}
 
 
 __all__ = ["TrialSpec", "TrainData", "run_trial", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]
