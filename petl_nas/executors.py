@@ -297,6 +297,20 @@ def _trial_name(trial) -> str:
     return f"trial_{trial.config['spec']['number']}"
 
 
+def init_ray(address: str | None = None):
+    """The ``ray`` module, connected: to ``address``, else to a Ray of this process's own (never a
+    cluster some other `ray start` left on this machine); quiet, without usage stats or auth."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
+    import ray
+
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS") or "local"
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray
+
+
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
             run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float | str = "auto",
             concurrent: int | None = None, scheduler: str = "asha", address: str | None = None,
@@ -304,17 +318,10 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
     """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first
     rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn).
     ``gpus_per_trial: auto``: no GPU where the cluster has none, else shares sized by `GpuPacking`."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
-    import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    if not ray.is_initialized():
-        # No address: a Ray of our own, never a cluster some other `ray start` left on this machine.
-        address = address or os.environ.get("RAY_ADDRESS") or "local"
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray = init_ray(address)
     resources, packing = ray.cluster_resources(), None
     if gpus_per_trial == "auto":
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
@@ -347,4 +354,4 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
 EXECUTORS = {"local": run_local, "ray": run_ray}
 
-__all__ = ["run_local", "run_ray", "ray_trainable", "attempt", "check_ray_address", "Recorder", "EXECUTORS"]
+__all__ = ["run_local", "run_ray", "init_ray", "ray_trainable", "attempt", "check_ray_address", "Recorder", "EXECUTORS"]

@@ -217,21 +217,46 @@ def test_a_supernet_run_killed_midway_is_recorded_and_trained_again(tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=3)
-    real = propose_module.train_supernet
+    real = propose_module.run_supernet
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(propose_module, "train_supernet", killed)
+    monkeypatch.setattr(propose_module, "run_supernet", killed)
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     assert study.user_attrs["oneshot_started"]["attempt"] == 1 and "oneshot" not in study.user_attrs
-    monkeypatch.setattr(propose_module, "train_supernet", real)
+    monkeypatch.setattr(propose_module, "run_supernet", real)
     lines = []
     run_search(exp, printer=lines.append)
     assert any("left no result" in line and "attempt 2" in line for line in lines)
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
     assert record["attempts"] == 2 and record["proposed"]
+
+
+def test_with_the_ray_executor_the_supernet_is_a_ray_tune_trial(tmp_path, monkeypatch):
+    """The driver may have no GPU: the supernet trains in a Tune trial that holds a whole GPU where
+    the cluster has one, else every CPU of the largest node (here: a local Ray of 2 CPUs)."""
+    ray = pytest.importorskip("ray")
+    import optuna
+
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    exp = _exp(tmp_path, strategy="oneshot", trials=3, executor="ray", scheduler="fifo")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    lines = []
+    try:
+        run_search(exp, printer=lines.append)
+    finally:
+        ray.shutdown()
+    record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
+    where = record["where"]
+    assert where["executor"] == "ray" and where["resources"] == {"cpu": 2, "gpu": 0} and where["device"] == "cpu"
+    assert "/" in where["host"]                                  # host/node id: it ran in a Ray worker
+    assert (tmp_path / "runs" / "o" / "ray" / "supernet").is_dir() and record["proposed"]
+    assert any(line.startswith("one-shot: a supernet of") and " on cpu " in line for line in lines)
 
 
 def test_strategy_errors_are_one_line(tmp_path):

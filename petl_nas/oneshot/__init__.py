@@ -6,7 +6,8 @@ Training it under a penalty on the expected deployable count (a Lagrange multipl
 expectation to a target) lets the data decide which components are worth their parameters.
 `derive.py` then reads, for any budget, the configuration made of the components most likely to be
 open, as a plain `PetlConfig` whose exact count `budget.py` checks; a study trains it from scratch
-like any trial.
+like any trial. `run.py` makes one run a job for whichever process takes it (a Ray Tune trial with
+the Ray executor, on a GPU where the cluster has one); `propose.py` puts its proposals in the study.
 
 What the supernet holds (first version): LoRA on every attention and FFN weight the space allows
 and a parallel adapter at each position the space allows adapters, on every layer, at the largest

@@ -1,9 +1,10 @@
 """One-shot proposals in a study: train the supernet once, enqueue what it suggests per budget.
 
-`propose` runs before the sampler's trials (``strategy: oneshot`` or ``both``): it builds the
-supernet from the study's space on the cached backbone, trains it with the trial recipe toward the
-budget (`train.train_supernet`), derives a configuration for each budget of a ladder from the
-smallest one-unit count to the budget (`derive`), and enqueues each distinct one as a proposal with
+`propose` runs before the sampler's trials (``strategy: oneshot`` or ``both``): one supernet run
+(`run.run_supernet`: a Ray Tune trial with the Ray executor, in-process with the local one) builds
+the supernet from the study's space, trains it with the trial recipe toward the budget
+(`train.train_supernet`) and derives a configuration for each budget of a ladder from the smallest
+one-unit count to the budget (`derive`); `propose` enqueues each distinct one as a proposal with
 its configuration given whole (it is generally not a point of the space: sizes differ per layer)
 and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked
 ``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with the trial recipe
@@ -11,30 +12,24 @@ and scored like every trial, so the front mixes one-shot, sampler and preset poi
 same way.
 
 The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
-count, what it proposed and how many attempts it took). Its start is recorded too
+count, what it proposed, where it ran and how many attempts it took). Its start is recorded too
 (``oneshot_started``), so a study killed while the supernet trains says so when it resumes, and
 trains the supernet again from scratch; one killed later resumes with the proposals queued.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 import time
 
-from ..budget import count_parameters
-from ..config import PetlConfig
 from ..study import LR_FROM_SAMPLER
-from ..worker import load_backbone
-from .derive import derive, ladder
-from .supernet import build_supernet, candidates
-from .train import train_supernet
+from .run import SupernetSpec, run_on_ray, run_supernet
 
 ATTR = "oneshot"
 STARTED = "oneshot_started"
 
 
-def propose(study, exp, task, splits, space, model_config, budget: int, lock) -> list[str]:
+def propose(study, exp, budget: int, lock) -> list[str]:
     """Train the supernet and enqueue its proposals unless the study already has them; lines to print.
     Training runs outside ``lock`` (the study's `ClaimLock`: held for minutes it would block the
     other workers); the enqueueing inside it, so two workers never both enqueue."""
@@ -49,29 +44,27 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
     study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt})
     start = time.perf_counter()
     o = exp.oneshot
-    head = space.with_head(PetlConfig())
-    base, _ = load_backbone(exp.backbone, task, splits)
-    specs = candidates(space, model_config, budget)
-    net = build_supernet(copy.deepcopy(base), specs, head, init_open=o.init_open)
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
-    result = train_supernet(net, exp.backbone, task, splits, target=budget, lr=o.lr, gate_lr=o.gate_lr,
-                            epochs=epochs, batch_size=exp.fidelity.batch_size, max_length=exp.fidelity.max_length,
-                            seed=exp.seed, length_buckets=exp.fidelity.length_buckets)
-    smallest = min(u.unit_cost + u.fixed_cost for u in net.units)
+    spec = SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
+                        data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
+                        budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
+                        init_open=o.init_open, batch_size=exp.fidelity.batch_size,
+                        max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
+                        seed=exp.seed)
+    if exp.executor == "ray":                      # a Ray Tune trial: the driver may have no GPU
+        result = run_on_ray(spec, str(exp.run_dir), exp.ray_address)
+    else:
+        result = run_supernet(spec)
     run = f"oneshot-{exp.seed}"
-    seen, proposed = set(), []
-    for rung in ladder(smallest, budget, o.rungs):
-        config, n = derive(net, model_config, rung, head, num_labels=task.num_labels)
-        key = repr(config.to_dict())
-        if n > 0 and key not in seen:
-            seen.add(key)
-            proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
-    record = {"run": run, "candidates": [s.to_dict() for s in specs], "lr": o.lr, "gate_lr": o.gate_lr,
+    proposed = result["proposed"]
+    record = {"run": run, "candidates": result["candidates"], "lr": o.lr, "gate_lr": o.gate_lr,
               "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
-              "supernet_params": count_parameters(model_config, PetlConfig(modules=specs)).deployable,
-              "proposed": proposed, "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt}
+              "supernet_params": result["supernet_params"], "proposed": proposed,
+              "where": {"executor": exp.executor, "device": result["device"], "host": result["host"],
+                        **({"resources": result["resources"]} if "resources" in result else {})},
+              "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt}
     with lock():
         if ATTR in study.user_attrs:                   # another worker got there first
             return []
@@ -84,7 +77,7 @@ def propose(study, exp, task, splits, space, model_config, budget: int, lock) ->
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
         study.set_user_attr(ATTR, record)
     return lines + [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs "
-                    f"in {record['cost_s']:.0f}s (search-dev {result['score']:.4f}, expected size "
+                    f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
                     f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
                     + ", ".join(f"{p['deployable']:,}" for p in proposed)]
 

@@ -1,0 +1,129 @@
+"""One supernet run as a job any worker can take: what it needs, where it runs, what it returns.
+
+`SupernetSpec` holds plain values, so it travels to a Ray worker as a `TrialSpec` does.
+`run_supernet` does the whole run in the process that takes it: it loads the data and the cached
+backbone, builds the supernet from the space, trains it toward the budget on that process's device
+(a GPU when it has one), and derives one configuration per budget of the ladder. With the Ray
+executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
+gets a whole GPU where the cluster has one, else every CPU of the largest node (no trial runs
+beside it). The local executor calls `run_supernet` in-process.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import socket
+import time
+
+from ..budget import count_parameters
+from ..config import PetlConfig
+from ..space import SearchSpace
+from ..tasks import load_splits, resolve_task
+from ..worker import load_backbone
+from .derive import derive, ladder
+from .supernet import build_supernet, candidates
+from .train import train_supernet
+
+
+@dataclasses.dataclass(frozen=True)
+class SupernetSpec:
+    """Everything a supernet run needs, as plain values."""
+
+    backbone: object
+    task: object
+    data_dir: str | None
+    k: int | None
+    data_seed: int
+    search_dev: int | None
+    space: str
+    budget: int
+    rungs: int
+    lr: float
+    gate_lr: float
+    epochs: float
+    init_open: float
+    batch_size: int
+    max_length: int
+    length_buckets: int
+    seed: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
+    """Train the supernet of ``spec`` and derive its proposals, in this process."""
+    import torch
+
+    spec = spec if isinstance(spec, SupernetSpec) else SupernetSpec(**spec)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    task = resolve_task(spec.task)
+    splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
+                         search_dev_size=spec.search_dev)             # cached per process, as a trial's
+    base, _ = load_backbone(spec.backbone, task, splits)
+    space = SearchSpace.load(spec.space)
+    head = space.with_head(PetlConfig())
+    specs = candidates(space, base.config, spec.budget)
+    net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open)
+    result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
+                            epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
+                            seed=spec.seed, length_buckets=spec.length_buckets, device=device)
+    smallest = min(u.unit_cost + u.fixed_cost for u in net.units)
+    seen, proposed = set(), []
+    for rung in ladder(smallest, spec.budget, spec.rungs):
+        config, n = derive(net, base.config, rung, head, num_labels=task.num_labels)
+        key = repr(config.to_dict())
+        if n > 0 and key not in seen:
+            seen.add(key)
+            proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
+    return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
+            "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "proposed": proposed,
+            "supernet_params": count_parameters(base.config, PetlConfig(modules=specs)).deployable,
+            "device": str(device), "host": socket.gethostname()}
+
+
+def supernet_trainable(config: dict) -> None:
+    """The Ray Tune trainable of a supernet run: one report carrying the whole result."""
+    import ray
+    from ray import tune
+
+    result = run_supernet(config["spec"])
+    result["host"] += "/" + ray.get_runtime_context().get_node_id()[:8]
+    tune.report({"run": json.dumps(result), "score": result["score"]})
+
+
+def _resources(ray) -> dict:
+    """A whole GPU where the cluster has one; else every CPU of the largest node."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    if any(r.get("GPU", 0) >= 1 for r in nodes):
+        return {"cpu": 1, "gpu": 1}
+    return {"cpu": max((int(r.get("CPU", 1)) for r in nodes), default=1), "gpu": 0}
+
+
+def run_on_ray(spec: SupernetSpec, run_dir: str, address: str | None = None) -> dict:
+    """Run ``spec`` as one Ray Tune trial (local Ray, or the cluster at ``address``)."""
+    from ray import tune
+
+    from ..executors import init_ray
+
+    ray = init_ray(address)
+    resources = _resources(ray)
+    tuner = tune.Tuner(
+        tune.with_resources(supernet_trainable, resources),
+        param_space={"spec": spec.to_dict()},
+        tune_config=tune.TuneConfig(num_samples=1),
+        run_config=tune.RunConfig(name="supernet", storage_path=os.path.abspath(os.path.join(run_dir, "ray")),
+                                  verbose=0, failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    start = time.perf_counter()
+    outcome = tuner.fit()[0]
+    if outcome.error is not None:
+        raise RuntimeError(f"the supernet run failed in its Ray trial: {outcome.error}") from outcome.error
+    result = json.loads(outcome.metrics["run"])
+    return {**result, "resources": resources, "ray_s": round(time.perf_counter() - start, 1)}
+
+
+__all__ = ["SupernetSpec", "run_supernet", "run_on_ray", "supernet_trainable"]
