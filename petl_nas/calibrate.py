@@ -8,7 +8,8 @@ the budget are trained at the final recipe's length (the reference) and then at 
 which every one of them is clear of the trivial baseline (beyond noise), which already tells apart,
 the same way round, every pair of them the final length tells apart beyond noise (`ranks_as`), and
 at which none of them still scores beyond noise below where it ends (`settled`); if no shorter
-length does, the trials run at the final length.
+length does, the trials run at the final length. A length is tried only while it can repay what
+calibration will have cost by then (`pays`): near the final length, trials save too little.
 
 The last rule is what was learned from the v4 studies: a length at which a preset is still
 climbing ranks learning rates by how fast they learn, not by where they end. On SST-2 the previous
@@ -85,6 +86,13 @@ def settled(short: dict, long: dict) -> bool:
     return not any(clearly_better(b[n]["score"], b[n]["se"], a[n]["score"], a[n]["se"]) for n in b)
 
 
+def pays(cost: float, trials: int, final_epochs: float, epochs: float) -> bool:
+    """Is a length worth calibrating? Only while what calibration will have cost with it (in
+    preset-epochs, final-length runs included) is less than what ``trials`` trials at that length
+    would save against the final length. Near the final length it cannot be."""
+    return cost < trials * (final_epochs - epochs)
+
+
 def calibrate(exp, baseline: dict | None, model_config, budget: int | None, printer) -> dict:
     """Train the calibration presets at the final length, then at growing lengths until one ranks
     and scores as the final length does; returns the record stored on the study."""
@@ -117,8 +125,15 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
 
     lengths = ladder(exp.final.epochs)
     final = measure(lengths[-1])
-    steps, chosen = [final], None
+    steps, chosen, skipped = [final], None, []
+    spent = len(names) * lengths[-1]                  # preset-epochs trained so far
     for epochs in lengths[:-1]:
+        if not pays(spent + len(names) * epochs, exp.trials, lengths[-1], epochs):
+            skipped = [e for e in lengths[:-1] if e >= epochs]
+            printer(f"  calibration stops before {epochs:g} epochs: with {exp.trials} trials it could save at "
+                    f"most {exp.trials * (lengths[-1] - epochs):g} trial-epochs, less than calibrating it costs")
+            break
+        spent += len(names) * epochs
         step = measure(epochs)
         steps.append(step)
         if step["all_learned"] and final["all_learned"] and ranks_as(step, final) and settled(step, final):
@@ -127,7 +142,7 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     steps.sort(key=lambda s: s["epochs"])
     learned = [s["epochs"] for s in steps if s["all_learned"]]
     return {"presets": names, "steps": steps, "epochs": chosen or lengths[-1], "stable": chosen is not None,
-            "rule": "final", "first_learned_epochs": learned[0] if learned else None,
+            "rule": "final", "skipped": skipped, "first_learned_epochs": learned[0] if learned else None,
             "cost_s": round(time.perf_counter() - start, 1)}
 
 
@@ -138,6 +153,10 @@ def describe(record: dict) -> str:
                else "no length up to the final recipe's gave a stable order of presets clear of the baseline")
     elif record["stable"]:
         why = "the presets cleared the baseline, ranked as at the final length and scored within noise of it"
+    elif record.get("skipped"):
+        why = (f"no shorter length ranked and scored as the final length did up to "
+               f"{max([s['epochs'] for s in record['steps']][:-1] or [0]):g} epochs; "
+               f"{', '.join(f'{e:g}' for e in record['skipped'])} could not repay calibrating them")
     else:
         why = "no shorter length ranked and scored as the final length did"
     return (f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
@@ -162,4 +181,4 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
     return resolved, record
 
 
-__all__ = ["calibrate", "resolve", "ladder", "calibration_presets", "describe", "settled", "ranks_as", "CALIBRATION_PRESETS"]
+__all__ = ["calibrate", "resolve", "ladder", "calibration_presets", "describe", "settled", "ranks_as", "pays", "CALIBRATION_PRESETS"]

@@ -42,7 +42,8 @@ def scripted(monkeypatch, table: dict[tuple[str, float], float], calls: list):
 
 
 def experiment(tmp_path, **kw) -> Experiment:
-    return Experiment(name="cal", backbone=TINY, task="demo_keyword", budget=None, space="small", trials=1,
+    kw = {"trials": 30, **kw}          # enough trials that every shorter length is worth calibrating
+    return Experiment(name="cal", backbone=TINY, task="demo_keyword", budget=None, space="small",
                       presets=["lora", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
                       fidelity=Fidelity(k=64, epochs="auto", batch_size=16, max_length=16, search_dev=32),
                       final=FinalEval(seeds=0, epochs=8, baselines=False), **kw)
@@ -107,6 +108,20 @@ def test_no_length_that_ranks_and_settles_means_the_final_length(tmp_path, monke
     assert "no shorter length" in calibrate.describe(record)
 
 
+def test_a_length_that_cannot_repay_its_calibration_is_not_tried(tmp_path, monkeypatch):
+    """With 8 trials of 8 epochs, 4 epochs would save at most 8 x 4 = 32 trial-epochs, but
+    calibration would by then have trained 3 presets x (8 + 1 + 2 + 4) = 45: it stops at 2."""
+    calls = []
+    climbing = {(n, e): 0.6 + 0.03 * e for n in ("lora", "bitfit", "parallel_adapter") for e in (1, 2, 4, 8)}
+    scripted(monkeypatch, climbing, calls)
+    lines = []
+    record = calibrate.calibrate(experiment(tmp_path, trials=8), BASELINE, _config(), None, lines.append)
+    assert sorted({e for _, e, _, _ in calls}) == [1, 2, 8] and record["skipped"] == [4]
+    assert record["epochs"] == 8 and not record["stable"]
+    assert any("stops before 4 epochs" in line for line in lines) and "could not repay" in calibrate.describe(record)
+    assert calibrate.pays(44, 8, 8, 2) and not calibrate.pays(45, 8, 8, 4)
+
+
 def test_a_record_of_the_older_rule_is_described_as_it_was_made():
     old = {"presets": ["lora"], "steps": [], "epochs": 2, "stable": True, "first_learned_epochs": 1, "cost_s": 60}
     assert "ranked as at the next length" in calibrate.describe(old)
@@ -118,8 +133,9 @@ def test_a_study_calibrates_once_and_its_trials_run_at_the_chosen_length(tmp_pat
     rank = {"lora": 0.1, "parallel_adapter": 0.05, "bitfit": 0.0}
     table = {(n, e): 0.7 + r + 0.001 * e for n, r in rank.items() for e in (1, 2, 4, 8)}   # one order throughout
     scripted(monkeypatch, table, calls)
+    monkeypatch.setattr(calibrate, "pays", lambda *a: True)       # one trial here; the cost rule is tested below
     lines = []
-    exp = experiment(tmp_path)
+    exp = experiment(tmp_path, trials=1)
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name="cal", storage=exp.storage_url)
     assert study.user_attrs["fidelity_calibration"]["epochs"] == 1
