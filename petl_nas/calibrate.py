@@ -127,6 +127,10 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     final = measure(lengths[-1])
     steps, chosen, skipped = [final], None, []
     spent = len(names) * lengths[-1]                  # preset-epochs trained so far
+    if not final["all_learned"]:
+        printer("  calibration stops: not every preset learned at the final length, so no shorter length "
+                "can rank them as it does")
+        skipped, lengths = lengths[:-1], lengths[-1:]  # nothing shorter is tried
     for epochs in lengths[:-1]:
         if not pays(spent + len(names) * epochs, exp.trials, lengths[-1], epochs):
             skipped = [e for e in lengths[:-1] if e >= epochs]
@@ -142,7 +146,7 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     steps.sort(key=lambda s: s["epochs"])
     learned = [s["epochs"] for s in steps if s["all_learned"]]
     return {"presets": names, "steps": steps, "epochs": chosen or lengths[-1], "stable": chosen is not None,
-            "rule": "final", "skipped": skipped, "first_learned_epochs": learned[0] if learned else None,
+            "rule": "final", "skipped": skipped, "final_learned": final["all_learned"], "first_learned_epochs": learned[0] if learned else None,
             "cost_s": round(time.perf_counter() - start, 1)}
 
 
@@ -153,6 +157,9 @@ def describe(record: dict) -> str:
                else "no length up to the final recipe's gave a stable order of presets clear of the baseline")
     elif record["stable"]:
         why = "the presets cleared the baseline, ranked as at the final length and scored within noise of it"
+    elif record.get("final_learned") is False:
+        why = ("not every preset learned even at the final length, so no shorter length can rank them; "
+               "more training rows (k), more epochs or other learning rates may be needed")
     elif record.get("skipped"):
         why = (f"no shorter length ranked and scored as the final length did up to "
                f"{max([s['epochs'] for s in record['steps']][:-1] or [0]):g} epochs; "

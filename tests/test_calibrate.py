@@ -122,6 +122,16 @@ def test_a_length_that_cannot_repay_its_calibration_is_not_tried(tmp_path, monke
     assert calibrate.pays(44, 8, 8, 2) and not calibrate.pays(45, 8, 8, 4)
 
 
+def test_presets_that_never_learn_stop_calibration_at_the_final_length(tmp_path, monkeypatch):
+    """CoLA v5, as measured: no preset cleared MCC 0 at 10 epochs; shorter lengths cannot rank them."""
+    calls = []
+    scripted(monkeypatch, {(n, 8): 0.51 for n in ("lora", "bitfit", "parallel_adapter")}, calls)
+    record = calibrate.calibrate(experiment(tmp_path), BASELINE, _config(), None, lambda line: None)
+    assert {e for _, e, _, _ in calls} == {8} and record["skipped"] == [1, 2, 4]
+    assert record["epochs"] == 8 and record["final_learned"] is False and record["first_learned_epochs"] is None
+    assert "not every preset learned even at the final length" in calibrate.describe(record)
+
+
 def test_a_record_of_the_older_rule_is_described_as_it_was_made():
     old = {"presets": ["lora"], "steps": [], "epochs": 2, "stable": True, "first_learned_epochs": 1, "cost_s": 60}
     assert "ranked as at the next length" in calibrate.describe(old)
