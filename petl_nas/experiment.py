@@ -134,13 +134,16 @@ class FinalEval:
     max_steps: int | None = None  # cap on optimiser steps per run (the search's cap does not apply)
     eval_rows: int | None = None  # score on the first rows of the test split only (None: all of it)
     baselines: bool = True      # the LoRA rank sweep within budget (baselines.py), trained in the search on top of trials
+    confirm: int = 0            # re-score this many top trials over extra seeds on search-dev before choosing (confirm.py)
+    confirm_seeds: int = 2      # the extra seeds of each confirmed trial
 
     def __post_init__(self):
         _check_fields(self, "final: ", {
             "seeds": _whole(0), "epochs": _number(0, True), "k": _optional(_whole(-1)),
             "max_front": _whole(1), "presets": _one_of("best", "all", "none"),
             "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
-            "baselines": ((lambda v: isinstance(v, bool)), "true or false")})
+            "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
+            "confirm": _whole(0), "confirm_seeds": _whole(1)})
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
+from .confirm import mean_score
 from .config import ConfigError, PetlConfig
 from .inject import atomic_write
 
@@ -62,7 +63,8 @@ def _final(study: optuna.Study, t: FrozenTrial) -> dict:
 
 
 def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float]]:
-    """(trial, search score) for the front members within ``budget``. Test-split scores play no part."""
+    """(trial, search score) for the front members within ``budget``: the mean over seeds where
+    ``final.confirm`` re-scored the trial (`petl_nas.confirm`). Test-split scores play no part."""
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if not complete:
         raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
@@ -74,7 +76,7 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
         smallest = min(t.values[1] for t in study.best_trials)
         raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
                           f"(the smallest has {int(smallest):,} deployable parameters)")
-    return [(t, t.values[0]) for t in front]
+    return [(t, mean_score(study, t)) for t in front]
 
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -> FrozenTrial:

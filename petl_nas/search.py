@@ -28,6 +28,7 @@ from . import calibrate
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, propose
+from .confirm import confirm
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
@@ -329,7 +330,10 @@ def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: f
 def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
     scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
-    members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
+    if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
+        members = confirm(study, exp, recipe, printer)[: exp.final.max_front]
+    else:
+        members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
     presets = sorted((t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE
                       and t.user_attrs.get("preset")), key=lambda t: -t.values[0])
     if exp.final.presets == "best":
@@ -392,7 +396,10 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                 "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
                 "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
 
-    rows = [row(t, True) for t in members]
+    on_front = {t.number for t in members}
+    picked = [t for t in trials if finals.get(t.number) and t.number not in on_front  # confirm chose it off the front
+              and not t.user_attrs.get("preset")]
+    rows = [row(t, True) for t in members + picked]
     anchors = [row(p, False) for p in sorted(presets, key=lambda t: t.values[1])]
     flat = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("did_not_learn"))
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),

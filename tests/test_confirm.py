@@ -1,0 +1,63 @@
+"""final.confirm: the pick is chosen by the mean over extra seeds on search-dev, never by test.
+
+The search trains real tiny trials; only the confirmation runs are scripted, so that the trial
+with the best single score does badly on its extra seeds and must lose the pick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from petl_nas import confirm, worker
+from petl_nas.experiment import FinalEval
+from petl_nas.export import choose
+from petl_nas.search import run_search
+
+from test_search import experiment
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkeypatch):
+    exp = experiment(tmp_path, trials=8)
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    first, second = confirm.candidates(study, 2)
+    assert first.values[0] >= second.values[0]
+
+    calls = []
+
+    def scripted(spec, report=None, device=None):
+        calls.append((spec.number, spec.recipe["seed"], spec.eval_split))
+        return {"score": 0.0 if spec.number == first.number else 1.0}
+    monkeypatch.setattr(worker, "run_trial", scripted)
+
+    confirmed = dataclasses.replace(exp, final=FinalEval(seeds=1, epochs=1, max_front=1, presets="none",
+                                                         confirm=2, confirm_seeds=2, baselines=False))
+    lines = []
+    run_search(confirmed, printer=lines.append)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert sorted(calls) == sorted((t.number, seed, "search_dev") for t in (first, second) for seed in (1, 2))
+    assert study.user_attrs[f"confirm:{first.number}"] == [first.values[0], 0.0, 0.0]
+    assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
+    assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
+    assert choose(study).number != first.number                 # export reads the confirmed mean too
+    n = len(calls)
+    run_search(confirmed, printer=lambda *a: None)              # resumed: nothing confirmed twice
+    assert len(calls) == n
+
+
+def test_confirm_in_files():
+    from petl_nas import ConfigError
+    from petl_nas.experiment import Experiment
+
+    assert Experiment.from_dict({"final": {"confirm": 3}}).final.confirm == 3
+    assert Experiment().final.confirm == 0
+    with pytest.raises(ConfigError, match="confirm_seeds"):
+        Experiment.from_dict({"final": {"confirm": 3, "confirm_seeds": 0}}, "e.yaml")
