@@ -102,6 +102,7 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     space = SearchSpace.load(exp.space)
     names = calibration_presets(exp, model_config, budget)
     fid = exp.fidelity
+    *shorter, longest = ladder(exp.final.epochs)
 
     def measure(epochs: float) -> dict:
         recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
@@ -118,35 +119,35 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
                             "learned": not did_not_learn(r["score"], r.get("score_se"), baseline)}
         step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
                 "all_learned": all(s["learned"] for s in scores.values())}
-        printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == lengths[-1] else ''}: "
+        printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
                 + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}"
                             for n, s in scores.items()))
         return step
 
-    lengths = ladder(exp.final.epochs)
-    final = measure(lengths[-1])
+    final = measure(longest)
     steps, chosen, skipped = [final], None, []
-    spent = len(names) * lengths[-1]                  # preset-epochs trained so far
+    spent = len(names) * longest                      # preset-epochs trained so far
     if not final["all_learned"]:
         printer("  calibration stops: not every preset learned at the final length, so no shorter length "
                 "can rank them as it does")
-        skipped, lengths = lengths[:-1], lengths[-1:]  # nothing shorter is tried
-    for epochs in lengths[:-1]:
-        if not pays(spent + len(names) * epochs, exp.trials, lengths[-1], epochs):
-            skipped = [e for e in lengths[:-1] if e >= epochs]
+        skipped, shorter = shorter, []                # nothing shorter is tried
+    for epochs in shorter:
+        if not pays(spent + len(names) * epochs, exp.trials, longest, epochs):
+            skipped = [e for e in shorter if e >= epochs]
             printer(f"  calibration stops before {epochs:g} epochs: with {exp.trials} trials it could save at "
-                    f"most {exp.trials * (lengths[-1] - epochs):g} trial-epochs, less than calibrating it costs")
+                    f"most {exp.trials * (longest - epochs):g} trial-epochs, less than calibrating it costs")
             break
         spent += len(names) * epochs
         step = measure(epochs)
         steps.append(step)
-        if step["all_learned"] and final["all_learned"] and ranks_as(step, final) and settled(step, final):
+        if step["all_learned"] and ranks_as(step, final) and settled(step, final):
             chosen = epochs
             break
     steps.sort(key=lambda s: s["epochs"])
     learned = [s["epochs"] for s in steps if s["all_learned"]]
-    return {"presets": names, "steps": steps, "epochs": chosen or lengths[-1], "stable": chosen is not None,
-            "rule": "final", "skipped": skipped, "final_learned": final["all_learned"], "first_learned_epochs": learned[0] if learned else None,
+    return {"presets": names, "steps": steps, "epochs": chosen or longest, "stable": chosen is not None,
+            "rule": "final", "skipped": skipped, "final_learned": final["all_learned"],
+            "first_learned_epochs": learned[0] if learned else None,
             "cost_s": round(time.perf_counter() - start, 1)}
 
 

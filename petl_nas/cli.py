@@ -49,24 +49,17 @@ Each command's --help has its own examples; the user guide is docs/guide.md."""
 
 
 
-def _gpus(text: str):
-    """``--gpus-per-trial``: a number of GPUs (0 or more), or ``auto``."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of GPUs or auto, got {text!r}") from None
+def _number_or_auto(what: str):
+    """An argparse type: a number of ``what``, or ``auto`` (``--epochs``, ``--gpus-per-trial``)."""
+    def parse(text: str):
+        if text == "auto":
+            return text
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of {what} or auto, got {text!r}") from None
+    return parse
 
-
-def _epochs(text: str):
-    """``--epochs``: a positive number, or ``auto``."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of epochs or auto, got {text!r}") from None
 
 def _config_from_args(args, model_config) -> tuple[str, PetlConfig]:
     from .presets import preset
@@ -294,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="asha (default) or fifo")
     p.add_argument("--ray-address", help="an existing Ray cluster")
     p.add_argument("--cpus-per-trial", type=float)
-    p.add_argument("--gpus-per-trial", type=_gpus,
+    p.add_argument("--gpus-per-trial", type=_number_or_auto("GPUs"),
                    help="a share of a GPU per trial (fractions share a card), or auto (the default): "
                         "none without GPUs, else as many trials per GPU as the first one's memory allows")
     p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
@@ -305,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(measured costs, minimised too)")
     p.add_argument("--force-new-study", action="store_true", help="replace a study made with another space")
     p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
-    p.add_argument("--epochs", type=_epochs, help="epochs per search trial, or auto (calibrated before the search)")
+    p.add_argument("--epochs", type=_number_or_auto("epochs"), help="epochs per search trial, or auto (calibrated before the search)")
     p.add_argument("--seed", type=int)
     p.set_defaults(func=cmd_search)
 

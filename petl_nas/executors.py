@@ -323,14 +323,13 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
     ray = init_ray(address)
     resources, packing = ray.cluster_resources(), None
-    if gpus_per_trial == "auto":
+    if gpus_per_trial == "auto":        # shares travel in each trial's config; only CPUs bound the slots
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
         if n_gpus:
             packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus))
             printer(f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
                     f"its memory, then up to {packing.most} trials share each GPU")
-    concurrent = concurrent or (_slots(resources, cpus_per_trial, 0.0) if packing
-                                else _slots(resources, cpus_per_trial, gpus_per_trial))
+    concurrent = concurrent or _slots(resources, cpus_per_trial, gpus_per_trial)
     if scheduler == "asha" and n_evals > 1:
         # max_t counts the trainable's closing report too (evaluations + 1), so that a trial that
         # trains to the end is never stopped before it says so.
