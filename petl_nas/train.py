@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import checkpoint
 from .costs import MemoryProbe
 from .head import head_parameters, start_regression_at_mean
 from .significance import standard_error
@@ -177,7 +178,8 @@ def adamw(groups: list, lr: float) -> torch.optim.AdamW:
 
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
           report: Callable[[int, dict, bool], None] | None = None, progress: bool = False,
-          regularizer: Callable[[], torch.Tensor] | None = None) -> TrainResult:
+          regularizer: Callable[[], torch.Tensor] | None = None, resume: dict | None = None,
+          on_epoch: Callable[[dict], None] | None = None) -> TrainResult:
     """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``. A new
     regression head starts at the training labels' mean (`head.start_regression_at_mean`).
 
@@ -188,6 +190,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         progress: show a progress bar with the loss and the last evaluation's metric.
         regularizer: a term added to every step's loss, computed after the forward pass (the
             one-shot supernet's count penalty).
+        resume: a state from `checkpoint.capture` to go on from (a killed run's last epoch).
+        on_epoch: called with the training state (`checkpoint.capture`) after every epoch.
     """
     start = time.perf_counter()
     device = torch.device(device)
@@ -208,12 +212,14 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
 
     history: list[dict] = []
     step, epoch = 0, 0
+    if resume is not None:
+        step, epoch, history = checkpoint.restore(resume, model, opt, sched, scaler)
     loop_start, eval_s = time.perf_counter(), 0.0
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=step, unit="step", dynamic_ncols=True)
     while step < total:
         model.train()
         seed = epoch_seed(recipe.seed, epoch)
@@ -250,6 +256,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             if step >= total:
                 break
         epoch += 1
+        if on_epoch is not None:
+            on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
     if bar is not None:
         bar.close()
 

@@ -209,29 +209,62 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     assert proposals and all(t.user_attrs["recipe"]["lr"] == 3e-3 and "lr" not in t.params for t in proposals)
 
 
-def test_a_supernet_run_killed_midway_is_recorded_and_trained_again(tmp_path, monkeypatch):
+def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoch(tmp_path, monkeypatch):
     import optuna
 
-    import petl_nas.oneshot.propose as propose_module
+    from petl_nas import checkpoint
     from petl_nas.search import run_search
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=3)
-    real = propose_module.run_supernet
+    exp = _exp(tmp_path, strategy="oneshot", trials=3)             # a 2-epoch supernet
+    real = checkpoint.save
 
-    def killed(*args, **kwargs):
+    def save_then_die(state, where):
+        real(state, where)
         raise KeyboardInterrupt
-    monkeypatch.setattr(propose_module, "run_supernet", killed)
+    monkeypatch.setattr(checkpoint, "save", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     assert study.user_attrs["oneshot_started"]["attempt"] == 1 and "oneshot" not in study.user_attrs
-    monkeypatch.setattr(propose_module, "run_supernet", real)
+    state_file = tmp_path / "runs" / "o" / "oneshot" / "oneshot-0.pt"
+    assert checkpoint.load(state_file)["epoch"] == 1
+    monkeypatch.setattr(checkpoint, "save", real)
     lines = []
     run_search(exp, printer=lines.append)
     assert any("left no result" in line and "attempt 2" in line for line in lines)
+    assert any("went on from epoch 1" in line for line in lines)
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
-    assert record["attempts"] == 2 and record["proposed"]
+    assert record["attempts"] == 2 and record["proposed"] and record["resumed_from"]["epoch"] == 1
+    assert not state_file.exists()                                 # removed once the record is stored
+
+
+def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    from petl_nas import checkpoint
+    from petl_nas.oneshot.run import SupernetSpec, run_supernet
+
+    spec = SupernetSpec(backbone=TINY, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
+                        space="small", budget=3000, rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, init_open=0.9,
+                        batch_size=16, max_length=24, length_buckets=4, seed=0)
+    whole = run_supernet(spec, device="cpu")
+    path = tmp_path / "oneshot-0.pt"
+    real = checkpoint.save
+
+    def save_then_die(state, where):
+        real(state, where)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(checkpoint, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_supernet({**spec.to_dict(), "checkpoint": str(path)}, device="cpu")
+    monkeypatch.setattr(checkpoint, "save", real)
+    assert checkpoint.load(path)["epoch"] == 1
+    torch.manual_seed(1234)                                       # a new process
+    resumed = run_supernet({**spec.to_dict(), "checkpoint": str(path)}, device="cpu")
+    assert resumed["resumed_from"]["epoch"] == 1 and whole["resumed_from"] is None
+    assert resumed["proposed"] == whole["proposed"] and resumed["score"] == whole["score"]
+    assert resumed["multiplier"] == whole["multiplier"] and resumed["expected_count"] == whole["expected_count"]
+    other = run_supernet({**spec.to_dict(), "checkpoint": str(path), "lr": 1e-3}, device="cpu")
+    assert other["resumed_from"] is None                          # another run's state is not used
 
 
 def test_with_the_ray_executor_the_supernet_is_a_ray_tune_trial(tmp_path, monkeypatch):

@@ -7,6 +7,12 @@ backbone, builds the supernet from the space, trains it toward the budget on tha
 executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
 gets a whole GPU where the cluster has one, else every CPU of the largest node (no trial runs
 beside it). The local executor calls `run_supernet` in-process.
+
+With ``checkpoint`` set, the run saves its training state there after every epoch
+(`petl_nas.checkpoint`), and a later run of the same spec (the same settings, data and candidates:
+its fingerprint) goes on from it instead of starting again; a state of any other run is left
+unused. The file is on the machine that trains, so on a cluster without a shared file system a
+run resumed on another node starts from scratch.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import socket
 import time
 
+from .. import checkpoint
 from ..budget import count_parameters
 from ..config import PetlConfig
 from ..space import SearchSpace
@@ -49,6 +56,7 @@ class SupernetSpec:
     max_length: int
     length_buckets: int
     seed: int
+    checkpoint: str | None = None     # the file of its per-epoch training state (None: no resuming)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -67,10 +75,19 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     space = SearchSpace.load(spec.space)
     head = space.with_head(PetlConfig())
     specs = candidates(space, base.config, spec.budget)
+    torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
     net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open)
+    fingerprint = {**spec.to_dict(), "checkpoint": None, "candidates": [s.to_dict() for s in specs]}
+    state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
+    trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
+    if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
+        state = None                                        # another run's state: start from scratch
+    save = None if not spec.checkpoint else (
+        lambda s: checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint))
     result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
-                            seed=spec.seed, length_buckets=spec.length_buckets, device=device)
+                            seed=spec.seed, length_buckets=spec.length_buckets, device=device,
+                            resume=state, on_epoch=save)
     smallest = min(u.unit_cost + u.fixed_cost for u in net.units)
     seen, proposed = set(), []
     for rung in ladder(smallest, spec.budget, spec.rungs):
@@ -82,7 +99,8 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "proposed": proposed,
             "supernet_params": count_parameters(base.config, PetlConfig(modules=specs)).deployable,
-            "device": str(device), "host": socket.gethostname()}
+            "device": str(device), "host": socket.gethostname(),
+            "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
 
 
 def supernet_trainable(config: dict) -> None:

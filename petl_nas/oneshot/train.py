@@ -16,10 +16,14 @@ from ..worker import TrainData, load_backbone
 
 def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3, gate_lr: float = 0.05,
                    epochs: float = 2, batch_size: int = 32, max_length: int = 64, seed: int = 0,
-                   length_buckets: int = 0, device: str = "cpu") -> dict:
+                   length_buckets: int = 0, device: str = "cpu", resume: dict | None = None,
+                   on_epoch=None) -> dict:
     """Train ``net`` (built on ``backbone`` for ``task``) toward ``target`` expected deployable
     parameters; the gates learn at ``gate_lr`` (they were built with speed ``gate_lr / lr``, or
-    are rescaled here). Returns the score, the expected count and the Lagrange multiplier."""
+    are rescaled here). Returns the score, the expected count and the Lagrange multiplier.
+
+    ``on_epoch`` gets the training state after every epoch, with the multiplier in it (key
+    ``multiplier``); ``resume`` is such a state to go on from."""
     task = resolve_task(task)
     _, tok = load_backbone(backbone, task, splits)
     encoded = encode(splits, tok, max_length=max_length)
@@ -29,8 +33,11 @@ def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3,
         g.set_log_alpha(value)
     recipe = Recipe(lr=lr, epochs=epochs, batch_size=batch_size, max_length=max_length, seed=seed,
                     evals_per_epoch=0, length_buckets=length_buckets)
+    if resume is not None:
+        net.multiplier = resume["multiplier"]
+    saver = None if on_epoch is None else (lambda state: on_epoch({**state, "multiplier": net.multiplier}))
     result = train(net.model, TrainData(encoded.train, encoded.search_dev), task, recipe, device,
-                   regularizer=lambda: net.penalty(target))
+                   regularizer=lambda: net.penalty(target), resume=resume, on_epoch=saver)
     return {"score": result.last_score, "expected_count": float(net.expected_count().detach()),
             "multiplier": net.multiplier, "steps": result.steps, "train_s": result.wall_s}
 

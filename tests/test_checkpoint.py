@@ -1,0 +1,89 @@
+"""Resuming training from an epoch boundary: a run killed after an epoch and resumed from the state
+it saved ends exactly where the uninterrupted run ends (parameters, history, dropout draws)."""
+
+import copy
+
+import pytest
+import torch
+
+from petl_nas import PetlConfig, apply_petl, checkpoint
+from petl_nas.config import ModuleSpec
+from petl_nas.data import encode
+from petl_nas.tasks import load_splits, resolve_task
+from petl_nas.train import Recipe, train
+from petl_nas.worker import TrainData, load_backbone
+
+TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 64, "vocab_size": 400}}
+
+
+class Killed(Exception):
+    pass
+
+
+def _setup():
+    task = resolve_task("demo_keyword")
+    splits = load_splits(task, k=160, data_seed=111, search_dev_size=32)
+    base, tok = load_backbone(TINY, task, splits)
+    encoded = encode(splits, tok, max_length=24)
+    config = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", targets=("q", "v"), size=4,
+                                            dropout=0.1),), pooling="mean")
+    return task, base, TrainData(encoded.train, encoded.search_dev), config
+
+
+def _trainable(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_a_run_resumed_from_its_last_epoch_ends_as_the_uninterrupted_run(tmp_path):
+    task, base, data, config = _setup()
+    recipe = Recipe(lr=3e-3, epochs=3, batch_size=16, seed=5, length_buckets=4)
+    torch.manual_seed(0)
+    whole = apply_petl(copy.deepcopy(base), config)
+    expected = train(whole, data, task, recipe)
+
+    path = tmp_path / "state.pt"
+
+    def kill_after_one(state):
+        checkpoint.save(state, path)
+        raise Killed
+
+    torch.manual_seed(0)                                     # the same initial LoRA weights
+    killed = apply_petl(copy.deepcopy(base), config)
+    with pytest.raises(Killed):
+        train(killed, data, task, recipe, on_epoch=kill_after_one)
+    torch.manual_seed(999)                                   # a new process: other weights, other draws
+    resumed = apply_petl(copy.deepcopy(base), config)
+    state = checkpoint.load(path)
+    assert state["epoch"] == 1 and state["step"] == len(data.train) // 16 + (len(data.train) % 16 > 0)
+    got = train(resumed, data, task, recipe, resume=state)
+    assert got.steps == expected.steps and got.history == expected.history
+    a, b = _trainable(whole), _trainable(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_a_state_of_another_model_is_refused_before_anything_is_changed():
+    task, base, data, config = _setup()
+    model = apply_petl(copy.deepcopy(base), config)
+    states = []
+    train(model, data, task, Recipe(lr=3e-3, epochs=1, batch_size=16), on_epoch=states.append)
+    other = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", position="attn",
+                                                                           targets=("q",), size=2),)))
+    before = _trainable(other)
+    with pytest.raises(ValueError, match="does not fit"):
+        train(other, data, task, Recipe(lr=3e-3, epochs=2, batch_size=16), resume=states[0])
+    after = _trainable(other)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+def test_saving_is_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = tmp_path / "state.pt"
+    checkpoint.save({"epoch": 1}, path)
+
+    def crash(obj, f):
+        open(f, "wb").write(b"half")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save({"epoch": 2}, path)
+    assert checkpoint.load(path) == {"epoch": 1} and checkpoint.load(tmp_path / "none.pt") is None
