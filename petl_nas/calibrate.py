@@ -18,13 +18,16 @@ fast-learning trials at 3x its rate 81; at 10 epochs the search's pick and LoRA 
 4-epoch pick ended 1.2 points behind the preset. The rule before that ("the same order as the next
 length") chose 1 epoch on SST-2 from an order decided by 0.1 points that then became 11 points.
 What was tried, what it cost and what was chosen is stored on the study (``fidelity_calibration``)
-and printed; a resumed study reuses it. ASHA's first rung is never earlier than the first length
+and printed; a resumed study reuses it. The final-length runs are kept whole (`known_results`):
+when the trials run at the final length, the presets are recorded from them instead of being
+trained a second time. ASHA's first rung is never earlier than the first length
 at which calibration saw every preset learn.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 from .budget import count_parameters
@@ -104,11 +107,11 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     fid = exp.fidelity
     *shorter, longest = ladder(exp.final.epochs)
 
-    def measure(epochs: float) -> dict:
+    def measure(epochs: float, keep: bool = False) -> dict:
         recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
                         evals_per_epoch=0, seed=exp.seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows,
                         length_buckets=fid.length_buckets)
-        scores = {}
+        scores, results = {}, {}
         for name in names:
             config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
             spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=config.to_dict(),
@@ -117,14 +120,16 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             r = run_trial(spec)
             scores[name] = {"score": r["score"], "se": r.get("score_se"),
                             "learned": not did_not_learn(r["score"], r.get("score_se"), baseline)}
+            if keep:
+                results[name] = plain({"spec": spec.to_dict(), "result": {k: v for k, v in r.items() if k != "history"}})
         step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
-                "all_learned": all(s["learned"] for s in scores.values())}
+                "all_learned": all(s["learned"] for s in scores.values()), **({"results": results} if keep else {})}
         printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
                 + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}"
                             for n, s in scores.items()))
         return step
 
-    final = measure(longest)
+    final = measure(longest, keep=True)
     steps, chosen, skipped = [final], None, []
     spent = len(names) * longest                      # preset-epochs trained so far
     if not final["all_learned"]:
@@ -149,6 +154,18 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             "rule": "final", "skipped": skipped, "final_learned": final["all_learned"],
             "first_learned_epochs": learned[0] if learned else None,
             "cost_s": round(time.perf_counter() - start, 1)}
+
+
+def plain(value):
+    """``value`` as JSON stores it (a study attribute must be JSON)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def known_results(record: dict | None) -> list[tuple[dict, dict]]:
+    """(trial spec, result) of every calibration run at the final length: a trial with the same
+    spec (a preset, when the trials run at the final length) is recorded from it, not trained again."""
+    steps = (record or {}).get("steps", [])
+    return [(r["spec"], r["result"]) for s in steps for r in s.get("results", {}).values()]
 
 
 def describe(record: dict) -> str:
@@ -189,4 +206,4 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
     return resolved, record
 
 
-__all__ = ["calibrate", "resolve", "ladder", "calibration_presets", "describe", "settled", "ranks_as", "pays", "CALIBRATION_PRESETS"]
+__all__ = ["calibrate", "resolve", "known_results", "ladder", "calibration_presets", "describe", "settled", "ranks_as", "pays", "CALIBRATION_PRESETS"]

@@ -7,7 +7,9 @@ touch the storage) and record outcomes through `Recorder`:
 - a trial whose loss goes NaN/inf is PRUNED with the reason; any other error is FAIL with the reason
   and its kind (``out of memory``, ``error: ValueError``, ``worker crashed``), and the worker frees
   the failed trial's memory (CUDA cache too) before the next one.
-Each executor stops when the `TrialSource` says the study is full (all workers together).
+Each executor stops when the `TrialSource` says the study is full (all workers together). A
+proposal whose exact trial spec was already trained (``Recorder.known``: calibration's runs at the
+final length) is recorded from that result, marked ``reused``, and not trained again.
 With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their measured memory
 (`petl_nas.packing`).
 """
@@ -15,6 +17,7 @@ With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their m
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
 import socket
@@ -48,6 +51,18 @@ class Recorder:
     intermediate: dict[int, list[float]] = field(default_factory=dict)
     baseline: dict | None = None        # the task's trivial baseline on search-dev (significance.py)
     objectives: tuple = ("score", "params")   # the study's; costs after the first two (costs.py)
+    known: list = field(default_factory=list)  # (trial spec as a dict, result) already trained elsewhere
+    known_as: str = "calibration"               # where they were trained (the trial's ``reused`` attribute)
+
+    def reuse(self, p: Proposal, spec: TrialSpec) -> bool:
+        """Record ``p`` from a known result of the same spec (its number aside); False when none."""
+        key = _plain({**spec.to_dict(), "number": None})
+        for i, (known_spec, result) in enumerate(self.known):
+            if _plain({**known_spec, "number": None}) == key:
+                del self.known[i]
+                self.complete(p, {**result, "reused": self.known_as})
+                return True
+        return False
 
     def result(self, p: Proposal, index: int, score: float) -> None:
         scores = self.intermediate.setdefault(p.number, [])
@@ -110,9 +125,14 @@ class Recorder:
     def _attrs(self, p: Proposal, info: dict) -> None:
         for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "train_step_ms", "latency_ms", "steps",
                     "last_score", "best_score",
-                    "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share"):
+                    "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share", "reused"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
+
+
+def _plain(value):
+    """As JSON stores it: tuples and lists compare equal, as they do once stored on a study."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def _reason(e: BaseException) -> str:
@@ -152,14 +172,24 @@ def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
     return outcome
 
 
+def next_to_train(source: TrialSource, make_spec, recorder: Recorder) -> tuple[Proposal, TrialSpec] | None:
+    """The next proposal that needs training, with its spec (None: the study is full); those whose
+    result is already known are recorded from it on the way."""
+    while (p := source.next()) is not None:
+        spec = make_spec(p)
+        if not recorder.reuse(p, spec):
+            return p, spec
+    return None
+
+
 def run_local(source: TrialSource, n_trials: int, make_spec: Callable[[Proposal], TrialSpec],
               recorder: Recorder, **_) -> None:
     """Run up to ``n_trials`` one after another in this process (no early stopping)."""
     for _ in range(n_trials):
-        p = source.next()
-        if p is None:                                           # the study is full
+        drawn = next_to_train(source, make_spec, recorder)
+        if drawn is None:                                       # the study is full
             return
-        spec = make_spec(p)
+        p, spec = drawn
         metric = resolve_task(spec.task).main_metric
         outcome, info = attempt(spec, report=lambda i, m, last: recorder.result(p, i, m[metric]))
         if outcome == "complete":
@@ -215,15 +245,16 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                 return Searcher.FINISHED
             if packing is not None and packing.must_wait(len(self.live)):
                 return None                                     # asked again once the first trial is measured
-            p = source.next()
-            if p is None:                                       # the study is full
+            drawn = next_to_train(source, make_spec, recorder)
+            if drawn is None:                                   # the study is full
                 self.remaining = 0
                 return Searcher.FINISHED
+            p, spec = drawn
             self.remaining -= 1
             self.live[trial_id] = p
             if packing is None:
-                return {"spec": make_spec(p).to_dict()}
-            return {"spec": make_spec(p).to_dict(), "gpu": packing.fraction}
+                return {"spec": spec.to_dict()}
+            return {"spec": spec.to_dict(), "gpu": packing.fraction}
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             p = self.live.get(trial_id)

@@ -110,18 +110,21 @@ class Progress:
 
     def __init__(self, study, total: int, printer):
         self.study, self.total, self.print = study, total, printer
-        self.start, self.done = time.time(), 0
+        self.start, self.done, self.reused = time.time(), 0, 0
 
     def __call__(self, p, state: str, info: dict) -> None:
         self.done += 1
+        self.reused += bool(info.get("reused"))
         elapsed = time.time() - self.start
-        eta = elapsed / self.done * (self.total - self.done)
+        eta = elapsed / max(1, self.done - self.reused) * (self.total - self.done)
         c = state_counts(self.study)
         what = f"score {info['score']:.4f}" if state == "complete" else info.get("reason", "")
         if state == "complete" and info.get("score_se") is not None:
             what += f" ± {info['score_se']:.4f}"
         if info.get("did_not_learn"):
             what += " (did not learn: within noise of the baseline)"
+        if info.get("reused"):
+            what += f" (the {info['reused']} run of this spec, not trained again)"
         tag = f" [{p.preset}]" if p.preset else ""
         self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
                    f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
@@ -276,7 +279,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                          k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
                          number=p.number, score=exp.fidelity.score)
 
-    recorder = Recorder(source, on_done, baseline=baseline, objectives=exp.objectives)
+    recorder = Recorder(source, on_done, baseline=baseline, objectives=exp.objectives,
+                        known=calibrate.known_results(calibration))
     # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
     learned_at = (calibration or {}).get("first_learned_epochs")
     first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1

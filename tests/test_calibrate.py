@@ -169,3 +169,41 @@ def _config():
     from petl_nas.worker import model_config_for
 
     return model_config_for(TINY, get_task("demo_keyword"))
+
+
+def test_presets_calibrated_at_the_trials_length_are_recorded_from_calibration_not_trained_again(
+        tmp_path, monkeypatch):
+    """When the trials run at the final length, calibration already trained each preset with the
+    trial's exact spec: the preset trials take those results (marked ``reused``), and they equal
+    what training the trials again gives."""
+    import petl_nas.executors as executors
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(calibrate, "pays", lambda *a: False)         # no shorter length: the final one
+    trained = []
+    real = executors.run_trial
+    monkeypatch.setattr(executors, "run_trial", lambda spec, **kw: trained.append(spec) or real(spec, **kw))
+
+    def study_of(name, reuse: bool):
+        if not reuse:
+            monkeypatch.setattr(calibrate, "known_results", lambda record: [])
+        exp = dataclasses.replace(experiment(tmp_path, trials=3), name=name, storage=f"sqlite:///{tmp_path}/{name}.db",
+                                  final=FinalEval(seeds=0, epochs=2, baselines=False))
+        run_search(exp, printer=lambda *a: None)
+        return optuna.load_study(study_name=name, storage=exp.storage_url)
+
+    study = study_of("reused", True)
+    record = study.user_attrs["fidelity_calibration"]
+    assert record["epochs"] == 2 and set(record["presets"]) >= {"lora", "bitfit"}
+    presets = {t.user_attrs["preset"]: t for t in study.trials if t.user_attrs.get("preset")}
+    assert set(presets) == {"lora", "bitfit"} and all(t.state.name == "COMPLETE" for t in presets.values())
+    assert all(t.user_attrs.get("reused") == "calibration" for t in presets.values())
+    final_step = next(s for s in record["steps"] if s["epochs"] == 2)
+    assert {n: t.values[0] for n, t in presets.items()} == {n: final_step["scores"][n]["score"] for n in presets}
+    assert not any(s.config == t.user_attrs["petl_config"] for s in trained for t in presets.values())
+    assert len(trained) == 1                                          # the sampler's one trial: trained
+
+    again = study_of("trained", False)                                # the same study, presets trained again
+    twice = {t.user_attrs["preset"]: t for t in again.trials if t.user_attrs.get("preset")}
+    assert not any(t.user_attrs.get("reused") for t in twice.values())
+    assert {n: t.values[0] for n, t in twice.items()} == {n: t.values[0] for n, t in presets.items()}
