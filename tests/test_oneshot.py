@@ -24,14 +24,15 @@ HEAD = PetlConfig(pooling="mean")
 def _supernet(kind="bert", budget=None):
     model = tiny_model(kind)
     specs = candidates(SearchSpace.load("unified"), model.config, budget)
-    return build_supernet(model, specs, HEAD), specs
+    return build_supernet(model, specs, HEAD, bitfit=True), specs       # unified allows BitFit
 
 
 def _perturb(net, seed=3):
+    """Move every trainable tensor away from its start: PETL weights and BitFit's biases."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in net.model.petl.named_parameters():
-            if not name.endswith(".raw"):
+        for name, p in net.model.named_parameters():
+            if (name.startswith("petl.") and not name.endswith(".raw")) or name.endswith("bias.original"):
                 p.add_(torch.randn(p.shape, generator=g) * 0.3)
 
 
@@ -75,11 +76,29 @@ def apply_head_only(base, kind):
 def test_unit_costs_are_exact_deployable_counts():
     net, specs = _supernet()
     model_config = net.model.config
-    full = count_parameters(model_config, PetlConfig(modules=specs)).deployable
+    full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True)).deployable
     assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) == full
     for u in net.units:
         u.gate.set_log_alpha(30.0)                                   # every gate surely open
     assert float(net.expected_count().detach()) == pytest.approx(full, rel=1e-6)
+
+
+def test_the_bitfit_unit_is_every_bias_and_derives_to_bitfit():
+    from petl_nas.oneshot.supernet import BITFIT, allows_bitfit, bitfit_cost
+
+    net, _ = _supernet()
+    model_config = net.model.config
+    biases = count_parameters(model_config, PetlConfig(bitfit=True, pooling="mean")).deployable
+    assert bitfit_cost(model_config, HEAD) == biases > 0
+    (unit,) = [u for u in net.units if u.candidate == BITFIT]
+    for u in net.units:
+        u.gate.set_log_alpha(30.0 if u is unit else -30.0)          # only the biases open
+    config, n = derive(net, model_config, biases, HEAD, min_open=0.5)
+    assert config.bitfit and not config.modules and n == biases
+    config, n = derive(net, model_config, biases - 1, HEAD, min_open=0.5)   # they do not fit: nothing
+    assert not config.bitfit and n == 0
+    assert not allows_bitfit(SearchSpace.load("small"), model_config, None)           # bitfit: false there
+    assert not allows_bitfit(SearchSpace.load("unified"), model_config, biases - 1, HEAD)
 
 
 def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():
@@ -244,9 +263,10 @@ def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninter
     from petl_nas.oneshot.run import SupernetSpec, run_supernet
 
     spec = SupernetSpec(backbone=TINY, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
-                        space="small", budget=3000, rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, init_open=0.9,
+                        space="unified", budget=3000, rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, init_open=0.9,
                         batch_size=16, max_length=24, length_buckets=4, seed=0)
     whole = run_supernet(spec, device="cpu")
+    assert whole["bitfit"]                                        # unified allows it: biases trained, gated
     path = tmp_path / "oneshot-0.pt"
     real = checkpoint.save
 

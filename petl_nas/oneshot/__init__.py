@@ -9,10 +9,10 @@ open, as a plain `PetlConfig` whose exact count `budget.py` checks; a study trai
 like any trial. `run.py` makes one run a job for whichever process takes it (a Ray Tune trial with
 the Ray executor, on a GPU where the cluster has one); `propose.py` puts its proposals in the study.
 
-What the supernet holds (first version): LoRA on every attention and FFN weight the space allows
-and a parallel adapter at each position the space allows adapters, on every layer, at the largest
-size that alone fits the budget. Prefixes, Compacter, BitFit and UniPELT's input gates are not
-candidates yet.
+What the supernet holds: LoRA on every attention and FFN weight the space allows and a parallel
+adapter at each position the space allows adapters, on every layer, at the largest size that alone
+fits the budget; and BitFit (every backbone bias, one gate) where the space allows it and the
+biases fit. Prefixes, Compacter and UniPELT's input gates are not candidates yet.
 """
 
 from .derive import derive, ladder

@@ -1,6 +1,6 @@
 """Reading configurations off a trained supernet, one per budget, each an exact count.
 
-For a budget, the components (LoRA rank rows, adapter units) are taken most-likely-open first
+For a budget, the components (LoRA rank rows, adapter units, BitFit's biases) are taken most-likely-open first
 while the deployable count stays within the budget (S3Delta's greedy hard selection, with our exact
 per-unit costs); the order, not a threshold, decides: a short supernet run may leave every gate's
 chance low while still ranking them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the units
@@ -18,6 +18,7 @@ import torch
 
 from ..budget import count_parameters
 from ..config import ModuleSpec, PetlConfig
+from .supernet import BITFIT
 
 
 def ladder(low: int, high: int, n: int = 10) -> list[int]:
@@ -43,7 +44,8 @@ def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_o
         if total + cost <= budget:
             kept[i] += 1
             total += cost
-    config = dataclasses.replace(head or PetlConfig(), modules=_modules(net, kept))
+    bitfit = any(net.units[i].candidate == BITFIT and k for i, k in kept.items())
+    config = dataclasses.replace(head or PetlConfig(), modules=_modules(net, kept), bitfit=bitfit)
     exact = count_parameters(model_config, config, num_labels=num_labels).deployable
     if exact != total:
         raise RuntimeError(f"derived count {total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
@@ -53,9 +55,9 @@ def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_o
 def _modules(net, kept: dict[int, int]) -> tuple[ModuleSpec, ...]:
     layers_by = defaultdict(list)                 # (candidate, target, size) -> layers
     for i, k in kept.items():
-        if k == 0:
-            continue
         u = net.units[i]
+        if k == 0 or u.candidate == BITFIT:
+            continue
         layers_by[(u.candidate, u.target, k)].append(u.layer)
     out = []
     for (c, target, k), layers in sorted(layers_by.items(), key=lambda x: (x[0][0], x[0][1] or "", x[0][2])):

@@ -61,7 +61,7 @@ def propose(study, exp, budget: int, lock) -> list[str]:
     else:
         result = run_supernet(spec)
     proposed = result["proposed"]
-    record = {"run": run, "candidates": result["candidates"], "lr": o.lr, "gate_lr": o.gate_lr,
+    record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"], "lr": o.lr, "gate_lr": o.gate_lr,
               "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],

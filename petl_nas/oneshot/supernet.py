@@ -3,8 +3,10 @@
 `build_supernet` applies, with the ordinary injection code, one PetlConfig holding the candidates
 (`candidates`), then puts a `HardConcrete` gate on each unit through torch parametrizations: a LoRA
 module's rank rows of A, an adapter's bottleneck rows of W_down and b_down (and its b_up, which
-exists while any unit of that adapter is open). A gate at 0 removes its unit exactly, so a
-supernet with every gate closed computes what the backbone computes.
+exists while any unit of that adapter is open), and, where the space allows BitFit, one gate over
+every bias of the backbone (each bias is its pretrained value plus the gate times its change: the
+configuration can only say BitFit or not). A gate at 0 removes its unit exactly, so a supernet
+with every gate closed computes what the backbone computes.
 
 `Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
 unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
@@ -22,6 +24,7 @@ from torch.nn.utils import parametrize
 
 from ..budget import count_parameters
 from ..config import ModuleSpec, PetlConfig
+from ..head import pooler_parameters
 from ..inject import apply_petl
 from ..modules.adapter import Bottleneck
 from ..modules.lora import LoRA
@@ -29,6 +32,7 @@ from .gates import HardConcrete
 
 GATES = "oneshot_gates"
 LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
+BITFIT = -1                                      # the candidate index of the BitFit unit (not a ModuleSpec)
 
 
 class _Rows(nn.Module):
@@ -54,13 +58,25 @@ class _AnyOpen(nn.Module):
         return b * self.gate[0].z().max().to(b.dtype)
 
 
+class _FromStart(nn.Module):
+    """A BitFit bias: its pretrained value plus the gate times what training changed (the start when shut)."""
+
+    def __init__(self, gate: HardConcrete, start: torch.Tensor):
+        super().__init__()
+        self.gate = [gate]
+        self.register_buffer("start", start.detach().clone())
+
+    def forward(self, b: torch.Tensor) -> torch.Tensor:
+        return self.start + self.gate[0].z().to(b.dtype) * (b - self.start)
+
+
 @dataclass
 class Unit:
     """The gates of one module instance: which candidate, layer and target, and what a unit costs."""
 
-    candidate: int                # index into the supernet's candidate specs
-    layer: int
-    target: str | None            # LoRA: q, v, ffn_in, ...; adapter: None
+    candidate: int                # index into the supernet's candidate specs (BITFIT: the biases)
+    layer: int                    # -1 for BitFit (every layer)
+    target: str | None            # LoRA: q, v, ffn_in, ...; adapter: None; "bitfit"
     gate: HardConcrete
     unit_cost: int                # deployable parameters per open unit
     fixed_cost: int = 0           # parameters the module has while any unit is open (an adapter's b_up)
@@ -70,6 +86,7 @@ class Unit:
 class Supernet:
     model: nn.Module
     specs: tuple[ModuleSpec, ...]
+    bitfit: bool = False          # has a BitFit unit
     units: list[Unit] = field(default_factory=list)
     multiplier: float = 0.0       # the Lagrange multiplier of the count constraint
 
@@ -118,6 +135,22 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
     return tuple(specs)
 
 
+def allows_bitfit(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
+    """Does the space allow BitFit, and do the biases alone fit ``budget``?"""
+    d = space.globals.get("bitfit")
+    if d is None or not (True in d.choices if d.choices else bool(d.value)):
+        return False
+    return budget is None or bitfit_cost(model_config, head) <= budget
+
+
+def bitfit_cost(model_config, head: PetlConfig | None = None) -> int:
+    """The deployable parameters BitFit adds (every bias of the backbone), as budget.py counts them."""
+    head = head or PetlConfig()
+    with_biases = dataclasses.replace(head, modules=(), bitfit=True)
+    return (count_parameters(model_config, with_biases).deployable
+            - count_parameters(model_config, dataclasses.replace(with_biases, bitfit=False)).deployable)
+
+
 def _largest(space, site: str, dim: str) -> int:
     for slot in space.slots:
         if slot.site == site and dim in slot.dims:
@@ -132,14 +165,21 @@ def _one_layer_count(model_config, spec: ModuleSpec) -> int:
 
 
 def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlConfig | None = None,
-                   init_open: float = 0.9, gate_speed: float = 1.0) -> Supernet:
+                   init_open: float = 0.9, gate_speed: float = 1.0, bitfit: bool = False) -> Supernet:
     """Apply ``specs`` (and ``head``'s head options) to ``model`` in place and gate every unit;
-    ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`)."""
-    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs))
+    ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`);
+    ``bitfit``: add one gated unit for every bias of the backbone."""
+    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs), bitfit=bitfit)
     apply_petl(model, config)
     gates = nn.ModuleList()
     model.petl.add_module(GATES, gates)
-    net = Supernet(model, tuple(specs))
+    net = Supernet(model, tuple(specs), bitfit=bitfit)
+    if bitfit:
+        gate = HardConcrete(1, init_open, gate_speed)
+        for module, start in _backbone_biases(model):
+            parametrize.register_parametrization(module, "bias", _FromStart(gate, start))
+        net.units.append(Unit(BITFIT, -1, "bitfit", gate, bitfit_cost(model.config, config)))
+        gates.append(gate)
     for i, group in enumerate(model.petl.groups.values()):
         for key, module in _instances(group):
             layer, _, target = key.partition("_")
@@ -165,6 +205,18 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
     return net
 
 
+def _backbone_biases(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
+    """(module, pretrained value) of every bias BitFit trains: the backbone's, not PETL's or the head's."""
+    petl = {id(p) for p in model.petl.parameters()}
+    pooler = {id(p) for p in pooler_parameters(model, model.petl.pooling)}
+    out = []
+    for module in model.base_model.modules():
+        b = module._parameters.get("bias") if hasattr(module, "_parameters") else None
+        if b is not None and b.requires_grad and id(b) not in petl | pooler:
+            out.append((module, b.detach().clone()))
+    return out
+
+
 def _instances(group: nn.Module):
     """(key, module) of a group's per-layer modules (one block: ``'3'``, ``'3_q'``; several: nested)."""
     for key, module in group.items():
@@ -174,4 +226,4 @@ def _instances(group: nn.Module):
             yield from _instances(module)
 
 
-__all__ = ["Supernet", "Unit", "build_supernet", "candidates", "GATES"]
+__all__ = ["Supernet", "Unit", "build_supernet", "candidates", "allows_bitfit", "bitfit_cost", "GATES", "BITFIT"]
