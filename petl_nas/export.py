@@ -4,8 +4,10 @@ A record (YAML) holds everything `petl-nas train` needs and where it came from: 
 backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
 study, trial, metric ± std, petl-nas version, space hash).
 
-Choice rules (`choose`): candidates are the front's members at or under the budget, ranked by
-their search score (measured on the search-dev split carved from the training data). The held-out
+Choice rules (`choose`): candidates are the front's members at or under the budget, and the
+trials `final.confirm` re-scored over extra seeds (on the front or not, as the search's own pick),
+ranked by their search score (measured on the search-dev split carved from the training data; the
+mean over seeds where confirmed). The held-out
 test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
 ``best`` takes the highest search score, ties to fewer parameters; ``smallest-within=X`` takes
@@ -31,7 +33,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
-from .confirm import mean_score
+from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
 from .inject import atomic_write
 
@@ -63,8 +65,9 @@ def _final(study: optuna.Study, t: FrozenTrial) -> dict:
 
 
 def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float]]:
-    """(trial, search score) for the front members within ``budget``: the mean over seeds where
-    ``final.confirm`` re-scored the trial (`petl_nas.confirm`). Test-split scores play no part."""
+    """(trial, search score) for the front members within ``budget``, and the trials ``final.confirm``
+    re-scored (`petl_nas.confirm`): the mean over seeds where it re-scored them. Test-split scores
+    play no part."""
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if not complete:
         raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
@@ -76,7 +79,12 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
         smallest = min(t.values[1] for t in study.best_trials)
         raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
                           f"(the smallest has {int(smallest):,} deployable parameters)")
-    return [(t, mean_score(study, t)) for t in front]
+    # A trial final.confirm re-scored is a candidate even off the front: the search's own pick is the
+    # best confirmed mean wherever it lies, and export must not disagree with it.
+    seen = {t.number for t in front}
+    confirmed = [t for t in complete if t.number not in seen and CONFIRMED + str(t.number) in study.user_attrs
+                 and (budget is None or t.values[1] <= budget)]
+    return [(t, mean_score(study, t)) for t in front + confirmed]
 
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -> FrozenTrial:

@@ -47,10 +47,27 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert study.user_attrs[f"confirm:{first.number}"] == [first.values[0], 0.0, 0.0]
     assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
     assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
-    assert choose(study).number != first.number                 # export reads the confirmed mean too
+    assert choose(study).number == second.number                # export reads the confirmed mean too
     n = len(calls)
     run_search(confirmed, printer=lambda *a: None)              # resumed: nothing confirmed twice
     assert len(calls) == n
+
+
+def test_export_chooses_a_confirmed_trial_off_the_front():
+    """Confirmation may prefer a trial its single score put off the front; export follows it."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for score, params in ((0.9, 100.0), (0.8, 200.0), (0.7, 50.0)):
+        study.add_trial(create_trial(values=[score, params], params={"x": 0.5},
+                                     distributions={"x": FloatDistribution(0, 1)}))
+    lucky, steady, small = study.trials
+    assert steady.number not in {t.number for t in study.best_trials}    # dominated by the lucky draw
+    study.set_user_attr(f"confirm:{lucky.number}", [0.9, 0.5, 0.5])
+    study.set_user_attr(f"confirm:{steady.number}", [0.8, 0.85, 0.83])
+    assert choose(study).number == steady.number
+    assert choose(study, budget=150).number == small.number   # the steady one is over it; the lucky one's mean 0.63
 
 
 def test_confirm_in_files():
