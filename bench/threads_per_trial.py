@@ -28,9 +28,8 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from preset_trials import add_arguments, emit, preset_jobs, run_job
 
 
 def _init_worker(threads: int) -> None:
@@ -39,42 +38,17 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run(job: dict) -> dict:
-    from petl_nas.worker import TrialSpec, run_trial
-
-    start = time.perf_counter()
-    r = run_trial(TrialSpec(**job["spec"]))
-    return {"config": job["config"], "seed": job["seed"], "score": r["score"], "se": r.get("score_se"),
-            "wall_s": time.perf_counter() - start, "train_s": r["train_s"], "setup_s": r["setup_s"],
-            "step_ms": r["train_step_ms"], "pid": os.getpid()}
-
-
 def jobs(args) -> list[dict]:
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import preset_in_space
-    from petl_nas.tasks import get_task
-    from petl_nas.worker import model_config_for
-
-    task = get_task(args.task)
-    model_config = model_config_for(args.model, task)
-    space = SearchSpace.load("unified")
-    out = []
-    for name in args.configs.split(","):
-        config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)
-        for seed in range(args.seeds):
-            recipe = {"lr": lr, "epochs": args.epochs, "batch_size": args.batch_size, "max_length": args.max_length,
-                      "seed": seed, "evals_per_epoch": 0, "length_buckets": args.length_buckets}
-            spec = {"backbone": args.model, "task": args.task, "config": config.to_dict(), "recipe": recipe,
-                    "data_dir": args.data_dir, "k": args.k, "data_seed": 111, "search_dev": args.search_dev}
-            out.append({"config": name, "seed": seed, "spec": spec})
-    return out
+    return [{**job, "spec": {**job["spec"], "recipe": {**job["spec"]["recipe"], "evals_per_epoch": 0,
+                                                       "length_buckets": args.length_buckets}}}
+            for job in preset_jobs(args)]
 
 
 def run_layout(todo: list[dict], workers: int, threads: int) -> tuple[list[dict], float]:
     start = time.perf_counter()
     with mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(threads,)) as pool:
         results = []
-        for r in pool.imap_unordered(_run, todo):
+        for r in pool.imap_unordered(run_job, todo):
             results.append(r)
             print(f"  {workers} x {threads} thread(s): {r['config']:<18} seed {r['seed']} score {r['score']:.4f}, "
                   f"{r['wall_s'] / 60:.2f} min ({len(results)}/{len(todo)})", flush=True)
@@ -110,19 +84,9 @@ def table(layouts: dict, args) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="sst2")
-    p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--configs", default="lora,compacter_pp,parallel_adapter,bitfit")
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--k", type=int, default=1000)
-    p.add_argument("--epochs", type=float, default=4)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int, default=64)
+    add_arguments(p, epochs=4, seeds=1)
     p.add_argument("--length-buckets", type=int, default=16)
-    p.add_argument("--search-dev", type=int, default=1000)
     p.add_argument("--cores", type=int, default=os.cpu_count() or 2)
-    p.add_argument("--out", help="also write the table to this markdown file")
     args = p.parse_args(argv)
 
     todo = jobs(args)
@@ -131,10 +95,7 @@ def main(argv=None) -> int:
                                    (f"1 trial x {args.cores} threads", 1, args.cores)):
         print(name, flush=True)
         layouts[name] = run_layout(todo, workers, threads)
-    text = table(layouts, args)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(table(layouts, args), args.out)
     return 0
 
 

@@ -29,9 +29,9 @@ import datetime
 import multiprocessing as mp
 import statistics
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from preset_trials import add_arguments, emit, preset_jobs, run_job
+
 PATHS = {"old": {"evals_per_epoch": 1, "length_buckets": 0},
          "new": {"evals_per_epoch": 0, "length_buckets": 16}}
 
@@ -42,35 +42,12 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _run(job: dict) -> dict:
-    from petl_nas.worker import TrialSpec, run_trial
-
-    start = time.perf_counter()
-    r = run_trial(TrialSpec(**job["spec"]))
-    return {**{k: job[k] for k in ("config", "seed", "path")}, "score": r["score"], "se": r.get("score_se"),
-            "wall_s": time.perf_counter() - start, "train_s": r["train_s"], "setup_s": r["setup_s"],
-            "evals": len(r["history"]), "steps": r["steps"]}
-
-
 def jobs(args) -> list[dict]:
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import preset_in_space
-    from petl_nas.tasks import get_task
-    from petl_nas.worker import model_config_for
-
-    task = get_task(args.task)
-    model_config = model_config_for(args.model, task)
-    space = SearchSpace.load("unified")
     out = []
-    for name in args.configs.split(","):
-        config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)
-        for seed in range(args.seeds):
-            for path in (("old", "new") if seed % 2 == 0 else ("new", "old")):      # neither always first
-                recipe = {"lr": lr, "epochs": args.epochs, "batch_size": args.batch_size,
-                          "max_length": args.max_length, "seed": seed, **PATHS[path]}
-                spec = {"backbone": args.model, "task": args.task, "config": config.to_dict(), "recipe": recipe,
-                        "data_dir": args.data_dir, "k": args.k, "data_seed": 111, "search_dev": args.search_dev}
-                out.append({"config": name, "seed": seed, "path": path, "spec": spec})
+    for job in preset_jobs(args):
+        for path in (("old", "new") if job["seed"] % 2 == 0 else ("new", "old")):      # neither always first
+            spec = {**job["spec"], "recipe": {**job["spec"]["recipe"], **PATHS[path]}}
+            out.append({**job, "path": path, "spec": spec})
     return out
 
 
@@ -110,32 +87,19 @@ def table(results: list[dict], args, wall: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="sst2")
-    p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--configs", default="lora,compacter_pp,parallel_adapter,bitfit")
-    p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--k", type=int, default=1000)
-    p.add_argument("--epochs", type=float, default=10)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int, default=64)
-    p.add_argument("--search-dev", type=int, default=1000)
+    add_arguments(p, epochs=10, seeds=2)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", help="also write the table to this markdown file")
     args = p.parse_args(argv)
 
     todo = jobs(args)
     start = time.perf_counter()
     with mp.get_context("spawn").Pool(args.workers, initializer=_init_worker, maxtasksperchild=None) as pool:
         results = []
-        for r in pool.imap_unordered(_run, todo):
+        for r in pool.imap_unordered(run_job, todo):
             results.append(r)
             print(f"{r['config']:<18} seed {r['seed']} {r['path']}: score {r['score']:.4f}, "
                   f"{r['wall_s'] / 60:.2f} min ({len(results)}/{len(todo)})", flush=True)
-    text = table(results, args, {"total": time.perf_counter() - start})
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit(table(results, args, {"total": time.perf_counter() - start}), args.out)
     return 0
 
 

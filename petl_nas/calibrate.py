@@ -27,12 +27,12 @@ at which calibration saw every preset learn.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 
 from .budget import count_parameters
 from .presets import preset
 from .significance import clearly_better, did_not_learn
+from .storage import as_stored
 from .study import preset_in_space
 from .train import Recipe
 from .worker import TrialSpec, run_trial
@@ -121,7 +121,7 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             scores[name] = {"score": r["score"], "se": r.get("score_se"),
                             "learned": not did_not_learn(r["score"], r.get("score_se"), baseline)}
             if keep:
-                results[name] = plain({"spec": spec.to_dict(), "result": {k: v for k, v in r.items() if k != "history"}})
+                results[name] = as_stored({"spec": spec.to_dict(), "result": {k: v for k, v in r.items() if k != "history"}})
         step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
                 "all_learned": all(s["learned"] for s in scores.values()), **({"results": results} if keep else {})}
         printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
@@ -156,16 +156,12 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             "cost_s": round(time.perf_counter() - start, 1)}
 
 
-def plain(value):
-    """``value`` as JSON stores it (a study attribute must be JSON)."""
-    return json.loads(json.dumps(value, default=str))
-
-
 def known_results(record: dict | None) -> list[tuple[dict, dict]]:
     """(trial spec, result) of every calibration run at the final length: a trial with the same
-    spec (a preset, when the trials run at the final length) is recorded from it, not trained again."""
+    spec (a preset, when the trials run at the final length) is recorded from it, not trained
+    again, and marked ``reused: calibration``."""
     steps = (record or {}).get("steps", [])
-    return [(r["spec"], r["result"]) for s in steps for r in s.get("results", {}).values()]
+    return [(r["spec"], {**r["result"], "reused": "calibration"}) for s in steps for r in s.get("results", {}).values()]
 
 
 def describe(record: dict) -> str:

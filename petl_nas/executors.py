@@ -17,7 +17,6 @@ With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their m
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import socket
@@ -32,6 +31,7 @@ from .config import ConfigError
 from .costs import cost_values
 from .packing import GpuPacking
 from .significance import Z, did_not_learn
+from .storage import as_stored
 from .study import Proposal, TrialSource
 from .tasks import resolve_task
 from .train import NonFiniteLoss
@@ -51,16 +51,15 @@ class Recorder:
     intermediate: dict[int, list[float]] = field(default_factory=dict)
     baseline: dict | None = None        # the task's trivial baseline on search-dev (significance.py)
     objectives: tuple = ("score", "params")   # the study's; costs after the first two (costs.py)
-    known: list = field(default_factory=list)  # (trial spec as a dict, result) already trained elsewhere
-    known_as: str = "calibration"               # where they were trained (the trial's ``reused`` attribute)
+    known: list = field(default_factory=list)  # (trial spec as stored, result) already trained elsewhere
 
     def reuse(self, p: Proposal, spec: TrialSpec) -> bool:
         """Record ``p`` from a known result of the same spec (its number aside); False when none."""
-        key = _plain({**spec.to_dict(), "number": None})
+        key = as_stored({**spec.to_dict(), "number": None})
         for i, (known_spec, result) in enumerate(self.known):
-            if _plain({**known_spec, "number": None}) == key:
+            if {**known_spec, "number": None} == key:
                 del self.known[i]
-                self.complete(p, {**result, "reused": self.known_as})
+                self.complete(p, result)
                 return True
         return False
 
@@ -128,11 +127,6 @@ class Recorder:
                     "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share", "reused"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
-
-
-def _plain(value):
-    """As JSON stores it: tuples and lists compare equal, as they do once stored on a study."""
-    return json.loads(json.dumps(value, default=str))
 
 
 def _reason(e: BaseException) -> str:

@@ -13,6 +13,8 @@
   `fail_stale` marks FAIL the RUNNING trials whose heartbeat is older than the grace period (their
   process died), and the storage's callback enqueues each one again, at most ``retries`` times.
 
+- `as_stored` gives a value as a study attribute holds it (a JSON round trip: tuples become lists).
+
 Example:
     >>> storage = open_storage("sqlite:///runs/demo/study.db", heartbeat_interval=20, grace_period=60)  # doctest: +SKIP
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import sqlite3
 import threading
@@ -305,5 +308,10 @@ def _trials_without_heartbeat(rdb, study_id: int) -> list[int]:
         return []
 
 
-__all__ = ["open_storage", "redact", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+def as_stored(value):
+    """``value`` as a study attribute holds it: through JSON (tuples become lists; others as text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+__all__ = ["as_stored", "open_storage", "redact", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
            "SQLITE_BUSY_TIMEOUT_S"]

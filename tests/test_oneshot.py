@@ -228,6 +228,19 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     assert proposals and all(t.user_attrs["recipe"]["lr"] == 3e-3 and "lr" not in t.params for t in proposals)
 
 
+def _killed_after_first_save(monkeypatch):
+    """The process dies right after the first epoch's state is saved; returns the real `save`."""
+    from petl_nas import checkpoint
+
+    real = checkpoint.save
+
+    def save_then_die(state, where):
+        real(state, where)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(checkpoint, "save", save_then_die)
+    return real
+
+
 def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoch(tmp_path, monkeypatch):
     import optuna
 
@@ -236,12 +249,7 @@ def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoc
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=3)             # a 2-epoch supernet
-    real = checkpoint.save
-
-    def save_then_die(state, where):
-        real(state, where)
-        raise KeyboardInterrupt
-    monkeypatch.setattr(checkpoint, "save", save_then_die)
+    real = _killed_after_first_save(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
@@ -268,12 +276,7 @@ def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninter
     whole = run_supernet(spec, device="cpu")
     assert whole["bitfit"]                                        # unified allows it: biases trained, gated
     path = tmp_path / "oneshot-0.pt"
-    real = checkpoint.save
-
-    def save_then_die(state, where):
-        real(state, where)
-        raise KeyboardInterrupt
-    monkeypatch.setattr(checkpoint, "save", save_then_die)
+    real = _killed_after_first_save(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_supernet({**spec.to_dict(), "checkpoint": str(path)}, device="cpu")
     monkeypatch.setattr(checkpoint, "save", real)

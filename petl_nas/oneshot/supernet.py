@@ -211,7 +211,7 @@ def _backbone_biases(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
     pooler = {id(p) for p in pooler_parameters(model, model.petl.pooling)}
     out = []
     for module in model.base_model.modules():
-        b = module._parameters.get("bias") if hasattr(module, "_parameters") else None
+        b = dict(module.named_parameters(recurse=False)).get("bias")
         if b is not None and b.requires_grad and id(b) not in petl | pooler:
             out.append((module, b.detach().clone()))
     return out
