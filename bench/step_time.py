@@ -5,15 +5,20 @@ Owns one measurement: ms per training step (forward + cross-entropy loss + backw
 (only the head trainable, gradients still flowing down to the embeddings). The protocol matches
 the anchors' "Speed" section in shared/research/anchor-results.md: a randomly initialised
 BERT-base-sized BertForSequenceClassification, batch 8 x 128 random token ids, fp32, 2 threads,
-median of 20 timed steps after 5 warm-up steps. Every row builds a fresh model from the same seed
+median of 20 timed steps after 5 warm-up steps (``--batch`` and ``--steps`` change them: the GPU
+figures of issue 17 are batch 32 x 128, median of 50 after 10). Every row builds a fresh model from the same seed
 and makes the word-embedding output require grad, so every method backpropagates the whole stack.
 PEFT rows use the same sizes as the petl-nas preset they sit under (lora, lora_ffn, prefix,
-prompt_tuning). When CUDA is available the table is repeated on the GPU under bf16 autocast.
+prompt_tuning). When CUDA is available the table is repeated on the GPU under bf16 autocast
+(``--device`` picks one). On a GPU, wall time per step is bound by the host (Python and kernel
+launches) and drifts between runs, so each GPU row also profiles one step: the CUDA kernels it
+launches and the time the GPU spent in them, the steadier figure.
 
 Run (the full table takes ~20 minutes on 2 cores; --tiny is a smoke run of a few seconds):
 
     HF_HUB_OFFLINE=1 python bench/step_time.py [--steps 20] [--warmup 5] [--only lora,prefix]
                                                [--tiny] [--out results.md]
+    python bench/step_time.py --device cuda --batch 32 --steps 50 --warmup 10   # the GPU table
 
 ``--only`` selects methods by name (a preset name also selects its PEFT row); the floor always runs.
 Each row also counts one step's FLOPs (matmuls and attention, forward and backward): "FLOPs ×
@@ -40,7 +45,7 @@ from petl_nas import apply_petl, preset, preset_names
 from petl_nas.train import adamw
 
 SEED = 0
-BATCH, SEQ_LEN = 8, 128
+SEQ_LEN = 128
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 
 
@@ -51,6 +56,8 @@ class Row:
     trainable: int | None = None
     ms: float | None = None
     flops: float | None = None
+    kernels: int | None = None        # CUDA kernels launched by one step
+    gpu_ms: float | None = None       # time the GPU spent in them
     error: str | None = None
 
 
@@ -148,8 +155,9 @@ def _count_cpu_attention() -> None:
 _count_cpu_attention()
 
 
-def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int) -> tuple[float, float]:
-    """(median ms of ``steps`` training steps after ``warmup`` untimed ones, FLOPs of one step).
+def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int) -> dict:
+    """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
+    step (``flops``) and, on CUDA, one profiled step's kernel count and GPU time (`profile_step`).
 
     FLOPs are counted by `torch.utils.flop_counter.FlopCounterMode` over the matmuls and attention
     of one step, forward and backward: the arithmetic a method cannot avoid, so "FLOPs × floor" is
@@ -159,8 +167,8 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
 
     model.to(device).train()
     gen = torch.Generator().manual_seed(SEED)
-    input_ids = torch.randint(0, vocab, (BATCH, SEQ_LEN), generator=gen).to(device)
-    labels = torch.randint(0, 2, (BATCH,), generator=gen).to(device)
+    input_ids = torch.randint(0, vocab, (batch, SEQ_LEN), generator=gen).to(device)
+    labels = torch.randint(0, 2, (batch,), generator=gen).to(device)
     mask = torch.ones_like(input_ids)
     opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
     cuda = device == "cuda"
@@ -188,10 +196,25 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
             torch.cuda.synchronize()
         if i >= warmup:
             times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times), flops
+    out = {"ms": statistics.median(times), "flops": flops}
+    if cuda:
+        out.update(profile_step(step))
+    return out
 
 
-def run_table(config, device, steps, warmup, only) -> list[Row]:
+def profile_step(step: Callable[[], None]) -> dict:
+    """One step under `torch.profiler`: how many CUDA kernels it launched and the GPU time in them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"kernels": len(kernels), "gpu_ms": sum(e.device_time for e in kernels) / 1000}
+
+
+def run_table(config, device, steps, warmup, only, batch) -> list[Row]:
     rows = []
     for method, library, build in methods():
         if only and method != "frozen floor" and method not in only:
@@ -200,14 +223,16 @@ def run_table(config, device, steps, warmup, only) -> list[Row]:
         try:
             model = build(config)
             row.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            row.ms, row.flops = time_steps(model, device, steps, warmup, config.vocab_size)
+            for key, value in time_steps(model, device, steps, warmup, config.vocab_size, batch).items():
+                setattr(row, key, value)
         except Exception as e:  # a failing method is reported in the table, not fatal
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
         finally:
             model = None
             if device == "cuda":
                 torch.cuda.empty_cache()
-        print(f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms" if row.ms else f"FAILED {row.error}"),
+        gpu = f"  {row.kernels:5d} kernels, GPU {row.gpu_ms:6.1f} ms" if row.kernels is not None else ""
+        print(f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms{gpu}" if row.ms else f"FAILED {row.error}"),
               flush=True)
         rows.append(row)
     return rows
@@ -222,16 +247,23 @@ def machine() -> str:
 
 def markdown(rows: list[Row], title: str) -> str:
     base = next((r for r in rows if r.method == "frozen floor" and r.ms), None)
+    profiled = any(r.kernels is not None for r in rows)
+    extra = " | CUDA kernels per step | GPU ms per step | GPU time × floor" if profiled else ""
     lines = [f"### {title}", "", "| method | library | trainable params (PETL + head) | ms/step (median) | × floor "
-             "| FLOPs × floor |", "|---|---|---:|---:|---:|---:|"]
+             f"| FLOPs × floor{extra} |", "|---|---|---:|---:|---:|---:" + ("|---:|---:|---:" if profiled else "") + "|"]
     for r in rows:
         params = f"{r.trainable:,}" if r.trainable is not None else "-"
         if r.ms is None:
-            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | - |")
-        else:
-            ratio = f"{r.ms / base.ms:.2f}" if base else "-"
-            flops = f"{r.flops / base.flops:.3f}" if base and base.flops and r.flops else "-"
-            lines.append(f"| {r.method} | {r.library} | {params} | {r.ms:.1f} | {ratio} | {flops} |")
+            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | -" + (" | - | - | -" if profiled else "") + " |")
+            continue
+        ratio = f"{r.ms / base.ms:.2f}" if base else "-"
+        flops = f"{r.flops / base.flops:.3f}" if base and base.flops and r.flops else "-"
+        cells = [r.method, r.library, params, f"{r.ms:.1f}", ratio, flops]
+        if profiled:
+            gpu_ratio = f"{r.gpu_ms / base.gpu_ms:.2f}" if base and base.gpu_ms and r.gpu_ms else "-"
+            cells += [f"{r.kernels:,}" if r.kernels is not None else "-",
+                      f"{r.gpu_ms:.2f}" if r.gpu_ms is not None else "-", gpu_ratio]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -242,7 +274,12 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="small BERT for a quick smoke run")
     ap.add_argument("--only", help="comma-separated method names (the floor always runs)")
     ap.add_argument("--out", help="also write the markdown tables to this path")
+    ap.add_argument("--batch", type=int, default=8, help="rows per step (default 8; 32 for the GPU table)")
+    ap.add_argument("--device", choices=["all", "cpu", "cuda"], default="all",
+                    help="all: the CPU table, then the GPU table when CUDA is available")
     args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device is visible to torch")
     steps = args.steps or (5 if args.tiny else 20)
     warmup = args.warmup if args.warmup is not None else (2 if args.tiny else 5)
     only = set(args.only.split(",")) if args.only else None
@@ -251,17 +288,17 @@ def main(argv=None):
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # raised inside PEFT
     size = "tiny BERT (d=64, 2 layers)" if args.tiny else "BERT-base size (d=768, 12 layers)"
-    header = (f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {BATCH} x {SEQ_LEN} tokens, "
+    header = (f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {args.batch} x {SEQ_LEN} tokens, "
               f"median of {steps} steps after {warmup} warm-up; one step = forward + CE loss + backward "
               f"+ AdamW + zero_grad; embedding output requires grad in every row.")
     print(header, flush=True)
     tables = []
-    devices = [("cpu", "CPU, fp32, 2 threads")]
-    if torch.cuda.is_available():
+    devices = [("cpu", "CPU, fp32, 2 threads")] if args.device in ("all", "cpu") else []
+    if args.device in ("all", "cuda") and torch.cuda.is_available():
         devices.append(("cuda", f"GPU ({torch.cuda.get_device_name()}), bf16 autocast"))
     for device, title in devices:
         print(f"\n{title}:", flush=True)
-        tables.append(markdown(run_table(config, device, steps, warmup, only), title))
+        tables.append(markdown(run_table(config, device, steps, warmup, only, args.batch), title))
     report = header + "\n\n" + "\n\n".join(tables) + "\n"
     print("\n" + "\n\n".join(tables))
     if args.out:
