@@ -24,11 +24,11 @@ import datetime
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
+
+from search_runs import run_search
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "bench" / "gpu_packing.yaml"
@@ -81,32 +81,14 @@ class GpuSampler:
 
 
 def run_layout(label: str, gpus: str, trials: int, args, work: Path) -> dict:
-    """One search with ``--gpus-per-trial gpus``; what it trained and how fast."""
-    import optuna
-
-    storage = f"sqlite:///{work / label}.db"
-    cmd = [sys.executable, "-m", "petl_nas.cli", "search", "--experiment", str(args.experiment),
-           "--model", args.model, "--data-dir", args.data_dir, "--trials", str(trials),
-           "--gpus-per-trial", gpus, "--cpus-per-trial", str(args.cpus_per_trial),
-           "--storage", storage, "--name", label]
-    print(f"\n== {label}: {' '.join(cmd[2:])}", flush=True)
-    start = time.perf_counter()
-    with GpuSampler() as gpu:
-        proc = subprocess.run(cmd, cwd=work)
-    wall = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"gpu_packing: the {label} search exited {proc.returncode}")
-    study = optuna.load_study(study_name=label, storage=storage)
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    train_s = [t.user_attrs["train_s"] for t in done if "train_s" in t.user_attrs]
-    shares = sorted({t.user_attrs.get("gpu_share") for t in done if t.user_attrs.get("gpu_share") is not None})
-    ends = sorted(t.datetime_complete for t in done)
-    span = (ends[-1] - ends[0]).total_seconds() if len(ends) > 1 else 0.0
-    return {"label": label, "gpus": gpus, "trials": len(done), "wall_s": wall,
-            "per_hour": 3600 * len(done) / wall, "steady": 3600 * (len(ends) - 1) / span if span else None, "train_s": statistics.mean(train_s) if train_s else None,
-            "shares": shares, "util": statistics.mean(gpu.util) if gpu.util else None,
-            "mem_gb": max(gpu.mem) / 1024 if gpu.mem else None,
-            "scores": [(t.number, round(t.values[0], 4)) for t in sorted(done, key=lambda t: t.number)]}
+    """One search with ``--gpus-per-trial gpus``; what it trained, how fast, and the GPU's load."""
+    flags = ["--experiment", str(args.experiment), "--model", args.model, "--data-dir", args.data_dir,
+             "--trials", str(trials), "--gpus-per-trial", gpus, "--cpus-per-trial", str(args.cpus_per_trial)]
+    gpu = GpuSampler()
+    r = run_search(label, flags, work, during=gpu)
+    shares = {t.user_attrs.get("gpu_share") for t in r["done"]} - {None}
+    return {**r, "gpus": gpus, "shares": sorted(shares), "util": statistics.mean(gpu.util) if gpu.util else None,
+            "mem_gb": max(gpu.mem) / 1024 if gpu.mem else None}
 
 
 def table(rows: list[dict]) -> str:

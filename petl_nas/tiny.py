@@ -1,8 +1,9 @@
 """Tiny random backbones for tests and smoke runs: no network, no downloads, milliseconds.
 
-`tiny_tokenizer` trains a WordPiece vocabulary in memory on the texts you give it and wraps it as
-a transformers BERT tokenizer; `tiny_backbone` builds a randomly initialised sequence classifier
-(hidden 32, 2 layers, 4 heads, FFN 64 by default) whose vocabulary matches that tokenizer.
+`tiny_tokenizer` builds a WordPiece vocabulary (characters, then frequent words) from the texts you
+give it, the same in every process, and wraps it as a transformers BERT tokenizer; `tiny_backbone`
+builds a randomly initialised sequence classifier (hidden 32, 2 layers, 4 heads, FFN 64 by default)
+whose vocabulary matches that tokenizer.
 
 Example:
     >>> tok = tiny_tokenizer(["a good film", "a dull plot"], vocab_size=100)
@@ -14,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from typing import Iterable
 
 import torch
@@ -29,28 +31,35 @@ _DISTILBERT_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num
 
 
 def tiny_tokenizer(texts: Iterable[str], vocab_size: int = 1000):
-    """A lower-casing WordPiece BERT tokenizer trained on ``texts``, entirely in memory.
+    """A lower-casing WordPiece BERT tokenizer whose vocabulary is built from ``texts`` in memory.
 
-    Ids 0-4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``; the vocabulary is at most ``vocab_size``
-    (smaller when the texts hold fewer distinct pieces). Training is deterministic in the texts,
-    and ``name_or_path`` is ``tiny-wordpiece-<hash of the vocabulary>`` so caches can key on it.
+    Ids 0-4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``; then every character seen (as a word start and
+    as a ``##`` continuation, so any word of those characters can be spelled), then whole words,
+    most frequent first, until ``vocab_size`` (fewer when the texts hold fewer). Ties are broken by
+    the text of the piece, so the same texts give the same vocabulary in every process (a trained
+    WordPiece vocabulary does not: its merges tie-break in hash order). ``name_or_path`` is
+    ``tiny-wordpiece-<hash of the vocabulary>`` so caches can key on it.
 
     Example:
         >>> tok = tiny_tokenizer(["the cat sat", "the dog ran"], vocab_size=60)
         >>> tok.convert_ids_to_tokens(tok("the cat")["input_ids"])
         ['[CLS]', 'the', 'cat', '[SEP]']
     """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import normalizers, pre_tokenizers
     from transformers import BertTokenizerFast
 
-    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
-    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                        show_progress=False)
-    wordpiece.train_from_iterator(list(texts), trainer)
-    vocab = wordpiece.get_vocab()
-    digest = hashlib.sha1(repr(sorted(vocab.items())).encode()).hexdigest()[:12]
+    normalizer, splitter = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words = Counter(word for text in texts for word, _ in splitter.pre_tokenize_str(normalizer.normalize_str(text)))
+    starts, continuations = Counter(), Counter()
+    for word, count in words.items():
+        starts[word[0]] += count
+        for char in word[1:]:
+            continuations["##" + char] += count
+    by_frequency = lambda counts: sorted(counts, key=lambda piece: (-counts[piece], piece))  # noqa: E731
+    pieces = list(dict.fromkeys([*SPECIAL_TOKENS, *by_frequency(starts), *by_frequency(continuations),
+                                 *by_frequency(words)]))[:vocab_size]
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    digest = hashlib.sha1(repr(pieces).encode()).hexdigest()[:12]
     # BertTokenizerFast rebuilds BERT's normaliser, pre-tokeniser and [CLS]/[SEP] template around
     # the vocabulary, so the result behaves exactly like a pretrained BERT tokenizer.
     return BertTokenizerFast(vocab=vocab, do_lower_case=True, name_or_path=f"tiny-wordpiece-{digest}")

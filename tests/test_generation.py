@@ -141,12 +141,16 @@ def test_decoding_respects_the_length_limits(copy_task):
 
     _, model, tok, encoded = copy_task
     sources = list(encoded.search_dev.input_ids[:12])
+    # A copy of the random model that never chooses to end, so the length limit is what stops it.
+    endless = copy.deepcopy(model)
+    endless.final_logits_bias[..., endless.config.eos_token_id] = -1e4
     for settings in (Seq2SeqSettings(num_beams=3, max_length=5, min_length=4),
                      Seq2SeqSettings(num_beams=2, max_length=9, min_length=0, no_repeat_ngram_size=2)):
         rows = generate_ids(model, sources, tok, settings, batch_size=5, device="cpu")
         assert len(rows) == len(sources)
         assert all(settings.min_length <= len(r) <= settings.max_length for r in rows)
-        assert any(len(r) == settings.max_length for r in rows)   # a random model rarely stops early
+        assert [len(r) for r in generate_ids(endless, sources, tok, settings, batch_size=5, device="cpu")] == \
+            [settings.max_length] * len(sources)
         if settings.no_repeat_ngram_size:
             for r in rows:
                 bigrams = list(zip(r, r[1:]))

@@ -2,6 +2,8 @@
 task, encoding and its cache, and the tiny tokenizer + backbone they feed."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -279,6 +281,22 @@ def test_tiny_tokenizer_and_backbone_forward(tokenizer):
     regression = tiny_backbone("roberta", num_labels=1, tokenizer=tokenizer, num_hidden_layers=1)
     assert regression.config.num_hidden_layers == 1 and regression.config.problem_type == "regression"
 
+
+
+def test_tiny_tokenizer_is_the_same_in_every_process():
+    """A tiny backbone's vocabulary decides its embeddings, so a search rerun (or a Ray worker)
+    reproduces a trial only if every process builds the same one (a trained WordPiece vocabulary
+    tie-breaks its merges in hash order and did not)."""
+    build = ("from petl_nas.tasks import get_task, load_splits; from petl_nas.tiny import tiny_tokenizer; "
+             "s = load_splits(get_task('demo_keyword'), k=400); "
+             "tok = tiny_tokenizer([t for col in s.train.texts for t in col], vocab_size=600); "
+             "print(tok.name_or_path, len(tok))")
+    runs = {subprocess.run([sys.executable, "-c", build], capture_output=True, text=True, check=True).stdout
+            for _ in range(3)}
+    assert len(runs) == 1, runs
+    tok = tiny_tokenizer(["Kind words, kinder deeds", "the deed"], vocab_size=40)
+    # whole words seen are one piece, unseen words are spelled from seen characters, else unknown
+    assert tok.tokenize("Kinder deed tin unseen") == ["kinder", "deed", "t", "##i", "##n", "[UNK]"]
 
 # --- GLUE files exactly as distributed ------------------------------------------------------------
 GLUE_HEADERS = {   # task: (folder, dev file, header or None, a row), as download_glue_data.py writes them

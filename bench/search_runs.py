@@ -1,0 +1,46 @@
+"""What the search benchmarks share: the product's own `petl-nas search` run in a subprocess, its
+study read back, and the rates computed from it.
+
+`gpu_packing.py` (one trial per GPU against packed trials) and `executor_overhead.py` (the local
+executor against Ray) each run a search twice with different flags and compare what these give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_search(label: str, flags: list[str], work: Path, during=None) -> dict:
+    """``petl-nas search FLAGS --storage sqlite:///WORK/LABEL.db --name LABEL`` in ``work``, with the
+    context manager ``during`` held around it; its wall time and complete trials, with rates."""
+    import optuna
+
+    storage = f"sqlite:///{work / label}.db"
+    cmd = [sys.executable, "-m", "petl_nas.cli", "search", *flags, "--storage", storage, "--name", label]
+    print(f"\n== {label}: {' '.join(cmd[2:])}", flush=True)
+    start = time.perf_counter()
+    with during or contextlib.nullcontext():
+        proc = subprocess.run(cmd, cwd=work)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"the {label} search exited {proc.returncode}")
+    study = optuna.load_study(study_name=label, storage=storage)
+    done = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.number)
+    ends = sorted(t.datetime_complete for t in done)
+    span = (ends[-1] - ends[0]).total_seconds() if len(ends) > 1 else 0.0
+    mean = lambda key: statistics.mean(t.user_attrs[key] for t in done) if done else None   # noqa: E731
+    return {"label": label, "trials": len(done), "wall_s": wall, "per_hour": 3600 * len(done) / wall,
+            # the rate a long search runs at: trials completed after the first, over that time
+            "steady": 3600 * (len(ends) - 1) / span if span else None,
+            "between_s": span / (len(ends) - 1) if span else None,
+            "train_s": mean("train_s"), "setup_s": mean("setup_s"),
+            # the first trial of a process loads the backbone and tokenises; the rest reuse both
+            "first_setup_s": done[0].user_attrs["setup_s"] if done else None,
+            "later_setup_s": statistics.mean(t.user_attrs["setup_s"] for t in done[1:]) if len(done) > 1 else None,
+            "trial_wall_s": mean("wall_s"), "done": done,
+            "scores": [(t.number, round(t.values[0], 4)) for t in done]}
