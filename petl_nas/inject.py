@@ -35,7 +35,7 @@ from .config import ConfigError, PetlConfig
 from .head import install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout
 from .precision import master_dtype
 from .modules import (ATTENTION_NAME, Bottleneck, CompacterAdapter, Composition, HeadEdits, LoRA,
-                      MultiHeadAdapter, PrefixEncoder, SharedRule, SoftPrompt)
+                      MultiHeadAdapter, PrefixEncoder, SharedRule, SoftPrompt, as_param_dtype)
 from .modules import head_attention
 
 ROOT = "petl"
@@ -231,9 +231,8 @@ def _upcast_trained(model: nn.Module, root: PetlRoot) -> None:
 
 
 def _as_params(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
-    """``x`` in the dtype of ``module``'s parameters (fp32 masters inside a half-precision body)."""
-    dtype = next(module.parameters()).dtype
-    return x if x.dtype == dtype else x.to(dtype)
+    """``x`` for ``module``'s parameters (fp32 masters inside a half-precision body; `as_param_dtype`)."""
+    return as_param_dtype(x, next(module.parameters()).dtype)
 
 
 def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures, head_edits) -> None:

@@ -95,3 +95,66 @@ def test_trials_step_with_fused_adamw_which_equals_the_per_tensor_loop():
         opt.step()
         ref.step()
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(fused, loop))
+
+
+# --- casts under autocast: each one is a kernel (and one more in backward) ---------------------------
+
+class CastCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the shape of every tensor cast (aten._to_copy) while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default:
+            self.shapes.append(tuple(args[0].shape))
+        return func(*args, **(kwargs or {}))
+
+
+def activation_casts(model, x) -> int:
+    """Casts of [B, L, d] activations in one forward under CPU bf16 autocast."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), CastCounter() as counter:
+        model(**x)
+    b, length = x["input_ids"].shape
+    return sum(1 for s in counter.shapes if s[:2] == (b, length) and len(s) == 3)
+
+
+def test_modules_under_autocast_cast_no_activation_the_body_does_not():
+    """Autocast casts a matmul's operands itself; an fp32 module that cast its bf16 input to fp32
+    first (for autocast to cast it back) paid two kernels forward and two backward per module."""
+    x = batch()
+    floor = activation_casts(tiny_model(), x)
+    sequential = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", insertion="sequential", size=4),
+                                     ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4,
+                                                gate=True)))
+    assert activation_casts(apply_petl(tiny_model(), sequential), x) == floor
+
+
+def test_phm_layer_under_autocast_casts_only_its_weight_bias_and_input():
+    from petl_nas.modules import PHMLinear, SharedRule
+
+    torch.manual_seed(0)
+    layer = PHMLinear(SharedRule(4), 32, 8, n=4, rank=2)
+    z = torch.randn(2, 5, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16), CastCounter() as counter:
+        y = layer(z)
+    # W = Σ kron(A_i, s_i t_i) is built in fp32 (no casts of s, t, A); one addmm in bf16 reads the
+    # cast W, bias and input, and hands back bf16 (x @ W + b promoted the sum back to fp32)
+    assert sorted(counter.shapes) == sorted([(8, 32), (8,), (2, 5, 32)]) and y.dtype == torch.bfloat16
+    assert torch.allclose(y.float(), z @ layer.weight() + layer.bias, atol=2e-2)
+
+
+def test_per_example_gate_weights_follow_the_mask_they_were_computed_for():
+    from petl_nas.modules.compose import sequence_mean
+
+    g = torch.rand(2, 4, 1)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    expected = lambda m: torch.stack([g[i, m[i].bool()].mean(0, keepdim=True) for i in range(2)])  # noqa: E731
+    assert torch.allclose(sequence_mean(g, mask), expected(mask))
+    assert torch.allclose(sequence_mean(g, mask), expected(mask))       # reused
+    mask[0, 3] = 0                                                      # changed in place: recomputed
+    assert torch.allclose(sequence_mean(g, mask), expected(mask))
+    other = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]])                  # another mask: its own weights
+    assert torch.allclose(sequence_mean(g, other), expected(other))
+    assert sequence_mean(g.double(), other).dtype == torch.float64

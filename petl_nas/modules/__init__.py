@@ -1,7 +1,7 @@
 """PETL modules, one file per functional form, plus the composition and the attention function they share."""
 
 from .adapter import Bottleneck
-from .compose import Composition, Gate
+from .compose import Composition, Gate, as_param_dtype
 from .head_attention import ATTENTION_NAME, HeadEdits
 from .lora import LoRA
 from .mh_adapter import MultiHeadAdapter
@@ -9,5 +9,5 @@ from .phm import CompacterAdapter, PHMLinear, SharedRule
 from .prefix import PrefixEncoder
 from .prompt import SoftPrompt
 
-__all__ = ["Bottleneck", "Composition", "Gate", "ATTENTION_NAME", "HeadEdits", "LoRA",
+__all__ = ["Bottleneck", "Composition", "Gate", "as_param_dtype", "ATTENTION_NAME", "HeadEdits", "LoRA",
            "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRule", "PrefixEncoder", "SoftPrompt"]

@@ -5,6 +5,8 @@ Shared by every form, so composition is one dimension with one implementation.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -17,6 +19,15 @@ ACTIVATIONS = {
     "swish": nn.SiLU,
     "identity": nn.Identity,
 }
+
+
+def as_param_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` ready for parameters of ``dtype``: cast outside autocast (fp32 masters reading a
+    half-precision body's activations); unchanged under autocast, which casts each matmul's operands
+    itself, so a cast here would be a kernel (and one more in backward) whose result autocast undoes."""
+    if x.dtype == dtype or torch.is_autocast_enabled(x.device.type):
+        return x
+    return x.to(dtype)
 
 
 class Gate(nn.Module):
@@ -35,7 +46,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example."""
-        return self.from_logit(self.proj(x.to(self.proj.weight.dtype)), mask).to(x.dtype)
+        return self.from_logit(self.proj(as_param_dtype(x, self.proj.weight.dtype)), mask).to(x.dtype)
 
     def from_logit(self, logit: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The gate from W·x + b computed elsewhere (`linear_with_gate`)."""
@@ -44,7 +55,7 @@ class Gate(nn.Module):
 
     def log(self, x: torch.Tensor) -> torch.Tensor:
         """log g(x) per token, stable for closed gates (the per-token prefix gate's logit bias)."""
-        return nn.functional.logsigmoid(self.proj(x.to(self.proj.weight.dtype))).to(x.dtype)
+        return nn.functional.logsigmoid(self.proj(as_param_dtype(x, self.proj.weight.dtype))).to(x.dtype)
 
 
 def linear_with_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -68,8 +79,24 @@ def sequence_mean(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Mean of ``g`` [B, L, ...] over dim 1, keeping dims; only where ``mask`` [B, L] is 1 if it fits."""
     if mask is None or mask.shape != g.shape[:2]:
         return g.mean(dim=1, keepdim=True)
-    m = mask.to(g.dtype).view(*mask.shape, *([1] * (g.ndim - 2)))
-    return (g * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1)
+    return (g * mean_weights(mask, g.dtype, g.ndim)).sum(dim=1, keepdim=True)
+
+
+_LAST_WEIGHTS: tuple = (None, None, None)
+
+
+def mean_weights(mask: torch.Tensor, dtype: torch.dtype, ndim: int) -> torch.Tensor:
+    """``mask`` [B, L] as weights that sum to 1 over each row's real tokens, shaped [B, L, 1, ...]
+    to ``ndim`` dims. Every per-example gate of one forward reads the same mask, so the weights are
+    computed once and reused while the same (unmodified) mask tensor comes back: 4 kernels, and 4
+    more in backward, saved per gate after the first."""
+    global _LAST_WEIGHTS
+    ref, key, weights = _LAST_WEIGHTS
+    if ref is None or ref() is not mask or key != (mask._version, dtype, ndim):
+        m = mask.to(dtype)
+        weights = (m / m.sum(dim=1, keepdim=True).clamp(min=1)).view(*mask.shape, *([1] * (ndim - 2)))
+        _LAST_WEIGHTS = (weakref.ref(mask), (mask._version, dtype, ndim), weights)
+    return weights
 
 
 class Composition(nn.Module):
