@@ -39,7 +39,7 @@ class SoftPrompt(nn.Module):
         if len(args) > 1:
             raise TypeError("prompt tuning: pass the model's inputs as keyword arguments")
         n = self.embeddings.shape[0]
-        past = kwargs.get("past_key_values")
+        past = kwargs.get("cache", kwargs.get("past_key_values"))     # named cache from transformers 5.24
         if past is not None and past.get_seq_length() > 0:
             if kwargs.get("attention_mask") is not None:
                 kwargs["attention_mask"] = self.grow(kwargs["attention_mask"], 1)
