@@ -43,4 +43,7 @@ def run_search(label: str, flags: list[str], work: Path, during=None) -> dict:
             "first_setup_s": done[0].user_attrs["setup_s"] if done else None,
             "later_setup_s": statistics.mean(t.user_attrs["setup_s"] for t in done[1:]) if len(done) > 1 else None,
             "trial_wall_s": mean("wall_s"), "done": done,
+            # the trials after the first: what every further trial of a long search costs
+            "later_wall_s": statistics.mean(t.user_attrs["wall_s"] for t in done[1:]) if len(done) > 1 else None,
+            "later_train_s": statistics.mean(t.user_attrs["train_s"] for t in done[1:]) if len(done) > 1 else None,
             "scores": [(t.number, round(t.values[0], 4)) for t in done]}
