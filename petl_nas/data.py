@@ -76,6 +76,12 @@ class EncodedSplit:
             >>> batch["input_ids"].shape                                      # doctest: +SKIP
             torch.Size([32, 41])
         """
+        for _, batch in self.row_batches(batch_size, shuffle, seed, order):
+            yield batch
+
+    def row_batches(self, batch_size: int, shuffle: bool = False, seed: int = 0,
+                    order: torch.Tensor | None = None) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+        """`batches`, each with the indices of its rows (what `frozen.FrozenReuse` feeds by)."""
         if order is None:
             order = (torch.randperm(len(self), generator=torch.Generator().manual_seed(seed)) if shuffle
                      else torch.arange(len(self)))
@@ -101,7 +107,7 @@ class EncodedSplit:
                     batch["labels"][j, :len(self.label_ids[i])] = torch.tensor(self.label_ids[i])
             else:
                 batch["labels"] = self.labels[rows]
-            yield batch
+            yield rows, batch
 
 
 @dataclass(frozen=True, eq=False)

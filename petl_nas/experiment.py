@@ -93,6 +93,9 @@ class Fidelity:
         batch_size, max_length, evals_per_epoch: the rest of the trial recipe.
         length_buckets: 0 (the default) shuffles training rows uniformly; N > 0 batches rows of
             similar lengths, drawn from pools of N batches of shuffled rows: less padding to compute.
+        frozen_cache_mb: 0 (the default) runs every layer at every step; N > 0 runs the layers
+            below a trial's lowest trainable one without dropout and reuses their output across
+            epochs and trials, kept in memory up to N MiB per worker (`petl_nas.frozen`).
         search_dev: examples carved (at random, by the data seed) from the training data to
             score trials on.
         max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
@@ -109,6 +112,7 @@ class Fidelity:
     max_length: int = 64
     evals_per_epoch: int = 1
     length_buckets: int = 0     # 0: uniform shuffle; N: batches of similar lengths from pools of N batches
+    frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
     search_dev: int = 500
     max_steps: int | None = None
     eval_rows: int | None = None
@@ -118,7 +122,7 @@ class Fidelity:
         _check_fields(self, "fidelity: ", {"score": _one_of("last", "best"),
             "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
             "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
-            "length_buckets": _whole(0),
+            "length_buckets": _whole(0), "frozen_cache_mb": _whole(0),
             "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
 
 

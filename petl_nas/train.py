@@ -12,6 +12,7 @@ with `NonFiniteLoss`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -23,6 +24,7 @@ from torch import nn
 
 from . import checkpoint
 from .costs import MemoryProbe
+from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
 from .significance import standard_error
 from .precision import autocast_for, grad_scaler_for
@@ -46,6 +48,9 @@ class Recipe:
         eval_rows: score only the first rows of the scoring split (None: all; beam search is slow).
         length_buckets: 0 shuffles rows uniformly; N > 0 draws batches of similar lengths from pools
             of N batches' worth of shuffled rows (`EncodedSplit.bucketed_order`): less padding.
+        frozen_cache_mb: 0 runs every layer every step; N > 0 runs the layers below the lowest
+            trainable one without dropout and reuses their output, cached in memory up to N MiB
+            per process (`frozen.FrozenReuse`; encoder classification and regression only).
     """
 
     lr: float = 1e-3
@@ -61,6 +66,7 @@ class Recipe:
     max_steps: int | None = None
     eval_rows: int | None = None
     length_buckets: int = 0
+    frozen_cache_mb: int = 0
 
     def with_overrides(self, **kw) -> Recipe:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -79,6 +85,7 @@ class TrainResult:
     wall_s: float = 0.0
     peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
     train_step_ms: float = 0.0    # mean wall time of one optimiser step, evaluations left out
+    frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
 
 
 class NonFiniteLoss(RuntimeError):
@@ -112,8 +119,10 @@ def _linear_schedule(step: int, total: int, warmup: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
-def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: int | None = None) -> dict:
-    """Metrics of ``task`` on an encoded split, or on its first ``max_rows`` rows (no gradient, eval mode)."""
+def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: int | None = None,
+             reuse: FrozenReuse | None = None) -> dict:
+    """Metrics of ``task`` on an encoded split, or on its first ``max_rows`` rows (no gradient, eval
+    mode); ``reuse`` feeds the frozen layers' cached output where it has it for ``split``."""
     if task.kind == "seq2seq":
         from .decode import evaluate_generation
 
@@ -129,9 +138,10 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: i
     order = split.by_length()                  # batches of similar lengths: little padding to compute
     preds, refs = [], []
     with torch.no_grad(), autocast_for(model, device):
-        for batch in split.batches(batch_size, order=order):
+        for rows, batch in split.row_batches(batch_size, order=order):
             labels = batch.pop("labels")
-            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+            with reuse.feeding(split, rows) if reuse is not None else contextlib.nullcontext():
+                logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
             preds.append(logits.cpu().numpy())
             refs.append(labels.numpy())
     back = np.argsort(order.numpy())           # rows in their stored order again
@@ -208,56 +218,60 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     warmup = max(1, int(recipe.warmup_ratio * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _linear_schedule(s, total, warmup))
     scaler = grad_scaler_for(model, device)
-    eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
 
     history: list[dict] = []
     step, epoch = 0, 0
     if resume is not None:
         step, epoch, history = checkpoint.restore(resume, model, opt, sched, scaler)
+    reuse = _frozen_reuse(model, data, task, recipe, device)
+    train_mode = reuse.train_mode if reuse is not None else model.train
+    eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
     loop_start, eval_s = time.perf_counter(), 0.0
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total, initial=step, unit="step", dynamic_ncols=True)
-    while step < total:
-        model.train()
-        seed = epoch_seed(recipe.seed, epoch)
-        order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
-        for batch in data.train.batches(recipe.batch_size, shuffle=True, seed=seed, order=order):
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with autocast_for(model, device):
-                loss = training_loss(model, batch, task)
-                if regularizer is not None:
-                    loss = loss + regularizer()
-            if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
-            scaler.step(opt)
-            scaler.update()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
-                                                             if history else {}))
-            if step % eval_every == 0 or step == total:
-                eval_start = time.perf_counter()
-                metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows)
-                metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
-                history.append(metrics)
-                if report is not None:
-                    report(len(history), metrics, step == total)
-                model.train()
-                eval_s += time.perf_counter() - eval_start
-            if step >= total:
-                break
-        epoch += 1
-        if on_epoch is not None:
-            on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
+    with contextlib.closing(reuse) if reuse is not None else contextlib.nullcontext():
+        while step < total:
+            train_mode()
+            seed = epoch_seed(recipe.seed, epoch)
+            order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
+            for rows, batch in data.train.row_batches(recipe.batch_size, shuffle=True, seed=seed, order=order):
+                batch = {k: v.to(device) for k, v in batch.items()}
+                feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
+                with autocast_for(model, device), feed:
+                    loss = training_loss(model, batch, task)
+                    if regularizer is not None:
+                        loss = loss + regularizer()
+                if not torch.isfinite(loss):
+                    raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+                scaler.step(opt)
+                scaler.update()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
+                                                                 if history else {}))
+                if step % eval_every == 0 or step == total:
+                    eval_start = time.perf_counter()
+                    metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
+                    metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
+                    history.append(metrics)
+                    if report is not None:
+                        report(len(history), metrics, step == total)
+                    train_mode()
+                    eval_s += time.perf_counter() - eval_start
+                if step >= total:
+                    break
+            epoch += 1
+            if on_epoch is not None:
+                on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
     if bar is not None:
         bar.close()
 
@@ -265,7 +279,19 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     step_ms = 1000 * (time.perf_counter() - loop_start - eval_s) / max(1, step)
     return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
                        metrics=best, history=history, steps=step,
-                       wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms)
+                       wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms,
+                       frozen=reuse.info.to_dict() if reuse is not None else None)
+
+
+def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> FrozenReuse | None:
+    """Frozen-layer reuse for this run (``recipe.frozen_cache_mb``), its splits cached where they fit."""
+    if not recipe.frozen_cache_mb:
+        return None
+    reuse = FrozenReuse.prepare(model, task.kind, data.train, recipe.frozen_cache_mb, device)
+    if reuse is not None:
+        reuse.cache(data.train, "train", recipe.eval_batch_size)
+        reuse.cache(data.dev, "dev", recipe.eval_batch_size)
+    return reuse
 
 
 __all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "adamw", "evaluate", "training_loss", "n_evaluations",
