@@ -138,7 +138,7 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: i
     order = split.by_length()                  # batches of similar lengths: little padding to compute
     preds, refs = [], []
     with torch.no_grad(), autocast_for(model, device):
-        for rows, batch in split.row_batches(batch_size, order=order):
+        for rows, batch in _with_rows(split, reuse, batch_size, order=order):
             labels = batch.pop("labels")
             with reuse.feeding(split, rows) if reuse is not None else contextlib.nullcontext():
                 logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
@@ -237,7 +237,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             train_mode()
             seed = epoch_seed(recipe.seed, epoch)
             order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
-            for rows, batch in data.train.row_batches(recipe.batch_size, shuffle=True, seed=seed, order=order):
+            for rows, batch in _with_rows(data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order):
                 batch = {k: v.to(device) for k, v in batch.items()}
                 feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
                 with autocast_for(model, device), feed:
@@ -281,6 +281,14 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        metrics=best, history=history, steps=step,
                        wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms,
                        frozen=reuse.info.to_dict() if reuse is not None else None)
+
+
+def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
+    """(row indices, batch) pairs; the indices only where frozen-layer reuse feeds by them (a split
+    type of the caller's own need only have ``batches``)."""
+    if reuse is not None:
+        return split.row_batches(batch_size, **kw)
+    return ((None, batch) for batch in split.batches(batch_size, **kw))
 
 
 def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> FrozenReuse | None:
