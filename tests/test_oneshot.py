@@ -39,15 +39,16 @@ def _perturb(net, seed=3):
 def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
     model = tiny_model()
     specs = candidates(SearchSpace.load("unified"), model.config, None)
-    assert [(s.form, s.position) for s in specs] == [("lora", "attn"), ("adapter", "attn"),
+    assert [(s.form, s.position) for s in specs] == [("lora", "attn"), ("adapter", "attn"), ("prefix", "attn"),
                                                      ("lora", "ffn"), ("adapter", "ffn")]
     assert specs[0].size == 64 and specs[0].targets == ("q", "k", "v", "o") and specs[1].size == 512
+    assert specs[2].size == 64 and specs[2].reparam == 0 and specs[2].composition == "gated"   # flat: 0 is allowed
     small = candidates(SearchSpace.load("unified"), model.config, 2000)
     for s in small:
         one_layer = count_parameters(model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),)))
         assert one_layer.deployable <= 2000
-    only_lora = candidates(SearchSpace.load("mam"), model.config, None)
-    assert {s.form for s in only_lora} <= {"lora", "adapter"}
+    mam = candidates(SearchSpace.load("mam"), model.config, None)   # prefix (or MH adapter) + FFN adapter
+    assert [(s.form, s.position) for s in mam] == [("prefix", "attn"), ("adapter", "ffn")]
 
 
 def test_a_supernet_with_every_gate_shut_is_the_backbone(kind):
@@ -71,6 +72,47 @@ def apply_head_only(base, kind):
     model = apply_petl(copy.deepcopy(base), HEAD)
     model.eval()
     return model
+
+
+def test_a_prefix_with_positions_shut_is_the_prefix_of_the_open_ones():
+    """Gated positions at 0 leave the softmax exactly as a shorter prefix would; at 1 they are the
+    plain prefix positions (log 1 = 0 on their logits)."""
+    from petl_nas import ModuleSpec, apply_petl
+    from petl_nas.modules.prefix import PrefixEncoder
+
+    base, x = tiny_model(), batch()
+    spec = ModuleSpec(form="prefix", position="attn", size=6, reparam=0, composition="gated", layers=(1,))
+    net = build_supernet(copy.deepcopy(base), (spec,), HEAD)
+    _perturb(net)
+    (unit,) = net.units
+    assert unit.layer == 1 and unit.unit_cost == 2 * 32
+    keep = torch.tensor([True, False, True, True, False, False])
+    unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
+    (enc,) = [m for m in net.model.modules() if isinstance(m, PrefixEncoder)]
+    short = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 3}),),
+                                                      pooling="mean"))
+    (short_enc,) = [m for m in short.modules() if isinstance(m, PrefixEncoder)]
+    with torch.no_grad():
+        short_enc.flat.copy_(enc.flat[:, :, :, keep])
+    net.model.eval(), short.eval()
+    with torch.no_grad():
+        got, want = net.model(**x).logits, short(**x).logits
+    assert torch.allclose(got, want, atol=1e-6)
+    unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))         # the same positions, half open (g = 0.5)
+    with torch.no_grad():
+        assert not torch.allclose(net.model(**x).logits, want, atol=1e-4)
+
+
+def test_position_gates_add_log_g_to_exactly_the_prefix_logits():
+    from petl_nas.modules.head_attention import _with_position_gates
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 8, generator=g) for _ in range(3))      # [B, H, L, D]; keys: 2 prefix + 2 tokens
+    log_g, s = torch.tensor([-0.7, -2.0]), 8 ** -0.5
+    q2, k2, v2 = _with_position_gates(q, k, v, log_g, 2, s)
+    got = torch.softmax(q2 @ k2.transpose(-1, -2) * s, -1) @ v2
+    want = torch.softmax(q @ k.transpose(-1, -2) * s + torch.cat([log_g, torch.zeros(2)]), -1) @ v
+    assert torch.allclose(got[..., :8], want, atol=1e-6) and torch.equal(got[..., 8], torch.zeros(2, 3, 4))
 
 
 def test_unit_costs_are_exact_deployable_counts():

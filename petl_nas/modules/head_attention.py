@@ -36,6 +36,8 @@ class HeadEdits:
 
     ``sublayer_input`` returns the attention sublayer's input x (what UniPELT's prefix gate reads) and
     ``pad_mask`` the current [B, L] padding mask (or None), both kept by `inject` per forward.
+    ``prefix_gate`` (the one-shot supernet's) returns one gate value in [0, 1] per prefix position:
+    a shut position is left out of the attention, an open one adds log g to its logits.
     """
 
     is_enabled: callable
@@ -46,6 +48,7 @@ class HeadEdits:
     mh: MultiHeadAdapter | None = None
     sublayer_input: callable = lambda: None
     pad_mask: callable = lambda: None
+    prefix_gate: callable | None = None
 
 
 def attach(module: nn.Module, edits: HeadEdits) -> None:
@@ -97,6 +100,28 @@ def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float
     return query, key, value
 
 
+def _with_position_gates(query, key, value, log_gate, n_prefix: int, scaling: float):
+    """Add log g_j to the logits of prefix position j exactly, without a float mask: one extra
+    feature, 1/scale on the query and log g_j on prefix key j (0 on token keys), so that
+    [q, 1/s]·[k_j, log g_j]·s = q·k_j·s + log g_j."""
+    b, h, lq, _ = query.shape
+    query = torch.cat([query, query.new_full((b, h, lq, 1), 1.0 / scaling)], dim=-1)
+    marker = torch.zeros(b, key.shape[1], key.shape[2], 1, dtype=key.dtype, device=key.device)
+    marker[:, :, :n_prefix, 0] = log_gate.to(key.dtype)
+    key = torch.cat([key, marker], dim=-1)
+    value = nn.functional.pad(value, (0, 1))
+    return query, key, value
+
+
+def _open_positions(pk: torch.Tensor, pv: torch.Tensor, gate: torch.Tensor):
+    """The prefix positions whose gate is open (> 0) and the log of their gates; (None, None, None)
+    when every position is shut, so that the layer computes exactly what the backbone does."""
+    keep = gate > 0
+    if not bool(keep.any()):
+        return None, None, None
+    return pk[:, keep], pv[:, keep], gate[keep].log()
+
+
 def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     edits = edits_of(module)
     if edits is None or not edits.is_enabled():
@@ -106,8 +131,14 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     prefix_kv = None
     gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
+    log_position_gate = None
     if edits.prefix is not None:
         pk, pv = edits.prefix.layer_kv(edits.prefix_index)              # [H_kv, l, D]
+        if edits.prefix_gate is not None:                              # the supernet's gate per position
+            if gate is not None or edits.prefix_composition != "gated":
+                raise ValueError("a prefix gated per position takes no other gate and composes by 'gated'")
+            pk, pv, log_position_gate = _open_positions(pk, pv, edits.prefix_gate())
+    if edits.prefix is not None and pk is not None:
         prefix_kv = pk.to(key.dtype).expand(b, -1, -1, -1), pv.to(value.dtype).expand(b, -1, -1, -1)
         if gate is not None and gate.per == "example" and edits.prefix_composition == "gated":
             # UniPELT: one gate per example from the sublayer input scales P_K and P_V.
@@ -124,9 +155,12 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         key = torch.cat([prefix_kv[0], key], dim=2)
         value = torch.cat([prefix_kv[1], value], dim=2)
         kwargs["is_causal"] = False
-        if gate is not None:                                           # per token: log g on the prefix logits
+        if gate is not None or log_position_gate is not None:          # log g on the prefix logits
             head_dim = value.shape[-1]
-            q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
+            if gate is not None:                                       # per token (UniPELT)
+                q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
+            else:                                                      # per prefix position (the supernet)
+                q, k, v = _with_position_gates(query, key, value, log_position_gate, n, scaling)
             out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout,
                                                   scaling=scaling, **kwargs)
             out = out[..., :head_dim]

@@ -5,8 +5,14 @@
 module's rank rows of A, an adapter's bottleneck rows of W_down and b_down (and its b_up, which
 exists while any unit of that adapter is open), and, where the space allows BitFit, one gate over
 every bias of the backbone (each bias is its pretrained value plus the gate times its change: the
-configuration can only say BitFit or not). A gate at 0 removes its unit exactly, so a supernet
-with every gate closed computes what the backbone computes.
+configuration can only say BitFit or not). A prefix's positions are gated in the attention itself
+(`HeadEdits.prefix_gate`): a shut position is left out of the softmax, an open one adds log g to
+its logits. A gate at 0 removes its unit exactly, so a supernet with every gate closed computes
+what the backbone computes.
+
+Candidates: LoRA, parallel adapters and prefixes where the space's slots allow them, and BitFit.
+Compacter, the multi-head adapter, prompt tuning, trained LayerNorms and UniPELT's gates are
+left to the sampler.
 
 `Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
 unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
@@ -22,12 +28,15 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from ..backbones import stacks
 from ..budget import count_parameters
 from ..config import ModuleSpec, PetlConfig
 from ..head import pooler_parameters
 from ..inject import apply_petl
 from ..modules.adapter import Bottleneck
+from ..modules.head_attention import edits_of
 from ..modules.lora import LoRA
+from ..modules.prefix import PrefixEncoder
 from .gates import HardConcrete
 
 GATES = "oneshot_gates"
@@ -115,18 +124,22 @@ class Supernet:
 
 def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...]:
     """The supernet's module specs for ``space``: LoRA at each position whose slot allows it (all
-    targets there), a parallel adapter at each position whose slot allows adapters; every layer;
-    each at the space's largest size, cut to the largest that alone (on one layer) fits ``budget``."""
+    targets there), a parallel adapter at each position whose slot allows adapters, a prefix at
+    attention where a slot allows prefixes (flat where the space allows it, composed by the shared
+    softmax); every layer; each at the space's largest size, cut to the largest that alone (on one
+    layer) fits ``budget``."""
     forms: dict[str, set[str]] = {}
     for slot in space.slots:
         forms.setdefault(slot.site, set()).update(slot.forms.choices or (slot.forms.value,))
     specs = []
     for site in ("attn", "ffn"):
-        for form, dim in (("lora", "rank"), ("adapter", "bottleneck")):
+        for form, dim in (("lora", "rank"), ("adapter", "bottleneck"), ("prefix", "length")):
             if form not in forms.get(site, ()):
                 continue
             size = _largest(space, site, dim)
-            extra = {"targets": LORA_TARGETS[site]} if form == "lora" else {"insertion": "parallel", "init": "lora"}
+            extra = {"lora": {"targets": LORA_TARGETS[site]},
+                     "adapter": {"insertion": "parallel", "init": "lora"},
+                     "prefix": {"reparam": _smallest(space, site, "prefix_reparam"), "composition": "gated"}}[form]
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
             while budget is not None and size > 1 and _one_layer_count(model_config, spec) > budget:
                 size = max(1, size // 2)
@@ -158,6 +171,13 @@ def _largest(space, site: str, dim: str) -> int:
             return int(d.high if d.kind == "int" else max(d.choices) if d.choices else d.value)
     d = space.globals.get(dim)
     return int(d.high) if d is not None and d.kind == "int" else 8
+
+
+def _smallest(space, site: str, dim: str) -> int:
+    """The smallest value a categorical or fixed dimension allows (0 where the space does not say)."""
+    found = [slot.dims[dim] for slot in space.slots if slot.site == site and dim in slot.dims]
+    found += [space.globals[dim]] if dim in space.globals else []
+    return int(min(found[0].choices) if found[0].choices else found[0].value) if found else 0
 
 
 def _one_layer_count(model_config, spec: ModuleSpec) -> int:
@@ -197,6 +217,13 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
             else:
                 continue
             gates.append(gate)
+    for i, layer, edits in _prefixes(model):
+        pk, _ = edits.prefix.layer_kv(edits.prefix_index)         # [H_kv, l, D]
+        gate = HardConcrete(pk.shape[1], init_open, gate_speed)
+        edits.prefix_gate = gate.z
+        net.units.append(Unit(i, layer, None, gate, 2 * pk.shape[0] * pk.shape[2]))
+        gates.append(gate)
+
     def resample(module, args):
         for g in gates:                      # one draw per forward: every use of a gate sees the same z
             g.sample()
@@ -215,6 +242,20 @@ def _backbone_biases(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
         if b is not None and b.requires_grad and id(b) not in petl | pooler:
             out.append((module, b.detach().clone()))
     return out
+
+
+def _prefixes(model: nn.Module):
+    """(candidate index, layer, HeadEdits) of every prefixed attention module, in candidate order."""
+    index = {id(enc): (i, enc) for i, group in enumerate(model.petl.groups.values())
+             for enc in group.modules() if isinstance(enc, PrefixEncoder)}
+    found = []
+    spec, layer_lists = stacks(model)
+    for block in spec.blocks:
+        for l, layer in enumerate(layer_lists[block.name]):
+            edits = edits_of(layer.get_submodule(block.attention))
+            if edits is not None and edits.prefix is not None and id(edits.prefix) in index:
+                found.append((index[id(edits.prefix)][0], l, edits))
+    return sorted(found, key=lambda x: (x[0], x[1]))
 
 
 def _instances(group: nn.Module):
