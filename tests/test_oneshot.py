@@ -39,10 +39,12 @@ def _perturb(net, seed=3):
 def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
     model = tiny_model()
     specs = candidates(SearchSpace.load("unified"), model.config, None)
-    assert [(s.form, s.position) for s in specs] == [("lora", "attn"), ("adapter", "attn"), ("prefix", "attn"),
-                                                     ("lora", "ffn"), ("adapter", "ffn")]
+    assert [(s.form, s.position) for s in specs] == [
+        ("lora", "attn"), ("adapter", "attn"), ("compacter", "attn"), ("prefix", "attn"),
+        ("lora", "ffn"), ("adapter", "ffn"), ("compacter", "ffn")]
     assert specs[0].size == 64 and specs[0].targets == ("q", "k", "v", "o") and specs[1].size == 512
-    assert specs[2].size == 64 and specs[2].reparam == 0 and specs[2].composition == "gated"   # flat: 0 is allowed
+    assert specs[2].size == 512 and specs[2].phm_n == 4 and specs[2].insertion == "parallel"
+    assert specs[3].size == 64 and specs[3].reparam == 0 and specs[3].composition == "gated"   # flat: 0 is allowed
     small = candidates(SearchSpace.load("unified"), model.config, 2000)
     for s in small:
         one_layer = count_parameters(model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),)))
@@ -95,12 +97,59 @@ def test_a_prefix_with_positions_shut_is_the_prefix_of_the_open_ones():
     with torch.no_grad():
         short_enc.flat.copy_(enc.flat[:, :, :, keep])
     net.model.eval(), short.eval()
+    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]   # noqa: E731 (the logits are tiny)
     with torch.no_grad():
-        got, want = net.model(**x).logits, short(**x).logits
-    assert torch.allclose(got, want, atol=1e-6)
+        got, want = last(net.model), last(short)
+    assert torch.allclose(got, want, atol=1e-5)
     unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))         # the same positions, half open (g = 0.5)
     with torch.no_grad():
-        assert not torch.allclose(net.model(**x).logits, want, atol=1e-4)
+        assert not torch.allclose(last(net.model), want, atol=1e-3)
+
+
+def test_compacter_columns_shut_are_the_smaller_compacter_of_the_open_ones():
+    """A shut unit removes one column q of the fast matrices: n bottleneck dimensions (entries
+    a·(size/n) + q of b_down); what stays is a Compacter of n·(open units), its rule unchanged."""
+    from petl_nas import ModuleSpec, apply_petl
+    from petl_nas.modules.phm import CompacterAdapter
+
+    base, x = tiny_model(), batch()
+    spec = ModuleSpec(form="compacter", position="ffn", size=16, insertion="parallel", init="lora", phm_n=4,
+                      layers=(1,))
+    net = build_supernet(copy.deepcopy(base), (spec,), HEAD)
+    _perturb(net)
+    (unit,) = net.units
+    assert unit.unit_size == 4 and unit.unit_cost == 2 * 4 * 1 + 4 and unit.group_cost == 4 ** 3
+    keep = torch.tensor([True, False, True, False])
+    unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
+    (big,) = [m for m in net.model.modules() if isinstance(m, CompacterAdapter)]
+    small_model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 8}),),
+                                                            pooling="mean"))
+    (small,) = [m for m in small_model.modules() if isinstance(m, CompacterAdapter)]
+    with torch.no_grad():
+        small.down.rule[0].A.copy_(big.down.rule[0].A)
+        small.down.s.copy_(big.down.s), small.up.t.copy_(big.up.t), small.up.bias.copy_(big.up.bias)
+        small.down.t.copy_(big.down.t[:, :, keep]), small.up.s.copy_(big.up.s[:, keep, :])
+        raw_bias = big.down.parametrizations.bias.original               # as trained, before the gates
+        small.down.bias.copy_(raw_bias.view(4, 4)[:, keep].reshape(-1))
+        net.model.eval(), small_model.eval()
+        got, want = (m(**x, output_hidden_states=True).hidden_states[-1] for m in (net.model, small_model))
+    assert torch.allclose(got, want, atol=1e-5)                      # the encoder's output, not the small logits
+
+
+def test_derived_compacters_pay_one_rule_per_distinct_size():
+    from petl_nas import ModuleSpec
+
+    model = tiny_model()
+    spec = ModuleSpec(form="compacter", position="ffn", size=16, insertion="parallel", init="lora", phm_n=4)
+    net = build_supernet(model, (spec,), HEAD)
+    for u, open_units in zip(net.units, (2, 2, 1)):                   # 3 layers: sizes 8, 8, 4
+        u.gate.set_log_alpha(torch.tensor([30.0] * open_units + [-30.0] * (4 - open_units)))
+    config, n = derive(net, model.config, 10**6, HEAD, min_open=0.5)
+    assert sorted((m.size, m.layers) for m in config.modules) == [(4, (2,)), (8, (0, 1))]
+    assert n == count_parameters(model.config, config).deployable      # two specs: two rules of n³
+    just_under = derive(net, model.config, n - 1, HEAD, min_open=0.5)[1]
+    assert just_under < n and just_under == count_parameters(model.config, derive(net, model.config, n - 1, HEAD,
+                                                                                   min_open=0.5)[0]).deployable
 
 
 def test_position_gates_add_log_g_to_exactly_the_prefix_logits():
@@ -119,7 +168,9 @@ def test_unit_costs_are_exact_deployable_counts():
     net, specs = _supernet()
     model_config = net.model.config
     full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True)).deployable
-    assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) == full
+    shared = {u.candidate: u.group_cost for u in net.units}                 # Compacter's rule, once per spec
+    assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) + sum(shared.values()) == full
+    assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} >= {"lora", "adapter", "compacter", "prefix"}
     for u in net.units:
         u.gate.set_log_alpha(30.0)                                   # every gate surely open
     assert float(net.expected_count().detach()) == pytest.approx(full, rel=1e-6)

@@ -1,11 +1,13 @@
 """Reading configurations off a trained supernet, one per budget, each an exact count.
 
-For a budget, the components (LoRA rank rows, adapter units, BitFit's biases) are taken most-likely-open first
-while the deployable count stays within the budget (S3Delta's greedy hard selection, with our exact
-per-unit costs); the order, not a threshold, decides: a short supernet run may leave every gate's
-chance low while still ranking them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the units
-taken; its layers are grouped by the size they kept into ordinary ModuleSpecs, so the result is a
-plain PetlConfig, and `budget.count_parameters` checks its count against the one computed here.
+For a budget, the components (LoRA rank rows, adapter units, Compacter columns, prefix positions,
+BitFit's biases) are taken most-likely-open first while the deployable count stays within the
+budget (S3Delta's greedy hard selection, with our exact per-unit costs); the order, not a
+threshold, decides: a short supernet run may leave every gate's chance low while still ranking
+them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the
+units taken; its layers are grouped by the size they kept into ordinary ModuleSpecs (each
+Compacter spec with its own shared rule, counted as it appears), so the result is a plain
+PetlConfig, and `budget.count_parameters` checks its count against the one computed here.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_o
     total = 0
     for _, i, _ in order:
         u = net.units[i]
-        cost = u.unit_cost + (u.fixed_cost if kept[i] == 0 else 0)
+        cost = u.unit_cost + (u.fixed_cost if kept[i] == 0 else 0) + _group_change(net, kept, i)
         if total + cost <= budget:
             kept[i] += 1
             total += cost
@@ -50,6 +52,20 @@ def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_o
     if exact != total:
         raise RuntimeError(f"derived count {total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
     return config, exact
+
+
+def _group_change(net, kept: dict[int, int], i: int) -> int:
+    """What one more unit of instance ``i`` adds in shared tensors: a candidate with a group cost
+    (Compacter's rule) becomes one derived spec per distinct kept size, each with its own copy."""
+    u = net.units[i]
+    if not u.group_cost:
+        return 0
+    sizes = [kept[j] for j, v in enumerate(net.units) if v.candidate == u.candidate and kept[j]]
+    after = list(sizes)
+    if kept[i]:
+        after.remove(kept[i])
+    after.append(kept[i] + 1)
+    return u.group_cost * (len(set(after)) - len(set(sizes)))
 
 
 def _modules(net, kept: dict[int, int]) -> tuple[ModuleSpec, ...]:
@@ -63,8 +79,12 @@ def _modules(net, kept: dict[int, int]) -> tuple[ModuleSpec, ...]:
     for (c, target, k), layers in sorted(layers_by.items(), key=lambda x: (x[0][0], x[0][1] or "", x[0][2])):
         spec = net.specs[c]
         extra = {"targets": (target,)} if spec.form == "lora" else {}
-        out.append(dataclasses.replace(spec, size=k, layers=tuple(sorted(layers)), **extra))
+        out.append(dataclasses.replace(spec, size=k * _unit_size(net, c), layers=tuple(sorted(layers)), **extra))
     return tuple(out)
+
+
+def _unit_size(net, candidate: int) -> int:
+    return next(u.unit_size for u in net.units if u.candidate == candidate)
 
 
 __all__ = ["derive", "ladder"]

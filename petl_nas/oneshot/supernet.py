@@ -5,14 +5,17 @@
 module's rank rows of A, an adapter's bottleneck rows of W_down and b_down (and its b_up, which
 exists while any unit of that adapter is open), and, where the space allows BitFit, one gate over
 every bias of the backbone (each bias is its pretrained value plus the gate times its change: the
-configuration can only say BitFit or not). A prefix's positions are gated in the attention itself
+configuration can only say BitFit or not). A Compacter adapter's unit is one column of its PHM
+fast matrices: n bottleneck dimensions at once (the rows of W_down that t's column q builds, the
+entries of b_down it shares and the rows of s in W_up), so what is kept stays divisible by n.
+A prefix's positions are gated in the attention itself
 (`HeadEdits.prefix_gate`): a shut position is left out of the softmax, an open one adds log g to
 its logits. A gate at 0 removes its unit exactly, so a supernet with every gate closed computes
 what the backbone computes.
 
-Candidates: LoRA, parallel adapters and prefixes where the space's slots allow them, and BitFit.
-Compacter, the multi-head adapter, prompt tuning, trained LayerNorms and UniPELT's gates are
-left to the sampler.
+Candidates: LoRA, parallel adapters, Compacter and prefixes where the space's slots allow them,
+and BitFit. The multi-head adapter, prompt tuning, trained LayerNorms and UniPELT's gates are left
+to the sampler.
 
 `Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
 unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
@@ -36,6 +39,7 @@ from ..inject import apply_petl
 from ..modules.adapter import Bottleneck
 from ..modules.head_attention import edits_of
 from ..modules.lora import LoRA
+from ..modules.phm import CompacterAdapter
 from ..modules.prefix import PrefixEncoder
 from .gates import HardConcrete
 
@@ -67,6 +71,23 @@ class _AnyOpen(nn.Module):
         return b * self.gate[0].z().max().to(b.dtype)
 
 
+class _Columns(nn.Module):
+    """Gates the PHM fast matrices of a Compacter adapter along its units (columns of width n):
+    ``t`` of W_down on its last axis, ``s`` of W_up on its middle one, b_down at every n-block."""
+
+    def __init__(self, gate: HardConcrete, role: str):
+        super().__init__()
+        self.gate, self.role = [gate], role
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        z = self.gate[0].z().to(w.dtype)
+        if self.role == "down.t":                 # [n, r, size/n]
+            return w * z[None, None, :]
+        if self.role == "up.s":                   # [n, size/n, r]
+            return w * z[None, :, None]
+        return w * z.repeat(w.shape[0] // z.shape[0])   # b_down [size]: entry a·(size/n) + q is unit q
+
+
 class _FromStart(nn.Module):
     """A BitFit bias: its pretrained value plus the gate times what training changed (the start when shut)."""
 
@@ -89,6 +110,8 @@ class Unit:
     gate: HardConcrete
     unit_cost: int                # deployable parameters per open unit
     fixed_cost: int = 0           # parameters the module has while any unit is open (an adapter's b_up)
+    unit_size: int = 1            # the module's size per open unit (Compacter: n dimensions)
+    group_cost: int = 0           # parameters each distinct derived spec of this candidate adds once (PHM's rule)
 
 
 @dataclass
@@ -103,11 +126,13 @@ class Supernet:
         return [u.gate for u in self.units]
 
     def expected_count(self) -> torch.Tensor:
-        total = 0.0
+        total, shared = 0.0, {}
         for u in self.units:
             p = u.gate.p_open()
             total = total + u.unit_cost * p.sum() + u.fixed_cost * p.max()
-        return total
+            if u.group_cost:                     # a candidate's shared tensor (PHM's rule), counted once
+                shared[u.candidate] = (u.group_cost, torch.maximum(shared.get(u.candidate, (0, p.max()))[1], p.max()))
+        return total + sum(cost * p for cost, p in shared.values())
 
     def penalty(self, target: float, step_size: float = 0.02) -> torch.Tensor:
         """λ·g + g²/2 with g = log(E/target), then λ += step·g (kept ≥ 0): dual ascent holds the
@@ -133,16 +158,21 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
         forms.setdefault(slot.site, set()).update(slot.forms.choices or (slot.forms.value,))
     specs = []
     for site in ("attn", "ffn"):
-        for form, dim in (("lora", "rank"), ("adapter", "bottleneck"), ("prefix", "length")):
+        for form, dim in (("lora", "rank"), ("adapter", "bottleneck"), ("compacter", "bottleneck"),
+                          ("prefix", "length")):
             if form not in forms.get(site, ()):
                 continue
             size = _largest(space, site, dim)
             extra = {"lora": {"targets": LORA_TARGETS[site]},
                      "adapter": {"insertion": "parallel", "init": "lora"},
+                     "compacter": {"insertion": "parallel", "init": "lora", "phm_n": _smallest(space, site, "phm_n") or 4},
                      "prefix": {"reparam": _smallest(space, site, "prefix_reparam"), "composition": "gated"}}[form]
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
-            while budget is not None and size > 1 and _one_layer_count(model_config, spec) > budget:
-                size = max(1, size // 2)
+            step = extra.get("phm_n", 1)                   # Compacter: sizes divisible by n
+            size = max(step, size - size % step)
+            spec = ModuleSpec(form=form, position=site, size=size, **extra)
+            while budget is not None and size > step and _one_layer_count(model_config, spec) > budget:
+                size = max(step, (size // 2) - (size // 2) % step)
                 spec = ModuleSpec(form=form, position=site, size=size, **extra)
             specs.append(spec)
     return tuple(specs)
@@ -207,6 +237,18 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
                 gate = HardConcrete(module.A.shape[0], init_open, gate_speed)
                 parametrize.register_parametrization(module, "A", _Rows(gate))
                 net.units.append(Unit(i, int(layer), target, gate, module.A.shape[1] + module.B.shape[0]))
+            elif isinstance(module, CompacterAdapter):
+                down, up = module.down, module.up
+                n, rank = down.n, down.s.shape[-1]
+                gate = HardConcrete(down.t.shape[-1], init_open, gate_speed)
+                parametrize.register_parametrization(down, "t", _Columns(gate, "down.t"))
+                parametrize.register_parametrization(down, "bias", _Columns(gate, "down.bias"))
+                parametrize.register_parametrization(up, "s", _Columns(gate, "up.s"))
+                for fixed, name in ((down, "s"), (up, "t"), (up, "bias")):
+                    parametrize.register_parametrization(fixed, name, _AnyOpen(gate))
+                fixed_cost = sum(getattr(m, name).numel() for m, name in ((down, "s"), (up, "t"), (up, "bias")))
+                net.units.append(Unit(i, int(layer), None, gate, 2 * n * rank + n, fixed_cost=fixed_cost,
+                                      unit_size=n, group_cost=down.rule[0].A.numel()))
             elif isinstance(module, Bottleneck):
                 gate = HardConcrete(module.down.weight.shape[0], init_open, gate_speed)
                 parametrize.register_parametrization(module.down, "weight", _Rows(gate))
@@ -261,7 +303,7 @@ def _prefixes(model: nn.Module):
 def _instances(group: nn.Module):
     """(key, module) of a group's per-layer modules (one block: ``'3'``, ``'3_q'``; several: nested)."""
     for key, module in group.items():
-        if isinstance(module, (LoRA, Bottleneck)):
+        if isinstance(module, (LoRA, Bottleneck, CompacterAdapter)):
             yield key, module
         elif isinstance(module, nn.ModuleDict):
             yield from _instances(module)
