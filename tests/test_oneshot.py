@@ -40,7 +40,7 @@ def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
     model = tiny_model()
     specs = candidates(SearchSpace.load("unified"), model.config, None)
     assert [(s.form, s.position) for s in specs] == [
-        ("lora", "attn"), ("adapter", "attn"), ("compacter", "attn"), ("prefix", "attn"),
+        ("lora", "attn"), ("adapter", "attn"), ("compacter", "attn"), ("prefix", "attn"), ("mh_adapter", "attn"),
         ("lora", "ffn"), ("adapter", "ffn"), ("compacter", "ffn")]
     assert specs[0].size == 64 and specs[0].targets == ("q", "k", "v", "o") and specs[1].size == 512
     assert specs[2].size == 512 and specs[2].phm_n == 4 and specs[2].insertion == "parallel"
@@ -50,7 +50,7 @@ def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
         one_layer = count_parameters(model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),)))
         assert one_layer.deployable <= 2000
     mam = candidates(SearchSpace.load("mam"), model.config, None)   # prefix (or MH adapter) + FFN adapter
-    assert [(s.form, s.position) for s in mam] == [("prefix", "attn"), ("adapter", "ffn")]
+    assert [(s.form, s.position) for s in mam] == [("prefix", "attn"), ("mh_adapter", "attn"), ("adapter", "ffn")]
 
 
 def test_a_supernet_with_every_gate_shut_is_the_backbone(kind):
@@ -152,6 +152,29 @@ def test_derived_compacters_pay_one_rule_per_distinct_size():
                                                                                    min_open=0.5)[0]).deployable
 
 
+def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positions():
+    from petl_nas import ModuleSpec, apply_petl
+    from petl_nas.modules.mh_adapter import MultiHeadAdapter
+
+    base, x = tiny_model(), batch()
+    spec = ModuleSpec(form="mh_adapter", position="attn", size=6, insertion="parallel", composition="add", layers=(2,))
+    net = build_supernet(copy.deepcopy(base), (spec,), HEAD)
+    _perturb(net)
+    (unit,) = net.units
+    assert unit.unit_cost == 2 * 32                                  # a key and a value row per head
+    keep = torch.tensor([False, True, True, False, True, False])
+    unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
+    (big,) = [m for m in net.model.modules() if isinstance(m, MultiHeadAdapter)]
+    short = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 3}),),
+                                                      pooling="mean"))
+    (small,) = [m for m in short.modules() if isinstance(m, MultiHeadAdapter)]
+    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]   # noqa: E731
+    with torch.no_grad():
+        small.keys.copy_(big.keys[:, keep]), small.values.copy_(big.values[:, keep])
+        net.model.eval(), short.eval()
+        assert torch.allclose(last(net.model), last(short), atol=1e-5)
+
+
 def test_position_gates_add_log_g_to_exactly_the_prefix_logits():
     from petl_nas.modules.head_attention import _with_position_gates
 
@@ -170,7 +193,8 @@ def test_unit_costs_are_exact_deployable_counts():
     full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True)).deployable
     shared = {u.candidate: u.group_cost for u in net.units}                 # Compacter's rule, once per spec
     assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) + sum(shared.values()) == full
-    assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} >= {"lora", "adapter", "compacter", "prefix"}
+    assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} == {"lora", "adapter", "compacter", "prefix",
+                                                                               "mh_adapter"}
     for u in net.units:
         u.gate.set_log_alpha(30.0)                                   # every gate surely open
     assert float(net.expected_count().detach()) == pytest.approx(full, rel=1e-6)

@@ -19,8 +19,12 @@ class MultiHeadAdapter(nn.Module):
         self.keys = nn.Parameter(torch.randn(heads, spec.size, head_dim) * head_dim ** -0.5)
         self.values = nn.Parameter(torch.zeros(heads, spec.size, head_dim))
         self.compose = Composition(spec, heads * head_dim, causal)
+        self.position_gate = None        # the one-shot supernet's: one gate in [0, 1] per position
 
     def forward(self, query: torch.Tensor, scaling: float) -> torch.Tensor:
         # query [B, H, Lq, D] -> Δ [B, H, Lq, D]
         q = query.to(self.keys.dtype) * scaling
-        return torch.relu(q @ self.keys.transpose(-1, -2)) @ self.values
+        values = self.values
+        if self.position_gate is not None:   # relu attention has no normaliser: a zero value row is no position
+            values = values * self.position_gate().to(values.dtype)[None, :, None]
+        return torch.relu(q @ self.keys.transpose(-1, -2)) @ values

@@ -1,8 +1,8 @@
 """One-shot structure search: train one network that holds every candidate, read configurations off it.
 
 A *supernet* (`supernet.py`) is an ordinary PETL model, built by `apply_petl` from a space, whose
-every LoRA rank component, adapter unit, Compacter column and prefix position sits behind its own
-hard-concrete gate (`gates.py`).
+every LoRA rank component, adapter unit, Compacter column and prefix or multi-head adapter position
+sits behind its own hard-concrete gate (`gates.py`).
 Training it under a penalty on the expected deployable count (a Lagrange multiplier drives that
 expectation to a target) lets the data decide which components are worth their parameters.
 `derive.py` then reads, for any budget, the configuration made of the components most likely to be
@@ -11,11 +11,10 @@ like any trial. `run.py` makes one run a job for whichever process takes it (a R
 the Ray executor, on a GPU where the cluster has one); `propose.py` puts its proposals in the study.
 
 What the supernet holds: LoRA on every attention and FFN weight the space allows, a parallel
-adapter and a parallel Compacter at each position the space allows them and a flat prefix at
-attention where it allows prefixes, on every layer, at the largest size that alone fits the
-budget; and BitFit (every backbone bias, one gate) where the space allows it and the biases fit.
-The multi-head adapter, prompt tuning, trained LayerNorms and UniPELT's input gates are not
-candidates yet.
+adapter and a parallel Compacter at each position the space allows them, and a flat prefix and a
+multi-head adapter at attention where it allows them, on every layer, at the largest size that
+alone fits the budget; and BitFit (every backbone bias, one gate) where the space allows it and
+the biases fit. Prompt tuning, trained LayerNorms and UniPELT's input gates are not candidates yet.
 """
 
 from .derive import derive, ladder

@@ -8,14 +8,17 @@ every bias of the backbone (each bias is its pretrained value plus the gate time
 configuration can only say BitFit or not). A Compacter adapter's unit is one column of its PHM
 fast matrices: n bottleneck dimensions at once (the rows of W_down that t's column q builds, the
 entries of b_down it shares and the rows of s in W_up), so what is kept stays divisible by n.
-A prefix's positions are gated in the attention itself
+A multi-head adapter's unit is one of its learned positions (`MultiHeadAdapter.position_gate`
+scales its value rows: relu attention has no normaliser, so a zero value removes the position
+exactly). A prefix's positions are gated in the
+attention itself
 (`HeadEdits.prefix_gate`): a shut position is left out of the softmax, an open one adds log g to
 its logits. A gate at 0 removes its unit exactly, so a supernet with every gate closed computes
 what the backbone computes.
 
-Candidates: LoRA, parallel adapters, Compacter and prefixes where the space's slots allow them,
-and BitFit. The multi-head adapter, prompt tuning, trained LayerNorms and UniPELT's gates are left
-to the sampler.
+Candidates: LoRA, parallel adapters, Compacter, prefixes and multi-head adapters where the space's
+slots allow them, and BitFit. Prompt tuning, trained LayerNorms and UniPELT's gates are left to
+the sampler.
 
 `Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
 unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
@@ -39,6 +42,7 @@ from ..inject import apply_petl
 from ..modules.adapter import Bottleneck
 from ..modules.head_attention import edits_of
 from ..modules.lora import LoRA
+from ..modules.mh_adapter import MultiHeadAdapter
 from ..modules.phm import CompacterAdapter
 from ..modules.prefix import PrefixEncoder
 from .gates import HardConcrete
@@ -159,14 +163,15 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
     specs = []
     for site in ("attn", "ffn"):
         for form, dim in (("lora", "rank"), ("adapter", "bottleneck"), ("compacter", "bottleneck"),
-                          ("prefix", "length")):
+                          ("prefix", "length"), ("mh_adapter", "length")):
             if form not in forms.get(site, ()):
                 continue
             size = _largest(space, site, dim)
             extra = {"lora": {"targets": LORA_TARGETS[site]},
                      "adapter": {"insertion": "parallel", "init": "lora"},
                      "compacter": {"insertion": "parallel", "init": "lora", "phm_n": _smallest(space, site, "phm_n") or 4},
-                     "prefix": {"reparam": _smallest(space, site, "prefix_reparam"), "composition": "gated"}}[form]
+                     "prefix": {"reparam": _smallest(space, site, "prefix_reparam"), "composition": "gated"},
+                     "mh_adapter": {"insertion": "parallel", "composition": "add"}}[form]
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
             step = extra.get("phm_n", 1)                   # Compacter: sizes divisible by n
             size = max(step, size - size % step)
@@ -249,6 +254,10 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
                 fixed_cost = sum(getattr(m, name).numel() for m, name in ((down, "s"), (up, "t"), (up, "bias")))
                 net.units.append(Unit(i, int(layer), None, gate, 2 * n * rank + n, fixed_cost=fixed_cost,
                                       unit_size=n, group_cost=down.rule[0].A.numel()))
+            elif isinstance(module, MultiHeadAdapter):
+                gate = HardConcrete(module.values.shape[1], init_open, gate_speed)
+                module.position_gate = gate.z               # (a parameter named `values` cannot be parametrized)
+                net.units.append(Unit(i, int(layer), None, gate, module.keys[:, 0].numel() + module.values[:, 0].numel()))
             elif isinstance(module, Bottleneck):
                 gate = HardConcrete(module.down.weight.shape[0], init_open, gate_speed)
                 parametrize.register_parametrization(module.down, "weight", _Rows(gate))
@@ -303,7 +312,7 @@ def _prefixes(model: nn.Module):
 def _instances(group: nn.Module):
     """(key, module) of a group's per-layer modules (one block: ``'3'``, ``'3_q'``; several: nested)."""
     for key, module in group.items():
-        if isinstance(module, (LoRA, Bottleneck, CompacterAdapter)):
+        if isinstance(module, (LoRA, Bottleneck, CompacterAdapter, MultiHeadAdapter)):
             yield key, module
         elif isinstance(module, nn.ModuleDict):
             yield from _instances(module)
