@@ -135,7 +135,7 @@ class FrozenReuse:
     def __init__(self, model: nn.Module, layers: nn.ModuleList, k: int, limit_mb: float, device):
         self.model, self.layers, self.k, self.limit_mb = model, layers, k, limit_mb
         self.device = torch.device(device)
-        self.key = _fingerprint(model, layers, k, device) if k > 0 else None
+        self.key = _fingerprint(model, layers, k, device)
         self.info = ReuseInfo(layer=k, cached={})
         self._current: list[torch.Tensor] | None = None
         self._rows: list[int] | None = None
@@ -221,7 +221,7 @@ class FrozenReuse:
     def feeding(self, split, rows: list[int]):
         """Within this context a forward pass of ``rows`` of ``split`` starts at layer k from the
         cache; a split with no cached states (over the bound, or a subset) runs every layer."""
-        states = _STORE.get((id(split), self.key)) if self.key is not None else None
+        states = _STORE.get((id(split), self.key))
         if states is not None:
             self._attach()
             self._current, self._rows = states, rows

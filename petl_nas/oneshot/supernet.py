@@ -134,9 +134,9 @@ class Supernet:
         for u in self.units:
             p = u.gate.p_open()
             total = total + u.unit_cost * p.sum() + u.fixed_cost * p.max()
-            if u.group_cost:                     # a candidate's shared tensor (PHM's rule), counted once
-                shared[u.candidate] = (u.group_cost, torch.maximum(shared.get(u.candidate, (0, p.max()))[1], p.max()))
-        return total + sum(cost * p for cost, p in shared.values())
+            if u.group_cost:                     # a candidate's shared tensor (PHM's rule): while any unit is open
+                shared.setdefault(u.candidate, (u.group_cost, []))[1].append(p.max())
+        return total + sum(cost * torch.stack(opens).max() for cost, opens in shared.values())
 
     def penalty(self, target: float, step_size: float = 0.02) -> torch.Tensor:
         """λ·g + g²/2 with g = log(E/target), then λ += step·g (kept ≥ 0): dual ascent holds the
