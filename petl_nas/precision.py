@@ -6,6 +6,11 @@ task head, BitFit biases, trained LayerNorms) is kept in fp32 by `inject.apply_p
 of 1e-5 on a bf16 weight of 0.02 is below bf16's resolution there and would vanish. Forward passes
 then run under `autocast_for`, which casts each matmul's operands to the body's dtype while the
 gradients land on the fp32 masters; fp16 adds loss scaling (`grad_scaler_for`).
+
+A run may ask for a precision (`use_precision`, from ``Recipe.precision``): ``auto`` is the above
+(bf16 on a GPU, full precision for an fp32 body on a CPU); ``bf16`` computes the matmuls in bf16 on
+any device (on a CPU with native bf16, AVX512-BF16 or AMX, a training step is about twice as fast;
+elsewhere it is emulated and slower); ``fp32`` keeps an fp32 body in full precision on a GPU too.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import contextlib
 import torch
 
 HALF = (torch.float16, torch.bfloat16)
+PRECISIONS = ("auto", "bf16", "fp32")
+_ATTR = "petl_nas_precision"        # where `use_precision` leaves a model's choice for `compute_dtype`
 
 
 def master_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -28,12 +35,40 @@ def body_dtype(model: torch.nn.Module) -> torch.dtype:
                 torch.float32)
 
 
+def use_precision(model: torch.nn.Module, precision: str) -> None:
+    """Make ``model``'s forward passes compute in ``precision`` (one of `PRECISIONS`; see the module
+    docstring). ValueError for another name, or for ``fp32`` on a half-precision body."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32" and body_dtype(model) in HALF:
+        raise ValueError(f"precision: fp32 needs an fp32 checkpoint; this one is {body_dtype(model)} "
+                         f"(use auto or bf16)")
+    setattr(model, _ATTR, precision)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls natively (AVX512-BF16 or AMX; Linux's CPU flags).
+    Where it does not, ``precision: bf16`` still runs, emulated and slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def compute_dtype(model: torch.nn.Module, device) -> torch.dtype | None:
     """The autocast dtype for ``model`` on ``device``: the body's half precision wherever it runs;
-    bf16 for an fp32 body on a GPU that supports it; None (full precision) otherwise."""
+    bf16 when `use_precision` asked for it, or by default for an fp32 body on a GPU that supports
+    it; None (full precision) otherwise."""
     body = body_dtype(model)
     if body in HALF:
         return body
+    chosen = getattr(model, _ATTR, "auto")
+    if chosen == "bf16":
+        return torch.bfloat16
+    if chosen == "fp32":
+        return None
     if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return None
@@ -52,4 +87,5 @@ def grad_scaler_for(model: torch.nn.Module, device) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(torch.device(device).type, enabled=compute_dtype(model, device) == torch.float16)
 
 
-__all__ = ["master_dtype", "body_dtype", "compute_dtype", "autocast_for", "grad_scaler_for", "HALF"]
+__all__ = ["master_dtype", "body_dtype", "compute_dtype", "autocast_for", "grad_scaler_for", "use_precision",
+           "cpu_has_native_bf16", "HALF", "PRECISIONS"]

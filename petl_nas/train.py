@@ -2,7 +2,8 @@
 
 AdamW on the trainable parameters (fp32 masters), linear warm-up then linear decay, gradient
 clipping; forward passes under `precision.autocast_for` (bf16 on a GPU, the checkpoint's own half
-precision for a half-precision body, with loss scaling for fp16). Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`)
+precision for a half-precision body, with loss scaling for fp16; ``Recipe.precision`` may ask for
+bf16 on a CPU too, or full precision on a GPU). Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`)
 and are scored by beam search (`decode`), or by token accuracy for a causal LM (`causal_lm`).
 It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each evaluation to
 ``report`` (the search's intermediate values, where a scheduler may stop the trial),
@@ -27,7 +28,7 @@ from .costs import MemoryProbe
 from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
 from .significance import standard_error
-from .precision import autocast_for, grad_scaler_for
+from .precision import autocast_for, grad_scaler_for, use_precision
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Recipe:
         frozen_cache_mb: 0 runs every layer every step; N > 0 runs the layers below the lowest
             trainable one without dropout and reuses their output, cached in memory up to N MiB
             per process (`frozen.FrozenReuse`; encoder classification and regression only).
+        precision: what forward passes compute in (`precision.use_precision`): ``auto`` (bf16 on a
+            GPU, full precision on a CPU), ``bf16`` (also on a CPU: about twice as fast where the
+            CPU has native bf16), ``fp32``.
     """
 
     lr: float = 1e-3
@@ -67,6 +71,7 @@ class Recipe:
     eval_rows: int | None = None
     length_buckets: int = 0
     frozen_cache_mb: int = 0
+    precision: str = "auto"
 
     def with_overrides(self, **kw) -> Recipe:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -210,6 +215,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     if task.kind == "regression" and len(data.train):
         start_regression_at_mean(model, float(data.train.labels.float().mean()))
     model.to(device)
+    use_precision(model, recipe.precision)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = adamw(_param_groups(model, params, recipe), recipe.lr)
 

@@ -28,6 +28,10 @@ def test_reports_this_machine_and_passes(capsys):
     assert "essentials: ok" in out
     assert "offline (HF_HUB_OFFLINE=1)" in out
     assert not os.path.exists("runs")                 # the storage check writes nothing
+    if not torch.cuda.is_available():                 # says whether fidelity.precision: bf16 pays on this CPU
+        from petl_nas.precision import cpu_has_native_bf16
+
+        assert ("computes bf16 natively" if cpu_has_native_bf16() else "no native bf16 on this CPU") in out
 
 
 def test_optional_extras_come_from_the_package_metadata():

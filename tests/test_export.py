@@ -256,3 +256,16 @@ def test_search_recipe_trains_at_the_length_the_trial_was_scored(tmp_path):
     assert preset_record(study, "lora", recipe="search")["recipe"]["epochs"] == 5
     with pytest.raises(ConfigError, match="--recipe: expected one of final, search, got 'short'"):
         record(study, choose(study), recipe="short")
+
+
+def test_records_compute_in_the_precision_the_trials_were_scored_in(tmp_path):
+    """The pick and the presets it is compared with train their final runs in the study's
+    ``fidelity.precision``; the default (auto) leaves the record as before."""
+    from petl_nas.export import preset_record
+    from petl_nas.train import Recipe
+
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    assert "precision" not in record(study, choose(study))["recipe"]
+    study.set_user_attr("fidelity", {"k": 200, "epochs": 5, "batch_size": 16, "max_length": 24, "precision": "bf16"})
+    for rec in (record(study, choose(study)), preset_record(study, "lora")):
+        assert Recipe(**rec["recipe"]).precision == "bf16"

@@ -158,3 +158,60 @@ def test_per_example_gate_weights_follow_the_mask_they_were_computed_for():
     other = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]])                  # another mask: its own weights
     assert torch.allclose(sequence_mean(g, other), expected(other))
     assert sequence_mean(g.double(), other).dtype == torch.float64
+
+
+def matmul_dtypes(model, recipe_precision: str):
+    """The dtypes the body's query projection computes in while ``model`` trains one step at
+    ``recipe_precision`` on a CPU, and the dtypes of what trains afterwards (with their grads)."""
+    seen = []
+    query = model.bert.encoder.layer[0].attention.self.query
+    handle = query.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    data = type("D", (), {"train": Rows(), "dev": Rows()})()
+    try:
+        train(model, data, get_task("demo_sentiment"),
+              Recipe(lr=1e-3, epochs=1, batch_size=4, warmup_ratio=0.0, precision=recipe_precision))
+    finally:
+        handle.remove()
+    trained = {p.dtype for p in model.parameters() if p.requires_grad}
+    return set(seen), trained
+
+
+def test_recipe_precision_bf16_computes_in_bf16_on_a_cpu_and_keeps_fp32_masters():
+    auto, masters = matmul_dtypes(apply_petl(tiny_model(), preset("lora", hidden_size=32)), "auto")
+    assert auto == {torch.float32} and masters == {torch.float32}          # a CPU's default: full precision
+    model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
+    bf16, masters = matmul_dtypes(model, "bf16")
+    assert bf16 == {torch.bfloat16} and masters == {torch.float32}
+    with autocast_for(model, "cpu"):                                      # evaluation, latency: the same choice
+        assert model.bert.encoder.layer[0].attention.self.query(torch.ones(1, 32)).dtype == torch.bfloat16
+
+
+def test_precision_fp32_keeps_a_gpu_default_off_and_refuses_a_half_body(tmp_path, monkeypatch):
+    import pytest
+
+    from petl_nas.precision import compute_dtype, use_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)    # a GPU with bf16 (asked, not used)
+    model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
+    assert compute_dtype(model, "cuda") == torch.bfloat16                # auto: bf16 on such a GPU
+    use_precision(model, "fp32")
+    assert compute_dtype(model, "cuda") is None                           # fp32: not even there
+    use_precision(model, "auto")
+    assert compute_dtype(model, "cpu") is None and compute_dtype(model, "cuda") == torch.bfloat16
+    with pytest.raises(ValueError, match="fp32 needs an fp32 checkpoint"):
+        use_precision(apply_petl(bf16_checkpoint(tmp_path), preset("lora", hidden_size=32)), "fp32")
+    with pytest.raises(ValueError, match="expected one of auto, bf16, fp32, got 'fp16'"):
+        use_precision(model, "fp16")
+
+
+def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
+    import pytest
+
+    from petl_nas.config import ConfigError
+    from petl_nas.experiment import Fidelity
+    from petl_nas.precision import PRECISIONS
+
+    for name in PRECISIONS:
+        assert Fidelity(precision=name).precision == name
+    with pytest.raises(ConfigError, match="fidelity: precision"):
+        Fidelity(precision="half")

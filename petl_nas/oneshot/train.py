@@ -16,7 +16,7 @@ from ..worker import TrainData, load_backbone
 
 def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3, gate_lr: float = 0.05,
                    epochs: float = 2, batch_size: int = 32, max_length: int = 64, seed: int = 0,
-                   length_buckets: int = 0, device: str = "cpu", resume: dict | None = None,
+                   length_buckets: int = 0, precision: str = "auto", device: str = "cpu", resume: dict | None = None,
                    on_epoch=None) -> dict:
     """Train ``net`` (built on ``backbone`` for ``task``) toward ``target`` expected deployable
     parameters; the gates learn at ``gate_lr`` (they were built with speed ``gate_lr / lr``, or
@@ -32,7 +32,7 @@ def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3,
         g.speed = gate_lr / lr
         g.set_log_alpha(value)
     recipe = Recipe(lr=lr, epochs=epochs, batch_size=batch_size, max_length=max_length, seed=seed,
-                    evals_per_epoch=0, length_buckets=length_buckets)
+                    evals_per_epoch=0, length_buckets=length_buckets, precision=precision)
     if resume is not None:
         net.multiplier = resume["multiplier"]
     saver = None if on_epoch is None else (lambda state: on_epoch({**state, "multiplier": net.multiplier}))
