@@ -193,11 +193,16 @@ def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
     for p in pooler_parameters(model, root.pooling):      # pooling: pooler_trained
         p.requires_grad_(True)
     if config.train_layernorms:
-        for mod in model.base_model.modules():
-            if isinstance(mod, nn.LayerNorm) or type(mod).__name__.endswith(("LayerNorm", "RMSNorm")):
-                for p in mod.parameters():
-                    p.requires_grad_(True)
+        for mod in norm_modules(model):
+            for p in mod.parameters():
+                p.requires_grad_(True)
     _upcast_trained(model, root)
+
+
+def norm_modules(model: nn.Module) -> list[nn.Module]:
+    """The backbone's LayerNorms (and RMSNorms): what ``train_layernorms`` trains."""
+    return [mod for mod in model.base_model.modules()
+            if isinstance(mod, nn.LayerNorm) or type(mod).__name__.endswith(("LayerNorm", "RMSNorm"))]
 
 
 def _upcast_trained(model: nn.Module, root: PetlRoot) -> None:
@@ -468,5 +473,5 @@ def atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["apply_petl", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of", "petl_state_dict",
+__all__ = ["apply_petl", "norm_modules", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of", "petl_state_dict",
            "save_petl", "load_petl", "PetlRoot", "atomic_write"]

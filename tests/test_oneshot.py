@@ -4,6 +4,7 @@ counted exactly by budget.py, that train like any trial; the count penalty pulls
 expected size to its target."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -24,15 +25,15 @@ HEAD = PetlConfig(pooling="mean")
 def _supernet(kind="bert", budget=None):
     model = tiny_model(kind)
     specs = candidates(SearchSpace.load("unified"), model.config, budget)
-    return build_supernet(model, specs, HEAD, bitfit=True), specs       # unified allows BitFit
+    return build_supernet(model, specs, HEAD, bitfit=True, layernorms=True), specs   # unified allows both
 
 
 def _perturb(net, seed=3):
-    """Move every trainable tensor away from its start: PETL weights and BitFit's biases."""
+    """Move every trainable tensor away from its start: PETL weights, BitFit's biases, LayerNorms."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in net.model.named_parameters():
-            if (name.startswith("petl.") and not name.endswith(".raw")) or name.endswith("bias.original"):
+            if (name.startswith("petl.") and not name.endswith(".raw")) or name.endswith(("bias.original", "weight.original")):
                 p.add_(torch.randn(p.shape, generator=g) * 0.3)
 
 
@@ -190,9 +191,11 @@ def test_position_gates_add_log_g_to_exactly_the_prefix_logits():
 def test_unit_costs_are_exact_deployable_counts():
     net, specs = _supernet()
     model_config = net.model.config
-    full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True)).deployable
-    shared = {u.candidate: u.group_cost for u in net.units}                 # Compacter's rule, once per spec
-    assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) + sum(shared.values()) == full
+    full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True, train_layernorms=True)).deployable
+    shared = {u.candidate: u.group_cost for u in net.units if u.group_cost}  # Compacter's rule, once per spec
+    assert net.shared_cost > 0                                              # LayerNorm biases: BitFit's and the norms'
+    assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) + sum(shared.values()) \
+        + net.shared_cost == full
     assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} == {"lora", "adapter", "compacter", "prefix",
                                                                                "mh_adapter"}
     for u in net.units:
@@ -216,6 +219,112 @@ def test_the_bitfit_unit_is_every_bias_and_derives_to_bitfit():
     assert not config.bitfit and n == 0
     assert not allows_bitfit(SearchSpace.load("small"), model_config, None)           # bitfit: false there
     assert not allows_bitfit(SearchSpace.load("unified"), model_config, biases - 1, HEAD)
+
+
+def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
+    """Trained LayerNorms are one unit; their biases are also BitFit's, counted once when both are
+    taken, whichever comes first; with only the norms' gate open, only the norms differ from the
+    backbone, and with it shut too the supernet is the backbone again."""
+    from petl_nas.oneshot.supernet import BITFIT, LAYERNORMS, allows_layernorms, global_cost
+
+    net, _ = _supernet()
+    model_config = net.model.config
+    norms_alone = count_parameters(model_config, PetlConfig(train_layernorms=True, pooling="mean")).deployable \
+        - count_parameters(model_config, HEAD).deployable
+    both = count_parameters(model_config, PetlConfig(bitfit=True, train_layernorms=True, pooling="mean")).deployable \
+        - count_parameters(model_config, HEAD).deployable
+    assert global_cost(model_config, HEAD, layernorms=True) == norms_alone > 0
+    units = {u.candidate: u for u in net.units if u.candidate in (BITFIT, LAYERNORMS)}
+    for first in (LAYERNORMS, BITFIT):
+        for u in net.units:
+            u.gate.set_log_alpha(-30.0)
+        units[first].gate.set_log_alpha(30.0)
+        units[BITFIT if first == LAYERNORMS else LAYERNORMS].gate.set_log_alpha(20.0)    # next most likely
+        config, n = derive(net, model_config, both, HEAD, min_open=0.5)
+        assert config.bitfit and config.train_layernorms and not config.modules and n == both
+    for u in net.units:
+        u.gate.set_log_alpha(30.0 if u is units[LAYERNORMS] else -30.0)
+    config, n = derive(net, model_config, norms_alone, HEAD, min_open=0.5)
+    assert config.train_layernorms and not config.bitfit and n == norms_alone
+    assert not allows_layernorms(SearchSpace.load("unified"), model_config, norms_alone - 1, HEAD)
+
+    x = batch()
+    _perturb(net)
+    net.model.eval()
+    ref = apply_head_only(tiny_model(), "bert")
+    with torch.no_grad():
+        for u in net.units:
+            u.gate.sample()                          # deterministic z: 1 for the norms, 0 for the rest
+        norms_only = net.model(**x).logits
+        net.close_all()
+        for u in net.units:
+            u.gate.sample()
+        shut = net.model(**x).logits
+        assert torch.equal(shut, ref(**x).logits) and not torch.allclose(norms_only, shut, atol=1e-4)
+        from petl_nas.inject import norm_modules
+
+        norm = norm_modules(net.model)[1]
+        for bitfit_open in (True, False):            # a norm's bias keeps its change while either gate is open
+            units[BITFIT].gate.set_log_alpha(30.0 if bitfit_open else -30.0)
+            units[LAYERNORMS].gate.set_log_alpha(-30.0)
+            for u in units.values():
+                u.gate.sample()
+            trained = norm.parametrizations.bias.original
+            start = norm.parametrizations.bias[0].start
+            assert torch.allclose(norm.bias, trained if bitfit_open else start, atol=1e-7, rtol=0)
+            assert torch.equal(norm.weight, norm.parametrizations.weight[0].start)     # the norms' own gate is shut
+
+
+def test_a_unipelt_gate_choice_is_the_ungated_module_shut_and_the_gated_one_open():
+    """Each gated instance's extra z mixes (1 − z) + z·g(x): shut, the module computes as without its
+    gate; open, as with it. Derived, an instance is gated where that choice is likely open, and the
+    gates' parameters are counted exactly."""
+    from petl_nas import ModuleSpec
+
+    base = tiny_model()
+    specs = (ModuleSpec(form="lora", position="attn", size=4, targets=("q", "v"), gate=True),
+             ModuleSpec(form="adapter", position="ffn", size=8, insertion="parallel", init="lora", gate=True))
+    net = build_supernet(copy.deepcopy(base), specs, HEAD)
+    _perturb(net)
+    choices = [u for u in net.units if u.gate_of is not None]
+    layers, d = base.config.num_hidden_layers, base.config.hidden_size
+    assert len(choices) == 3 * layers and all(u.unit_cost == d + 1 for u in choices)   # q, v and the FFN's, per layer
+    x = batch()
+    net.model.eval()
+    composes = [m.compose for m in net.model.petl.modules() if hasattr(m, "compose") and m.compose.gate is not None]
+
+    def logits(mix: float, strip=None):
+        for u in net.units:
+            u.gate.set_log_alpha(mix if u.gate_of is not None else 30.0)
+            u.gate.sample()
+        saved = [(c.gate, c.gate_mix) for c in composes]
+        for c in composes:
+            if strip == "gate":
+                c.gate, c.gate_mix = None, None          # the module without its gate
+            elif strip == "mix":
+                c.gate_mix = None                        # the module with its gate, no choice
+        try:
+            with torch.no_grad():
+                return net.model(**x).logits
+        finally:
+            for c, (g, m) in zip(composes, saved):
+                c.gate, c.gate_mix = g, m
+
+    shut, ungated = logits(-30.0), logits(-30.0, strip="gate")
+    open_, gated = logits(30.0), logits(30.0, strip="mix")
+    assert torch.allclose(shut, ungated, atol=1e-6) and torch.allclose(open_, gated, atol=1e-6)
+    assert not torch.allclose(shut, open_, atol=1e-4)
+    for u in net.units:                              # a gate of a module that is not there costs nothing
+        u.gate.set_log_alpha(30.0 if u.gate_of is not None else -30.0)
+    assert float(net.expected_count().detach()) < 1e-3
+    for mix, want in ((30.0, True), (-30.0, False)):
+        for u in net.units:
+            u.gate.set_log_alpha(mix if u.gate_of is not None else 30.0)
+        config, n = derive(net, net.model.config, 10**6, HEAD)
+        assert {m.gate for m in config.modules} == {want}
+        assert n == count_parameters(net.model.config, config).deployable
+    assert n == count_parameters(net.model.config, dataclasses.replace(config, modules=tuple(
+        dataclasses.replace(m, gate=True) for m in config.modules))).deployable - 3 * layers * (d + 1)
 
 
 def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():

@@ -103,7 +103,9 @@ class Composition(nn.Module):
     """Multiplies Δh by s (fixed, or a learned scalar) and by the gate g(x) when the spec has one.
 
     ``causal``: the module sits in a causal block, where a per-example gate would read later
-    tokens, so its gate is per token.
+    tokens, so its gate is per token. ``gate_mix`` (the one-shot supernet's, None otherwise)
+    returns z in [0, 1] and makes the factor (1 − z) + z·g(x): the ungated module at z = 0, the
+    gated one at z = 1.
     """
 
     def __init__(self, spec: ModuleSpec, gate_dim: int, causal: bool = False):
@@ -112,6 +114,7 @@ class Composition(nn.Module):
         self.scale = nn.Parameter(torch.tensor(float(spec.scale))) if spec.learn_scale else None
         per = "token" if causal else spec.gate_per
         self.gate = Gate(gate_dim, per) if spec.gate else None
+        self.gate_mix = None
 
     def forward(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, gate_logit: torch.Tensor | None = None) -> torch.Tensor:
@@ -123,6 +126,9 @@ class Composition(nn.Module):
         if self.gate is not None:
             g = (self.gate.from_logit(gate_logit, mask) if gate_logit is not None
                  else self.gate(gate_input, mask))
+            if self.gate_mix is not None:
+                z = self.gate_mix()
+                g = (1 - z) + z * g
             delta = delta * g.to(delta.dtype)
         return delta
 

@@ -13,8 +13,10 @@ the Ray executor, on a GPU where the cluster has one); `propose.py` puts its pro
 What the supernet holds: LoRA on every attention and FFN weight the space allows, a parallel
 adapter and a parallel Compacter at each position the space allows them, and a flat prefix and a
 multi-head adapter at attention where it allows them, on every layer, at the largest size that
-alone fits the budget; and BitFit (every backbone bias, one gate) where the space allows it and
-the biases fit. Prompt tuning, trained LayerNorms and UniPELT's input gates are not candidates yet.
+alone fits the budget; where the space allows UniPELT's input gates, one more gate per LoRA,
+adapter, Compacter and multi-head adapter instance choosing between the module with its gate and
+without; BitFit (every backbone bias, one gate) and trained LayerNorms (every norm's weight and
+bias, one gate) where the space allows them and they fit. Prompt tuning is not a candidate yet.
 """
 
 from .derive import derive, ladder

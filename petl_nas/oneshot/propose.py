@@ -55,13 +55,14 @@ def propose(study, exp, budget: int, lock) -> list[str]:
                         budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
                         init_open=o.init_open, batch_size=exp.fidelity.batch_size,
                         max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
-                        seed=exp.seed, checkpoint=state_file)
+                        seed=exp.seed, checkpoint=state_file, precision=exp.fidelity.precision)
     if exp.executor == "ray":                      # a Ray Tune trial: the driver may have no GPU
         result = run_on_ray(spec, str(exp.run_dir), exp.ray_address)
     else:
         result = run_supernet(spec)
     proposed = result["proposed"]
-    record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"], "lr": o.lr, "gate_lr": o.gate_lr,
+    record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
+              "layernorms": result.get("layernorms", False), "lr": o.lr, "gate_lr": o.gate_lr,
               "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],

@@ -31,7 +31,7 @@ from ..space import SearchSpace
 from ..tasks import load_splits, resolve_task
 from ..worker import load_backbone
 from .derive import derive, ladder
-from .supernet import allows_bitfit, build_supernet, candidates
+from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates
 from .train import train_supernet
 
 
@@ -57,6 +57,7 @@ class SupernetSpec:
     length_buckets: int
     seed: int
     checkpoint: str | None = None     # the file of its per-epoch training state (None: no resuming)
+    precision: str = "auto"           # what its forward passes compute in (`precision.use_precision`)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,9 +77,12 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     head = space.with_head(PetlConfig())
     specs = candidates(space, base.config, spec.budget)
     bitfit = allows_bitfit(space, base.config, spec.budget, head)
+    layernorms = allows_layernorms(space, base.config, spec.budget, head)
     torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
-    net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit)
-    fingerprint = {**spec.to_dict(), "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit}
+    net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit,
+                         layernorms=layernorms)
+    fingerprint = {**spec.to_dict(), "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
+                   "layernorms": layernorms}
     state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
     trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
     if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
@@ -87,9 +91,10 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
         lambda s: checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint))
     result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
-                            seed=spec.seed, length_buckets=spec.length_buckets, device=device,
+                            seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
                             resume=state, on_epoch=save)
-    smallest = min(u.unit_cost + u.fixed_cost for u in net.units)
+    smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
+                   for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
     seen, proposed = set(), []
     for rung in ladder(smallest, spec.budget, spec.rungs):
         config, n = derive(net, base.config, rung, head, num_labels=task.num_labels)
@@ -99,8 +104,10 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
             proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
+            "layernorms": layernorms,
             "proposed": proposed,
-            "supernet_params": count_parameters(base.config, PetlConfig(modules=specs, bitfit=bitfit)).deployable,
+            "supernet_params": count_parameters(base.config, PetlConfig(modules=specs, bitfit=bitfit,
+                                                                  train_layernorms=layernorms)).deployable,
             "device": str(device), "host": socket.gethostname(),
             "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
 

@@ -14,11 +14,18 @@ exactly). A prefix's positions are gated in the
 attention itself
 (`HeadEdits.prefix_gate`): a shut position is left out of the softmax, an open one adds log g to
 its logits. A gate at 0 removes its unit exactly, so a supernet with every gate closed computes
-what the backbone computes.
+what the backbone computes. Trained LayerNorms, where the space allows them, are one more such
+unit: every norm's weight and bias is its pretrained value plus the gate times its change. A
+LayerNorm bias is also a bias BitFit trains, so it keeps its change while either gate is open
+(1 − (1 − z_bitfit)(1 − z_norms)), and its cost is counted once, with the chance that either is.
+Where the space allows UniPELT's gates, every LoRA, adapter, Compacter and multi-head adapter
+instance is built with its gate g(x), and one more hard-concrete z per instance chooses between
+the two forms: its output is scaled by (1 − z) + z·g(x), the ungated module at z = 0, the gated
+one at z = 1 (`Composition.gate_mix`); the gate's parameters count only while the instance is kept.
 
 Candidates: LoRA, parallel adapters, Compacter, prefixes and multi-head adapters where the space's
-slots allow them, and BitFit. Prompt tuning, trained LayerNorms and UniPELT's gates are left to
-the sampler.
+slots allow them, UniPELT's gates on the first four, BitFit and trained LayerNorms. Prompt tuning
+(and the UniPELT gate of a prefix, whose positions are gated instead) is left to the sampler.
 
 `Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
 unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
@@ -38,7 +45,7 @@ from ..backbones import stacks
 from ..budget import count_parameters
 from ..config import ModuleSpec, PetlConfig
 from ..head import pooler_parameters
-from ..inject import apply_petl
+from ..inject import apply_petl, norm_modules
 from ..modules.adapter import Bottleneck
 from ..modules.head_attention import edits_of
 from ..modules.lora import LoRA
@@ -50,6 +57,8 @@ from .gates import HardConcrete
 GATES = "oneshot_gates"
 LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
 BITFIT = -1                                      # the candidate index of the BitFit unit (not a ModuleSpec)
+LAYERNORMS = -2                                  # ... and of the trained-LayerNorms unit
+GLOBAL = (BITFIT, LAYERNORMS)                    # units that switch a whole-backbone option of the configuration
 
 
 class _Rows(nn.Module):
@@ -93,15 +102,20 @@ class _Columns(nn.Module):
 
 
 class _FromStart(nn.Module):
-    """A BitFit bias: its pretrained value plus the gate times what training changed (the start when shut)."""
+    """A BitFit bias or a LayerNorm tensor: its pretrained value plus what training changed, times
+    the gate; a LayerNorm bias that BitFit's gate and the norms' gate share is open while either is,
+    1 − (1 − z₁)(1 − z₂). The start when every gate is shut."""
 
-    def __init__(self, gate: HardConcrete, start: torch.Tensor):
+    def __init__(self, gates: list[HardConcrete], start: torch.Tensor):
         super().__init__()
-        self.gate = [gate]
+        self.gates = list(gates)                 # a list: not submodules of the parametrization
         self.register_buffer("start", start.detach().clone())
 
     def forward(self, b: torch.Tensor) -> torch.Tensor:
-        return self.start + self.gate[0].z().to(b.dtype) * (b - self.start)
+        shut = 1.0
+        for g in self.gates:
+            shut = shut * (1 - g.z())
+        return self.start + (1 - shut).to(b.dtype) * (b - self.start)
 
 
 @dataclass
@@ -116,6 +130,7 @@ class Unit:
     fixed_cost: int = 0           # parameters the module has while any unit is open (an adapter's b_up)
     unit_size: int = 1            # the module's size per open unit (Compacter: n dimensions)
     group_cost: int = 0           # parameters each distinct derived spec of this candidate adds once (PHM's rule)
+    gate_of: int | None = None    # a UniPELT-gate choice: the index (in Supernet.units) of the instance it gates
 
 
 @dataclass
@@ -125,6 +140,8 @@ class Supernet:
     bitfit: bool = False          # has a BitFit unit
     units: list[Unit] = field(default_factory=list)
     multiplier: float = 0.0       # the Lagrange multiplier of the count constraint
+    layernorms: bool = False      # has a trained-LayerNorms unit
+    shared_cost: int = 0          # LayerNorm biases with both BitFit and LayerNorm units: kept while either is open
 
     def gates(self) -> list[HardConcrete]:
         return [u.gate for u in self.units]
@@ -133,10 +150,17 @@ class Supernet:
         total, shared = 0.0, {}
         for u in self.units:
             p = u.gate.p_open()
+            if u.gate_of is not None:            # a UniPELT gate: its parameters exist while the instance does
+                total = total + u.unit_cost * p.sum() * self.units[u.gate_of].gate.p_open().max()
+                continue
             total = total + u.unit_cost * p.sum() + u.fixed_cost * p.max()
             if u.group_cost:                     # a candidate's shared tensor (PHM's rule): while any unit is open
                 shared.setdefault(u.candidate, (u.group_cost, []))[1].append(p.max())
-        return total + sum(cost * torch.stack(opens).max() for cost, opens in shared.values())
+        total = total + sum(cost * torch.stack(opens).max() for cost, opens in shared.values())
+        if self.shared_cost:
+            shut = [1 - u.gate.p_open().max() for u in self.units if u.candidate in GLOBAL]
+            total = total + self.shared_cost * (1 - torch.stack(shut).prod())
+        return total
 
     def penalty(self, target: float, step_size: float = 0.02) -> torch.Tensor:
         """λ·g + g²/2 with g = log(E/target), then λ += step·g (kept ≥ 0): dual ascent holds the
@@ -160,6 +184,7 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
     forms: dict[str, set[str]] = {}
     for slot in space.slots:
         forms.setdefault(slot.site, set()).update(slot.forms.choices or (slot.forms.value,))
+    gated = {"gate": True} if _allows_true(space, "gates") else {}
     specs = []
     for site in ("attn", "ffn"):
         for form, dim in (("lora", "rank"), ("adapter", "bottleneck"), ("compacter", "bottleneck"),
@@ -167,11 +192,12 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
             if form not in forms.get(site, ()):
                 continue
             size = _largest(space, site, dim)
-            extra = {"lora": {"targets": LORA_TARGETS[site]},
-                     "adapter": {"insertion": "parallel", "init": "lora"},
-                     "compacter": {"insertion": "parallel", "init": "lora", "phm_n": _smallest(space, site, "phm_n") or 4},
+            extra = {"lora": {"targets": LORA_TARGETS[site], **gated},
+                     "adapter": {"insertion": "parallel", "init": "lora", **gated},
+                     "compacter": {"insertion": "parallel", "init": "lora", "phm_n": _smallest(space, site, "phm_n") or 4,
+                                   **gated},
                      "prefix": {"reparam": _smallest(space, site, "prefix_reparam"), "composition": "gated"},
-                     "mh_adapter": {"insertion": "parallel", "composition": "add"}}[form]
+                     "mh_adapter": {"insertion": "parallel", "composition": "add", **gated}}[form]
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
             step = extra.get("phm_n", 1)                   # Compacter: sizes divisible by n
             size = max(step, size - size % step)
@@ -185,18 +211,31 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
 
 def allows_bitfit(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
     """Does the space allow BitFit, and do the biases alone fit ``budget``?"""
-    d = space.globals.get("bitfit")
-    if d is None or not (True in d.choices if d.choices else bool(d.value)):
-        return False
-    return budget is None or bitfit_cost(model_config, head) <= budget
+    return _allows_true(space, "bitfit") and (budget is None or bitfit_cost(model_config, head) <= budget)
+
+
+def allows_layernorms(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
+    """Does the space allow trained LayerNorms, and do they alone fit ``budget``?"""
+    return _allows_true(space, "train_layernorms") and (
+        budget is None or global_cost(model_config, head, layernorms=True) <= budget)
+
+
+def _allows_true(space, name: str) -> bool:
+    """Does the space's global boolean ``name`` allow True?"""
+    d = space.globals.get(name)
+    return d is not None and (True in d.choices if d.choices else bool(d.value))
 
 
 def bitfit_cost(model_config, head: PetlConfig | None = None) -> int:
     """The deployable parameters BitFit adds (every bias of the backbone), as budget.py counts them."""
-    head = head or PetlConfig()
-    with_biases = dataclasses.replace(head, modules=(), bitfit=True)
-    return (count_parameters(model_config, with_biases).deployable
-            - count_parameters(model_config, dataclasses.replace(with_biases, bitfit=False)).deployable)
+    return global_cost(model_config, head, bitfit=True)
+
+
+def global_cost(model_config, head: PetlConfig | None = None, bitfit: bool = False, layernorms: bool = False) -> int:
+    """What BitFit and/or trained LayerNorms add to ``head`` alone, as budget.py counts them."""
+    bare = dataclasses.replace(head or PetlConfig(), modules=(), bitfit=False, train_layernorms=False)
+    return (count_parameters(model_config, dataclasses.replace(bare, bitfit=bitfit, train_layernorms=layernorms)).deployable
+            - count_parameters(model_config, bare).deployable)
 
 
 def _largest(space, site: str, dim: str) -> int:
@@ -220,21 +259,18 @@ def _one_layer_count(model_config, spec: ModuleSpec) -> int:
 
 
 def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlConfig | None = None,
-                   init_open: float = 0.9, gate_speed: float = 1.0, bitfit: bool = False) -> Supernet:
+                   init_open: float = 0.9, gate_speed: float = 1.0, bitfit: bool = False,
+                   layernorms: bool = False) -> Supernet:
     """Apply ``specs`` (and ``head``'s head options) to ``model`` in place and gate every unit;
     ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`);
-    ``bitfit``: add one gated unit for every bias of the backbone."""
-    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs), bitfit=bitfit)
+    ``bitfit``: add one gated unit for every bias of the backbone; ``layernorms``: one for every
+    LayerNorm's weight and bias."""
+    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs), bitfit=bitfit, train_layernorms=layernorms)
     apply_petl(model, config)
     gates = nn.ModuleList()
     model.petl.add_module(GATES, gates)
-    net = Supernet(model, tuple(specs), bitfit=bitfit)
-    if bitfit:
-        gate = HardConcrete(1, init_open, gate_speed)
-        for module, start in _backbone_biases(model):
-            parametrize.register_parametrization(module, "bias", _FromStart(gate, start))
-        net.units.append(Unit(BITFIT, -1, "bitfit", gate, bitfit_cost(model.config, config)))
-        gates.append(gate)
+    net = Supernet(model, tuple(specs), bitfit=bitfit, layernorms=layernorms)
+    _gate_globals(net, model, head, bitfit, layernorms, init_open, gate_speed, gates)
     for i, group in enumerate(model.petl.groups.values()):
         for key, module in _instances(group):
             layer, _, target = key.partition("_")
@@ -268,6 +304,12 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
             else:
                 continue
             gates.append(gate)
+            if module.compose.gate is not None:          # UniPELT's gate: with it or without, z decides
+                mix = HardConcrete(1, 0.5, gate_speed)
+                module.compose.gate_mix = mix.z
+                cost = sum(p.numel() for p in module.compose.gate.parameters())
+                net.units.append(Unit(i, int(layer), target, mix, cost, gate_of=len(net.units) - 1))
+                gates.append(mix)
     for i, layer, edits in _prefixes(model):
         pk, _ = edits.prefix.layer_kv(edits.prefix_index)         # [H_kv, l, D]
         gate = HardConcrete(pk.shape[1], init_open, gate_speed)
@@ -281,6 +323,29 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
 
     model.register_forward_pre_hook(resample)
     return net
+
+
+def _gate_globals(net: Supernet, model: nn.Module, head, bitfit: bool, layernorms: bool, init_open: float,
+                  gate_speed: float, gates: nn.ModuleList) -> None:
+    """The BitFit and LayerNorm units (see the module docstring), with their exact costs."""
+    c_b, c_l = global_cost(model.config, head, bitfit=True), global_cost(model.config, head, layernorms=True)
+    both = bitfit and layernorms
+    net.shared_cost = c_b + c_l - global_cost(model.config, head, bitfit=True, layernorms=True) if both else 0
+    found = {BITFIT: HardConcrete(1, init_open, gate_speed) if bitfit else None,
+             LAYERNORMS: HardConcrete(1, init_open, gate_speed) if layernorms else None}
+    norms = norm_modules(model) if layernorms else []
+    norm_ids = {id(m) for m in norms}
+    for module, start in _backbone_biases(model) if bitfit else []:
+        if id(module) not in norm_ids:
+            parametrize.register_parametrization(module, "bias", _FromStart([found[BITFIT]], start))
+    for module in norms:
+        for name, p in list(module.named_parameters(recurse=False)):
+            which = [found[LAYERNORMS]] + ([found[BITFIT]] if bitfit and name == "bias" else [])
+            parametrize.register_parametrization(module, name, _FromStart(which, p.detach().clone()))
+    for candidate, target, cost in ((BITFIT, "bitfit", c_b), (LAYERNORMS, "layernorms", c_l)):
+        if found[candidate] is not None:
+            net.units.append(Unit(candidate, -1, target, found[candidate], cost - net.shared_cost))
+            gates.append(found[candidate])
 
 
 def _backbone_biases(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
@@ -318,4 +383,5 @@ def _instances(group: nn.Module):
             yield from _instances(module)
 
 
-__all__ = ["Supernet", "Unit", "build_supernet", "candidates", "allows_bitfit", "bitfit_cost", "GATES", "BITFIT"]
+__all__ = ["Supernet", "Unit", "build_supernet", "candidates", "allows_bitfit", "allows_layernorms", "bitfit_cost",
+           "global_cost", "GATES", "BITFIT", "LAYERNORMS", "GLOBAL"]
