@@ -102,8 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--paths", default="old,new,bf16", help=f"comma-separated, the first the reference ({', '.join(PATHS)})")
     args = p.parse_args(argv)
     args.paths = args.paths.split(",")
-    if unknown := [x for x in args.paths if x not in PATHS] or len(args.paths) < 2:
-        p.error(f"--paths: two or more of {', '.join(PATHS)}; got {unknown or args.paths}")
+    if len(args.paths) < 2 or any(x not in PATHS for x in args.paths):
+        p.error(f"--paths: two or more of {', '.join(PATHS)}; got {','.join(args.paths)}")
 
     todo = jobs(args)
     start = time.perf_counter()

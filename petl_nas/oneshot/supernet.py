@@ -137,10 +137,8 @@ class Unit:
 class Supernet:
     model: nn.Module
     specs: tuple[ModuleSpec, ...]
-    bitfit: bool = False          # has a BitFit unit
     units: list[Unit] = field(default_factory=list)
     multiplier: float = 0.0       # the Lagrange multiplier of the count constraint
-    layernorms: bool = False      # has a trained-LayerNorms unit
     shared_cost: int = 0          # LayerNorm biases with both BitFit and LayerNorm units: kept while either is open
 
     def gates(self) -> list[HardConcrete]:
@@ -269,7 +267,7 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
     apply_petl(model, config)
     gates = nn.ModuleList()
     model.petl.add_module(GATES, gates)
-    net = Supernet(model, tuple(specs), bitfit=bitfit, layernorms=layernorms)
+    net = Supernet(model, tuple(specs))
     _gate_globals(net, model, head, bitfit, layernorms, init_open, gate_speed, gates)
     for i, group in enumerate(model.petl.groups.values()):
         for key, module in _instances(group):
@@ -328,6 +326,8 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
 def _gate_globals(net: Supernet, model: nn.Module, head, bitfit: bool, layernorms: bool, init_open: float,
                   gate_speed: float, gates: nn.ModuleList) -> None:
     """The BitFit and LayerNorm units (see the module docstring), with their exact costs."""
+    if not (bitfit or layernorms):
+        return
     c_b, c_l = global_cost(model.config, head, bitfit=True), global_cost(model.config, head, layernorms=True)
     both = bitfit and layernorms
     net.shared_cost = c_b + c_l - global_cost(model.config, head, bitfit=True, layernorms=True) if both else 0
