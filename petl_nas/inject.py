@@ -285,6 +285,34 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
     _install_input_hooks(model, root, spec)
 
 
+def gate_prompt(model: nn.Module, gate) -> None:
+    """Put the one-shot supernet's gate on the soft prompt: ``gate()`` returns one value per position.
+
+    A forward inserts only the open positions, and every attention whose keys carry the prompt
+    (encoder and cross-attention; a decoder-only model's self-attention) adds log g to their logits
+    (`SoftPrompt.key_log_gate`), so a shut position is exactly absent.
+    """
+    root: PetlRoot = getattr(model, ROOT)
+    if root.prompt is None:
+        raise ValueError("gate_prompt: the model has no soft prompt (prompt_length 0)")
+    root.prompt.position_gate = gate
+    spec, layer_lists = stacks(model)
+    for block in spec.blocks:
+        if spec.encoder_decoder and block.name == "decoder":      # its self-attention never sees the prompt
+            continue
+        for layer in layer_lists[block.name]:
+            attn = layer.get_submodule(block.attention)
+            edits = head_attention.edits_of(attn)
+            if edits is None:
+                edits = HeadEdits(is_enabled=lambda: root.enabled, pad_mask=lambda: root._pad_mask)
+                head_attention.attach(attn, edits)
+                root._attn_modules.append(attn)
+            edits.key_gate = root.prompt.key_log_gate
+    if root._previous_attn is None:
+        root._previous_attn = model.config._attn_implementation
+        model.set_attn_implementation(ATTENTION_NAME)
+
+
 def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
     """Per forward: recompute reparameterised prefixes; insert prompt tokens where the spec says.
 
@@ -473,5 +501,5 @@ def atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["apply_petl", "norm_modules", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of", "petl_state_dict",
-           "save_petl", "load_petl", "PetlRoot", "atomic_write"]
+__all__ = ["apply_petl", "norm_modules", "gate_prompt", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of",
+           "petl_state_dict", "save_petl", "load_petl", "PetlRoot", "atomic_write"]

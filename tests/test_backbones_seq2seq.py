@@ -384,3 +384,29 @@ def test_ffn_slot_rejects_cross(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"slots.ffn.blocks: cross-attention has no FFN"):
         SearchSpace.load(path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_gated_prompt_is_the_prompt_of_its_open_positions_or_none(kind):
+    """The one-shot supernet's prompt on encoder-decoder and decoder-only models: the open positions
+    alone are inserted and every attention that reads them (an encoder's, a decoder's cross-attention,
+    a decoder-only model's self-attention) adds their log g, so at g = 1 it is the shorter prompt and,
+    with every position shut, the model without a prompt."""
+    from petl_nas.oneshot import build_supernet
+
+    base, x = tiny(kind), batch(kind)
+    net = build_supernet(copy.deepcopy(base), (), PetlConfig(), prompt_length=5)
+    perturb(net.model)
+    (unit,) = net.units
+    keep = torch.tensor([False, True, True, False, True])
+    unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
+    short = apply_petl(copy.deepcopy(base), PetlConfig(prompt_length=3))
+    with torch.no_grad():
+        short.petl.prompt.embeddings.copy_(net.model.petl.prompt.embeddings[keep])
+    net.model.eval()
+    want = logits(short, x)
+    assert torch.allclose(logits(net.model, x), want, atol=1e-5)
+    unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))          # half open: log 0.5 on their logits
+    assert (logits(net.model, x) - want).abs().max() > 1e-4          # tiny random LMs: small logits
+    net.close_all()
+    assert torch.equal(logits(net.model, x), logits(apply_petl(copy.deepcopy(base), PetlConfig()), x))

@@ -13,7 +13,7 @@ from conftest import batch, tiny_model
 from petl_nas import PetlConfig
 from petl_nas.budget import count_parameters
 from petl_nas.oneshot import HardConcrete, build_supernet, derive, ladder
-from petl_nas.oneshot.supernet import candidates
+from petl_nas.oneshot.supernet import PROMPT, candidates, prompt_length_for
 from petl_nas.oneshot.train import train_supernet
 from petl_nas.space import SearchSpace
 from petl_nas.tasks import load_splits, resolve_task
@@ -24,8 +24,10 @@ HEAD = PetlConfig(pooling="mean")
 
 def _supernet(kind="bert", budget=None):
     model = tiny_model(kind)
-    specs = candidates(SearchSpace.load("unified"), model.config, budget)
-    return build_supernet(model, specs, HEAD, bitfit=True, layernorms=True), specs   # unified allows both
+    space = SearchSpace.load("unified")
+    specs = candidates(space, model.config, budget)
+    prompt = prompt_length_for(space, model.config, budget, HEAD)
+    return build_supernet(model, specs, HEAD, bitfit=True, layernorms=True, prompt_length=prompt), specs  # unified allows all
 
 
 def _perturb(net, seed=3):
@@ -107,6 +109,41 @@ def test_a_prefix_with_positions_shut_is_the_prefix_of_the_open_ones():
         assert not torch.allclose(last(net.model), want, atol=1e-3)
 
 
+def test_a_prompt_with_positions_shut_is_the_prompt_of_the_open_ones(kind):
+    """Only open positions are inserted (the tokens sit where the shorter prompt puts them), each
+    with log g on its logits in every layer: at g = 1 the shorter prompt exactly, at g = 0.5 not;
+    every position shut is the backbone; and derive reads the open positions as prompt_length."""
+    from petl_nas import apply_petl
+
+    base, x = tiny_model(kind), batch(kind)
+    net = build_supernet(copy.deepcopy(base), (), HEAD, prompt_length=6)
+    _perturb(net)
+    (unit,) = net.units
+    assert unit.candidate == PROMPT and unit.unit_cost == 32       # one embedding row per position
+    keep = torch.tensor([True, False, True, True, False, False])
+    unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
+    short = apply_petl(copy.deepcopy(base), PetlConfig(prompt_length=3, pooling="mean"))
+    with torch.no_grad():
+        short.petl.prompt.embeddings.copy_(net.model.petl.prompt.embeddings[keep])
+    net.model.eval(), short.eval()
+    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]   # noqa: E731
+    with torch.no_grad():
+        got, want = last(net.model), last(short)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+        unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))     # the same positions, half open
+        assert not torch.allclose(last(net.model), want, atol=1e-3)
+        unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
+        config, n = derive(net, base.config, 10_000, HEAD, min_open=0.5)
+        assert config.prompt_length == 3 and not config.modules and n == 3 * 32
+        net.close_all()
+        assert torch.equal(net.model(**x).logits, apply_head_only(base, kind)(**x).logits)
+        unit.gate.set_log_alpha(0.0)                   # training: each forward inserts its own draw's open positions
+        net.model.train()
+        for _ in range(8):
+            net.model(**x)
+            assert net.model.petl.prompt.n == int((unit.gate.z() > 0).sum())
+
+
 def test_compacter_columns_shut_are_the_smaller_compacter_of_the_open_ones():
     """A shut unit removes one column q of the fast matrices: n bottleneck dimensions (entries
     a·(size/n) + q of b_down); what stays is a Compacter of n·(open units), its rule unchanged."""
@@ -176,13 +213,13 @@ def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positio
         assert torch.allclose(last(net.model), last(short), atol=1e-5)
 
 
-def test_position_gates_add_log_g_to_exactly_the_prefix_logits():
-    from petl_nas.modules.head_attention import _with_position_gates
+def test_key_gates_add_log_g_to_exactly_the_gated_logits():
+    from petl_nas.modules.head_attention import _with_key_gates
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 4, 8, generator=g) for _ in range(3))      # [B, H, L, D]; keys: 2 prefix + 2 tokens
     log_g, s = torch.tensor([-0.7, -2.0]), 8 ** -0.5
-    q2, k2, v2 = _with_position_gates(q, k, v, log_g, 2, s)
+    q2, k2, v2 = _with_key_gates(q, k, v, torch.cat([log_g, torch.zeros(2)]), s)
     got = torch.softmax(q2 @ k2.transpose(-1, -2) * s, -1) @ v2
     want = torch.softmax(q @ k.transpose(-1, -2) * s + torch.cat([log_g, torch.zeros(2)]), -1) @ v
     assert torch.allclose(got[..., :8], want, atol=1e-6) and torch.equal(got[..., 8], torch.zeros(2, 3, 4))
@@ -191,13 +228,15 @@ def test_position_gates_add_log_g_to_exactly_the_prefix_logits():
 def test_unit_costs_are_exact_deployable_counts():
     net, specs = _supernet()
     model_config = net.model.config
-    full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True, train_layernorms=True)).deployable
+    full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True, train_layernorms=True,
+                                                     prompt_length=20)).deployable
     shared = {u.candidate: u.group_cost for u in net.units if u.group_cost}  # Compacter's rule, once per spec
     assert net.shared_cost > 0                                              # LayerNorm biases: BitFit's and the norms'
     assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) + sum(shared.values()) \
         + net.shared_cost == full
     assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} == {"lora", "adapter", "compacter", "prefix",
                                                                                "mh_adapter"}
+    assert [u.gate.log_alpha.numel() for u in net.units if u.candidate == PROMPT] == [20]   # unified: up to 20 tokens
     for u in net.units:
         u.gate.set_log_alpha(30.0)                                   # every gate surely open
     assert float(net.expected_count().detach()) == pytest.approx(full, rel=1e-6)

@@ -38,6 +38,8 @@ class HeadEdits:
     ``pad_mask`` the current [B, L] padding mask (or None), both kept by `inject` per forward.
     ``prefix_gate`` (the one-shot supernet's) returns one gate value in [0, 1] per prefix position:
     a shut position is left out of the attention, an open one adds log g to its logits.
+    ``key_gate`` (the supernet's, for a gated prompt) returns None or (start, log g [m]): the m
+    token keys from ``start`` on are prompt positions and get log g added to their logits.
     """
 
     is_enabled: callable
@@ -49,6 +51,7 @@ class HeadEdits:
     sublayer_input: callable = lambda: None
     pad_mask: callable = lambda: None
     prefix_gate: callable | None = None
+    key_gate: callable | None = None
 
 
 def attach(module: nn.Module, edits: HeadEdits) -> None:
@@ -100,17 +103,32 @@ def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float
     return query, key, value
 
 
-def _with_position_gates(query, key, value, log_gate, n_prefix: int, scaling: float):
-    """Add log g_j to the logits of prefix position j exactly, without a float mask: one extra
-    feature, 1/scale on the query and log g_j on prefix key j (0 on token keys), so that
-    [q, 1/s]·[k_j, log g_j]·s = q·k_j·s + log g_j."""
+def _with_key_gates(query, key, value, log_gate, scaling: float):
+    """Add log g_j to the logits of key j exactly, without a float mask (``log_gate``: [Lk], 0
+    where a key is not gated): one extra feature, 1/scale on the query and log g_j on key j, so
+    that [q, 1/s]·[k_j, log g_j]·s = q·k_j·s + log g_j."""
     b, h, lq, _ = query.shape
     query = torch.cat([query, query.new_full((b, h, lq, 1), 1.0 / scaling)], dim=-1)
-    marker = torch.zeros(b, key.shape[1], key.shape[2], 1, dtype=key.dtype, device=key.device)
-    marker[:, :, :n_prefix, 0] = log_gate.to(key.dtype)
+    marker = log_gate.to(key.dtype).view(1, 1, -1, 1).expand(b, key.shape[1], -1, 1)
     key = torch.cat([key, marker], dim=-1)
     value = nn.functional.pad(value, (0, 1))
     return query, key, value
+
+
+def _key_log_gates(edits: HeadEdits, n_keys: int, n_prefix: int, prefix_log_gate, like: torch.Tensor):
+    """The [n_keys] log gates of one attention call's keys (``n_prefix`` prefix keys first, then the
+    tokens): the prefix's per position, the prompt's at its token keys; None when neither gates."""
+    prompt = edits.key_gate() if edits.key_gate is not None else None
+    if prefix_log_gate is None and prompt is None:
+        return None
+    out = torch.zeros(n_keys, dtype=torch.float32, device=like.device)
+    if prefix_log_gate is not None:
+        out[:n_prefix] = prefix_log_gate
+    if prompt is not None:
+        start, log_g = prompt
+        start += n_prefix
+        out[start:start + log_g.shape[0]] = log_g
+    return out
 
 
 def _open_positions(pk: torch.Tensor, pv: torch.Tensor, gate: torch.Tensor):
@@ -155,21 +173,21 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         key = torch.cat([prefix_kv[0], key], dim=2)
         value = torch.cat([prefix_kv[1], value], dim=2)
         kwargs["is_causal"] = False
-        if gate is not None or log_position_gate is not None:          # log g on the prefix logits
+        if gate is not None:                                           # log g per token on the prefix (UniPELT)
+            if edits.key_gate is not None:
+                raise ValueError("a gated prompt takes no per-token prefix gate in the same attention")
             head_dim = value.shape[-1]
-            if gate is not None:                                       # per token (UniPELT)
-                q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
-            else:                                                      # per prefix position (the supernet)
-                q, k, v = _with_position_gates(query, key, value, log_position_gate, n, scaling)
+            q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
             out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout,
                                                   scaling=scaling, **kwargs)
             out = out[..., :head_dim]
         else:
-            out, weights = sdpa_attention_forward(module, query, key, value, attention_mask,
-                                                  dropout=dropout, scaling=scaling, **kwargs)
+            out, weights = _attend(module, query, key, value, attention_mask,
+                                   _key_log_gates(edits, key.shape[2], n, log_position_gate, key),
+                                   dropout, scaling, **kwargs)
     else:
-        out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                              scaling=scaling, **kwargs)  # out [B, Lq, H, D]
+        out, weights = _attend(module, query, key, value, attention_mask, _key_log_gates(edits, key.shape[2], 0, None, key),
+                               dropout, scaling, **kwargs)              # out [B, Lq, H, D]
     if prefix_kv is not None and edits.prefix_composition != "gated":
         # The ungated variant: the prefix's own softmax attention, added (or scaled, gated) to h.
         rep = query.shape[1] // prefix_kv[0].shape[1]
@@ -180,6 +198,17 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         delta = edits.mh(query, scaling).transpose(1, 2)                # [B, Lq, H, D]
         out = out + _compose_heads(edits.mh.compose, delta, query, edits).to(out.dtype)
     return out, weights
+
+
+def _attend(module, query, key, value, attention_mask, log_gate, dropout, scaling, **kwargs):
+    """SDPA, with ``log_gate`` ([Lk] or None: the supernet's) added to the logits of each key."""
+    if log_gate is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    head_dim = value.shape[-1]
+    q, k, v = _with_key_gates(query, key, value, log_gate, scaling)
+    out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    return out[..., :head_dim], weights
 
 
 def _compose_heads(compose: Composition, delta: torch.Tensor, query: torch.Tensor, edits: HeadEdits) -> torch.Tensor:

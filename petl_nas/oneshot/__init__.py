@@ -16,7 +16,8 @@ multi-head adapter at attention where it allows them, on every layer, at the lar
 alone fits the budget; where the space allows UniPELT's input gates, one more gate per LoRA,
 adapter, Compacter and multi-head adapter instance choosing between the module with its gate and
 without; BitFit (every backbone bias, one gate) and trained LayerNorms (every norm's weight and
-bias, one gate) where the space allows them and they fit. Prompt tuning is not a candidate yet.
+bias, one gate) where the space allows them and they fit; a soft prompt at the space's longest
+length that fits, one gate per position.
 """
 
 from .derive import derive, ladder

@@ -1,10 +1,10 @@
 """Reading configurations off a trained supernet, one per budget, each an exact count.
 
-For a budget, the components (LoRA rank rows, adapter units, Compacter columns, prefix positions,
-BitFit's biases, trained LayerNorms) are taken most-likely-open first while the deployable count stays within the
-budget (S3Delta's greedy hard selection, with our exact per-unit costs); the order, not a
-threshold, decides: a short supernet run may leave every gate's chance low while still ranking
-them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the
+For a budget, the components (LoRA rank rows, adapter units, Compacter columns, prefix and prompt
+positions, BitFit's biases, trained LayerNorms) are taken most-likely-open first while the
+deployable count stays within the budget (S3Delta's greedy hard selection, with our exact
+per-unit costs); the order, not a threshold, decides: a short supernet run may leave every gate's
+chance low while still ranking them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the
 units taken; its layers are grouped by the size they kept into ordinary ModuleSpecs (each
 Compacter spec with its own shared rule, counted as it appears), so the result is a plain
 PetlConfig, and `budget.count_parameters` checks its count against the one computed here.
@@ -24,7 +24,7 @@ import torch
 
 from ..budget import count_parameters
 from ..config import ModuleSpec, PetlConfig
-from .supernet import BITFIT, GLOBAL, LAYERNORMS
+from .supernet import BITFIT, GLOBAL, LAYERNORMS, PROMPT
 
 
 def ladder(low: int, high: int, n: int = 10) -> list[int]:
@@ -60,8 +60,9 @@ def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_o
             gated.add(u.gate_of)
             total += u.unit_cost
     taken = {net.units[i].candidate for i, k in kept.items() if k}
+    prompt_length = sum(k for i, k in kept.items() if net.units[i].candidate == PROMPT)
     config = dataclasses.replace(head or PetlConfig(), modules=_modules(net, kept, gated), bitfit=BITFIT in taken,
-                                 train_layernorms=LAYERNORMS in taken)
+                                 train_layernorms=LAYERNORMS in taken, prompt_length=prompt_length)
     exact = count_parameters(model_config, config, num_labels=num_labels).deployable
     if exact != total:
         raise RuntimeError(f"derived count {total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
@@ -86,7 +87,7 @@ def _modules(net, kept: dict[int, int], gated: set[int]) -> tuple[ModuleSpec, ..
     layers_by = defaultdict(list)                 # (candidate, target, size, gated) -> layers
     for i, k in kept.items():
         u = net.units[i]
-        if k == 0 or u.candidate in GLOBAL:
+        if k == 0 or u.candidate in GLOBAL + (PROMPT,):
             continue
         layers_by[(u.candidate, u.target, k, i in gated)].append(u.layer)
     out = []

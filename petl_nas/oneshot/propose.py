@@ -62,7 +62,8 @@ def propose(study, exp, budget: int, lock) -> list[str]:
         result = run_supernet(spec)
     proposed = result["proposed"]
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
-              "layernorms": result.get("layernorms", False), "lr": o.lr, "gate_lr": o.gate_lr,
+              "layernorms": result.get("layernorms", False),
+              "prompt_length": result.get("prompt_length", 0), "lr": o.lr, "gate_lr": o.gate_lr,
               "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],

@@ -31,7 +31,7 @@ from ..space import SearchSpace
 from ..tasks import load_splits, resolve_task
 from ..worker import load_backbone
 from .derive import derive, ladder
-from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates
+from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates, prompt_length_for
 from .train import train_supernet
 
 
@@ -78,11 +78,12 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     specs = candidates(space, base.config, spec.budget)
     bitfit = allows_bitfit(space, base.config, spec.budget, head)
     layernorms = allows_layernorms(space, base.config, spec.budget, head)
+    prompt_length = prompt_length_for(space, base.config, spec.budget, head)
     torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
     net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit,
-                         layernorms=layernorms)
+                         layernorms=layernorms, prompt_length=prompt_length)
     fingerprint = {**spec.to_dict(), "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
-                   "layernorms": layernorms}
+                   "layernorms": layernorms, "prompt_length": prompt_length}
     state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
     trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
     if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
@@ -104,10 +105,10 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
             proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
-            "layernorms": layernorms,
+            "layernorms": layernorms, "prompt_length": prompt_length,
             "proposed": proposed,
-            "supernet_params": count_parameters(base.config, PetlConfig(modules=specs, bitfit=bitfit,
-                                                                  train_layernorms=layernorms)).deployable,
+            "supernet_params": count_parameters(base.config, PetlConfig(modules=specs, bitfit=bitfit, train_layernorms=layernorms,
+                                                                  prompt_length=prompt_length)).deployable,
             "device": str(device), "host": socket.gethostname(),
             "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
 

@@ -22,10 +22,13 @@ Where the space allows UniPELT's gates, every LoRA, adapter, Compacter and multi
 instance is built with its gate g(x), and one more hard-concrete z per instance chooses between
 the two forms: its output is scaled by (1 − z) + z·g(x), the ungated module at z = 0, the gated
 one at z = 1 (`Composition.gate_mix`); the gate's parameters count only while the instance is kept.
+A soft prompt's positions are units too (`inject.gate_prompt`): a forward inserts only the open
+ones, so the tokens sit where a prompt of that length puts them, and every attention that reads
+the prompt adds log g to its positions' logits, as a prefix's positions do.
 
 Candidates: LoRA, parallel adapters, Compacter, prefixes and multi-head adapters where the space's
-slots allow them, UniPELT's gates on the first four, BitFit and trained LayerNorms. Prompt tuning
-(and the UniPELT gate of a prefix, whose positions are gated instead) is left to the sampler.
+slots allow them, UniPELT's gates on the first four, BitFit, trained LayerNorms and a soft prompt.
+A prefix's UniPELT gate is left to the sampler (its positions are gated instead).
 
 `Supernet.expected_count` is the differentiable expected deployable count Σ P(open)·cost, with each
 unit's cost read off the shapes the module really has; `penalty` is the Lagrangian term that holds
@@ -45,7 +48,7 @@ from ..backbones import stacks
 from ..budget import count_parameters
 from ..config import ModuleSpec, PetlConfig
 from ..head import pooler_parameters
-from ..inject import apply_petl, norm_modules
+from ..inject import apply_petl, gate_prompt, norm_modules
 from ..modules.adapter import Bottleneck
 from ..modules.head_attention import edits_of
 from ..modules.lora import LoRA
@@ -59,6 +62,7 @@ LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
 BITFIT = -1                                      # the candidate index of the BitFit unit (not a ModuleSpec)
 LAYERNORMS = -2                                  # ... and of the trained-LayerNorms unit
 GLOBAL = (BITFIT, LAYERNORMS)                    # units that switch a whole-backbone option of the configuration
+PROMPT = -3                                      # the soft prompt's positions (one unit each)
 
 
 class _Rows(nn.Module):
@@ -218,6 +222,20 @@ def allows_layernorms(space, model_config, budget: int | None, head: PetlConfig 
         budget is None or global_cost(model_config, head, layernorms=True) <= budget)
 
 
+def prompt_length_for(space, model_config, budget: int | None, head: PetlConfig | None = None) -> int:
+    """The longest soft prompt the space allows that alone fits ``budget`` (0: no prompt candidate)."""
+    d = space.globals.get("prompt_length")
+    if d is None:
+        return 0
+    longest = int(max(d.choices) if d.choices else d.high if d.kind == "int" else d.value or 0)
+    if longest and budget is not None:
+        bare = dataclasses.replace(head or PetlConfig(), modules=(), bitfit=False, train_layernorms=False)
+        per_position = (count_parameters(model_config, dataclasses.replace(bare, prompt_length=1)).deployable
+                        - count_parameters(model_config, bare).deployable)
+        longest = min(longest, budget // per_position)
+    return longest
+
+
 def _allows_true(space, name: str) -> bool:
     """Does the space's global boolean ``name`` allow True?"""
     d = space.globals.get(name)
@@ -258,17 +276,23 @@ def _one_layer_count(model_config, spec: ModuleSpec) -> int:
 
 def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlConfig | None = None,
                    init_open: float = 0.9, gate_speed: float = 1.0, bitfit: bool = False,
-                   layernorms: bool = False) -> Supernet:
+                   layernorms: bool = False, prompt_length: int = 0) -> Supernet:
     """Apply ``specs`` (and ``head``'s head options) to ``model`` in place and gate every unit;
     ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`);
     ``bitfit``: add one gated unit for every bias of the backbone; ``layernorms``: one for every
-    LayerNorm's weight and bias."""
-    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs), bitfit=bitfit, train_layernorms=layernorms)
+    LayerNorm's weight and bias; ``prompt_length``: a soft prompt of that many gated positions."""
+    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs), bitfit=bitfit, train_layernorms=layernorms,
+                                 prompt_length=prompt_length)
     apply_petl(model, config)
     gates = nn.ModuleList()
     model.petl.add_module(GATES, gates)
     net = Supernet(model, tuple(specs))
     _gate_globals(net, model, head, bitfit, layernorms, init_open, gate_speed, gates)
+    if prompt_length:
+        gate = HardConcrete(prompt_length, init_open, gate_speed)
+        gate_prompt(model, gate.z)
+        net.units.append(Unit(PROMPT, -1, "prompt", gate, model.petl.prompt.embeddings.shape[1]))
+        gates.append(gate)
     for i, group in enumerate(model.petl.groups.values()):
         for key, module in _instances(group):
             layer, _, target = key.partition("_")
@@ -319,7 +343,7 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
         for g in gates:                      # one draw per forward: every use of a gate sees the same z
             g.sample()
 
-    model.register_forward_pre_hook(resample)
+    model.register_forward_pre_hook(resample, prepend=True)    # before the prompt's insertion reads its gate
     return net
 
 
@@ -384,4 +408,4 @@ def _instances(group: nn.Module):
 
 
 __all__ = ["Supernet", "Unit", "build_supernet", "candidates", "allows_bitfit", "allows_layernorms", "bitfit_cost",
-           "global_cost", "GATES", "BITFIT", "LAYERNORMS", "GLOBAL"]
+           "global_cost", "prompt_length_for", "GATES", "BITFIT", "LAYERNORMS", "GLOBAL", "PROMPT"]
