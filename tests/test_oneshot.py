@@ -27,7 +27,8 @@ def _supernet(kind="bert", budget=None):
     space = SearchSpace.load("unified")
     specs = candidates(space, model.config, budget)
     prompt = prompt_length_for(space, model.config, budget, HEAD)
-    return build_supernet(model, specs, HEAD, bitfit=True, layernorms=True, prompt_length=prompt), specs  # unified allows all
+    # unified allows every form: BitFit, LayerNorms and a prompt too
+    return build_supernet(model, specs, HEAD, bitfit=True, layernorms=True, prompt_length=prompt), specs
 
 
 def _perturb(net, seed=3):

@@ -186,7 +186,8 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
                                    _key_log_gates(edits, key.shape[2], n, log_position_gate, key),
                                    dropout, scaling, **kwargs)
     else:
-        out, weights = _attend(module, query, key, value, attention_mask, _key_log_gates(edits, key.shape[2], 0, None, key),
+        out, weights = _attend(module, query, key, value, attention_mask,
+                               _key_log_gates(edits, key.shape[2], 0, None, key),
                                dropout, scaling, **kwargs)              # out [B, Lq, H, D]
     if prefix_kv is not None and edits.prefix_composition != "gated":
         # The ungated variant: the prefix's own softmax attention, added (or scaled, gated) to h.

@@ -4,10 +4,11 @@ For a budget, the components (LoRA rank rows, adapter units, Compacter columns, 
 positions, BitFit's biases, trained LayerNorms) are taken most-likely-open first while the
 deployable count stays within the budget (S3Delta's greedy hard selection, with our exact
 per-unit costs); the order, not a threshold, decides: a short supernet run may leave every gate's
-chance low while still ranking them. ``min_open`` leaves out components below a chance of opening. A module instance keeps the
-units taken; its layers are grouped by the size they kept into ordinary ModuleSpecs (each
-Compacter spec with its own shared rule, counted as it appears), so the result is a plain
-PetlConfig, and `budget.count_parameters` checks its count against the one computed here.
+chance low while still ranking them. ``min_open`` leaves out components below a chance of
+opening. A module instance keeps the units taken; its layers are grouped by the size they kept
+into ordinary ModuleSpecs (each Compacter spec with its own shared rule, counted as it appears),
+so the result is a plain PetlConfig, and `budget.count_parameters` checks its count against the
+one computed here.
 
 UniPELT's gates are read after the units: a kept instance is gated where its gate choice is more
 likely open than not and the gate's parameters still fit (a gate chooses between two forms of a

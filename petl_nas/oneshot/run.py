@@ -107,8 +107,8 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
             "layernorms": layernorms, "prompt_length": prompt_length,
             "proposed": proposed,
-            "supernet_params": count_parameters(base.config, PetlConfig(modules=specs, bitfit=bitfit, train_layernorms=layernorms,
-                                                                  prompt_length=prompt_length)).deployable,
+            "supernet_params": count_parameters(base.config, PetlConfig(
+                modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)).deployable,
             "device": str(device), "host": socket.gethostname(),
             "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
 
