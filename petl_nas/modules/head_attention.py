@@ -115,13 +115,13 @@ def _with_key_gates(query, key, value, log_gate, scaling: float):
     return query, key, value
 
 
-def _key_log_gates(edits: HeadEdits, n_keys: int, n_prefix: int, prefix_log_gate, like: torch.Tensor):
+def _key_log_gates(edits: HeadEdits, n_keys: int, n_prefix: int, prefix_log_gate, device: torch.device):
     """The [n_keys] log gates of one attention call's keys (``n_prefix`` prefix keys first, then the
     tokens): the prefix's per position, the prompt's at its token keys; None when neither gates."""
     prompt = edits.key_gate() if edits.key_gate is not None else None
     if prefix_log_gate is None and prompt is None:
         return None
-    out = torch.zeros(n_keys, dtype=torch.float32, device=like.device)
+    out = torch.zeros(n_keys, dtype=torch.float32, device=device)
     if prefix_log_gate is not None:
         out[:n_prefix] = prefix_log_gate
     if prompt is not None:
@@ -183,11 +183,11 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
             out = out[..., :head_dim]
         else:
             out, weights = _attend(module, query, key, value, attention_mask,
-                                   _key_log_gates(edits, key.shape[2], n, log_position_gate, key),
+                                   _key_log_gates(edits, key.shape[2], n, log_position_gate, key.device),
                                    dropout, scaling, **kwargs)
     else:
         out, weights = _attend(module, query, key, value, attention_mask,
-                               _key_log_gates(edits, key.shape[2], 0, None, key),
+                               _key_log_gates(edits, key.shape[2], 0, None, key.device),
                                dropout, scaling, **kwargs)              # out [B, Lq, H, D]
     if prefix_kv is not None and edits.prefix_composition != "gated":
         # The ungated variant: the prefix's own softmax attention, added (or scaled, gated) to h.

@@ -229,10 +229,7 @@ def prompt_length_for(space, model_config, budget: int | None, head: PetlConfig 
         return 0
     longest = int(max(d.choices) if d.choices else d.high if d.kind == "int" else d.value or 0)
     if longest and budget is not None:
-        bare = dataclasses.replace(head or PetlConfig(), modules=(), bitfit=False, train_layernorms=False)
-        per_position = (count_parameters(model_config, dataclasses.replace(bare, prompt_length=1)).deployable
-                        - count_parameters(model_config, bare).deployable)
-        longest = min(longest, budget // per_position)
+        longest = min(longest, budget // global_cost(model_config, head, prompt_length=1))
     return longest
 
 
@@ -247,11 +244,12 @@ def bitfit_cost(model_config, head: PetlConfig | None = None) -> int:
     return global_cost(model_config, head, bitfit=True)
 
 
-def global_cost(model_config, head: PetlConfig | None = None, bitfit: bool = False, layernorms: bool = False) -> int:
-    """What BitFit and/or trained LayerNorms add to ``head`` alone, as budget.py counts them."""
-    bare = dataclasses.replace(head or PetlConfig(), modules=(), bitfit=False, train_layernorms=False)
-    return (count_parameters(model_config, dataclasses.replace(bare, bitfit=bitfit, train_layernorms=layernorms)).deployable
-            - count_parameters(model_config, bare).deployable)
+def global_cost(model_config, head: PetlConfig | None = None, bitfit: bool = False, layernorms: bool = False,
+                prompt_length: int = 0) -> int:
+    """What BitFit, trained LayerNorms and/or a soft prompt add to ``head`` alone, as budget.py counts them."""
+    bare = dataclasses.replace(head or PetlConfig(), modules=(), bitfit=False, train_layernorms=False, prompt_length=0)
+    with_them = dataclasses.replace(bare, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)
+    return count_parameters(model_config, with_them).deployable - count_parameters(model_config, bare).deployable
 
 
 def _largest(space, site: str, dim: str) -> int:
