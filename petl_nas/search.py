@@ -39,6 +39,7 @@ from .baselines import seed_sweep, sweep_trials
 from .warm_start import seed_warm_start
 from .fronts import sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
+from .shift import input_shift, shift_line
 from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, smallest_count, state_counts)
 from .tasks import load_splits, resolve_task
@@ -61,6 +62,7 @@ class SearchSummary:
     did_not_learn: int = 0                            # complete trials within noise of it
     reference: str | None = None                      # the preset the paired comparisons are against
     sweep: str | None = None                          # the searched front against the LoRA rank sweep
+    shift: dict | None = None                         # search-dev's inputs against the test split's (shift.py)
 
     @staticmethod
     def _row(r: dict) -> str:
@@ -93,6 +95,8 @@ class SearchSummary:
             lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev")
         if self.sweep:
             lines.append(self.sweep)
+        if self.shift and self.shift["shifted"]:
+            lines.append(shift_line(self.shift))
         c = self.counts
         lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
                      f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
@@ -195,7 +199,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
 
     # ---- the study ------------------------------------------------------------------------------
     baseline = trivial_baseline(task, splits)
-    attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
+    attrs = {"input_shift": input_shift(splits.search_dev, splits.test),"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
              "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name, "task_spec": exp.task,
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
@@ -238,6 +242,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if baseline is not None:
         printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "
                 f"{baseline['score']:.4f}; a trial within noise of it did not learn")
+    if study.user_attrs.get("input_shift"):
+        printer(shift_line(study.user_attrs["input_shift"]))
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
@@ -411,7 +417,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                          budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
                          baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
                          reference=reference.user_attrs["preset"] if reference is not None else None,
-                         sweep=sweep_line(study))
+                         sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"))
 
 
 __all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]
