@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import __version__
 from ..config import ConfigError
 from ..inject import atomic_write
+from ..shift import shift_line
 from . import plots
 from .storage import load, redact
 from .view import Point, StudyView, hypervolume_history, importances, modules_by_position, study_view
@@ -135,6 +136,7 @@ def _facts(view: StudyView) -> str:
         "trivial baseline": (f"{_e(view.baseline['what'])}: {m_} {view.baseline['score']:.4f} on search-dev; trials "
                              f"within two standard errors of it did not learn"
                              if view.baseline else "–"),
+        "inputs: search-dev vs test": _e(shift_line(a["input_shift"])) if a.get("input_shift") else "–",
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),
         "fronts": _fronts(view),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
