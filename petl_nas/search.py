@@ -199,7 +199,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
 
     # ---- the study ------------------------------------------------------------------------------
     baseline = trivial_baseline(task, splits)
-    attrs = {"input_shift": input_shift(splits.search_dev, splits.test),"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
+    attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
+             "input_shift": input_shift(splits.search_dev, splits.test),
              "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name, "task_spec": exp.task,
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,

@@ -63,8 +63,8 @@ def test_a_search_whose_search_dev_is_shorter_than_its_test_rows_says_so(tmp_pat
             for _ in range(n):
                 y = rng.choice("01")
                 w.writerow([" ".join(rng.choice(words[y]) for _ in range(length)), y])
-    exp = Experiment(name="shift", backbone=TINY, task={"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"],
-                     "label_column": "label"}, budget="5%", space="small", trials=1, presets=["bitfit"],
+    task = {"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"], "label_column": "label"}
+    exp = Experiment(name="shift", backbone=TINY, task=task, budget="5%", space="small", trials=1, presets=["bitfit"],
                      executor="local", storage=f"sqlite:///{tmp_path}/study.db",
                      fidelity=Fidelity(k=None, epochs=1, batch_size=16, max_length=16, search_dev=60),
                      final=FinalEval(seeds=0, baselines=False))
