@@ -273,6 +273,39 @@ def test_closed_per_token_gates_leave_the_output_unchanged(kind):
     assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
 
 
+@pytest.mark.parametrize("hidden", [32, 36])                   # head dims 8 and 9
+def test_gate_columns_padded_as_on_a_gpu_change_nothing(kind, hidden, monkeypatch):
+    """On a GPU the log-gate feature is padded to a head dim that is a multiple of 8 (`gate_columns`,
+    for cuDNN's attention kernel): the same logits as the one column a CPU uses."""
+    import petl_nas.modules.head_attention as attention
+
+    base = tiny_model(kind, hidden_size=hidden)
+    per_token = PetlConfig(modules=tuple(dataclasses.replace(m, gate_per="token")
+                                         for m in preset("unipelt_apl", base.config).modules))
+    model = apply_petl(copy.deepcopy(base), per_token)
+    _perturb(model, std=0.5)
+    x = batch(kind)
+    one_column = model(**x).logits
+    widths, sdpa = [], attention.sdpa_attention_forward
+
+    def spy(module, q, k, v, *args, **kwargs):
+        widths.append((q.shape[-1], k.shape[-1], v.shape[-1]))
+        return sdpa(module, q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
+    monkeypatch.setattr(attention, "gate_columns", lambda head_dim, device: 8 - head_dim % 8)
+    assert torch.allclose(model(**x).logits, one_column, atol=1e-6)
+    assert widths and set(widths) == {(16, 16, 16)}                 # every layer's gated prefix, 8 + 8 or 9 + 7
+
+
+def test_gate_columns_reach_a_multiple_of_8_on_a_gpu_and_stay_one_on_a_cpu():
+    from petl_nas.modules.head_attention import gate_columns
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert [d + gate_columns(d, cuda) for d in (64, 65, 71, 128)] == [72, 72, 72, 136]
+    assert {gate_columns(d, cpu) for d in (8, 9, 64)} == {1}
+
+
 def test_sequential_adapter_reads_the_sublayer_output():
     """Houlsby placement: o-projection output h becomes h + f(h·W_down)·W_up."""
     base = tiny_model()

@@ -214,16 +214,21 @@ def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positio
         assert torch.allclose(last(net.model), last(short), atol=1e-5)
 
 
-def test_key_gates_add_log_g_to_exactly_the_gated_logits():
-    from petl_nas.modules.head_attention import _with_key_gates
+@pytest.mark.parametrize("gpu_width", [False, True])
+def test_key_gates_add_log_g_to_exactly_the_gated_logits(gpu_width, monkeypatch):
+    """Also with the feature padded to a head dim that is a multiple of 8, as on a GPU (`gate_columns`)."""
+    import petl_nas.modules.head_attention as attention
 
+    if gpu_width:
+        monkeypatch.setattr(attention, "gate_columns", lambda head_dim, device: 8 - head_dim % 8)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 4, 8, generator=g) for _ in range(3))      # [B, H, L, D]; keys: 2 prefix + 2 tokens
     log_g, s = torch.tensor([-0.7, -2.0]), 8 ** -0.5
-    q2, k2, v2 = _with_key_gates(q, k, v, torch.cat([log_g, torch.zeros(2)]), s)
+    q2, k2, v2 = attention._with_key_gates(q, k, v, torch.cat([log_g, torch.zeros(2)]), s)
+    assert q2.shape[-1] == k2.shape[-1] == v2.shape[-1] == (16 if gpu_width else 9)
     got = torch.softmax(q2 @ k2.transpose(-1, -2) * s, -1) @ v2
     want = torch.softmax(q @ k.transpose(-1, -2) * s + torch.cat([log_g, torch.zeros(2)]), -1) @ v
-    assert torch.allclose(got[..., :8], want, atol=1e-6) and torch.equal(got[..., 8], torch.zeros(2, 3, 4))
+    assert torch.allclose(got[..., :8], want, atol=1e-6) and not got[..., 8:].any()
 
 
 def test_unit_costs_are_exact_deployable_counts():

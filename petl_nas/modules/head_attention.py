@@ -86,32 +86,42 @@ def _prefix_mask(mask, query, key, n_prefix: int, causal: bool):
     return torch.cat([pad, mask], dim=-1)
 
 
+def gate_columns(head_dim: int, device: torch.device) -> int:
+    """Feature columns a gate on the logits takes: one on a CPU; on a GPU as many as bring the head
+    dim to a multiple of 8 (64 + 8), where cuDNN's attention kernel runs, instead of 64 + 1, which
+    SDPA pads to the next head dim its flash kernel has (96)."""
+    return 8 - head_dim % 8 if device.type == "cuda" else 1
+
+
 def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float):
     """Add log g(x) to the prefix logits exactly, without a float mask.
 
     One extra feature: log g / scale on the query, 1 on prefix keys, 0 on token keys, so that
     [q, log g/s]·[k, 1]·s = q·k·s + log g on prefix columns only. The mask stays boolean (or None),
-    which keeps SDPA on its fast kernels (a learned float mask forces the slow math path).
+    which keeps SDPA on its fast kernels (a learned float mask forces the slow math path). Further
+    zero columns (`gate_columns`) keep the head dim where those kernels want it.
     """
-    b, h, lq, _ = query.shape
+    b, h, lq, d = query.shape
+    extra = gate_columns(d, query.device)
     extra_q = (log_gate.to(query.dtype) / scaling).unsqueeze(1).expand(b, h, lq, 1)   # [B,Lq,1] -> [B,H,Lq,1]
-    query = torch.cat([query, extra_q], dim=-1)
-    marker = torch.zeros(b, key.shape[1], key.shape[2], 1, dtype=key.dtype, device=key.device)
-    marker[:, :, :n_prefix] = 1
+    query = nn.functional.pad(torch.cat([query, extra_q], dim=-1), (0, extra - 1))
+    marker = torch.zeros(b, key.shape[1], key.shape[2], extra, dtype=key.dtype, device=key.device)
+    marker[:, :, :n_prefix, 0] = 1
     key = torch.cat([key, marker], dim=-1)
-    value = nn.functional.pad(value, (0, 1))                         # same width for every kernel
+    value = nn.functional.pad(value, (0, extra))                     # same width for every kernel
     return query, key, value
 
 
 def _with_key_gates(query, key, value, log_gate, scaling: float):
     """Add log g_j to the logits of key j exactly, without a float mask (``log_gate``: [Lk], 0
     where a key is not gated): one extra feature, 1/scale on the query and log g_j on key j, so
-    that [q, 1/s]·[k_j, log g_j]·s = q·k_j·s + log g_j."""
-    b, h, lq, _ = query.shape
-    query = torch.cat([query, query.new_full((b, h, lq, 1), 1.0 / scaling)], dim=-1)
+    that [q, 1/s]·[k_j, log g_j]·s = q·k_j·s + log g_j; further zero columns as `gate_columns` says."""
+    b, h, lq, d = query.shape
+    extra = gate_columns(d, query.device)
+    query = nn.functional.pad(torch.cat([query, query.new_full((b, h, lq, 1), 1.0 / scaling)], dim=-1), (0, extra - 1))
     marker = log_gate.to(key.dtype).view(1, 1, -1, 1).expand(b, key.shape[1], -1, 1)
-    key = torch.cat([key, marker], dim=-1)
-    value = nn.functional.pad(value, (0, 1))
+    key = nn.functional.pad(torch.cat([key, marker], dim=-1), (0, extra - 1))
+    value = nn.functional.pad(value, (0, extra))
     return query, key, value
 
 
