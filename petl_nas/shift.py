@@ -11,7 +11,9 @@ two-sample Kolmogorov-Smirnov statistic D, the largest gap between their cumulat
 The splits differ when D is at least `SHIFT_D` (a fifth of the rows on one side of some length
 beyond the other) and the difference is not chance (p below `SHIFT_P`), so a small search-dev is
 not flagged for its noise. It reads the test split's inputs only, never its labels, and decides
-nothing: the search prints it and stores it on the study (``input_shift``).
+nothing: the search prints it and stores it on the study (``input_shift``). Lengths are one view
+of a shift, not all of it (same lengths, other topics pass), and text written without spaces is
+one word per row, so it is never flagged.
 
 Example:
     >>> from petl_nas.tasks import Split
