@@ -93,6 +93,16 @@ def gate_columns(head_dim: int, device: torch.device) -> int:
     return 8 - head_dim % 8 if device.type == "cuda" else 1
 
 
+def _with_feature(query, key, value, q_feature, k_feature):
+    """q, k and v with one more feature, whose product ``q_feature``·``k_feature`` joins every logit
+    (times the call's scaling), zero-padded to `gate_columns` columns; v padded alike."""
+    extra = gate_columns(query.shape[-1], query.device)
+    query = nn.functional.pad(torch.cat([query, q_feature], dim=-1), (0, extra - 1))
+    key = nn.functional.pad(torch.cat([key, k_feature], dim=-1), (0, extra - 1))
+    value = nn.functional.pad(value, (0, extra))                     # same width for every kernel
+    return query, key, value
+
+
 def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float):
     """Add log g(x) to the prefix logits exactly, without a float mask.
 
@@ -101,28 +111,20 @@ def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float
     which keeps SDPA on its fast kernels (a learned float mask forces the slow math path). Further
     zero columns (`gate_columns`) keep the head dim where those kernels want it.
     """
-    b, h, lq, d = query.shape
-    extra = gate_columns(d, query.device)
+    b, h, lq, _ = query.shape
     extra_q = (log_gate.to(query.dtype) / scaling).unsqueeze(1).expand(b, h, lq, 1)   # [B,Lq,1] -> [B,H,Lq,1]
-    query = nn.functional.pad(torch.cat([query, extra_q], dim=-1), (0, extra - 1))
-    marker = torch.zeros(b, key.shape[1], key.shape[2], extra, dtype=key.dtype, device=key.device)
-    marker[:, :, :n_prefix, 0] = 1
-    key = torch.cat([key, marker], dim=-1)
-    value = nn.functional.pad(value, (0, extra))                     # same width for every kernel
-    return query, key, value
+    marker = torch.zeros(b, key.shape[1], key.shape[2], 1, dtype=key.dtype, device=key.device)
+    marker[:, :, :n_prefix] = 1
+    return _with_feature(query, key, value, extra_q, marker)
 
 
 def _with_key_gates(query, key, value, log_gate, scaling: float):
     """Add log g_j to the logits of key j exactly, without a float mask (``log_gate``: [Lk], 0
     where a key is not gated): one extra feature, 1/scale on the query and log g_j on key j, so
     that [q, 1/s]·[k_j, log g_j]·s = q·k_j·s + log g_j; further zero columns as `gate_columns` says."""
-    b, h, lq, d = query.shape
-    extra = gate_columns(d, query.device)
-    query = nn.functional.pad(torch.cat([query, query.new_full((b, h, lq, 1), 1.0 / scaling)], dim=-1), (0, extra - 1))
+    b, h, lq, _ = query.shape
     marker = log_gate.to(key.dtype).view(1, 1, -1, 1).expand(b, key.shape[1], -1, 1)
-    key = nn.functional.pad(torch.cat([key, marker], dim=-1), (0, extra - 1))
-    value = nn.functional.pad(value, (0, extra))
-    return query, key, value
+    return _with_feature(query, key, value, query.new_full((b, h, lq, 1), 1.0 / scaling), marker)
 
 
 def _key_log_gates(edits: HeadEdits, n_keys: int, n_prefix: int, prefix_log_gate, device: torch.device):
