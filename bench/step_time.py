@@ -19,6 +19,10 @@ Run (the full table takes ~20 minutes on 2 cores; --tiny is a smoke run of a few
     HF_HUB_OFFLINE=1 python bench/step_time.py [--steps 20] [--warmup 5] [--only lora,prefix]
                                                [--tiny] [--out results.md]
     python bench/step_time.py --device cuda --batch 32 --steps 50 --warmup 10   # the GPU table
+    python bench/step_time.py --device cuda --batch 32 --steps 50 --warmup 10 --compile reduce-overhead
+
+``--compile MODE`` compiles every row's model as ``fidelity.compile`` compiles a trial's, and adds
+the first step after compiling (compile time included) to the table.
 
 ``--only`` selects methods by name (a preset name also selects its PEFT row); the floor always runs.
 Each row also counts one step's FLOPs (matmuls and attention, forward and backward): "FLOPs ×
@@ -28,6 +32,7 @@ floor" is the lowest ratio the method's arithmetic allows, so the gap to "× flo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -42,6 +47,7 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset, preset_names
+from petl_nas.compiling import COMPILE_MODES, compiled
 from petl_nas.train import adamw
 
 SEED = 0
@@ -58,6 +64,7 @@ class Row:
     flops: float | None = None
     kernels: int | None = None        # CUDA kernels launched by one step
     gpu_ms: float | None = None       # time the GPU spent in them
+    first_s: float | None = None      # the first step after compiling: compile time included
     error: str | None = None
 
 
@@ -67,13 +74,12 @@ def backbone(config: BertConfig) -> nn.Module:
     """A fresh randomly initialised model, identical for every row."""
     torch.manual_seed(SEED)
     model = BertForSequenceClassification(config)
-    model.get_input_embeddings().register_forward_hook(_embeddings_require_grad)
+    # Backward then runs through the whole (frozen) network, whatever is trainable: the word
+    # embeddings' output plus a zero that requires grad (a buffer: not trained, not counted). Not
+    # ``requires_grad_()`` on the output, which torch.compile cannot trace without a graph break.
+    model.register_buffer("grad_anchor", torch.zeros((), requires_grad=True), persistent=False)
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: out + model.grad_anchor)
     return model
-
-
-def _embeddings_require_grad(module, args, out):
-    # Backward then runs through the whole (frozen) network, whatever is trainable.
-    return out if out.requires_grad else out.requires_grad_()
 
 
 def frozen_floor(config):
@@ -155,13 +161,16 @@ def _count_cpu_attention() -> None:
 _count_cpu_attention()
 
 
-def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int) -> dict:
+def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int,
+               compile_mode: str = "off") -> dict:
     """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
     step (``flops``) and, on CUDA, one profiled step's kernel count and GPU time (`profile_step`).
 
     FLOPs are counted by `torch.utils.flop_counter.FlopCounterMode` over the matmuls and attention
     of one step, forward and backward: the arithmetic a method cannot avoid, so "FLOPs × floor" is
-    the lowest step-time ratio it could reach on a compute-bound device.
+    the lowest step-time ratio it could reach on a compute-bound device. With ``compile_mode`` the
+    model is compiled after the FLOPs are counted (`compiling.compile_model`, as a trial does with
+    ``fidelity.compile``); the first step after it (``first_s``, compile time included) is not timed.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -172,11 +181,14 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
     mask = torch.ones_like(input_ids)
     opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
     cuda = device == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda)
+    # No autocast context at all on a CPU: a disabled CUDA one costs a compiled step ~30x there.
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+
+    net = model                                  # the compiled model, once compiled
 
     def step():
         with autocast:
-            logits = model(input_ids=input_ids, attention_mask=mask).logits
+            logits = net(input_ids=input_ids, attention_mask=mask).logits
             loss = nn.functional.cross_entropy(logits.float(), labels)
         loss.backward()
         opt.step()
@@ -186,6 +198,14 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
     with counter:
         step()
     flops = float(counter.get_total_flops())
+    out = {"flops": flops}
+    if compile_mode != "off":
+        net = compiled(model, compile_mode)
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        out["first_s"] = time.perf_counter() - start
     times = []
     for i in range(warmup + steps):
         if cuda:
@@ -196,9 +216,12 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
             torch.cuda.synchronize()
         if i >= warmup:
             times.append(1000 * (time.perf_counter() - start))
-    out = {"ms": statistics.median(times), "flops": flops}
+    out["ms"] = statistics.median(times)
     if cuda:
-        out.update(profile_step(step))
+        try:
+            out.update(profile_step(step))
+        except Exception as e:  # the timing stands without the profile
+            print(f"    (profile failed: {type(e).__name__}: {str(e)[:100]})")
     return out
 
 
@@ -214,7 +237,7 @@ def profile_step(step: Callable[[], None]) -> dict:
     return {"kernels": len(kernels), "gpu_ms": sum(e.device_time for e in kernels) / 1000}
 
 
-def run_table(config, device, steps, warmup, only, batch) -> list[Row]:
+def run_table(config, device, steps, warmup, only, batch, compile_mode="off") -> list[Row]:
     rows = []
     for method, library, build in methods():
         if only and method != "frozen floor" and method not in only:
@@ -223,15 +246,19 @@ def run_table(config, device, steps, warmup, only, batch) -> list[Row]:
         try:
             model = build(config)
             row.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            for key, value in time_steps(model, device, steps, warmup, config.vocab_size, batch).items():
+            for key, value in time_steps(model, device, steps, warmup, config.vocab_size, batch,
+                                         compile_mode).items():
                 setattr(row, key, value)
         except Exception as e:  # a failing method is reported in the table, not fatal
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
         finally:
             model = None
+            if compile_mode != "off":
+                torch._dynamo.reset()           # each row compiles its own model from scratch
             if device == "cuda":
                 torch.cuda.empty_cache()
         gpu = f"  {row.kernels:5d} kernels, GPU {row.gpu_ms:6.1f} ms" if row.kernels is not None else ""
+        gpu += f"  (first step {row.first_s:.1f} s)" if row.first_s is not None else ""
         print(f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms{gpu}" if row.ms else f"FAILED {row.error}"),
               flush=True)
         rows.append(row)
@@ -248,13 +275,17 @@ def machine() -> str:
 def markdown(rows: list[Row], title: str) -> str:
     base = next((r for r in rows if r.method == "frozen floor" and r.ms), None)
     profiled = any(r.kernels is not None for r in rows)
+    compiled = any(r.first_s is not None for r in rows)
     extra = " | CUDA kernels per step | GPU ms per step | GPU time × floor" if profiled else ""
+    extra += " | first step, s (compiling)" if compiled else ""
     lines = [f"### {title}", "", "| method | library | trainable params (PETL + head) | ms/step (median) | × floor "
-             f"| FLOPs × floor{extra} |", "|---|---|---:|---:|---:|---:" + ("|---:|---:|---:" if profiled else "") + "|"]
+             f"| FLOPs × floor{extra} |", "|---|---|---:|---:|---:|---:" + ("|---:|---:|---:" if profiled else "")
+             + ("|---:" if compiled else "") + "|"]
     for r in rows:
         params = f"{r.trainable:,}" if r.trainable is not None else "-"
         if r.ms is None:
-            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | -" + (" | - | - | -" if profiled else "") + " |")
+            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | -"
+                         + (" | - | - | -" if profiled else "") + (" | -" if compiled else "") + " |")
             continue
         ratio = f"{r.ms / base.ms:.2f}" if base else "-"
         flops = f"{r.flops / base.flops:.3f}" if base and base.flops and r.flops else "-"
@@ -263,6 +294,8 @@ def markdown(rows: list[Row], title: str) -> str:
             gpu_ratio = f"{r.gpu_ms / base.gpu_ms:.2f}" if base and base.gpu_ms and r.gpu_ms else "-"
             cells += [f"{r.kernels:,}" if r.kernels is not None else "-",
                       f"{r.gpu_ms:.2f}" if r.gpu_ms is not None else "-", gpu_ratio]
+        if compiled:
+            cells.append(f"{r.first_s:.1f}" if r.first_s is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -275,6 +308,8 @@ def main(argv=None):
     ap.add_argument("--only", help="comma-separated method names (the floor always runs)")
     ap.add_argument("--out", help="also write the markdown tables to this path")
     ap.add_argument("--batch", type=int, default=8, help="rows per step (default 8; 32 for the GPU table)")
+    ap.add_argument("--compile", default="off", choices=COMPILE_MODES,
+                    help="torch.compile every row's model in this mode (as fidelity.compile does a trial's)")
     ap.add_argument("--device", choices=["all", "cpu", "cuda"], default="all",
                     help="all: the CPU table, then the GPU table when CUDA is available")
     args = ap.parse_args(argv)
@@ -291,6 +326,8 @@ def main(argv=None):
     header = (f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {args.batch} x {SEQ_LEN} tokens, "
               f"median of {steps} steps after {warmup} warm-up; one step = forward + CE loss + backward "
               f"+ AdamW + zero_grad; embedding output requires grad in every row.")
+    if args.compile != "off":
+        header += f" Every model compiled (torch.compile, mode {args.compile}) after its FLOPs are counted."
     print(header, flush=True)
     tables = []
     devices = [("cpu", "CPU, fp32, 2 threads")] if args.device in ("all", "cpu") else []
@@ -298,7 +335,8 @@ def main(argv=None):
         devices.append(("cuda", f"GPU ({torch.cuda.get_device_name()}), bf16 autocast"))
     for device, title in devices:
         print(f"\n{title}:", flush=True)
-        tables.append(markdown(run_table(config, device, steps, warmup, only, args.batch), title))
+        tables.append(markdown(run_table(config, device, steps, warmup, only, args.batch, args.compile),
+                               title + ("" if args.compile == "off" else f", compiled ({args.compile})")))
     report = header + "\n\n" + "\n\n".join(tables) + "\n"
     print("\n" + "\n\n".join(tables))
     if args.out:

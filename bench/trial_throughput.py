@@ -8,7 +8,10 @@ default the v3 SST-2 study's: K=1000, 10 epochs, batch 32, length 64, search-dev
 - **new**: what a search does now: one evaluation, where the score is read, and training rows
   batched by length (`fidelity.length_buckets`, pools of 16 batches);
 - **bf16**: new, computing in bf16 on the CPU (`fidelity.precision: bf16`; about twice as fast per
-  step where the CPU has native bf16, AVX512-BF16 or AMX; `petl-nas doctor` says).
+  step where the CPU has native bf16, AVX512-BF16 or AMX; `petl-nas doctor` says);
+- **graphs** / **compiled**: new, with ``fidelity.compile: reduce-overhead`` (CUDA graphs on a GPU)
+  or ``default``; compiling is paid inside each trial (a GPU measurement: ``--paths new,graphs
+  --workers 1`` on a machine with one).
 
 All paths evaluate in length-sorted batches (that change is older than this benchmark and has no
 switch), so the ratios here leave out its saving. Jobs run in a pool of ``--workers`` processes
@@ -37,7 +40,9 @@ from preset_trials import add_arguments, emit, preset_jobs, run_job
 
 PATHS = {"old": {"evals_per_epoch": 1, "length_buckets": 0},
          "new": {"evals_per_epoch": 0, "length_buckets": 16},
-         "bf16": {"evals_per_epoch": 0, "length_buckets": 16, "precision": "bf16"}}
+         "bf16": {"evals_per_epoch": 0, "length_buckets": 16, "precision": "bf16"},
+         "graphs": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "reduce-overhead"},
+         "compiled": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "default"}}
 
 
 def _init_worker() -> None:

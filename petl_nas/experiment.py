@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from .compiling import COMPILE_MODES
 from .config import ConfigError, check_keys
 from .costs import check_objectives
 
@@ -99,6 +100,10 @@ class Fidelity:
         precision: ``auto`` (the default: bf16 on a GPU, full precision on a CPU), ``bf16`` (also on
             a CPU: about twice as fast where it has native bf16, AVX512-BF16 or AMX), or ``fp32``;
             the exported record's final runs compute the same way (`petl_nas.precision`).
+        compile: ``off`` (the default) or a ``torch.compile`` mode for every trial's steps:
+            ``default``, ``reduce-overhead`` (CUDA graphs on a GPU) or ``max-autotune``
+            (`petl_nas.compiling`). Compiling costs time in every trial: it pays for long trials
+            on a GPU; not with ``frozen_cache_mb``.
         search_dev: examples carved (at random, by the data seed) from the training data to
             score trials on.
         max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
@@ -117,6 +122,7 @@ class Fidelity:
     length_buckets: int = 0     # 0: uniform shuffle; N: batches of similar lengths from pools of N batches
     frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
     precision: str = "auto"     # auto (bf16 on a GPU), bf16 (also on a CPU), fp32
+    compile: str = "off"        # off, or a torch.compile mode (petl_nas.compiling)
     search_dev: int = 500
     max_steps: int | None = None
     eval_rows: int | None = None
@@ -127,7 +133,10 @@ class Fidelity:
             "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
             "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
             "length_buckets": _whole(0), "frozen_cache_mb": _whole(0), "precision": _one_of("auto", "bf16", "fp32"),
-            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
+            "compile": _one_of(*COMPILE_MODES), "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
+        if self.compile != "off" and self.frozen_cache_mb:
+            raise ConfigError("fidelity: compile and frozen_cache_mb cannot be combined (the cached layers' "
+                              "per-batch feeding would recompile every step); set one of them to its default")
 
 
 @dataclass(frozen=True)

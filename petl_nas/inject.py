@@ -250,6 +250,7 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
 
         def keep(mod, args, key=(name, l, position), slot=slot):
             slot[key] = args[0]
+        slot[(name, l, position)] = None        # every key from the start: a compiled forward guards on the size
         handles.append(layer_lists[name][l].get_submodule(src.path).register_forward_pre_hook(keep))
 
     for (name, l, path), site in sites.items():
@@ -328,7 +329,7 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
 
     def begin(mod, args, kwargs):
         clear_prefixes()
-        root._inputs.clear()
+        root._inputs.update(dict.fromkeys(root._inputs))    # drop last forward's inputs, keep the keys
         root._pad_mask = kwargs.get("attention_mask")
         if prompt is None or not root.enabled:
             return None

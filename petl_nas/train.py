@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from . import checkpoint
+from .compiling import check_mode, compiled
 from .costs import MemoryProbe
 from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
@@ -55,6 +56,9 @@ class Recipe:
         precision: what forward passes compute in (`precision.use_precision`): ``auto`` (bf16 on a
             GPU, full precision on a CPU), ``bf16`` (also on a CPU: about twice as fast where the
             CPU has native bf16), ``fp32``.
+        compile: ``off`` (eager) or a ``torch.compile`` mode for the steps and evaluations (`compiling.compiled`:
+            ``default``, ``reduce-overhead`` for CUDA graphs on a GPU, ``max-autotune``); not with
+            ``frozen_cache_mb``, whose per-batch feeding would recompile.
     """
 
     lr: float = 1e-3
@@ -72,6 +76,7 @@ class Recipe:
     length_buckets: int = 0
     frozen_cache_mb: int = 0
     precision: str = "auto"
+    compile: str = "off"
 
     def with_overrides(self, **kw) -> Recipe:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -191,6 +196,44 @@ def adamw(groups: list, lr: float) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=lr, fused=True if fused else None)
 
 
+class LossWatch:
+    """Raises `NonFiniteLoss` for a NaN or infinite training loss without a host-device sync per step.
+
+    Reading a loss on the host (``torch.isfinite(loss)`` in an ``if``) waits for the GPU to finish
+    the step, so the host cannot queue the next one meanwhile. The watch keeps each step's loss
+    on the device and reads them together in `check`: at every evaluation, at the end of every
+    epoch and every ``every`` steps. A bad loss is still named with its own step; the steps in
+    between only change a run that then fails."""
+
+    def __init__(self, every: int = 32):
+        self.every, self.first_step, self.pending = every, 0, []
+
+    def see(self, loss: torch.Tensor, step: int) -> None:
+        """Keep ``loss`` (a copy: CUDA graphs reuse their output's memory) of optimiser step ``step``."""
+        if not self.pending:
+            self.first_step = step
+        self.pending.append(loss.detach().float().clone())
+        if len(self.pending) >= self.every:
+            self.check()
+
+    def check(self) -> None:
+        if not self.pending:
+            return
+        losses, self.pending = torch.stack(self.pending), []
+        bad = (~torch.isfinite(losses)).nonzero()
+        if len(bad):
+            i = int(bad[0, 0])
+            raise NonFiniteLoss(f"loss is {losses[i].item()} at step {self.first_step + i}")
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """A batch's tensors on ``device``; to a GPU through pinned memory without waiting (a plain copy
+    from pageable memory synchronises the host with the GPU once per batch)."""
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+
+
 def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
           report: Callable[[int, dict, bool], None] | None = None, progress: bool = False,
           regularizer: Callable[[], torch.Tensor] | None = None, resume: dict | None = None,
@@ -214,8 +257,12 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     torch.manual_seed(recipe.seed)
     if task.kind == "regression" and len(data.train):
         start_regression_at_mean(model, float(data.train.labels.float().mean()))
+    if check_mode(recipe.compile) != "off" and recipe.frozen_cache_mb:
+        raise ValueError("compile and frozen_cache_mb cannot be combined: the cached layers' per-batch "
+                         "feeding would recompile the model at every step (use one of them)")
     model.to(device)
     use_precision(model, recipe.precision)
+    net = compiled(model, recipe.compile)     # what the steps and evaluations call; ``model`` itself stays eager
     params = [p for p in model.parameters() if p.requires_grad]
     opt = adamw(_param_groups(model, params, recipe), recipe.lr)
 
@@ -226,6 +273,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     scaler = grad_scaler_for(model, device)
 
     history: list[dict] = []
+    watch = LossWatch()
     step, epoch = 0, 0
     if resume is not None:
         step, epoch, history = checkpoint.restore(resume, model, opt, sched, scaler)
@@ -244,14 +292,13 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             seed = epoch_seed(recipe.seed, epoch)
             order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
             for rows, batch in _with_rows(data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order):
-                batch = {k: v.to(device) for k, v in batch.items()}
+                batch = to_device(batch, device)
                 feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
                 with autocast_for(model, device), feed:
-                    loss = training_loss(model, batch, task)
+                    loss = training_loss(net, batch, task)
                     if regularizer is not None:
                         loss = loss + regularizer()
-                if not torch.isfinite(loss):
-                    raise NonFiniteLoss(f"loss is {loss.item()} at step {step}")
+                watch.see(loss, step)
                 scaler.scale(loss).backward()
                 scaler.unscale_(opt)
                 nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
@@ -265,9 +312,11 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                     bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
                                                                  if history else {}))
                 if step % eval_every == 0 or step == total:
+                    watch.check()
+                    step_loss = loss.item()           # before evaluating: CUDA graphs reuse the step's output memory
                     eval_start = time.perf_counter()
-                    metrics = evaluate(model, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
-                    metrics.update(step=step, epoch=step / steps_per_epoch, loss=loss.item())
+                    metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
+                    metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
                     history.append(metrics)
                     if report is not None:
                         report(len(history), metrics, step == total)
@@ -276,6 +325,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 if step >= total:
                     break
             epoch += 1
+            watch.check()
             if on_epoch is not None:
                 on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
     if bar is not None:
@@ -309,5 +359,5 @@ def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> Froze
     return reuse
 
 
-__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "train", "adamw", "evaluate", "training_loss", "n_evaluations",
-           "epoch_seed"]
+__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "LossWatch", "train", "adamw", "evaluate", "training_loss",
+           "n_evaluations", "epoch_seed", "to_device"]

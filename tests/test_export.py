@@ -269,3 +269,17 @@ def test_records_compute_in_the_precision_the_trials_were_scored_in(tmp_path):
     study.set_user_attr("fidelity", {"k": 200, "epochs": 5, "batch_size": 16, "max_length": 24, "precision": "bf16"})
     for rec in (record(study, choose(study)), preset_record(study, "lora")):
         assert Recipe(**rec["recipe"]).precision == "bf16"
+
+
+def test_records_compile_as_the_trials_did(tmp_path):
+    """A study searched with ``fidelity.compile`` exports records whose runs compile the same way;
+    the default (off) leaves the record as before."""
+    from petl_nas.export import preset_record
+    from petl_nas.train import Recipe
+
+    study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    assert "compile" not in record(study, choose(study))["recipe"]
+    study.set_user_attr("fidelity", {"k": 200, "epochs": 5, "batch_size": 16, "max_length": 24,
+                                     "compile": "reduce-overhead"})
+    for rec in (record(study, choose(study)), preset_record(study, "lora")):
+        assert Recipe(**rec["recipe"]).compile == "reduce-overhead"

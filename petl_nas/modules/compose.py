@@ -89,8 +89,13 @@ def mean_weights(mask: torch.Tensor, dtype: torch.dtype, ndim: int) -> torch.Ten
     """``mask`` [B, L] as weights that sum to 1 over each row's real tokens, shaped [B, L, 1, ...]
     to ``ndim`` dims. Every per-example gate of one forward reads the same mask, so the weights are
     computed once and reused while the same (unmodified) mask tensor comes back: 4 kernels, and 4
-    more in backward, saved per gate after the first."""
+    more in backward, saved per gate after the first. Under ``torch.compile`` the weights are
+    computed inline instead: the compiler cannot trace the cache (it would break the graph at every
+    gate) and removes the repeats itself."""
     global _LAST_WEIGHTS
+    if torch.compiler.is_compiling():
+        m = mask.to(dtype)
+        return (m / m.sum(dim=1, keepdim=True).clamp(min=1)).view(*mask.shape, *([1] * (ndim - 2)))
     ref, key, weights = _LAST_WEIGHTS
     if ref is None or ref() is not mask or key != (mask._version, dtype, ndim):
         m = mask.to(dtype)

@@ -1,0 +1,43 @@
+"""``torch.compile`` for a run's model (``Recipe.compile``, ``fidelity.compile``).
+
+On a GPU a PETL training step is bound by the host: Python and one launch per small kernel (a
+Compacter or UniPELT step launches 2-3× the frozen model's kernels, `bench/step_time.py`).
+Compiling fuses the small element-wise kernels into few, and ``reduce-overhead`` also replays the
+step's kernels as CUDA graphs, launched at once. Compiling costs time before the first step and
+again for each new input shape (length-bucketed batches have many), so it pays for long runs and
+final runs more than for short trials (`bench/results/README.md` has the measurement).
+
+Modes are torch's own: ``off`` (the default: eager), ``default``, ``reduce-overhead``,
+``max-autotune``. On a CPU the last two behave like ``default`` (no CUDA graphs there).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of `COMPILE_MODES`, else ValueError naming them."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    return mode
+
+
+def compiled(model: nn.Module, mode: str) -> nn.Module:
+    """``model`` compiled for ``mode`` (``model`` itself for ``off``). The result runs the compiled
+    code and shares ``model``'s parameters and train/eval state; ``model`` stays eager for what comes
+    after the run (merging LoRA for deployment, saving, measuring latency), which would otherwise
+    recompile."""
+    if check_mode(mode) == "off":
+        return model
+    import torch
+
+    return torch.compile(model, mode=None if mode == "default" else mode)
+
+
+__all__ = ["COMPILE_MODES", "check_mode", "compiled"]

@@ -1,0 +1,107 @@
+"""torch.compile for a run (``fidelity.compile``) and a training loop that does not wait on the GPU.
+
+A compiled forward must be the eager one, traced as one graph (a graph break at every gate left
+UniPELT eager on a GPU: `compose.mean_weights`); a compiled run trains the same weights; the
+run's own model stays eager for what follows; a non-finite loss is still named with its step,
+though the loop no longer reads each loss on the host.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import batch, tiny_config, tiny_model
+from test_precision import Rows
+from petl_nas import apply_petl, preset, preset_names
+from petl_nas.compiling import COMPILE_MODES, compiled
+from petl_nas.config import ConfigError
+from petl_nas.experiment import Fidelity
+from petl_nas.tasks import get_task
+from petl_nas.train import LossWatch, NonFiniteLoss, Recipe, train
+
+ONE_GRAPH = [name for name in preset_names() if name != "prompt_tuning"]   # its input rewrite breaks once
+
+
+def petl_model(name: str) -> nn.Module:
+    return apply_petl(tiny_model(), preset(name, tiny_config()))
+
+
+@pytest.mark.parametrize("name", ONE_GRAPH)
+def test_every_preset_traces_as_one_graph(name):
+    model = petl_model(name).train()
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(**batch())
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+
+
+@pytest.mark.parametrize("name", ["unipelt_apl", "compacter", "houlsby"])
+def test_a_compiled_forward_is_the_eager_one(name):
+    model = petl_model(name)                     # eval mode: no dropout
+    torch._dynamo.reset()
+    eager = model(**batch()).logits
+    out = compiled(model, "default")(**batch()).logits
+    torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-5)
+
+
+def no_dropout(model: nn.Module) -> nn.Module:
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+def test_a_compiled_run_trains_the_same_weights_and_leaves_the_model_eager():
+    trained = {}
+    for mode in ("off", "default"):
+        torch._dynamo.reset()
+        model = no_dropout(apply_petl(tiny_model(), preset("unipelt_apl", tiny_config())))
+        data = type("D", (), {"train": Rows(), "dev": Rows()})()
+        result = train(model, data, get_task("demo_sentiment"), Recipe(lr=1e-2, epochs=3, batch_size=4, compile=mode))
+        assert result.steps == 3
+        assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+        assert getattr(model, "_compiled_call_impl", None) is None          # the caller's model is not compiled
+        trained[mode] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    start = {n: p for n, p in apply_petl(tiny_model(), preset("unipelt_apl", tiny_config())).named_parameters()
+             if p.requires_grad}
+    assert any(not torch.allclose(trained["off"][n], start[n]) for n in start)     # it did train
+    for n in trained["off"]:
+        torch.testing.assert_close(trained["default"][n], trained["off"][n], rtol=1e-4, atol=1e-5)
+
+
+def test_modes_are_torchs_and_bad_ones_are_refused():
+    assert COMPILE_MODES == ("off", "default", "reduce-overhead", "max-autotune")
+    model = petl_model("lora")
+    assert compiled(model, "off") is model
+    with pytest.raises(ValueError, match="compile: expected one of off, default"):
+        compiled(model, "fast")
+    with pytest.raises(ConfigError, match="fidelity: compile: expected one of off, default, reduce-overhead"):
+        Fidelity(compile="fast")
+    with pytest.raises(ConfigError, match="compile and frozen_cache_mb cannot be combined"):
+        Fidelity(compile="default", frozen_cache_mb=64)
+    data = type("D", (), {"train": Rows(), "dev": Rows()})()
+    with pytest.raises(ValueError, match="compile and frozen_cache_mb cannot be combined"):
+        train(model, data, get_task("demo_sentiment"), Recipe(epochs=1, batch_size=4, compile="default",
+                                                              frozen_cache_mb=8))
+
+
+def test_the_loss_watch_names_the_first_bad_step_across_checks():
+    watch = LossWatch(every=4)
+    for step, value in enumerate([1.0, 2.0, 3.0, 4.0, 5.0, float("nan"), 7.0]):
+        watch.see(torch.tensor(value), step)                # steps 0-3 checked and fine; 4-6 kept
+    with pytest.raises(NonFiniteLoss, match=r"loss is nan at step 5$"):
+        watch.see(torch.tensor(float("inf")), 7)            # the check of steps 4-7 names the first bad one
+
+
+def test_a_run_whose_loss_turns_nan_stops_naming_its_step():
+    calls = []
+
+    def regularizer():                                      # NaN from the third step on
+        calls.append(1)
+        return torch.tensor(float("nan") if len(calls) >= 3 else 0.0)
+
+    model = petl_model("lora")
+    data = type("D", (), {"train": Rows(), "dev": Rows()})()
+    with pytest.raises(NonFiniteLoss, match=r"loss is nan at step 2$"):
+        train(model, data, get_task("demo_sentiment"), Recipe(epochs=5, batch_size=4), regularizer=regularizer)
