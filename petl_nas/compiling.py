@@ -28,6 +28,17 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+def fresh_compiled(model: nn.Module, mode: str) -> nn.Module:
+    """`compiled`, after dropping every graph compiled before in this process: a worker runs one
+    run at a time, and the graphs of earlier runs (each configuration its own) would only count
+    towards Dynamo's recompile limit, past which it runs the model eagerly without saying so."""
+    if check_mode(mode) != "off":
+        import torch
+
+        torch.compiler.reset()
+    return compiled(model, mode)
+
+
 def compiled(model: nn.Module, mode: str) -> nn.Module:
     """``model`` compiled for ``mode`` (``model`` itself for ``off``). The result runs the compiled
     code and shares ``model``'s parameters and train/eval state; ``model`` stays eager for what comes
@@ -37,7 +48,12 @@ def compiled(model: nn.Module, mode: str) -> nn.Module:
         return model
     import torch
 
+    # Dynamo shares compiled code between instances of one model class and by default does not
+    # guard on module hooks, which is where PETL modules live: a second model of the same class
+    # compiled in one process ran the first one's graph (a MAM model computed as the frozen floor).
+    # Guarding on hooks gives each configuration its own graph (tests/test_compiling.py).
+    torch._dynamo.config.skip_nnmodule_hook_guards = False
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
-__all__ = ["COMPILE_MODES", "check_mode", "compiled"]
+__all__ = ["COMPILE_MODES", "check_mode", "compiled", "fresh_compiled"]

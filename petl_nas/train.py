@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from . import checkpoint
-from .compiling import check_mode, compiled
+from .compiling import check_mode, fresh_compiled
 from .costs import MemoryProbe
 from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
@@ -262,7 +262,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                          "feeding would recompile the model at every step (use one of them)")
     model.to(device)
     use_precision(model, recipe.precision)
-    net = compiled(model, recipe.compile)     # what the steps and evaluations call; ``model`` itself stays eager
+    net = fresh_compiled(model, recipe.compile)   # what the steps and evaluations call; ``model`` stays eager
     params = [p for p in model.parameters() if p.requires_grad]
     opt = adamw(_param_groups(model, params, recipe), recipe.lr)
 
@@ -309,8 +309,9 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 step += 1
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss.item():.4f}", **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"}
-                                                                 if history else {}))
+                    if step % 25 == 1 or step == total:    # reading the loss waits for the GPU: not every step
+                        bar.set_postfix(loss=f"{loss.item():.4f}",
+                                        **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"} if history else {}))
                 if step % eval_every == 0 or step == total:
                     watch.check()
                     step_loss = loss.item()           # before evaluating: CUDA graphs reuse the step's output memory

@@ -45,6 +45,37 @@ def test_a_compiled_forward_is_the_eager_one(name):
     torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-5)
 
 
+def test_models_of_one_class_compiled_in_one_process_keep_their_own_graphs():
+    """Dynamo reuses compiled code across instances of a class whose guards pass; PETL modules live
+    in hooks, which it does not guard on by default: without `compiled`'s hook guards, MAM, LoRA and
+    Houlsby compiled after a frozen model without modules computed as that model (seen first as
+    compiled step times equal to the frozen floor's)."""
+    torch._dynamo.reset()
+    frozen = tiny_model()                                  # the body frozen as apply_petl freezes it, no modules
+    for name, p in frozen.named_parameters():
+        p.requires_grad_(name.startswith("classifier"))
+    models = [frozen, petl_model("mam"), petl_model("lora"), petl_model("houlsby")]
+    with torch.no_grad():                                  # zero-initialised modules would hide a mix-up
+        for model in models:
+            for name, p in model.named_parameters():
+                if p.requires_grad and name.startswith("petl."):
+                    p.add_(0.05 * torch.randn_like(p))
+    nets = [compiled(model, "default") for model in models]
+    for _ in range(2):
+        for model, net in zip(models, nets):
+            torch.testing.assert_close(net(**batch()).logits, model(**batch()).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_a_process_compiles_run_after_run_without_reaching_the_recompile_limit():
+    """Each run's configuration is a new graph of the same forward: a worker that kept them all
+    would pass Dynamo's recompile limit after a few trials and run later ones eagerly, silently
+    (here the limit is 2, a run's training and evaluation graphs, and reaching it raises)."""
+    data = type("D", (), {"train": Rows(), "dev": Rows()})()
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=True):
+        for name in ("lora", "houlsby", "compacter"):
+            train(petl_model(name), data, get_task("demo_sentiment"), Recipe(epochs=1, batch_size=4, compile="default"))
+
+
 def no_dropout(model: nn.Module) -> nn.Module:
     for m in model.modules():
         if isinstance(m, nn.Dropout):
