@@ -4,8 +4,10 @@ On a GPU a PETL training step is bound by the host: Python and one launch per sm
 Compacter or UniPELT step launches 2-3× the frozen model's kernels, `bench/step_time.py`).
 Compiling fuses the small element-wise kernels into few, and ``reduce-overhead`` also replays the
 step's kernels as CUDA graphs, launched at once. Compiling costs time before the first step and
-again for each new input shape (length-bucketed batches have many), so it pays for long runs and
-final runs more than for short trials (`bench/results/README.md` has the measurement).
+again for each new input shape (length-bucketed batches have many). Measured on one H100: a
+compiled step took 0.13-0.23× its eager time, but a 320-step trial 5× longer; on 2 CPU cores,
+where a step is bound by its matmuls, it gained nothing (`bench/results/README.md`). So it is off
+by default, and meant for long runs on a GPU (`petl-nas train --compile`).
 
 Modes are torch's own: ``off`` (the default: eager), ``default``, ``reduce-overhead``,
 ``max-autotune``. On a CPU the last two behave like ``default`` (no CUDA graphs there).
