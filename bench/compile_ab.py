@@ -6,7 +6,8 @@ so that all of them see the same machine (2 shared CPU cores drift by ±5% betwe
 comparison of two separate runs cannot tell a compiled floor from a slower minute). Reported: the
 median and minimum ms per step of each, × the eager floor and × the floor of its own mode. The
 model, batch and step are `step_time.py`'s (BERT-base size, random init, batch 8 × 128, fp32 on a
-CPU, bf16 autocast on a GPU).
+CPU, bf16 autocast on a GPU). The models share one process, so each is compiled with
+`compiling.compiled` (hook guards keep their graphs apart), not from an empty cache.
 
     HF_HUB_OFFLINE=1 python bench/compile_ab.py [--methods unipelt_apl,mam] [--rounds 5] [--mode default]
         [--out bench/results/compile_ab_cpu.md]
@@ -15,7 +16,6 @@ CPU, bf16 autocast on a GPU).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import statistics
 import time
@@ -24,35 +24,27 @@ import torch
 from torch import nn
 from transformers import BertConfig
 
-from step_time import TINY, frozen_floor, machine, petl_row
+from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, training_step
 from petl_nas.compiling import COMPILE_MODES, compiled
 from petl_nas.train import adamw
 
 
 def stepper(model: nn.Module, mode: str, device: str, batch: int, vocab: int):
-    """One training step of ``model`` compiled in ``mode`` (`step_time.time_steps`'s step)."""
+    """A timed training step of ``model`` compiled in ``mode`` (`step_time.training_step`): ms."""
     model.to(device).train()
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (batch, 128), generator=gen).to(device)
-    labels = torch.randint(0, 2, (batch,), generator=gen).to(device)
     opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)
-    net = compiled(model, mode)
     cuda = device == "cuda"
+    step = training_step(compiled(model, mode), opt, step_inputs(device, vocab, batch), cuda)
 
-    def step() -> float:
+    def timed() -> float:
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext():
-            loss = nn.functional.cross_entropy(net(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float(),
-                                               labels)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step()
         if cuda:
             torch.cuda.synchronize()
         return 1000 * (time.perf_counter() - start)
-    return step
+    return timed
 
 
 def main(argv=None) -> int:

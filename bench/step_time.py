@@ -47,7 +47,7 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset, preset_names
-from petl_nas.compiling import COMPILE_MODES, compiled
+from petl_nas.compiling import COMPILE_MODES, fresh_compiled
 from petl_nas.train import adamw
 
 SEED = 0
@@ -161,30 +161,20 @@ def _count_cpu_attention() -> None:
 _count_cpu_attention()
 
 
-def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int,
-               compile_mode: str = "off") -> dict:
-    """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
-    step (``flops``) and, on CUDA, one profiled step's kernel count and GPU time (`profile_step`).
-
-    FLOPs are counted by `torch.utils.flop_counter.FlopCounterMode` over the matmuls and attention
-    of one step, forward and backward: the arithmetic a method cannot avoid, so "FLOPs × floor" is
-    the lowest step-time ratio it could reach on a compute-bound device. With ``compile_mode`` the
-    model is compiled after the FLOPs are counted (`compiling.compile_model`, as a trial does with
-    ``fidelity.compile``); the first step after it (``first_s``, compile time included) is not timed.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    model.to(device).train()
+def step_inputs(device: str, vocab: int, batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The seeded random batch every row steps on: (input ids, attention mask, labels)."""
     gen = torch.Generator().manual_seed(SEED)
     input_ids = torch.randint(0, vocab, (batch, SEQ_LEN), generator=gen).to(device)
     labels = torch.randint(0, 2, (batch,), generator=gen).to(device)
-    mask = torch.ones_like(input_ids)
-    opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
-    cuda = device == "cuda"
+    return input_ids, torch.ones_like(input_ids), labels
+
+
+def training_step(net: nn.Module, opt: torch.optim.Optimizer, inputs: tuple, cuda: bool) -> Callable[[], None]:
+    """One measured step of ``net`` (a model, or the same model compiled): forward under bf16
+    autocast on a GPU, cross-entropy, backward, ``opt``'s step, zero_grad."""
+    input_ids, mask, labels = inputs
     # No autocast context at all on a CPU: a disabled CUDA one costs a compiled step ~30x there.
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
-
-    net = model                                  # the compiled model, once compiled
 
     def step():
         with autocast:
@@ -193,6 +183,28 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    return step
+
+
+def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int,
+               compile_mode: str = "off") -> dict:
+    """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
+    step (``flops``) and, on CUDA, one profiled step's kernel count and GPU time (`profile_step`).
+
+    FLOPs are counted by `torch.utils.flop_counter.FlopCounterMode` over the matmuls and attention
+    of one step, forward and backward: the arithmetic a method cannot avoid, so "FLOPs × floor" is
+    the lowest step-time ratio it could reach on a compute-bound device. With ``compile_mode`` the
+    model is compiled after the FLOPs are counted, from an empty cache as a trial is
+    (`compiling.fresh_compiled`); the first step after it (``first_s``, compile time included) is
+    not timed.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.to(device).train()
+    inputs = step_inputs(device, vocab, batch)
+    opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
+    cuda = device == "cuda"
+    step = training_step(model, opt, inputs, cuda)
 
     counter = FlopCounterMode(display=False)
     with counter:
@@ -200,7 +212,7 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
     flops = float(counter.get_total_flops())
     out = {"flops": flops}
     if compile_mode != "off":
-        net = compiled(model, compile_mode)
+        step = training_step(fresh_compiled(model, compile_mode), opt, inputs, cuda)
         start = time.perf_counter()
         step()
         if cuda:
@@ -253,8 +265,6 @@ def run_table(config, device, steps, warmup, only, batch, compile_mode="off") ->
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
         finally:
             model = None
-            if compile_mode != "off":
-                torch._dynamo.reset()           # each row compiles its own model from scratch
             if device == "cuda":
                 torch.cuda.empty_cache()
         gpu = f"  {row.kernels:5d} kernels, GPU {row.gpu_ms:6.1f} ms" if row.kernels is not None else ""
