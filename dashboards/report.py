@@ -119,6 +119,22 @@ def _calibration(record: dict | None) -> str:
               f"{record['cost_s'] / 60:.1f} min). {tried}")
 
 
+def _oneshot(record: dict | None) -> str:
+    """The supernet run behind the one-shot proposals; with a knob search, every run and the chosen one."""
+    if not record:
+        return "–"
+    text = (f"{record['supernet_params']:,} gated parameters, {record['epochs']:g} epochs, "
+            f"{record['cost_s'] / 60:.1f} min; search-dev {record['score']:.4f} at an expected "
+            f"{record['expected_count']:,}; {len(record['proposed'])} proposals ({record['run']})")
+    search = record.get("knob_search")
+    if search:
+        runs = "; ".join(f"run {r['number']}" + (" (chosen)" if r["number"] == search["chosen"] else "") + ": "
+                         + ", ".join(f"{k} {v:.3g}" for k, v in r["knobs"].items())
+                         + f", inherited hypervolume {r['hypervolume']:.4f}" for r in search["runs"])
+        text += f". Knobs searched over {len(search['runs'])} runs (study {search['study']}): {runs}"
+    return _e(text)
+
+
 def _facts(view: StudyView) -> str:
     a, c, m_ = view.attrs, view.counts, _e(view.metric)
     f = a.get("fidelity") or {}
@@ -138,6 +154,7 @@ def _facts(view: StudyView) -> str:
                              if view.baseline else "–"),
         "inputs: search-dev vs test": _e(shift_line(a["input_shift"])) if a.get("input_shift") else "–",
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),
+        "one-shot supernet": _oneshot(a.get("oneshot")),
         "fronts": _fronts(view),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
                    f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),

@@ -121,7 +121,8 @@ def cmd_search(args) -> int:
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
         presets=args.presets.split(",") if args.presets and args.presets not in ("auto", "none") else args.presets,
         fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
-        objectives=args.objectives.split(",") if args.objectives else None, strategy=args.strategy)
+        objectives=args.objectives.split(",") if args.objectives else None, strategy=args.strategy,
+        oneshot_runs=args.oneshot_runs)
     summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
     print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
@@ -283,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampler", help="tpe (default), nsga2, random, gp, presets")
     p.add_argument("--strategy", choices=["sampler", "oneshot", "both"],
                    help="sampler (default); oneshot: a supernet's proposals; both: those, then the sampler's")
+    p.add_argument("--oneshot-runs", type=int, metavar="N",
+                   help="supernet runs; above 1, Optuna searches the supernet's knobs across them (oneshot.search)")
     p.add_argument("--presets", help="auto (every preset that fits), none, or a comma-separated list")
     p.add_argument("--executor", help="ray (default) or local (no Ray, for debugging)")
     p.add_argument("--scheduler", help="asha (default) or fifo")

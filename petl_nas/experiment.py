@@ -178,7 +178,19 @@ class OneShot:
         gate_lr: the gates' learning rate (they must decide within a short run).
         epochs: the supernet's training length (None: the trials' fidelity epochs).
         init_open: every gate's starting chance of being open.
+        penalty_step: how fast the count's Lagrange multiplier rises while the expected count is
+            over the budget (the penalty's strength).
+        temperature: the hard-concrete gates' β (lower: samples nearer a coin flip of 0 and 1).
+        runs: supernet runs. With more than one, Optuna searches the knobs named in ``search``
+            across them (`petl_nas.oneshot.knobs`: the first run at the values above) and the
+            run whose proposals score best with the supernet's own weights proposes.
+        search: ``{knob: [low, high]}`` for any of `KNOBS` (the others stay at the values above);
+            None with ``runs`` > 1: `DEFAULT_SEARCH`.
     """
+
+    KNOBS = {"lr": "log", "gate_lr": "log", "penalty_step": "log", "temperature": "linear", "init_open": "linear"}
+    DEFAULT_SEARCH = {"lr": (3e-4, 3e-3), "gate_lr": (0.01, 0.2), "penalty_step": (0.005, 0.08),
+                      "temperature": (1 / 3, 1.0)}
 
     rungs: int = 10
     lr: float = 1e-3
@@ -186,6 +198,10 @@ class OneShot:
     gate_lr: float = 0.05
     epochs: float | None = None
     init_open: float = 0.9
+    penalty_step: float = 0.02
+    temperature: float = 2 / 3
+    runs: int = 1
+    search: dict | None = None
 
     def __post_init__(self):
         _check_fields(self, "oneshot: ", {"rungs": _whole(1), "lr": _number(0, True), "gate_lr": _number(0, True),
@@ -194,7 +210,34 @@ class OneShot:
                                               "sampler, supernet or a positive number"),
                                           "epochs": _optional(_number(0, True)),
                                           "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
-                                                        "a number between 0 and 1")})
+                                                        "a number between 0 and 1"),
+                                          "penalty_step": _number(0, True), "temperature": _number(0, True),
+                                          "runs": _whole(1)})
+        if self.search is not None:
+            if not isinstance(self.search, dict) or not self.search:
+                raise ConfigError(f"oneshot: search: expected a mapping of knob: [low, high], got {self.search!r}")
+            if self.runs < 2:
+                raise ConfigError("oneshot: search: knob ranges need runs >= 2 (runs: 1 trains one supernet "
+                                  "at the fixed knobs)")
+            for name, bounds in self.search.items():
+                if name not in self.KNOBS:
+                    raise ConfigError(f"oneshot: search: unknown knob {name!r} (knobs: {', '.join(self.KNOBS)})")
+                ok = (isinstance(bounds, (list, tuple)) and len(bounds) == 2
+                      and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+                      and 0 < bounds[0] < bounds[1] and (name != "init_open" or bounds[1] < 1))
+                if not ok:
+                    raise ConfigError(f"oneshot: search: {name}: expected [low, high] with 0 < low < high"
+                                      f"{' < 1' if name == 'init_open' else ''}, got {bounds!r}")
+
+    def knob_ranges(self) -> dict[str, tuple[float, float]]:
+        """What the knob search varies: ``search``, else `DEFAULT_SEARCH`; nothing for one run."""
+        if self.runs < 2:
+            return {}
+        return {k: tuple(v) for k, v in (self.search or self.DEFAULT_SEARCH).items()}
+
+    def knobs(self) -> dict[str, float]:
+        """The fixed value of every knob (the first run's)."""
+        return {k: getattr(self, k) for k in self.KNOBS}
 
 
 @dataclass(frozen=True)
@@ -295,9 +338,15 @@ class Experiment:
         """Flags win over the file; ``None`` means "not given"."""
         kw = {k: v for k, v in kw.items() if v is not None}
         fid = {k[len("fidelity_"):]: kw.pop(k) for k in list(kw) if k.startswith("fidelity_")}
+        one = {k[len("oneshot_"):]: kw.pop(k) for k in list(kw) if k.startswith("oneshot_")}
         out = dataclasses.replace(self, **kw)
         if fid:
             out = dataclasses.replace(out, fidelity=dataclasses.replace(out.fidelity, **fid))
+        if one:
+            try:
+                out = dataclasses.replace(out, oneshot=dataclasses.replace(out.oneshot, **one))
+            except ConfigError as e:
+                raise ConfigError(f"--oneshot-{next(iter(one))}: {e}") from None
         return out
 
 

@@ -36,6 +36,7 @@ from . import __version__
 from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
 from .inject import atomic_write
+from .study import KNOB_STUDY_SUFFIX
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
                "recipe", "seeds", "counts", "provenance")
@@ -44,17 +45,19 @@ PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.
 
 
 def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
-    """The study at ``storage_url``; the name may be left out when the storage holds exactly one."""
+    """The study at ``storage_url``; the name may be left out when the storage holds exactly one
+    search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count)."""
     try:
         storage = optuna.storages.RDBStorage(storage_url)
         names = [s.study_name for s in storage.get_all_studies()]
     except Exception as e:                                      # noqa: BLE001 - any driver error
         raise ConfigError(f"storage {storage_url!r} cannot be opened: {str(e).splitlines()[0]}") from None
     if study_name is None:
-        if len(names) != 1:
-            raise ConfigError(f"storage {storage_url!r} holds {len(names)} studies "
-                              f"({', '.join(names) or 'none'}); name one with --study")
-        study_name = names[0]
+        searches = [n for n in names if not n.endswith(KNOB_STUDY_SUFFIX)]
+        if len(searches) != 1:
+            raise ConfigError(f"storage {storage_url!r} holds {len(searches)} studies "
+                              f"({', '.join(searches) or 'none'}); name one with --study")
+        study_name = searches[0]
     if study_name not in names:
         raise ConfigError(f"study {study_name!r} is not in {storage_url} (studies: {', '.join(names) or 'none'})")
     return optuna.load_study(study_name=study_name, storage=storage)

@@ -248,7 +248,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
-        for line in propose(study, exp, budget, lock):
+        for line in propose(study, exp, budget, lock, printer):
             printer(line)
         n_oneshot = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ONESHOT))
         if exp.strategy == "oneshot":

@@ -35,6 +35,7 @@ from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_stale, open_storage
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
+KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
 # `group=True` and `set_metric_names` are marked experimental; we rely on them knowingly.
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)

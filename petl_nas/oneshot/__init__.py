@@ -9,6 +9,9 @@ expectation to a target) lets the data decide which components are worth their p
 open, as a plain `PetlConfig` whose exact count `budget.py` checks; a study trains it from scratch
 like any trial. `run.py` makes one run a job for whichever process takes it (a Ray Tune trial with
 the Ray executor, on a GPU where the cluster has one); `propose.py` puts its proposals in the study.
+`knobs.py` searches the supernet's own knobs (learning rates, the penalty's step, the gates'
+temperature) with Optuna across a few runs, comparing them by their proposals' search-dev scores
+with the supernet's own weights (`inherit.py`: every gate exactly open or shut, no training).
 
 What the supernet holds: LoRA on every attention and FFN weight the space allows, a parallel
 adapter and a parallel Compacter at each position the space allows them, and a flat prefix and a

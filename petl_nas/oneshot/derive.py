@@ -36,23 +36,37 @@ def ladder(low: int, high: int, n: int = 10) -> list[int]:
     return sorted(set(out))
 
 
-def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_open: float = 0.0,
-           num_labels: int | None = None) -> tuple[PetlConfig, int]:
-    """The configuration ``net`` suggests within ``budget``, and its exact deployable count."""
+@dataclasses.dataclass
+class Selection:
+    """What a budget keeps of a supernet: the unit indices kept per instance (an index into
+    ``Supernet.units``), the instances derived with their UniPELT gate, and the exact count."""
+
+    kept: dict[int, list[int]]
+    gated: set[int]
+    total: int
+
+    def counts(self) -> dict[int, int]:
+        return defaultdict(int, {i: len(js) for i, js in self.kept.items()})
+
+
+def select(net, budget: int, min_open: float = 0.0) -> Selection:
+    """The components ``net`` keeps within ``budget``, most likely open first (see the module)."""
     with torch.no_grad():
         probs = [u.gate.p_open().tolist() for u in net.units]
     order = sorted(((p, i, j) for i, ps in enumerate(probs) for j, p in enumerate(ps)
                     if p > min_open and net.units[i].gate_of is None),
                    key=lambda x: (-x[0], net.units[x[1]].unit_cost))
     kept: dict[int, int] = defaultdict(int)
+    units: dict[int, list[int]] = defaultdict(list)
     total = 0
-    for _, i, _ in order:
+    for _, i, j in order:
         u = net.units[i]
         cost = u.unit_cost + (u.fixed_cost if kept[i] == 0 else 0) + _group_change(net, kept, i)
-        if u.candidate in GLOBAL and not any(k for j, k in kept.items() if net.units[j].candidate in GLOBAL):
+        if u.candidate in GLOBAL and not any(k for j_, k in kept.items() if net.units[j_].candidate in GLOBAL):
             cost += net.shared_cost               # the LayerNorm biases both BitFit and LayerNorms train
         if total + cost <= budget:
             kept[i] += 1
+            units[i].append(j)
             total += cost
     gated = set()
     for p, i in sorted(((ps[0], i) for i, ps in enumerate(probs) if net.units[i].gate_of is not None), reverse=True):
@@ -60,13 +74,27 @@ def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_o
         if p > 0.5 and kept[u.gate_of] and total + u.unit_cost <= budget:
             gated.add(u.gate_of)
             total += u.unit_cost
+    return Selection(dict(units), gated, total)
+
+
+def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_open: float = 0.0,
+           num_labels: int | None = None) -> tuple[PetlConfig, int]:
+    """The configuration ``net`` suggests within ``budget``, and its exact deployable count."""
+    return configuration(net, model_config, select(net, budget, min_open), head, num_labels)
+
+
+def configuration(net, model_config, selection: Selection, head: PetlConfig | None = None,
+                  num_labels: int | None = None) -> tuple[PetlConfig, int]:
+    """The PetlConfig of a selection, checked against `budget.count_parameters`."""
+    kept = selection.counts()
     taken = {net.units[i].candidate for i, k in kept.items() if k}
     prompt_length = sum(k for i, k in kept.items() if net.units[i].candidate == PROMPT)
-    config = dataclasses.replace(head or PetlConfig(), modules=_modules(net, kept, gated), bitfit=BITFIT in taken,
-                                 train_layernorms=LAYERNORMS in taken, prompt_length=prompt_length)
+    config = dataclasses.replace(head or PetlConfig(), modules=_modules(net, kept, selection.gated),
+                                 bitfit=BITFIT in taken, train_layernorms=LAYERNORMS in taken,
+                                 prompt_length=prompt_length)
     exact = count_parameters(model_config, config, num_labels=num_labels).deployable
-    if exact != total:
-        raise RuntimeError(f"derived count {total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
+    if exact != selection.total:
+        raise RuntimeError(f"derived count {selection.total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
     return config, exact
 
 
@@ -103,4 +131,4 @@ def _unit_size(net, candidate: int) -> int:
     return next(u.unit_size for u in net.units if u.candidate == candidate and u.gate_of is None)
 
 
-__all__ = ["derive", "ladder"]
+__all__ = ["Selection", "configuration", "derive", "ladder", "select"]

@@ -17,6 +17,10 @@ count, what it proposed, where it ran and how many attempts it took). Its start 
 trains the supernet again, going on from the training state it saved after its last whole epoch
 (``<run dir>/oneshot/<run>.pt``; the record says from which epoch); one killed later resumes with
 the proposals queued. The state file is removed once the record is stored.
+
+With ``oneshot.runs`` > 1 the supernet's knobs are searched first (`knobs.py`: an Optuna study of
+supernet runs beside this one); the best run by its proposals' inherited scores proposes, the
+record names it and keeps every run (``knob_search``), and its cost is that of all the runs.
 """
 
 from __future__ import annotations
@@ -25,46 +29,69 @@ import datetime
 import os
 import time
 
+from ..storage import close_storage, open_storage
 from ..study import LR_FROM_SAMPLER
+from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
 
 ATTR = "oneshot"
 STARTED = "oneshot_started"
 
 
-def propose(study, exp, budget: int, lock) -> list[str]:
+def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     """Train the supernet and enqueue its proposals unless the study already has them; lines to print.
     Training runs outside ``lock`` (the study's `ClaimLock`: held for minutes it would block the
-    other workers); the enqueueing inside it, so two workers never both enqueue."""
+    other workers); the enqueueing inside it, so two workers never both enqueue. ``printer`` gets
+    a line per supernet run of a knob search as it ends."""
     if ATTR in study.user_attrs:
         return []
     lines = []
+    say = printer if printer is not None else lines.append
     earlier = study.user_attrs.get(STARTED)
     attempt = earlier["attempt"] + 1 if earlier else 1
     if earlier:
-        lines.append(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
+        say(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
                      f"running elsewhere); training it again from its last saved epoch, if any (attempt {attempt})")
     study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt})
     start = time.perf_counter()
     o = exp.oneshot
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
-    run = f"oneshot-{exp.seed}"
-    state_file = os.path.abspath(os.path.join(exp.run_dir, "oneshot", f"{run}.pt"))
+    state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
     spec = SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
                         data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
                         budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
                         init_open=o.init_open, batch_size=exp.fidelity.batch_size,
                         max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
-                        seed=exp.seed, checkpoint=state_file, precision=exp.fidelity.precision)
-    if exp.executor == "ray":                      # a Ray Tune trial: the driver may have no GPU
-        result = run_on_ray(spec, str(exp.run_dir), exp.ray_address)
+                        seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
+                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature)
+
+    def run_one(s: SupernetSpec) -> dict:
+        if exp.executor == "ray":                  # a Ray Tune trial: the driver may have no GPU
+            return run_on_ray(s, str(exp.run_dir), exp.ray_address)
+        return run_supernet(s)
+
+    knob_runs = None
+    if o.runs > 1:
+        baseline = study.user_attrs.get("baseline")
+        reference = (baseline["score"] if baseline else 0.0, float(budget))
+        storage = open_storage(exp.storage_url)
+        try:
+            number, result, knob_runs = knobs.search(storage, study.study_name, o, spec, run_one, state_dir, reference,
+                                                     exp.seed, say, fresh=earlier is None)
+        finally:
+            close_storage(storage)
+        run = f"oneshot-{exp.seed}-knobs-{number}"
+        chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
     else:
-        result = run_supernet(spec)
+        run = f"oneshot-{exp.seed}"
+        result = run_one(spec)
+        chosen = o.knobs()
     proposed = result["proposed"]
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
               "layernorms": result.get("layernorms", False),
-              "prompt_length": result.get("prompt_length", 0), "lr": o.lr, "gate_lr": o.gate_lr,
-              "proposal_lr": o.proposal_lr,
+              "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
+              "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"],
+              "init_open": chosen["init_open"], "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"],
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
               "supernet_params": result["supernet_params"], "proposed": proposed,
@@ -72,6 +99,8 @@ def propose(study, exp, budget: int, lock) -> list[str]:
                         **({"resources": result["resources"]} if "resources" in result else {})},
               "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt,
               "resumed_from": result["resumed_from"]}
+    if knob_runs is not None:
+        record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
     with lock():
         if ATTR in study.user_attrs:                   # another worker got there first
             return []
@@ -80,13 +109,16 @@ def propose(study, exp, budget: int, lock) -> list[str]:
             if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
                 attrs[LR_FROM_SAMPLER] = True
             else:
-                attrs["recipe"] = {"lr": o.lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
+                attrs["recipe"] = {"lr": chosen["lr"] if o.proposal_lr == "supernet" else float(o.proposal_lr)}
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
         study.set_user_attr(ATTR, record)
-    if os.path.exists(state_file):
-        os.remove(state_file)
+    if os.path.exists(spec.checkpoint):
+        os.remove(spec.checkpoint)
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
+    if knob_runs is not None:
+        went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
+                    + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
     return lines + [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
                     f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
                     f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "

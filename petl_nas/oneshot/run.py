@@ -3,7 +3,9 @@
 `SupernetSpec` holds plain values, so it travels to a Ray worker as a `TrialSpec` does.
 `run_supernet` does the whole run in the process that takes it: it loads the data and the cached
 backbone, builds the supernet from the space, trains it toward the budget on that process's device
-(a GPU when it has one), and derives one configuration per budget of the ladder. With the Ray
+(a GPU when it has one), and derives one configuration per budget of the ladder (with
+``rate_proposals``, each also scored on search-dev with the supernet's own weights:
+`inherit.inherited_score`, what the knob search compares runs by). With the Ray
 executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
 gets a whole GPU where the cluster has one, else every CPU of the largest node (no trial runs
 beside it). The local executor calls `run_supernet` in-process.
@@ -27,10 +29,14 @@ import time
 from .. import checkpoint
 from ..budget import count_parameters
 from ..config import PetlConfig
+from ..data import encode
 from ..space import SearchSpace
 from ..tasks import load_splits, resolve_task
+from ..train import Recipe, evaluate
 from ..worker import load_backbone
-from .derive import derive, ladder
+from .derive import configuration, ladder, select
+from .gates import BETA
+from .inherit import inherited_score
 from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates, prompt_length_for
 from .train import train_supernet
 
@@ -58,6 +64,9 @@ class SupernetSpec:
     seed: int
     checkpoint: str | None = None     # the file of its per-epoch training state (None: no resuming)
     precision: str = "auto"           # what its forward passes compute in (`precision.use_precision`)
+    penalty_step: float = 0.02        # how fast the count's Lagrange multiplier rises (`Supernet.penalty`)
+    temperature: float = BETA         # the hard-concrete gates' β
+    rate_proposals: bool = False      # score each proposal with the supernet's weights (`inherit.py`)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -93,16 +102,26 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
                             seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
-                            resume=state, on_epoch=save)
+                            resume=state, on_epoch=save, penalty_step=spec.penalty_step,
+                            temperature=spec.temperature)
     smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
                    for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
+    score_on_dev = None
+    if spec.rate_proposals:
+        _, tok = load_backbone(spec.backbone, task, splits)
+        dev = encode(splits, tok, max_length=spec.max_length).search_dev
+        batch = Recipe(batch_size=spec.batch_size).eval_batch_size
+        score_on_dev = lambda model: evaluate(model, dev, task, batch, device)[task.main_metric]  # noqa: E731
     seen, proposed = set(), []
     for rung in ladder(smallest, spec.budget, spec.rungs):
-        config, n = derive(net, base.config, rung, head, num_labels=task.num_labels)
+        selection = select(net, rung)
+        config, n = configuration(net, base.config, selection, head, num_labels=task.num_labels)
         key = repr(config.to_dict())
         if n > 0 and key not in seen:
             seen.add(key)
             proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
+            if score_on_dev is not None:
+                proposed[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
             "layernorms": layernorms, "prompt_length": prompt_length,

@@ -1,0 +1,148 @@
+"""The supernet's knobs searched by Optuna across a handful of runs (``oneshot.runs`` > 1).
+
+A supernet run has a few continuous knobs no configuration carries: its learning rate, the
+gates' learning rate, the penalty's strength (how fast the count's multiplier rises) and the
+gates' temperature (`experiment.OneShot.KNOBS`). `search` runs ``runs`` supernets one after the
+other, each as `propose.py` runs one (a Ray Tune trial with the Ray executor), with the knobs an
+Optuna TPE sampler draws from ``oneshot.search`` (at random until two runs have ended); the first
+run takes the fixed values, so the search starts from the default it is meant to improve on. A run is scored by the hypervolume
+of its proposals' *inherited* search-dev scores (each scored with the supernet's own weights,
+`inherit.py`: one evaluation per proposal, no training), in the study's coordinates: score above
+the trivial baseline times decades of deployable parameters up to the budget (`fronts.hypervolume`).
+The best run's proposals enter the study; the others are recorded.
+
+The runs are trials of an Optuna study of their own, ``<study>:oneshot-knobs`` in the same
+storage, so the dashboard shows them and a killed search resumes: finished runs are kept, a run
+that was going when the search died is run again with its knobs, from the training state it saved
+after its last whole epoch. A run whose loss stops being finite (knobs that diverge) is recorded
+as failed and the search goes on; if none succeeds, that is one error. Any other error stops it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from ..config import ConfigError
+from ..fronts import hypervolume
+from ..study import KNOB_STUDY_SUFFIX as SUFFIX
+from ..train import NonFiniteLoss
+
+
+def knob_study(storage, study_name: str, seed: int, fresh: bool = False) -> optuna.Study:
+    """The study of a search's supernet runs (created on first use; with ``fresh``, one left by an
+    earlier study of that name, since deleted or replaced, is deleted first)."""
+    if fresh and study_name + SUFFIX in optuna.get_all_study_names(storage):
+        optuna.delete_study(study_name=study_name + SUFFIX, storage=storage)
+    return optuna.create_study(study_name=study_name + SUFFIX, storage=storage, direction="maximize",
+                               sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=2),
+                               load_if_exists=True)
+
+
+def distributions(ranges: dict[str, tuple[float, float]], scales: dict[str, str]) -> dict:
+    """Optuna distributions of the searched knobs (log scale where ``scales`` says so)."""
+    return {k: FloatDistribution(lo, hi, log=scales[k] == "log") for k, (lo, hi) in ranges.items()}
+
+
+def inherited_hypervolume(proposed: list[dict], reference: tuple[float, float]) -> float:
+    """Hypervolume of a run's proposals by their inherited scores (``supernet_score``)."""
+    return hypervolume([(p["supernet_score"], p["deployable"]) for p in proposed], reference)
+
+
+def search(storage, study_name: str, oneshot, spec, run, state_dir: str, reference: tuple[float, float],
+           seed: int, printer=print, fresh: bool = False) -> tuple[int, dict, list[dict]]:
+    """Run ``oneshot.runs`` supernets of ``spec`` (a `SupernetSpec`) with searched knobs through
+    ``run(spec) -> result``; returns the chosen run's number, its result, and every run's record.
+    ``fresh``: the study's first attempt, so runs stored under its name belong to another study."""
+    ranges = oneshot.knob_ranges()
+    dists = distributions(ranges, oneshot.KNOBS)
+    fixed = oneshot.knobs()
+    ks = knob_study(storage, study_name, seed, fresh)
+    if not ks.trials and all(lo <= fixed[k] <= hi for k, (lo, hi) in ranges.items()):
+        ks.enqueue_trial({k: fixed[k] for k in ranges})          # the first run: the fixed knobs
+    for t in ks.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):   # killed mid-run: again, same knobs
+        ks.tell(t.number, state=TrialState.FAIL)
+        ks.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+        printer(f"one-shot knobs: run {t.number} left no result (killed, or still running elsewhere); "
+                f"running it again with its knobs, from its last saved epoch, if any")
+    last_error = None
+    while _finished(ks) < oneshot.runs:
+        trial = ks.ask(dists)
+        knobs = {**fixed, **trial.params}
+        run_spec = dataclasses.replace(spec, lr=knobs["lr"], gate_lr=knobs["gate_lr"], init_open=knobs["init_open"],
+                                       penalty_step=knobs["penalty_step"], temperature=knobs["temperature"],
+                                       rate_proposals=True,
+                                       checkpoint=os.path.join(state_dir, f"knobs-{_digest(trial.params)}.pt"))
+        start = time.perf_counter()
+        try:
+            result = run(run_spec)
+        except RuntimeError as e:
+            if not _diverged(e):
+                raise
+            last_error = e
+            trial.set_user_attr("error", _short(e))
+            ks.tell(trial, state=TrialState.FAIL)
+            printer(f"one-shot knobs: run {trial.number} failed ({_short(e)}); going on")
+            continue
+        value = inherited_hypervolume(result["proposed"], reference)
+        record = {"number": trial.number, "knobs": knobs, "hypervolume": round(value, 6), "score": result["score"],
+                  "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
+                  "resumed_from": result["resumed_from"],
+                  "proposals": [[p["deployable"], p["supernet_score"]] for p in result["proposed"]]}
+        trial.set_user_attr("run", record)
+        trial.set_user_attr("result", result)
+        ks.tell(trial, value)
+        if os.path.exists(run_spec.checkpoint):
+            os.remove(run_spec.checkpoint)
+        printer(f"one-shot knobs: run {trial.number} ({_knob_text(knobs, ranges)}): {len(result['proposed'])} "
+                f"proposals, inherited hypervolume {value:.4f}, supernet search-dev {result['score']:.4f}, "
+                f"{record['cost_s']:.0f}s")
+    done = [t for t in ks.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not done:
+        raise ConfigError(f"oneshot: every supernet run of the knob search diverged ({_short(last_error)}): "
+                          f"lower oneshot.search's lr or gate_lr range")
+    best = max(done, key=lambda t: (t.value, -t.number))
+    runs = [t.user_attrs["run"] for t in sorted(done, key=lambda t: t.number)]
+    return best.number, copy.deepcopy(best.user_attrs["result"]), runs
+
+
+def _diverged(error: BaseException | None) -> bool:
+    """Whether a run failed because its loss stopped being finite (here or in a Ray worker)."""
+    while error is not None:
+        if isinstance(error, NonFiniteLoss) or "NonFiniteLoss" in type(error).__name__:
+            return True
+        error = error.__cause__
+    return False
+
+
+def _finished(ks) -> int:
+    """Runs that ended: complete, or failed and not run again (a killed run is retried)."""
+    trials = ks.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    return sum(t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.number not in retried)
+               for t in trials)
+
+
+def _digest(params: dict) -> str:
+    """A short name for a set of knob values (the file of that run's saved training state)."""
+    text = json.dumps({k: float(v) for k, v in sorted(params.items())})
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _knob_text(knobs: dict, ranges: dict) -> str:
+    return ", ".join(f"{k} {knobs[k]:.3g}" for k in ranges)
+
+
+def _short(error) -> str:
+    return str(error).splitlines()[0][:160] if error is not None else "no run"
+
+
+__all__ = ["SUFFIX", "distributions", "inherited_hypervolume", "knob_study", "search"]
