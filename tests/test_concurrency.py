@@ -145,3 +145,26 @@ def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, 
     assert len(trained) == 6 and sorted(t.user_attrs.get("preset") or "" for t in trained)[-2:] == sorted(PRESETS)
     nodes = {t.user_attrs["node"].rsplit("/", 1)[1] for t in trained}
     assert head_id != worker_id and nodes == {worker_id}             # all on the node with the CPUs
+
+
+def test_two_workers_share_a_knob_search_each_run_trained_once(tmp_path):
+    """Two workers on a study with ``oneshot.runs: 3``: every supernet run is claimed by one worker
+    (none trains a run the other is training), a worker left without a run waits for the other's,
+    and the chosen run's proposals are enqueued once."""
+    import re
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    exp = experiment(url, "together", trials=1, budget="5%", task="demo_keyword", presets="none",
+                     strategy="oneshot", oneshot={"rungs": 2, "lr": 3e-3, "epochs": 1, "runs": 3,
+                                                  "search": {"lr": [1e-3, 1e-2]}})
+    run_workers(tmp_path, exp, n=2)
+    logs = [(tmp_path / f"worker{i}" / "log.txt").read_text() for i in range(2)]
+    trained = [int(n) for log in logs for n in re.findall(r"one-shot knobs: run (\d+) \(", log)]
+    assert sorted(trained) == [0, 1, 2]                               # each run by exactly one worker
+    knobs = optuna.load_study(study_name="together:oneshot-knobs", storage=url).trials
+    assert [t.state for t in knobs] == [TrialState.COMPLETE] * 3
+    study = optuna.load_study(study_name="together", storage=url)
+    record = study.user_attrs["oneshot"]
+    assert len(record["knob_search"]["runs"]) == 3                     # chosen once all three had ended
+    proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
+    assert len(proposals) == len(record["proposed"]) and all(t.state == TrialState.COMPLETE for t in proposals)

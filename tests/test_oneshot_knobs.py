@@ -183,13 +183,15 @@ def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, 
 
 def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_path, monkeypatch):
     import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     from petl_nas import checkpoint
     from petl_nas.search import run_search
 
     monkeypatch.chdir(tmp_path)
-    exp = _knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]})
+    exp = dataclasses.replace(_knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}),
+                              heartbeat_interval=1, grace_period=2)   # a dead run is seen after 2 s
     real = checkpoint.save
     saves = []
 
@@ -209,7 +211,7 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
     run_search(exp, printer=lines.append)
     trials = optuna.load_study(study_name="o:oneshot-knobs", storage=exp.storage_url).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
-    assert trials[2].params == killed and trials[2].user_attrs["retry_of"] == 1
+    assert trials[2].params == killed and RetryHeartbeatStaleTrialCallback.retried_trial_number(trials[2]) == 1
     assert any("run 1 left no result" in line for line in lines)
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
     runs = record["knob_search"]["runs"]

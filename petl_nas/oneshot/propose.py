@@ -29,7 +29,6 @@ import datetime
 import os
 import time
 
-from ..storage import close_storage, open_storage
 from ..study import LR_FROM_SAMPLER
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
@@ -47,12 +46,14 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
         return []
     lines = []
     say = printer if printer is not None else lines.append
-    earlier = study.user_attrs.get(STARTED)
-    attempt = earlier["attempt"] + 1 if earlier else 1
+    with lock():                                   # one worker of several is the first to start it
+        earlier = study.user_attrs.get(STARTED)
+        attempt = earlier["attempt"] + 1 if earlier else 1
+        study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"),
+                                      "attempt": attempt})
     if earlier:
         say(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
                      f"running elsewhere); training it again from its last saved epoch, if any (attempt {attempt})")
-    study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt})
     start = time.perf_counter()
     o = exp.oneshot
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
@@ -74,12 +75,10 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     if o.runs > 1:
         baseline = study.user_attrs.get("baseline")
         reference = (baseline["score"] if baseline else 0.0, float(budget))
-        storage = open_storage(exp.storage_url)
-        try:
-            number, result, knob_runs = knobs.search(storage, study.study_name, o, spec, run_one, state_dir, reference,
-                                                     exp.seed, say, fresh=earlier is None)
-        finally:
-            close_storage(storage)
+        number, result, knob_runs = knobs.search(exp.storage_url, study.study_name, o, spec, run_one, state_dir,
+                                                 reference, exp.seed, say, fresh=earlier is None, lock=lock,
+                                                 heartbeat_interval=exp.heartbeat_interval,
+                                                 grace_period=exp.grace_period)
         run = f"oneshot-{exp.seed}-knobs-{number}"
         chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
     else:
