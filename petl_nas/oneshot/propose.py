@@ -53,7 +53,7 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
                                       "attempt": attempt})
     if earlier:
         say(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
-                     f"running elsewhere); training it again from its last saved epoch, if any (attempt {attempt})")
+            f"running elsewhere); training it again from its last saved epoch, if any (attempt {attempt})")
     start = time.perf_counter()
     o = exp.oneshot
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
