@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import time
 
 import torch
 from torch import nn
 from transformers import BertConfig
 
-from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, training_step
+from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, timed_ms, training_step
 from petl_nas.compiling import COMPILE_MODES, compiled
 from petl_nas.train import adamw
 
@@ -35,16 +34,7 @@ def stepper(model: nn.Module, mode: str, device: str, batch: int, vocab: int):
     opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)
     cuda = device == "cuda"
     step = training_step(compiled(model, mode), opt, step_inputs(device, vocab, batch), cuda)
-
-    def timed() -> float:
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        return 1000 * (time.perf_counter() - start)
-    return timed
+    return lambda: timed_ms(step, cuda)
 
 
 def main(argv=None) -> int:

@@ -186,6 +186,17 @@ def training_step(net: nn.Module, opt: torch.optim.Optimizer, inputs: tuple, cud
     return step
 
 
+def timed_ms(step: Callable[[], None], cuda: bool) -> float:
+    """One call of ``step`` in milliseconds, the GPU's queue drained before and after."""
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    step()
+    if cuda:
+        torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - start)
+
+
 def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int,
                compile_mode: str = "off") -> dict:
     """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
@@ -218,16 +229,7 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
         if cuda:
             torch.cuda.synchronize()
         out["first_s"] = time.perf_counter() - start
-    times = []
-    for i in range(warmup + steps):
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(1000 * (time.perf_counter() - start))
+    times = [timed_ms(step, cuda) for _ in range(warmup + steps)][warmup:]
     out["ms"] = statistics.median(times)
     if cuda:
         try:

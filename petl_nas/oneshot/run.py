@@ -81,7 +81,7 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     task = resolve_task(spec.task)
     splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
                          search_dev_size=spec.search_dev)             # cached per process, as a trial's
-    base, _ = load_backbone(spec.backbone, task, splits)
+    base, tok = load_backbone(spec.backbone, task, splits)
     space = SearchSpace.load(spec.space)
     head = space.with_head(PetlConfig())
     specs = candidates(space, base.config, spec.budget)
@@ -108,7 +108,6 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
                    for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
     score_on_dev = None
     if spec.rate_proposals:
-        _, tok = load_backbone(spec.backbone, task, splits)
         dev = encode(splits, tok, max_length=spec.max_length).search_dev
         batch = Recipe(batch_size=spec.batch_size).eval_batch_size
         score_on_dev = lambda model: evaluate(model, dev, task, batch, device)[task.main_metric]  # noqa: E731
