@@ -22,7 +22,12 @@ Run (the full table takes ~20 minutes on 2 cores; --tiny is a smoke run of a few
     python bench/step_time.py --device cuda --batch 32 --steps 50 --warmup 10 --compile reduce-overhead
 
 ``--compile MODE`` compiles every row's model as ``fidelity.compile`` compiles a trial's, and adds
-the first step after compiling (compile time included) to the table.
+the first step after compiling (compile time included) to the table. ``--graphs`` (a GPU) also
+times every row's step replayed as a CUDA graph (`petl_nas.step_graphs`, as ``fidelity.cuda_graphs``
+runs a trial's), on the same model right after its eager steps, with the time its first recording
+took; the graphed ratios are to the graphed floor of the same run.
+
+    python bench/step_time.py --device cuda --batch 32 --steps 50 --warmup 10 --graphs
 
 ``--only`` selects methods by name (a preset name also selects its PEFT row); the floor always runs.
 Each row also counts one step's FLOPs (matmuls and attention, forward and backward): "FLOPs ×
@@ -48,6 +53,7 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset, preset_names
 from petl_nas.compiling import COMPILE_MODES, fresh_compiled
+from petl_nas.step_graphs import WARMUP, GraphedSteps, prepare_optimizer
 from petl_nas.train import adamw
 
 SEED = 0
@@ -65,6 +71,11 @@ class Row:
     kernels: int | None = None        # CUDA kernels launched by one step
     gpu_ms: float | None = None       # time the GPU spent in them
     first_s: float | None = None      # the first step after compiling: compile time included
+    graph_ms: float | None = None     # the step replayed as a CUDA graph (--graphs)
+    graph_kernels: int | None = None
+    graph_gpu_ms: float | None = None
+    record_s: float | None = None     # the first graphed step: recording included
+    graph_error: str | None = None
     error: str | None = None
 
 
@@ -186,6 +197,30 @@ def training_step(net: nn.Module, opt: torch.optim.Optimizer, inputs: tuple, cud
     return step
 
 
+def graphed_step(model: nn.Module, opt: torch.optim.Optimizer, inputs: tuple) -> Callable[[], None]:
+    """`training_step` recorded and replayed by `step_graphs.GraphedSteps` (a GPU): each call copies
+    the batch in from the host, as a trial's steps do."""
+    device = inputs[0].device
+    prepare_optimizer(opt, device, graphed=True)
+    host = {"input_ids": inputs[0].cpu(), "attention_mask": inputs[1].cpu(), "labels": inputs[2].cpu()}
+
+    def one(batch):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            loss = nn.functional.cross_entropy(logits.float(), batch["labels"])
+        loss.backward()
+        opt.step()
+        return loss
+
+    runner = GraphedSteps(one, [p for p in model.parameters() if p.requires_grad], device)
+
+    def step():
+        runner(host)
+        if runner.info.why_not is not None:
+            raise RuntimeError(f"not graphed: {runner.info.why_not}")
+    return step
+
+
 def timed_ms(step: Callable[[], None], cuda: bool) -> float:
     """One call of ``step`` in milliseconds, the GPU's queue drained before and after."""
     if cuda:
@@ -198,7 +233,7 @@ def timed_ms(step: Callable[[], None], cuda: bool) -> float:
 
 
 def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int,
-               compile_mode: str = "off") -> dict:
+               compile_mode: str = "off", graphs: bool = False) -> dict:
     """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
     step (``flops``) and, on CUDA, one profiled step's kernel count and GPU time (`profile_step`).
 
@@ -212,6 +247,11 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
     from torch.utils.flop_counter import FlopCounterMode
 
     model.to(device).train()
+    # The anchor again, as a leaf on the device: moved with the model it is a copy of the CPU leaf,
+    # and every backward would send its gradient to the host (a wait, which no graph can record)
+    for module in model.modules():
+        if "grad_anchor" in module._buffers:                        # under a PEFT wrapper too
+            module.grad_anchor = torch.zeros((), device=device, requires_grad=True)
     inputs = step_inputs(device, vocab, batch)
     opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
     cuda = device == "cuda"
@@ -236,6 +276,29 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
             out.update(profile_step(step))
         except Exception as e:  # the timing stands without the profile
             print(f"    (profile failed: {type(e).__name__}: {str(e)[:100]})")
+    if graphs:
+        try:
+            out.update(time_graphed(model, opt, inputs, steps, warmup))
+        except Exception as e:  # the eager figures stand without the graphed ones
+            out["graph_error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+            print(f"    (graphed step failed: {out['graph_error']})")
+    return out
+
+
+def time_graphed(model: nn.Module, opt, inputs: tuple, steps: int, warmup: int) -> dict:
+    """The same model's step as a CUDA graph: median ms after ``warmup`` (at least `WARMUP` eager
+    steps and the recording), the recording's own step, and one profiled replay."""
+    step = graphed_step(model, opt, inputs)
+    for _ in range(WARMUP):
+        timed_ms(step, True)
+    out = {"record_s": timed_ms(step, True) / 1000}
+    times = [timed_ms(step, True) for _ in range(max(0, warmup - WARMUP - 1) + steps)][-steps:]
+    out["graph_ms"] = statistics.median(times)
+    try:
+        profiled = profile_step(step)
+        out.update(graph_kernels=profiled["kernels"], graph_gpu_ms=profiled["gpu_ms"])
+    except Exception as e:
+        print(f"    (graph profile failed: {type(e).__name__}: {str(e)[:100]})")
     return out
 
 
@@ -251,7 +314,7 @@ def profile_step(step: Callable[[], None]) -> dict:
     return {"kernels": len(kernels), "gpu_ms": sum(e.device_time for e in kernels) / 1000}
 
 
-def run_table(config, device, steps, warmup, only, batch, compile_mode="off") -> list[Row]:
+def run_table(config, device, steps, warmup, only, batch, compile_mode="off", graphs=False) -> list[Row]:
     rows = []
     for method, library, build in methods():
         if only and method != "frozen floor" and method not in only:
@@ -261,7 +324,7 @@ def run_table(config, device, steps, warmup, only, batch, compile_mode="off") ->
             model = build(config)
             row.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             for key, value in time_steps(model, device, steps, warmup, config.vocab_size, batch,
-                                         compile_mode).items():
+                                         compile_mode, graphs and device == "cuda").items():
                 setattr(row, key, value)
         except Exception as e:  # a failing method is reported in the table, not fatal
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
@@ -271,6 +334,8 @@ def run_table(config, device, steps, warmup, only, batch, compile_mode="off") ->
                 torch.cuda.empty_cache()
         gpu = f"  {row.kernels:5d} kernels, GPU {row.gpu_ms:6.1f} ms" if row.kernels is not None else ""
         gpu += f"  (first step {row.first_s:.1f} s)" if row.first_s is not None else ""
+        gpu += (f"  | graphed {row.graph_ms:6.1f} ms, GPU {row.graph_gpu_ms or 0:6.1f} ms, recorded in {row.record_s:.2f} s"
+                if row.graph_ms is not None else "")
         print(f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms{gpu}" if row.ms else f"FAILED {row.error}"),
               flush=True)
         rows.append(row)
@@ -312,6 +377,25 @@ def markdown(rows: list[Row], title: str) -> str:
     return "\n".join(lines)
 
 
+def graphs_markdown(rows: list[Row], title: str) -> str:
+    """Eager against graphed, each ratio to the floor measured the same way in the same run."""
+    base = next((r for r in rows if r.method == "frozen floor" and r.graph_ms), None)
+    lines = [f"### {title}, eager against CUDA graphs (`step_graphs.GraphedSteps`)", "",
+             "| method | library | eager ms/step | × eager floor | graphed ms/step | × graphed floor | graphed / eager "
+             "| graphed GPU ms | GPU time × graphed floor | first graphed step (recording), s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.graph_ms is None or base is None:
+            lines.append(f"| {r.method} | {r.library} | " + (f"{r.ms:.1f}" if r.ms else "-")
+                         + f" | - | failed: {r.graph_error or r.error or 'not graphed'} | - | - | - | - | - |")
+            continue
+        gpu = f"{r.graph_gpu_ms:.2f}" if r.graph_gpu_ms else "-"
+        gpu_ratio = f"{r.graph_gpu_ms / base.graph_gpu_ms:.2f}" if r.graph_gpu_ms and base.graph_gpu_ms else "-"
+        lines.append(f"| {r.method} | {r.library} | {r.ms:.1f} | {r.ms / base.ms:.2f} | {r.graph_ms:.1f} | "
+                     f"{r.graph_ms / base.graph_ms:.2f} | {r.graph_ms / r.ms:.2f} | {gpu} | {gpu_ratio} | {r.record_s:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, help="timed steps (default 20, --tiny 5)")
@@ -322,6 +406,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=8, help="rows per step (default 8; 32 for the GPU table)")
     ap.add_argument("--compile", default="off", choices=COMPILE_MODES,
                     help="torch.compile every row's model in this mode (as fidelity.compile does a trial's)")
+    ap.add_argument("--graphs", action="store_true",
+                    help="on a GPU, also time every row's step replayed as a CUDA graph (fidelity.cuda_graphs)")
     ap.add_argument("--device", choices=["all", "cpu", "cuda"], default="all",
                     help="all: the CPU table, then the GPU table when CUDA is available")
     args = ap.parse_args(argv)
@@ -347,8 +433,10 @@ def main(argv=None):
         devices.append(("cuda", f"GPU ({torch.cuda.get_device_name()}), bf16 autocast"))
     for device, title in devices:
         print(f"\n{title}:", flush=True)
-        tables.append(markdown(run_table(config, device, steps, warmup, only, args.batch, args.compile),
-                               title + ("" if args.compile == "off" else f", compiled ({args.compile})")))
+        rows = run_table(config, device, steps, warmup, only, args.batch, args.compile, args.graphs)
+        tables.append(markdown(rows, title + ("" if args.compile == "off" else f", compiled ({args.compile})")))
+        if args.graphs and device == "cuda":
+            tables.append(graphs_markdown(rows, title))
     report = header + "\n\n" + "\n\n".join(tables) + "\n"
     print("\n" + "\n\n".join(tables))
     if args.out:

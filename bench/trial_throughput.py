@@ -12,6 +12,9 @@ default the v3 SST-2 study's: K=1000, 10 epochs, batch 32, length 64, search-dev
 - **graphs** / **compiled**: new, with ``fidelity.compile: reduce-overhead`` (CUDA graphs on a GPU)
   or ``default``; compiling is paid inside each trial (a GPU measurement: ``--paths new,graphs
   --workers 1`` on a machine with one).
+- **cudagraphs**: new, with ``fidelity.cuda_graphs: true``: each step recorded once per batch shape
+  and replayed as a CUDA graph, nothing compiled (`petl_nas.step_graphs`; a GPU measurement:
+  ``--paths new,cudagraphs --workers 1``).
 
 All paths evaluate in length-sorted batches (that change is older than this benchmark and has no
 switch), so the ratios here leave out its saving. Jobs run in a pool of ``--workers`` processes
@@ -42,7 +45,8 @@ PATHS = {"old": {"evals_per_epoch": 1, "length_buckets": 0},
          "new": {"evals_per_epoch": 0, "length_buckets": 16},
          "bf16": {"evals_per_epoch": 0, "length_buckets": 16, "precision": "bf16"},
          "graphs": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "reduce-overhead"},
-         "compiled": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "default"}}
+         "compiled": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "default"},
+         "cudagraphs": {"evals_per_epoch": 0, "length_buckets": 16, "cuda_graphs": True}}
 
 
 def _init_worker() -> None:
@@ -117,7 +121,8 @@ def main(argv=None) -> int:
         for r in pool.imap_unordered(run_job, todo):
             results.append(r)
             print(f"{r['config']:<18} seed {r['seed']} {r['path']}: score {r['score']:.4f}, "
-                  f"{r['wall_s'] / 60:.2f} min ({len(results)}/{len(todo)})", flush=True)
+                  f"{r['wall_s'] / 60:.2f} min, training {r['train_s']:.1f} s, step {r['step_ms']:.1f} ms "
+                  f"({len(results)}/{len(todo)})" + (f"; graphs {r['graphs']}" if r.get("graphs") else ""), flush=True)
     emit(table(results, args, {"total": time.perf_counter() - start}), args.out)
     return 0
 

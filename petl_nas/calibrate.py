@@ -111,7 +111,7 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
         recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
                         evals_per_epoch=0, seed=exp.seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows,
                         length_buckets=fid.length_buckets, frozen_cache_mb=fid.frozen_cache_mb,
-                        precision=fid.precision, compile=fid.compile)
+                        precision=fid.precision, compile=fid.compile, cuda_graphs=fid.cuda_graphs)
         scores, results = {}, {}
         for name in names:
             config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded

@@ -189,7 +189,8 @@ def cmd_train(args) -> int:
     from .export import read_record
 
     rec = read_record(args.config)
-    summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile)
+    summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile,
+                           cuda_graphs=args.cuda_graphs)
     print(f"test {summary['metric']}: {summary['mean']:.4f} ± {summary['std']:.4f} over "
           f"{len(summary['runs'])} seed(s); PETL weights and metrics.json in {args.out}")
     return 0
@@ -331,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the runs in this mode (default: the record's, else off); "
                         "reduce-overhead pays on a GPU for runs of thousands of steps")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="on a GPU, replay each training step as a CUDA graph (default: the record's, else off)")
     p.set_defaults(func=cmd_train)
 
     p = _command(sub, "predict", "label texts with a trained PETL directory")

@@ -7,7 +7,8 @@ step's kernels as CUDA graphs, launched at once. Compiling costs time before the
 again for each new input shape (length-bucketed batches have many). Measured on one H100: a
 compiled step took 0.13-0.23× its eager time, but a 320-step trial 5× longer; on 2 CPU cores,
 where a step is bound by its matmuls, it gained nothing (`bench/results/README.md`). So it is off
-by default, and meant for long runs on a GPU (`petl-nas train --compile`).
+by default, and meant for long runs on a GPU (`petl-nas train --compile`). For trials,
+``fidelity.cuda_graphs`` (`step_graphs`) removes the host bound without compiling.
 
 Modes are torch's own: ``off`` (the default: eager), ``default``, ``reduce-overhead``,
 ``max-autotune``. On a CPU the last two behave like ``default`` (no CUDA graphs there).

@@ -67,27 +67,29 @@ class EncodedSplit:
         return torch.tensor([i for b in full + short for i in b], dtype=torch.long)
 
     def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0,
-                order: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+                order: torch.Tensor | None = None, multiple: int = 1) -> Iterator[dict[str, torch.Tensor]]:
         """Padded batches of ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``,
-        in a seeded random order (``shuffle``), the given ``order`` of row indices, or as stored.
+        in a seeded random order (``shuffle``), the given ``order`` of row indices, or as stored;
+        each padded to its longest row rounded up to a ``multiple`` of tokens (few distinct shapes
+        for CUDA graphs, `step_graphs`).
 
         Example:
             >>> batch = next(encoded.train.batches(32, shuffle=True, seed=0))  # doctest: +SKIP
             >>> batch["input_ids"].shape                                      # doctest: +SKIP
             torch.Size([32, 41])
         """
-        for _, batch in self.row_batches(batch_size, shuffle, seed, order):
+        for _, batch in self.row_batches(batch_size, shuffle, seed, order, multiple):
             yield batch
 
-    def row_batches(self, batch_size: int, shuffle: bool = False, seed: int = 0,
-                    order: torch.Tensor | None = None) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    def row_batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, order: torch.Tensor | None = None,
+                    multiple: int = 1) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
         """`batches`, each with the indices of its rows (what `frozen.FrozenReuse` feeds by)."""
         if order is None:
             order = (torch.randperm(len(self), generator=torch.Generator().manual_seed(seed)) if shuffle
                      else torch.arange(len(self)))
         for start in range(0, len(self), batch_size):
             rows = order[start:start + batch_size].tolist()
-            width = max(len(self.input_ids[i]) for i in rows)
+            width = _round_up(max(len(self.input_ids[i]) for i in rows), multiple)
             ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(rows), width), dtype=torch.long)
             types = torch.zeros((len(rows), width), dtype=torch.long) if self.token_type_ids else None
@@ -101,13 +103,17 @@ class EncodedSplit:
             if types is not None:
                 batch["token_type_ids"] = types
             if self.label_ids is not None:      # token labels, padded with -100 (no loss, no score)
-                label_width = max(len(self.label_ids[i]) for i in rows)
+                label_width = _round_up(max(len(self.label_ids[i]) for i in rows), multiple)
                 batch["labels"] = torch.full((len(rows), label_width), -100, dtype=torch.long)
                 for j, i in enumerate(rows):
                     batch["labels"][j, :len(self.label_ids[i])] = torch.tensor(self.label_ids[i])
             else:
                 batch["labels"] = self.labels[rows]
             yield rows, batch
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
 
 
 @dataclass(frozen=True, eq=False)

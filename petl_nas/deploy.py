@@ -43,16 +43,18 @@ def _all_training_rows(splits):
 
 
 def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
-                 progress: bool = True, printer=print, keep_models: bool = False, compile: str | None = None) -> dict:
+                 progress: bool = True, printer=print, keep_models: bool = False, compile: str | None = None,
+                 cuda_graphs: bool | None = None) -> dict:
     """Train ``rec`` once per seed; save each run's PETL weights; return (and write) the metrics.
     With ``keep_models`` the trained models come back too, under ``"models"`` (not written).
-    ``compile`` overrides the record's ``torch.compile`` mode (`petl_nas.compiling`); it changes how
-    the runs compute, not what they train, so a run already trained without it is kept."""
+    ``compile`` overrides the record's ``torch.compile`` mode (`petl_nas.compiling`), ``cuda_graphs``
+    its CUDA graphs (`petl_nas.step_graphs`); they change how the runs compute, not what they train,
+    so a run already trained without them is kept."""
     out = Path(out)
     task = resolve_task(rec["task"])
     config = PetlConfig.from_dict(rec["petl_config"])
     recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}
-    base_recipe = Recipe(**recipe_fields).with_overrides(compile=compile)
+    base_recipe = Recipe(**recipe_fields).with_overrides(compile=compile, cuda_graphs=cuda_graphs)
     splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
                          search_dev_size=1 if rec.get("k") is None else None)
     model, tok = load_backbone(rec["backbone"], task, splits)

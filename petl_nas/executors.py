@@ -124,7 +124,8 @@ class Recorder:
     def _attrs(self, p: Proposal, info: dict) -> None:
         for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "train_step_ms", "latency_ms", "steps",
                     "last_score", "best_score",
-                    "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share", "reused", "frozen"):
+                    "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share", "reused", "frozen",
+                    "graphs"):
             if key in info:
                 p.trial.set_user_attr(key, info[key])
 

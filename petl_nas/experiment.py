@@ -104,6 +104,10 @@ class Fidelity:
             ``default``, ``reduce-overhead`` (CUDA graphs on a GPU) or ``max-autotune``
             (`petl_nas.compiling`). Compiling costs time in every trial: it pays for long trials
             on a GPU; not with ``frozen_cache_mb``.
+        cuda_graphs: false (the default) or true: on a GPU, each trial records its training step
+            once per batch shape and replays it as a CUDA graph (`petl_nas.step_graphs`): no
+            compilation, a fraction of the host's work per step. Ignored on a CPU; not with
+            ``compile`` or ``frozen_cache_mb``.
         search_dev: examples carved (at random, by the data seed) from the training data to
             score trials on.
         max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
@@ -123,6 +127,7 @@ class Fidelity:
     frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
     precision: str = "auto"     # auto (bf16 on a GPU), bf16 (also on a CPU), fp32
     compile: str = "off"        # off, or a torch.compile mode (petl_nas.compiling)
+    cuda_graphs: bool = False   # on a GPU: replay each step as a CUDA graph (petl_nas.step_graphs)
     search_dev: int = 500
     max_steps: int | None = None
     eval_rows: int | None = None
@@ -133,10 +138,14 @@ class Fidelity:
             "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
             "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
             "length_buckets": _whole(0), "frozen_cache_mb": _whole(0), "precision": _one_of("auto", "bf16", "fp32"),
-            "compile": _one_of(*COMPILE_MODES), "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1))})
+            "compile": _one_of(*COMPILE_MODES), "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
+            "cuda_graphs": ((lambda v: isinstance(v, bool)), "true or false")})
         if self.compile != "off" and self.frozen_cache_mb:
             raise ConfigError("fidelity: compile and frozen_cache_mb cannot be combined (the cached layers' "
                               "per-batch feeding would recompile every step); set one of them to its default")
+        if self.cuda_graphs and (self.compile != "off" or self.frozen_cache_mb):
+            raise ConfigError("fidelity: cuda_graphs cannot be combined with compile (it records its own graphs) "
+                              "or frozen_cache_mb (fed batch by batch); set one of them to its default")
 
 
 @dataclass(frozen=True)

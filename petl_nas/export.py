@@ -169,7 +169,8 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, reci
               **{key: length[key] for key in ("max_steps", "eval_rows") if length.get(key)},
               **{key: fidelity[key] for key in ("length_buckets", "frozen_cache_mb") if fidelity.get(key)},
               **({"precision": fidelity["precision"]} if fidelity.get("precision", "auto") != "auto" else {}),
-              **({"compile": fidelity["compile"]} if fidelity.get("compile", "off") != "off" else {})}
+              **({"compile": fidelity["compile"]} if fidelity.get("compile", "off") != "off" else {}),
+              **({"cuda_graphs": True} if fidelity.get("cuda_graphs") else {})}
     k = fidelity.get("k") if recipe_source == "search" or final_cfg.get("k", -1) == -1 else final_cfg.get("k")
     return {
         "petl_nas_version": __version__,

@@ -266,7 +266,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                     max_length=exp.fidelity.max_length, evals_per_epoch=exp.fidelity.evals_per_epoch if reads_all else 0,
                     seed=exp.seed, max_steps=exp.fidelity.max_steps, eval_rows=exp.fidelity.eval_rows,
                     length_buckets=exp.fidelity.length_buckets, frozen_cache_mb=exp.fidelity.frozen_cache_mb,
-                    precision=exp.fidelity.precision, compile=exp.fidelity.compile)
+                    precision=exp.fidelity.precision, compile=exp.fidelity.compile,
+                    cuda_graphs=exp.fidelity.cuda_graphs)
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
                          target=target, lock=lock, heartbeat=heartbeat)

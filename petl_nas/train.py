@@ -8,7 +8,8 @@ and are scored by beam search (`decode`), or by token accuracy for a causal LM (
 It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each evaluation to
 ``report`` (the search's intermediate values, where a scheduler may stop the trial),
 and returns the best and last scores, wall time and peak memory. A non-finite loss stops the trial
-with `NonFiniteLoss`.
+with `NonFiniteLoss`. On a GPU, ``Recipe.cuda_graphs`` replays each training step as a CUDA graph
+recorded once per batch shape (`step_graphs`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
 from .significance import standard_error
 from .precision import autocast_for, grad_scaler_for, use_precision
+from .step_graphs import LENGTH_MULTIPLE, GraphedSteps, GraphInfo, prepare_optimizer, why_not
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class Recipe:
         compile: ``off`` (eager) or a ``torch.compile`` mode for the steps and evaluations (`compiling.compiled`:
             ``default``, ``reduce-overhead`` for CUDA graphs on a GPU, ``max-autotune``); not with
             ``frozen_cache_mb``, whose per-batch feeding would recompile.
+        cuda_graphs: on a GPU, record each training step once per batch shape and replay it as a
+            CUDA graph (`step_graphs.GraphedSteps`; batches padded to a multiple of 8 tokens);
+            where it cannot apply (a CPU, ``compile``, ``frozen_cache_mb``, fp16 loss scaling, a
+            regulariser) the steps run eagerly and `TrainResult.graphs` says why.
     """
 
     lr: float = 1e-3
@@ -77,6 +83,7 @@ class Recipe:
     frozen_cache_mb: int = 0
     precision: str = "auto"
     compile: str = "off"
+    cuda_graphs: bool = False
 
     def with_overrides(self, **kw) -> Recipe:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -96,6 +103,7 @@ class TrainResult:
     peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
     train_step_ms: float = 0.0    # mean wall time of one optimiser step, evaluations left out
     frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
+    graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
 
 
 class NonFiniteLoss(RuntimeError):
@@ -277,8 +285,25 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     step, epoch = 0, 0
     if resume is not None:
         step, epoch, history = checkpoint.restore(resume, model, opt, sched, scaler)
+        prepare_optimizer(opt, device, graphed=False)      # a state saved by a graphed run holds tensor rates
     reuse = _frozen_reuse(model, data, task, recipe, device)
     train_mode = reuse.train_mode if reuse is not None else model.train
+
+    def optimise(batch: dict, feed=contextlib.nullcontext()) -> torch.Tensor:
+        """One optimiser step on a batch already on the device; the gradients are left set."""
+        with autocast_for(model, device), feed:
+            loss = training_loss(net, batch, task)
+            if regularizer is not None:
+                loss = loss + regularizer()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse)
+    padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}   # few shapes: few graphs to record
     eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
     loop_start, eval_s = time.perf_counter(), 0.0
     bar = None
@@ -291,21 +316,16 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             train_mode()
             seed = epoch_seed(recipe.seed, epoch)
             order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
-            for rows, batch in _with_rows(data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order):
-                batch = to_device(batch, device)
-                feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
-                with autocast_for(model, device), feed:
-                    loss = training_loss(net, batch, task)
-                    if regularizer is not None:
-                        loss = loss + regularizer()
+            for rows, batch in _with_rows(data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order,
+                                          **padding):
+                if graphs is not None:
+                    loss = graphs(batch)              # recorded once per shape, then replayed
+                else:
+                    feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
+                    loss = optimise(to_device(batch, device), feed)
+                    opt.zero_grad(set_to_none=True)
                 watch.see(loss, step)
-                scaler.scale(loss).backward()
-                scaler.unscale_(opt)
-                nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
-                scaler.step(opt)
-                scaler.update()
                 sched.step()
-                opt.zero_grad(set_to_none=True)
                 step += 1
                 if bar is not None:
                     bar.update(1)
@@ -337,7 +357,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
                        metrics=best, history=history, steps=step,
                        wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms,
-                       frozen=reuse.info.to_dict() if reuse is not None else None)
+                       frozen=reuse.info.to_dict() if reuse is not None else None,
+                       graphs=(graphs.info if graphs is not None else graph_info).to_dict() if recipe.cuda_graphs else None)
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
@@ -346,6 +367,19 @@ def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
     if reuse is not None:
         return split.row_batches(batch_size, **kw)
     return ((None, batch) for batch in split.batches(batch_size, **kw))
+
+
+def _graphed_steps(optimise, params, opt, device, recipe: Recipe, scaler, regularizer, reuse):
+    """(`GraphedSteps` for this run's steps, None) when ``recipe.cuda_graphs`` asks and they can be
+    recorded; else (None, a `GraphInfo` saying why not, or None when not asked)."""
+    if not recipe.cuda_graphs:
+        return None, None
+    why = why_not(device, scaled=scaler.is_enabled(), regularized=regularizer is not None,
+                  frozen_reuse=reuse is not None, compiled=recipe.compile != "off")
+    if why is not None:
+        return None, GraphInfo(used=False, why_not=why)
+    prepare_optimizer(opt, device, graphed=True)
+    return GraphedSteps(optimise, params, device), None
 
 
 def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> FrozenReuse | None:

@@ -155,7 +155,8 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
             "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb,
             "train_step_ms": result.train_step_ms, "latency_ms": latency_ms, "metric": task.main_metric,
             "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k, **gpu,
-            **({"frozen": result.frozen} if result.frozen is not None else {})}
+            **({"frozen": result.frozen} if result.frozen is not None else {}),
+            **({"graphs": result.graphs} if result.graphs is not None else {})}
 
 
 __all__ = ["TrialSpec", "TrainData", "run_trial", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]
