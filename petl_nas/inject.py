@@ -64,6 +64,10 @@ class PetlRoot(nn.Module):
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
 
+    def forward_caches(self) -> list[nn.Module]:
+        """What keeps values for one forward: reparameterised prefixes, PHM weights built together."""
+        return [m for m in self.modules() if isinstance(m, (PrefixEncoder, SharedRule))]
+
 
 def _head_dims(config, block: Block, layer: nn.Module) -> tuple[int, int, int]:
     """(query heads, head dim, key/value heads) of one block, read off its q and k widths."""
@@ -323,12 +327,12 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
     """
     handles, prompt = root._handles, root.prompt
 
-    def clear_prefixes():
-        for _, enc in root.prefix_encoders():
-            enc.clear()
+    def clear_caches():
+        for cache in root.forward_caches():
+            cache.clear()
 
     def begin(mod, args, kwargs):
-        clear_prefixes()
+        clear_caches()
         root._inputs.update(dict.fromkeys(root._inputs))    # drop last forward's inputs, keep the keys
         root._pad_mask = kwargs.get("attention_mask")
         if prompt is None or not root.enabled:
@@ -349,14 +353,14 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
         base = model.base_model
         encoder = base.get_submodule(spec.block("encoder").stack)
         decoder = base.get_submodule(spec.block("decoder").stack)
-        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_prefixes()))
+        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_caches()))
         handles.append(encoder.register_forward_pre_hook(begin, with_kwargs=True))
         if prompt is not None:
             handles.append(decoder.register_forward_pre_hook(
                 lambda mod, args, kwargs: (args, prompt.grow_encoder_mask(kwargs)) if root.enabled else None,
                 with_kwargs=True))
     elif spec.decoder_only:
-        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_prefixes()))
+        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_caches()))
         handles.append(model.base_model.register_forward_pre_hook(begin, with_kwargs=True))
         if prompt is not None:
             handles.append(model.base_model.register_forward_hook(end, with_kwargs=True))

@@ -8,18 +8,55 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from ..config import ConfigError, ModuleSpec
 from .compose import ACTIVATIONS, Composition
 
 
 class SharedRule(nn.Module):
-    """The slow weights A: n matrices of n×n, shared across layers and projections."""
+    """The slow weights A: n matrices of n×n, shared across layers and projections.
+
+    The rule also builds the weights of every PHM layer that uses it, all of one shape in one
+    batched product, when the first of them is needed in a forward (`weight_of`): 2 products for a
+    Compacter module on every layer instead of 2 per layer and projection, and their backward alike.
+    On a GPU, where a PETL step costs what its kernels cost, Compacter's per-layer products were
+    most of its excess over the plain adapter (`bench/ops_per_step.py`)."""
 
     def __init__(self, n: int):
         super().__init__()
         self.A = nn.Parameter(torch.empty(n, n, n))
         nn.init.xavier_uniform_(self.A.view(n * n, n))
+        self.users: list[PHMLinear] = []          # a plain list: the layers are not submodules of the rule
+        self._built: dict[int, tuple[tuple, torch.Tensor]] = {}   # id(layer) -> (versions, W), each used once
+
+    def clear(self) -> None:
+        """Drop weights built but not used (the model's forward starts: `inject` calls this)."""
+        self._built = {}
+
+    def weight_of(self, layer: PHMLinear) -> torch.Tensor:
+        """``layer``'s W, built with every layer of its shape the first time one of them asks. A
+        weight is handed out once (a second forward builds again, with the graph autograd needs) and
+        only while its tensors are unchanged since it was built."""
+        entry = self._built.pop(id(layer), None)
+        if entry is None or entry[0] != _versions(self, layer):
+            self._build(layer)
+            entry = self._built.pop(id(layer))
+        return entry[1]
+
+    def _build(self, layer: PHMLinear) -> None:
+        group = [u for u in self.users if u.s.shape == layer.s.shape and u.t.shape == layer.t.shape
+                 and not parametrize.is_parametrized(u)]               # a gated layer builds its own
+        with torch.autocast(self.A.device.type, enabled=False):
+            fast = torch.stack([u.s for u in group]) @ torch.stack([u.t for u in group])  # [G, n, in/n, out/n]
+            w = torch.einsum("iab,gipq->gapbq", self.A, fast)                                # [G, n, in/n, n, out/n]
+            w = w.reshape(len(group), layer.in_features, layer.out_features)
+        for u, weight in zip(group, w.unbind(0)):
+            self._built[id(u)] = (_versions(self, u), weight)
+
+
+def _versions(rule: SharedRule, layer: PHMLinear) -> tuple:
+    return rule.A._version, layer.s._version, layer.t._version
 
 
 class PHMLinear(nn.Module):
@@ -29,6 +66,7 @@ class PHMLinear(nn.Module):
                  zero: bool = False):
         super().__init__()
         self.rule = [rule]  # a reference, not a submodule: the shared A is counted once
+        rule.users.append(self)
         self.n, self.in_features, self.out_features = n, in_features, out_features
         self.s = nn.Parameter(torch.empty(n, in_features // n, rank))
         self.t = nn.Parameter(torch.empty(n, rank, out_features // n))
@@ -37,8 +75,12 @@ class PHMLinear(nn.Module):
         nn.init.normal_(self.t, std=0.02) if not zero else nn.init.zeros_(self.t)
 
     def weight(self) -> torch.Tensor:
-        """W in the parameters' dtype. Under autocast it is built outside it: the products are tiny,
-        and s, t and A then need no casts (3 kernels, 3 more in backward), only W does, once."""
+        """W in the parameters' dtype, built by the rule with its other layers (`SharedRule.weight_of`)
+        except under ``torch.compile`` (which fuses the products itself) or one-shot gating (a
+        parametrised s or t). Under autocast it is built outside it: the products are tiny, and s,
+        t and A then need no casts (3 kernels, 3 more in backward), only W does, once."""
+        if not (torch.compiler.is_compiling() or parametrize.is_parametrized(self)):
+            return self.rule[0].weight_of(self)
         with torch.autocast(self.s.device.type, enabled=False):
             fast = self.s @ self.t                                    # [n, in/n, out/n]
             A = self.rule[0].A                                        # [n, n, n]
