@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from transformers import BertConfig
 
+from preset_trials import emit
 from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, timed_ms, training_step
 from petl_nas.compiling import COMPILE_MODES, compiled
 from petl_nas.train import adamw
@@ -77,11 +78,7 @@ def main(argv=None) -> int:
     for (name, mode), m in med.items():
         lines.append(f"| {name} | {mode} | {m:.0f} | {low[(name, mode)]:.0f} | {m / floor['off']:.3f} | "
                      f"{m / floor[mode]:.3f} | {low[(name, mode)] / floor_low[mode]:.3f} | {first[(name, mode)]:.1f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit("\n".join(lines) + "\n", args.out)
     return 0
 
 

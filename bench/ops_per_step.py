@@ -26,6 +26,7 @@ from transformers import BertConfig
 
 from petl_nas import apply_petl, preset, preset_names
 from petl_nas.train import adamw
+from preset_trials import emit
 from step_time import backbone, frozen_floor
 
 # operations that only re-describe memory: no kernel on a GPU
@@ -87,11 +88,7 @@ def main(argv=None) -> int:
         common = ", ".join(f"{op} {n}" for op, n in computing.most_common(6))
         lines.append(f"| {name} | {sum(ops.values()):,} | {sum(computing.values()):,} | "
                      f"{sum(computing.values()) / base:.2f} | {common} |")
-    text = ("# Operations per training step (12 layers, batch 4 × 16, CPU)\n\n" + "\n".join(lines) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit("# Operations per training step (12 layers, batch 4 × 16, CPU)\n\n" + "\n".join(lines) + "\n", args.out)
     return 0
 
 

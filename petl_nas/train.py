@@ -358,7 +358,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        metrics=best, history=history, steps=step,
                        wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms,
                        frozen=reuse.info.to_dict() if reuse is not None else None,
-                       graphs=(graphs.info if graphs is not None else graph_info).to_dict() if recipe.cuda_graphs else None)
+                       graphs=graph_info.to_dict() if graph_info is not None else None)
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
@@ -370,8 +370,8 @@ def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
 
 
 def _graphed_steps(optimise, params, opt, device, recipe: Recipe, scaler, regularizer, reuse):
-    """(`GraphedSteps` for this run's steps, None) when ``recipe.cuda_graphs`` asks and they can be
-    recorded; else (None, a `GraphInfo` saying why not, or None when not asked)."""
+    """(`GraphedSteps` for this run's steps, its `GraphInfo`) when ``recipe.cuda_graphs`` asks and they
+    can be recorded; else (None, a `GraphInfo` saying why not), or (None, None) when not asked."""
     if not recipe.cuda_graphs:
         return None, None
     why = why_not(device, scaled=scaler.is_enabled(), regularized=regularizer is not None,
@@ -379,7 +379,8 @@ def _graphed_steps(optimise, params, opt, device, recipe: Recipe, scaler, regula
     if why is not None:
         return None, GraphInfo(used=False, why_not=why)
     prepare_optimizer(opt, device, graphed=True)
-    return GraphedSteps(optimise, params, device), None
+    runner = GraphedSteps(optimise, params, device)
+    return runner, runner.info
 
 
 def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> FrozenReuse | None:
