@@ -31,7 +31,7 @@ from step_time import backbone, frozen_floor
 
 # operations that only re-describe memory: no kernel on a GPU
 VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
-         "detach", "alias", "as_strided", "split", "unbind", "reshape", "_reshape_alias", "lift_fresh"}
+         "detach", "alias", "as_strided", "split", "split_with_sizes", "unbind", "reshape", "_reshape_alias", "lift_fresh"}
 
 
 class Count(TorchDispatchMode):

@@ -35,7 +35,7 @@ from .config import ConfigError, PetlConfig
 from .head import install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout
 from .precision import master_dtype
 from .modules import (ATTENTION_NAME, Bottleneck, CompacterAdapter, Composition, HeadEdits, LoRA,
-                      MultiHeadAdapter, PrefixEncoder, SharedRule, SoftPrompt, as_param_dtype)
+                      MultiHeadAdapter, PrefixEncoder, SharedRead, SharedRule, SoftPrompt, as_param_dtype)
 from .modules import head_attention
 
 ROOT = "petl"
@@ -59,14 +59,25 @@ class PetlRoot(nn.Module):
         self._pad_mask: torch.Tensor | None = None     # this forward's [B, L] padding mask (per-example gates)
         self._previous_attn: str | None = None
         self._sites: list[tuple[nn.Module, list, object]] = []  # (linear, its edits, its hook): `merge_lora` folds
+        self._shared_reads: list[SharedRead] = []      # modules of one layer reading one input (`shared_read`)
         self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
 
-    def forward_caches(self) -> list[nn.Module]:
-        """What keeps values for one forward: reparameterised prefixes, PHM weights built together."""
-        return [m for m in self.modules() if isinstance(m, (PrefixEncoder, SharedRule))]
+    def forward_caches(self) -> list:
+        """What keeps values for one forward: reparameterised prefixes, PHM weights built together,
+        products shared by the readers of one input."""
+        return [m for m in self.modules() if isinstance(m, (PrefixEncoder, SharedRule))] + self._shared_reads
+
+
+def _input_of(target: str, block: str) -> str | None:
+    """Which input a LoRA target's weight reads, for `SharedRead`: the attention sublayer's (q, k
+    and v of a self-attention; q alone of a cross-attention, whose k and v read the encoder's output:
+    ``kv``), the FFN's (every W1), or one no other weight reads (o, W2: None)."""
+    if target in ("q", "k", "v"):
+        return "attn" if block != "cross" or target == "q" else "kv"
+    return "ffn" if target == "ffn_in" else None
 
 
 def _head_dims(config, block: Block, layer: nn.Module) -> tuple[int, int, int]:
@@ -111,6 +122,7 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     sites: dict[tuple[str, int, str], _Site] = defaultdict(_Site)   # (block, layer, module path)
     captures: set[tuple[str, int, str]] = set()    # (block, layer, 'attn'|'ffn') whose input x is kept
     head_edits: dict[tuple[str, int], HeadEdits] = {}
+    readers: dict[tuple[str, int, str], list[nn.Module]] = defaultdict(list)   # (block, layer, input): `shared_read`
     is_on = lambda: root.enabled  # noqa: E731
     single = len(spec.blocks) == 1   # one block: parameter names carry no block name
 
@@ -138,6 +150,8 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                                                  else CompacterAdapter(m, d, rule, causal))
                         if m.insertion == "parallel":
                             captures.add((name, l, m.position))
+                            if rule is None and not m.dropout:
+                                readers[(name, l, m.position)].append(adapter)
                             sites[(name, l, out_site.path)].add("parallel", adapter, m.position)
                         else:
                             sites[(name, l, out_site.path)].add("sequential", adapter)
@@ -151,6 +165,9 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                                 lora = sub[key] = LoRA(m, fan_in, fan_out, causal)
                                 out_slice = (site.part * fan_out, site.parts * fan_out) if site.parts > 1 else None
                                 sites[(name, l, site.path)].add("lora", lora, out_slice)
+                                source = _input_of(t, name)
+                                if source is not None and not m.dropout:
+                                    readers[(name, l, source)].append(lora)
                 elif m.form == "prefix":
                     enc = sub["encoder"] = PrefixEncoder(len(covered), kv_heads, head_dim, m.size, m.reparam, d,
                                                          flat=flat_prefix)
@@ -166,11 +183,16 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                         e.prefix_composition, e.prefix_compose = m.composition, comp
                         if reads_x:
                             captures.add((name, l, "attn"))
+                            readers[(name, l, "attn")].append(comp.gate)
                             e.sublayer_input = lambda key=(name, l, "attn"): root._inputs.get(key)
                 elif m.form == "mh_adapter":
                     for l in covered:
                         mh = sub[str(l)] = MultiHeadAdapter(m, heads, head_dim, causal)
                         head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on, pad_mask=on_mask)).mh = mh
+        for group in (rs for rs in readers.values() if len(rs) > 1):
+            root._shared_reads.append(SharedRead())
+            for reader in group:
+                root._shared_reads[-1].add(reader)
         if config.prompt_length:
             root.prompt = SoftPrompt(config.prompt_length, d, at=0 if spec.decoder_only else 1)
     root.to(master_dtype(ref.dtype))
@@ -405,6 +427,8 @@ def merge_lora(model: nn.Module) -> int:
                     target = weight
                 target += (delta.t() if transposed else delta).to(weight.dtype)
                 edits.remove(edit)
+                if "shared_read" in module.__dict__:             # no longer reads its input
+                    module.__dict__["shared_read"].remove(module)
                 folded += 1
             if not edits:
                 hook.remove()                                    # nothing left to compute beside W

@@ -25,7 +25,7 @@ def _perturb(model, std=0.2, seed=3):
 def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_):
     """Textbook attention over [prefix; tokens], eager softmax and an additive float mask."""
     e = edits_of(module)
-    pk, pv = e.prefix.layer_kv(e.prefix_index)
+    pk, pv = e.prefix.all_kv()[e.prefix_index]                     # indexed here, not through the per-forward cache
     b, n = query.shape[0], pk.shape[1]
     k = torch.cat([pk.expand(b, -1, -1, -1), key], 2)
     v = torch.cat([pv.expand(b, -1, -1, -1), value], 2)
@@ -45,11 +45,17 @@ def test_prefix_equals_explicit_concatenation(kind, reparam):
     _perturb(model, std=1.0)
     x = batch(kind)
     ours = model(**x, output_hidden_states=True)
+    ours.logits.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.petl.named_parameters()}
+    model.zero_grad()
     model.set_attn_implementation("reference_prefix")
     ref = model(**x, output_hidden_states=True)
+    ref.logits.sum().backward()
     assert torch.allclose(ours.logits, ref.logits, atol=1e-5)
     for a, b in zip(ours.hidden_states, ref.hidden_states):
         assert torch.allclose(a[:-1], b[:-1], atol=1e-5)          # padded positions of the last row aside
+    for n, p in model.petl.named_parameters():                     # every layer's slice gets its own gradient
+        assert torch.allclose(grads[n], p.grad, atol=1e-5) and grads[n].abs().sum() > 0, n
     with petl_disabled(model):
         model.set_attn_implementation("sdpa")
         assert not torch.allclose(model(**x).logits, ours.logits, atol=1e-4)
@@ -167,7 +173,7 @@ def _paper_gate(gate, x, mask):
 def reference_unipelt_attention(module, query, key, value, attention_mask, scaling=None, **_):
     """Textbook attention over [g·P_K; K], [g·P_V; V] with g from the sublayer input (UniPELT code)."""
     e = edits_of(module)
-    pk, pv = e.prefix.layer_kv(e.prefix_index)
+    pk, pv = e.prefix.all_kv()[e.prefix_index]                     # indexed here, not through the per-forward cache
     b, n = query.shape[0], pk.shape[1]
     g = _paper_gate(e.prefix_compose.gate, e.sublayer_input(), e.pad_mask()).view(b, 1, 1, 1)
     k = torch.cat([g * pk.expand(b, -1, -1, -1), key], 2)
@@ -217,7 +223,7 @@ def test_open_unipelt_adapter_and_lora_gates_match_the_formulas():
 @pytest.mark.parametrize("per", ["example", "token"])
 def test_fused_gates_equal_separate_ones_with_their_gradients(per):
     """A gate that reads the input of the module's first projection is computed in the same matmul
-    (`linear_with_gate`); forward and every gradient equal the separate gate's."""
+    (`gate_rows`); forward and every gradient equal the separate gate's."""
     from torch import nn
 
     from petl_nas.modules import Bottleneck, LoRA

@@ -8,6 +8,7 @@ from .mh_adapter import MultiHeadAdapter
 from .phm import CompacterAdapter, PHMLinear, SharedRule
 from .prefix import PrefixEncoder
 from .prompt import SoftPrompt
+from .shared_read import SharedRead
 
 __all__ = ["Bottleneck", "Composition", "Gate", "as_param_dtype", "ATTENTION_NAME", "HeadEdits", "LoRA",
-           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRule", "PrefixEncoder", "SoftPrompt"]
+           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRead", "SharedRule", "PrefixEncoder", "SoftPrompt"]

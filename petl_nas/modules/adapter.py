@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import ACTIVATIONS, Composition, init_bert_, init_zero_, linear_with_gate
+from .compose import ACTIVATIONS, Composition, gate_rows, init_bert_, init_zero_, split_gate
+from .shared_read import read
 
 
 class Bottleneck(nn.Module):
@@ -32,8 +33,15 @@ class Bottleneck(nn.Module):
             init_bert_(self.down)
             init_bert_(self.up)
 
+    def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """What z is projected with: W_down, and the gate's row after it when there is a gate."""
+        return gate_rows(self.down.weight, self.down.bias, self.compose.gate)
+
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.compose.gate is not None and isinstance(self.dropout, nn.Identity):
-            h, logit = linear_with_gate(z, self.down.weight, self.down.bias, self.compose.gate)
-            return self.compose(self.up(self.act(h)), mask=mask, gate_logit=logit)
-        return self.compose(self.up(self.act(self.down(self.dropout(z)))), z, mask)
+        if not isinstance(self.dropout, nn.Identity):
+            return self.compose(self.up(self.act(self.down(self.dropout(z)))), z, mask)
+        h = read(self, z)                       # maybe shared with LoRA and gates reading the same x
+        if self.compose.gate is None:
+            return self.compose(self.up(self.act(h)))
+        h, logit = split_gate(h)
+        return self.compose(self.up(self.act(h)), mask=mask, gate_logit=logit)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
+from .shared_read import read
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -45,11 +46,15 @@ class Gate(nn.Module):
         self.per = per
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example."""
-        return self.from_logit(self.proj(as_param_dtype(x, self.proj.weight.dtype)), mask).to(x.dtype)
+        """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example; the logit
+        from a product shared with other readers of x where `inject` grouped them (`shared_read`)."""
+        return self.from_logit(read(self, as_param_dtype(x, self.proj.weight.dtype)), mask).to(x.dtype)
+
+    def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return [self.proj.weight], [self.proj.bias]
 
     def from_logit(self, logit: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The gate from W·x + b computed elsewhere (`linear_with_gate`)."""
+        """The gate from W·x + b computed elsewhere (`gate_rows`)."""
         g = torch.sigmoid(logit)
         return sequence_mean(g, mask) if self.per == "example" else g
 
@@ -58,21 +63,24 @@ class Gate(nn.Module):
         return nn.functional.logsigmoid(self.proj(as_param_dtype(x, self.proj.weight.dtype))).to(x.dtype)
 
 
-def linear_with_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                     gate: Gate) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x·Wᵀ + b, the gate's logit W_g·x + b_g) from one matmul over [W; W_g].
+def gate_rows(weight: torch.Tensor, bias: torch.Tensor | None,
+              gate: Gate | None) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """The row blocks a module projects its input with (`shared_read.read`): its own W (and b), then
+    its gate's row W_g (and b_g) when it has a gate, in W's dtype.
 
     A module whose gate reads the same input as its first projection (a gated LoRA's A, a gated
     adapter's down-projection) gets both from one pass over x: on one CPU core a separate d -> 1
     gate cost about half of a 48-wide down-projection (forward and backward), since each reads and
-    back-propagates through all of x; fused, it costs about nothing.
+    back-propagates through all of x; fused, it costs about nothing. `split_gate` parts them again.
     """
-    r = weight.shape[0]
-    w = torch.cat([weight, gate.proj.weight.to(weight.dtype)])
-    gate_bias = gate.proj.bias.to(weight.dtype)
-    b = torch.cat([bias if bias is not None else gate_bias.new_zeros(r), gate_bias])
-    y = nn.functional.linear(x, w, b)
-    return y[..., :r], y[..., r:]
+    if gate is None:
+        return [weight], [bias]
+    return [weight, gate.proj.weight.to(weight.dtype)], [bias, gate.proj.bias.to(weight.dtype)]
+
+
+def split_gate(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the projection, the gate's logit): all columns but the last, and the last (one cat backward)."""
+    return y.split([y.shape[-1] - 1, 1], dim=-1)
 
 
 def sequence_mean(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

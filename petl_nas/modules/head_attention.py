@@ -143,13 +143,14 @@ def _key_log_gates(edits: HeadEdits, n_keys: int, n_prefix: int, prefix_log_gate
     return out
 
 
-def _open_positions(pk: torch.Tensor, pv: torch.Tensor, gate: torch.Tensor):
-    """The prefix positions whose gate is open (> 0) and the log of their gates; (None, None, None)
-    when every position is shut, so that the layer computes exactly what the backbone does."""
+def _open_positions(kv: torch.Tensor, gate: torch.Tensor):
+    """The prefix positions of ``kv`` [2, H_kv, l, D] whose gate is open (> 0) and the log of their
+    gates; (None, None) when every position is shut, so that the layer computes exactly what the
+    backbone does."""
     keep = gate > 0
     if not bool(keep.any()):
-        return None, None, None
-    return pk[:, keep], pv[:, keep], gate[keep].log()
+        return None, None
+    return kv[:, :, keep], gate[keep].log()
 
 
 def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -159,25 +160,28 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
                                       scaling=scaling, **kwargs)
     b = query.shape[0]
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
-    prefix_kv = None
+    prefix_kv = kv = None
     gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
     log_position_gate = None
     if edits.prefix is not None:
-        pk, pv = edits.prefix.layer_kv(edits.prefix_index)              # [H_kv, l, D]
+        kv = edits.prefix.layer_pair(edits.prefix_index)                # [2, H_kv, l, D]
         if edits.prefix_gate is not None:                              # the supernet's gate per position
             if gate is not None or edits.prefix_composition != "gated":
                 raise ValueError("a prefix gated per position takes no other gate and composes by 'gated'")
-            pk, pv, log_position_gate = _open_positions(pk, pv, edits.prefix_gate())
-    if edits.prefix is not None and pk is not None:
-        prefix_kv = pk.to(key.dtype).expand(b, -1, -1, -1), pv.to(value.dtype).expand(b, -1, -1, -1)
+            kv, log_position_gate = _open_positions(kv, edits.prefix_gate())
+    if kv is not None:
+        kv = kv.to(key.dtype)
         if gate is not None and gate.per == "example" and edits.prefix_composition == "gated":
-            # UniPELT: one gate per example from the sublayer input scales P_K and P_V.
-            g = gate(edits.sublayer_input(), edits.pad_mask()).view(b, 1, 1, 1)
-            prefix_kv = prefix_kv[0] * g.to(key.dtype), prefix_kv[1] * g.to(value.dtype)
+            # UniPELT: one gate per example from the sublayer input scales P_K and P_V, both in one
+            # product (its backward: one stack, and one product and sum per operand).
+            g = gate(edits.sublayer_input(), edits.pad_mask()).view(b, 1, 1, 1, 1)
+            prefix_kv = (kv * g.to(kv.dtype)).unbind(1)                 # two [B, H_kv, l, D]
             gate = None
+        else:
+            prefix_kv = tuple(t.expand(b, -1, -1, -1) for t in kv.unbind(0))
     if prefix_kv is not None and edits.prefix_composition == "gated":
         # Plain prefix tuning: one softmax over [prefix; tokens] = He et al.'s λ(x)-gated sum.
-        n = pk.shape[1]
+        n = kv.shape[2]
         causal = bool(kwargs.pop("is_causal", getattr(module, "is_causal", False)))
         attention_mask = _prefix_mask(attention_mask, query, key, n, causal)
         if kwargs.get("position_bias") is not None:                    # T5: no relative bias to the prefix

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import Composition, linear_with_gate
+from .compose import Composition, gate_rows, split_gate
+from .shared_read import read
 
 
 class LoRA(nn.Module):
@@ -27,13 +28,20 @@ class LoRA(nn.Module):
             nn.init.normal_(self.B, std=0.02)
         self.compose = Composition(spec, in_features, causal)
 
+    def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """What x is projected with: A, and the gate's row after it when there is a gate."""
+        return gate_rows(self.A, None, self.compose.gate)
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         # s and the gate are per-token (or per-example) scalars: applying them to the rank-r
         # intermediate is exact and r/out times cheaper than scaling the full-width output.
-        if self.compose.gate is not None and isinstance(self.dropout, nn.Identity):
-            u, logit = linear_with_gate(x, self.A, None, self.compose.gate)   # the gate reads x too
-            return self.compose(u, mask=mask, gate_logit=logit) @ self.B.t()
-        return self.compose(self.dropout(x) @ self.A.t(), x, mask) @ self.B.t()
+        if not isinstance(self.dropout, nn.Identity):
+            return self.compose(self.dropout(x) @ self.A.t(), x, mask) @ self.B.t()
+        u = read(self, x)                       # x·Aᵀ (and the gate's logit), maybe shared with q, k, v's
+        if self.compose.gate is None:
+            return self.compose(u) @ self.B.t()
+        u, logit = split_gate(u)
+        return self.compose(u, mask=mask, gate_logit=logit) @ self.B.t()
 
     def delta_weight(self) -> torch.Tensor:
         """s·B·A, the update to merge into W (ungated, fixed-or-learned s)."""

@@ -20,7 +20,7 @@ class PrefixEncoder(nn.Module):
         super().__init__()
         self.shape = (n_layers, 2, kv_heads, length, head_dim)
         self.reparam = reparam
-        self._cache: torch.Tensor | None = None
+        self._cache: tuple[torch.Tensor, ...] | None = None        # per layer, this forward
         if reparam and not flat:
             self.embedding = nn.Parameter(torch.randn(length, hidden))
             self.mlp = nn.Sequential(nn.Linear(hidden, reparam), nn.Tanh(),
@@ -37,13 +37,12 @@ class PrefixEncoder(nn.Module):
         self._cache = None
 
     def all_kv(self) -> torch.Tensor:
+        """Every covered layer's prefix keys and values, [n_layers, 2, H_kv, l, D]."""
         if self.flat is not None:
             return self.flat
-        if self._cache is None:
-            n, two, h, l, d = self.shape
-            out = self.mlp(self.embedding)                            # [l, n·2·h·d]
-            self._cache = out.view(l, n, two, h, d).permute(1, 2, 3, 0, 4)
-        return self._cache
+        n, two, h, l, d = self.shape
+        out = self.mlp(self.embedding)                                # [l, n·2·h·d]
+        return out.view(l, n, two, h, d).permute(1, 2, 3, 0, 4)
 
     @torch.no_grad()
     def flattened(self) -> torch.Tensor:
@@ -53,6 +52,15 @@ class PrefixEncoder(nn.Module):
         self.clear()
         return kv
 
+    def layer_pair(self, index: int) -> torch.Tensor:
+        """One layer's keys and values stacked, [2, H_kv, l, D]. All layers' are made once per model
+        forward by one ``unbind`` (the MLP runs once; in backward one stack gathers every layer's
+        gradient, where indexing each layer would build a zero-filled copy of the whole tensor per
+        layer and add them up)."""
+        if self._cache is None:
+            self._cache = self.all_kv().unbind(0)
+        return self._cache[index]
+
     def layer_kv(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        kv = self.all_kv()[index]
+        kv = self.layer_pair(index)
         return kv[0], kv[1]                                           # each [H_kv, l, D]
