@@ -51,6 +51,7 @@ class Gate(nn.Module):
         return self.from_logit(read(self, as_param_dtype(x, self.proj.weight.dtype)), mask).to(x.dtype)
 
     def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """What x is projected with (`shared_read.read`): the gate's row and bias."""
         return [self.proj.weight], [self.proj.bias]
 
     def from_logit(self, logit: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

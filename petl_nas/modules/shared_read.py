@@ -9,11 +9,13 @@ other reader its columns when it asks with the same x: one matmul forward; backw
 gradient and one for the stacked weights'.
 
 A reader is a module with ``read_rows()`` → (weight blocks [rᵢ, in], their biases [rᵢ] or None),
-the rows it projects x with; all blocks of all readers are joined by one ``cat`` per forward. Each reader's columns are handed out once, and only for the tensor (and version,
-and weights' versions) they were computed from. A reader asking with another x computes its own
-columns, as does every reader under ``torch.compile`` (which would otherwise trace the cache) or
-with parametrized weights (the one-shot supernet's gates). `clear` (at every model forward, with
-the other per-forward caches) drops what was not taken.
+the rows it projects x with; all blocks of all readers are joined by one ``cat`` per forward.
+Each reader's columns are handed out once, and only for the tensor (and version, and weights'
+versions) they were computed from. A reader asking with another x computes its own columns (as in
+a half-precision body run without autocast, where each reader gets its own fp32 copy of x), as
+does every reader under ``torch.compile`` (which would otherwise trace the cache) or with
+parametrized weights (the one-shot supernet's gates). `clear` (at every model forward, with the
+other per-forward caches) drops what was not taken.
 """
 
 from __future__ import annotations
