@@ -33,22 +33,16 @@ from petl_nas.experiment import Experiment
 from petl_nas.inject import apply_petl
 from petl_nas.config import PetlConfig
 from petl_nas.presets import preset, preset_lr
-from petl_nas.train import Recipe, evaluate, train
+from petl_nas.search import final_recipe, trial_recipe
+from petl_nas.train import evaluate, train
 from petl_nas.worker import TrainData, prepare, TrialSpec
-
-
-def recipe_of(exp: Experiment, lr: float, seed: int) -> Recipe:
-    """The study's final recipe (as `search.reevaluate_front` builds it) at ``lr`` and ``seed``."""
-    f = exp.fidelity
-    return Recipe(lr=lr, seed=seed, epochs=exp.final.epochs, batch_size=f.batch_size, max_length=f.max_length,
-                  evals_per_epoch=0, length_buckets=f.length_buckets, precision=f.precision)
 
 
 def run(experiment: str, what: str, lr: float, seed: int, threads: int) -> dict:
     """Train ``what`` (``full`` or a preset name) once; its search-dev and test scores at the end."""
     torch.set_num_threads(threads)
     exp = Experiment.load(experiment)
-    recipe = recipe_of(exp, lr, seed)
+    recipe = final_recipe(exp, trial_recipe(exp), lr, seed)        # what the study's finals train
     spec = TrialSpec(backbone=exp.backbone, task=exp.task, config={}, recipe=recipe.to_dict(),
                      data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
                      search_dev=exp.fidelity.search_dev)

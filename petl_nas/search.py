@@ -258,16 +258,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         remaining = max(0, target - claimed(study))
 
     # ---- trials ---------------------------------------------------------------------------------
-    # Evaluate only where a score is read: ASHA reads every evaluation, a trial scored by its best
-    # evaluation needs them all; otherwise only the last one is read (multi-objective TPE cannot
-    # use intermediate values), so the others are not computed.
-    reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or exp.fidelity.score == "best"
-    recipe = Recipe(epochs=exp.fidelity.epochs, batch_size=exp.fidelity.batch_size,
-                    max_length=exp.fidelity.max_length, evals_per_epoch=exp.fidelity.evals_per_epoch if reads_all else 0,
-                    seed=exp.seed, max_steps=exp.fidelity.max_steps, eval_rows=exp.fidelity.eval_rows,
-                    length_buckets=exp.fidelity.length_buckets, frozen_cache_mb=exp.fidelity.frozen_cache_mb,
-                    precision=exp.fidelity.precision, compile=exp.fidelity.compile,
-                    cuda_graphs=exp.fidelity.cuda_graphs)
+    recipe = trial_recipe(exp)
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
                          target=target, lock=lock, heartbeat=heartbeat)
@@ -340,6 +331,25 @@ def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: f
         time.sleep(poll_s)
 
 
+def trial_recipe(exp: Experiment) -> Recipe:
+    """How the experiment's trials train (its fidelity; the sampler sets ``lr``). Only evaluations
+    whose score is read are computed: ASHA reads every one, a trial scored by its best needs them
+    all; otherwise only the last is read (multi-objective TPE cannot use intermediate values)."""
+    reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or exp.fidelity.score == "best"
+    f = exp.fidelity
+    return Recipe(epochs=f.epochs, batch_size=f.batch_size, max_length=f.max_length,
+                  evals_per_epoch=f.evals_per_epoch if reads_all else 0, seed=exp.seed, max_steps=f.max_steps,
+                  eval_rows=f.eval_rows, length_buckets=f.length_buckets, frozen_cache_mb=f.frozen_cache_mb,
+                  precision=f.precision, compile=f.compile, cuda_graphs=f.cuda_graphs)
+
+
+def final_recipe(exp: Experiment, recipe: Recipe, lr: float, seed: int) -> Recipe:
+    """The final re-evaluation's recipe: the trials' ``recipe`` at ``final.epochs`` (and its step
+    and row caps), ``lr`` and ``seed``, evaluated once, at the end (only that score is reported)."""
+    return dataclasses.replace(recipe.with_overrides(lr=lr, seed=seed, epochs=exp.final.epochs),
+                               max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows, evals_per_epoch=0)
+
+
 def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
     scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
@@ -360,10 +370,7 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
             continue
         scores = []
         for seed in range(exp.final.seeds):
-            final = dataclasses.replace(recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=seed,
-                                                              epochs=exp.final.epochs),
-                                        max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows,
-                                        evals_per_epoch=0)           # only the last evaluation is reported
+            final = final_recipe(exp, recipe, t.user_attrs["recipe"]["lr"], seed)
             spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
                              recipe=final.to_dict(),
                              data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,

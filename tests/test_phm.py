@@ -8,12 +8,9 @@ model's forward; two forwards must not share a graph; and the products must not 
 
 from __future__ import annotations
 
-import collections
-
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import batch, tiny_config, tiny_model
+from conftest import Operations, batch, tiny_config, tiny_model
 from petl_nas import PetlConfig, apply_petl
 from petl_nas.config import ModuleSpec
 from petl_nas.modules import PHMLinear
@@ -79,16 +76,6 @@ def test_two_forwards_each_with_its_backward_build_their_own_graphs():
         model(**x, labels=labels).loss.backward()
 
 
-class Products(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_weights_cost_two_products_per_shape_whatever_the_depth():
     """Per forward, the rule of a module builds its down and its up weights in one s·t product
     and one Kronecker product each: 4 batched matmuls per module, not 4 per layer."""
@@ -99,9 +86,9 @@ def test_the_weights_cost_two_products_per_shape_whatever_the_depth():
         for config in (None, COMPACTER):
             model = tiny_model(num_hidden_layers=layers)
             model = apply_petl(model, config) if config is not None else model
-            with torch.no_grad(), Products() as seen:
+            with torch.no_grad(), Operations() as seen:
                 model(**x)
-            counts.append(seen.ops[torch.ops.aten.bmm] + seen.ops[torch.ops.aten.mm])
+            counts.append(seen.ops["bmm"] + seen.ops["mm"])
         extra[layers] = counts[1] - counts[0]
     # attention's bmm is in both; the adapters' own input matmuls are addmm; what is left is the rule's
     assert extra[2] == extra[4] == 2 * 2 * 2               # 2 modules × 2 shapes × (s·t, A ⊗ ·)

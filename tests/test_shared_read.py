@@ -9,15 +9,13 @@ columns; merged LoRA leaves its group; a cross-attention's q is not grouped with
 
 from __future__ import annotations
 
-import collections
 import copy
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import BartConfig, BartForConditionalGeneration
 
-from conftest import batch, tiny_model
+from conftest import Operations, batch, tiny_model
 from petl_nas import PetlConfig, apply_petl
 from petl_nas.config import ModuleSpec
 from petl_nas.inject import merge_lora
@@ -52,16 +50,6 @@ def ungrouped(model):
     return model
 
 
-class Products(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket).removeprefix("aten.")] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def step(model, x):
     model.train()
     torch.manual_seed(0)
@@ -87,7 +75,7 @@ def test_one_product_per_input_and_layer():
     model, alone, x = perturbed(), ungrouped(perturbed()), batch()
     counts = []
     for m in (model, alone):
-        with torch.no_grad(), Products() as seen:
+        with torch.no_grad(), Operations() as seen:
             m(**x)
         counts.append(seen.ops["addmm"] + seen.ops["mm"])
     # per layer (3) the attention input's 5 readers and the FFN input's 2 share one product each
