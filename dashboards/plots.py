@@ -71,12 +71,24 @@ def _count(n: float, _=None) -> str:
     return f"{n / 1e6:g}M" if n >= 1e6 else f"{n / 1e3:g}k" if n >= 1e3 else f"{n:g}"
 
 
+def x_axis(view: StudyView) -> tuple[tuple[str, dict], tuple[float, float]]:
+    """The Pareto plot's x scale and limits: log, from below the smallest count to above the largest
+    (or the budget); with a trial that trains only the head (0 deployable), log down to the smallest
+    count and linear from there to 0, so that trial is drawn at 0."""
+    xs = [p.deployable for p in view.points if p.deployable > 0] + ([view.budget] if view.budget else [])
+    xs = xs or [1]
+    if any(p.deployable == 0 for p in view.points):
+        return ("symlog", {"linthresh": min(xs) / 1.8, "linscale": 0.4}), (-min(xs) / 10, max(xs) * 1.8)
+    return ("log", {}), (min(xs) / 1.8, max(xs) * 1.8)
+
+
 def pareto(view: StudyView) -> bytes:
     """Search score vs deployable parameters (log x): every complete trial, the front, the presets
     (labelled), the budget, and the held-out re-evaluations (mean ± std)."""
     fig = _figure("pareto")
     ax = fig.add_subplot()
-    ax.set_xscale("log")
+    (scale, scale_kwargs), xlim = x_axis(view)
+    ax.set_xscale(scale, **scale_kwargs)
     others = [p for p in view.points if not p.on_front and not p.did_not_learn]
     ax.scatter([p.deployable for p in others], [p.score for p in others], s=22, color="0.6", alpha=0.7,
                label="complete trial", zorder=2)
@@ -117,9 +129,7 @@ def pareto(view: StudyView) -> bytes:
         pct = view.pct(view.budget)
         ax.axvline(view.budget, color="tab:red", ls="--", lw=1.2, zorder=1,
                    label=f"budget {view.budget:,}" + (f" ({pct:.2f}% of the backbone)" if pct else ""))
-    xs = [p.deployable for p in view.points if p.deployable > 0] + ([view.budget] if view.budget else [])
-    xs = xs or [1]                                      # a log axis: a head-only trial (0) sits at its left edge
-    ax.set_xlim(min(xs) / 1.8, max(xs) * 1.8)
+    ax.set_xlim(*xlim)
     ys = [p.score for p in view.points] + [p.final["mean"] + s * (p.final.get("std") or 0)
                                            for p in finals for s in (-1, 1)]
     ys += [view.baseline["score"]] if view.baseline else []
@@ -133,7 +143,7 @@ def pareto(view: StudyView) -> bytes:
         top.xaxis.set_major_formatter(lambda v, _: f"{v:g}%")
         top.xaxis.set_minor_formatter(lambda v, _: f"{v:g}%" if _leading(v) in (2, 5) else "")
         top.set_xlabel("% of the backbone's parameters")
-    ax.set_xlabel("deployable parameters (log scale)")
+    ax.set_xlabel("deployable parameters (log scale" + (", linear from 0" if scale == "symlog" else "") + ")")
     ax.set_ylabel(f"{view.metric} (search dev; test where re-evaluated)")
     ax.set_title(f"Pareto front of study {view.name!r}: {view.metric} vs deployable parameters", fontsize=11)
     ax.grid(True, which="major", alpha=0.3)

@@ -197,9 +197,10 @@ def cmd_train(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from .deploy import load, predict, read_texts
+    from .deploy import check_input, load, predict, read_texts
     from .tasks import resolve_task
 
+    check_input(args.input)                    # before the model loads
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
     model = load(backbone, args.model)
     task = resolve_task(model.petl.info["task"])
@@ -301,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="enqueue an earlier study's front first (another task or backbone), re-counted and filtered")
     p.add_argument("--objectives", help="score,params (default), then any of step_time, memory, latency "
                                         "(measured costs, minimised too)")
-    p.add_argument("--force-new-study", action="store_true", help="replace a study made with another space")
+    p.add_argument("--force-new-study", action="store_true",
+                   help="replace a study made with another space or other scoring settings (task, budget, K, ...)")
     p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
     p.add_argument("--epochs", type=_number_or_auto("epochs"), help="epochs per search trial, or auto (calibrated before the search)")
     p.add_argument("--seed", type=int)
@@ -397,8 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError) as e:
+    except ConfigError as e:
         print(f"petl-nas: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:              # a path that cannot be read or written (a folder for a file, ...)
+        print(f"petl-nas: error: {f'{e.filename}: {e.strerror}' if e.filename else e}", file=sys.stderr)
         return 2
 
 

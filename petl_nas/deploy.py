@@ -51,6 +51,12 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     its CUDA graphs (`petl_nas.step_graphs`); they change how the runs compute, not what they train,
     so a run already trained without them is kept."""
     out = Path(out)
+    if seeds is not None and seeds < 1:
+        raise ConfigError(f"seeds: expected a whole number >= 1, got {seeds}")
+    try:                                  # before any training: a path that cannot be a folder fails now
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"output folder {str(out)!r} cannot be created ({e.strerror})") from None
     task = resolve_task(rec["task"])
     config = PetlConfig.from_dict(rec["petl_config"])
     recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}
@@ -144,15 +150,25 @@ def load(backbone, directory: str | Path):
     return model
 
 
-def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
-    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
+def check_input(path: str | Path) -> Path:
+    """``path`` if it is a file `read_texts` can read (checked before a model is loaded)."""
+    from .tasks.files import FORMATS
+
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"input {str(path)!r}: no such file")
-    if path.suffix.lower() == ".txt":
-        return [(line.rstrip("\n"),) for line in path.read_text().splitlines() if line.strip()]
+    if path.is_dir() or path.suffix.lower() not in (".txt", *FORMATS):
+        raise ConfigError(f"input {str(path)!r}: expected a file ending in {', '.join(('.txt', *FORMATS))}")
+    return path
+
+
+def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
+    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
     from .tasks.files import read_table
 
+    path = check_input(path)
+    if path.suffix.lower() == ".txt":                  # utf-8-sig: a byte-order mark is not text
+        return [(line.rstrip("\n"),) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
     table = read_table(str(path), list(text_columns))
     return list(zip(*[table[c] for c in text_columns]))
 
@@ -198,4 +214,4 @@ def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[st
     return [t.strip() for t in tok.batch_decode(out, skip_special_tokens=True)]
 
 
-__all__ = ["train_record", "load", "predict", "read_texts"]
+__all__ = ["train_record", "load", "predict", "check_input", "read_texts"]

@@ -146,6 +146,8 @@ def check_storage(url: str) -> Check:
     import sqlalchemy
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    from .storage import with_installed_driver
+
     name = "storage"
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
@@ -158,7 +160,7 @@ def check_storage(url: str) -> Check:
                              "give --storage sqlite:///A/WRITABLE/PATH.db")
             return Check(name, "ok", f"{url}: not created yet; {parent} is writable")
     try:
-        engine = sqlalchemy.create_engine(url, **({"connect_args": {"connect_timeout": 5}}
+        engine = sqlalchemy.create_engine(with_installed_driver(url), **({"connect_args": {"connect_timeout": 5}}
                                                   if url.startswith("postgresql") else {}))
     except (ArgumentError, NoSuchModuleError) as e:
         return Check(name, "FAIL", f"{url}: not a database URL SQLAlchemy knows ({str(e).splitlines()[0]})",

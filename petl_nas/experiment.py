@@ -348,7 +348,10 @@ class Experiment:
         kw = {k: v for k, v in kw.items() if v is not None}
         fid = {k[len("fidelity_"):]: kw.pop(k) for k in list(kw) if k.startswith("fidelity_")}
         one = {k[len("oneshot_"):]: kw.pop(k) for k in list(kw) if k.startswith("oneshot_")}
-        out = dataclasses.replace(self, **kw)
+        try:
+            out = dataclasses.replace(self, **kw)
+        except ConfigError as e:          # the file's values were checked when it loaded: a flag's is wrong
+            raise ConfigError(str(e).removeprefix(f"{self.source}: ") + " (from the command line)") from None
         if fid:
             out = dataclasses.replace(out, fidelity=dataclasses.replace(out.fidelity, **fid))
         if one:

@@ -36,6 +36,7 @@ from . import __version__
 from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
 from .inject import atomic_write
+from .storage import with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
@@ -48,7 +49,7 @@ def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
     """The study at ``storage_url``; the name may be left out when the storage holds exactly one
     search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count)."""
     try:
-        storage = optuna.storages.RDBStorage(storage_url)
+        storage = optuna.storages.RDBStorage(with_installed_driver(storage_url))
         names = [s.study_name for s in storage.get_all_studies()]
     except Exception as e:                                      # noqa: BLE001 - any driver error
         raise ConfigError(f"storage {storage_url!r} cannot be opened: {str(e).splitlines()[0]}") from None
@@ -220,7 +221,25 @@ def read_record(path: str | Path) -> dict:
         PetlConfig.from_dict(rec["petl_config"])
     except ConfigError as e:
         raise ConfigError(f"{path}: petl_config.{e}") from None
+    _check_recipe(path, rec["recipe"])
     return rec
+
+
+def _check_recipe(path: Path, recipe) -> None:
+    """A record's recipe: known keys only (a misspelt one would silently train at the default) and
+    positive sizes and rates."""
+    from .config import suggest
+    from .train import Recipe
+
+    if not isinstance(recipe, dict):
+        raise ConfigError(f"{path}: recipe: expected a mapping of {', '.join(Recipe.__dataclass_fields__)}")
+    for key in recipe:
+        if key not in Recipe.__dataclass_fields__:
+            raise ConfigError(f"{path}: recipe.{key}: unknown key{suggest(key, Recipe.__dataclass_fields__)}")
+    for key in ("lr", "epochs", "batch_size", "max_length"):
+        value = recipe.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{path}: recipe.{key}: expected a number > 0, got {value!r}")
 
 
 def front_table(study: optuna.Study) -> str:

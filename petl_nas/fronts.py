@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -110,10 +111,16 @@ def compare_to_sweep(study) -> list[dict]:
 
 
 def sweep_line(study) -> str | None:
-    """The summary's one line: is the searched front above the LoRA rank sweep?"""
+    """The summary's one line: is the searched front above the LoRA rank sweep? (None when the study
+    has no sweep; says so when none of its points completed.)"""
     rows = compare_to_sweep(study)
     if not rows:
-        return None
+        points = [t for t in study.get_trials(deepcopy=False) if group_of(t) == "sweep"]
+        if not points:
+            return None
+        states = Counter(t.state.name.lower() for t in points)
+        return (f"LoRA rank sweep: none of its {len(points)} points completed "
+                f"({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}); nothing to compare the searched front with")
     hv = group_hypervolumes(study)
     higher, clear = sum(r["higher"] for r in rows), sum(r["beyond_noise"] for r in rows)
     volumes = ", ".join(f"{g} {hv[g]:.3f}" for g in GROUPS if g in hv)

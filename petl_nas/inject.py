@@ -515,7 +515,10 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
 def atomic_write(path: Path, write) -> None:
     """``write(tmp)`` fills a temporary file beside ``path``, which is flushed to disk and then
     renamed over ``path``: readers see the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:                         # name the file asked for, not the temporary one
+        raise OSError(e.errno, f"cannot write here ({e.strerror})", str(path)) from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)

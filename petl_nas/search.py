@@ -41,7 +41,7 @@ from .fronts import sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
 from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
-                    make_sampler, open_study, seed_presets, smallest_count, state_counts)
+                    make_sampler, open_study, seed_presets, smallest_count, smallest_module, state_counts)
 from .tasks import load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .worker import TrialSpec, model_config_for, run_trial
@@ -190,6 +190,10 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     if budget is not None and budget < smallest:
         raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
                           f"({smallest:,} deployable parameters on this backbone)")
+    fewest = smallest_module(space, model_config, n_layers)
+    if budget is not None and fewest is not None and budget < fewest:
+        raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
+                          f"{fewest:,} deployable parameters on this backbone (only the head would train)")
     _check_backbone_files(exp.backbone)
     check_preset_names(exp.presets)
     if exp.strategy != "sampler" and budget is None:
@@ -222,7 +226,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     n_layers = model_config.num_hidden_layers
     lock = ClaimLock(study, exp.study_name)
     with lock():                                     # two workers never enqueue the same preset twice
-        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers)
+        over_budget: list[str] = []
+        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers, over_budget)
         warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url)
                       if exp.warm_start else [])
         n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers) if exp.final.baselines
@@ -235,6 +240,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     printer(f"study {exp.study_name!r} at {exp.storage_url}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
+    if over_budget:
+        printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
     for line in warm_lines + sweep_lines:
         printer(line)
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "

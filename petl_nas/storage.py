@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import sqlite3
@@ -78,6 +79,21 @@ def redact(url: str) -> str:
         return url
 
 
+def with_installed_driver(url: str) -> str:
+    """``url``, with a bare ``postgresql://`` naming psycopg2 where it is the PostgreSQL driver
+    installed: SQLAlchemy 2.1 reads a bare URL as psycopg 3, while the ``postgres`` extra (and most
+    machines) have psycopg2."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except Exception:                                           # noqa: BLE001 - the caller reports it
+        return url
+    if parsed.drivername != "postgresql" or importlib.util.find_spec("psycopg") is not None:
+        return url
+    if importlib.util.find_spec("psycopg2") is None:
+        return url
+    return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
     parsed = sqlalchemy.engine.make_url(url)
@@ -97,6 +113,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
         create_dirs: create the folder of a SQLite file (removed again if the open fails).
     """
     shown = redact(url)
+    url = with_installed_driver(url)
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except Exception:                                           # noqa: BLE001 - any parse error
@@ -118,6 +135,8 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
                     raise ConfigError(f"storage {shown!r} cannot be opened: cannot create folder "
                                       f"{parent} ({e.strerror})") from None
                 made.append(parent)
+        if path.parent.exists() and not path.parent.is_dir():
+            raise ConfigError(f"storage {shown!r} cannot be opened: {path.parent} is a file, not a folder")
     elif backend == "postgresql":
         engine_kwargs = {"pool_pre_ping": True,
                          "connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S, "keepalives": 1,
@@ -313,5 +332,5 @@ def as_stored(value):
     return json.loads(json.dumps(value, default=str))
 
 
-__all__ = ["as_stored", "open_storage", "redact", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+__all__ = ["as_stored", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
            "SQLITE_BUSY_TIMEOUT_S"]

@@ -60,11 +60,31 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
     raise ConfigError(f"sampler: unknown name {name!r}{suggest(name, SAMPLERS)}")
 
 
+# What a trained trial's score and count mean: a study resumed with another value of any of these
+# would mix trials measured two ways (and another budget would hide trained front members).
+# The sampler, the strategy, `final:` and how trials execute (compile, CUDA graphs, the frozen
+# cache, evaluations per epoch) may change on resume.
+SCORE_ATTRS = ("task", "backbone", "budget", "data_seed")
+SCORE_FIDELITY = ("k", "epochs", "batch_size", "max_length", "length_buckets", "precision", "search_dev",
+                  "max_steps", "eval_rows", "score")
+
+
+def changed_settings(stored: dict, attrs: dict) -> list[str]:
+    """'name stored (now new)' for each setting of `SCORE_ATTRS` and `SCORE_FIDELITY` that a resumed
+    study's ``attrs`` change (settings a study made by an older version did not store are skipped)."""
+    changed = [f"{k} {stored[k]} (now {attrs[k]})" for k in SCORE_ATTRS
+               if k in stored and k in attrs and stored[k] != attrs[k]]
+    old, new = stored.get("fidelity") or {}, attrs.get("fidelity") or {}
+    return changed + [f"fidelity.{k} {old[k]} (now {new[k]})" for k in SCORE_FIDELITY
+                      if k in old and k in new and old[k] != new[k]]
+
+
 def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,
                heartbeat_interval: int | None = None, grace_period: int | None = None,
                retries: int = 0, objectives=("score", "params")) -> optuna.Study:
-    """Create or resume the study; refuse one whose stored space hash or objectives differ (nothing
-    is written then). The heartbeat settings are those of `open_storage`."""
+    """Create or resume the study; refuse one whose stored space hash, objectives or scoring
+    settings (`changed_settings`) differ (nothing is written then), or replace it with
+    ``force_new``. The heartbeat settings are those of `open_storage`."""
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries)
     try:
         with ClaimLock(storage, name)():          # one worker at a time checks, replaces or creates it
@@ -77,6 +97,12 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                         raise ConfigError(f"study {name!r} in {storage_url} was made with another space "
                                           f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
                                           f"name or --force-new-study to replace it")
+                    optuna.delete_study(study_name=name, storage=storage)
+                elif changed := changed_settings(old.user_attrs, attrs):
+                    if not force_new:
+                        raise ConfigError(f"study {name!r} in {storage_url} was made with other settings: "
+                                          f"{', '.join(changed)}; use a new --study name or --force-new-study "
+                                          f"to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
                 elif len(old.directions) != len(objectives):
                     had = old.user_attrs.get("objectives", ["score", "params"])
@@ -193,35 +219,58 @@ class TrialSource:
 
 
 def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
-    """The fewest deployable parameters any configuration of the space can have."""
+    """The fewest deployable parameters any configuration of the space can have (0 when every slot
+    may be empty: the head alone)."""
+    total = sum(_smallest_form(space, slot, model_config, n_layers) for slot in space.slots
+                if "none" not in (slot.forms.choices or (slot.forms.value,)))
+    if space.globals["bitfit"].kind == "fixed" and space.globals["bitfit"].value:
+        total += count_parameters(model_config, PetlConfig(bitfit=True)).deployable
+    return total
+
+
+def smallest_module(space: SearchSpace, model_config, n_layers: int) -> int | None:
+    """The fewest deployable parameters of a configuration of the space that trains anything
+    beside the head (one module, BitFit, the LayerNorms or a prompt); None if it has none."""
+    counts = [_smallest_form(space, slot, model_config, n_layers, skip_none=True) for slot in space.slots]
+    for name, config in (("bitfit", PetlConfig(bitfit=True)), ("train_layernorms", PetlConfig(train_layernorms=True))):
+        if _can_be(space.globals[name], True):
+            counts.append(count_parameters(model_config, config).deployable)
+    prompt = space.globals["prompt_length"]
+    lengths = [n for n in (prompt.choices or (prompt.value,)) if n]
+    if lengths:
+        counts.append(count_parameters(model_config, PetlConfig(prompt_length=min(lengths))).deployable)
+    counts = [n for n in counts if n]
+    return min(counts) if counts else None
+
+
+def _can_be(dim, value) -> bool:
+    return dim.value == value if dim.kind == "fixed" else value in dim.choices
+
+
+def _smallest_form(space: SearchSpace, slot, model_config, n_layers: int, skip_none: bool = False) -> int:
+    """The fewest deployable parameters of ``slot`` over its forms (`none` left out with
+    ``skip_none``; 0 if nothing is left), each at its dimensions' smallest values."""
     from .space import FORM_DIMENSIONS
 
     layer_choices = space.globals["layers"].choices or (space.globals["layers"].value,)
     few_layers = (n_layers - 1,) if set(layer_choices) & {"top", "mask"} else None
-    total = 0
-    for slot in space.slots:
-        forms = slot.forms.choices or (slot.forms.value,)
-        if "none" in forms:
+    best = None
+    for form in slot.forms.choices or (slot.forms.value,):
+        if skip_none and form == "none":
             continue
-        best = None
-        for form in forms:
-            vals = {}
-            for d in FORM_DIMENSIONS[form]:
-                dim = slot.dims.get(d)
-                if dim is None:
-                    continue
-                vals[d] = (dim.value if dim.kind == "fixed" else dim.low if dim.kind in ("int", "float")
-                           else dim.choices[0])
-            if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
-                vals.setdefault("scale", 1.0)
-            spec = space.module_spec(slot, form, vals, False, few_layers)
-            n = count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
-            best = n if best is None else min(best, n)
-        total += best
-    bitfit = space.globals["bitfit"]
-    if (bitfit.value if bitfit.kind == "fixed" else False):
-        total += count_parameters(model_config, PetlConfig(bitfit=True)).deployable
-    return total
+        vals = {}
+        for d in FORM_DIMENSIONS[form]:
+            dim = slot.dims.get(d)
+            if dim is None:
+                continue
+            vals[d] = (dim.value if dim.kind == "fixed" else dim.low if dim.kind in ("int", "float")
+                       else dim.choices[0])
+        if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
+            vals.setdefault("scale", 1.0)
+        spec = space.module_spec(slot, form, vals, False, few_layers)
+        n = count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
+        best = n if best is None else min(best, n)
+    return best or 0
 
 
 def check_preset_names(names) -> None:
@@ -234,7 +283,7 @@ def check_preset_names(names) -> None:
 
 
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
-                 n_layers: int) -> list[str]:
+                 n_layers: int, over_budget: list[str] | None = None) -> list[str]:
     """Enqueue the presets that fit the budget and are not in the study yet, each as a point of the
     space so the sampler learns from it; returns what was queued, with how each was placed.
 
@@ -242,7 +291,8 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     outside the space's ranges is queued at its nearest point (clamped), marked ``mapped``. One the
     space cannot hold at all (a form or choice it lacks) is skipped under ``presets: auto``; named
     explicitly, it is trained off the space (its configuration given whole, marked ``off_space``),
-    which the sampler cannot learn from.
+    which the sampler cannot learn from. A preset named explicitly that is over the budget is added
+    to ``over_budget`` as "name (count)", so the search can say why it did not train it.
     """
     check_preset_names(names)
     explicit = names not in ("auto", None)
@@ -258,6 +308,8 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
         config = space.with_head(preset(name, model_config))       # the head the searched trials get
         count = count_parameters(model_config, config)
         if budget is not None and count.deployable > budget:
+            if explicit and over_budget is not None:
+                over_budget.append(f"{name} ({count.deployable:,})")
             continue
         lr = preset_lr(name)
         near = space.nearest_point(config, lr, n_layers)
@@ -344,5 +396,5 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 
 
 __all__ = ["LR_FROM_SAMPLER", "make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
-           "state_counts", "smallest_count", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
+           "state_counts", "smallest_count", "smallest_module", "changed_settings", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
            "SAMPLERS", "LOST", "INVALID"]

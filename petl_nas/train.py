@@ -339,6 +339,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                     metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
                     metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
                     history.append(metrics)
+                    if bar is not None:                   # the bar ends on the score the run reports
+                        bar.set_postfix(loss=f"{step_loss:.4f}", **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
                     if report is not None:
                         report(len(history), metrics, step == total)
                     train_mode()

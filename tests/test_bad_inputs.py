@@ -71,6 +71,7 @@ CASES = [
     ("space-min-over-max", {"s.yaml": space("low: 1, high: 8", "low: 8, high: 1")}, ["--space", "s.yaml"],
      "low (8) is greater than high (1)"),
     ("budget-below-smallest", {}, ["--space", "mam", "--budget", "10"], "budget 10 is below the smallest configuration"),
+    ("budget-admits-no-module", {}, ["--budget", "10"], "budget 10 admits no PETL module of space 'small'"),
     ("budget-space", {}, ["--budget", "0.5 %"], "budget: '0.5 %' is not a count"),
     ("budget-exponent", {}, ["--budget", "5e"], "budget: '5e' is not a count"),
     ("budget-negative", {}, ["--budget=-1"], "budget: '-1' is not a count"),
@@ -90,6 +91,8 @@ CASES = [
     ("storage-unknown-driver", {}, ["--storage", "nosuchdb://host/db"], "cannot be opened"),
     ("storage-no-server", {}, ["--storage", f"postgresql+psycopg2://u:secret@127.0.0.1:{_free_port()}/db"],
      "cannot be opened"),
+    ("storage-bare-postgresql-no-server", {}, ["--storage", f"postgresql://u:secret@127.0.0.1:{_free_port()}/db"],
+     "failed: Connection refused"),                     # the installed driver, not "failed to import" psycopg 3
     ("storage-not-a-database", {"notes.db": "just text, not SQLite " * 100}, ["--storage", "sqlite:///notes.db"],
      "cannot be opened: file is not a database"),
     ("storage-unwritable-folder", {}, ["--storage", "sqlite:////proc/petl/study.db"],
@@ -99,7 +102,7 @@ CASES = [
     ("experiment-not-yaml", {"e.yaml": "name: [unclosed"}, [], "not valid YAML"),
     ("experiment-unknown-key", {"e.yaml": exp(trails=3)}, [], "trails: unknown key (did you mean 'trials'?)"),
     ("experiment-wrong-type", {"e.yaml": exp(trials="many")}, [], "trials: expected a whole number >= 1, got 'many'"),
-    ("trials-zero", {}, ["--trials", "0"], "trials: expected a whole number >= 1, got 0"),
+    ("trials-zero", {}, ["--trials", "0"], "error: trials: expected a whole number >= 1, got 0 (from the command line)"),
     ("fidelity-wrong-type", {"e.yaml": exp(fidelity={"k": "all"})}, [], "fidelity: k: expected a whole number"),
     ("k-too-large", {}, ["--k", "100000"], "k must be a whole number from 1 to"),
     ("sampler-unknown", {}, ["--sampler", "tpee"], "sampler: unknown name 'tpee' (did you mean 'tpe'?)"),
@@ -154,3 +157,45 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
 
 def test_the_table_covers_what_the_issue_lists():
     assert len(CASES) >= 20 and len({c[0] for c in CASES}) == len(CASES)
+
+
+RECORD = {"backbone": "no-such-model", "task": "demo_keyword", "petl_config": {}, "recipe": {"lr": 1e-3, "epochs": 2}}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "--config", "rec.yaml", "--seeds", "0"], "seeds: expected a whole number >= 1, got 0"),
+    (["train", "--config", "rec.yaml", "--out", "afile/best"], "output folder 'afile/best' cannot be created"),
+    (["train", "--config", "typo.yaml"], "recipe.epoch: unknown key (did you mean 'epochs'?)"),
+    (["train", "--config", "negative.yaml"], "recipe.lr: expected a number > 0, got -0.001"),
+    (["predict", "--model", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
+    (["predict", "--model", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
+    (["search", "--experiment", "."], ".: Is a directory"),
+    (["search", "--experiment", "e.yaml", "--storage", "sqlite:///afile/study.db"], "afile is a file, not a folder"),
+], ids=["seeds-zero", "out-under-a-file", "record-key-typo", "record-negative-lr", "predict-unknown-type",
+        "predict-folder", "experiment-folder", "storage-under-a-file"])
+def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, capsys, argv, words):
+    """Refused in one line with exit 2 before a model is loaded or a seed trained (the records'
+    backbone does not exist: reaching it would be another error), nothing written."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rec.yaml").write_text(yaml.safe_dump(RECORD))
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump({**RECORD, "recipe": {"lr": 1e-3, "epoch": 6}}))
+    (tmp_path / "negative.yaml").write_text(yaml.safe_dump({**RECORD, "recipe": {"lr": -1e-3}}))
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "in.md").write_text("a wonderful film\n")
+    (tmp_path / "e.yaml").write_text(exp())
+    before = _snapshot(tmp_path)
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("petl-nas: error: ") and err.count("\n") == 1, err
+    assert words in err, err
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_text_file_with_a_byte_order_mark_is_read_without_it(tmp_path):
+    from petl_nas.deploy import read_texts
+
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbfa wonderful film\nawful\n")
+    assert read_texts(path, ["sentence"]) == [("a wonderful film",), ("awful",)]

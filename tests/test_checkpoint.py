@@ -1,5 +1,6 @@
 """Resuming training from an epoch boundary: a run killed after an epoch and resumed from the state
-it saved ends exactly where the uninterrupted run ends (parameters, history, dropout draws)."""
+it saved ends exactly where the uninterrupted run ends (parameters, history, dropout draws). Also
+what a run's progress bar ends on: the score the run reports."""
 
 import copy
 
@@ -87,3 +88,13 @@ def test_saving_is_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save({"epoch": 2}, path)
     assert checkpoint.load(path) == {"epoch": 1} and checkpoint.load(tmp_path / "none.pt") is None
+
+
+def test_the_progress_bar_ends_on_the_reported_score(capsys):
+    task, base, data, config = _setup()
+    result = train(apply_petl(copy.deepcopy(base), config), data, task,
+                   Recipe(lr=3e-2, epochs=3, batch_size=16, evals_per_epoch=2), progress=True)
+    scores = [h[task.main_metric] for h in result.history]
+    assert scores[-1] != scores[-2]                      # else the bar could show the one before and pass
+    last_line = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert f"{task.main_metric}={result.last_score:.4f}" in last_line, last_line

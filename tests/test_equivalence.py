@@ -223,7 +223,7 @@ def test_open_unipelt_adapter_and_lora_gates_match_the_formulas():
 @pytest.mark.parametrize("per", ["example", "token"])
 def test_fused_gates_equal_separate_ones_with_their_gradients(per):
     """A gate that reads the input of the module's first projection is computed in the same matmul
-    (`gate_rows`); forward and every gradient equal the separate gate's."""
+    (`shared_read.read`); forward and every gradient equal the separate gate's."""
     from torch import nn
 
     from petl_nas.modules import Bottleneck, LoRA

@@ -69,6 +69,17 @@ def test_the_searched_front_against_the_sweep():
     assert [t.number for t in pareto(study.trials)] == [4, 2, 3]
 
 
+def test_a_sweep_whose_points_were_all_pruned_is_named_not_denied():
+    study = _study([(0.83, 90, None, 0.01)])
+    assert sweep_line(study) is None                                                    # no sweep at all
+    for rank in (1, 2):
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={"lr": 1e-3},
+                                                  distributions={"lr": FloatDistribution(1e-4, 1e-2)},
+                                                  user_attrs={"baseline": f"lora_qv_r{rank}"}))
+    assert sweep_line(study) == ("LoRA rank sweep: none of its 2 points completed (2 pruned); nothing to compare "
+                                 "the searched front with")
+
+
 def test_hypervolume_is_the_staircase_area():
     assert hypervolume([(0.8, 10), (0.9, 100)], (0.5, 1000)) == pytest.approx(1 * 0.3 + 1 * 0.4)
     assert hypervolume([(0.4, 10)], (0.5, 1000)) == 0.0                                   # below the floor

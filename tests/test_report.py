@@ -142,6 +142,16 @@ def test_report_errors_write_nothing(searched, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_head_only_trial_is_inside_the_pareto_plot():
+    from types import SimpleNamespace
+
+    points = [SimpleNamespace(deployable=n) for n in (0, 836, 2_048)]
+    (scale, _), (left, right) = plots.x_axis(SimpleNamespace(points=points, budget=1_862))
+    assert scale == "symlog" and left < 0 < 836 and right > 2_048             # 0 drawn, not off a log axis
+    (scale, _), (left, _) = plots.x_axis(SimpleNamespace(points=points[1:], budget=1_862))
+    assert scale == "log" and 0 < left < 836
+
+
 def test_hypervolume_agrees_with_optuna():
     from optuna._hypervolume import compute_hypervolume         # the reference (private, tests only)
 

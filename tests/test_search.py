@@ -142,6 +142,24 @@ def test_a_study_with_another_space_is_refused(tmp_path):
         run_search(dataclasses.replace(exp, space="mam", budget="20%"), printer=lambda *a: None)
 
 
+def test_a_study_resumed_with_other_scoring_settings_is_refused_and_kept(tmp_path):
+    """Another budget would hide trained front members from `export`; another K or length would
+    mix trials scored two ways. Both are refused before anything is written; --force-new-study
+    replaces the study."""
+    exp = experiment(tmp_path, trials=1)
+    run_search(exp, printer=lambda *a: None)
+    stored = load(exp)
+    budget, trials = stored.user_attrs["budget"], len(stored.trials)
+    for changed, words in [(dict(budget="1%"), "budget"),
+                           (dict(fidelity=dataclasses.replace(exp.fidelity, k=exp.fidelity.k // 2)), "fidelity.k")]:
+        with pytest.raises(ConfigError, match=f"made with other settings: {words}"):
+            run_search(dataclasses.replace(exp, trials=2, **changed), printer=lambda *a: None)
+    kept = load(exp)
+    assert kept.user_attrs["budget"] == budget and len(kept.trials) == trials
+    run_search(dataclasses.replace(exp, budget="1%"), force_new_study=True, printer=lambda *a: None)
+    assert load(exp).user_attrs["budget"] != budget
+
+
 @pytest.mark.parametrize("text, expected", [("0.5%", 500), ("120000", 120000), ("1.2e5", 120000), ("2%", 2000)])
 def test_budget_parsing(text, expected):
     assert parse_budget(text, 100_000) == expected

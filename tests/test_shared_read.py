@@ -10,6 +10,7 @@ columns; merged LoRA leaves its group; a cross-attention's q is not grouped with
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -58,10 +59,15 @@ def step(model, x):
     return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_grouped_readers_compute_what_each_computes_alone():
-    model = perturbed()
+# LoRA's gates per token beside per-example gates of the prefix and the adapter: each kind apart
+MIXED = PetlConfig(modules=(dataclasses.replace(MODULES[0], gate_per="token"), *MODULES[1:]), pooling="mean")
+
+
+@pytest.mark.parametrize("config", [CONFIG, MIXED], ids=["gates alike", "gates per token and per example"])
+def test_grouped_readers_compute_what_each_computes_alone(config):
+    model = perturbed(config)
     assert sorted(len(g.readers) for g in model.petl._shared_reads) == [2] * 3 + [5] * 3   # per layer: ffn, attn
-    alone = ungrouped(perturbed())
+    alone = ungrouped(perturbed(config))
     x = batch()
     (out, grads), (out_alone, grads_alone) = step(model, x), step(alone, x)
     assert torch.allclose(out, out_alone, atol=1e-6)
@@ -80,6 +86,18 @@ def test_one_product_per_input_and_layer():
         counts.append(seen.ops["addmm"] + seen.ops["mm"])
     # per layer (3) the attention input's 5 readers and the FFN input's 2 share one product each
     assert counts[1] - counts[0] == 3 * ((5 - 1) + (2 - 1))
+
+
+def test_gates_of_one_input_share_one_sigmoid():
+    """UniPELT's gates reading one input (here 5 a layer: LoRA's on q, k, v, the prefix's and the
+    adapter's) take their logits from adjacent columns and are computed as one."""
+    model, alone, x = perturbed(), ungrouped(perturbed()), batch()
+    sigmoids = []
+    for m in (model, alone):
+        with torch.no_grad(), Operations() as seen:
+            m(**x)
+        sigmoids.append(seen.ops["sigmoid"])
+    assert sigmoids == [3, 3 * 5]
 
 
 def test_other_input_or_changed_weight_gets_its_own_columns():

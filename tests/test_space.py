@@ -83,6 +83,9 @@ def test_seeding_places_presets_as_points_and_says_how(tmp_path):
     named = seed_presets(small, SearchSpace.load("small"), ["compacter_pp"], cfg, None, 6)
     assert named == ["compacter_pp (off the space: space 'small' has no compacter at ffn)"]
     assert small.get_trials(deepcopy=False)[-1].user_attrs["off_space"] == "space 'small' has no compacter at ffn"
+    over, tight = [], optuna.create_study(directions=["maximize", "minimize"])
+    named = seed_presets(tight, SearchSpace.load("unified_short"), ["lora", "compacter_pp"], cfg, 20_000, 6, over)
+    assert named == ["compacter_pp"] and over == ["lora (73,728)"]     # named, over the budget: said, not queued
 
 
 def test_flat_sampling_suggests_every_dimension():

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import ACTIVATIONS, Composition, gate_rows, init_bert_, init_zero_, split_gate
+from .compose import ACTIVATIONS, Composition, Gate, init_bert_, init_zero_
 from .shared_read import read
 
 
@@ -34,14 +34,14 @@ class Bottleneck(nn.Module):
             init_bert_(self.up)
 
     def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """What z is projected with: W_down, and the gate's row after it when there is a gate."""
-        return gate_rows(self.down.weight, self.down.bias, self.compose.gate)
+        """What z is projected with (`shared_read.read`): W_down."""
+        return [self.down.weight], [self.down.bias]
+
+    def read_gate(self) -> Gate | None:
+        return self.compose.gate
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(self.dropout, nn.Identity):
             return self.compose(self.up(self.act(self.down(self.dropout(z)))), z, mask)
-        h = read(self, z)                       # maybe shared with LoRA and gates reading the same x
-        if self.compose.gate is None:
-            return self.compose(self.up(self.act(h)))
-        h, logit = split_gate(h)
-        return self.compose(self.up(self.act(h)), mask=mask, gate_logit=logit)
+        h, g = read(self, z, mask)              # maybe shared with LoRA and gates reading the same x
+        return self.compose(self.up(self.act(h)), mask=mask, gate_value=g)

@@ -46,42 +46,25 @@ class Gate(nn.Module):
         self.per = per
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example; the logit
-        from a product shared with other readers of x where `inject` grouped them (`shared_read`)."""
-        return self.from_logit(read(self, as_param_dtype(x, self.proj.weight.dtype)), mask).to(x.dtype)
+        """[B, L, ..., d] -> [B, L, ..., 1] per token, or [B, 1, ..., 1] per example; computed with
+        the other gates reading x where `inject` grouped them (`shared_read`)."""
+        return read(self, as_param_dtype(x, self.proj.weight.dtype), mask)[1].to(x.dtype)
 
     def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """What x is projected with (`shared_read.read`): the gate's row and bias."""
-        return [self.proj.weight], [self.proj.bias]
+        """What x is projected with besides the gate (`shared_read.read`): nothing."""
+        return [], []
+
+    def read_gate(self) -> Gate:
+        return self
 
     def from_logit(self, logit: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The gate from W·x + b computed elsewhere (`gate_rows`)."""
+        """The gate from its logit W·x + b ([..., n] for n gates that compute alike: each column alone)."""
         g = torch.sigmoid(logit)
         return sequence_mean(g, mask) if self.per == "example" else g
 
     def log(self, x: torch.Tensor) -> torch.Tensor:
         """log g(x) per token, stable for closed gates (the per-token prefix gate's logit bias)."""
         return nn.functional.logsigmoid(self.proj(as_param_dtype(x, self.proj.weight.dtype))).to(x.dtype)
-
-
-def gate_rows(weight: torch.Tensor, bias: torch.Tensor | None,
-              gate: Gate | None) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-    """The row blocks a module projects its input with (`shared_read.read`): its own W (and b), then
-    its gate's row W_g (and b_g) when it has a gate, in W's dtype.
-
-    A module whose gate reads the same input as its first projection (a gated LoRA's A, a gated
-    adapter's down-projection) gets both from one pass over x: on one CPU core a separate d -> 1
-    gate cost about half of a 48-wide down-projection (forward and backward), since each reads and
-    back-propagates through all of x; fused, it costs about nothing. `split_gate` parts them again.
-    """
-    if gate is None:
-        return [weight], [bias]
-    return [weight, gate.proj.weight.to(weight.dtype)], [bias, gate.proj.bias.to(weight.dtype)]
-
-
-def split_gate(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the projection, the gate's logit): all columns but the last, and the last (one cat backward)."""
-    return y.split([y.shape[-1] - 1, 1], dim=-1)
 
 
 def sequence_mean(g: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -131,15 +114,15 @@ class Composition(nn.Module):
         self.gate_mix = None
 
     def forward(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, gate_logit: torch.Tensor | None = None) -> torch.Tensor:
-        """s·g·Δh; the gate from ``gate_input``, or from its logit when the caller fused it."""
+                mask: torch.Tensor | None = None, gate_value: torch.Tensor | None = None) -> torch.Tensor:
+        """s·g·Δh; the gate from ``gate_input``, or ``gate_value`` when the caller read it with its own
+        projection (`shared_read.read`)."""
         if self.scale is not None:
             delta = delta * self.scale
         elif self.fixed_scale != 1.0:
             delta = delta * self.fixed_scale
         if self.gate is not None:
-            g = (self.gate.from_logit(gate_logit, mask) if gate_logit is not None
-                 else self.gate(gate_input, mask))
+            g = gate_value if gate_value is not None else self.gate(gate_input, mask)
             if self.gate_mix is not None:
                 z = self.gate_mix()
                 g = (1 - z) + z * g

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import Composition, gate_rows, split_gate
+from .compose import Composition, Gate
 from .shared_read import read
 
 
@@ -29,19 +29,19 @@ class LoRA(nn.Module):
         self.compose = Composition(spec, in_features, causal)
 
     def read_rows(self) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-        """What x is projected with: A, and the gate's row after it when there is a gate."""
-        return gate_rows(self.A, None, self.compose.gate)
+        """What x is projected with (`shared_read.read`): A."""
+        return [self.A], [None]
+
+    def read_gate(self) -> Gate | None:
+        return self.compose.gate
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         # s and the gate are per-token (or per-example) scalars: applying them to the rank-r
         # intermediate is exact and r/out times cheaper than scaling the full-width output.
         if not isinstance(self.dropout, nn.Identity):
             return self.compose(self.dropout(x) @ self.A.t(), x, mask) @ self.B.t()
-        u = read(self, x)                       # x·Aᵀ (and the gate's logit), maybe shared with q, k, v's
-        if self.compose.gate is None:
-            return self.compose(u) @ self.B.t()
-        u, logit = split_gate(u)
-        return self.compose(u, mask=mask, gate_logit=logit) @ self.B.t()
+        u, g = read(self, x, mask)              # x·Aᵀ and the gate, maybe shared with q, k, v's
+        return self.compose(u, mask=mask, gate_value=g) @ self.B.t()
 
     def delta_weight(self) -> torch.Tensor:
         """s·B·A, the update to merge into W (ungated, fixed-or-learned s)."""

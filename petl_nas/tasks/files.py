@@ -33,6 +33,11 @@ def read_table(path: str, needed: Sequence[str]):
     """
     import datasets
 
+    if Path(path).is_dir():
+        raise ConfigError(f"{path}: a folder, not a file")
+    if Path(path).suffix.lower() not in FORMATS:
+        raise ConfigError(f"{path}: unknown file type {Path(path).suffix or '(none)'!r}; accepted: "
+                          f"{', '.join(FORMATS)}")
     builder, kwargs = FORMATS[Path(path).suffix.lower()]
     table = datasets.load_dataset(builder, data_files={"rows": path}, split="rows", **kwargs)
     for c in needed:
