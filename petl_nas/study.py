@@ -71,12 +71,14 @@ SCORE_FIDELITY = ("k", "epochs", "batch_size", "max_length", "length_buckets", "
 
 def changed_settings(stored: dict, attrs: dict) -> list[str]:
     """'name stored (now new)' for each setting of `SCORE_ATTRS` and `SCORE_FIDELITY` that a resumed
-    study's ``attrs`` change (settings a study made by an older version did not store are skipped)."""
+    study's ``attrs`` change (settings a study made by an older version did not store are skipped;
+    ``epochs: auto`` matches the length its calibration chose and stored)."""
     changed = [f"{k} {stored[k]} (now {attrs[k]})" for k in SCORE_ATTRS
                if k in stored and k in attrs and stored[k] != attrs[k]]
     old, new = stored.get("fidelity") or {}, attrs.get("fidelity") or {}
     return changed + [f"fidelity.{k} {old[k]} (now {new[k]})" for k in SCORE_FIDELITY
-                      if k in old and k in new and old[k] != new[k]]
+                      if k in old and k in new and old[k] != new[k]
+                      and not (k == "epochs" and "auto" in (old[k], new[k]))]   # calibration stores its choice
 
 
 def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,
