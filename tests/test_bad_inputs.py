@@ -199,3 +199,12 @@ def test_a_text_file_with_a_byte_order_mark_is_read_without_it(tmp_path):
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbfa wonderful film\nawful\n")
     assert read_texts(path, ["sentence"]) == [("a wonderful film",), ("awful",)]
+
+
+def test_an_unwritable_file_is_named_not_its_temporary_file(tmp_path):
+    from petl_nas.inject import atomic_write
+
+    target = tmp_path / "no-such-folder" / "best.yaml"
+    with pytest.raises(OSError) as raised:
+        atomic_write(target, lambda tmp: None)
+    assert raised.value.filename == str(target)
