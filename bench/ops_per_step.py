@@ -21,10 +21,10 @@ import collections
 import dataclasses
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import BertConfig
 
 from petl_nas import apply_petl, preset, preset_names
+from petl_nas.operations import Operations
 from petl_nas.train import adamw
 from preset_trials import emit
 from step_time import backbone, frozen_floor
@@ -32,16 +32,6 @@ from step_time import backbone, frozen_floor
 # operations that only re-describe memory: no kernel on a GPU
 VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
          "detach", "alias", "as_strided", "split", "split_with_sizes", "unbind", "reshape", "_reshape_alias", "lift_fresh"}
-
-
-class Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket).removeprefix("aten.")] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def ops_of(model: torch.nn.Module, vocab: int) -> collections.Counter:
@@ -63,7 +53,7 @@ def ops_of(model: torch.nn.Module, vocab: int) -> collections.Counter:
         opt.zero_grad(set_to_none=True)
 
     step()
-    with Count() as count:
+    with Operations() as count:
         step()
     return count.ops
 

@@ -1,5 +1,4 @@
-"""Shared fixtures: tiny random BERT and RoBERTa classifiers (built from configs, CPU, milliseconds),
-and a counter of the aten operations a block of code dispatches."""
+"""Shared fixtures: tiny random BERT and RoBERTa classifiers (built from configs, CPU, milliseconds)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,8 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import collections
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import (BertConfig, BertForSequenceClassification, RobertaConfig,
                           RobertaForSequenceClassification)
 
@@ -54,16 +50,3 @@ def batch(kind: str = "bert", seed: int = 1, n: int = 3, length: int = 9):
 @pytest.fixture(params=sorted(BACKBONES))
 def kind(request):
     return request.param
-
-
-class Operations(TorchDispatchMode):
-    """Counts the aten operations dispatched inside the block, by name (``mm``, ``addmm``, ...)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket).removeprefix("aten.")] += 1
-        return func(*args, **(kwargs or {}))
-

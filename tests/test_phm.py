@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from conftest import Operations, batch, tiny_config, tiny_model
+from conftest import batch, tiny_config, tiny_model
 from petl_nas import PetlConfig, apply_petl
 from petl_nas.config import ModuleSpec
 from petl_nas.modules import PHMLinear
+from petl_nas.operations import Operations
 
 COMPACTER = PetlConfig(modules=(ModuleSpec(form="compacter", position="ffn", size=8, phm_n=4),
                                 ModuleSpec(form="compacter", position="attn", size=8, phm_n=4)), pooling="mean")

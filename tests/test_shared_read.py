@@ -16,10 +16,11 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
-from conftest import Operations, batch, tiny_model
+from conftest import batch, tiny_model
 from petl_nas import PetlConfig, apply_petl
 from petl_nas.config import ModuleSpec
 from petl_nas.inject import merge_lora
+from petl_nas.operations import Operations
 
 MODULES = (
     ModuleSpec(form="lora", position="attn", targets=("q", "k", "v"), size=4, composition="scaled", scale=2.0,
