@@ -4,7 +4,8 @@
 # all-MiniLM-L6-v2 weights in fp16 with its config and vocabulary, and SST-2). In order: the GPU
 # tests of step_graphs, two presets' trials eager against graphed (bench/trial_throughput.py), and
 # the step-time table with every row also graphed (bench/step_time.py --graphs). Each part has its
-# own time limit, so a slow one leaves the others their turn; every output also lands in $OUT.
+# own time limit, so a slow one leaves the others their turn (a limit of 0 skips that part); every
+# output also lands in $OUT, the step table's kernel breakdown (`--kernels`) too.
 set -u
 OUT=${OUT:-/tmp/gpu_graphs_out}
 mkdir -p "$OUT"
@@ -19,9 +20,9 @@ weights = load_file(".gpu/minilm_fp16.safetensors")
 save_file({k: v.float().contiguous() for k, v in weights.items()}, "/tmp/minilm/model.safetensors")
 print("torch", torch.__version__, "| transformers", transformers.__version__, "|", torch.cuda.get_device_name())
 PY
-timeout "${PYTEST_S:-60}" python3 -m pytest -q -p no:cacheprovider tests/test_step_graphs_cuda.py tests/test_step_graphs.py \
+[ "${PYTEST_S:-60}" = 0 ] || timeout "${PYTEST_S:-60}" python3 -m pytest -q -p no:cacheprovider tests/test_step_graphs_cuda.py tests/test_step_graphs.py \
     2>&1 | tee "$OUT/pytest.log" | tail -25
-timeout "${TRIALS_S:-200}" python3 bench/trial_throughput.py --paths new,cudagraphs --workers 1 --configs lora,compacter_pp,parallel_adapter,bitfit,unipelt_apl \
+[ "${TRIALS_S:-200}" = 0 ] || timeout "${TRIALS_S:-200}" python3 bench/trial_throughput.py --paths new,cudagraphs --workers 1 --configs "${TRIAL_CONFIGS:-lora,compacter_pp,parallel_adapter,bitfit,unipelt_apl}" \
     --seeds 1 --model /tmp/minilm --data-dir .gpu/glue --out "$OUT/trial_throughput_gpu.md" 2>&1 | tee "$OUT/trials.log" | tail -30
-timeout "${STEPS_S:-270}" python3 bench/step_time.py --device cuda --batch 32 --steps 20 --warmup 8 --graphs \
-    --out "$OUT/step_time_graphs.md" 2>&1 | tee "$OUT/step_time.log" | tail -70
+[ "${STEPS_S:-270}" = 0 ] || timeout "${STEPS_S:-270}" python3 bench/step_time.py --device cuda --batch 32 --steps 20 \
+    --warmup 8 --graphs --out "$OUT/step_time_graphs.md" --kernels "$OUT/kernels.md" 2>&1 | tee "$OUT/step_time.log" | tail -70

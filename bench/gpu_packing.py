@@ -46,7 +46,10 @@ def random_copy(source: str, target: Path) -> str:
     for item in src.iterdir():
         if item.suffix in (".safetensors", ".bin", ".pt", ".h5", ".onnx") or item.name in ("onnx", "openvino"):
             continue
-        (shutil.copytree if item.is_dir() else shutil.copy)(item, target / item.name)
+        if item.is_dir():                       # a second run into the same folder overwrites it
+            shutil.copytree(item, target / item.name, dirs_exist_ok=True)
+        else:
+            shutil.copy(item, target / item.name)
     torch.manual_seed(0)
     AutoModel.from_config(AutoConfig.from_pretrained(src)).save_pretrained(target)
     return str(target)

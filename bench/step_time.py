@@ -76,6 +76,11 @@ class Row:
     record_s: float | None = None     # the first graphed step: recording included
     graph_error: str | None = None
     error: str | None = None
+    by_kind: dict | None = None       # kernel family -> [count, GPU µs], eager step (`profile_step`)
+    by_name: dict | None = None
+    graph_kernels: int | None = None  # the same, of one replayed graph
+    graph_by_kind: dict | None = None
+    graph_by_name: dict | None = None
 
 
 # --- models -------------------------------------------------------------------------------------
@@ -294,14 +299,36 @@ def time_graphed(model: nn.Module, opt, inputs: tuple, steps: int, warmup: int) 
     times = [timed_ms(step, True) for _ in range(max(0, warmup - WARMUP - 1) + steps)][-steps:]
     out["graph_ms"] = statistics.median(times)
     try:
-        out["graph_gpu_ms"] = profile_step(step)["gpu_ms"]
+        profiled = profile_step(step)
+        out.update(graph_gpu_ms=profiled["gpu_ms"], graph_kernels=profiled["kernels"],
+                   graph_by_kind=profiled["by_kind"], graph_by_name=profiled["by_name"])
     except Exception as e:
         print(f"    (graph profile failed: {type(e).__name__}: {str(e)[:100]})")
     return out
 
 
+# Kernel families by a word of the kernel's name, first match wins (cuBLAS/cuDNN/CUTLASS names vary by card)
+KERNEL_KINDS = (
+    ("attention", ("fmha", "flash", "attention", "sdpa", "cudnn")),
+    ("matmul", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "splitk")),
+    ("optimizer", ("multi_tensor", "adam", "foreach")),
+    ("layer norm", ("layer_norm", "layernorm")),
+    ("softmax", ("softmax",)),
+    ("reduction", ("reduce",)),
+    ("copy / fill", ("copy", "memcpy", "memset", "fill", "cat", "index", "scatter", "gather")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, words in KERNEL_KINDS if any(w in low for w in words)), "other")
+
+
 def profile_step(step: Callable[[], None]) -> dict:
-    """One step under `torch.profiler`: how many CUDA kernels it launched and the GPU time in them."""
+    """One step under `torch.profiler`: how many CUDA kernels it launched, the GPU time in them, and
+    both by kernel family (`kernel_kind`) and by kernel name (``by_kind``, ``by_name``: name ->
+    [count, GPU µs])."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -309,7 +336,14 @@ def profile_step(step: Callable[[], None]) -> dict:
         step()
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return {"kernels": len(kernels), "gpu_ms": sum(e.device_time for e in kernels) / 1000}
+    by_kind, by_name = {}, {}
+    for e in kernels:
+        for table, key in ((by_kind, kernel_kind(e.name)), (by_name, e.name)):
+            entry = table.setdefault(key, [0, 0.0])
+            entry[0] += 1
+            entry[1] += e.device_time
+    return {"kernels": len(kernels), "gpu_ms": sum(e.device_time for e in kernels) / 1000,
+            "by_kind": by_kind, "by_name": by_name}
 
 
 def run_table(config, device, steps, warmup, only, batch, compile_mode="off", graphs=False) -> list[Row]:
@@ -394,6 +428,48 @@ def graphs_markdown(rows: list[Row], title: str) -> str:
     return "\n".join(lines)
 
 
+def kernels_markdown(rows: list[Row], top: int = 8) -> str:
+    """Where each row's GPU time goes beyond the floor's: kernels and GPU µs per kernel family, and
+    the kernel names that add the most time. From the replayed graph where there is one (the
+    host's share gone), else from the eager step."""
+    def breakdown(r, how=None):
+        how = how or ("graphed" if r.graph_by_kind else "eager")
+        return (r.graph_by_kind, r.graph_by_name, how) if how == "graphed" else (r.by_kind, r.by_name, how)
+
+    rows = [r for r in rows if breakdown(r)[0]]
+    base = next((r for r in rows if r.method == "frozen floor"), None)
+    if base is None:
+        return "### Kernels\n\nno profiled floor"
+    kinds = [k for k, _ in KERNEL_KINDS] + ["other"]
+    lines = ["### GPU time per step by kernel family, beyond the floor (kernels / µs)", "",
+             "| method | library | step | " + " | ".join(kinds) + " |",
+             "|---|---|---|" + "---:|" * len(kinds)]
+    for r in rows:
+        by_kind, _, how = breakdown(r)
+        base_kind = breakdown(base, how)[0] or {}
+        cells = []
+        for k in kinds:
+            n, us = by_kind.get(k, (0, 0.0))
+            if r is not base:
+                n, us = n - base_kind.get(k, (0, 0.0))[0], us - base_kind.get(k, (0, 0.0))[1]
+            cells.append(f"{n:+d} / {us:+,.0f}" if r is not base else f"{n} / {us:,.0f}")
+        lines.append(f"| {r.method} | {r.library} | {how} | " + " | ".join(cells) + " |")
+    lines += ["", "The floor's row is its own count and time (its graphed step); every other row is its difference "
+              "from the floor's step of the same kind.", ""]
+    for r in rows:
+        if r is base:
+            continue
+        _, by_name, how = breakdown(r)
+        base_name = breakdown(base, how)[1] or {}
+        extra = sorted(((us - base_name.get(name, (0, 0.0))[1], n - base_name.get(name, (0, 0.0))[0], name)
+                        for name, (n, us) in by_name.items()), reverse=True)[:top]
+        lines += [f"#### {r.method} ({r.library}, {how}): the kernels adding the most GPU time", "",
+                  "| + µs | + kernels | kernel |", "|---:|---:|---|"]
+        lines += [f"| {us:+,.0f} | {n:+d} | `{name[:140]}` |" for us, n, name in extra]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, help="timed steps (default 20, --tiny 5)")
@@ -406,6 +482,8 @@ def main(argv=None):
                     help="torch.compile every row's model in this mode (as fidelity.compile does a trial's)")
     ap.add_argument("--graphs", action="store_true",
                     help="on a GPU, also time every row's step replayed as a CUDA graph (fidelity.cuda_graphs)")
+    ap.add_argument("--kernels", help="on a GPU, also write where each row's GPU time goes (kernel families "
+                    "and names beyond the floor's) to this path")
     ap.add_argument("--device", choices=["all", "cpu", "cuda"], default="all",
                     help="all: the CPU table, then the GPU table when CUDA is available")
     args = ap.parse_args(argv)
@@ -435,6 +513,10 @@ def main(argv=None):
         tables.append(markdown(rows, title + ("" if args.compile == "off" else f", compiled ({args.compile})")))
         if args.graphs and device == "cuda":
             tables.append(graphs_markdown(rows, title))
+        if args.kernels and device == "cuda":
+            with open(args.kernels, "w") as f:
+                f.write(f"# Kernels per training step\n\n{machine()}\n\n{title}, batch {args.batch} x {SEQ_LEN}\n\n"
+                        + kernels_markdown(rows) + "\n")
     report = header + "\n\n" + "\n\n".join(tables) + "\n"
     print("\n" + "\n\n".join(tables))
     if args.out:

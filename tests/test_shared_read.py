@@ -165,3 +165,25 @@ def test_readers_under_compile_or_parametrized_compute_alone(compiling, monkeypa
 class _Same(torch.nn.Module):
     def forward(self, a):
         return a
+
+
+def test_products_padded_to_a_multiple_of_8_compute_the_same(monkeypatch):
+    """On a GPU a joined product is padded with zero rows to a multiple of 8 columns (cuBLAS's
+    aligned kernels); forced here on a CPU, grouped and alone: the same outputs and gradients, and
+    the products are as wide as the padding says."""
+    from petl_nas.modules import shared_read
+
+    x = batch()
+    plain = [step(perturbed(), x), step(ungrouped(perturbed()), x)]
+    asked, widths = [], []
+    monkeypatch.setattr(shared_read, "align_rows", lambda width, t: asked.append(width) or -width % 8)
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: widths.append(a[1].shape[0]) or linear(*a))
+    padded = [step(perturbed(), x), step(ungrouped(perturbed()), x)]
+    # attention: q, k, v 3 x 4 + adapter 4 + 5 gates = 21 -> 24; FFN 2 + 4 = 6 -> 8; LoRA alone 4 + gate -> 8
+    assert {21, 6, 5} <= set(asked) and {24, 8} <= set(widths) and not {21, 6, 5} & set(widths)
+    for (out, grads), (out_padded, grads_padded) in zip(plain, padded):
+        assert torch.allclose(out, out_padded, atol=1e-6)
+        assert grads.keys() == grads_padded.keys()
+        for name in grads:
+            assert torch.allclose(grads[name], grads_padded[name], atol=1e-5), name

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..config import ModuleSpec
-from .compose import Composition
+from .compose import Composition, as_param_dtype
 
 
 class MultiHeadAdapter(nn.Module):
@@ -22,9 +22,11 @@ class MultiHeadAdapter(nn.Module):
         self.position_gate = None        # the one-shot supernet's: one gate in [0, 1] per position
 
     def forward(self, query: torch.Tensor, scaling: float) -> torch.Tensor:
-        # query [B, H, Lq, D] -> Δ [B, H, Lq, D]
-        q = query.to(self.keys.dtype) * scaling
+        # query [B, H, Lq, D] -> Δ [B, H, Lq, D]. The scaling goes on the l keys, not on the B·Lq
+        # queries; under autocast the query is not cast either (`as_param_dtype`): on a GPU both
+        # were full-size passes (and a strided copy) forward and backward, at every layer.
+        q = as_param_dtype(query, self.keys.dtype)
         values = self.values
         if self.position_gate is not None:   # relu attention has no normaliser: a zero value row is no position
             values = values * self.position_gate().to(values.dtype)[None, :, None]
-        return torch.relu(q @ self.keys.transpose(-1, -2)) @ values
+        return torch.relu(q @ (self.keys * scaling).transpose(-1, -2)) @ values

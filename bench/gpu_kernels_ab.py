@@ -1,0 +1,220 @@
+"""GPU A/B of the small operations that the kernel breakdown (`step_time.py --kernels`) blames.
+
+Each case is one operation of a BERT-base training step at batch 32 x 128 (N = 4,096 rows), in two
+or more formulations that compute the same thing: forward and backward recorded as one CUDA graph
+and replayed (the host's share out, as in a graphed trial), microseconds per replay from CUDA
+events, median of 5 rounds of 50 replays. Every alternative is checked against the first (outputs
+and gradients) before it is timed. The cases:
+
+- bias gradient of a linear layer, grad [N, n] -> [n]: ``sum(0)`` (what autograd runs) against a
+  product with a ones row;
+- prefix keys joined to the token keys: cat along the head-major layout [B, H, L, D] (what SDPA's
+  callers hand over, the token keys a transposed view) against cat along [B, L, H, D] and a
+  transposed view of the result; each with SDPA forward and backward after it;
+- a projection of x [N, 768] to a width that is not a multiple of 8 (19: UniPELT's shared read at
+  the attention) against the same padded with zero rows to 24;
+- the multi-head adapter's relu attention at 30 positions against 32 (two zero key/value rows).
+
+    python bench/gpu_kernels_ab.py [--out results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from torch import nn
+
+N, B, L, H, D, HID = 4096, 32, 128, 12, 64, 768
+
+
+def timed_us(fn, params, device) -> float:
+    """µs per replay of ``fn``'s forward + backward recorded as a CUDA graph (eager on a CPU)."""
+    def step():
+        for p in params:
+            p.grad = None
+        out = fn()
+        out.float().square().mean().backward()
+    if device.type != "cuda":
+        import time
+        step()
+        t = time.perf_counter()
+        for _ in range(5):
+            step()
+        return (time.perf_counter() - t) / 5 * 1e6
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    for p in params:
+        p.grad = None
+    with torch.cuda.graph(graph):
+        step()
+    rounds = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(50):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        rounds.append(start.elapsed_time(end) * 1000 / 50)
+    return statistics.median(rounds)
+
+
+def grads_of(fn, params):
+    for p in params:
+        p.grad = None
+    out = fn()
+    out.float().square().mean().backward()
+    return out.detach().float(), [p.grad.detach().float().clone() for p in params]
+
+
+def same(a, b, params) -> str:
+    (oa, ga), (ob, gb) = grads_of(a, params), grads_of(b, params)
+    worst = max([(oa - ob).abs().max().item()] + [(x - y).abs().max().item() for x, y in zip(ga, gb)])
+    scale = max([oa.abs().max().item()] + [x.abs().max().item() for x in ga])
+    return f"{worst / max(scale, 1e-12):.1e}"
+
+
+def bias_grad_case(device, n):
+    g_src = torch.randn(N, n, device=device, dtype=torch.bfloat16, requires_grad=True)
+    ones = torch.ones(1, N, device=device, dtype=torch.bfloat16)
+
+    # The reduction as a forward op (its backward, an expand, is the same for both)
+    def reduce_sum():
+        return g_src.sum(0)
+
+    def ones_product():
+        return (ones @ g_src).view(-1)
+    return f"bias gradient, [{N}, {n}] -> [{n}]", [("sum(0)", reduce_sum), ("ones[1,N] @ g", ones_product)], [g_src]
+
+
+class OnesBiasLinear(torch.autograd.Function):
+    """x·Wᵀ + b whose backward takes b's gradient as ones[1, N]·g instead of a reduction."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return nn.functional.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        ones = torch.ones(1, g2.shape[0], dtype=g2.dtype, device=g2.device)
+        return (g2 @ w).view(x.shape), g2.t() @ x.reshape(-1, x.shape[-1]), (ones @ g2).view(-1)
+
+
+def linear_case(device, fan_in, fan_out):
+    dt = torch.bfloat16
+    x = torch.randn(B, L, fan_in, device=device, dtype=dt, requires_grad=True)
+    w = (torch.randn(fan_out, fan_in, device=device, dtype=dt) * fan_in ** -0.5).requires_grad_()
+    b = torch.randn(fan_out, device=device, dtype=dt, requires_grad=True)
+
+    def plain():
+        return nn.functional.linear(x, w, b)
+
+    def ones_bias():
+        return OnesBiasLinear.apply(x, w, b)
+    return (f"linear {fan_in} -> {fan_out} with bias, x [{B}, {L}, {fan_in}]",
+            [("F.linear (bias grad: sum)", plain), ("bias grad: ones @ g", ones_bias)], [x, w, b])
+
+
+def prefix_cat_case(device, p_len=30):
+    dt = torch.bfloat16
+    q_lin = torch.randn(B, L, H * D, device=device, dtype=dt, requires_grad=True)
+    k_lin = torch.randn(B, L, H * D, device=device, dtype=dt, requires_grad=True)
+    v_lin = torch.randn(B, L, H * D, device=device, dtype=dt, requires_grad=True)
+    pk = torch.randn(H, p_len, D, device=device, dtype=dt, requires_grad=True)
+    pv = torch.randn(H, p_len, D, device=device, dtype=dt, requires_grad=True)
+    sdpa = nn.functional.scaled_dot_product_attention
+
+    def heads(t):
+        return t.view(B, L, H, D).transpose(1, 2)
+
+    def head_major():
+        k = torch.cat([pk.expand(B, -1, -1, -1), heads(k_lin)], dim=2)
+        v = torch.cat([pv.expand(B, -1, -1, -1), heads(v_lin)], dim=2)
+        return sdpa(heads(q_lin), k, v)
+
+    def token_major():
+        k = torch.cat([pk.transpose(0, 1).expand(B, -1, -1, -1), k_lin.view(B, L, H, D)], dim=1).transpose(1, 2)
+        v = torch.cat([pv.transpose(0, 1).expand(B, -1, -1, -1), v_lin.view(B, L, H, D)], dim=1).transpose(1, 2)
+        return sdpa(heads(q_lin), k, v)
+
+    def no_prefix():
+        return sdpa(heads(q_lin), heads(k_lin), heads(v_lin))
+    return (f"prefix of {p_len} joined to the keys and values, then SDPA (one layer)",
+            [("cat [B,H,L,D] (now)", head_major), ("cat [B,L,H,D], transposed view", token_major),
+             ("no prefix (the floor's attention)", no_prefix)], [q_lin, k_lin, v_lin, pk, pv])
+
+
+def odd_width_case(device, width=19, padded=24):
+    dt = torch.bfloat16
+    x = torch.randn(N, HID, device=device, dtype=dt, requires_grad=True)
+    w = torch.randn(width, HID, device=device, dtype=dt, requires_grad=True)
+    zeros = torch.zeros(padded - width, HID, device=device, dtype=dt)
+
+    def odd():
+        return x @ w.t()
+
+    def pad():
+        return (x @ torch.cat([w, zeros]).t())[:, :width]
+    return (f"x [{N}, {HID}] projected to {width} columns", [(f"width {width} (now)", odd),
+                                                            (f"padded to {padded}, sliced", pad)], [x, w])
+
+
+def mh_case(device, size=30, padded=32):
+    dt = torch.bfloat16
+    q = torch.randn(B, H, L, D, device=device, dtype=dt, requires_grad=True)
+    keys = torch.randn(H, size, D, device=device, dtype=dt, requires_grad=True)
+    values = torch.randn(H, size, D, device=device, dtype=dt, requires_grad=True)
+    zeros = torch.zeros(H, padded - size, D, device=device, dtype=dt)
+
+    def plain():
+        return torch.relu(q @ keys.transpose(-1, -2)) @ values
+
+    def pad():
+        return torch.relu(q @ torch.cat([keys, zeros], 1).transpose(-1, -2)) @ torch.cat([values, zeros], 1)
+    return (f"multi-head adapter, {size} positions", [(f"{size} (now)", plain), (f"padded to {padded}", pad)],
+            [q, keys, values])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (eager, not graphed)"
+    cases = [bias_grad_case(device, n) for n in (768, 64, 512, 3072)]
+    cases += [linear_case(device, i, o) for i, o in ((768, 64), (64, 768), (768, 512), (512, 768))]
+    cases += [prefix_cat_case(device, 30), prefix_cat_case(device, 10), odd_width_case(device), mh_case(device)]
+    lines = [f"# Small GPU operations, A/B\n\n{name} | torch {torch.__version__}\n",
+             "| case | formulation | µs per forward + backward | × first | max difference (relative) |",
+             "|---|---|---:|---:|---:|"]
+    for title, variants, params in cases:
+        first = None
+        for label, fn in variants:
+            try:
+                diff = "-" if first is None else (same(variants[0][1], fn, params) if "no prefix" not in label else "n/a")
+                us = timed_us(fn, params, device)
+            except Exception as e:  # one failing formulation is reported, not fatal
+                lines.append(f"| {title} | {label} | failed: {type(e).__name__}: {str(e)[:80]} | - | - |")
+                continue
+            first = first or us
+            lines.append(f"| {title} | {label} | {us:,.1f} | {us / first:.2f} | {diff} |")
+            print(lines[-1], flush=True)
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Packing graphed trials on one GPU without and with CUDA MPS, one after the other on the same card, as
+# one call of the `device` tool (carry .whl, .whl_ray, .gpu/glue and .gpu/minilm: ../shared/research/
+# gpu-h100.md). Without MPS, the trials' processes share the GPU by time-slicing: one context's kernels
+# at a time. With MPS (nvidia-cuda-mps-control -d before Ray starts; its workers inherit the pipe
+# directory) their kernels can run side by side. Each run is bench/gpu_packing.py (alone, then packed)
+# with its own time limit; the tables land in $OUT.
+set -u
+OUT=${OUT:-/tmp/gpu_packing_out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl .whl_ray/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+cd bench
+run() {
+    timeout "$1" python3 gpu_packing.py --experiment "$PWD/gpu_packing_graphs.yaml" --model ../.gpu/minilm \
+        --random-init /tmp/minilm-random --data-dir ../.gpu/glue --alone "${ALONE:-5}" --packed "${PACKED:-16}" \
+        --out "$OUT/$2.md" 2>&1 | tee "$OUT/$2.log" | grep -v Warning | tail -8
+}
+run "${PLAIN_S:-200}" packing_plain
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+mkdir -p /tmp/mps_pipe /tmp/mps_log
+if nvidia-cuda-mps-control -d; then
+    run "${MPS_S:-200}" packing_mps
+    echo get_server_list | nvidia-cuda-mps-control
+    echo quit | nvidia-cuda-mps-control
+else
+    echo "MPS did not start"
+fi
+tail -20 /tmp/mps_log/control.log > "$OUT/mps_control.log" 2>/dev/null
