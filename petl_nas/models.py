@@ -5,9 +5,13 @@ Hub names work for users who are online; everything also works from local paths.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import socket
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 from .config import ConfigError
 
@@ -33,17 +37,39 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's endpoint (``HF_ENDPOINT``, huggingface.co by default) accepts a connection:
+    asked once per process, never when ``HF_HUB_OFFLINE`` is set."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def hub_options(path: str) -> dict:
+    """Extra ``from_pretrained`` arguments for ``path``: for a hub name while the hub cannot be reached,
+    the local cache only (without it the hub client retries for ~25 s before giving up)."""
+    return {} if Path(path).exists() or hub_reachable() else {"local_files_only": True}
+
+
 def load_model_config(name_or_path: str, num_labels: int | None = None):
     """The transformers config of a backbone, with one clear error when it cannot be found."""
     from transformers import AutoConfig
 
     path = resolve_model(name_or_path)
+    options = hub_options(path)
     try:
-        cfg = AutoConfig.from_pretrained(path)
+        cfg = AutoConfig.from_pretrained(path, **options)
     except (OSError, ValueError) as e:
         local = "no such local directory" if not Path(path).exists() else "not a transformers model directory"
-        raise ConfigError(f"model {name_or_path!r}: {local}, and it could not be loaded from the hub "
-                          f"({type(e).__name__})") from None
+        hub = ("the hub cannot be reached from here and it is not in the local cache: give the path of a "
+               "local copy" if options else "it could not be loaded from the hub")
+        raise ConfigError(f"model {name_or_path!r}: {local}, and {hub} ({type(e).__name__})") from None
     if num_labels is not None:
         cfg.num_labels = num_labels
     return cfg
@@ -94,8 +120,8 @@ def _from_pretrained(auto, name_or_path: str, cfg, **kwargs):
     head as missing. What it would say that matters, body weights absent from the checkpoint, is
     logged here in one line instead."""
     with _transformers_quiet():
-        model, info = auto.from_pretrained(resolve_model(name_or_path), config=cfg, output_loading_info=True,
-                                           **kwargs)
+        path = resolve_model(name_or_path)
+        model, info = auto.from_pretrained(path, config=cfg, output_loading_info=True, **hub_options(path), **kwargs)
     body_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(HEAD_PREFIXES))
     if body_missing:
         log.warning("%s: %d backbone weights were not in the checkpoint and start random: %s%s", name_or_path,

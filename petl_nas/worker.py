@@ -103,9 +103,10 @@ def load_backbone(backbone, task: Task, splits=None):
             from transformers import AutoTokenizer
 
             from .causal_lm import ensure_pad_token
-            from .models import load_for_task, resolve_model
+            from .models import hub_options, load_for_task, resolve_model
 
-            tok = AutoTokenizer.from_pretrained(resolve_model(backbone))
+            path = resolve_model(backbone)
+            tok = AutoTokenizer.from_pretrained(path, **hub_options(path))
             with torch.random.fork_rng():                  # a new head starts the same in every process
                 torch.manual_seed(0)
                 model = load_for_task(backbone, task)

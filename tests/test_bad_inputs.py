@@ -208,3 +208,46 @@ def test_an_unwritable_file_is_named_not_its_temporary_file(tmp_path):
     with pytest.raises(OSError) as raised:
         atomic_write(target, lambda tmp: None)
     assert raised.value.filename == str(target)
+
+
+def test_a_hub_name_while_the_hub_cannot_be_reached_reads_the_cache_only(tmp_path, monkeypatch, capsys):
+    """Offline, a hub name is looked up in the local cache at once (the hub client would retry for
+    ~25 s first), and the error line says what happened and what to give instead."""
+    import transformers
+
+    from petl_nas import models
+
+    asked = []
+    real = transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                        lambda path, **kw: asked.append(kw) or real(path, **kw))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.chdir(tmp_path)
+    rc = main(["presets", "--model", "some-org/some-model"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "the hub cannot be reached from here and it is not in the local cache: give the path" in err, err
+    assert asked == [{"local_files_only": True}]
+
+
+def test_hub_reachable_asks_the_endpoint_and_respects_offline(monkeypatch):
+    """True only when the endpoint (``HF_ENDPOINT``) accepts a connection: a real listening socket on
+    this machine, then a closed port; never asked when ``HF_HUB_OFFLINE`` is set."""
+    from petl_nas.models import hub_reachable
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        hub_reachable.cache_clear()
+        assert hub_reachable()
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        hub_reachable.cache_clear()
+        assert not hub_reachable()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+    hub_reachable.cache_clear()
+    assert not hub_reachable()
+    hub_reachable.cache_clear()
