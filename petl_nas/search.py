@@ -41,7 +41,8 @@ from .fronts import sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
 from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
-                    make_sampler, open_study, seed_presets, smallest_count, smallest_module, state_counts)
+                    make_sampler, open_study, seed_presets, seeded_sampler, smallest_count, smallest_module,
+                    state_counts)
 from .tasks import load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .worker import TrialSpec, model_config_for, run_trial
@@ -268,7 +269,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     recipe = trial_recipe(exp)
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
-                         target=target, lock=lock, heartbeat=heartbeat)
+                         target=target, lock=lock, heartbeat=heartbeat,
+                         sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials))
     progress = Progress(study, remaining, printer)
     trial_dir = exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)

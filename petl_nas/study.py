@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
@@ -58,6 +59,13 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
     raise ConfigError(f"sampler: unknown name {name!r}{suggest(name, SAMPLERS)}")
+
+
+def seeded_sampler(name: str, seed: int, n_startup_trials: int = 10) -> Callable[[int], optuna.samplers.BaseSampler]:
+    """``n`` -> the sampler ``name`` seeded with ``seed`` + n: a fresh study draws what it always
+    drew, and a draw made when the study holds n trials (whichever process makes it) never repeats
+    another's random stream. The samplers keep their state in the study, not the object."""
+    return lambda n: make_sampler(name, seed + n, n_startup_trials)
 
 
 # What a trained trial's score and count mean: a study resumed with another value of any of these
@@ -145,14 +153,20 @@ class TrialSource:
     With a ``target``, `next` returns None once the study holds that many trained or running
     trials (all workers together). ``lock`` (a `ClaimLock`) makes count-then-claim atomic across
     workers; ``heartbeat`` keeps this process's claimed trials alive until `release`.
+    ``sampler_for(n)`` (`seeded_sampler`) gives the sampler each draw uses, n being the number of
+    trials the study holds: one seeded sampler for the whole process would repeat its first draws
+    in every process, so a resumed study, or a second worker, trained the first trials' proposals
+    again.
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
                  n_layers: int, flat: bool = False, target: int | None = None, lock=None,
-                 heartbeat: Heartbeat | None = None):
+                 heartbeat: Heartbeat | None = None,
+                 sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
         self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
+        self.sampler_for = sampler_for
         self.backbone = count_parameters(model_config, PetlConfig()).backbone
         self.rejected = 0
 
@@ -170,6 +184,8 @@ class TrialSource:
 
     def _draw(self) -> Proposal:
         for _ in range(MAX_CONSECUTIVE_REJECTIONS):
+            if self.sampler_for is not None:       # seeded by the number the next trial gets (see `Seeded`)
+                self.study.sampler = self.sampler_for(len(self.study.get_trials(deepcopy=False)))
             with warnings.catch_warnings():       # "heartbeat is supposed to be used with optimize":
                 warnings.simplefilter("ignore")   # we beat for ask/tell trials ourselves (`Heartbeat`)
                 trial = self.study.ask()
@@ -397,6 +413,6 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
-__all__ = ["LR_FROM_SAMPLER", "make_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
+__all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
            "state_counts", "smallest_count", "smallest_module", "changed_settings", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
            "SAMPLERS", "LOST", "INVALID"]

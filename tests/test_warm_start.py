@@ -91,7 +91,7 @@ def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatc
     """Two real tiny searches: the second (another task) starts from the first one's front."""
     monkeypatch.chdir(tmp_path)
     base = Experiment(name="a", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=3,
-                      presets=["lora"], executor="local", startup_trials=1,
+                      presets=["lora"], executor="local", startup_trials=1, seed=3,   # its first draws learn
                       storage=f"sqlite:///{tmp_path}/a.db",
                       fidelity=Fidelity(k=320, epochs=5, batch_size=16, max_length=24, search_dev=128),
                       final=FinalEval(seeds=0, baselines=False))
