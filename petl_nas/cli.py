@@ -9,8 +9,11 @@ Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 
 from .compiling import COMPILE_MODES
 from .config import ConfigError, PetlConfig
@@ -99,14 +102,32 @@ def cmd_presets(args) -> int:
         from .models import load_model_config
 
         model_config = load_model_config(args.model)
+    width = max(map(len, preset_names())) + 2
     for name in preset_names():
-        line = f"{name:<16}"
+        line = f"{name:<{width}}"
         if model_config is not None:
             c = count_parameters(model_config, preset(name, model_config))
             line += f"{c.deployable:>12,}  {c.deployable_pct:6.3f}%  "
         doc = " ".join(preset_doc(name).split())
         print(line + (doc if len(doc) <= 90 else doc[:87] + "..."))
     return 0
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (``timeout``, a batch scheduler, ``kill``) stops a search as Ctrl-C does: its running
+    trials failed at once and queued again, rather than left RUNNING for the grace period."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_search(args) -> int:
@@ -123,7 +144,8 @@ def cmd_search(args) -> int:
         fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
         objectives=args.objectives.split(",") if args.objectives else None, strategy=args.strategy,
         oneshot_runs=args.oneshot_runs)
-    summary = run_search(exp, force_new_study=args.force_new_study)
+    with sigterm_as_interrupt():
+        summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
     print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
     return 0
@@ -141,6 +163,10 @@ def cmd_export(args) -> int:
         raise ConfigError("give -o FILE (or --list to print the front)")
     if args.preset:
         rec = preset_record(study, args.preset, args.storage, args.recipe)
+        budget = study.user_attrs.get("budget")
+        if budget is not None and rec["counts"]["deployable"] > budget:
+            print(f"note: preset {args.preset} takes {rec['counts']['deployable']:,} deployable parameters, over the "
+                  f"study's budget of {budget:,} (exported as asked, as a baseline)")
     else:
         budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
         rec = record(study, choose(study, budget, args.pick), args.storage, args.recipe)
@@ -277,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
     p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
     p.add_argument("--model", help="backbone: local directory or hub name")
-    p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, demo_sentiment, demo_copy, "
-                                   "or a local file task")
+    p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, demo_sentiment or demo_copy "
+                                   "(a task over your own files is written in the experiment file: task: {train: ...})")
     p.add_argument("--data-dir", help="a GLUE directory (glue_data/<TASK>/{train,dev}.tsv)")
     p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
     p.add_argument("--space", help="a space file or a name from search_space/ (unified, small, mam, unipelt)")
@@ -328,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "train", "train an exported configuration; save only its PETL weights")
     p.add_argument("--config", required=True, help="a record written by petl-nas export")
-    p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's)")
-    p.add_argument("--out", default="petl_out", help="output folder (seed_N/ per run when several)")
+    p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's, at least 1)")
+    p.add_argument("--out", default="petl_out", help="output folder: seed_N/ per run, and metrics.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the runs in this mode (default: the record's, else off); "
@@ -405,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:              # a path that cannot be read or written (a folder for a file, ...)
         print(f"petl-nas: error: {f'{e.filename}: {e.strerror}' if e.filename else e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:         # Ctrl-C: a search has failed its running trials, to be retried first
+        print("petl-nas: interrupted" + ("; the study is kept: run the same command again to go on"
+                                         if args.func is cmd_search else ""), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     n = seeds or rec.get("seeds") or 1
     runs, models = [], []
     for seed in range(n):
-        run_dir = out / f"seed_{seed}" if n > 1 else out
+        run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --model OUT/seed_0)
         key = run_key(rec, seed)
         done = _finished_run(run_dir, key)
         if done is not None and not keep_models:
@@ -93,7 +93,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
         runs.append(run)
         if keep_models:
             models.append(trained)
-        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} (best epoch {result.score:.4f}) "
+        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} (its best epoch: {result.score:.4f}) "
                 f"in {result.wall_s:.0f}s -> {run_dir}")
     last = [r["last"] for r in runs]
     summary = {"metric": task.main_metric, "split": "test", "mean": statistics.fmean(last),
@@ -165,12 +165,21 @@ def check_input(path: str | Path) -> Path:
 def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
     """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
     from .tasks.files import read_table
+    from .tasks.registry import label_text
 
     path = check_input(path)
+    text_columns = list(text_columns)
     if path.suffix.lower() == ".txt":                  # utf-8-sig: a byte-order mark is not text
+        if len(text_columns) > 1:
+            raise ConfigError(f"input '{path}': the model reads {len(text_columns)} texts a row "
+                              f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns")
         return [(line.rstrip("\n"),) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
-    table = read_table(str(path), list(text_columns))
-    return list(zip(*[table[c] for c in text_columns]))
+    table = read_table(str(path), text_columns)
+    rows = list(zip(*[table[c] for c in text_columns]))
+    for i, row in enumerate(rows):
+        if any(value is None for value in row):
+            raise ConfigError(f"{path}, row {i + 1}: text column {text_columns[row.index(None)]!r} is empty")
+    return [tuple(v if isinstance(v, str) else label_text(v) for v in row) for row in rows]   # numbers as written
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:

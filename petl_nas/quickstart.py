@@ -66,8 +66,9 @@ def glue_candidates() -> list[Path]:
 
 
 def glue_tasks(folder: Path) -> list[str]:
-    """The GLUE task folders (``SST-2``, ``CoLA``, ...) under ``folder`` that have a dev.tsv."""
-    return [t for t in GLUE_FOLDERS if (Path(folder) / t / "dev.tsv").is_file()]
+    """The GLUE task folders (``SST-2``, ``CoLA``, ...) under ``folder`` that a search can use: a
+    train.tsv and a dev.tsv (a folder with only dev and test files trains nothing)."""
+    return [t for t in GLUE_FOLDERS if all((Path(folder) / t / f).is_file() for f in ("train.tsv", "dev.tsv"))]
 
 
 def find_glue_dir(explicit: str | None = None) -> Path | None:

@@ -34,13 +34,13 @@ from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import atomic_write
 from .space import SearchSpace
-from .storage import ClaimLock, Heartbeat, close_storage, fail_stale
+from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import seed_warm_start
 from .fronts import sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
-from .study import (SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
+from .study import (INTERRUPTED, SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, seeded_sampler, smallest_count, smallest_module,
                     state_counts)
 from .tasks import load_splits, resolve_task
@@ -130,7 +130,7 @@ class Progress:
             what += " (did not learn: within noise of the baseline)"
         if info.get("reused"):
             what += f" (the {info['reused']} run of this spec, not trained again)"
-        tag = f" [{p.preset}]" if p.preset else ""
+        tag = f" [{p.preset}]" if p.preset else " [one-shot]" if p.trial.user_attrs.get(ONESHOT) else ""
         self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
                    f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
                    f"pruned {c['pruned']} failed {c['failed']} "
@@ -263,6 +263,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         else:
             target += n_oneshot
+        if max(0, target - claimed(study)) != remaining:
+            printer(f"{max(0, target - claimed(study))} to train in all, the supernet's proposals included")
         remaining = max(0, target - claimed(study))
 
     # ---- trials ---------------------------------------------------------------------------------
@@ -307,6 +309,10 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
 
     try:
         fill(study, source, execute, printer, poll_s=exp.heartbeat_interval, grace_s=exp.grace_period)
+    except KeyboardInterrupt:                       # Ctrl-C: this worker's running trials are retried first
+        with lock():                               # a trial asked for but not yet beating is ours too
+            fail_now(study, {*heartbeat.live, *running_without_heartbeat(study)}, {"fail_kind": INTERRUPTED})
+        raise
     finally:
         heartbeat.stop()
 

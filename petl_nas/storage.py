@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import importlib.util
@@ -309,6 +310,39 @@ def fail_stale(study: optuna.Study) -> None:
     optuna.storages.fail_stale_trials(study)
 
 
+def fail_now(study: optuna.Study, trial_ids, user_attrs: dict | None = None) -> list[int]:
+    """Mark FAIL at once the RUNNING trials ``trial_ids`` (this process's, in a search interrupted
+    by Ctrl-C), with ``user_attrs`` set on each first, and hand each to the storage's stale-trial
+    callback, as `fail_stale` would once their heartbeat lapsed: with ``retries`` each is queued
+    again (without those attributes), so the resumed search trains it first instead of waiting out
+    the grace period. Returns the ids it failed."""
+    storage = study._storage
+    attrs = user_attrs or {}
+    failed = []
+    for trial_id in trial_ids:
+        try:
+            for key, value in attrs.items():
+                storage.set_trial_user_attr(trial_id, key, value)
+            if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+                failed.append(trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:        # finished meanwhile
+            pass
+    callback = storage.get_heartbeat_stale_trial_callback() if hasattr(storage, "get_heartbeat_stale_trial_callback") \
+        else None
+    for trial_id in failed if callback is not None else ():
+        trial = copy.deepcopy(storage.get_trial(trial_id))
+        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k not in attrs}   # the retry's
+        callback(study, trial)
+    return failed
+
+
+def running_without_heartbeat(study: optuna.Study) -> list[int]:
+    """Ids of the study's RUNNING trials that never beat: under the `ClaimLock`, where workers ask
+    for a trial and start its heartbeat, those of a process that stopped in between."""
+    rdb = _rdb(study)
+    return _trials_without_heartbeat(rdb, study._study_id) if getattr(rdb, "heartbeat_interval", None) else []
+
+
 def _trials_without_heartbeat(rdb, study_id: int) -> list[int]:
     """RUNNING trials of the study that never beat. Optuna has no public query for this, so it reads
     its RDB models; should those move in a later Optuna, such trials are left RUNNING (with a warning)
@@ -333,4 +367,5 @@ def as_stored(value):
 
 
 __all__ = ["as_stored", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+           "fail_now", "running_without_heartbeat",
            "SQLITE_BUSY_TIMEOUT_S"]

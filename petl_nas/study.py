@@ -42,6 +42,7 @@ warnings.filterwarnings("ignore", category=ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_CONSECUTIVE_REJECTIONS = 500
 LOST = "lost: its worker stopped (no heartbeat)"     # the failure kind of a trial whose process died
+INTERRUPTED = "interrupted (trained again on resume)"   # ... and of one whose search was stopped (Ctrl-C)
 INVALID = "invalid configuration"
 LR_FROM_SAMPLER = "lr_from_sampler"   # a configuration given whole whose learning rate the sampler draws
 
@@ -227,7 +228,9 @@ class TrialSource:
         trial.set_user_attr("config_text", describe_config(config))      # between the two writes is drawn
         trial.set_user_attr("petl_config", config.to_dict())             # again from its parameters
         if self.budget is not None:
-            trial.set_constraint("budget", float(count.deployable - self.budget))
+            with warnings.catch_warnings():       # a retry carries its first try's value (the same)
+                warnings.simplefilter("ignore")
+                trial.set_constraint("budget", float(count.deployable - self.budget))
             if count.deployable > self.budget:
                 trial.set_user_attr("rejected", "over_budget")
                 self.study.tell(trial, state=TrialState.PRUNED)
@@ -363,13 +366,13 @@ def front(study: optuna.Study) -> list[FrozenTrial]:
 def is_trained(t: FrozenTrial) -> bool:
     """Did this trial count toward the study's ``trials``? Trained to the end, stopped early, or
     failed while training; not: over budget (never trained), an invalid configuration, or lost with
-    its worker (the retry takes its place)."""
+    its worker or interrupted (the retry takes its place)."""
     if t.state == TrialState.COMPLETE:
         return True
     if t.state == TrialState.PRUNED:
         return not t.user_attrs.get("rejected")
     if t.state == TrialState.FAIL:
-        return failure_kind(t) not in (LOST, INVALID)
+        return failure_kind(t) not in (LOST, INTERRUPTED, INVALID)
     return False
 
 
@@ -415,4 +418,4 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 
 __all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
            "state_counts", "smallest_count", "smallest_module", "changed_settings", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
-           "SAMPLERS", "LOST", "INVALID"]
+           "SAMPLERS", "LOST", "INTERRUPTED", "INVALID"]

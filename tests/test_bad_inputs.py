@@ -61,6 +61,8 @@ CASES = [
     ("model-without-tokenizer", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS}),
                                  "bert/model.safetensors": ""},
      ["--model", "bert"], "bert': the folder has no tokenizer files"),
+    ("task-file-on-the-command-line", {}, ["--task", "train.csv"],
+     "a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., "),
     ("space-missing", {}, ["--space", "nope"], "space 'nope': no such file"),
     ("space-unknown-key", {"s.yaml": SMALL_SPACE + "colour: blue\n"}, ["--space", "s.yaml"],
      "unknown key 'colour'"),
@@ -251,3 +253,19 @@ def test_hub_reachable_asks_the_endpoint_and_respects_offline(monkeypatch):
     hub_reachable.cache_clear()
     assert not hub_reachable()
     hub_reachable.cache_clear()
+
+
+def test_texts_to_label_need_every_column_the_model_reads(tmp_path):
+    """`predict` input for a sentence-pair model: a .txt file (one text a line) is refused, and an
+    empty cell of a table is named by its row; numbers in a text column are read as written."""
+    from petl_nas.config import ConfigError
+    from petl_nas.deploy import read_texts
+
+    (tmp_path / "in.txt").write_text("a wonderful film\n")
+    with pytest.raises(ConfigError, match=r"the model reads 2 texts a row \(sentence1, sentence2\); give a \.csv"):
+        read_texts(tmp_path / "in.txt", ["sentence1", "sentence2"])
+    (tmp_path / "in.csv").write_text("sentence1,sentence2\na,b\nc,\n")
+    with pytest.raises(ConfigError, match=r"in\.csv, row 2: text column 'sentence2' is empty"):
+        read_texts(tmp_path / "in.csv", ["sentence1", "sentence2"])
+    (tmp_path / "num.csv").write_text("sentence1,sentence2\n12,b\n3,d\n")
+    assert read_texts(tmp_path / "num.csv", ["sentence1", "sentence2"]) == [("12", "b"), ("3", "d")]

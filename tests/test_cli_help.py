@@ -42,3 +42,14 @@ def test_every_subcommand_help_has_an_example_that_parses(name, capsys):
 def test_the_new_subcommands_are_there():
     names = set(_subcommands())
     assert {"quickstart", "doctor", "search", "export", "train", "dashboard", "report"} <= names
+
+
+def test_presets_list_every_name_apart_from_its_description(capsys):
+    """The longest name (parallel_adapter, 16 letters) once ran into its description."""
+    from petl_nas.cli import main
+    from petl_nas.presets import preset_names
+
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == preset_names()
+    assert all(line[len(name)] == " " for line, name in zip(lines, preset_names()))

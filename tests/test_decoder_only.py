@@ -178,7 +178,7 @@ def test_train_record_and_predict_for_a_causal_lm(tmp_path, instruction_files):
     summary = train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None, keep_models=True)
     trained = summary.pop("models")[0].eval()
     assert summary["metric"] == "token_accuracy"
-    loaded = load(None, tmp_path / "out")
+    loaded = load(None, tmp_path / "out" / "seed_0")
     batch = next(encode(load_splits(resolve_task(instruction_files), search_dev_size=1), loaded.petl_tokenizer,
                         24).test.batches(8))
     assert torch.allclose(loaded(**batch).logits, trained(**batch).logits, atol=1e-5)

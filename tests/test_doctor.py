@@ -89,8 +89,11 @@ def test_missing_or_old_packages_name_their_fix():
 
 
 def test_glue_data_given_or_absent(tmp_path):
-    (tmp_path / "SST-2").mkdir()
-    (tmp_path / "SST-2" / "dev.tsv").write_text("sentence\tlabel\n")
+    """A task is listed when a search can use it: train and dev files (QNLI's dev and test alone are not)."""
+    for task, files in (("SST-2", ("train.tsv", "dev.tsv")), ("QNLI", ("dev.tsv", "test.tsv"))):
+        (tmp_path / task).mkdir()
+        for f in files:
+            (tmp_path / task / f).write_text("sentence\tlabel\n")
     assert doctor.check_glue(str(tmp_path)).detail.endswith("(SST-2)")
     absent = doctor.check_glue(str(tmp_path / "nothing"))
     assert absent.status == "info" and "--data-dir" in absent.fix

@@ -98,14 +98,14 @@ def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
            "seeds": 1, "counts": {}}
     summary = train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None, keep_models=True)
     trained = summary.pop("models")[0].eval()
-    weights = load_file(tmp_path / "out" / "petl_weights.safetensors")
+    weights = load_file(tmp_path / "out" / "seed_0" / "petl_weights.safetensors")   # seed_N/ even for one run
     from petl_nas import count_model
     count = count_model(trained)
     assert sum(t.numel() for t in weights.values()) == count.deployable + count.head
     assert count.trainable > count.deployable                      # the prefix MLP was flattened
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["mean"] == summary["mean"]
 
-    loaded = load(None, tmp_path / "out")
+    loaded = load(None, tmp_path / "out" / "seed_0")
     splits = load_splits("demo_sentiment", k=200, data_seed=111)
     batch = next(encode(splits, loaded.petl_tokenizer, 24).test.batches(16))
     batch.pop("labels")

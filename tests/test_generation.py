@@ -274,7 +274,7 @@ def test_train_record_saves_seq2seq_weights_and_reload_reproduces(tmp_path, copy
     trained = summary.pop("models")[0].eval()
     assert summary["metric"] == "rougeL" and json.loads((tmp_path / "out" / "metrics.json").read_text())["runs"]
 
-    loaded = load(None, tmp_path / "out")
+    loaded = load(None, tmp_path / "out" / "seed_0")
     encoded = encode(load_splits("demo_copy", k=80), loaded.petl_tokenizer, 16)
     batch = next(encoded.test.batches(8))
     assert torch.allclose(loaded(**batch).logits, trained(**batch).logits, atol=1e-5)

@@ -477,6 +477,11 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     assert all(lr.low <= t.params["lr"] <= lr.high for t in proposals)
     sampled = [t for t in study.trials if group_of(t) == "searched" and t.state == TrialState.COMPLETE]
     assert len(sampled) == 2                                     # both: the sampler's trials on top
+    # the count said up front is the count trained, the proposals tagged in the progress lines
+    progress = [line for line in lines if line.startswith("[")]
+    total = next(line for line in lines if line.endswith("to train in all, the supernet's proposals included"))
+    assert all(line.split("]")[0].split("/")[1] == total.split()[0] for line in progress)
+    assert len([line for line in progress if " [one-shot] " in line]) == len(proposals)
     n = len(study.trials)
     run_search(exp, printer=lambda *a: None)                     # resumed: no second supernet
     assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == n

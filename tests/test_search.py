@@ -477,3 +477,46 @@ def test_a_resumed_study_draws_new_proposals(tmp_path, sampler):
     sampled = [repr(sorted(t.params.items())) for t in load(exp).trials if t.params]
     assert len(sampled) >= 6
     assert len(set(sampled)) == len(sampled), sampled
+
+
+def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a trial: one line and exit 130; the running trial is failed as interrupted at
+    once (not left RUNNING for the grace period) and queued again; running the command again trains
+    that retry and the study ends with exactly the trials asked for."""
+    import yaml
+
+    from petl_nas import executors
+    from petl_nas.cli import main
+    from petl_nas.study import INTERRUPTED, is_trained
+
+    exp = experiment(tmp_path, trials=3, presets="none", budget="20%",
+                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
+    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
+                                                                          "trials", "presets", "executor", "storage",
+                                                                          "seed")},
+            "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            "final": {"seeds": 0, "baselines": False}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    real, calls = executors.run_trial, []
+
+    def interrupted_second(trial_spec, **kw):
+        calls.append(trial_spec.number)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(trial_spec, **kw)
+    monkeypatch.setattr(executors, "run_trial", interrupted_second)
+    assert main(["search", "--experiment", "e.yaml"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("petl-nas: interrupted; the study is kept: run the same command "
+                                            "again to go on")
+    study = load(exp)
+    (stopped,) = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert stopped.user_attrs["fail_kind"] == INTERRUPTED and stopped.number == calls[1]
+    (retry,) = [t for t in study.trials if t.state == TrialState.WAITING]
+    assert retry.params == stopped.params
+    assert not any(t.state == TrialState.RUNNING for t in study.trials)
+    monkeypatch.setattr(executors, "run_trial", real)
+    assert main(["search", "--experiment", "e.yaml"]) == 0
+    study = load(exp)
+    assert len([t for t in study.trials if is_trained(t)]) == 3
+    assert study.trials[retry.number].state == TrialState.COMPLETE

@@ -431,3 +431,34 @@ def test_training_with_length_buckets_is_reproducible_and_another_order(tokenize
     bucketed = trained(4)
     assert torch.equal(bucketed, trained(4))
     assert not torch.equal(bucketed, trained(0))
+
+
+@pytest.mark.parametrize("train, dev, words", [
+    ("sentence,label\na,1\n,0\nc,1\n", None, "train.csv, row 2: text column 'sentence' is empty"),
+    ('{"sentence": "a", "label": 1}\n{"label": 0}\n', None, "train.jsonl, row 2: text column 'sentence' is empty"),
+    ("sentence,label\n", None, "train.csv: the file has no rows"),
+    ("sentence,label\na,1\nb,0\n", "sentence,label\n", "dev.csv: the file has no rows"),
+    ("sentence,label\na,1\nb,0\n", "sentence,label\nc,1\nd,\n", "dev.csv, row 2: 'label' is empty"),
+    ("sentence,label\na,2.5\nb,0\nc,4\n", None, "labels such as 2.5 look like scores: set kind: regression"),
+], ids=["empty-text-cell", "missing-text-key", "train-without-rows", "dev-without-rows", "empty-label",
+        "scores-as-classes"])
+def test_bad_rows_of_a_file_task_are_one_error_naming_the_row(tmp_path, train, dev, words):
+    suffix = ".jsonl" if train.startswith("{") else ".csv"
+    (tmp_path / f"train{suffix}").write_text(train)
+    (tmp_path / f"dev{suffix}").write_text(dev or train)
+    with pytest.raises(ConfigError) as e:
+        task = file_task(tmp_path / f"train{suffix}", tmp_path / f"dev{suffix}", text_columns=["sentence"])
+        load_splits(task, search_dev_fraction=0.5)
+    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_whole_number_labels_match_however_the_file_reader_typed_them(tmp_path):
+    """A label column read as floats (written 0.0/1.0, or made float by an empty cell elsewhere)
+    names the same classes as one read as integers."""
+    (tmp_path / "train.csv").write_text("sentence,label\na,0.0\nb,1.0\nc,1.0\nd,0.0\n")
+    (tmp_path / "dev.csv").write_text("sentence,label\ne,1\nf,0\n")
+    task = file_task(tmp_path / "train.csv", tmp_path / "dev.csv", text_columns=["sentence"])
+    assert task.labels == ("0", "1")
+    splits = load_splits(task, search_dev_fraction=0.5)
+    assert splits.test.labels.tolist() == [1, 0]
+    assert sorted(splits.train.labels.tolist() + splits.search_dev.labels.tolist()) == [0, 0, 1, 1]

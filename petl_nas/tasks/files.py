@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ..config import ConfigError
 from ..seq2seq import Seq2SeqSettings
-from .registry import Split, Task, get_task, make_split, register_source
+from .registry import Split, Task, get_task, label_text, make_split, register_source
 
 __all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "load_files"]
 
@@ -39,7 +39,17 @@ def read_table(path: str, needed: Sequence[str]):
         raise ConfigError(f"{path}: unknown file type {Path(path).suffix or '(none)'!r}; accepted: "
                           f"{', '.join(FORMATS)}")
     builder, kwargs = FORMATS[Path(path).suffix.lower()]
-    table = datasets.load_dataset(builder, data_files={"rows": path}, split="rows", **kwargs)
+    datasets.disable_progress_bars()                # one line per file read is noise in a search's output
+    try:
+        table = datasets.load_dataset(builder, data_files={"rows": path}, split="rows", **kwargs)
+    except Exception as e:                          # a file datasets cannot parse, or one without rows
+        if "corresponds to no data" in str(e) or "no data" in str(e).lower():
+            raise ConfigError(f"{path}: the file has no rows") from None
+        cause = e.__cause__ or e
+        raise ConfigError(f"{path}: could not be read as {builder.upper()} ({type(cause).__name__}: "
+                          f"{(str(cause).splitlines() or [''])[0][:160]})") from None
+    if len(table) == 0:
+        raise ConfigError(f"{path}: the file has no rows")
     for c in needed:
         if c not in table.column_names:
             raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})")
@@ -74,9 +84,12 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
         raise ConfigError(f"task: a {kind} file task needs text_columns")
     label_column = label_column or "label"
     if kind == "classification" and labels is None:
-        values = {str(v).strip() for v in read_table(str(train), [label_column])[label_column]}
+        values = {label_text(v) for v in read_table(str(train), [label_column])[label_column] if v is not None}
         numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
         labels = sorted(values, key=float if numeric else str)
+        if numeric and any("." in v for v in labels):
+            raise ConfigError(f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
+                              f"set kind: regression, or list the classes with labels: [...]")
     labels = tuple(str(v) for v in labels or ())
     if metrics is None:
         metrics = (("pearson", "spearman", "pearson_spearman") if kind == "regression"

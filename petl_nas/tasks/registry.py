@@ -24,7 +24,7 @@ from ..config import ConfigError
 from ..metrics import LM_METRICS, METRICS, TEXT_METRICS, compute_metrics, text_metrics
 from ..seq2seq import Seq2SeqSettings
 
-__all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split",
+__all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split", "label_text",
            "register_source", "source_names", "load_source"]
 
 KINDS = ("classification", "regression", "seq2seq", "causal_lm")
@@ -147,6 +147,9 @@ def get_task(name: str | Task) -> Task:
         return _TASKS[key]
     close = difflib.get_close_matches(key, list(_TASKS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if not close and str(name).strip().lower().endswith((".csv", ".tsv", ".json", ".jsonl")):
+        hint = " (a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., " \
+               "text_columns: [...]})"
     raise ConfigError(f"unknown task {name!r}{hint}; available: {', '.join(task_names())}")
 
 
@@ -174,6 +177,8 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
         >>> make_split(get_task("sst2"), [["a fine film"]], ["1"], lambda i: f"row {i + 1}").labels
         array([1])
     """
+    names = [*task.text_columns, *(f"text {j + 1}" for j in range(len(task.text_columns), len(texts)))]
+    texts = [_checked_texts(name, column, where) for name, column in zip(names, texts)]
     if task.generative:
         labels = np.empty(len(raw_labels), dtype=object)
         for i, value in enumerate(raw_labels):
@@ -192,13 +197,37 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
         ids = {v: i for i, v in enumerate(task.labels)}
         labels = np.empty(len(raw_labels), dtype=np.int64)
         for i, value in enumerate(raw_labels):
-            text = str(value).strip()
+            if value is None:
+                raise ConfigError(f"{where(i)}: {task.label_column!r} is empty")
+            text = label_text(value)
             if text not in ids:
-                raise ConfigError(f"{where(i)}: label {value!r} is not one of {task.name}'s labels "
+                shown = repr(text) if isinstance(value, str) else text
+                raise ConfigError(f"{where(i)}: label {shown} is not one of {task.name}'s labels "
                                   f"({', '.join(task.labels)})")
             labels[i] = ids[text]
     labels.flags.writeable = False  # splits are cached and shared between trials
     return Split(tuple(tuple(col) for col in texts), labels)
+
+
+def label_text(value) -> str:
+    """A class label as text: 1.0 as "1" (a file reader turns a column of whole numbers into floats
+    when one cell is empty, or when it is written 0.0/1.0), anything else as written."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def _checked_texts(name: str, column: Sequence, where) -> Sequence[str]:
+    """A text column with every row a string (numbers as written); an empty cell or a missing key
+    is one error naming its row."""
+    if all(isinstance(v, str) for v in column):
+        return column
+    out = []
+    for i, value in enumerate(column):
+        if value is None:
+            raise ConfigError(f"{where(i)}: text column {name!r} is empty")
+        out.append(value if isinstance(value, str) else label_text(value))
+    return out
 
 
 # ---- data sources -----------------------------------------------------------------------------
