@@ -106,7 +106,7 @@ CASES = [
     ("experiment-wrong-type", {"e.yaml": exp(trials="many")}, [], "trials: expected a whole number >= 1, got 'many'"),
     ("trials-zero", {}, ["--trials", "0"], "error: trials: expected a whole number >= 1, got 0 (from the command line)"),
     ("fidelity-wrong-type", {"e.yaml": exp(fidelity={"k": "all"})}, [], "fidelity: k: expected a whole number"),
-    ("k-too-large", {}, ["--k", "100000"], "k must be a whole number from 1 to"),
+    ("k-too-large", {}, ["--k", "100000"], "k (fidelity.k) must be a whole number from 1 to"),
     ("sampler-unknown", {}, ["--sampler", "tpee"], "sampler: unknown name 'tpee' (did you mean 'tpe'?)"),
     ("executor-unknown", {}, ["--executor", "slurm"], "executor: unknown name 'slurm'"),
     ("scheduler-unknown", {}, ["--scheduler", "hyperband"], "scheduler: expected one of asha, fifo"),

@@ -174,9 +174,9 @@ def test_split_indices_rule():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(k=0), "k must be a whole number from 1"), (dict(k=101), "k must be a whole number"),
+    (dict(k=0), "k \\(fidelity.k\\) must be a whole number from 1"), (dict(k=101), "k \\(fidelity.k\\) must be a whole number"),
     (dict(search_dev_fraction=1.5), "search_dev_fraction must be between 0 and 1"),
-    (dict(search_dev_size=100), "search_dev_size must be from 1 to 99")])
+    (dict(search_dev_size=100), "search_dev_size \\(fidelity.search_dev\\) must be from 1 to 99")])
 def test_split_indices_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         split_indices(100, **kwargs)

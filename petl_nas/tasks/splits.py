@@ -31,7 +31,7 @@ T = TypeVar("T")
 def _check_k(k, n_rows: int) -> None:
     """Raise unless K is a whole number of training rows from 1 to ``n_rows`` (None: all rows)."""
     if k is not None and (isinstance(k, bool) or int(k) != k or not 1 <= k <= n_rows):
-        raise ConfigError(f"k must be a whole number from 1 to the {n_rows:,} training rows, got {k!r}")
+        raise ConfigError(f"k (fidelity.k) must be a whole number from 1 to the {n_rows:,} training rows, got {k!r}")
 
 
 def split_indices(n_rows: int, k: int | None = None, data_seed: int = 111, search_dev_fraction: float = 0.2,
@@ -58,7 +58,8 @@ def split_indices(n_rows: int, k: int | None = None, data_seed: int = 111, searc
     # The search dev fits if it leaves training rows: beside the K when K + n_dev rows exist, else inside the pool.
     room = n_rows - k if k is not None and k + n_dev <= n_rows else pool - 1
     if not 1 <= n_dev <= room:
-        raise ConfigError(f"search_dev_size must be from 1 to {room} (leaving training rows), got {n_dev}")
+        raise ConfigError(f"search_dev_size (fidelity.search_dev) must be from 1 to {room} (leaving training rows), "
+                          f"got {n_dev}")
     perm = np.random.default_rng(data_seed).permutation(n_rows)
     if k is None:
         train, dev = perm[:n_rows - n_dev], perm[n_rows - n_dev:]
