@@ -272,7 +272,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
                          target=target, lock=lock, heartbeat=heartbeat,
-                         sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials))
+                         sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials),
+                         head_trains=not task.generative)
     progress = Progress(study, remaining, printer)
     trial_dir = exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)

@@ -157,17 +157,18 @@ class TrialSource:
     ``sampler_for(n)`` (`seeded_sampler`) gives the sampler each draw uses, n being the number of
     trials the study holds: one seeded sampler for the whole process would repeat its first draws
     in every process, so a resumed study, or a second worker, trained the first trials' proposals
-    again.
+    again. ``head_trains`` False (a generation task: the LM head stays frozen) makes a draw with
+    no PETL parameter an invalid configuration, as it would train nothing.
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
                  n_layers: int, flat: bool = False, target: int | None = None, lock=None,
                  heartbeat: Heartbeat | None = None,
-                 sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None):
+                 sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None, head_trains: bool = True):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
         self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
-        self.sampler_for = sampler_for
+        self.sampler_for, self.head_trains = sampler_for, head_trains
         self.backbone = count_parameters(model_config, PetlConfig()).backbone
         self.rejected = 0
 
@@ -216,6 +217,8 @@ class TrialSource:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
                 lr = recipe["lr"]
             count = count_parameters(self.model_config, config)
+            if count.trainable == 0 and not self.head_trains:    # no module on a generation model
+                raise ConfigError("nothing to train: no PETL module, and the task's head (the LM head) stays frozen")
         except ConfigError as e:
             trial.set_user_attr("fail_reason", f"invalid configuration: {e}")
             trial.set_user_attr("fail_kind", INVALID)

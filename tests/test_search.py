@@ -520,3 +520,31 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     study = load(exp)
     assert len([t for t in study.trials if is_trained(t)]) == 3
     assert study.trials[retry.number].state == TrialState.COMPLETE
+
+
+def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
+    """No module on a generation backbone (its LM head frozen) trains nothing: recorded as an invalid
+    configuration, never trained and never counted (it once failed in the optimizer and took a
+    trial's place); on a classifier the same draw still trains its head."""
+    from petl_nas.space import SearchSpace
+    from petl_nas.study import INVALID, TrialSource, failure_kind
+    from petl_nas.tasks import resolve_task
+    from petl_nas.worker import model_config_for
+
+    space = SearchSpace.load("small")
+    empty = {"lr": 1e-2, "attn.form": "none", "ffn.form": "none"}
+    bart = {"tiny": {"model_type": "bart", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1,
+                     "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 32,
+                     "decoder_ffn_dim": 32, "vocab_size": 300}}
+    for backbone, task, trains in ((bart, "demo_copy", False), (TINY, "demo_keyword", True)):
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        study.enqueue_trial(empty)
+        source = TrialSource(study, space, model_config_for(backbone, resolve_task(task)), None, 1,
+                             head_trains=not resolve_task(task).generative)
+        p = source.next()
+        first = study.trials[0]
+        if trains:
+            assert p.trial.number == first.number and p.config.modules == ()
+        else:                                          # recorded invalid, and the next draw taken instead
+            assert failure_kind(first) == INVALID and "nothing to train" in first.user_attrs["fail_reason"]
+            assert p.trial.number != first.number and p.trainable > 0
