@@ -253,6 +253,11 @@ def front_table(study: optuna.Study) -> str:
         lines.append(f"{t.number:>5}  {t.user_attrs.get('preset') or '-':<14}{t.values[0]:>9.4f}{test:>20}"
                      f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"
                      f"{f'{latency:.1f}' if latency is not None else '-':>12}")
+    if len(lines) == 1:                     # the header alone would read as a silent success
+        complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        lines.append("(no trial on the front: " + ("no trial has completed yet)" if not complete else
+                     f"none of the {complete} complete trials learned: each scored within noise of the "
+                     f"trivial baseline)"))
     return "\n".join(lines)
 
 

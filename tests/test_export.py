@@ -283,3 +283,18 @@ def test_records_compile_as_the_trials_did(tmp_path):
                                      "compile": "reduce-overhead"})
     for rec in (record(study, choose(study)), preset_record(study, "lora")):
         assert Recipe(**rec["recipe"]).compile == "reduce-overhead"
+
+
+def test_an_empty_front_is_said_not_printed_as_a_bare_header():
+    import optuna
+
+    from petl_nas.export import front_table
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("backbone_params", 1000)
+    assert front_table(study).splitlines()[1] == "(no trial on the front: no trial has completed yet)"
+    trial = study.ask()
+    trial.set_constraint("learned", 1.0)                 # within noise of the baseline: off the front
+    study.tell(trial, [0.5, 10.0])
+    assert front_table(study).splitlines()[1] == ("(no trial on the front: none of the 1 complete trials learned: "
+                                                  "each scored within noise of the trivial baseline)")
