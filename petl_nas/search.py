@@ -222,6 +222,9 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     return summary
 
 
+FEW_SEARCH_DEV_ROWS = 30      # below this one score's standard error is 9 points or more (accuracy near 0.5)
+
+
 def _search(study, exp: Experiment, task, splits, space, model_config, budget, backbone_params: int,
             printer) -> SearchSummary:
     n_layers = model_config.num_hidden_layers
@@ -251,6 +254,9 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if baseline is not None:
         printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "
                 f"{baseline['score']:.4f}; a trial within noise of it did not learn")
+    if len(splits.search_dev) < FEW_SEARCH_DEV_ROWS:
+        printer(f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
+                f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)")
     if study.user_attrs.get("input_shift"):
         printer(shift_line(study.user_attrs["input_shift"]))
 

@@ -548,3 +548,15 @@ def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
         else:                                          # recorded invalid, and the next draw taken instead
             assert failure_kind(first) == INVALID and "nothing to train" in first.user_attrs["fail_reason"]
             assert p.trial.number != first.number and p.trainable > 0
+
+
+def test_a_search_dev_too_small_to_rank_is_said(tmp_path):
+    lines = []
+    exp = experiment(tmp_path, trials=1, presets="none", budget="20%",
+                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=8))
+    run_search(exp, printer=lines.append)
+    assert any(line.startswith("warning: search-dev has only 8 rows, too few to tell trials apart") for line in lines)
+    lines.clear()
+    run_search(dataclasses.replace(exp, name="t2", fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16,
+                                                                      search_dev=32)), printer=lines.append)
+    assert not any(line.startswith("warning: search-dev") for line in lines)
