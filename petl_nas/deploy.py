@@ -165,7 +165,7 @@ def check_input(path: str | Path) -> Path:
 def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
     """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
     from .tasks.files import read_table
-    from .tasks.registry import label_text
+    from .tasks.registry import checked_texts
 
     path = check_input(path)
     text_columns = list(text_columns)
@@ -175,11 +175,7 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
                               f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns")
         return [(line.rstrip("\n"),) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
     table = read_table(str(path), text_columns)
-    rows = list(zip(*[table[c] for c in text_columns]))
-    for i, row in enumerate(rows):
-        if any(value is None for value in row):
-            raise ConfigError(f"{path}, row {i + 1}: text column {text_columns[row.index(None)]!r} is empty")
-    return [tuple(v if isinstance(v, str) else label_text(v) for v in row) for row in rows]   # numbers as written
+    return list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:

@@ -269,9 +269,10 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         else:
             target += n_oneshot
-        if max(0, target - claimed(study)) != remaining:
-            printer(f"{max(0, target - claimed(study))} to train in all, the supernet's proposals included")
-        remaining = max(0, target - claimed(study))
+        in_all = max(0, target - claimed(study))
+        if in_all != remaining:
+            printer(f"{in_all} to train in all, the supernet's proposals included")
+        remaining = in_all
 
     # ---- trials ---------------------------------------------------------------------------------
     recipe = trial_recipe(exp)

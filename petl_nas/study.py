@@ -186,7 +186,7 @@ class TrialSource:
 
     def _draw(self) -> Proposal:
         for _ in range(MAX_CONSECUTIVE_REJECTIONS):
-            if self.sampler_for is not None:       # seeded by the number the next trial gets (see `Seeded`)
+            if self.sampler_for is not None:       # seeded by the number the next trial gets (`seeded_sampler`)
                 self.study.sampler = self.sampler_for(len(self.study.get_trials(deepcopy=False)))
             with warnings.catch_warnings():       # "heartbeat is supposed to be used with optimize":
                 warnings.simplefilter("ignore")   # we beat for ask/tell trials ourselves (`Heartbeat`)

@@ -24,7 +24,7 @@ from ..config import ConfigError
 from ..metrics import LM_METRICS, METRICS, TEXT_METRICS, compute_metrics, text_metrics
 from ..seq2seq import Seq2SeqSettings
 
-__all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split", "label_text",
+__all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split", "label_text", "checked_texts",
            "register_source", "source_names", "load_source"]
 
 KINDS = ("classification", "regression", "seq2seq", "causal_lm")
@@ -178,7 +178,7 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
         array([1])
     """
     names = [*task.text_columns, *(f"text {j + 1}" for j in range(len(task.text_columns), len(texts)))]
-    texts = [_checked_texts(name, column, where) for name, column in zip(names, texts)]
+    texts = [checked_texts(name, column, where) for name, column in zip(names, texts)]
     if task.generative:
         labels = np.empty(len(raw_labels), dtype=object)
         for i, value in enumerate(raw_labels):
@@ -217,7 +217,7 @@ def label_text(value) -> str:
     return str(value).strip()
 
 
-def _checked_texts(name: str, column: Sequence, where) -> Sequence[str]:
+def checked_texts(name: str, column: Sequence, where) -> Sequence[str]:
     """A text column with every row a string (numbers as written); an empty cell or a missing key
     is one error naming its row."""
     if all(isinstance(v, str) for v in column):
