@@ -560,3 +560,30 @@ def test_a_search_dev_too_small_to_rank_is_said(tmp_path):
     run_search(dataclasses.replace(exp, name="t2", fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16,
                                                                       search_dev=32)), printer=lines.append)
     assert not any(line.startswith("warning: search-dev") for line in lines)
+
+
+def test_sigterm_stops_a_search_as_ctrl_c_does():
+    """Inside `sigterm_as_interrupt` SIGTERM raises KeyboardInterrupt (the path that fails and
+    re-queues running trials); outside it the previous handler is back."""
+    import os
+    import signal
+
+    from petl_nas.cli import sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_export_of_a_preset_over_the_budget_says_so(tmp_path, capsys):
+    from petl_nas.cli import main
+
+    exp = experiment(tmp_path, trials=1, presets="none", fidelity=Fidelity(k=64, epochs=1, batch_size=16,
+                                                                           max_length=16, search_dev=32))
+    run_search(exp, printer=lambda *a: None)                   # budget 5%: about 1,860; LoRA takes 2,048
+    capsys.readouterr()
+    for name, over in (("lora", True), ("bitfit", False)):
+        assert main(["export", "--storage", exp.storage_url, "--preset", name, "-o", str(tmp_path / f"{name}.yaml")]) == 0
+        out = capsys.readouterr().out
+        assert (f"note: preset {name} takes " in out and "over the study's budget of" in out) == over
