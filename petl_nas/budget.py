@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from .config import PetlConfig
+from .config import ConfigError, PetlConfig
 from .head import pooler_parameters
 from .inject import ROOT, PetlRoot, apply_petl, remove_petl
 from .modules import PrefixEncoder
@@ -159,4 +159,20 @@ def count_parameters(model_config, config: PetlConfig, num_labels: int | None = 
         remove_petl(model)
 
 
-__all__ = ["ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model"]
+def refusal(model_config, config: PetlConfig) -> str | None:
+    """Why this backbone cannot take ``config`` at all (its `ConfigError`: BitFit without biases, a
+    prefix where attention is not reachable), or None when it can. A space may allow forms a
+    backbone refuses; a search treats such draws as invalid, not as an error."""
+    try:
+        count_parameters(model_config, config)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def applies(model_config, config: PetlConfig) -> bool:
+    """Can ``config`` be applied to this backbone (`refusal` is None)?"""
+    return refusal(model_config, config) is None
+
+
+__all__ = ["ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model", "applies", "refusal"]

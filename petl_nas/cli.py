@@ -98,7 +98,7 @@ def cmd_presets(args) -> int:
 
     model_config = None
     if args.model:
-        from .budget import count_parameters
+        from .budget import count_parameters, refusal
         from .models import load_model_config
 
         model_config = load_model_config(args.model)
@@ -106,6 +106,9 @@ def cmd_presets(args) -> int:
     for name in preset_names():
         line = f"{name:<{width}}"
         if model_config is not None:
+            if (why := refusal(model_config, preset(name, model_config))) is not None:
+                print(f"{line}{'-':>12}  {'':7}  not for this backbone: {why}")
+                continue
             c = count_parameters(model_config, preset(name, model_config))
             line += f"{c.deployable:>12,}  {c.deployable_pct:6.3f}%  "
         doc = " ".join(preset_doc(name).split())
@@ -175,10 +178,10 @@ def cmd_export(args) -> int:
         from .interop import NotExpressible, to_adapters, to_peft
 
         config = PetlConfig.from_dict(rec["petl_config"])
-        dims = _dims_of(study)
+        model_config, task_kind = _backbone_of(study)
         try:
-            converted = (to_adapters(config, *dims[:2]) if args.format == "adapters"
-                         else to_peft(config, *dims))
+            converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers)
+                         if args.format == "adapters" else to_peft(config, model_config, task_kind))
         except NotExpressible as e:
             raise ConfigError(f"{what}: {e}") from None
         from pathlib import Path
@@ -200,14 +203,13 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _dims_of(study) -> tuple[int, int, str]:
-    """(hidden size, layers, model type) of the study's backbone, for the AdapterHub/PEFT vocabularies."""
+def _backbone_of(study):
+    """(transformers config of the study's backbone, task kind), for the AdapterHub/PEFT vocabularies."""
     from .tasks import resolve_task
     from .worker import model_config_for
 
     task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
-    cfg = model_config_for(json.loads(study.user_attrs["backbone"]), task)
-    return cfg.hidden_size, cfg.num_hidden_layers, cfg.model_type
+    return model_config_for(json.loads(study.user_attrs["backbone"]), task), task.kind
 
 
 def cmd_train(args) -> int:

@@ -1,23 +1,25 @@
 """The task head as part of the configuration: how a classifier pools the sequence, its dropout.
 
 A sequence classifier reads one vector per example. transformers' BERT head reads [CLS] through
-``bert.pooler`` (a dense layer + tanh trained by next-sentence prediction); RoBERTa, DistilBERT
-and ELECTRA read the first token into their own (new, trained) head. Sentence-transformers
+``bert.pooler`` (a dense layer + tanh trained by next-sentence prediction); RoBERTa, DistilBERT,
+ELECTRA and DeBERTa read the first token into their own (new, trained) head; ModernBERT pools as
+its config's ``classifier_pooling`` says (``cls`` or ``mean``). Sentence-transformers
 checkpoints were trained to be read by *mean pooling* instead, and their pooler may never have
 been trained at all (all-MiniLM-L6-v2's has an all-zero bias and Gaussian weights): frozen, it
 feeds the classifier noise. ``pooling`` chooses:
 
 - ``auto``: what the checkpoint says: a sentence-transformers ``1_Pooling/config.json`` (mean or
-  [CLS]) when there is one, else the architecture's own head (``pooler`` on BERT-likes, ``cls``
-  on the others);
+  [CLS]) when there is one, else the architecture's own head (``pooler`` on BERT-likes, the
+  config's ``classifier_pooling`` on ModernBERT, ``cls`` on the others);
 - ``cls``: the last hidden state of the first token, straight into the classifier;
 - ``mean``: the mean of the last hidden states over the example's real tokens;
 - ``pooler``: [CLS] through the frozen pretrained pooler (BERT-likes only);
 - ``pooler_trained``: the same pooler, trained with the head (its parameters count as head).
 
 Implemented as a forward hook on the base model that replaces what the head reads (its
-``pooler_output``, or the first position of ``last_hidden_state`` for first-token heads), so no
-head is rewritten and the classifier's pretrained or new weights stay where transformers put them.
+``pooler_output``, or the first position of ``last_hidden_state`` for first-token heads), or, for a
+head that pools by its config, by setting that field while PETL is applied; so no head is rewritten
+and the classifier's pretrained or new weights stay where transformers put them.
 Decoder-only and encoder-decoder models keep their own head: the setting does not apply to them.
 """
 
@@ -58,9 +60,16 @@ def _pooler(model: nn.Module) -> nn.Module | None:
     return getattr(model.base_model, "pooler", None)
 
 
+def _configured_pooling(model: nn.Module) -> str | None:
+    """``cls`` or ``mean`` for a head that pools by its config (ModernBERT's ``classifier_pooling``)."""
+    mode = getattr(model.config, "classifier_pooling", None)
+    return mode if mode in ("cls", "mean") else None
+
+
 def native_pooling(model: nn.Module) -> str:
-    """What the architecture's own classification head reads: its pooler, or the first token."""
-    return "pooler" if _pooler(model) is not None else "cls"
+    """What the architecture's own classification head reads: its pooler, the pooling its config
+    names, or the first token."""
+    return "pooler" if _pooler(model) is not None else _configured_pooling(model) or "cls"
 
 
 def resolve_pooling(requested: str, model: nn.Module, sequence_model: bool = True) -> str:
@@ -94,6 +103,17 @@ def untrained_pooler(model: nn.Module) -> bool:
     return bias is not None and bias.device.type != "meta" and not bool(bias.detach().any())
 
 
+class _ConfigField:
+    """A config field set for as long as PETL is applied; ``remove()`` (as a hook handle) restores it."""
+
+    def __init__(self, config, name: str, value):
+        self.config, self.name, self.previous = config, name, getattr(config, name)
+        setattr(config, name, value)
+
+    def remove(self) -> None:
+        setattr(self.config, self.name, self.previous)
+
+
 def install_pooling(model: nn.Module, pooling: str, pad_mask, handles: list) -> None:
     """Make the classifier read ``pooling`` (resolved); ``pad_mask()`` gives this forward's mask."""
     if pooling in ("native", "pooler", "pooler_trained"):
@@ -103,6 +123,9 @@ def install_pooling(model: nn.Module, pooling: str, pad_mask, handles: list) -> 
             warnings.warn(f"{name}: the frozen pooler looks "
                           f"untrained (its bias is all zeros), so the classifier reads noise; set pooling: "
                           f"mean (or cls, pooler_trained)", UserWarning, stacklevel=3)
+        return
+    if _configured_pooling(model) is not None:             # the head pools as its config says: say ours
+        handles.append(_ConfigField(model.config, "classifier_pooling", pooling))
         return
     reads_pooler = _pooler(model) is not None
     if pooling == "cls" and not reads_pooler:

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from .backbones import BackboneSpec, Block, depths, features, stacks
+from .backbones import BackboneSpec, Block, depths, features, spec_for, stacks
 from .config import ConfigError, PetlConfig
 from .head import install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout
 from .precision import master_dtype
@@ -89,6 +89,29 @@ def _head_dims(config, block: Block, layer: nn.Module) -> tuple[int, int, int]:
     return heads, head_dim, kv_heads
 
 
+HEAD_FORMS = ("prefix", "mh_adapter")      # forms that edit attention through the ``petl`` function
+
+
+def head_attention_refusal(model_config) -> str | None:
+    """Why the ``petl`` attention function cannot serve this backbone (None when it can): a family
+    whose attention does not call transformers' interface, or logits SDPA would compute otherwise
+    than the model (soft-capping)."""
+    spec = spec_for(model_config)
+    if any(b.attention is None for b in spec.blocks):
+        return (f"transformers' attention interface is needed, and a {model_config.model_type} backbone "
+                f"computes attention in its own code")
+    if getattr(model_config, "attn_logit_softcapping", None):
+        return (f"attention goes through SDPA, which cannot soft-cap attention logits as this "
+                f"{model_config.model_type} backbone does (attn_logit_softcapping="
+                f"{model_config.attn_logit_softcapping})")
+    return None
+
+
+def _check_head_attention(config, index: int, form: str) -> None:
+    if (reason := head_attention_refusal(config)) is not None:
+        raise ConfigError(f"modules[{index}]: {form}: {reason}; use lora, adapter, compacter or prompt tuning")
+
+
 class _Site:
     """The ordered edits on one linear's output: LoRA updates first, then adapters."""
 
@@ -143,6 +166,8 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                 covered = config.layers_of(m, len(layers))
                 heads, head_dim, kv_heads = _head_dims(model.config, block, layers[0])
                 causal = spec.decoder_only or name in ("decoder", "cross")   # tokens must not see later ones
+                if m.form in HEAD_FORMS:
+                    _check_head_attention(model.config, i, m.form)
                 if m.form in ("adapter", "compacter"):
                     (out_site,) = block.sites("o" if m.position == "attn" else "ffn_out")
                     for l in covered:
@@ -194,7 +219,8 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
             for reader in group:
                 root._shared_reads[-1].add(reader)
         if config.prompt_length:
-            root.prompt = SoftPrompt(config.prompt_length, d, at=0 if spec.decoder_only else 1)
+            width = model.get_input_embeddings().embedding_dim     # ELECTRA embeds narrower than d
+            root.prompt = SoftPrompt(config.prompt_length, width, at=0 if spec.decoder_only else 1)
     root.to(master_dtype(ref.dtype))
 
     model.add_module(ROOT, root)
@@ -322,6 +348,8 @@ def gate_prompt(model: nn.Module, gate) -> None:
     root: PetlRoot = getattr(model, ROOT)
     if root.prompt is None:
         raise ValueError("gate_prompt: the model has no soft prompt (prompt_length 0)")
+    if (reason := head_attention_refusal(model.config)) is not None:
+        raise ConfigError(f"a gated prompt adds its gates to attention logits: {reason}")
     root.prompt.position_gate = gate
     spec, layer_lists = stacks(model)
     for block in spec.blocks:

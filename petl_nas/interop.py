@@ -10,12 +10,17 @@ union); PEFT: LoraConfig, PrefixTuningConfig, PromptTuningConfig.
 
 from __future__ import annotations
 
-from .config import ModuleSpec, PetlConfig
+import re
 
-# BERT-family module names for PEFT's target_modules (PEFT matches names, not roles).
+from torch import nn
+
+from .backbones import spec_for
+from .budget import meta_model
+from .config import ModuleSpec, PetlConfig
+from .head import checkpoint_pooling, native_pooling
+
+# Families whose prefix PEFT builds as petl-nas does (past keys/values of BERT-style self-attention).
 _BERT_NAMED = ("bert", "roberta", "xlm-roberta", "electra", "camembert")
-_PEFT_TARGETS = {"q": "query", "k": "key", "v": "value", "o": "attention.output.dense",
-                 "ffn_in": "intermediate.dense", "ffn_out": r"\d+\.output\.dense"}
 
 
 class NotExpressible(ValueError):
@@ -102,31 +107,79 @@ def _head_modules(config: PetlConfig) -> dict:
     return {"modules_to_save": ["classifier", "pooler"]} if config.pooling == "pooler_trained" else {}
 
 
-def to_peft(config: PetlConfig, hidden_size: int, n_layers: int, model_type: str = "bert") -> dict:
-    """A PEFT config dict (one tuner: LoRA, prefix tuning or prompt tuning). PEFT names target
-    modules by the backbone's own layer names; those are written for the BERT family."""
+def _resolved_pooling(config: PetlConfig, model_config) -> tuple[str, str]:
+    """(what the configuration's head reads, what the stock model's head reads)."""
+    model = meta_model(model_config)
+    native = native_pooling(model)
+    if config.pooling != "auto":
+        return config.pooling, native
+    return checkpoint_pooling(getattr(model_config, "_name_or_path", None)) or native, native
+
+
+def _lora_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) -> tuple[str, list[str], list[nn.Module]]:
+    """A regular expression naming exactly the weights ``m`` adapts (its layers written in), their
+    names without the layer (to check overlaps) and their layer-0 modules; a fused slice is a reason
+    instead."""
+    names, alternatives, modules = [], [], []
+    blocks = [b for b in spec.blocks if m.blocks is None or b.name in m.blocks]
+    for block in blocks:
+        if m.position == "ffn" and not block.ffn_in:
+            continue
+        depth = len(model.base_model.get_submodule(block.layers))
+        layers = "|".join(str(i) for i in (m.layers if m.layers is not None else range(depth)))
+        for t in m.targets:
+            for site in block.sites(t):
+                if site.parts > 1:
+                    reasons.append(f"{where}: {t} is one of {site.parts} slices of the fused {site.path} "
+                                   f"(PEFT adapts whole modules)")
+                    continue
+                alternatives.append(rf"{re.escape(block.layers)}\.(?:{layers})\.{re.escape(site.path)}")
+                names.append(f"{block.layers}.{site.path}")
+                modules.append(model.base_model.get_submodule(block.layers)[0].get_submodule(site.path))
+    return r"(?:.*\.)?(?:" + "|".join(alternatives) + ")", names, modules
+
+
+def _peft_task_type(spec, task_kind: str) -> str:
+    if task_kind in ("classification", "regression"):
+        return "SEQ_CLS"
+    return "SEQ_2_SEQ_LM" if spec.encoder_decoder else "CAUSAL_LM"
+
+
+def to_peft(config: PetlConfig, model_config, task_kind: str = "classification") -> dict:
+    """A PEFT config dict (one tuner: LoRA, prefix tuning or prompt tuning) for the backbone
+    ``model_config`` (a transformers config). LoRA's ``target_modules`` is a regular expression over
+    the backbone's own module names with the layers written in, so it applies to any family whose
+    adapted weights are whole modules; several LoRA modules with different ranks or scales become
+    ``rank_pattern`` / ``alpha_pattern`` entries."""
+    model_type = model_config.model_type
+    spec = spec_for(model_config)
+    model = meta_model(model_config)
     reasons = []
-    if model_type not in _BERT_NAMED:
-        reasons.append(f"a {model_type} backbone (target module names are written for the BERT family)")
     forms = [m.form for m in config.modules] + (["prompt"] if config.prompt_length else [])
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
-        if m.blocks is not None:
-            reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
         if m.form in ("adapter", "compacter", "mh_adapter"):
             reasons.append(f"{where}: PEFT has no {'bottleneck' if m.form != 'mh_adapter' else 'multi-head'} adapters")
         if m.gate:
             reasons.append(f"{where}: UniPELT gate")
         if m.learn_scale:
             reasons.append(f"{where}: learned scale")
-        if m.form == "prefix" and m.composition != "gated":
-            reasons.append(f"{where}: {m.composition} prefix composition")
-        if m.form == "prefix" and m.layers is not None:
-            reasons.append(f"{where}: prefix on a subset of layers")
+        if m.form == "prefix":
+            if model_type not in _BERT_NAMED:
+                reasons.append(f"{where}: prefix tuning on a {model_type} backbone (written for the BERT family)")
+            if m.blocks is not None:
+                reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
+            if m.composition != "gated":
+                reasons.append(f"{where}: {m.composition} prefix composition")
+            if m.layers is not None:
+                reasons.append(f"{where}: prefix on a subset of layers")
     if config.train_layernorms:
         reasons.append("train_layernorms")
-    if config.pooling in ("cls", "mean"):
-        reasons.append(f"pooling: {config.pooling} (PEFT trains the model's own head: [CLS] through the pooler)")
+    if task_kind in ("classification", "regression") and not (spec.decoder_only or spec.encoder_decoder):
+        pooling, native = _resolved_pooling(config, model_config)
+        if pooling not in {native} | ({"pooler_trained"} if native == "pooler" else set()):
+            reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
+                           f"{'[CLS] through the pooler' if native == 'pooler' else native})")
     if config.prompt_length:
         reasons.append("prompt tokens after the first token (PEFT prepends them)")
     if len({f for f in forms if f in ("lora", "prefix", "prompt")}) > 1:
@@ -134,25 +187,44 @@ def to_peft(config: PetlConfig, hidden_size: int, n_layers: int, model_type: str
     lora = [m for m in config.modules if m.form == "lora"]
     if config.bitfit and not lora:
         reasons.append("bitfit alone (PEFT trains biases only beside a tuner, bias='all')")
-    if len({(m.size, m.scale, m.layers) for m in lora}) > 1:
-        reasons.append("LoRA modules with different ranks, scales or layers")
+    patterns, seen, adapted = [], set(), []
+    for i, m in ((i, m) for i, m in enumerate(config.modules) if m.form == "lora"):
+        where = f"modules[{i}] (lora at {m.position})"
+        pattern, names, modules = _lora_pattern(spec, model, m, where, reasons)
+        adapted += modules
+        layers = set(m.layers) if m.layers is not None else None
+        for name in names:
+            for other_layers, other in seen:
+                if other == name and (layers is None or other_layers is None or layers & other_layers):
+                    reasons.append(f"{where}: a second LoRA on {name} (PEFT puts one LoRA on a weight)")
+        seen |= {(frozenset(layers) if layers is not None else None, n) for n in names}
+        patterns.append(pattern)
+    if len({m.dropout for m in lora}) > 1:
+        reasons.append("LoRA modules with different dropouts (PEFT takes one lora_dropout)")
     if reasons:
         raise NotExpressible("HF PEFT", reasons)
-    base = {"task_type": "SEQ_CLS", "inference_mode": False}
+    base = {"task_type": _peft_task_type(spec, task_kind), "inference_mode": False}
     if lora:
-        m = lora[0]
-        targets = sorted({_PEFT_TARGETS[t] for x in lora for t in x.targets})
-        return {**base, "peft_type": "LORA", "r": m.size,
-                "lora_alpha": m.size * (m.scale if m.composition == "scaled" else 1.0),
-                "lora_dropout": m.dropout, "target_modules": "|".join(f".*{t}" for t in targets),
-                "layers_to_transform": list(m.layers) if m.layers is not None else None,
-                "bias": "all" if config.bitfit else "none", **_head_modules(config)}
+        alpha = [m.size * (m.scale if m.composition == "scaled" else 1.0) for m in lora]
+        first = lora[0]
+        out = {**base, "peft_type": "LORA", "r": first.size, "lora_alpha": alpha[0], "lora_dropout": first.dropout,
+               "target_modules": patterns[0] if len(patterns) == 1 else r"(?:" + "|".join(patterns) + ")",
+               "bias": "all" if config.bitfit else "none", **_head_modules(config)}
+        ranks = {p: m.size for p, m in zip(patterns[1:], lora[1:]) if m.size != first.size}
+        alphas = {p: a for p, a in zip(patterns[1:], alpha[1:]) if a != alpha[0]}
+        if ranks:
+            out["rank_pattern"] = ranks
+        if alphas:
+            out["alpha_pattern"] = alphas
+        if not all(isinstance(module, nn.Linear) for module in adapted):
+            out["fan_in_fan_out"] = True                  # GPT-2's Conv1D keeps its weight as [in, out]
+        return out
     prefix = [m for m in config.modules if m.form == "prefix"]
     if prefix:
         m = prefix[0]
         return {**base, **_head_modules(config), "peft_type": "PREFIX_TUNING", "num_virtual_tokens": m.size,
-                "prefix_projection": m.reparam > 0, "encoder_hidden_size": m.reparam or hidden_size,
-                "token_dim": hidden_size, "num_layers": n_layers}
+                "prefix_projection": m.reparam > 0, "encoder_hidden_size": m.reparam or model_config.hidden_size,
+                "token_dim": model_config.hidden_size, "num_layers": model_config.num_hidden_layers}
     raise NotExpressible("HF PEFT", ["an empty configuration"])
 
 

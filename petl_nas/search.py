@@ -231,7 +231,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     lock = ClaimLock(study, exp.study_name)
     with lock():                                     # two workers never enqueue the same preset twice
         over_budget: list[str] = []
-        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers, over_budget)
+        refused: list[str] = []
+        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers, over_budget, refused)
         warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url)
                       if exp.warm_start else [])
         n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers) if exp.final.baselines
@@ -246,6 +247,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
     if over_budget:
         printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
+    if refused:
+        printer(f"presets this backbone cannot take, not trained: {'; '.join(refused)}")
     for line in warm_lines + sweep_lines:
         printer(line)
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "

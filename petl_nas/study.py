@@ -27,7 +27,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from .budget import count_parameters
+from .budget import applies, count_parameters
 from .config import ConfigError, PetlConfig, suggest
 from .costs import directions, metric_names
 from .describe import describe_config
@@ -257,7 +257,7 @@ def smallest_module(space: SearchSpace, model_config, n_layers: int) -> int | No
     beside the head (one module, BitFit, the LayerNorms or a prompt); None if it has none."""
     counts = [_smallest_form(space, slot, model_config, n_layers, skip_none=True) for slot in space.slots]
     for name, config in (("bitfit", PetlConfig(bitfit=True)), ("train_layernorms", PetlConfig(train_layernorms=True))):
-        if _can_be(space.globals[name], True):
+        if _can_be(space.globals[name], True) and applies(model_config, config):
             counts.append(count_parameters(model_config, config).deployable)
     prompt = space.globals["prompt_length"]
     lengths = [n for n in (prompt.choices or (prompt.value,)) if n]
@@ -272,8 +272,8 @@ def _can_be(dim, value) -> bool:
 
 
 def _smallest_form(space: SearchSpace, slot, model_config, n_layers: int, skip_none: bool = False) -> int:
-    """The fewest deployable parameters of ``slot`` over its forms (`none` left out with
-    ``skip_none``; 0 if nothing is left), each at its dimensions' smallest values."""
+    """The fewest deployable parameters of ``slot`` over the forms the backbone takes (`none` left
+    out with ``skip_none``; 0 if nothing is left), each at its dimensions' smallest values."""
     from .space import FORM_DIMENSIONS
 
     layer_choices = space.globals["layers"].choices or (space.globals["layers"].value,)
@@ -291,8 +291,10 @@ def _smallest_form(space: SearchSpace, slot, model_config, n_layers: int, skip_n
                        else dim.choices[0])
         if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
             vals.setdefault("scale", 1.0)
-        spec = space.module_spec(slot, form, vals, False, few_layers)
-        n = count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
+        config = PetlConfig(modules=(space.module_spec(slot, form, vals, False, few_layers),))
+        if not applies(model_config, config):            # a form this backbone refuses: never drawn validly
+            continue
+        n = count_parameters(model_config, config).deployable
         best = n if best is None else min(best, n)
     return best or 0
 
@@ -307,7 +309,7 @@ def check_preset_names(names) -> None:
 
 
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
-                 n_layers: int, over_budget: list[str] | None = None) -> list[str]:
+                 n_layers: int, over_budget: list[str] | None = None, refused: list[str] | None = None) -> list[str]:
     """Enqueue the presets that fit the budget and are not in the study yet, each as a point of the
     space so the sampler learns from it; returns what was queued, with how each was placed.
 
@@ -316,7 +318,8 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     space cannot hold at all (a form or choice it lacks) is skipped under ``presets: auto``; named
     explicitly, it is trained off the space (its configuration given whole, marked ``off_space``),
     which the sampler cannot learn from. A preset named explicitly that is over the budget is added
-    to ``over_budget`` as "name (count)", so the search can say why it did not train it.
+    to ``over_budget`` as "name (count)", and one the backbone cannot take (BitFit without biases, a
+    prefix on DeBERTa) to ``refused`` as "name (reason)", so the search can say why it did not train it.
     """
     check_preset_names(names)
     explicit = names not in ("auto", None)
@@ -330,7 +333,12 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
         if name in seen:
             continue
         config = space.with_head(preset(name, model_config))       # the head the searched trials get
-        count = count_parameters(model_config, config)
+        try:
+            count = count_parameters(model_config, config)
+        except ConfigError as e:                                   # a form this backbone refuses
+            if explicit and refused is not None:
+                refused.append(f"{name} ({e})")
+            continue
         if budget is not None and count.deployable > budget:
             if explicit and over_budget is not None:
                 over_budget.append(f"{name} ({count.deployable:,})")

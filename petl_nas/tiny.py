@@ -89,6 +89,14 @@ def tiny_backbone(model_type: str = "bert", num_labels: int = 2, tokenizer=None,
     kwargs.update(config_overrides)
     if model_type == "distilbert":
         kwargs = {_DISTILBERT_NAMES.get(k, k): v for k, v in kwargs.items()}
+    # Special-token ids a family's default config names (ModernBERT's lie near 50,281) move into the
+    # tiny vocabulary: [CLS] opens and [SEP] closes, as the tiny tokenizer writes them.
+    defaults = AutoConfig.for_model(model_type)
+    specials = {"bos_token_id": 2, "cls_token_id": 2, "eos_token_id": 3, "sep_token_id": 3}
+    for name, tiny_id in specials.items():
+        value = getattr(defaults, name, None)
+        if name not in kwargs and isinstance(value, int) and value >= kwargs["vocab_size"]:
+            kwargs[name] = tiny_id
     config = AutoConfig.for_model(model_type, num_labels=num_labels, **kwargs)
     if num_labels == 1:
         config.problem_type = "regression"

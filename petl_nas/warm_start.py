@@ -66,9 +66,14 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
         config = space.with_head(PetlConfig.from_dict(t.user_attrs["petl_config"]))
         lr = t.user_attrs.get("recipe", {}).get("lr", t.params.get("lr"))
         why = _fits(config, n_layers)
-        if why is None and budget is not None:
-            n = count_parameters(model_config, config).deployable
-            why = f"{n:,} deployable parameters on this backbone, over the budget of {budget:,}" if n > budget else None
+        if why is None:
+            try:
+                n = count_parameters(model_config, config).deployable
+            except ConfigError as e:                         # a form this backbone refuses
+                why = f"this backbone cannot take it: {e}"
+            else:
+                why = (f"{n:,} deployable parameters on this backbone, over the budget of {budget:,}"
+                       if budget is not None and n > budget else None)
         near = space.nearest_point(config, lr, n_layers) if why is None and lr is not None else None
         if why is None and near is None:
             why = space.why_not(config) if lr is not None else "it has no learning rate on record"

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random BERT and RoBERTa classifiers (built from configs, CPU, milliseconds)."""
+"""Shared fixtures: tiny random BERT and RoBERTa classifiers (built from configs, CPU, milliseconds),
+and a textbook prefix attention registered as `REFERENCE_ATTENTION` to compare the ``petl`` one with."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 import torch
-from transformers import (BertConfig, BertForSequenceClassification, RobertaConfig,
+from transformers import (AttentionInterface, BertConfig, BertForSequenceClassification, RobertaConfig,
                           RobertaForSequenceClassification)
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from petl_nas import ModuleSpec
+from petl_nas.modules.head_attention import edits_of
 
 TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64, num_labels=2)
@@ -50,3 +55,42 @@ def batch(kind: str = "bert", seed: int = 1, n: int = 3, length: int = 9):
 @pytest.fixture(params=sorted(BACKBONES))
 def kind(request):
     return request.param
+
+
+def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                               position_bias=None, **_):
+    """Textbook attention over [prefix; tokens]: eager softmax, float mask (eager_mask), T5's bias, GQA by
+    repetition; the prefix indexed here, not through its per-forward cache."""
+    e = edits_of(module)
+    b = query.shape[0]
+    if e is not None and e.prefix is not None:
+        pk, pv = e.prefix.all_kv()[e.prefix_index]
+        n = pk.shape[1]
+        key = torch.cat([pk.expand(b, -1, -1, -1), key], 2)
+        value = torch.cat([pv.expand(b, -1, -1, -1), value], 2)
+        pad = lambda t: None if t is None else torch.nn.functional.pad(t, (n, 0))  # noqa: E731
+        attention_mask, position_bias = pad(attention_mask), pad(position_bias)
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scores = query @ key.transpose(-1, -2) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
+    for extra in (position_bias, attention_mask):
+        if extra is not None:
+            scores = scores + extra
+    return (scores.softmax(-1) @ value).transpose(1, 2), None
+
+
+REFERENCE_ATTENTION = "reference_prefix"
+AttentionInterface.register(REFERENCE_ATTENTION, reference_prefix_attention)
+AttentionMaskInterface.register(REFERENCE_ATTENTION, eager_mask)
+
+
+# Modules whose Δh is exactly 0 at initialisation (LoRA's B, an adapter's up projection start at 0).
+ZERO_INIT = {
+    "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
+    "scaled PA at attn": ModuleSpec(form="adapter", position="attn", size=4, init="lora", composition="scaled", scale=4.0),
+    "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
+    "lora qkvo": ModuleSpec(form="lora", size=4, targets=("q", "k", "v", "o")),
+    "lora ffn": ModuleSpec(form="lora", position="ffn", size=4),
+    "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
+    "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
+}

@@ -12,12 +12,12 @@ import dataclasses
 import optuna
 import pytest
 import torch
-from transformers import (AttentionInterface, AutoConfig, AutoModelForCausalLM, BartConfig,
+from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig,
                           BartForConditionalGeneration, DynamicCache, EncoderDecoderCache, GPT2Config, GPT2LMHeadModel,
                           MBartConfig, MBartForConditionalGeneration, T5Config, T5ForConditionalGeneration)
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.pytorch_utils import Conv1D
 
+from conftest import REFERENCE_ATTENTION, ZERO_INIT
 from petl_nas import (ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, count_parameters, load_petl,
                       petl_disabled, preset, preset_names, save_petl)
 from petl_nas.backbones import spec_for
@@ -47,15 +47,19 @@ def tiny(kind: str, seed: int = 0):
                                            pad_token_id=0))
     else:                                                     # grouped-query attention: 4 query, 2 KV heads
         llama = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0)
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kind, **llama))  # llama, mistral, qwen2
+                     num_key_value_heads=2, head_dim=D // 4, max_position_embeddings=64, tie_word_embeddings=False,
+                     pad_token_id=0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kind, **llama))  # Llama's spec
     return model.eval()
 
 
 KINDS = ["bart", "mbart", "t5", "t5_gated", "gpt2", "llama"]
-LLAMA_FAMILY = ["mistral", "qwen2"]          # Llama's spec; Qwen2 adds q/k/v biases
+# Llama's spec: Qwen2 adds q/k/v biases; Qwen3 and Gemma 3 normalise q and k; Gemma scales its embeddings;
+# Gemma 3 alternates sliding-window layers; Gemma 2 soft-caps its logits (no head-attention forms there).
+LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text"]
+SOFT_CAPPED = ["gemma2"]
 ENC_DEC = {"bart", "mbart", "t5", "t5_gated"}
-BIAS_FREE = {"t5", "t5_gated", "llama"}
+BIAS_FREE = {"t5", "t5_gated", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text"}
 
 
 def batch(kind: str, seed: int = 1):
@@ -108,12 +112,16 @@ PRESETS = preset_names()
 
 
 # ---- every preset on every backbone ---------------------------------------------------------
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + LLAMA_FAMILY + SOFT_CAPPED)
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_builds_and_trains_only_petl(kind, name):
     model = tiny(kind)
     if name == "bitfit" and kind in BIAS_FREE:
         with pytest.raises(ConfigError, match="no bias terms"):
+            apply_petl(model, preset(name, model.config))
+        return
+    if kind in SOFT_CAPPED and any(m.form in ("prefix", "mh_adapter") for m in preset(name, model.config).modules):
+        with pytest.raises(ConfigError, match="cannot soft-cap attention logits"):
             apply_petl(model, preset(name, model.config))
         return
     apply_petl(model, preset(name, model.config)).train()
@@ -150,17 +158,7 @@ def test_disabled_is_the_base_model_and_save_load_round_trips(kind, name, tmp_pa
     assert torch.allclose(logits(load_petl(tiny(kind), tmp_path), x), ours, atol=1e-5)
 
 
-# ---- identity at zero-init and at closed gates ----------------------------------------------
-ZERO_INIT = {
-    "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
-    "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
-    "lora qkvo": ModuleSpec(form="lora", size=4, targets=("q", "k", "v", "o")),
-    "lora ffn": ModuleSpec(form="lora", position="ffn", size=4),
-    "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
-    "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
-}
-
-
+# ---- identity at zero-init (conftest's modules) and at closed gates --------------------------
 @pytest.mark.parametrize("kind", KINDS)
 def test_zero_init_and_closed_gates_leave_the_output_unchanged(kind):
     base = tiny(kind)
@@ -183,30 +181,7 @@ def test_zero_init_and_closed_gates_leave_the_output_unchanged(kind):
     assert same(logits(model, x), expected, x)   # the gate's extra feature column reorders float sums
 
 
-# ---- prefix through the attention function == explicit concatenation -----------------------
-def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                               position_bias=None, **_):
-    """Textbook attention over [prefix; tokens]: eager softmax, float mask, T5's bias, GQA by repetition."""
-    e = edits_of(module)
-    b = query.shape[0]
-    if e is not None and e.prefix is not None:
-        pk, pv = e.prefix.layer_kv(e.prefix_index)
-        n = pk.shape[1]
-        key = torch.cat([pk.expand(b, -1, -1, -1), key], 2)
-        value = torch.cat([pv.expand(b, -1, -1, -1), value], 2)
-        pad = lambda t: None if t is None else torch.nn.functional.pad(t, (n, 0))  # noqa: E731
-        attention_mask, position_bias = pad(attention_mask), pad(position_bias)
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    scores = query @ key.transpose(-1, -2) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
-    for extra in (position_bias, attention_mask):
-        if extra is not None:
-            scores = scores + extra
-    return (scores.softmax(-1) @ value).transpose(1, 2), None
-
-
-AttentionInterface.register("reference_prefix_s2s", reference_prefix_attention)
-AttentionMaskInterface.register("reference_prefix_s2s", eager_mask)
+# ---- prefix through the attention function == explicit concatenation (conftest's reference) --
 
 
 @pytest.mark.parametrize("kind", KINDS + LLAMA_FAMILY)
@@ -216,7 +191,7 @@ def test_prefix_equals_explicit_concatenation(kind, reparam):
     perturb(model, std=1.0)
     x = batch(kind)
     ours = logits(model, x)
-    model.set_attn_implementation("reference_prefix_s2s")
+    model.set_attn_implementation(REFERENCE_ATTENTION)
     assert same(logits(model, x), ours, x)
     model.set_attn_implementation("petl")
     with petl_disabled(model):

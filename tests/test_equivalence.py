@@ -9,7 +9,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from conftest import batch, tiny_model
+from conftest import REFERENCE_ATTENTION, ZERO_INIT, batch, tiny_model
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset
 from petl_nas.modules.head_attention import edits_of, petl_attention
 
@@ -21,22 +21,7 @@ def _perturb(model, std=0.2, seed=3):
             p.add_(torch.randn(p.shape, generator=g) * std)
 
 
-# ---- prefix through the attention function == explicit concatenation ------------------------
-def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_):
-    """Textbook attention over [prefix; tokens], eager softmax and an additive float mask."""
-    e = edits_of(module)
-    pk, pv = e.prefix.all_kv()[e.prefix_index]                     # indexed here, not through the per-forward cache
-    b, n = query.shape[0], pk.shape[1]
-    k = torch.cat([pk.expand(b, -1, -1, -1), key], 2)
-    v = torch.cat([pv.expand(b, -1, -1, -1), value], 2)
-    scores = query @ k.transpose(-1, -2) * scaling
-    if attention_mask is not None:   # eager_mask: float [B,1,Lq,Lk], 0 or -inf-like
-        scores = scores + torch.nn.functional.pad(attention_mask, (n, 0))
-    return (scores.softmax(-1) @ v).transpose(1, 2), None
-
-
-AttentionInterface.register("reference_prefix", reference_prefix_attention)
-AttentionMaskInterface.register("reference_prefix", eager_mask)
+# ---- prefix through the attention function == explicit concatenation (conftest's reference) --
 
 
 @pytest.mark.parametrize("reparam", [0, 16])
@@ -48,7 +33,7 @@ def test_prefix_equals_explicit_concatenation(kind, reparam):
     ours.logits.sum().backward()
     grads = {n: p.grad.clone() for n, p in model.petl.named_parameters()}
     model.zero_grad()
-    model.set_attn_implementation("reference_prefix")
+    model.set_attn_implementation(REFERENCE_ATTENTION)
     ref = model(**x, output_hidden_states=True)
     ref.logits.sum().backward()
     assert torch.allclose(ours.logits, ref.logits, atol=1e-5)
@@ -132,17 +117,7 @@ def test_lora_equals_merged_weights(kind):
     assert torch.allclose(model(**x).logits, merged(**x).logits, atol=1e-5)
 
 
-# ---- identity at zero-init and at closed gates ----------------------------------------------
-ZERO_INIT = {
-    "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
-    "scaled PA at attn": ModuleSpec(form="adapter", position="attn", size=4, init="lora", composition="scaled", scale=4.0),
-    "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
-    "lora": ModuleSpec(form="lora", size=4),
-    "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
-    "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
-}
-
-
+# ---- identity at zero-init (conftest's modules) and at closed gates --------------------------
 @pytest.mark.parametrize("label", ZERO_INIT)
 def test_zero_init_leaves_the_output_unchanged(kind, label):
     base = tiny_model(kind)

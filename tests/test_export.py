@@ -8,6 +8,7 @@ import pytest
 import torch
 from optuna.distributions import FloatDistribution
 from safetensors.torch import load_file
+from transformers import BartConfig, BertConfig
 
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, preset
 from petl_nas.export import choose, read_record, record, write_record
@@ -207,12 +208,15 @@ def test_mam_as_an_adapterhub_union():
     assert adapter["is_parallel"] and adapter["scaling"] == 4.0 and adapter["reduction_factor"] == 1.5
 
 
+BERT_BASE = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+
+
 def test_lora_and_prefix_as_peft_configs():
     peft = pytest.importorskip("peft")
-    lora = to_peft(preset("lora"), 768, 12)
+    lora = to_peft(preset("lora"), BERT_BASE)
     assert lora["r"] == 8 and lora["lora_alpha"] == 16
     assert isinstance(peft.get_peft_config(lora), peft.LoraConfig)
-    prefix = to_peft(preset("prefix"), 768, 12)
+    prefix = to_peft(preset("prefix"), BERT_BASE)
     assert isinstance(peft.get_peft_config(prefix), peft.PrefixTuningConfig)
 
 
@@ -221,18 +225,20 @@ def test_lora_and_prefix_as_peft_configs():
     ("bitfit", "adapters", "no BitFit"), ("houlsby", "peft", "no bottleneck adapters"),
 ])
 def test_what_is_not_expressible_is_named(name, library, words):
-    fn = to_peft if library == "peft" else to_adapters
     with pytest.raises(NotExpressible, match=words):
-        fn(preset(name, hidden_size=768), 768, 12)
+        if library == "peft":
+            to_peft(preset(name, hidden_size=768), BERT_BASE)
+        else:
+            to_adapters(preset(name, hidden_size=768), 768, 12)
 
 
 def test_restricted_blocks_and_other_backbones_are_named_not_dropped():
     decoder_only = PetlConfig(modules=(ModuleSpec(form="lora", size=8, blocks=("decoder",)),))
-    for fn in (to_peft, to_adapters):
-        with pytest.raises(NotExpressible, match=r"restricted to the decoder blocks"):
-            fn(decoder_only, 768, 12)
-    with pytest.raises(NotExpressible, match="a bart backbone"):
-        to_peft(preset("lora"), 768, 12, model_type="bart")
+    with pytest.raises(NotExpressible, match=r"restricted to the decoder blocks"):
+        to_adapters(decoder_only, 768, 12)
+    with pytest.raises(NotExpressible, match="prefix tuning on a bart backbone"):
+        to_peft(preset("prefix"), BartConfig(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                             decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32))
 
 
 def test_record_carries_the_final_step_and_decoding_caps(tmp_path):

@@ -58,15 +58,17 @@ def test_the_probe_leaves_the_random_state_and_the_mode_alone():
     assert torch.equal(torch.rand(3), expected) and model.training
 
 
-def spec(config: PetlConfig, mb: float = 100, **recipe) -> TrialSpec:
-    return TrialSpec(backbone=TINY, task="demo_sentiment", config=config.to_dict(), k=96, search_dev=48,
+def spec(config: PetlConfig, mb: float = 100, model_type: str = "bert", **recipe) -> TrialSpec:
+    backbone = {"tiny": {**TINY["tiny"], "model_type": model_type}}
+    return TrialSpec(backbone=backbone, task="demo_sentiment", config=config.to_dict(), k=96, search_dev=48,
                      recipe={**RECIPE, "frozen_cache_mb": mb, **recipe})
 
 
-def test_reuse_trains_exactly_as_recomputing_the_frozen_layers():
-    cached = run_trial(spec(TOP_LORA))
+@pytest.mark.parametrize("model_type", ["bert", "distilbert", "modernbert"])   # ModernBERT: rotary, sliding windows
+def test_reuse_trains_exactly_as_recomputing_the_frozen_layers(model_type):
+    cached = run_trial(spec(TOP_LORA, model_type=model_type))
     frozen.clear()
-    recomputed = run_trial(spec(TOP_LORA, mb=1e-9))                     # over the bound: every layer runs
+    recomputed = run_trial(spec(TOP_LORA, mb=1e-9, model_type=model_type))   # over the bound: every layer runs
     assert cached["frozen"]["cached"] == {"train": True, "dev": True}
     assert recomputed["frozen"]["cached"] == {"train": False, "dev": False}
     assert cached["frozen"]["layer"] == recomputed["frozen"]["layer"] == 2
@@ -74,7 +76,7 @@ def test_reuse_trains_exactly_as_recomputing_the_frozen_layers():
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
         assert a["accuracy"] == b["accuracy"]
     assert cached["score"] == recomputed["score"]
-    off = run_trial(spec(TOP_LORA, mb=0))
+    off = run_trial(spec(TOP_LORA, mb=0, model_type=model_type))
     assert "frozen" not in off                                         # off: the plain path, dropout everywhere
 
 

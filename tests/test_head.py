@@ -167,17 +167,24 @@ def test_bad_head_values_name_the_field():
     assert PetlConfig.from_dict(config(pooling="mean", head_lr_mult=3).to_dict()) == config(pooling="mean", head_lr_mult=3)
 
 
-def test_interop_names_the_head_it_cannot_express():
+def test_interop_names_the_head_it_cannot_express(tmp_path):
+    from transformers import AutoConfig
+
     from petl_nas.interop import NotExpressible, to_adapters, to_peft
 
     lora = PetlConfig(modules=(ModuleSpec(form="lora", size=8, composition="scaled", scale=2.0),))
-    assert to_peft(lora, 32, 3)["peft_type"] == "LORA"                                   # the model's own head
-    assert to_peft(dataclasses.replace(lora, pooling="pooler_trained"), 32, 3)["modules_to_save"] == [
+    bert = tiny_model().config
+    assert to_peft(lora, bert)["peft_type"] == "LORA"                                    # the model's own head
+    assert to_peft(dataclasses.replace(lora, pooling="pooler_trained"), bert)["modules_to_save"] == [
         "classifier", "pooler"]
     with pytest.raises(NotExpressible, match="pooling: mean"):
-        to_peft(dataclasses.replace(lora, pooling="mean"), 32, 3)
+        to_peft(dataclasses.replace(lora, pooling="mean"), bert)
     with pytest.raises(NotExpressible, match="pooling: mean .AdapterHub"):
         to_adapters(dataclasses.replace(lora, pooling="mean"), 32, 3)
+    # auto on a sentence-transformers checkpoint reads mean pooling: PEFT's stock head would not
+    st = AutoConfig.from_pretrained(sentence_transformers_checkpoint(tmp_path))
+    with pytest.raises(NotExpressible, match=r"pooling: mean \(PEFT trains the model's own head"):
+        to_peft(lora, st)
 
 
 def test_export_writes_the_pooling_auto_resolved_to(tmp_path):

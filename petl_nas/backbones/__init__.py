@@ -57,7 +57,8 @@ class Block:
     Attributes:
         name: ``encoder``, ``decoder`` or ``cross``.
         layers: path from ``model.base_model`` to the layer list.
-        attention: the module that calls the attention interface (sees q, k, v and the mask).
+        attention: the module that calls the attention interface (sees q, k, v and the mask);
+            None where the family computes attention in its own code (no prefix, no multi-head adapter).
         q, k, v, o: the attention projections (a fused one as ``path[i/n]``).
         ffn_in: W1, whose input is the FFN sublayer's input x (two paths for a gated FFN).
         ffn_out: W2.
@@ -66,7 +67,7 @@ class Block:
 
     name: str
     layers: str
-    attention: str
+    attention: str | None
     q: str
     k: str
     v: str

@@ -45,10 +45,10 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from ..backbones import stacks
-from ..budget import count_parameters
+from ..budget import applies, count_parameters
 from ..config import ModuleSpec, PetlConfig
 from ..head import pooler_parameters
-from ..inject import apply_petl, gate_prompt, norm_modules
+from ..inject import apply_petl, gate_prompt, head_attention_refusal, norm_modules
 from ..modules.adapter import Bottleneck
 from ..modules.head_attention import edits_of
 from ..modules.lora import LoRA
@@ -182,7 +182,7 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
     targets there), a parallel adapter at each position whose slot allows adapters, a prefix at
     attention where a slot allows prefixes (flat where the space allows it, composed by the shared
     softmax); every layer; each at the space's largest size, cut to the largest that alone (on one
-    layer) fits ``budget``."""
+    layer) fits ``budget``. Forms the backbone refuses (a prefix on DeBERTa) are left out."""
     forms: dict[str, set[str]] = {}
     for slot in space.slots:
         forms.setdefault(slot.site, set()).update(slot.forms.choices or (slot.forms.value,))
@@ -204,6 +204,8 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
             step = extra.get("phm_n", 1)                   # Compacter: sizes divisible by n
             size = max(step, size - size % step)
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
+            if not applies(model_config, PetlConfig(modules=(spec,))):   # a form this backbone refuses
+                continue
             while budget is not None and size > step and _one_layer_count(model_config, spec) > budget:
                 size = max(step, (size // 2) - (size // 2) % step)
                 spec = ModuleSpec(form=form, position=site, size=size, **extra)
@@ -212,8 +214,9 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
 
 
 def allows_bitfit(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
-    """Does the space allow BitFit, and do the biases alone fit ``budget``?"""
-    return _allows_true(space, "bitfit") and (budget is None or bitfit_cost(model_config, head) <= budget)
+    """Does the space allow BitFit, does the backbone have biases, and do they alone fit ``budget``?"""
+    return (_allows_true(space, "bitfit") and applies(model_config, PetlConfig(bitfit=True))
+            and (budget is None or bitfit_cost(model_config, head) <= budget))
 
 
 def allows_layernorms(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
@@ -223,9 +226,10 @@ def allows_layernorms(space, model_config, budget: int | None, head: PetlConfig 
 
 
 def prompt_length_for(space, model_config, budget: int | None, head: PetlConfig | None = None) -> int:
-    """The longest soft prompt the space allows that alone fits ``budget`` (0: no prompt candidate)."""
+    """The longest soft prompt the space allows that alone fits ``budget`` (0: no prompt candidate,
+    or a backbone whose attention cannot add the prompt's gates to its logits)."""
     d = space.globals.get("prompt_length")
-    if d is None:
+    if d is None or head_attention_refusal(model_config) is not None:     # its gates need the ``petl`` attention
         return 0
     longest = int(max(d.choices) if d.choices else d.high if d.kind == "int" else d.value or 0)
     if longest and budget is not None:
@@ -350,7 +354,8 @@ def _gate_globals(net: Supernet, model: nn.Module, head, bitfit: bool, layernorm
     """The BitFit and LayerNorm units (see the module docstring), with their exact costs."""
     if not (bitfit or layernorms):
         return
-    c_b, c_l = global_cost(model.config, head, bitfit=True), global_cost(model.config, head, layernorms=True)
+    c_b = global_cost(model.config, head, bitfit=True) if bitfit else 0       # (a bias-free backbone has no BitFit)
+    c_l = global_cost(model.config, head, layernorms=True) if layernorms else 0
     both = bitfit and layernorms
     net.shared_cost = c_b + c_l - global_cost(model.config, head, bitfit=True, layernorms=True) if both else 0
     found = {BITFIT: HardConcrete(1, init_open, gate_speed) if bitfit else None,
@@ -388,7 +393,7 @@ def _prefixes(model: nn.Module):
              for enc in group.modules() if isinstance(enc, PrefixEncoder)}
     found = []
     spec, layer_lists = stacks(model)
-    for block in spec.blocks:
+    for block in (b for b in spec.blocks if b.attention is not None):     # DeBERTa: no prefix anywhere
         for l, layer in enumerate(layer_lists[block.name]):
             edits = edits_of(layer.get_submodule(block.attention))
             if edits is not None and edits.prefix is not None and id(edits.prefix) in index:
