@@ -14,6 +14,7 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from .compiling import COMPILE_MODES
 from .config import ConfigError, PetlConfig
@@ -72,7 +73,27 @@ def _config_from_args(args, model_config) -> tuple[str, PetlConfig]:
         raise ConfigError("give exactly one of --preset NAME or --config FILE")
     if args.preset:
         return args.preset, preset(args.preset, model_config)
-    return args.config, PetlConfig.from_yaml(args.config)
+    return args.config, _read_petl_config(args.config)
+
+
+def _read_petl_config(path: str) -> PetlConfig:
+    """A PetlConfig file, or the configuration inside an export record (``export -o``) or a trained
+    model's ``petl_config.json`` (the file or its folder)."""
+    import yaml
+
+    from .inject import CONFIG_FILE
+
+    file = Path(path) / CONFIG_FILE if Path(path).is_dir() else Path(path)
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{file}: not valid YAML ({e})") from None
+    if isinstance(data, dict) and isinstance(data.get("petl_config"), dict):
+        try:
+            return PetlConfig.from_dict(data["petl_config"])
+        except ConfigError as e:
+            raise ConfigError(f"{file}: petl_config: {e}") from None
+    return PetlConfig.from_yaml(file)
 
 
 def cmd_count(args) -> int:
@@ -281,12 +302,17 @@ def cmd_space(args) -> int:
         print(f"{space.source}: ok (space {space.name}, version {space.version}, "
               f"{len([d for d in space.dimensions() if d.kind != 'fixed'])} searched dimensions)")
     else:
-        n_layers = None
+        model_config = None
         if args.model:
             from .models import load_model_config
 
-            n_layers = load_model_config(args.model).num_hidden_layers
-        print(space.describe(n_layers))
+            model_config = load_model_config(args.model)
+        print(space.describe(model_config.num_hidden_layers if model_config is not None else None))
+        if model_config is not None:
+            from .study import unit_costs
+
+            print(f"\nwhat one unit of each size costs on {args.model} (deployable parameters):")
+            print("\n".join(unit_costs(space, model_config)))
     return 0
 
 
@@ -375,13 +401,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "space", "validate or show a search space file")
     p.add_argument("action", choices=["validate", "show"])
     p.add_argument("file", help="a space YAML or a name from search_space/")
-    p.add_argument("--model", help="count the per-layer parameters for this backbone (show)")
+    p.add_argument("--model", help="show: this backbone's per-layer parameters, and what one unit of each "
+                                   "size costs on it")
     p.set_defaults(func=cmd_space)
 
     p = _command(sub, "count", "exact trainable and deployable parameter counts")
     p.add_argument("--model", required=True, help="local transformers directory or hub name")
     p.add_argument("--preset", help="a named preset (see `petl-nas presets`)")
-    p.add_argument("--config", help="a PetlConfig YAML or JSON file")
+    p.add_argument("--config", help="a PetlConfig YAML or JSON file, an export record (export -o), or a "
+                                    "trained model's folder or petl_config.json")
     p.add_argument("--num-labels", type=int, default=2, help="size of the task head (1 = regression)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_count)

@@ -102,9 +102,19 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
     return out[0] if len(out) == 1 else {"architecture": "union", "configs": out}
 
 
-def _head_modules(config: PetlConfig) -> dict:
-    """A trained pooler trains beside PEFT's classifier (``modules_to_save``)."""
-    return {"modules_to_save": ["classifier", "pooler"]} if config.pooling == "pooler_trained" else {}
+def _head_modules(config: PetlConfig, model: nn.Module, task_kind: str) -> dict:
+    """What trains beside the tuner, as PEFT's ``modules_to_save``: every module of a sequence
+    classifier's head outside the base model that has weights (BERT's ``classifier``, DeBERTa's
+    ``pooler`` and ``classifier``, ModernBERT's ``head`` and ``classifier``, DistilBERT's
+    ``pre_classifier``, a decoder's ``score``), and a trained pooler inside it (``pooler_trained``).
+    PEFT's own default for SEQ_CLS is only ``classifier`` and ``score``."""
+    if task_kind not in ("classification", "regression"):
+        return {}
+    head = [name for name, child in model.named_children()
+            if child is not model.base_model and any(True for _ in child.parameters())]
+    if config.pooling == "pooler_trained":
+        head.append("pooler")
+    return {"modules_to_save": sorted(set(head))}
 
 
 def _resolved_pooling(config: PetlConfig, model_config) -> tuple[str, str]:
@@ -209,7 +219,7 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         first = lora[0]
         out = {**base, "peft_type": "LORA", "r": first.size, "lora_alpha": alpha[0], "lora_dropout": first.dropout,
                "target_modules": patterns[0] if len(patterns) == 1 else r"(?:" + "|".join(patterns) + ")",
-               "bias": "all" if config.bitfit else "none", **_head_modules(config)}
+               "bias": "all" if config.bitfit else "none", **_head_modules(config, model, task_kind)}
         ranks = {p: m.size for p, m in zip(patterns[1:], lora[1:]) if m.size != first.size}
         alphas = {p: a for p, a in zip(patterns[1:], alpha[1:]) if a != alpha[0]}
         if ranks:
@@ -222,7 +232,8 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
     prefix = [m for m in config.modules if m.form == "prefix"]
     if prefix:
         m = prefix[0]
-        return {**base, **_head_modules(config), "peft_type": "PREFIX_TUNING", "num_virtual_tokens": m.size,
+        return {**base, **_head_modules(config, model, task_kind), "peft_type": "PREFIX_TUNING",
+                "num_virtual_tokens": m.size,
                 "prefix_projection": m.reparam > 0, "encoder_hidden_size": m.reparam or model_config.hidden_size,
                 "token_dim": model_config.hidden_size, "num_layers": model_config.num_hidden_layers}
     raise NotExpressible("HF PEFT", ["an empty configuration"])

@@ -151,7 +151,7 @@ def _absolute_paths(exp: Experiment) -> Experiment:
 
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
 _TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
-              "tokenizer.model")
+              "tokenizer.model", "spm.model")          # spm.model: DeBERTa v2/v3's only tokenizer file
 
 
 def _check_backbone_files(backbone) -> None:
@@ -280,10 +280,18 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     # ---- trials ---------------------------------------------------------------------------------
     recipe = trial_recipe(exp)
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
+    said: set[str] = set()
+
+    def invalid(number: int, reason: str) -> None:     # each reason once: a refused form is drawn often
+        if reason not in said:
+            said.add(reason)
+            printer(f"trial {number} not trained, invalid configuration: {reason} (draws refused for the "
+                    f"same reason are counted as failed, not said again)")
+
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
                          target=target, lock=lock, heartbeat=heartbeat,
                          sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials),
-                         head_trains=not task.generative)
+                         head_trains=not task.generative, on_invalid=invalid)
     progress = Progress(study, remaining, printer)
     trial_dir = exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -408,7 +416,7 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
                                   "epochs": exp.final.epochs, "k": k, "split": "test"})
         tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""
         printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean:.4f} ± {std:.4f} "
-                f"over {len(scores)} seeds")
+                f"over {len(scores)} seed{'s' if len(scores) != 1 else ''}")
 
 
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:

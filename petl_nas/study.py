@@ -27,7 +27,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from .budget import applies, count_parameters
+from .budget import applies, count_parameters, refusal
 from .config import ConfigError, PetlConfig, suggest
 from .costs import directions, metric_names
 from .describe import describe_config
@@ -158,17 +158,19 @@ class TrialSource:
     trials the study holds: one seeded sampler for the whole process would repeat its first draws
     in every process, so a resumed study, or a second worker, trained the first trials' proposals
     again. ``head_trains`` False (a generation task: the LM head stays frozen) makes a draw with
-    no PETL parameter an invalid configuration, as it would train nothing.
+    no PETL parameter an invalid configuration, as it would train nothing. ``on_invalid(number,
+    reason)`` hears of each draw recorded as an invalid configuration (a form the backbone refuses).
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
                  n_layers: int, flat: bool = False, target: int | None = None, lock=None,
                  heartbeat: Heartbeat | None = None,
-                 sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None, head_trains: bool = True):
+                 sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None, head_trains: bool = True,
+                 on_invalid: Callable[[int, str], None] | None = None):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
         self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
-        self.sampler_for, self.head_trains = sampler_for, head_trains
+        self.sampler_for, self.head_trains, self.on_invalid = sampler_for, head_trains, on_invalid
         self.backbone = count_parameters(model_config, PetlConfig()).backbone
         self.rejected = 0
 
@@ -223,6 +225,8 @@ class TrialSource:
             trial.set_user_attr("fail_reason", f"invalid configuration: {e}")
             trial.set_user_attr("fail_kind", INVALID)
             self.study.tell(trial, state=TrialState.FAIL)
+            if self.on_invalid is not None:
+                self.on_invalid(trial.number, str(e))
             return None
         trial.set_user_attr("deployable", count.deployable)
         trial.set_user_attr("trainable", count.trainable)
@@ -274,29 +278,62 @@ def _can_be(dim, value) -> bool:
 def _smallest_form(space: SearchSpace, slot, model_config, n_layers: int, skip_none: bool = False) -> int:
     """The fewest deployable parameters of ``slot`` over the forms the backbone takes (`none` left
     out with ``skip_none``; 0 if nothing is left), each at its dimensions' smallest values."""
-    from .space import FORM_DIMENSIONS
-
     layer_choices = space.globals["layers"].choices or (space.globals["layers"].value,)
     few_layers = (n_layers - 1,) if set(layer_choices) & {"top", "mask"} else None
     best = None
     for form in slot.forms.choices or (slot.forms.value,):
         if skip_none and form == "none":
             continue
-        vals = {}
-        for d in FORM_DIMENSIONS[form]:
-            dim = slot.dims.get(d)
-            if dim is None:
-                continue
-            vals[d] = (dim.value if dim.kind == "fixed" else dim.low if dim.kind in ("int", "float")
-                       else dim.choices[0])
-        if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
-            vals.setdefault("scale", 1.0)
-        config = PetlConfig(modules=(space.module_spec(slot, form, vals, False, few_layers),))
+        config = PetlConfig(modules=(space.module_spec(slot, form, _smallest_values(slot, form), False, few_layers),))
         if not applies(model_config, config):            # a form this backbone refuses: never drawn validly
             continue
         n = count_parameters(model_config, config).deployable
         best = n if best is None else min(best, n)
     return best or 0
+
+
+def _smallest_values(slot, form: str) -> dict:
+    """The value of each of ``form``'s dimensions at ``slot``: fixed, the low end of a range, or the
+    first choice."""
+    from .space import FORM_DIMENSIONS
+
+    vals = {}
+    for d in FORM_DIMENSIONS[form]:
+        dim = slot.dims.get(d)
+        if dim is not None:
+            vals[d] = dim.value if dim.kind == "fixed" else dim.low if dim.kind in ("int", "float") else dim.choices[0]
+    if vals.get("composition") == "scaled" or vals.get("prefix_composition") == "scaled":
+        vals.setdefault("scale", 1.0)
+    return vals
+
+
+SIZE_DIMENSIONS = {"adapter": "bottleneck", "compacter": "bottleneck", "lora": "rank", "prefix": "length",
+                   "mh_adapter": "length"}
+
+
+def unit_costs(space: SearchSpace, model_config) -> list[str]:
+    """What one unit of each slot's size dimension costs on this backbone, per form: deployable
+    parameters on one layer and on every layer (the difference between two sizes, the form's other
+    dimensions at their smallest values), so that a range reads as parameters; a form the backbone
+    refuses says so instead."""
+    lines = [f"{'slot':<12}{'form':<12}{'one unit of':<14}{'per layer':>12}{'all layers':>14}"]
+    for slot in space.slots:
+        for form in (f for f in slot.forms.choices or (slot.forms.value,) if f != "none"):
+            size, vals = SIZE_DIMENSIONS[form], _smallest_values(slot, form)
+            step = int(vals.get("phm_n", 1)) if form == "compacter" else 1      # PHM sizes are multiples of n
+            low = -(-int(vals[size]) // step) * step
+
+            def count(n: int, layers) -> int:
+                spec = space.module_spec(slot, form, {**vals, size: n}, False, layers)
+                return count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
+
+            if (why := refusal(model_config, PetlConfig(modules=(space.module_spec(slot, form, vals, False, None),)))):
+                lines.append(f"{slot.name:<12}{form:<12}{size:<14}  not for this backbone: {why}")
+                continue
+            one = (count(low + step, (0,)) - count(low, (0,))) / step
+            every = (count(low + step, None) - count(low, None)) / step
+            lines.append(f"{slot.name:<12}{form:<12}{size:<14}{one:>12,.0f}{every:>14,.0f}")
+    return lines
 
 
 def check_preset_names(names) -> None:

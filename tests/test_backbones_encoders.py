@@ -237,11 +237,14 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
     run_search(exp, printer=lines.append)
     said = next(line for line in lines if line.startswith("presets this backbone cannot take"))
     assert said.split(": ", 1)[1].startswith(f"{refused} (")
+    invalid = [line for line in lines if "not trained, invalid configuration" in line]   # each reason said once
+    assert invalid and len(invalid) == len({line.split("configuration: ", 1)[1] for line in invalid})
     study = optuna.load_study(study_name="r", storage=exp.storage_url)
     assert all(t.user_attrs.get("preset") != refused for t in study.trials)
     for t in study.trials:
         if t.state == TrialState.FAIL:
             assert t.user_attrs["fail_reason"].startswith("invalid configuration")
+            assert any(t.user_attrs["fail_reason"].split(": ", 1)[1] in line for line in invalid)
         config = t.user_attrs.get("petl_config")
         if t.state == TrialState.COMPLETE:
             forms = {m["form"] for m in config["modules"]} | ({"bitfit"} if config.get("bitfit") else set())
@@ -257,3 +260,30 @@ def test_presets_with_a_model_lists_what_the_backbone_cannot_take(tmp_path, caps
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "not for this backbone: bitfit: a modernbert backbone has no bias terms" in rows["bitfit"]
     assert "not for this backbone" not in rows["lora"] and "%" in rows["lora"]
+
+
+def test_a_deberta_v3_folder_with_only_its_sentencepiece_model_trains(tmp_path):
+    """microsoft/deberta-v3-* ship their tokenizer as spm.model alone (no tokenizer.json): such a
+    folder is a backbone, and a trial loads its tokenizer (sentencepiece) and trains on it."""
+    import io
+
+    import sentencepiece
+
+    from petl_nas.search import _check_backbone_files
+    from petl_nas.worker import TrialSpec, run_trial
+
+    tiny("deberta-v2").save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="no tokenizer files"):
+        _check_backbone_files(str(tmp_path))
+    spm = io.BytesIO()
+    words = ["a great film", "an awful dull movie", "the plot was fine", "what a lovely story", "i did not like it"]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(words * 20), model_writer=spm, vocab_size=30, hard_vocab_limit=False, minloglevel=2,
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]", bos_piece="[CLS]", eos_piece="[SEP]",
+        unk_piece="[UNK]", user_defined_symbols=["[MASK]"])
+    (tmp_path / "spm.model").write_bytes(spm.getvalue())
+    _check_backbone_files(str(tmp_path))
+    result = run_trial(TrialSpec(backbone=str(tmp_path), task="demo_sentiment", k=64, search_dev=32,
+                                 config=PetlConfig(modules=(ModuleSpec(form="lora", size=2),)).to_dict(),
+                                 recipe={"lr": 5e-3, "epochs": 1, "batch_size": 16, "max_length": 16, "seed": 0}))
+    assert 0 <= result["score"] <= 1 and result["history"]

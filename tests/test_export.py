@@ -304,3 +304,22 @@ def test_an_empty_front_is_said_not_printed_as_a_bare_header():
     study.tell(trial, [0.5, 10.0])
     assert front_table(study).splitlines()[1] == ("(no trial on the front: none of the 1 complete trials learned: "
                                                   "each scored within noise of the trivial baseline)")
+
+
+def test_count_reads_an_export_record_and_a_trained_model(tmp_path, capsys):
+    """`count --config best.yaml` as `count --help` shows it: the record's configuration (and a
+    trained model's folder or its petl_config.json), not an error about the record's other keys."""
+    from conftest import tiny_model
+    from petl_nas import apply_petl, count_parameters, save_petl
+    from petl_nas.cli import main
+
+    tiny_model().save_pretrained(tmp_path / "m")
+    write_record({"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
+                  "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1}, "seeds": 1, "counts": {}},
+                 tmp_path / "best.yaml")
+    save_petl(apply_petl(tiny_model(), PetlConfig.from_dict(LORA)), tmp_path / "trained")
+    counts = []
+    for config in ("best.yaml", "trained", "trained/petl_config.json"):
+        assert main(["count", "--model", str(tmp_path / "m"), "--config", str(tmp_path / config), "--json"]) == 0
+        counts.append(json.loads(capsys.readouterr().out)["deployable"])
+    assert counts == [count_parameters(tiny_model().config, PetlConfig.from_dict(LORA)).deployable] * 3 != [0] * 3

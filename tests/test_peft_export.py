@@ -11,7 +11,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig, BartForConditionalGeneration, GPT2Config,
                           GPT2LMHeadModel, T5Config, T5ForConditionalGeneration)
 
-from petl_nas import ModuleSpec, PetlConfig, apply_petl, preset
+from petl_nas import ModuleSpec, PetlConfig, apply_petl, count_model, preset
 from petl_nas.backbones import spec_for
 from petl_nas.interop import NotExpressible, to_peft
 from petl_nas.tiny import tiny_backbone
@@ -104,6 +104,9 @@ def test_an_exported_lora_is_the_same_model_in_peft(kind, config):
         expected, got = ours(**x).logits, theirs(**x).logits
     assert not torch.allclose(expected, base(**x).logits, atol=1e-5)       # the LoRAs change the output
     assert torch.allclose(got, expected, atol=1e-5)
+    # and PEFT trains the head petl-nas trains (DeBERTa's pooler, ModernBERT's head, not just the classifier)
+    head = sum(p.numel() for n, p in theirs.named_parameters() if p.requires_grad and "lora_" not in n)
+    assert head == count_model(ours).head
 
 
 def test_a_fused_slice_and_a_second_lora_on_one_weight_are_named():

@@ -587,3 +587,9 @@ def test_export_of_a_preset_over_the_budget_says_so(tmp_path, capsys):
         assert main(["export", "--storage", exp.storage_url, "--preset", name, "-o", str(tmp_path / f"{name}.yaml")]) == 0
         out = capsys.readouterr().out
         assert (f"note: preset {name} takes " in out and "over the study's budget of" in out) == over
+
+
+def test_zero_trials_is_for_the_one_shot_strategy_only():
+    with pytest.raises(ConfigError, match=r"trials: expected a whole number >= 1 \(0 only with strategy: oneshot\)"):
+        Experiment(trials=0)
+    assert Experiment(trials=0, strategy="oneshot").trials == 0

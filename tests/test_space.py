@@ -158,3 +158,22 @@ def test_space_show_counts_every_parameter_a_study_holds():
     shown = {d.name for d in space.dimensions() if d.kind != "fixed"} | {n for n, _ in space.layer_parameters(6)}
     assert stored == shown
     assert f"{len(shown)} parameters a study can hold on a 6-layer backbone" in space.describe(6)
+
+
+def test_space_show_with_a_model_says_what_one_unit_of_each_size_costs(tmp_path, capsys):
+    """`space show --model`: per slot and form, the deployable parameters of one unit of its size on
+    one layer and on all of them (tiny BERT, d=32, FFN 64, 2 layers), or why the backbone refuses it."""
+    from petl_nas.cli import main
+    from petl_nas.tiny import tiny_backbone
+
+    d, f, layers = 32, 64, 2
+    for kind in ("bert", "deberta-v2"):
+        tiny_backbone(kind).save_pretrained(tmp_path / kind)
+    assert main(["space", "show", "small", "--model", str(tmp_path / "bert")]) == 0
+    rows = {tuple(line.split()[:2]): line.split()[3:] for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("attn ", "ffn "))}
+    assert rows[("attn", "lora")] == [f"{2 * 2 * d}", f"{2 * 2 * d * layers}"]        # q and v: A and B rows
+    assert rows[("attn", "prefix")] == [f"{2 * d}", f"{2 * d * layers}"]             # a key and a value
+    assert rows[("ffn", "adapter")] == [f"{2 * d + 1}", f"{(2 * d + 1) * layers}"]   # down, up and its bias
+    assert main(["space", "show", "small", "--model", str(tmp_path / "deberta-v2")]) == 0
+    assert "prefix      length          not for this backbone" in capsys.readouterr().out
