@@ -54,7 +54,8 @@ def confirm(study, exp, recipe, printer) -> list:
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
     for t in ranked:
         s = study.user_attrs[PREFIX + str(t.number)]
-        printer(f"confirmed trial {t.number}: search score {s[0]:.4f}, mean over {len(s)} seed{'s' if len(s) != 1 else ''} "
+        seeds = f"{len(s)} seed{'s' if len(s) != 1 else ''}"
+        printer(f"confirmed trial {t.number}: search score {s[0]:.4f}, mean over {seeds} "
                 f"{statistics.fmean(s):.4f} (" + ", ".join(f"{v:.4f}" for v in s) + ")")
     return ranked
 

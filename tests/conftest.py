@@ -87,7 +87,8 @@ AttentionMaskInterface.register(REFERENCE_ATTENTION, eager_mask)
 # Modules whose Δh is exactly 0 at initialisation (LoRA's B, an adapter's up projection start at 0).
 ZERO_INIT = {
     "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
-    "scaled PA at attn": ModuleSpec(form="adapter", position="attn", size=4, init="lora", composition="scaled", scale=4.0),
+    "scaled PA at attn": ModuleSpec(form="adapter", position="attn", size=4, init="lora", composition="scaled",
+                                    scale=4.0),
     "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
     "lora qkvo": ModuleSpec(form="lora", size=4, targets=("q", "k", "v", "o")),
     "lora ffn": ModuleSpec(form="lora", position="ffn", size=4),

@@ -94,7 +94,8 @@ def test_every_preset_counts_exactly_and_trains_only_petl_and_the_head(kind, nam
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     petl = {n for n in changed if n.startswith("petl.")}
     assert petl or not (config.modules or config.prompt_length), "no PETL module moved"
-    allowed = {n for n in base if (config.bitfit and n.endswith("bias")) or (config.train_layernorms and "norm" in n.lower())}
+    allowed = {n for n in base
+               if (config.bitfit and n.endswith("bias")) or (config.train_layernorms and "norm" in n.lower())}
     assert changed & base and changed & base <= allowed if allowed else not changed & base
 
 
