@@ -285,7 +285,8 @@ class Experiment:
     def __post_init__(self):
         where = "" if self.source == "<flags>" else f"{self.source}: "
         _check_fields(self, where, {
-            "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT, "trials": _whole(0),
+            "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT,
+            "trials": (_whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
             "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
             "gpus_per_trial": _auto_or(_number(0, False)), "concurrent": _optional(_whole(1)),
             "scheduler": _one_of("asha", "fifo"), "strategy": _one_of("sampler", "oneshot", "both"),
@@ -298,7 +299,7 @@ class Experiment:
                         "auto, none or a list of preset names"),
             "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
         if self.trials == 0 and self.strategy != "oneshot":     # oneshot trains its proposals, not `trials`
-            raise ConfigError(f"{where}trials: expected a whole number >= 1 (0 only with strategy: oneshot), got 0")
+            raise ConfigError(f"{where}trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot)")
         object.__setattr__(self, "objectives", check_objectives(self.objectives))
         if self.grace_period <= self.heartbeat_interval:
             raise ConfigError(f"{where}grace_period: must be longer than heartbeat_interval "

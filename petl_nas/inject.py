@@ -84,8 +84,8 @@ def _head_dims(config, block: Block, layer: nn.Module) -> tuple[int, int, int]:
     """(query heads, head dim, key/value heads) of one block, read off its q and k widths."""
     heads = getattr(config, block.heads)
     q, k = block.sites("q")[0], block.sites("k")[0]
-    head_dim = features(layer.get_submodule(q.path), q)[1] // heads
-    kv_heads = features(layer.get_submodule(k.path), k)[1] // head_dim
+    head_dim = features(layer.get_submodule(q.path), q, config)[1] // heads
+    kv_heads = features(layer.get_submodule(k.path), k, config)[1] // head_dim
     return heads, head_dim, kv_heads
 
 
@@ -185,10 +185,12 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                         for t in m.targets:
                             targets = block.sites(t)
                             for j, site in enumerate(targets):
-                                fan_in, fan_out = features(layers[l].get_submodule(site.path), site)
+                                linear = layers[l].get_submodule(site.path)
+                                fan_in, fan_out = features(linear, site, model.config)
                                 key = f"{l}_{t}" if len(targets) == 1 else f"{l}_{t}_{j}"
                                 lora = sub[key] = LoRA(m, fan_in, fan_out, causal)
-                                out_slice = (site.part * fan_out, site.parts * fan_out) if site.parts > 1 else None
+                                total = features(linear)[1]
+                                out_slice = (site.span(total, model.config)[0], total) if site.parts > 1 else None
                                 sites[(name, l, site.path)].add("lora", lora, out_slice)
                                 source = _input_of(t, name)
                                 if source is not None and not m.dropout:

@@ -12,9 +12,9 @@ import dataclasses
 import optuna
 import pytest
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig,
-                          BartForConditionalGeneration, DynamicCache, EncoderDecoderCache, GPT2Config, GPT2LMHeadModel,
-                          MBartConfig, MBartForConditionalGeneration, T5Config, T5ForConditionalGeneration)
+from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig, BartForConditionalGeneration, DynamicCache,
+                          EncoderDecoderCache, GPT2Config, GPT2LMHeadModel, MBartConfig, MBartForConditionalGeneration,
+                          MT5Config, MT5ForConditionalGeneration, T5Config, T5ForConditionalGeneration)
 from transformers.pytorch_utils import Conv1D
 
 from conftest import REFERENCE_ATTENTION, ZERO_INIT
@@ -42,6 +42,8 @@ def tiny(kind: str, seed: int = 0):
         model = T5ForConditionalGeneration(T5Config(**t5))
     elif kind == "t5_gated":                                  # T5 v1.1: gated-GELU FFN, untied LM head
         model = T5ForConditionalGeneration(T5Config(**t5, feed_forward_proj="gated-gelu", tie_word_embeddings=False))
+    elif kind == "mt5":                                       # mT5: T5 v1.1's layout under its own model type
+        model = MT5ForConditionalGeneration(MT5Config(**t5))
     elif kind == "gpt2":
         model = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=D, n_layer=2, n_head=4, n_positions=64,
                                            pad_token_id=0))
@@ -53,13 +55,14 @@ def tiny(kind: str, seed: int = 0):
     return model.eval()
 
 
-KINDS = ["bart", "mbart", "t5", "t5_gated", "gpt2", "llama"]
-# Llama's spec: Qwen2 adds q/k/v biases; Qwen3 and Gemma 3 normalise q and k; Gemma scales its embeddings;
-# Gemma 3 alternates sliding-window layers; Gemma 2 soft-caps its logits (no head-attention forms there).
-LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text"]
+KINDS = ["bart", "mbart", "t5", "t5_gated", "mt5", "gpt2", "llama"]
+# Llama's spec (Phi-3 its own, the same layout fused): Qwen2 adds q/k/v biases; Qwen3 and Gemma 3
+# normalise q and k; Gemma scales its embeddings; Gemma 3 alternates sliding-window layers; Gemma 2
+# soft-caps its logits (no head-attention forms there).
+LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text", "phi3"]   # Phi-3: q/k/v fused, unequal
 SOFT_CAPPED = ["gemma2"]
-ENC_DEC = {"bart", "mbart", "t5", "t5_gated"}
-BIAS_FREE = {"t5", "t5_gated", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text"}
+ENC_DEC = {"bart", "mbart", "t5", "t5_gated", "mt5"}
+BIAS_FREE = {"t5", "t5_gated", "mt5", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
 
 
 def batch(kind: str, seed: int = 1):
@@ -112,6 +115,13 @@ PRESETS = preset_names()
 
 
 # ---- every preset on every backbone ---------------------------------------------------------
+def test_every_decoder_and_encoder_decoder_family_is_covered_here():
+    from petl_nas.backbones import supported_model_types
+
+    families = {t for t in supported_model_types() if spec_for(t).decoder_only or spec_for(t).encoder_decoder}
+    assert families == (set(KINDS) - {"t5_gated"}) | set(LLAMA_FAMILY) | set(SOFT_CAPPED)
+
+
 @pytest.mark.parametrize("kind", KINDS + LLAMA_FAMILY + SOFT_CAPPED)
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_builds_and_trains_only_petl(kind, name):
@@ -286,7 +296,7 @@ def test_blocks_field_validates_and_round_trips():
 
 
 # ---- fused and gated weights: LoRA == merged W + s·B·A --------------------------------------
-@pytest.mark.parametrize("kind", ["gpt2", "t5_gated", "llama", "bart"])
+@pytest.mark.parametrize("kind", ["gpt2", "t5_gated", "llama", "bart", "phi3"])
 def test_lora_equals_merged_weights_on_fused_and_gated_projections(kind):
     base = tiny(kind)
     config = PetlConfig(modules=(
@@ -312,11 +322,12 @@ def test_lora_equals_merged_weights_on_fused_and_gated_projections(kind):
                                 continue
                             delta = sub[key].delta_weight()                      # [out, in]
                             linear = layer.get_submodule(site.path)
-                            if isinstance(linear, Conv1D):                       # weight [in, out]; q/k/v slices
-                                width = delta.shape[0]
-                                linear.weight[:, site.part * width:(site.part + 1) * width] += delta.t()
-                            else:
-                                linear.weight += delta
+                            conv = isinstance(linear, Conv1D)                    # weight [in, out]
+                            start, width = site.span(linear.weight.shape[1 if conv else 0], base.config)
+                            if conv:                                             # GPT-2: q/k/v slices
+                                linear.weight[:, start:start + width] += delta.t()
+                            else:                                                # Phi-3: unequal q, k, v rows
+                                linear.weight[start:start + width] += delta
     x = batch(kind)
     assert torch.allclose(logits(model, x), logits(merged, x), atol=1e-4)   # T5 v1.1 logits run to ~10
 
@@ -327,6 +338,8 @@ def test_lora_counts_on_fused_grouped_and_gated_weights():
     lora = preset("lora", gpt2)
     assert count_parameters(gpt2, lora).deployable == 2 * 2 * r * (D + D)            # q and v slices of c_attn
     assert count_parameters(llama, lora).deployable == 2 * (r * (D + D) + r * (D + D // 2))  # v: 2 of 4 heads
+    phi3 = tiny("phi3").config                                          # q and v: unequal slices of qkv_proj
+    assert count_parameters(phi3, preset("lora", phi3)).deployable == 2 * (r * (D + D) + r * (D + D // 2))
     ffn = preset("lora_ffn", t5g)                                                    # wi_0, wi_1 and wo
     assert count_parameters(t5g, ffn).deployable == (2 + 2) * 3 * r * (D + F)
     prefix = PetlConfig(modules=(ModuleSpec(form="prefix", size=5),))

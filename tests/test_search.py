@@ -590,6 +590,6 @@ def test_export_of_a_preset_over_the_budget_says_so(tmp_path, capsys):
 
 
 def test_zero_trials_is_for_the_one_shot_strategy_only():
-    with pytest.raises(ConfigError, match=r"trials: expected a whole number >= 1 \(0 only with strategy: oneshot\)"):
+    with pytest.raises(ConfigError, match=r"trials: expected a whole number >= 1, got 0 \(0 only with strategy: oneshot\)"):
         Experiment(trials=0)
     assert Experiment(trials=0, strategy="oneshot").trials == 0

@@ -9,7 +9,9 @@ interface, the q/k/v/o projections and, except for ``cross``, the FFN of the sam
 A new architecture is one file in this package holding a `BackboneSpec` and its `register` call
 (every module here is imported at start-up); nothing in the injection code names a model family.
 Two spellings cover the odd layers:
-- a fused projection is ``"attn.c_attn[0/3]"``: output slice 0 of 3 equal slices (GPT-2's qkv);
+- a fused projection is ``"attn.c_attn[0/3]"``: output slice 0 of 3 equal slices (GPT-2's qkv), or
+  ``"qkv_proj[1/num_attention_heads+num_key_value_heads+num_key_value_heads]"``: slices in the ratio
+  of those config values (Phi-3's q, k and v under grouped-query attention);
 - a gated FFN lists several W1 paths: ``ffn_in=("mlp.gate_proj", "mlp.up_proj")``.
 """
 
@@ -25,29 +27,46 @@ from torch import nn
 
 from ..config import ConfigError, suggest
 
-_SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+)\]$")
+_SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+|\w+(?:\+\w+)+)\]$")
 
 
 class Site(NamedTuple):
-    """One weight a module edits: a submodule path, and for a fused projection its output slice."""
+    """One weight a module edits: a submodule path, and for a fused projection its output slice.
+
+    ``sizes`` names the config attributes whose ratio splits the output when the slices are unequal
+    (Phi-3's q/k/v under grouped-query attention: ``num_attention_heads+num_key_value_heads+...``).
+    """
 
     path: str
     part: int = 0
     parts: int = 1
+    sizes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> Site:
         m = _SLICE.match(text)
-        return cls(m["path"], int(m["part"]), int(m["parts"])) if m else cls(text)
+        if not m:
+            return cls(text)
+        if m["parts"].isdigit():
+            return cls(m["path"], int(m["part"]), int(m["parts"]))
+        sizes = tuple(m["parts"].split("+"))
+        return cls(m["path"], int(m["part"]), len(sizes), sizes)
+
+    def span(self, total: int, config=None) -> tuple[int, int]:
+        """(start, width) of this slice within an output of ``total`` features."""
+        weights = [getattr(config, a) for a in self.sizes] if self.sizes else [1] * self.parts
+        unit = total // sum(weights)
+        return sum(weights[:self.part]) * unit, weights[self.part] * unit
 
 
-def features(linear: nn.Module, site: Site = Site("")) -> tuple[int, int]:
-    """(in, out) widths of a linear layer, or of its ``site`` slice (nn.Linear or transformers' Conv1D)."""
+def features(linear: nn.Module, site: Site = Site(""), config=None) -> tuple[int, int]:
+    """(in, out) widths of a linear layer, or of its ``site`` slice (nn.Linear or transformers' Conv1D);
+    ``config`` (the model's) resolves a slice given by config sizes."""
     if hasattr(linear, "in_features"):
         fan_in, fan_out = linear.in_features, linear.out_features
     else:                                              # Conv1D keeps weight as [in, out]: nx, nf
         fan_in, fan_out = linear.nx, linear.nf
-    return fan_in, fan_out // site.parts
+    return fan_in, site.span(fan_out, config)[1]
 
 
 @dataclass(frozen=True)
