@@ -5,7 +5,8 @@ windows, a head that pools by its config) and DeBERTa v2/v3 (attention in its ow
 Every preset builds or is refused with its reason, counts exactly and trains only PETL and the
 head; disabled is the base model bit for bit; zero-init modules leave the output unchanged; saving
 and loading round-trips; the prefix equals explicit concatenation; LoRA on a fused or narrow weight
-equals the merged weight.
+equals the merged weight. A search (sampler and supernet) on a family that refuses part of the
+space goes on and says what it left out; a DeBERTa v3 folder with only its SentencePiece model trains.
 """
 
 import copy
