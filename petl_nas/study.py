@@ -27,7 +27,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from .budget import applies, count_parameters, refusal
+from .budget import count_parameters, refusal
 from .config import ConfigError, PetlConfig, suggest
 from .costs import directions, metric_names
 from .describe import describe_config
@@ -261,13 +261,13 @@ def smallest_module(space: SearchSpace, model_config, n_layers: int) -> int | No
     beside the head (one module, BitFit, the LayerNorms or a prompt); None if it has none."""
     counts = [_smallest_form(space, slot, model_config, n_layers, skip_none=True) for slot in space.slots]
     for name, config in (("bitfit", PetlConfig(bitfit=True)), ("train_layernorms", PetlConfig(train_layernorms=True))):
-        if _can_be(space.globals[name], True) and applies(model_config, config):
-            counts.append(count_parameters(model_config, config).deployable)
+        if _can_be(space.globals[name], True):
+            counts.append(_deployable(model_config, config))
     prompt = space.globals["prompt_length"]
     lengths = [n for n in (prompt.choices or (prompt.value,)) if n]
     if lengths:
         counts.append(count_parameters(model_config, PetlConfig(prompt_length=min(lengths))).deployable)
-    counts = [n for n in counts if n]
+    counts = [n for n in counts if n]                    # None: a form this backbone refuses
     return min(counts) if counts else None
 
 
@@ -285,11 +285,18 @@ def _smallest_form(space: SearchSpace, slot, model_config, n_layers: int, skip_n
         if skip_none and form == "none":
             continue
         config = PetlConfig(modules=(space.module_spec(slot, form, _smallest_values(slot, form), False, few_layers),))
-        if not applies(model_config, config):            # a form this backbone refuses: never drawn validly
-            continue
-        n = count_parameters(model_config, config).deployable
-        best = n if best is None else min(best, n)
+        n = _deployable(model_config, config)
+        if n is not None:                                # None: a form this backbone refuses, never drawn validly
+            best = n if best is None else min(best, n)
     return best or 0
+
+
+def _deployable(model_config, config: PetlConfig) -> int | None:
+    """The deployable count of ``config``, or None where the backbone refuses it (one count, not two)."""
+    try:
+        return count_parameters(model_config, config).deployable
+    except ConfigError:
+        return None
 
 
 def _smallest_values(slot, form: str) -> dict:
