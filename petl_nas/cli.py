@@ -1,7 +1,7 @@
 """petl-nas: search the design space of parameter-efficient fine-tuning under a parameter budget.
 
 The ``petl-nas`` command line: ``quickstart``, ``search``, ``dashboard``, ``report``, ``export``, ``train``,
-``predict``, ``space``, ``count``, ``presets``, ``doctor``.
+``predict``, ``convert``, ``space``, ``count``, ``presets``, ``doctor``.
 
 Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
 """
@@ -30,6 +30,8 @@ EXAMPLES = {
               "  petl-nas export --storage sqlite:///runs/smoke/study.db --preset lora -o lora.yaml",
     "train": "petl-nas train --config best.yaml --seeds 3 --out runs/best",
     "predict": "petl-nas predict --model runs/best/seed_0 --input sentences.txt",
+    "convert": "petl-nas convert --model runs/best/seed_0 --to peft -o runs/best/peft\n"
+               "  petl-nas convert --model runs/best/seed_0 --to merged -o runs/best/merged",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
     "presets": "petl-nas presets --model all-MiniLM-L6-v2",
@@ -258,6 +260,18 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_convert(args) -> int:
+    from .convert import convert
+
+    backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
+    done = convert(args.model, args.output, args.to, backbone=backbone)
+    what = (f"a PEFT LoRA adapter ({done['lora_updates']} updates)" if args.to == "peft" else
+            f"a merged transformers model ({done['lora_updates']} LoRA updates folded into the weights)")
+    print(f"wrote {what} and the tokenizer to {done['out']}; load it with {done['load_with']}; checked: "
+          f"its outputs equal the trained model's on a probe batch (max |difference| {done['max_abs_diff']:.1e})")
+    return 0
+
+
 def cmd_quickstart(args) -> int:
     from .quickstart import run
 
@@ -397,6 +411,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
     p.set_defaults(func=cmd_predict)
+
+    p = _command(sub, "convert", "write a trained directory as a HF PEFT adapter or a merged transformers model")
+    p.add_argument("--model", required=True, help="a directory written by petl-nas train (e.g. runs/best/seed_0)")
+    p.add_argument("--to", required=True, choices=["peft", "merged"],
+                   help="peft: a PEFT LoRA adapter folder (PeftModel.from_pretrained); merged: a plain transformers "
+                        "model with the LoRA updates folded into its weights (AutoModelFor...from_pretrained)")
+    p.add_argument("-o", "--output", required=True, help="a new (or empty) folder to write")
+    p.add_argument("--backbone", help="override the recorded backbone (name, path)")
+    p.set_defaults(func=cmd_convert)
 
     p = _command(sub, "space", "validate or show a search space file")
     p.add_argument("action", choices=["validate", "show"])

@@ -128,9 +128,9 @@ def _info(directory: Path) -> dict:
     return json.loads(path.read_text()).get("info", {})
 
 
-def load(backbone, directory: str | Path):
-    """A fresh ``backbone`` (name, path, ``{"tiny": ...}``, or None for the one it was trained on)
-    with the trained PETL modules of ``directory``, in eval mode; ``.petl_tokenizer`` is attached."""
+def fresh_backbone(directory: str | Path, backbone=None):
+    """(model, tokenizer, info) for the trained directory: a fresh copy of its backbone (or
+    ``backbone``: name, path, ``{"tiny": ...}``) with the task's head, without PETL."""
     directory = Path(directory)
     info = _info(directory)
     backbone = backbone if backbone is not None else info.get("backbone")
@@ -141,10 +141,15 @@ def load(backbone, directory: str | Path):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
-        model = tiny_model(backbone, task, tok)
-    else:
-        model, tok = load_backbone(backbone, task)
-        model = copy.deepcopy(model)
+        return tiny_model(backbone, task, tok), tok, info
+    model, tok = load_backbone(backbone, task)
+    return copy.deepcopy(model), tok, info
+
+
+def load(backbone, directory: str | Path):
+    """A fresh ``backbone`` (name, path, ``{"tiny": ...}``, or None for the one it was trained on)
+    with the trained PETL modules of ``directory``, in eval mode; ``.petl_tokenizer`` is attached."""
+    model, tok, _ = fresh_backbone(directory, backbone)
     model = load_petl(model, directory).eval()
     model.petl_tokenizer = tok
     return model
@@ -219,4 +224,4 @@ def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[st
     return [t.strip() for t in tok.batch_decode(out, skip_special_tokens=True)]
 
 
-__all__ = ["train_record", "load", "predict", "check_input", "read_texts"]
+__all__ = ["train_record", "fresh_backbone", "load", "predict", "check_input", "read_texts"]

@@ -151,6 +151,20 @@ def install_pooling(model: nn.Module, pooling: str, pad_mask, handles: list) -> 
     handles.append(model.base_model.register_forward_hook(pool, with_kwargs=True))
 
 
+def stock_head_fields(model: nn.Module, pooling: str) -> dict | None:
+    """The config fields under which the architecture's own head reads ``pooling`` (resolved) with
+    no petl-nas hook: ``{}`` when it already does, ``{"classifier_pooling": ...}`` for a head that
+    pools by its config; None when only the hook can (mean or [CLS] into a pooler head, mean into a
+    first-token head). A model saved for other tools reads what it was trained on only if not None."""
+    if pooling in ("native", "pooler", "pooler_trained"):
+        return {}
+    if _configured_pooling(model) is not None:
+        return {"classifier_pooling": pooling}
+    if pooling == "cls" and _pooler(model) is None:
+        return {}
+    return None
+
+
 def head_parameters(model: nn.Module, pooling: str) -> list[nn.Parameter]:
     """The trained head: trainable tensors outside the base model and PETL, plus a trained pooler."""
     base = {id(p) for p in model.base_model.parameters()}
@@ -193,4 +207,5 @@ def start_regression_at_mean(model: nn.Module, mean: float) -> bool:
 
 
 __all__ = ["POOLINGS", "checkpoint_pooling", "native_pooling", "resolve_pooling", "pooler_parameters",
-           "untrained_pooler", "install_pooling", "head_parameters", "set_head_dropout", "start_regression_at_mean"]
+           "untrained_pooler", "install_pooling", "stock_head_fields", "head_parameters", "set_head_dropout",
+           "start_regression_at_mean"]

@@ -465,6 +465,15 @@ def merge_lora(model: nn.Module) -> int:
     return folded
 
 
+def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, int | None]]:
+    """Each LoRA update still computed beside its weight: (the name of the linear module it updates,
+    relative to ``model``; the LoRA; the first output row of its slice of a fused projection, or None)."""
+    root = getattr(model, ROOT)
+    names = {id(m): n for n, m in model.named_modules()}
+    return [(names[id(linear)], module, None if extra is None else extra[0])
+            for linear, edits, _ in root._sites for kind, module, extra in edits if kind == "lora"]
+
+
 @contextlib.contextmanager
 def petl_disabled(model: nn.Module):
     """Run the bare backbone (every PETL edit off) inside the block."""
@@ -563,5 +572,5 @@ def atomic_write(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["apply_petl", "norm_modules", "gate_prompt", "remove_petl", "merge_lora", "petl_disabled", "petl_config_of",
-           "petl_state_dict", "save_petl", "load_petl", "PetlRoot", "atomic_write"]
+__all__ = ["apply_petl", "norm_modules", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "petl_disabled",
+           "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot", "atomic_write"]

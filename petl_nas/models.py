@@ -100,7 +100,7 @@ def load_classifier(name_or_path: str, num_labels: int = 2, **kwargs):
 
 
 @contextmanager
-def _transformers_quiet():
+def transformers_quiet():
     """Silence transformers' per-load progress bar and key table for one load, restoring both after."""
     from transformers.utils import logging as hf_logging
 
@@ -119,7 +119,7 @@ def _from_pretrained(auto, name_or_path: str, cfg, **kwargs):
     """``auto.from_pretrained`` without transformers' load table, which on every load lists the new task
     head as missing. What it would say that matters, body weights absent from the checkpoint, is
     logged here in one line instead."""
-    with _transformers_quiet():
+    with transformers_quiet():
         path = resolve_model(name_or_path)
         model, info = auto.from_pretrained(path, config=cfg, output_loading_info=True, **hub_options(path), **kwargs)
     body_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(HEAD_PREFIXES))

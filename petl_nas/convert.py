@@ -1,0 +1,182 @@
+"""Hand a trained run (a `petl-nas train` folder) to tools that do not know petl-nas.
+
+- ``peft``: a HF PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) for a
+  LoRA configuration whose design PEFT expresses (`interop.to_peft`): the trained A and B of every
+  update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``).
+  ``PeftModel.from_pretrained(base, folder)`` gives the trained model; serving stacks that load
+  PEFT LoRA adapters read it.
+- ``merged``: a plain transformers model folder (weights and tokenizer) with every LoRA update folded
+  into the weight it updates, BitFit biases, trained LayerNorms and the head in place:
+  ``AutoModelFor...from_pretrained(folder)``, no petl-nas, no adapter, the backbone's speed. Only
+  what folds into the weights can be merged: adapters, prefixes, prompts and gated LoRA compute
+  beside them.
+
+Each conversion is checked before it is published: the written folder is loaded back the way a user
+would load it, and its outputs on a probe batch must equal the trained model's, or nothing is written.
+
+Example:
+    >>> convert("runs/best/seed_0", "runs/best/peft", to="peft")        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from .config import ConfigError
+from .deploy import fresh_backbone, load
+from .head import native_pooling, stock_head_fields
+from .inject import lora_updates, merge_lora, petl_config_of, remove_petl
+from .interop import NotExpressible, to_peft
+from .models import load_for_task, resolve_model, transformers_quiet
+from .tasks import resolve_task
+
+TARGETS = ("peft", "merged")
+_PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
+
+
+def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> dict:
+    """Write the trained run ``directory`` as ``to`` (``peft`` or ``merged``) into the new folder
+    ``out``; returns what was written and the largest output difference the check measured."""
+    if to not in TARGETS:
+        raise ConfigError(f"convert: --to {to!r}: expected one of {', '.join(TARGETS)}")
+    directory, out = Path(directory), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"output {str(out)!r} exists and is not an empty folder; choose another -o")
+    model = load(backbone, directory)
+    task = resolve_task(model.petl.info["task"])
+    probe = _probe(model.petl_tokenizer, task)
+    expected = _outputs(model, probe)
+    write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
+    backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)             # a folder like any other, not mkdtemp's private one
+    try:
+        with transformers_quiet(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+            what = write(model, directory, task, staging)  # (transformers' own save reads a property it deprecated)
+            model.petl_tokenizer.save_pretrained(str(staging))
+            got = _outputs(reload(staging, directory, backbone, task), probe)
+        diff = float((got - expected).abs().max())
+        if not diff <= 1e-4 * (1.0 + float(expected.abs().max())):
+            raise ConfigError(f"convert: the {to} model's outputs differ from the trained model's by up to "
+                              f"{diff:.2e}; nothing written")
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"to": to, "out": str(out), "max_abs_diff": diff, **what,
+            "load_with": _load_with(to, task, str(out), backbone_name)}
+
+
+def _load_with(to: str, task, out: str, backbone) -> str:
+    """The line of Python that loads what was written."""
+    auto = {"seq2seq": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}.get(
+        task.kind, "AutoModelForSequenceClassification")
+    if to == "merged":
+        return f"{auto}.from_pretrained({out!r})"
+    base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
+    labels = f", num_labels={task.num_labels}" if not task.generative else ""
+    return f"PeftModel.from_pretrained({auto}.from_pretrained({base}{labels}), {out!r})"
+
+
+def _probe(tok, task) -> dict:
+    columns = [list(_PROBE)] * max(1, len(task.text_columns) if not task.generative else 1)
+    batch = dict(tok(*columns, padding=True, truncation=True, max_length=32, return_tensors="pt"))
+    if task.kind == "seq2seq":
+        batch["decoder_input_ids"] = batch["input_ids"][:, :4]
+    return batch
+
+
+def _outputs(model, batch: dict) -> torch.Tensor:
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        return model.eval()(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+
+
+# ---- PEFT -----------------------------------------------------------------------------------------
+def _peft():
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("convert --to peft needs the peft package: pip install peft") from None
+    return peft
+
+
+def _write_peft(model, directory: Path, task, staging: Path) -> dict:
+    peft = _peft()
+    config = petl_config_of(model)
+    loras = [(name, m.A.detach().clone(), m.B.detach().clone()) for name, m, _ in lora_updates(model)]
+    base = remove_petl(model)                     # the backbone with its trained head and biases in place
+    try:
+        exported = to_peft(config, base.config, task.kind)
+    except NotExpressible as e:
+        raise ConfigError(f"{directory}: {e}") from None
+    if exported["peft_type"] != "LORA":
+        raise ConfigError(f"{directory}: convert --to peft writes LoRA adapters; this run is "
+                          f"{exported['peft_type'].lower().replace('_', ' ')} (export --format peft writes its config)")
+    wrapped = peft.get_peft_model(base, peft.get_peft_config(exported))
+    with torch.no_grad():
+        for name, a, b in loras:
+            layer = wrapped.base_model.model.get_submodule(name)
+            layer.lora_A["default"].weight.copy_(a)
+            layer.lora_B["default"].weight.copy_(b)
+    wrapped.save_pretrained(str(staging))
+    return {"lora_updates": len(loras), "peft_config": exported}
+
+
+def _reload_peft(staging: Path, directory: Path, backbone, task):
+    fresh, _, _ = fresh_backbone(directory, backbone)
+    return _peft().PeftModel.from_pretrained(fresh, str(staging))
+
+
+# ---- merged ---------------------------------------------------------------------------------------
+def _merge_refusals(model) -> list[str]:
+    config = petl_config_of(model)
+    reasons = []
+    for i, m in enumerate(config.modules):
+        where = f"modules[{i}] ({m.form} at {m.position})"
+        if m.form != "lora":
+            reasons.append(f"{where} computes beside the weights")
+        elif m.gate:
+            reasons.append(f"{where}: its gate depends on the input")
+    if config.prompt_length:
+        reasons.append("a soft prompt computes beside the weights")
+    if stock_head_fields(model, model.petl.pooling) is None:
+        native = native_pooling(model)
+        reasons.append(f"pooling: {model.petl.pooling} (the stock {type(model).__name__} head reads "
+                       f"{'[CLS] through the pooler' if native == 'pooler' else native})")
+    return reasons
+
+
+def _write_merged(model, directory: Path, task, staging: Path) -> dict:
+    if reasons := _merge_refusals(model):
+        raise ConfigError(f"{directory}: cannot be merged into a plain transformers model: " + "; ".join(reasons)
+                          + " (petl-nas predict --model reads it as it is)")
+    fields = stock_head_fields(model, model.petl.pooling)
+    labels = model.petl.info.get("labels") or []
+    folded = merge_lora(model)
+    remove_petl(model)
+    for name, value in fields.items():
+        setattr(model.config, name, value)
+    if task.kind == "classification" and labels:
+        model.config.id2label = dict(enumerate(labels))
+        model.config.label2id = {label: i for i, label in enumerate(labels)}
+    model.save_pretrained(str(staging))
+    return {"lora_updates": folded}
+
+
+def _reload_merged(staging: Path, directory: Path, backbone, task):
+    return load_for_task(str(staging), task)
+
+
+__all__ = ["convert", "TARGETS"]
