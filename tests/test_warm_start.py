@@ -75,6 +75,21 @@ def test_the_front_is_queued_first_and_each_drop_is_named(tmp_path):
     assert seed_warm_start(study, f"{url}#earlier", space, CFG, budget, L, "sqlite:///elsewhere.db") == []  # once
 
 
+def test_a_member_the_new_backbone_refuses_is_dropped_with_its_reason(tmp_path):
+    from transformers import DebertaV2Config
+
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    prefix = PetlConfig(modules=(ModuleSpec(form="prefix", size=2, reparam=0, composition="gated"),))
+    earlier_study(url, [(FITS, 0.70), (prefix, 0.80)])
+    deberta = DebertaV2Config(hidden_size=D, num_hidden_layers=L, num_attention_heads=4, intermediate_size=64,
+                              vocab_size=400)                  # its attention is its own code: no prefix
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    lines = seed_warm_start(study, f"{url}#earlier", SearchSpace.load("small"), deberta, None, L, "sqlite:///x.db")
+    assert lines[0] == "warm start from 'earlier': 1 of 2 front members queued first: trial 0"
+    assert lines[1].startswith("warm start: dropped trial 1 (this backbone cannot take it: ") and "prefix" in lines[1]
+    assert "\n" not in lines[1]
+
+
 def test_bad_sources_are_one_clear_error(tmp_path):
     url = f"sqlite:///{tmp_path}/earlier.db"
     earlier_study(url, [(FITS, 0.7)])
