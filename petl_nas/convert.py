@@ -121,9 +121,6 @@ def _write_peft(model, directory: Path, task, staging: Path) -> dict:
         exported = to_peft(config, base.config, task.kind)
     except NotExpressible as e:
         raise ConfigError(f"{directory}: {e}") from None
-    if exported["peft_type"] != "LORA":
-        raise ConfigError(f"{directory}: convert --to peft writes LoRA adapters; this run is "
-                          f"{exported['peft_type'].lower().replace('_', ' ')} (export --format peft writes its config)")
     wrapped = peft.get_peft_model(base, peft.get_peft_config(exported))
     with torch.no_grad():
         for name, a, b in loras:

@@ -5,7 +5,10 @@ something different.
 Both are written as plain JSON in the libraries' own config vocabulary (neither library is
 imported): ``adapters.ConfigUnion.load(d)`` / ``peft.get_peft_config(d)`` read them.
 AdapterHub reference: its ``adapter_config.py`` (bottleneck, lora, prefix_tuning, prompt_tuning,
-union); PEFT: LoraConfig, PrefixTuningConfig, PromptTuningConfig.
+union); PEFT: LoraConfig. PEFT's prefix tuning is not this prefix on any family under transformers
+5 (measured with peft 0.21, `tests/test_peft_export.py`): BERT-style encoders take no past key
+values, so it cannot run there; on decoders it moves the real tokens' positions by the prefix
+length, a different model (equal to this prefix with the positions shifted).
 """
 
 from __future__ import annotations
@@ -18,10 +21,6 @@ from .backbones import spec_for
 from .budget import meta_model
 from .config import ModuleSpec, PetlConfig
 from .head import checkpoint_pooling, native_pooling
-
-# Families whose prefix PEFT builds as petl-nas does (past keys/values of BERT-style self-attention).
-_BERT_NAMED = ("bert", "roberta", "xlm-roberta", "electra", "camembert")
-
 
 class NotExpressible(ValueError):
     """The configuration has dimensions the target library cannot express."""
@@ -156,8 +155,7 @@ def _peft_task_type(spec, task_kind: str) -> str:
 
 
 def to_peft(config: PetlConfig, model_config, task_kind: str = "classification") -> dict:
-    """A PEFT config dict (one tuner: LoRA, prefix tuning or prompt tuning) for the backbone
-    ``model_config`` (a transformers config). LoRA's ``target_modules`` is a regular expression over
+    """A PEFT LoRA config dict for the backbone ``model_config`` (a transformers config). LoRA's ``target_modules`` is a regular expression over
     the backbone's own module names with the layers written in, so it applies to any family whose
     adapted weights are whole modules; several LoRA modules with different ranks or scales become
     ``rank_pattern`` / ``alpha_pattern`` entries."""
@@ -175,14 +173,10 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         if m.learn_scale:
             reasons.append(f"{where}: learned scale")
         if m.form == "prefix":
-            if model_type not in _BERT_NAMED:
-                reasons.append(f"{where}: prefix tuning on a {model_type} backbone (written for the BERT family)")
-            if m.blocks is not None:
-                reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
-            if m.composition != "gated":
-                reasons.append(f"{where}: {m.composition} prefix composition")
-            if m.layers is not None:
-                reasons.append(f"{where}: prefix on a subset of layers")
+            reasons.append(f"{where}: PEFT's prefix tuning passes past key values, which transformers' "
+                           f"{model_type} models do not take" if not (spec.decoder_only or spec.encoder_decoder) else
+                           f"{where}: PEFT's prefix tuning on a {model_type} backbone moves the real tokens' "
+                           f"positions by the prefix length (a different model)")
     if config.train_layernorms:
         reasons.append("train_layernorms")
     if task_kind in ("classification", "regression") and not (spec.decoder_only or spec.encoder_decoder):
@@ -229,13 +223,6 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         if not all(isinstance(module, nn.Linear) for module in adapted):
             out["fan_in_fan_out"] = True                  # GPT-2's Conv1D keeps its weight as [in, out]
         return out
-    prefix = [m for m in config.modules if m.form == "prefix"]
-    if prefix:
-        m = prefix[0]
-        return {**base, **_head_modules(config, model, task_kind), "peft_type": "PREFIX_TUNING",
-                "num_virtual_tokens": m.size,
-                "prefix_projection": m.reparam > 0, "encoder_hidden_size": m.reparam or model_config.hidden_size,
-                "token_dim": model_config.hidden_size, "num_layers": model_config.num_hidden_layers}
     raise NotExpressible("HF PEFT", ["an empty configuration"])
 
 

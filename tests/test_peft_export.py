@@ -128,3 +128,33 @@ def test_pooling_is_expressible_where_the_stock_head_reads_it():
     with pytest.raises(NotExpressible, match=r"pooling: cls \(PEFT trains the model's own head, which reads "
                                              r"\[CLS\] through the pooler\)"):
         to_peft(cls, build("bert").config)
+
+
+def test_why_a_prefix_is_not_exported_to_peft():
+    """The refusal's reasons, measured on PEFT itself: its prefix tuning cannot run on a BERT
+    classifier, and on Llama, with petl-nas's prefix copied in, it is petl-nas's prefix with the
+    real tokens' positions moved by the prefix length (equal only once they are shifted)."""
+    prefix = PetlConfig(modules=(ModuleSpec(form="prefix", size=3, reparam=0, composition="gated"),))
+    ids = torch.randint(3, V, (2, 7), generator=torch.Generator().manual_seed(0))
+    x = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    on_bert = peft.get_peft_model(build("bert"), peft.PrefixTuningConfig(task_type="SEQ_CLS", num_virtual_tokens=3))
+    with pytest.raises(ValueError, match="does not support past key values"):
+        on_bert(**x)
+    with pytest.raises(NotExpressible, match="which transformers' bert models do not take"):
+        to_peft(prefix, build("bert").config)
+
+    base = build("llama")
+    ours = apply_petl(copy.deepcopy(base), prefix, flat_prefix=True).eval()
+    (_, encoder), = ours.petl.prefix_encoders()
+    theirs = peft.get_peft_model(copy.deepcopy(base), peft.PrefixTuningConfig(task_type="CAUSAL_LM",
+                                                                              num_virtual_tokens=3)).eval()
+    with torch.no_grad():
+        encoder.flat.normal_()
+        flat = encoder.flat                                              # [layers, k/v, kv heads, l, head dim]
+        theirs.prompt_encoder["default"].embedding.weight.copy_(flat.permute(3, 0, 1, 2, 4).reshape(3, -1))
+        got = theirs(**x).logits
+        assert not torch.allclose(ours(**x).logits, got, atol=1e-3)
+        shifted = ours(**x, position_ids=torch.arange(3, 10).expand(2, -1)).logits
+    assert torch.allclose(shifted, got, atol=1e-5)
+    with pytest.raises(NotExpressible, match="moves the real tokens' positions by the prefix length"):
+        to_peft(prefix, base.config, "causal_lm")
