@@ -43,7 +43,7 @@ import numpy as np
 
 __all__ = ["accuracy", "f1", "mcc", "pearson", "spearman", "f1_accuracy", "pearson_spearman",
            "rankdata", "METRICS", "compute_metrics", "evaluate_metric", "rouge", "bleu",
-           "TEXT_METRICS", "text_metrics", "LM_METRICS", "lm_metrics"]
+           "TEXT_METRICS", "text_metrics", "LM_METRICS", "LOWER_IS_BETTER", "lm_metrics"]
 
 
 def _pair(predictions, references) -> tuple[np.ndarray, np.ndarray]:
@@ -242,6 +242,7 @@ def text_metrics(names, predictions, references) -> dict[str, float]:
 
 # ---- language modelling ----------------------------------------------------------------------
 LM_METRICS = ("token_accuracy", "perplexity")
+LOWER_IS_BETTER = ("perplexity",)      # reported beside the main metric; the search maximises that one
 
 
 def lm_metrics(names, nll_sum: float, correct: int, tokens: int) -> dict[str, float]:

@@ -239,12 +239,18 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                                 else (len(sweep_trials(study)), []))
         fail_stale(study)
         target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
+        queued = sum(1 for t in study.get_trials(deepcopy=False)   # they count toward trials, and all train
+                     if (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")) and t.state != TrialState.FAIL)
+        target += max(0, queued - exp.trials)
         if exp.sampler == "presets":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     printer(f"study {exp.study_name!r} at {exp.storage_url}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
+    if queued > exp.trials and exp.sampler != "presets":
+        printer(f"trials: {exp.trials} is fewer than the {queued} presets and warm starts queued: all of them "
+                f"train, and the sampler proposes nothing (raise trials to search beyond them)")
     if over_budget:
         printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
     if refused:

@@ -593,3 +593,23 @@ def test_zero_trials_is_for_the_one_shot_strategy_only():
     with pytest.raises(ConfigError, match=r"trials: expected a whole number >= 1, got 0 \(0 only with strategy: oneshot\)"):
         Experiment(trials=0)
     assert Experiment(trials=0, strategy="oneshot").trials == 0
+
+
+def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_path):
+    """More presets than ``trials``: every preset and every LoRA sweep point trains (the sweep comes on
+    top), the sampler proposes nothing, and the search says so; a resume has nothing left to train."""
+    exp = experiment(tmp_path, trials=1, budget="20%", final=FinalEval(seeds=0, baselines=True),
+                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
+    lines = []
+    run_search(exp, printer=lines.append)
+    study = load(exp)
+    sweep = [t for t in study.trials if t.user_attrs.get("baseline")]
+    assert len(sweep) >= 2 and all(t.state == TrialState.COMPLETE for t in sweep)
+    assert sum(bool(t.user_attrs.get("preset")) for t in study.trials) == 3
+    assert not [t for t in study.trials if t.state == TrialState.WAITING]
+    assert all(t.user_attrs.get("preset") or t.user_attrs.get("baseline") for t in trained(study))
+    assert ("trials: 1 is fewer than the 3 presets and warm starts queued: all of them train, and the sampler "
+            "proposes nothing (raise trials to search beyond them)") in lines
+    again = []
+    run_search(exp, printer=again.append)
+    assert len(load(exp).trials) == len(study.trials) and any("; 0 to train;" in line for line in again)

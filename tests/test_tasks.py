@@ -54,6 +54,12 @@ def test_task_validates_its_fields():
         Task("t", ("text",), "label", labels=("a", "b"), main_metric="f1")
     with pytest.raises(ConfigError, match="1 or 2 columns"):
         Task("t", ("a", "b", "c"), "label", labels=("0", "1"))
+    with pytest.raises(ConfigError, match=r"main_metric 'perplexity' is lower-is-better and the search maximises "
+                                          r"its main metric; use token_accuracy"):     # it would pick the worst
+        Task("t", ("prompt",), "response", kind="causal_lm", main_metric="perplexity",
+             metrics=("token_accuracy", "perplexity"))
+    Task("t", ("prompt",), "response", kind="causal_lm", main_metric="token_accuracy",
+         metrics=("token_accuracy", "perplexity"))                                     # reported beside it: fine
 
 
 def test_compute_metrics_from_logits_and_scores():

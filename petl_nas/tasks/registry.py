@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
-from ..metrics import LM_METRICS, METRICS, TEXT_METRICS, compute_metrics, text_metrics
+from ..metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
 from ..seq2seq import Seq2SeqSettings
 
 __all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split", "label_text", "checked_texts",
@@ -88,6 +88,11 @@ class Task:
         if self.main_metric not in self.metrics:
             raise ConfigError(f"{where}: main_metric {self.main_metric!r} is not among "
                               f"metrics {list(self.metrics)}")
+        if self.main_metric in LOWER_IS_BETTER:
+            higher = [m for m in accepted if m not in LOWER_IS_BETTER]
+            raise ConfigError(f"{where}: main_metric {self.main_metric!r} is lower-is-better and the search "
+                              f"maximises its main metric; use {' or '.join(higher)} "
+                              f"({self.main_metric} is still reported when it is in metrics)")
 
     @property
     def num_labels(self) -> int:
