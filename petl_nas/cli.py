@@ -174,6 +174,10 @@ def cmd_search(args) -> int:
         summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
     print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
+    if not summary.counts.get("complete") and summary.counts.get("failed"):
+        print(f"petl-nas: error: every trial of the study failed ({summary.counts['failed']}); their reasons are "
+              f"above and in {exp.run_dir / 'trials'}", file=sys.stderr)
+        return 1
     return 0
 
 

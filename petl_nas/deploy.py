@@ -61,6 +61,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     config = PetlConfig.from_dict(rec["petl_config"])
     recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}
     base_recipe = Recipe(**recipe_fields).with_overrides(compile=compile, cuda_graphs=cuda_graphs)
+    task.check_max_length(base_recipe.max_length, "recipe.max_length")
     splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
                          search_dev_size=1 if rec.get("k") is None else None)
     model, tok = load_backbone(rec["backbone"], task, splits)
@@ -122,8 +123,15 @@ def _finished_run(run_dir: Path, key: str) -> dict | None:
 
 
 def _info(directory: Path) -> dict:
-    path = Path(directory) / CONFIG_FILE
+    directory = Path(directory)
+    path = directory / CONFIG_FILE
     if not path.exists():
+        if not directory.is_dir():
+            raise ConfigError(f"{directory}: no such directory")
+        runs = sorted(p.parent.name for p in directory.glob(f"seed_*/{CONFIG_FILE}"))
+        if runs:                                   # the folder `train --out` wrote: one run per seed inside
+            raise ConfigError(f"{directory}: a `petl-nas train` output folder; pass one of its runs: "
+                              f"{directory / runs[0]}" + (f" (or {', '.join(runs[1:])})" if runs[1:] else ""))
         raise ConfigError(f"{directory}: no {CONFIG_FILE} here (not a trained PETL directory)")
     return json.loads(path.read_text()).get("info", {})
 
@@ -164,7 +172,23 @@ def check_input(path: str | Path) -> Path:
         raise ConfigError(f"input {str(path)!r}: no such file")
     if path.is_dir() or path.suffix.lower() not in (".txt", *FORMATS):
         raise ConfigError(f"input {str(path)!r}: expected a file ending in {', '.join(('.txt', *FORMATS))}")
+    if path.suffix.lower() == ".txt":
+        _text_lines(path)
     return path
+
+
+def _text_lines(path: Path) -> list[str]:
+    """The texts of a .txt input, one per line (utf-8-sig: a byte-order mark is not text); a blank
+    line inside is refused, since skipping it would shift every answer after it."""
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    while lines and not lines[-1].strip():         # blank lines at the end are not texts
+        lines.pop()
+    if not lines:
+        raise ConfigError(f"input '{path}': no texts in it")
+    blank = next((i for i, line in enumerate(lines) if not line.strip()), None)
+    if blank is not None:
+        raise ConfigError(f"input '{path}', line {blank + 1}: empty text (one text per line)")
+    return lines
 
 
 def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
@@ -174,11 +198,11 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
 
     path = check_input(path)
     text_columns = list(text_columns)
-    if path.suffix.lower() == ".txt":                  # utf-8-sig: a byte-order mark is not text
+    if path.suffix.lower() == ".txt":
         if len(text_columns) > 1:
             raise ConfigError(f"input '{path}': the model reads {len(text_columns)} texts a row "
                               f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns")
-        return [(line.rstrip("\n"),) for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        return [(line,) for line in _text_lines(path)]
     table = read_table(str(path), text_columns)
     return list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
 

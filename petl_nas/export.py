@@ -36,7 +36,7 @@ from . import __version__
 from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
 from .inject import atomic_write
-from .storage import with_installed_driver
+from .storage import check_existing, with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
@@ -48,6 +48,7 @@ PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.
 def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
     """The study at ``storage_url``; the name may be left out when the storage holds exactly one
     search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count)."""
+    check_existing(storage_url)
     try:
         storage = optuna.storages.RDBStorage(with_installed_driver(storage_url))
         names = [s.study_name for s in storage.get_all_studies()]

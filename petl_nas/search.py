@@ -176,6 +176,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
     task = resolve_task(exp.task)
+    task.check_max_length(exp.fidelity.max_length, "fidelity.max_length")
     if exp.sampler not in SAMPLERS:
         make_sampler(exp.sampler, exp.seed)                      # raises with the names
     if exp.executor not in EXECUTORS:

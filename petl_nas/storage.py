@@ -103,6 +103,24 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def check_existing(url: str) -> None:
+    """Refuse, in one line, a URL that cannot name an existing study: not an SQLAlchemy URL, or a
+    SQLite file that does not exist (opening it would create an empty database: a typo in a path
+    must not leave a file behind). For the commands that read a study: export, report, dashboard."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"storage {url!r} is not an SQLAlchemy URL (expected e.g. sqlite:///runs/NAME/study.db "
+                          f"or postgresql+psycopg2://user:password@host/db)") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        if not Path(parsed.database).is_file():
+            raise ConfigError(f"storage {url!r}: no such file {parsed.database!r} "
+                              f"(sqlite:///relative/path.db, sqlite:////absolute/path.db)")
+
+
 def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: int | None = None,
                  retries: int = 0, create_dirs: bool = True) -> optuna.storages.RDBStorage:
     """An `RDBStorage` for ``url`` with the settings above; `ConfigError` if it cannot be opened.
@@ -366,6 +384,6 @@ def as_stored(value):
     return json.loads(json.dumps(value, default=str))
 
 
-__all__ = ["as_stored", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+__all__ = ["as_stored", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
            "fail_now", "running_without_heartbeat",
            "SQLITE_BUSY_TIMEOUT_S"]

@@ -116,6 +116,16 @@ CASES = [
      "nothing answers there"),
     ("heartbeat-grace-too-short", {"e.yaml": exp(heartbeat_interval=30, grace_period=10)}, [],
      "grace_period: must be longer than heartbeat_interval"),
+    ("causal-lm-max-length-too-short",
+     {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm"},
+                    backbone={"tiny": {"model_type": "gpt2", "vocab_size": 100}},
+                    fidelity={"k": 8, "epochs": 1, "batch_size": 4, "max_length": 2, "search_dev": 4}),
+      "lm.jsonl": "".join(json.dumps({"prompt": f"say {i}", "response": f"{i}"}) + "\n" for i in range(20))}, [],
+     "fidelity.max_length 2 leaves no room for a causal_lm task's response: give at least 3"),
+    ("main-metric-lower-is-better",
+     {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm", "main_metric": "perplexity"}),
+      "lm.jsonl": json.dumps({"prompt": "say", "response": "it"}) + "\n"}, [],
+     "main_metric 'perplexity' is lower-is-better"),
 ]
 
 
@@ -172,10 +182,16 @@ RECORD = {"backbone": "no-such-model", "task": "demo_keyword", "petl_config": {}
     (["train", "--config", "negative.yaml"], "recipe.lr: expected a number > 0, got -0.001"),
     (["predict", "--model", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
     (["predict", "--model", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
+    (["predict", "--model", "nowhere", "--input", "blank.txt"], "input 'blank.txt', line 2: empty text (one text per line)"),
+    (["predict", "--model", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
+    (["predict", "--model", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
+    (["predict", "--model", "out", "--input", "in.txt"], "out: a `petl-nas train` output folder; pass one of its runs: "
+                                                         "out/seed_0 (or seed_1)"),
     (["search", "--experiment", "."], ".: Is a directory"),
     (["search", "--experiment", "e.yaml", "--storage", "sqlite:///afile/study.db"], "afile is a file, not a folder"),
 ], ids=["seeds-zero", "out-under-a-file", "record-key-typo", "record-negative-lr", "predict-unknown-type",
-        "predict-folder", "experiment-folder", "storage-under-a-file"])
+        "predict-folder", "predict-blank-line", "predict-empty-file", "predict-no-model", "predict-train-out-folder",
+        "experiment-folder", "storage-under-a-file"])
 def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, capsys, argv, words):
     """Refused in one line with exit 2 before a model is loaded or a seed trained (the records'
     backbone does not exist: reaching it would be another error), nothing written."""
@@ -187,6 +203,12 @@ def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, c
     (tmp_path / "negative.yaml").write_text(yaml.safe_dump({**RECORD, "recipe": {"lr": -1e-3}}))
     (tmp_path / "afile").write_text("")
     (tmp_path / "in.md").write_text("a wonderful film\n")
+    (tmp_path / "in.txt").write_text("a wonderful film\n\n\n")                 # blank lines at the end: fine
+    (tmp_path / "blank.txt").write_text("a wonderful film\n\nawful\n")
+    (tmp_path / "empty.txt").write_text("\n")
+    for seed in (0, 1):                                                          # what `train --out out` writes
+        (tmp_path / "out" / f"seed_{seed}").mkdir(parents=True)
+        (tmp_path / "out" / f"seed_{seed}" / "petl_config.json").write_text("{}")
     (tmp_path / "e.yaml").write_text(exp())
     before = _snapshot(tmp_path)
     rc = main(argv)

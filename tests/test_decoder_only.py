@@ -157,6 +157,11 @@ def test_causal_lm_file_columns(tmp_path):
     assert (task.text_columns, task.label_column) == ((), "text")
     splits = load_splits(task, search_dev_size=1)
     assert splits.train.texts == () and set(splits.test.labels) == {"red fox", "blue dog", "sun"}
+    (tmp_path / "blank.jsonl").write_text('{"prompt": "say", "response": "it"}\n{"prompt": "say", "response": " "}\n')
+    blank = resolve_task({"train": str(tmp_path / "blank.jsonl"), "dev": str(tmp_path / "blank.jsonl"),
+                          "kind": "causal_lm"})
+    with pytest.raises(ConfigError, match=r"blank\.jsonl, row 2: 'response' is empty"):   # nothing to learn there
+        load_splits(blank, search_dev_size=1)
 
     (tmp_path / "qa.jsonl").write_text('{"question": "q", "answer": "a"}\n')
     with pytest.raises(ConfigError) as err:

@@ -176,6 +176,7 @@ def test_cli_train_and_predict(tmp_path, capsys):
      "not expressible in HF PEFT: bitfit alone"),
     (["train", "--config", "{d}/bad.yaml", "--out", "{d}/x"], "unknown key 'seed'"),
     (["train", "--config", "{d}/missing.yaml", "--out", "{d}/x"], "no such file"),
+    (["export", "--storage", "sqlite:///{d}/typo.db", "-o", "{d}/x.yaml"], "typo.db': no such file"),  # not created
 ])
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     from petl_nas.cli import main

@@ -613,3 +613,23 @@ def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_
     again = []
     run_search(exp, printer=again.append)
     assert len(load(exp).trials) == len(study.trials) and any("; 0 to train;" in line for line in again)
+
+
+def test_a_search_whose_every_trial_failed_exits_non_zero(tmp_path, monkeypatch, capsys):
+    import json
+
+    from petl_nas import executors
+    from petl_nas.cli import main
+
+    def broken(spec, **kw):
+        raise RuntimeError("a worker that cannot train")
+
+    monkeypatch.setattr(executors, "run_trial", broken)
+    (tmp_path / "e.yaml").write_text(json.dumps({"name": "t", "backbone": TINY, "task": "demo_keyword", "budget": "5%",
+                                                 "space": "small", "trials": 2, "presets": ["pfeiffer"],
+                                                 "executor": "local", "storage": f"sqlite:///{tmp_path}/s.db",
+                                                 "fidelity": {"k": 64, "epochs": 1, "search_dev": 32},
+                                                 "final": {"seeds": 0, "baselines": False}}))
+    assert main(["search", "--experiment", "e.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "petl-nas: error: every trial of the study failed (2); their reasons are above and in " in err

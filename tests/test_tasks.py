@@ -443,11 +443,13 @@ def test_training_with_length_buckets_is_reproducible_and_another_order(tokenize
     ("sentence,label\na,1\n,0\nc,1\n", None, "train.csv, row 2: text column 'sentence' is empty"),
     ('{"sentence": "a", "label": 1}\n{"label": 0}\n', None, "train.jsonl, row 2: text column 'sentence' is empty"),
     ("sentence,label\n", None, "train.csv: the file has no rows"),
+    ("", None, "train.csv: the file has no rows (it is empty)"),
+    ("\n \n", None, "train.csv: the file has no rows (it is empty)"),
     ("sentence,label\na,1\nb,0\n", "sentence,label\n", "dev.csv: the file has no rows"),
     ("sentence,label\na,1\nb,0\n", "sentence,label\nc,1\nd,\n", "dev.csv, row 2: 'label' is empty"),
     ("sentence,label\na,2.5\nb,0\nc,4\n", None, "labels such as 2.5 look like scores: set kind: regression"),
-], ids=["empty-text-cell", "missing-text-key", "train-without-rows", "dev-without-rows", "empty-label",
-        "scores-as-classes"])
+], ids=["empty-text-cell", "missing-text-key", "train-without-rows", "train-zero-bytes", "train-blank-lines",
+        "dev-without-rows", "empty-label", "scores-as-classes"])
 def test_bad_rows_of_a_file_task_are_one_error_naming_the_row(tmp_path, train, dev, words):
     suffix = ".jsonl" if train.startswith("{") else ".csv"
     (tmp_path / f"train{suffix}").write_text(train)

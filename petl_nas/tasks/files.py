@@ -26,6 +26,13 @@ FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig"}), ".tsv": ("csv", {"delimit
 """File suffix -> (`datasets` builder, its keyword arguments): the tables `read_table` reads."""
 
 
+def _blank(path: Path, window: int = 1 << 16) -> bool:
+    """Nothing but whitespace in the file (datasets would say "StopIteration" or "EmptyDataError")."""
+    with open(path, "rb") as f:
+        head = f.read(window)
+    return not head.strip() and path.stat().st_size <= window
+
+
 def read_table(path: str, needed: Sequence[str]):
     """The rows of a CSV/TSV/JSON/JSONL file as a `datasets.Dataset`, with every ``needed`` column.
 
@@ -39,6 +46,8 @@ def read_table(path: str, needed: Sequence[str]):
         raise ConfigError(f"{path}: unknown file type {Path(path).suffix or '(none)'!r}; accepted: "
                           f"{', '.join(FORMATS)}")
     builder, kwargs = FORMATS[Path(path).suffix.lower()]
+    if Path(path).is_file() and _blank(Path(path)):
+        raise ConfigError(f"{path}: the file has no rows (it is empty)")
     datasets.disable_progress_bars()                # one line per file read is noise in a search's output
     try:
         table = datasets.load_dataset(builder, data_files={"rows": path}, split="rows", **kwargs)

@@ -94,6 +94,14 @@ class Task:
                               f"maximises its main metric; use {' or '.join(higher)} "
                               f"({self.main_metric} is still reported when it is in metrics)")
 
+    def check_max_length(self, max_length: int, where: str = "max_length") -> None:
+        """Refuse a length that leaves a generation task nothing to learn: a causal LM needs a start,
+        one response token and the end; a seq2seq decoder its start token and one more."""
+        shortest = {"causal_lm": 3, "seq2seq": 2}.get(self.kind)
+        if shortest is not None and max_length < shortest:
+            raise ConfigError(f"{where} {max_length} leaves no room for a {self.kind} task's "
+                              f"{'response' if self.kind == 'causal_lm' else 'target'}: give at least {shortest}")
+
     @property
     def num_labels(self) -> int:
         """Width of the model's head: the number of classes, or 1 for regression."""
@@ -187,7 +195,7 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
     if task.generative:
         labels = np.empty(len(raw_labels), dtype=object)
         for i, value in enumerate(raw_labels):
-            if value is None:
+            if value is None or not str(value).strip():          # nothing to learn to generate
                 raise ConfigError(f"{where(i)}: {task.label_column!r} is empty")
             labels[i] = str(value)
     elif task.kind == "regression":
