@@ -51,6 +51,24 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
+@contextmanager
+def hub_datasets_offline_when_unreachable():
+    """Inside the block, ``datasets.load_dataset`` of a hub name reads the local cache only when the hub
+    cannot be reached (without it the hub client retries for ~25 s before giving up)."""
+    if hub_reachable():
+        yield
+        return
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    before = hub_constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    hub_constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub_constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = before
+
+
 def hub_options(path: str) -> dict:
     """Extra ``from_pretrained`` arguments for ``path``: for a hub name while the hub cannot be reached,
     the local cache only (without it the hub client retries for ~25 s before giving up)."""

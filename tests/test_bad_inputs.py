@@ -256,6 +256,32 @@ def test_a_hub_name_while_the_hub_cannot_be_reached_reads_the_cache_only(tmp_pat
     assert asked == [{"local_files_only": True}]
 
 
+@pytest.mark.parametrize("task, words", [("sst2", "pass --data-dir DIR with DIR/SST-2/train.tsv"),
+                                          ("xsum", "pass --data-dir DIR with DIR/train.jsonl")])
+def test_a_hub_dataset_while_the_hub_cannot_be_reached_reads_the_cache_only(monkeypatch, task, words):
+    """Offline, a task without --data-dir looks in the local datasets cache at once (the hub client
+    would retry for ~25 s first); the flags are put back after."""
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    from petl_nas import models
+    from petl_nas.config import ConfigError
+    from petl_nas.tasks import load_splits
+
+    def load_dataset(*args, **kwargs):          # what the hub client would be told, then no network
+        seen.append((datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE))
+        raise ConnectionError("offline")
+
+    seen = []
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)     # a user's shell: no offline variables
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    with pytest.raises(ConfigError, match=words):
+        load_splits(task)
+    assert seen == [(True, True)] and not datasets.config.HF_HUB_OFFLINE and not hub_constants.HF_HUB_OFFLINE
+
+
 def test_hub_reachable_asks_the_endpoint_and_respects_offline(monkeypatch):
     """True only when the endpoint (``HF_ENDPOINT``) accepts a connection: a real listening socket on
     this machine, then a closed port; never asked when ``HF_HUB_OFFLINE`` is set."""

@@ -94,7 +94,10 @@ def load_glue(task: Task, data_dir=None) -> dict[str, Split]:
     try:
         import datasets
 
-        hub = datasets.load_dataset("nyu-mll/glue", fmt.hub_config)
+        from ..models import hub_datasets_offline_when_unreachable
+
+        with hub_datasets_offline_when_unreachable():
+            hub = datasets.load_dataset("nyu-mll/glue", fmt.hub_config)
     except Exception as e:  # offline, no such repo, network: one message that says what to do
         raise ConfigError(f"task {task.name!r}: no data directory given and GLUE could not be loaded from "
                           f"the Hugging Face hub ({type(e).__name__}); pass --data-dir DIR with "
