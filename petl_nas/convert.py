@@ -90,7 +90,8 @@ def _load_with(to: str, task, out: str, backbone) -> str:
 
 
 def _probe(tok, task) -> dict:
-    columns = [list(_PROBE)] * max(1, len(task.text_columns) if not task.generative else 1)
+    """A padded batch of two texts (pairs for a sentence-pair task), as the model reads its rows."""
+    columns = [list(_PROBE)] * (1 if task.generative else max(1, len(task.text_columns)))
     batch = dict(tok(*columns, padding=True, truncation=True, max_length=32, return_tensors="pt"))
     if task.kind == "seq2seq":
         batch["decoder_input_ids"] = batch["input_ids"][:, :4]
