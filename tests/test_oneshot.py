@@ -591,6 +591,40 @@ def test_with_the_ray_executor_the_supernet_is_a_ray_tune_trial(tmp_path, monkey
     assert any(line.startswith("one-shot: a supernet of") and " on cpu " in line for line in lines)
 
 
+@pytest.mark.slow
+def test_ctrl_c_during_a_ray_supernet_is_one_line_and_keeps_its_state(tmp_path):
+    """A real SIGINT to `petl-nas search` while its supernet trains in a Ray Tune trial: exit 130 and
+    petl-nas's one line, no traceback and no Tune restore advice (Tune's own handler would swallow
+    the signal and end the run without a result); its saved epoch stays for the rerun (going on
+    from it: `test_a_supernet_killed_after_an_epoch_goes_on_from_it...`)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    pytest.importorskip("ray")
+    experiment = {"name": "o", "backbone": TINY, "task": "demo_keyword", "budget": "5%", "space": "small",
+                  "trials": 1, "presets": "none", "strategy": "oneshot", "executor": "ray", "ray_address": "local",
+                  "oneshot": {"rungs": 2, "epochs": 400},
+                  "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+                  "final": {"seeds": 0, "baselines": False}}
+    (tmp_path / "e.yaml").write_text(json.dumps(experiment))
+    command = [str(Path(sys.executable).with_name("petl-nas")), "search", "--experiment", "e.yaml"]
+    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state = tmp_path / "runs" / "o" / "oneshot" / "oneshot-0.pt"
+    deadline = time.time() + 300
+    while not state.exists() and run.poll() is None and time.time() < deadline:
+        time.sleep(0.5)                                  # its first epoch saved: it is in the Ray trial
+    assert state.exists(), run.communicate()[1]
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 130, err
+    assert err.strip() == "petl-nas: interrupted; the study is kept: run the same command again to go on", err
+    assert state.exists()                                # its state is kept for the rerun to go on from
+
+
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
     from petl_nas.experiment import Experiment

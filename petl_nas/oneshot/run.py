@@ -168,6 +168,8 @@ def run_on_ray(spec: SupernetSpec, run_dir: str, address: str | None = None) -> 
     outcome = tuner.fit()[0]
     if outcome.error is not None:
         raise RuntimeError(f"the supernet run failed in its Ray trial: {outcome.error}") from outcome.error
+    if "run" not in (outcome.metrics or {}):
+        raise RuntimeError("the supernet run ended in its Ray trial without a result")
     result = json.loads(outcome.metrics["run"])
     return {**result, "resources": resources, "ray_s": round(time.perf_counter() - start, 1)}
 
