@@ -159,6 +159,7 @@ def sigterm_as_interrupt():
 def cmd_search(args) -> int:
     from .experiment import Experiment
     from .search import run_search
+    from .storage import redact
 
     exp = Experiment.load(args.experiment) if args.experiment else Experiment()
     exp = exp.override(
@@ -173,7 +174,7 @@ def cmd_search(args) -> int:
     with sigterm_as_interrupt():
         summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
-    print(f"\nbrowse:  petl-nas dashboard --storage {exp.storage_url}")
+    print(f"\nbrowse:  petl-nas dashboard --storage {redact(exp.storage_url)}")
     if not summary.counts.get("complete") and summary.counts.get("failed"):
         print(f"petl-nas: error: every trial of the study failed ({summary.counts['failed']}); their reasons are "
               f"above and in {exp.run_dir / 'trials'}", file=sys.stderr)

@@ -146,9 +146,9 @@ def check_storage(url: str) -> Check:
     import sqlalchemy
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from .storage import with_installed_driver
+    from .storage import redact, with_installed_driver
 
-    name = "storage"
+    name, shown = "storage", redact(url)          # a password is never printed
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
         if not path.exists():
@@ -156,30 +156,30 @@ def check_storage(url: str) -> Check:
             try:                                  # a probe that leaves nothing behind
                 tempfile.TemporaryDirectory(dir=parent).cleanup()
             except OSError as e:
-                return Check(name, "FAIL", f"{url}: {path} cannot be created ({parent}: {e.strerror})",
+                return Check(name, "FAIL", f"{shown}: {path} cannot be created ({parent}: {e.strerror})",
                              "give --storage sqlite:///A/WRITABLE/PATH.db")
-            return Check(name, "ok", f"{url}: not created yet; {parent} is writable")
+            return Check(name, "ok", f"{shown}: not created yet; {parent} is writable")
     try:
         engine = sqlalchemy.create_engine(with_installed_driver(url), **({"connect_args": {"connect_timeout": 5}}
                                                   if url.startswith("postgresql") else {}))
     except (ArgumentError, NoSuchModuleError) as e:
-        return Check(name, "FAIL", f"{url}: not a database URL SQLAlchemy knows ({str(e).splitlines()[0]})",
+        return Check(name, "FAIL", f"{shown}: not a database URL SQLAlchemy knows ({str(e).splitlines()[0]})",
                      "sqlite:///runs/NAME/study.db or postgresql+psycopg2://USER:PASSWORD@HOST:5432/DB")
     except ImportError as e:
         fix = _pip("postgres") if "psycopg" in str(e) else _pip(package=str(e.name or "the database driver"))
-        return Check(name, "FAIL", f"{url}: the database driver is not installed ({e})", fix)
+        return Check(name, "FAIL", f"{shown}: the database driver is not installed ({e})", fix)
     try:
         with engine.connect() as conn:
             studies = []
             if sqlalchemy.inspect(conn).has_table("studies"):
                 studies = [r[0] for r in conn.execute(sqlalchemy.text("SELECT study_name FROM studies"))]
     except Exception as e:  # noqa: BLE001 - any driver error is one line
-        return Check(name, "FAIL", f"{url} unreachable: {str(e.__cause__ or e).splitlines()[0]}",
+        return Check(name, "FAIL", f"{shown} unreachable: {str(e.__cause__ or e).splitlines()[0]}",
                      "start the server / check host, port, user and password in the URL")
     finally:
         engine.dispose()
     held = f"{len(studies)} study(ies): {', '.join(studies[:5])}" if studies else "no studies yet"
-    return Check(name, "ok", f"{url} answers; {held}")
+    return Check(name, "ok", f"{shown} answers; {held}")
 
 
 def check_glue(data_dir: str | None = None) -> Check:

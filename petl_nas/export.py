@@ -36,7 +36,7 @@ from . import __version__
 from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
 from .inject import atomic_write
-from .storage import check_existing, with_installed_driver
+from .storage import check_existing, redact, with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
@@ -53,15 +53,15 @@ def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
         storage = optuna.storages.RDBStorage(with_installed_driver(storage_url))
         names = [s.study_name for s in storage.get_all_studies()]
     except Exception as e:                                      # noqa: BLE001 - any driver error
-        raise ConfigError(f"storage {storage_url!r} cannot be opened: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"storage {redact(storage_url)!r} cannot be opened: {str(e).splitlines()[0]}") from None
     if study_name is None:
         searches = [n for n in names if not n.endswith(KNOB_STUDY_SUFFIX)]
         if len(searches) != 1:
-            raise ConfigError(f"storage {storage_url!r} holds {len(searches)} studies "
+            raise ConfigError(f"storage {redact(storage_url)!r} holds {len(searches)} studies "
                               f"({', '.join(searches) or 'none'}); name one with --study")
         study_name = searches[0]
     if study_name not in names:
-        raise ConfigError(f"study {study_name!r} is not in {storage_url} (studies: {', '.join(names) or 'none'})")
+        raise ConfigError(f"study {study_name!r} is not in {redact(storage_url)} (studies: {', '.join(names) or 'none'})")
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
@@ -185,7 +185,7 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, reci
         "recipe": recipe,
         "seeds": final_cfg.get("seeds", 3),
         "counts": {**counts, "backbone": a.get("backbone_params")},
-        "provenance": {"storage": storage_url, "study": study.study_name, "recipe": recipe_source, **provenance,
+        "provenance": {"storage": redact(storage_url), "study": study.study_name, "recipe": recipe_source, **provenance,
                        "metric": a.get("metric"),
                        "space": a.get("space_name"), "space_hash": a.get("space_hash"),
                        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .config import ConfigError
 from .experiment import Experiment, Fidelity, FinalEval
+from .storage import redact
 
 BACKBONE = "all-MiniLM-L6-v2"
 HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
@@ -147,7 +148,7 @@ def _check_resumable(exp: Experiment) -> None:
     try:
         studies = optuna.get_all_study_summaries(url, include_best_trial=False)
     except Exception as e:  # noqa: BLE001 - any driver error: one line
-        raise ConfigError(f"storage {url!r} cannot be opened: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"storage {redact(url)!r} cannot be opened: {str(e).splitlines()[0]}") from None
     old = next((s for s in studies if s.study_name == exp.study_name), None)
     if old is None:
         return
@@ -157,13 +158,13 @@ def _check_resumable(exp: Experiment) -> None:
     if task is not None and task != exp.task:
         changed.insert(0, f"task {task} (now {exp.task})")
     if changed:
-        raise ConfigError(f"study {exp.study_name!r} in {url} was made with other settings: {', '.join(changed)}; "
+        raise ConfigError(f"study {exp.study_name!r} in {redact(url)} was made with other settings: {', '.join(changed)}; "
                           f"delete runs/{exp.name}/ to start over, or give another --name")
 
 
 def next_steps(exp: Experiment) -> str:
     """The commands to browse the study and to export and train its best configuration."""
-    url, out = exp.storage_url, f"runs/{exp.name}"
+    url, out = redact(exp.storage_url), f"runs/{exp.name}"
     return "\n".join([
         "open the dashboard (or write an HTML report with the Pareto plot):",
         f"  petl-nas dashboard --storage {url}",
@@ -190,7 +191,7 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
         exp = dataclasses.replace(exp, final=dataclasses.replace(exp.final, seeds=final_seeds))
     _check_resumable(exp)
     printer(f"petl-nas quickstart: {exp.trials} trials of the {exp.space} space under {exp.budget} of the "
-            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epochs each; storage {exp.storage_url}")
+            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epochs each; storage {redact(exp.storage_url)}")
     for line in notes:
         printer("  " + line)
     summary = run_search(exp)

@@ -34,7 +34,7 @@ from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import atomic_write
 from .space import SearchSpace
-from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, running_without_heartbeat
+from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, redact, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import seed_warm_start
 from .fronts import sweep_line
@@ -247,7 +247,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
-    printer(f"study {exp.study_name!r} at {exp.storage_url}: {trained} trained so far; "
+    printer(f"study {exp.study_name!r} at {redact(exp.storage_url)}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
     if queued > exp.trials and exp.sampler != "presets":
         printer(f"trials: {exp.trials} is fewer than the {queued} presets and warm starts queued: all of them "

@@ -113,7 +113,7 @@ def check_existing(url: str) -> None:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"storage {url!r} is not an SQLAlchemy URL (expected e.g. sqlite:///runs/NAME/study.db "
+        raise ConfigError(f"storage {redact(url)!r} is not an SQLAlchemy URL (expected e.g. sqlite:///runs/NAME/study.db "
                           f"or postgresql+psycopg2://user:password@host/db)") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).is_file():

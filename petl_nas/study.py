@@ -33,7 +33,7 @@ from .costs import directions, metric_names
 from .describe import describe_config
 from .presets import preset, preset_lr, preset_names
 from .space import SearchSpace
-from .storage import ClaimLock, Heartbeat, close_storage, fail_stale, open_storage
+from .storage import ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
 KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
@@ -105,19 +105,19 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                 stored = old.user_attrs.get("space_hash")
                 if stored and stored != attrs["space_hash"]:
                     if not force_new:
-                        raise ConfigError(f"study {name!r} in {storage_url} was made with another space "
+                        raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with another space "
                                           f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
                                           f"name or --force-new-study to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
                 elif changed := changed_settings(old.user_attrs, attrs):
                     if not force_new:
-                        raise ConfigError(f"study {name!r} in {storage_url} was made with other settings: "
+                        raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with other settings: "
                                           f"{', '.join(changed)}; use a new --study name or --force-new-study "
                                           f"to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
                 elif len(old.directions) != len(objectives):
                     had = old.user_attrs.get("objectives", ["score", "params"])
-                    raise ConfigError(f"study {name!r} in {storage_url} has objectives [{', '.join(had)}], "
+                    raise ConfigError(f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
                                       f"not [{', '.join(objectives)}]; use a new --study name")
             study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                         directions=directions(objectives), load_if_exists=True)

@@ -21,13 +21,14 @@ from optuna.trial import FrozenTrial
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
 from .fronts import learned_trials, pareto
+from .storage import redact
 
 
 def parse_source(source: str) -> tuple[str, str | None]:
     """``URL[#STUDY]`` -> (storage URL, study name or None)."""
     url, _, name = source.partition("#")
     if not url:
-        raise ConfigError(f"warm start {source!r}: expected a storage URL, optionally #STUDY")
+        raise ConfigError(f"warm start {redact(source)!r}: expected a storage URL, optionally #STUDY")
     return url, name or None
 
 
@@ -54,7 +55,7 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
     url, _ = parse_source(source)
     name, members = front_of(source)
     if url == storage_url and name == study.study_name:
-        raise ConfigError(f"warm start {source!r}: that is this study; name an earlier one")
+        raise ConfigError(f"warm start {redact(source)!r}: that is this study; name an earlier one")
     if study.user_attrs.get("warm_start", {}).get("source") == source:
         return []                                   # done when the study began; a resume takes nothing twice
     have = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}

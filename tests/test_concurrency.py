@@ -168,3 +168,23 @@ def test_two_workers_share_a_knob_search_each_run_trained_once(tmp_path):
     assert len(record["knob_search"]["runs"]) == 3                     # chosen once all three had ended
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
     assert len(proposals) == len(record["proposed"]) and all(t.state == TrialState.COMPLETE for t in proposals)
+
+
+def test_a_postgresql_password_is_never_printed_or_written(tmp_path, monkeypatch, capsys, pg_study):
+    """search's lines, export's record (and so train's metrics.json) and export's errors show the
+    URL with its password hidden."""
+    import yaml
+
+    from petl_nas.cli import main
+    from petl_nas.storage import redact
+
+    monkeypatch.chdir(tmp_path)
+    secret = PG.split("//", 1)[1].split("@", 1)[0]                       # user:password
+    (tmp_path / "e.yaml").write_text(json.dumps(experiment(PG, pg_study, trials=1, presets=["bitfit"])))
+    assert main(["search", "--experiment", "e.yaml"]) == 0
+    assert main(["export", "--storage", PG, "--study", pg_study, "--preset", "bitfit", "-o", "best.yaml"]) == 0
+    assert main(["export", "--storage", PG, "--study", "no-such-study", "-o", "x.yaml"]) == 2
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err and redact(PG) in out.out
+    record = (tmp_path / "best.yaml").read_text()
+    assert secret not in record and yaml.safe_load(record)["provenance"]["storage"] == redact(PG)
