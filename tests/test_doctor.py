@@ -47,7 +47,8 @@ def test_unreachable_storage_fails_cleanly(capsys):
     assert main(["doctor", "--storage", url]) == 1
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if " storage " in l)
-    assert "FAIL" in line and "unreachable" in line and url in line
+    assert "FAIL" in line and "unreachable" in line and url.replace(":petl@", ":***@") in line
+    assert ":petl@" not in out                                       # the password is never printed
     assert "essentials missing: storage" in out
 
 
