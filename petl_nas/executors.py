@@ -329,6 +329,9 @@ def init_ray(address: str | None = None):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
+    # Ctrl-C is petl-nas's to handle (running trials failed for a retry, the study kept, one line);
+    # Tune's own handler would swallow it, end fit() without results and suggest a Tuner.restore.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     import ray
 
     if not ray.is_initialized():
