@@ -15,6 +15,7 @@ Example (``experiments/smoke.yaml``)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +32,9 @@ def _whole(low: int):
 
 
 def _number(low: float, strict: bool):
-    ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and (v > low if strict else v >= low))
-    return ok, f"a number {'>' if strict else '>='} {low:g}"
+    ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+          and (v > low if strict else v >= low))
+    return ok, f"a finite number {'>' if strict else '>='} {low:g}"
 
 
 def _optional(rule):
@@ -57,7 +59,20 @@ def _check_fields(obj, where: str, rules: dict) -> None:
     for name, (ok, what) in rules.items():
         value = getattr(obj, name)
         if not ok(value):
-            raise ConfigError(f"{where}{name}: expected {what}, got {value!r}")
+            raise ConfigError(f"{where}{name}: expected {what}, got {value!r}{_yaml_hint(value)}")
+
+
+def _yaml_hint(value) -> str:
+    """YAML 1.1 reads ``1e-3`` (no dot) as text: say how to write it as a number."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        if math.isfinite(number) and "e" in value.lower():
+            mantissa, _, exponent = value.lower().partition("e")
+            return f" (YAML reads {value} as text: write {float(mantissa):.1f}e{exponent})"
+    return ""
 
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
@@ -236,7 +251,15 @@ class OneShot:
                       and 0 < bounds[0] < bounds[1] and (name != "init_open" or bounds[1] < 1))
                 if not ok:
                     raise ConfigError(f"oneshot: search: {name}: expected [low, high] with 0 < low < high"
-                                      f"{' < 1' if name == 'init_open' else ''}, got {bounds!r}")
+                                      f"{' < 1' if name == 'init_open' else ''}, got {bounds!r}"
+                                      + (next((_yaml_hint(b) for b in bounds if _yaml_hint(b)), "")
+                                         if isinstance(bounds, (list, tuple)) else ""))
+        for name, (low, high) in self.knob_ranges().items():     # the knob search's first run takes them
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ConfigError(f"oneshot: {name} {value:g} is outside the knob search's range [{low:g}, {high:g}] "
+                                  f"(its first run trains at the fixed knobs): widen oneshot.search.{name} or "
+                                  f"change {name}")
 
     def knob_ranges(self) -> dict[str, tuple[float, float]]:
         """What the knob search varies: ``search``, else `DEFAULT_SEARCH`; nothing for one run."""

@@ -625,6 +625,24 @@ def test_ctrl_c_during_a_ray_supernet_is_one_line_and_keeps_its_state(tmp_path):
     assert state.exists()                                # its state is kept for the rerun to go on from
 
 
+def test_a_supernet_that_diverges_is_one_line_and_the_rerun_says_why_it_trains_again(tmp_path, monkeypatch):
+    import dataclasses
+
+    from petl_nas import ConfigError
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", presets=[])
+    wild = dataclasses.replace(exp, oneshot=dataclasses.replace(exp.oneshot, lr=1.0e6, gate_lr=1.0e6))
+    with pytest.raises(ConfigError, match=r"oneshot: the supernet diverged \(loss is \w+ at step \d+\): lower "
+                                          r"oneshot\.lr or oneshot\.gate_lr, then run the same command again"):
+        run_search(wild, printer=lambda *a: None)
+    lines = []
+    run_search(exp, printer=lines.append)
+    assert any(" diverged (loss is " in line and "training it again (attempt 2)" in line for line in lines), lines
+    assert any(line.startswith("one-shot: a supernet of") for line in lines)
+
+
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
     from petl_nas.experiment import Experiment

@@ -176,7 +176,7 @@ def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, 
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert "nan" in trials[0].user_attrs["error"] and any("run 0 failed" in line for line in lines)
     assert number == 1 and [r["number"] for r in runs] == [1] and result["proposed"]
-    bad = _knob_exp(tmp_path, runs=2, search={"lr": [1e6, 1e8]})
+    bad = _knob_exp(tmp_path, runs=2, lr=1e7, search={"lr": [1e6, 1e8]})
     with pytest.raises(ConfigError, match="every supernet run of the knob search diverged"):
         run_search(bad, printer=lambda *a: None)
 
@@ -228,7 +228,7 @@ def test_knob_search_settings_are_checked_in_one_line():
                              ({"runs": 3, "search": {"lr": ["3e-4", 1]}}, "lr: expected \\[low, high\\]"),
                              ({"runs": 3, "search": {"init_open": [0.5, 1.5]}}, "init_open: expected"),
                              ({"runs": 0}, "runs: expected a whole number"),
-                             ({"temperature": 0}, "temperature: expected a number > 0")]:
+                             ({"temperature": 0}, "temperature: expected a finite number > 0")]:
         with pytest.raises(ConfigError, match=message):
             Experiment.from_dict({"oneshot": oneshot})
     ranges = Experiment.from_dict({"oneshot": {"runs": 4}}).oneshot.knob_ranges()
@@ -264,3 +264,19 @@ def test_oneshot_runs_on_the_command_line(tmp_path, monkeypatch, capsys):
     assert len(optuna.load_study(study_name="o:oneshot-knobs", storage=f"sqlite:///{tmp_path}/s.db").trials) == 2
     with pytest.raises(ConfigError, match="--oneshot-runs: oneshot: runs: expected a whole number"):
         Experiment().override(oneshot_runs=0)
+
+
+def test_knob_settings_a_user_can_get_wrong_are_named():
+    from petl_nas import ConfigError
+    from petl_nas.experiment import OneShot
+
+    for kw, words in [({"lr": "1e-3"}, "oneshot: lr: expected a finite number > 0, got '1e-3' (YAML reads 1e-3 as "
+                                       "text: write 1.0e-3)"),
+                      ({"lr": float("inf")}, "oneshot: lr: expected a finite number > 0, got inf"),
+                      ({"lr": 1.0e-2, "runs": 2}, "oneshot: lr 0.01 is outside the knob search's range [0.0003, "
+                                                  "0.003] (its first run trains at the fixed knobs)"),
+                      ({"runs": 2, "search": {"lr": ["1e-4", 1.0e-2]}}, "(YAML reads 1e-4 as text: write 1.0e-4)")]:
+        with pytest.raises(ConfigError) as e:
+            OneShot(**kw)
+        assert words in str(e.value), str(e.value)
+    OneShot(lr=1.0e-2, runs=2, search={"lr": [1.0e-3, 3.0e-2]})          # inside a range the user widened

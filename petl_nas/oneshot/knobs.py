@@ -147,7 +147,7 @@ def _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
     try:
         result = run(run_spec)
     except RuntimeError as e:
-        if not _diverged(e):
+        if not diverged(e):
             raise
         trial.set_user_attr("error", _short(e))
         ks.tell(trial, state=TrialState.FAIL)
@@ -168,7 +168,7 @@ def _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
             f"{record['cost_s']:.0f}s")
 
 
-def _diverged(error: BaseException | None) -> bool:
+def diverged(error: BaseException | None) -> bool:
     """Whether a run failed because its loss stopped being finite (here or in a Ray worker)."""
     while error is not None:
         if isinstance(error, NonFiniteLoss) or "NonFiniteLoss" in type(error).__name__:

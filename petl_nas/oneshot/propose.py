@@ -29,6 +29,7 @@ import datetime
 import os
 import time
 
+from ..config import ConfigError
 from ..study import LR_FROM_SAMPLER
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
@@ -51,7 +52,10 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
         attempt = earlier["attempt"] + 1 if earlier else 1
         study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"),
                                       "attempt": attempt})
-    if earlier:
+    if earlier and earlier.get("diverged"):
+        say(f"one-shot: the supernet run started {earlier['at']} diverged ({earlier['diverged']}); "
+            f"training it again (attempt {attempt})")
+    elif earlier:
         say(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
             f"running elsewhere); training it again from its last saved epoch, if any (attempt {attempt})")
     start = time.perf_counter()
@@ -83,7 +87,16 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
         chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
     else:
         run = f"oneshot-{exp.seed}"
-        result = run_one(spec)
+        try:
+            result = run_one(spec)
+        except Exception as e:                     # noqa: BLE001 - a loss gone non-finite is the user's to fix
+            if not knobs.diverged(e):
+                raise
+            why = _first_line(e)
+            with lock():
+                study.set_user_attr(STARTED, {**study.user_attrs[STARTED], "diverged": why})
+            raise ConfigError(f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
+                              f"then run the same command again") from None
         chosen = o.knobs()
     proposed = result["proposed"]
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
@@ -122,6 +135,13 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
                     f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
                     f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
                     + ", ".join(f"{p['deployable']:,}" for p in proposed)]
+
+
+def _first_line(error: BaseException) -> str:
+    """The message of the innermost cause (a Ray trial wraps the worker's error)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 __all__ = ["propose", "ATTR", "STARTED"]
