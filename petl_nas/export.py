@@ -62,6 +62,10 @@ def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
         study_name = searches[0]
     if study_name not in names:
         raise ConfigError(f"study {study_name!r} is not in {redact(storage_url)} (studies: {', '.join(names) or 'none'})")
+    if study_name.endswith(KNOB_STUDY_SUFFIX):      # one value per supernet run: no front, no configurations
+        search = study_name[:-len(KNOB_STUDY_SUFFIX)]
+        raise ConfigError(f"study {study_name!r} holds the supernet runs of {search!r}'s knob search, not its "
+                          f"trials; use --study {search}")
     return optuna.load_study(study_name=study_name, storage=storage)
 
 

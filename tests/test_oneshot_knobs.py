@@ -14,6 +14,7 @@ import torch
 
 from conftest import batch, tiny_model
 from test_oneshot import HEAD, _exp, _killed_after_first_save, _perturb, _supernet
+from petl_nas import ConfigError
 from petl_nas.oneshot import HardConcrete, ladder
 from petl_nas.oneshot.derive import configuration, select
 from petl_nas.oneshot.gates import CLOSED
@@ -133,6 +134,10 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     assert record["cost_s"] >= sum(r["cost_s"] for r in search["runs"])
     assert sum(line.startswith("one-shot knobs: run") for line in lines) == 3
     assert any("the best of 3 runs" in line for line in lines)
+    from petl_nas.export import load_study                     # export's and report's way in: named, not a crash
+    with pytest.raises(ConfigError, match=r"study 'o:oneshot-knobs' holds the supernet runs of 'o''s knob search, "
+                                          r"not its trials; use --study o"):
+        load_study(exp.storage_url, "o:oneshot-knobs")
     if importlib.util.find_spec("matplotlib") is not None:       # the report names every run and the chosen one
         from petl_nas.dashboards.report import write_report
 
