@@ -315,9 +315,13 @@ class Heartbeat:
             self.thread.join()
 
 
+LOST = "lost: its worker stopped (no heartbeat)"     # the failure kind of a trial whose process died
+
+
 def fail_stale(study: optuna.Study) -> None:
-    """Mark FAIL the RUNNING trials whose heartbeat is older than the grace period (retrying them
-    when the storage was opened with ``retries``). A RUNNING trial without any heartbeat (from a
+    """Mark FAIL the RUNNING trials whose heartbeat is older than the grace period, with `LOST` as
+    their ``fail_kind`` and a ``fail_reason`` (retrying them when the storage was opened with
+    ``retries``; the retry starts without those attributes). A RUNNING trial without any heartbeat (from a
     process that died between creating it and its first beat, or from an older petl-nas) gets
     one now, so it turns stale after the grace period unless its owner is alive to refresh it."""
     rdb = _rdb(study)
@@ -325,7 +329,8 @@ def fail_stale(study: optuna.Study) -> None:
         return
     for tid in _trials_without_heartbeat(rdb, study._study_id):
         rdb.record_heartbeat(tid)
-    optuna.storages.fail_stale_trials(study)
+    fail_now(study, rdb._get_stale_trial_ids(study._study_id),     # as optuna.storages.fail_stale_trials,
+             {"fail_kind": LOST, "fail_reason": "its worker stopped: no heartbeat within the grace period"})
 
 
 def fail_now(study: optuna.Study, trial_ids, user_attrs: dict | None = None) -> list[int]:
@@ -384,6 +389,6 @@ def as_stored(value):
     return json.loads(json.dumps(value, default=str))
 
 
-__all__ = ["as_stored", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+__all__ = ["LOST", "as_stored", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
            "fail_now", "running_without_heartbeat",
            "SQLITE_BUSY_TIMEOUT_S"]

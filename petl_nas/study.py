@@ -33,7 +33,7 @@ from .costs import directions, metric_names
 from .describe import describe_config
 from .presets import preset, preset_lr, preset_names
 from .space import SearchSpace
-from .storage import ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
+from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
 KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
@@ -41,7 +41,6 @@ KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knob
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_CONSECUTIVE_REJECTIONS = 500
-LOST = "lost: its worker stopped (no heartbeat)"     # the failure kind of a trial whose process died
 INTERRUPTED = "interrupted (trained again on resume)"   # ... and of one whose search was stopped (Ctrl-C)
 INVALID = "invalid configuration"
 LR_FROM_SAMPLER = "lr_from_sampler"   # a configuration given whole whose learning rate the sampler draws

@@ -236,7 +236,10 @@ def test_stale_running_trials_fail_and_a_trial_without_any_beat_gets_its_grace(t
     fail_stale(study)
     states = {t.number: t.state for t in study.get_trials()}
     assert states[beaten.number] == TrialState.FAIL and states[never.number] == TrialState.RUNNING
-    assert [t.params for t in study.get_trials(states=(TrialState.WAITING,))] == [beaten.params]  # retried once
+    lost = study.get_trials()[beaten.number].user_attrs                  # said, for the dashboard and the summary
+    assert lost["fail_kind"] == LOST and "no heartbeat within the grace period" in lost["fail_reason"]
+    (retry,) = study.get_trials(states=(TrialState.WAITING,))
+    assert retry.params == beaten.params and "fail_kind" not in retry.user_attrs      # retried once, afresh
     time.sleep(3)
     fail_stale(study)
     assert study.get_trials()[never.number].state == TrialState.FAIL
