@@ -137,7 +137,7 @@ def pareto(view: StudyView) -> bytes:
     ax.set_ylim(min(ys) - 0.1 * span, max(ys) + 0.25 * span)       # room for the labels
     ax.xaxis.set_major_formatter(_count)
     ax.xaxis.set_minor_formatter(lambda n, _: _count(n) if _leading(n) in (2, 5) else "")
-    if view.backbone_params:
+    if view.backbone_params and scale != "symlog":    # matplotlib maps a secondary axis linearly on symlog
         top = ax.secondary_xaxis("top", functions=(lambda n: 100 * n / view.backbone_params,
                                                    lambda pct: pct * view.backbone_params / 100))
         top.xaxis.set_major_formatter(lambda v, _: f"{v:g}%")

@@ -152,6 +152,22 @@ def test_a_head_only_trial_is_inside_the_pareto_plot():
     assert scale == "log" and 0 < left < 836
 
 
+@pytest.mark.parametrize("sizes, has_top", [((0, 836, 2_048), False), ((836, 2_048), True)])
+def test_the_percent_axis_is_drawn_only_where_it_maps_right(monkeypatch, sizes, has_top):
+    """On a symlog x axis (a head-only trial at 0) matplotlib would map a secondary axis linearly:
+    the % of the backbone stays in the budget line's label instead of a wrong top axis."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("backbone_params", 37_248)
+    study.set_user_attr("budget", 1_862)
+    for i, n in enumerate(sizes):
+        study.add_trial(create_trial(values=[0.6 + 0.1 * i, n], user_attrs={"config_text": f"config of {n}"}))
+    figures = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    plots.pareto(view.study_view(study, "sqlite://"))
+    labels = [a.get_xlabel() for a in figures[0].axes[0].child_axes]
+    assert ("% of the backbone's parameters" in labels) == has_top
+
+
 def test_hypervolume_agrees_with_optuna():
     from optuna._hypervolume import compute_hypervolume         # the reference (private, tests only)
 
