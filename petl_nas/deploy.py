@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .budget import count_parameters
 from .config import ConfigError, PetlConfig
 from .data import encode
 from .inject import CONFIG_FILE, atomic_write, load_petl, save_petl
@@ -57,6 +58,10 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"output folder {str(out)!r} cannot be created ({e.strerror})") from None
+    foreign = sorted(p.name for p in out.iterdir() if not (p.name == "metrics.json" or p.name.startswith("seed_")))
+    if foreign:                           # another tool's folder (a converted model, ...): not ours to mix into
+        raise ConfigError(f"output folder {str(out)!r} holds other files ({', '.join(foreign[:3])}"
+                          f"{', ...' if len(foreign) > 3 else ''}); choose another --out")
     task = resolve_task(rec["task"])
     config = PetlConfig.from_dict(rec["petl_config"])
     recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}
@@ -80,6 +85,9 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
             runs.append(done)
             printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
             continue
+        if done is None and (run_dir / CONFIG_FILE).exists():
+            printer(f"seed {seed}: {run_dir} holds a run of another record (configuration, recipe, backbone or "
+                    f"data); it is replaced")
         trained = petl_copy(model, config, seed)
         result = train(trained, TrainData(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
                        device, progress=progress)
@@ -99,7 +107,8 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     last = [r["last"] for r in runs]
     summary = {"metric": task.main_metric, "split": "test", "mean": statistics.fmean(last),
                "std": statistics.stdev(last) if len(last) > 1 else 0.0, "runs": runs,
-               "deployable": rec.get("counts", {}).get("deployable"), "provenance": rec.get("provenance")}
+               "deployable": count_parameters(model.config, config, task.num_labels).deployable,  # as trained
+               "provenance": rec.get("provenance")}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
     return {**summary, "models": models} if keep_models else summary

@@ -135,7 +135,10 @@ def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
 
 
 def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
+    from petl_nas.budget import count_parameters
     from petl_nas.deploy import train_record
+    from petl_nas.tasks import resolve_task
+    from petl_nas.worker import model_config_for
 
     rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
            "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},
@@ -146,10 +149,18 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
     again = train_record(rec, out=tmp_path / "out", progress=False, printer=lines.append)
     assert "already trained" in lines[0] and "already trained" not in lines[1]
     assert again["runs"][0] == first["runs"][0] and again["runs"][1]["last"] == first["runs"][1]["last"]
+    assert first["deployable"] == count_parameters(model_config_for(TINY, resolve_task("demo_sentiment")),
+                                                   PetlConfig.from_dict(LORA), num_labels=2).deployable > 0
     changed = {**rec, "recipe": {**rec["recipe"], "lr": 1e-3}}             # another recipe is another run
     lines.clear()
     train_record(changed, out=tmp_path / "out", progress=False, printer=lines.append)
     assert not any("already trained" in line for line in lines)
+    assert sum("holds a run of another record" in line and "it is replaced" in line for line in lines) == 2
+    (tmp_path / "merged").mkdir()                                        # another tool's folder: not mixed into
+    (tmp_path / "merged" / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"output folder '.*merged' holds other files \(config\.json\); "
+                                          r"choose another --out"):
+        train_record(rec, out=tmp_path / "merged", progress=False, printer=lambda *a: None)
 
 
 def test_cli_train_and_predict(tmp_path, capsys):
