@@ -54,11 +54,11 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
     expected = _outputs(model, probe)
     write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
     backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)             # a folder like any other, not mkdtemp's private one
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:                          # name the folder asked for, not a temporary one
+        raise ConfigError(f"output {str(out)!r} cannot be created ({e.strerror})") from None
     try:
         with transformers_quiet(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
@@ -69,6 +69,7 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
         if not diff <= 1e-4 * (1.0 + float(expected.abs().max())):
             raise ConfigError(f"convert: the {to} model's outputs differ from the trained model's by up to "
                               f"{diff:.2e}; nothing written")
+        _usual_modes(staging)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
@@ -76,6 +77,16 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
         shutil.rmtree(staging, ignore_errors=True)
     return {"to": to, "out": str(out), "max_abs_diff": diff, **what,
             "load_with": _load_with(to, task, str(out), backbone_name)}
+
+
+def _usual_modes(folder: Path) -> None:
+    """The folder and its files readable as any other (mkdtemp makes the folder 0700, and transformers'
+    save_pretrained writes its weights 0600): a serving account must be able to read them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for path in folder.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _load_with(to: str, task, out: str, backbone) -> str:

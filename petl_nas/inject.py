@@ -566,7 +566,10 @@ def atomic_write(path: Path, write) -> None:
         os.chmod(tmp, 0o666 & ~umask)            # mkstemp makes 0600; keep the usual file mode
         with open(tmp, "rb") as f:               # on disk before the rename, so a power cut cannot
             os.fsync(f.fileno())                 # leave an empty file under the final name
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as e:                     # a folder under that name, ...: name it, not the temporary
+            raise OSError(e.errno, e.strerror, str(path)) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -5,6 +5,7 @@ is written.
 """
 
 import json
+import os
 
 import pytest
 import torch
@@ -92,6 +93,11 @@ def test_a_converted_run_is_the_trained_model_in_peft_and_merged(name, tmp_path_
         assert torch.allclose(adapter(**batch).logits, expected, atol=1e-5)
 
     assert main(["convert", "--model", str(run), "--to", "merged", "-o", str(tmp_path / "merged")]) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    for folder in ("peft", "merged"):             # readable like any file (transformers writes weights 0600)
+        for path in [tmp_path / folder, *(tmp_path / folder).iterdir()]:
+            assert path.stat().st_mode & 0o777 == (0o777 if path.is_dir() else 0o666) & ~umask, path
     merged = auto.from_pretrained(str(tmp_path / "merged")).eval()
     assert not any("lora" in n for n, _ in merged.named_parameters())          # a plain transformers model
     with torch.no_grad():

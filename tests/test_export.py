@@ -202,6 +202,17 @@ def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_an_output_that_is_a_folder_is_named_not_a_temporary_file(tmp_path, capsys):
+    from petl_nas.cli import main
+
+    make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
+    (tmp_path / "best.yaml").mkdir()
+    assert main(["export", "--storage", f"sqlite:///{tmp_path}/s.db", "-o", str(tmp_path / "best.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"petl-nas: error: {tmp_path / 'best.yaml'}: Is a directory\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml", "s.db"]       # no temporary file left
+
+
 def test_loading_onto_another_architecture_is_refused(tmp_path):
     from petl_nas import apply_petl, load_petl, save_petl
     from conftest import tiny_model
