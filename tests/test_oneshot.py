@@ -643,6 +643,25 @@ def test_a_supernet_that_diverges_is_one_line_and_the_rerun_says_why_it_trains_a
     assert any(line.startswith("one-shot: a supernet of") for line in lines)
 
 
+def test_a_resume_with_other_oneshot_settings_is_refused(tmp_path, monkeypatch):
+    import dataclasses
+
+    from petl_nas import ConfigError
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", presets=[])
+    run_search(exp, printer=lambda *a: None)
+    other = dataclasses.replace(exp, oneshot=dataclasses.replace(exp.oneshot, rungs=6))
+    with pytest.raises(ConfigError, match=r"study 'o' trained its supernet with other oneshot settings \(rungs 4 -> 6\); "
+                                          r"its proposals are those of the first: to train another supernet, name a "
+                                          r"new study \(--study NAME\)"):
+        run_search(other, printer=lambda *a: None)
+    lines = []
+    run_search(exp, printer=lines.append)                      # the same settings: nothing left to do
+    assert any("; 0 to train;" in line for line in lines)
+
+
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
     from petl_nas.experiment import Experiment

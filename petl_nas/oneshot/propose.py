@@ -25,11 +25,13 @@ record names it and keeps every run (``knob_search``), and its cost is that of a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import time
 
 from ..config import ConfigError
+from ..storage import as_stored
 from ..study import LR_FROM_SAMPLER
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
@@ -43,7 +45,9 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     Training runs outside ``lock`` (the study's `ClaimLock`: held for minutes it would block the
     other workers); the enqueueing inside it, so two workers never both enqueue. ``printer`` gets
     a line per supernet run of a knob search as it ends."""
+    settings = as_stored(dataclasses.asdict(exp.oneshot))
     if ATTR in study.user_attrs:
+        _check_same_settings(study, settings)
         return []
     lines = []
     say = printer if printer is not None else lines.append
@@ -110,7 +114,7 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
               "where": {"executor": exp.executor, "device": result["device"], "host": result["host"],
                         **({"resources": result["resources"]} if "resources" in result else {})},
               "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt,
-              "resumed_from": result["resumed_from"]}
+              "resumed_from": result["resumed_from"], "settings": settings}
     if knob_runs is not None:
         record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
     with lock():
@@ -135,6 +139,18 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
                     f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
                     f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
                     + ", ".join(f"{p['deployable']:,}" for p in proposed)]
+
+
+def _check_same_settings(study, settings: dict) -> None:
+    """A resumed study whose supernet was trained with other ``oneshot`` settings: refused, since its
+    proposals are those of the old settings (a study from before settings were stored is not checked)."""
+    stored = study.user_attrs[ATTR].get("settings")
+    if stored is None or stored == settings:
+        return
+    changed = [f"{k} {stored.get(k)!r} -> {settings.get(k)!r}" for k in settings if stored.get(k) != settings.get(k)]
+    raise ConfigError(f"study {study.study_name!r} trained its supernet with other oneshot settings "
+                      f"({'; '.join(changed)}); its proposals are those of the first: to train another supernet, "
+                      f"name a new study (--study NAME)")
 
 
 def _first_line(error: BaseException) -> str:
