@@ -35,6 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from . import __version__
 from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
+from .fronts import group_of, source_of
 from .inject import atomic_write
 from .storage import check_existing, redact, with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
@@ -128,9 +129,12 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
     config = dict(u["petl_config"])
     if config.get("pooling", "auto") == "auto" and u.get("pooling") not in (None, "native"):
         config["pooling"] = u["pooling"]       # what `auto` read on the study's backbone, written out
+    origin = {"source": group_of(trial)}             # preset, sweep, oneshot or searched
+    if u.get("oneshot"):                             # which supernet run proposed it, at which budget
+        origin.update(oneshot=u["oneshot"], oneshot_budget=u.get("oneshot_budget"))
     return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
-                   test_mean=final.get("mean"), test_std=final.get("std"))
+                   test_mean=final.get("mean"), test_std=final.get("std"), **origin)
 
 
 def _study_space(study: optuna.Study):
@@ -248,16 +252,21 @@ def _check_recipe(path: Path, recipe) -> None:
 
 
 def front_table(study: optuna.Study) -> str:
-    """The front as text: trial, preset, scores, counts (what ``export --list`` prints)."""
+    """The front as text: trial, source, scores, counts and the study's cost objectives (what
+    ``export --list`` prints)."""
+    from .costs import COSTS, UNITS
+
     backbone = study.user_attrs.get("backbone_params") or 1
-    lines = [f"{'trial':>5}  {'preset':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}{'latency ms':>12}"]
+    costs = [o for o in study.user_attrs.get("objectives", ["score", "params"])[2:] if o in COSTS]
+    lines = [f"{'trial':>5}  {'source':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"
+             + "".join(f"{f'{o} {UNITS[o]}':>16}" for o in costs)]
     for t in sorted(study.best_trials, key=lambda t: t.values[1]):
         f = _final(study, t)
         test = f"{f['mean']:.4f} ± {f['std']:.4f}" if f else "-"
-        latency = t.user_attrs.get("latency_ms")
-        lines.append(f"{t.number:>5}  {t.user_attrs.get('preset') or '-':<14}{t.values[0]:>9.4f}{test:>20}"
+        values = [t.user_attrs.get(COSTS[o][1]) for o in costs]
+        lines.append(f"{t.number:>5}  {source_of(t):<14}{t.values[0]:>9.4f}{test:>20}"
                      f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"
-                     f"{f'{latency:.1f}' if latency is not None else '-':>12}")
+                     + "".join(f"{f'{v:.1f}' if v is not None else '-':>16}" for v in values))
     if len(lines) == 1:                     # the header alone would read as a silent success
         complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
         lines.append("(no trial on the front: " + ("no trial has completed yet)" if not complete else

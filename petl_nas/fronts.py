@@ -35,6 +35,13 @@ def group_of(t: FrozenTrial) -> str:
     return "oneshot" if t.user_attrs.get("oneshot") else "searched"
 
 
+def source_of(t: FrozenTrial) -> str:
+    """What proposed a trial, as the tables show it: the preset's or sweep point's name, ``one-shot``,
+    or ``-`` for the sampler."""
+    u = t.user_attrs
+    return u.get("preset") or u.get("baseline") or ("one-shot" if u.get("oneshot") else "-")
+
+
 def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:
     """Complete trials that learned (not within noise of the trivial baseline), of one group or all."""
     return [t for t in study.get_trials(deepcopy=False)
@@ -128,5 +135,5 @@ def sweep_line(study) -> str | None:
             f"beyond noise at {clear}; hypervolume {volumes or 'n/a'}")
 
 
-__all__ = ["GROUPS", "group_of", "learned_trials", "pareto", "hypervolume", "reference_from", "reference_point",
+__all__ = ["GROUPS", "group_of", "source_of", "learned_trials", "pareto", "hypervolume", "reference_from", "reference_point",
            "group_hypervolumes", "compare_to_sweep", "sweep_line"]

@@ -37,7 +37,7 @@ from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, redact, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import seed_warm_start
-from .fronts import sweep_line
+from .fronts import source_of, sweep_line
 from .significance import clearly_better, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
 from .study import (INTERRUPTED, SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
@@ -75,13 +75,13 @@ class SearchSummary:
         flag = "  did not learn" if r.get("did_not_learn") else ""
         costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
                         if value is not None)
-        return (f"{r['number']:>5}  {r['preset'] or '-':<17}{search:>24}{test:>20}{vs:>15}"
+        return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>15}"
                 f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}")
 
     def table(self) -> str:
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
                  + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
-        head = (f"{'trial':>5}  {'preset':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
+        head = (f"{'trial':>5}  {'source':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
                 f"{'paired Δ pts':>15}{'deployable':>12}{'%':>8}  dominates")
         lines.append(head)
         lines += [self._row(r) for r in self.front]
@@ -249,8 +249,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     printer(f"study {exp.study_name!r} at {redact(exp.storage_url)}: {trained} trained so far; "
             f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
-    if queued > exp.trials and exp.sampler != "presets":
-        printer(f"trials: {exp.trials} is fewer than the {queued} presets and warm starts queued: all of them "
+    if queued >= exp.trials and exp.sampler != "presets":
+        printer(f"trials: {exp.trials} is no more than the {queued} presets and warm starts queued: all of them "
                 f"train, and the sampler proposes nothing (raise trials to search beyond them)")
     if over_budget:
         printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
@@ -451,7 +451,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
         paired = None
         if reference is not None and final and t.number != reference.number:
             paired = paired_difference(final["scores"], finals[reference.number]["scores"])
-        return {"number": t.number, "preset": u.get("preset") or u.get("baseline"), "score": t.values[0], "se": se,
+        return {"number": t.number, "preset": source_of(t), "score": t.values[0], "se": se,
                 "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
                 "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominates,
                 "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),

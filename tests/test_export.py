@@ -347,3 +347,24 @@ def test_count_reads_an_export_record_and_a_trained_model(tmp_path, capsys):
         assert main(["count", "--model", str(tmp_path / "m"), "--config", str(tmp_path / config), "--json"]) == 0
         counts.append(json.loads(capsys.readouterr().out)["deployable"])
     assert counts == [count_parameters(tiny_model().config, PetlConfig.from_dict(LORA)).deployable] * 3 != [0] * 3
+
+
+def test_the_front_table_shows_each_trials_source_and_the_studys_own_costs(tmp_path):
+    from petl_nas.export import front_table
+
+    study = make_study(f"sqlite:///{tmp_path}/s.db", [])
+    study.set_user_attr("objectives", ["score", "params", "step_time", "memory"])
+    for score, n, attrs in [(0.8, 100, {"oneshot": "oneshot-0", "oneshot_budget": 120}),
+                            (0.7, 50, {"preset": "bitfit"}), (0.9, 900, {})]:
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)}, values=[score, n],
+            user_attrs={"petl_config": LORA, "deployable": n, "trainable": n, "recipe": {"lr": 3e-3},
+                        "train_step_ms": 12.5, "peak_mem_mb": 300.0, "latency_ms": 4.0, **attrs}))
+    head, *rows = front_table(study).splitlines()
+    assert head.split() == ["trial", "source", "search", "test", "(±std)", "deployable", "%", "step_time", "ms",
+                            "memory", "MB"]                        # its objectives, not latency
+    assert [row.split()[1] for row in rows] == ["bitfit", "one-shot", "-"]
+    assert rows[0].split()[-2:] == ["12.5", "300.0"]
+    one_shot = record(study, study.trials[0])["provenance"]
+    assert (one_shot["source"], one_shot["oneshot"], one_shot["oneshot_budget"]) == ("oneshot", "oneshot-0", 120)
+    assert record(study, study.trials[2])["provenance"]["source"] == "searched"

@@ -608,8 +608,11 @@ def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_
     assert sum(bool(t.user_attrs.get("preset")) for t in study.trials) == 3
     assert not [t for t in study.trials if t.state == TrialState.WAITING]
     assert all(t.user_attrs.get("preset") or t.user_attrs.get("baseline") for t in trained(study))
-    assert ("trials: 1 is fewer than the 3 presets and warm starts queued: all of them train, and the sampler "
+    assert ("trials: 1 is no more than the 3 presets and warm starts queued: all of them train, and the sampler "
             "proposes nothing (raise trials to search beyond them)") in lines
+    equal = []
+    run_search(experiment(tmp_path, name="eq", trials=3, budget="20%"), printer=equal.append)
+    assert any(line.startswith("trials: 3 is no more than the 3 presets") for line in equal)
     again = []
     run_search(exp, printer=again.append)
     assert len(load(exp).trials) == len(study.trials) and any("; 0 to train;" in line for line in again)
