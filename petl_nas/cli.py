@@ -169,7 +169,7 @@ def cmd_search(args) -> int:
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
         presets=args.presets.split(",") if args.presets and args.presets not in ("auto", "none") else args.presets,
         fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
-        objectives=args.objectives.split(",") if args.objectives else None, strategy=args.strategy,
+        objectives=args.objectives.split(",") if args.objectives is not None else None, strategy=args.strategy,
         oneshot_runs=args.oneshot_runs)
     with sigterm_as_interrupt():
         summary = run_search(exp, force_new_study=args.force_new_study)
@@ -192,6 +192,8 @@ def cmd_export(args) -> int:
         return 0
     if not args.output:
         raise ConfigError("give -o FILE (or --list to print the front)")
+    if args.preset and args.pick != "best":
+        raise ConfigError("give --pick or --preset, not both (--preset exports that preset, whatever the front holds)")
     if args.preset:
         rec = preset_record(study, args.preset, args.storage, args.recipe)
         budget = study.user_attrs.get("budget")

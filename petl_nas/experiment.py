@@ -323,7 +323,10 @@ class Experiment:
             "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
         if self.trials == 0 and self.strategy != "oneshot":     # oneshot trains its proposals, not `trials`
             raise ConfigError(f"{where}trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot)")
-        object.__setattr__(self, "objectives", check_objectives(self.objectives))
+        try:
+            object.__setattr__(self, "objectives", check_objectives(self.objectives))
+        except ConfigError as e:
+            raise ConfigError(f"{where}{e}") from None
         if self.grace_period <= self.heartbeat_interval:
             raise ConfigError(f"{where}grace_period: must be longer than heartbeat_interval "
                               f"({self.heartbeat_interval}s), got {self.grace_period}s")
@@ -381,6 +384,9 @@ class Experiment:
         if fid:
             out = dataclasses.replace(out, fidelity=dataclasses.replace(out.fidelity, **fid))
         if one:
+            if out.strategy == "sampler":          # it would be ignored: no supernet trains
+                raise ConfigError(f"--oneshot-{next(iter(one))}: applies to strategy oneshot or both, and this "
+                                  f"search's strategy is sampler (add --strategy both)")
             try:
                 out = dataclasses.replace(out, oneshot=dataclasses.replace(out.oneshot, **one))
             except ConfigError as e:

@@ -190,7 +190,7 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         reasons.append("several methods at once (a PEFT config holds one tuner)")
     lora = [m for m in config.modules if m.form == "lora"]
     if config.bitfit and not lora:
-        reasons.append("bitfit alone (PEFT trains biases only beside a tuner, bias='all')")
+        reasons.append("bitfit without LoRA (PEFT trains biases only beside a LoRA tuner, bias='all')")
     patterns, seen, adapted = [], set(), []
     for i, m in ((i, m) for i, m in enumerate(config.modules) if m.form == "lora"):
         where = f"modules[{i}] (lora at {m.position})"

@@ -103,6 +103,13 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _refuse_postgres_alias(parsed, shown: str) -> None:
+    """``postgres://`` (Heroku's, libpq's spelling) is not a SQLAlchemy dialect: say the one that is."""
+    if parsed.drivername.split("+")[0] == "postgres":
+        raise ConfigError(f"storage {shown!r}: SQLAlchemy names PostgreSQL 'postgresql://' (or "
+                          f"'postgresql+psycopg2://'), not 'postgres://'")
+
+
 def check_existing(url: str) -> None:
     """Refuse, in one line, a URL that cannot name an existing study: not an SQLAlchemy URL, or a
     SQLite file that does not exist (opening it would create an empty database: a typo in a path
@@ -115,6 +122,7 @@ def check_existing(url: str) -> None:
     except ArgumentError:
         raise ConfigError(f"storage {redact(url)!r} is not an SQLAlchemy URL (expected e.g. sqlite:///runs/NAME/study.db "
                           f"or postgresql+psycopg2://user:password@host/db)") from None
+    _refuse_postgres_alias(parsed, redact(url))
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).is_file():
             raise ConfigError(f"storage {url!r}: no such file {parsed.database!r} "
@@ -136,8 +144,9 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except Exception:                                           # noqa: BLE001 - any parse error
-        raise ConfigError(f"storage {url!r} is not a database URL (e.g. sqlite:///runs/x/study.db, "
+        raise ConfigError(f"storage {shown!r} is not a database URL (e.g. sqlite:///runs/x/study.db, "
                           f"postgresql://user:password@host/db)") from None
+    _refuse_postgres_alias(parsed, shown)
     backend = parsed.get_backend_name()
     engine_kwargs: dict = {}
     made: list[Path] = []

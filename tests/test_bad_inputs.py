@@ -93,6 +93,13 @@ CASES = [
     ("storage-unknown-driver", {}, ["--storage", "nosuchdb://host/db"], "cannot be opened"),
     ("storage-no-server", {}, ["--storage", f"postgresql+psycopg2://u:secret@127.0.0.1:{_free_port()}/db"],
      "cannot be opened"),
+    ("objective-unknown-in-file", {"e.yaml": exp(objectives=["score", "params", "Latency"])}, [],
+     "e.yaml: objectives: unknown objective 'Latency'"),
+    ("objectives-empty-flag", {}, ["--objectives", ""], "objectives: expected [score, params] followed by"),
+    ("oneshot-flag-with-sampler", {}, ["--oneshot-runs", "3"],
+     "--oneshot-runs: applies to strategy oneshot or both, and this search's strategy is sampler"),
+    ("storage-postgres-alias", {}, ["--storage", "postgres://u:secret@127.0.0.1/db"],
+     "SQLAlchemy names PostgreSQL 'postgresql://' (or 'postgresql+psycopg2://'), not 'postgres://'"),
     ("storage-bare-postgresql-no-server", {}, ["--storage", f"postgresql://u:secret@127.0.0.1:{_free_port()}/db"],
      "failed: Connection refused"),                     # the installed driver, not "failed to import" psycopg 3
     ("storage-not-a-database", {"notes.db": "just text, not SQLite " * 100}, ["--storage", "sqlite:///notes.db"],

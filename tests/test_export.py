@@ -184,10 +184,12 @@ def test_cli_train_and_predict(tmp_path, capsys):
     (["export", "--storage", "sqlite:///{d}/e.db", "-o", "{d}/x.yaml"], "no complete trial"),
     (["export", "--storage", "sqlite:///{d}/s.db", "--study", "nope", "-o", "{d}/x.yaml"], "study 'nope' is not in"),
     (["export", "--storage", "sqlite:///{d}/s.db", "--format", "peft", "-o", "{d}/x.yaml", "--budget", "60"],
-     "not expressible in HF PEFT: bitfit alone"),
+     "not expressible in HF PEFT: bitfit without LoRA"),
     (["train", "--config", "{d}/bad.yaml", "--out", "{d}/x"], "unknown key 'seed'"),
     (["train", "--config", "{d}/missing.yaml", "--out", "{d}/x"], "no such file"),
     (["export", "--storage", "sqlite:///{d}/typo.db", "-o", "{d}/x.yaml"], "typo.db': no such file"),  # not created
+    (["export", "--storage", "sqlite:///{d}/s.db", "--preset", "lora", "--pick", "smallest-within=1", "-o", "{d}/x.yaml"],
+     "give --pick or --preset, not both"),
 ])
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     from petl_nas.cli import main
