@@ -159,6 +159,9 @@ def fresh_backbone(directory: str | Path, backbone=None):
 
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
         return tiny_model(backbone, task, tok), tok, info
+    from .models import load_model_config
+
+    load_model_config(str(backbone))              # a name or path that is no model: one line, as count says it
     model, tok = load_backbone(backbone, task)
     return copy.deepcopy(model), tok, info
 

@@ -510,8 +510,10 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
     ``info`` (backbone, task, labels, metric, ...) is kept in the config file for loading and prediction.
     """
     directory = Path(directory)
+    root: PetlRoot | None = getattr(model, ROOT, None)
+    if root is None:                           # before the folder is made: nothing half-written
+        raise ConfigError(f"save_petl: this {type(model).__name__} has no PETL modules (apply_petl first)")
     directory.mkdir(parents=True, exist_ok=True)
-    root: PetlRoot = getattr(model, ROOT)
     config = root.config.to_dict()
     if root.pooling != "native":          # the pooling `auto` resolved to, so a load elsewhere reads the same
         config["pooling"] = root.pooling

@@ -138,6 +138,10 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
         assert err.count("\n") == 1 and err.startswith("petl-nas: error: ") and message in err
     assert sorted(p.name for p in tmp_path.iterdir()) == []               # no folder, no staging left behind
 
+    assert main(["convert", "--model", str(mean), "--to", "merged", "-o", str(tmp_path / "out"),
+                 "--backbone", "/no/such/model"]) == 2                            # one line, as `count` says it
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model '/no/such/model': no such local directory" in err
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
     assert main(["convert", "--model", str(mean), "--to", "peft", "-o", str(tmp_path / "taken")]) == 2

@@ -215,6 +215,16 @@ def test_an_output_that_is_a_folder_is_named_not_a_temporary_file(tmp_path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.yaml", "s.db"]       # no temporary file left
 
 
+def test_saving_a_model_without_petl_is_one_error_and_makes_no_folder(tmp_path):
+    from conftest import tiny_model
+    from petl_nas import save_petl
+
+    with pytest.raises(ConfigError, match=r"save_petl: this BertForSequenceClassification has no PETL modules "
+                                          r"\(apply_petl first\)"):
+        save_petl(tiny_model("bert"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_loading_onto_another_architecture_is_refused(tmp_path):
     from petl_nas import apply_petl, load_petl, save_petl
     from conftest import tiny_model
