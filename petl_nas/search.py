@@ -119,6 +119,7 @@ class Progress:
 
     def __call__(self, p, state: str, info: dict) -> None:
         self.done += 1
+        self.total = max(self.total, self.done)   # a lost trial trained again comes on top of the count
         self.reused += bool(info.get("reused"))
         elapsed = time.time() - self.start
         eta = elapsed / max(1, self.done - self.reused) * (self.total - self.done)

@@ -636,3 +636,18 @@ def test_a_search_whose_every_trial_failed_exits_non_zero(tmp_path, monkeypatch,
     assert main(["search", "--experiment", "e.yaml"]) == 1
     err = capsys.readouterr().err
     assert "petl-nas: error: every trial of the study failed (2); their reasons are above and in " in err
+
+
+def test_progress_never_counts_past_its_total_nor_below_zero_minutes():
+    """A lost trial trained again on resume comes on top of the announced count: [3/3], not [3/2]."""
+    from types import SimpleNamespace
+
+    from petl_nas.search import Progress
+
+    lines = []
+    progress = Progress(optuna.create_study(directions=["maximize", "minimize"]), 2, lines.append)
+    trial = SimpleNamespace(number=0, preset=None, deployable=10, trial=SimpleNamespace(user_attrs={}))
+    for _ in range(3):
+        progress(trial, "complete", {"score": 0.5})
+    assert [line.split()[0] for line in lines] == ["[1/2]", "[2/2]", "[3/3]"]
+    assert all("ETA -" not in line for line in lines)
