@@ -34,7 +34,7 @@ def _whole(low: int):
 def _number(low: float, strict: bool):
     ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
           and (v > low if strict else v >= low))
-    return ok, f"a finite number {'>' if strict else '>='} {low:g}"
+    return ok, f"a number {'>' if strict else '>='} {low:g}"       # finite: inf and nan are refused too
 
 
 def _optional(rule):
@@ -384,13 +384,13 @@ class Experiment:
         if fid:
             out = dataclasses.replace(out, fidelity=dataclasses.replace(out.fidelity, **fid))
         if one:
-            if out.strategy == "sampler":          # it would be ignored: no supernet trains
-                raise ConfigError(f"--oneshot-{next(iter(one))}: applies to strategy oneshot or both, and this "
-                                  f"search's strategy is sampler (add --strategy both)")
             try:
                 out = dataclasses.replace(out, oneshot=dataclasses.replace(out.oneshot, **one))
             except ConfigError as e:
                 raise ConfigError(f"--oneshot-{next(iter(one))}: {e}") from None
+            if out.strategy == "sampler":          # it would be ignored: no supernet trains
+                raise ConfigError(f"--oneshot-{next(iter(one))}: applies to strategy oneshot or both, and this "
+                                  f"search's strategy is sampler (add --strategy both)")
         return out
 
 

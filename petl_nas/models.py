@@ -61,12 +61,17 @@ def hub_datasets_offline_when_unreachable():
     import datasets
     import huggingface_hub.constants as hub_constants
 
-    before = hub_constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
-    hub_constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    flags = [(hub_constants, "HF_HUB_OFFLINE")]
+    if hasattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE"):   # datasets keeps its own copy
+        flags.append((datasets.config, "HF_HUB_OFFLINE"))
+    before = [getattr(owner, name) for owner, name in flags]
+    for owner, name in flags:
+        setattr(owner, name, True)
     try:
         yield
     finally:
-        hub_constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = before
+        for (owner, name), value in zip(flags, before):
+            setattr(owner, name, value)
 
 
 def hub_options(path: str) -> dict:
