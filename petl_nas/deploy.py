@@ -177,6 +177,13 @@ def load(backbone, directory: str | Path):
 
 def check_input(path: str | Path) -> Path:
     """``path`` if it is a file `read_texts` can read (checked before a model is loaded)."""
+    path = _input_path(path)
+    if path.suffix.lower() == ".txt":
+        _text_lines(path)
+    return path
+
+
+def _input_path(path: str | Path) -> Path:
     from .tasks.files import FORMATS
 
     path = Path(path)
@@ -184,8 +191,6 @@ def check_input(path: str | Path) -> Path:
         raise ConfigError(f"input {str(path)!r}: no such file")
     if path.is_dir() or path.suffix.lower() not in (".txt", *FORMATS):
         raise ConfigError(f"input {str(path)!r}: expected a file ending in {', '.join(('.txt', *FORMATS))}")
-    if path.suffix.lower() == ".txt":
-        _text_lines(path)
     return path
 
 
@@ -208,7 +213,7 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
     from .tasks.files import read_table
     from .tasks.registry import checked_texts
 
-    path = check_input(path)
+    path = _input_path(path)                           # its lines are read once, below
     text_columns = list(text_columns)
     if path.suffix.lower() == ".txt":
         if len(text_columns) > 1:

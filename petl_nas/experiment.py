@@ -252,7 +252,7 @@ class OneShot:
                 if not ok:
                     raise ConfigError(f"oneshot: search: {name}: expected [low, high] with 0 < low < high"
                                       f"{' < 1' if name == 'init_open' else ''}, got {bounds!r}"
-                                      + (next((_yaml_hint(b) for b in bounds if _yaml_hint(b)), "")
+                                      + (next((h for h in map(_yaml_hint, bounds) if h), "")
                                          if isinstance(bounds, (list, tuple)) else ""))
         for name, (low, high) in self.knob_ranges().items():     # the knob search's first run takes them
             value = getattr(self, name)
