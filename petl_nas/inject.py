@@ -374,8 +374,8 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
     """Per forward: recompute reparameterised prefixes; insert prompt tokens where the spec says.
 
     An encoder-decoder gets the prompt in its encoder (``generate`` calls the encoder on its own),
-    and its decoder widens the cross-attention mask to match. A decoder-only model gets it at its
-    base model, whose output loses the prompt positions again.
+    and its decoder widens the cross-attention mask to match. A decoder-only model gets it at the
+    stack that owns its layers, whose output loses the prompt positions again.
     """
     handles, prompt = root._handles, root.prompt
 
@@ -412,10 +412,12 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
                 lambda mod, args, kwargs: (args, prompt.grow_encoder_mask(kwargs)) if root.enabled else None,
                 with_kwargs=True))
     elif spec.decoder_only:
+        # The stack that owns the layers, not the base model: OPT's LM head calls its decoder directly.
+        stack = model.base_model.get_submodule(spec.block("decoder").stack)
         handles.append(model.register_forward_pre_hook(lambda mod, args: clear_caches()))
-        handles.append(model.base_model.register_forward_pre_hook(begin, with_kwargs=True))
+        handles.append(stack.register_forward_pre_hook(begin, with_kwargs=True))
         if prompt is not None:
-            handles.append(model.base_model.register_forward_hook(end, with_kwargs=True))
+            handles.append(stack.register_forward_hook(end, with_kwargs=True))
     else:
         handles.append(model.register_forward_pre_hook(begin, with_kwargs=True))
 

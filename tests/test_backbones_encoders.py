@@ -1,6 +1,6 @@
 """Every supported encoder family as a sequence classifier: BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA
 (embeddings narrower than the hidden size), DistilBERT, ModernBERT (fused q/k/v, gated FFN, sliding
-windows, a head that pools by its config) and DeBERTa v2/v3 (attention in its own code).
+windows, a head that pools by its config), DeBERTa v2/v3 and MPNet (attention in their own code).
 
 Every preset builds or is refused with its reason, counts exactly and trains only PETL and the
 head; disabled is the base model bit for bit; zero-init modules leave the output unchanged; saving
@@ -23,14 +23,15 @@ from petl_nas.tiny import tiny_backbone
 pytestmark = pytest.mark.filterwarnings("ignore:.*frozen pooler looks untrained")   # random BERT poolers
 
 V = 100
-ENCODERS = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "modernbert", "deberta-v2"]
+ENCODERS = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "modernbert", "deberta-v2",
+            "mpnet"]
 SIZES = {
     "electra": dict(embedding_size=16),                                  # ELECTRA-small embeds at 128 < 256
     # two layers: one sliding (a 2-token half window binds on 9 tokens), one global
     "modernbert": dict(global_attn_every_n_layers=2, local_attention=4),
 }
 BIAS_FREE = {"modernbert"}                       # no biases in its projections or LayerNorms by default
-OWN_ATTENTION = {"deberta-v2"}                   # no attention interface: no prefix, no multi-head adapter
+OWN_ATTENTION = {"deberta-v2", "mpnet"}          # no attention interface: no prefix, no multi-head adapter
 HEAD_FORMS = ("prefix", "mh_adapter")
 
 

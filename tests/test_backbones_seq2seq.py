@@ -1,4 +1,5 @@
-"""Encoder-decoder and decoder-only backbones: BART, mBART, T5 (and v1.1's gated FFN), GPT-2, Llama (GQA).
+"""Encoder-decoder and decoder-only backbones: BART, mBART, T5 (and v1.1's gated FFN), GPT-2, OPT, Phi, and
+the Llama family (GQA; Mistral, Qwen, Gemma, OLMo, StableLM, Granite, SmolLM3 and the fused Phi-3).
 
 Every preset builds on each; zero-init modules and closed gates leave the outputs of the bare model;
 only PETL parameters move; the prefix through the attention function equals explicit concatenation
@@ -51,18 +52,25 @@ def tiny(kind: str, seed: int = 0):
         llama = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=D // 4, max_position_embeddings=64, tie_word_embeddings=False,
                      pad_token_id=0)
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kind, **llama))  # Llama's spec
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kind, **llama, **OWN_NAMES.get(kind, {})))
     return model.eval()
 
 
-KINDS = ["bart", "mbart", "t5", "t5_gated", "mt5", "gpt2", "llama"]
+# Config fields a family names its own way (OPT's FFN width; its embeddings are 512 wide by default),
+# and StableLM's rotary quarter of a 4-wide head, which would be 1 (odd) and break the bare model.
+# Granite's attention multiplier (its q·k scale, 1.0 by default) set off 1/sqrt(d) so the prefix must follow it.
+OWN_NAMES = {"opt": dict(ffn_dim=F, word_embed_proj_dim=D), "stablelm": dict(partial_rotary_factor=0.5),
+             "granite": dict(attention_multiplier=0.3)}
+KINDS = ["bart", "mbart", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi"]
 # Llama's spec (Phi-3 its own, the same layout fused): Qwen2 adds q/k/v biases; Qwen3 and Gemma 3
 # normalise q and k; Gemma scales its embeddings; Gemma 3 alternates sliding-window layers; Gemma 2
 # soft-caps its logits (no head-attention forms there).
-LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text", "phi3"]   # Phi-3: q/k/v fused, unequal
+LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text", "phi3",   # Phi-3: q/k/v fused, unequal
+                "olmo", "olmo2", "stablelm", "granite", "smollm3"]
 SOFT_CAPPED = ["gemma2"]
 ENC_DEC = {"bart", "mbart", "t5", "t5_gated", "mt5"}
-BIAS_FREE = {"t5", "t5_gated", "mt5", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"}
+BIAS_FREE = {"t5", "t5_gated", "mt5", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo",
+             "olmo2", "granite", "smollm3"}
 
 
 def batch(kind: str, seed: int = 1):

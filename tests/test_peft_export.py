@@ -33,6 +33,9 @@ BLOCKS = PetlConfig(modules=(    # an encoder-decoder: LoRA in two of its three 
     ModuleSpec(form="lora", position="ffn", size=2, composition="scaled", scale=0.5, blocks=("decoder",))))
 
 
+CAUSAL = ("llama", "phi3", "opt", "phi")
+
+
 def build(kind: str):
     torch.manual_seed(0)
     if kind == "t5":
@@ -42,10 +45,11 @@ def build(kind: str):
         return BartForConditionalGeneration(BartConfig(
             vocab_size=V, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32)).eval()
-    if kind in ("llama", "phi3"):
+    if kind in CAUSAL:
         return AutoModelForCausalLM.from_config(AutoConfig.for_model(
             kind, vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)).eval()
+            num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            **({"ffn_dim": 32, "word_embed_proj_dim": 16} if kind == "opt" else {}))).eval()
     if kind == "gpt2":
         return GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=16, n_layer=2, n_head=4, n_positions=32)).eval()
     return tiny_backbone(kind, num_labels=2, vocab_size=V, pad_token_id=0)
@@ -75,10 +79,11 @@ def petl_loras(model) -> dict[str, torch.nn.Module]:
     ("modernbert", ATTN_OUT_AND_FFN), ("gpt2", ATTN_OUT_AND_FFN), ("bart", BLOCKS),
     ("t5", MIXED),                                         # T5 v1.1: two W1 matrices
     ("phi3", ATTN_OUT_AND_FFN),                            # q/k/v fused in unequal slices; gate_up_proj whole
+    ("mpnet", MIXED), ("opt", MIXED), ("phi", MIXED),      # one-letter q/k/v/o names; W1/W2 on the layer itself
 ])
 def test_an_exported_lora_is_the_same_model_in_peft(kind, config):
     base = build(kind)
-    causal = kind in ("llama", "gpt2", "phi3")
+    causal = kind in CAUSAL + ("gpt2",)
     task_kind = "causal_lm" if causal else "seq2seq" if kind in ("bart", "t5") else "classification"
     ours = apply_petl(copy.deepcopy(base), config)
     g = torch.Generator().manual_seed(3)
