@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .config import ConfigError
 from .metrics import lm_metrics
+from .tiny import in_family_names
 
 __all__ = ["ensure_pad_token", "encode_rows", "evaluate_lm", "generate_responses", "tiny_causal_lm",
            "end_token_id"]
@@ -122,10 +123,6 @@ def generate_responses(model, tokenizer, prompts: Sequence[str], max_length: int
     return out
 
 
-# Generic tiny sizes in each decoder family's own config names (the rest take them as they are).
-_RENAMES = {"gpt2": {"intermediate_size": "n_inner"}}
-
-
 def tiny_causal_lm(model_type: str = "gpt2", tokenizer=None, seed: int = 0, hidden_size: int = 32,
                    num_hidden_layers: int = 2, num_attention_heads: int = 4, intermediate_size: int = 64,
                    **config_overrides):
@@ -136,11 +133,9 @@ def tiny_causal_lm(model_type: str = "gpt2", tokenizer=None, seed: int = 0, hidd
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    renames = _RENAMES.get(model_type, {})
-    sizes = {"hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,
-             "num_attention_heads": num_attention_heads, "intermediate_size": intermediate_size,
-             "max_position_embeddings": 512}
-    kw = {renames.get(k, k): v for k, v in sizes.items()}
+    kw = in_family_names(model_type, {"hidden_size": hidden_size, "num_hidden_layers": num_hidden_layers,
+                                      "num_attention_heads": num_attention_heads,
+                                      "intermediate_size": intermediate_size, "max_position_embeddings": 512})
     if tokenizer is not None:
         bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else getattr(tokenizer, "cls_token_id", None)
         kw.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=bos,

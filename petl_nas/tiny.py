@@ -20,14 +20,29 @@ from typing import Iterable
 
 import torch
 
-__all__ = ["tiny_tokenizer", "tiny_backbone", "SPECIAL_TOKENS", "TINY_CONFIG"]
+__all__ = ["tiny_tokenizer", "tiny_backbone", "in_family_names", "SPECIAL_TOKENS", "TINY_CONFIG"]
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                    max_position_embeddings=514)
-# DistilBERT names the same sizes differently (its config maps some of them, not the FFN width).
-_DISTILBERT_NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
-                     "intermediate_size": "hidden_dim"}
+# Families that name the same sizes differently (DistilBERT's config maps some of them, not the FFN
+# width; GPT-2's FFN is n_inner; OPT's is ffn_dim).
+_OWN_NAMES = {
+    "distilbert": {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                   "intermediate_size": "hidden_dim"},
+    "gpt2": {"intermediate_size": "n_inner"},
+    "opt": {"intermediate_size": "ffn_dim"},
+}
+
+
+def in_family_names(model_type: str, sizes: dict) -> dict:
+    """Generic config sizes (``hidden_size``, ``intermediate_size``, ...) in ``model_type``'s own
+    field names. OPT's embeddings are 512 wide by default: a tiny one embeds at its hidden size."""
+    names = _OWN_NAMES.get(model_type, {})
+    out = {names.get(k, k): v for k, v in sizes.items()}
+    if model_type == "opt" and "hidden_size" in sizes:
+        out.setdefault("word_embed_proj_dim", sizes["hidden_size"])
+    return out
 
 
 def tiny_tokenizer(texts: Iterable[str], vocab_size: int = 1000):
@@ -87,8 +102,7 @@ def tiny_backbone(model_type: str = "bert", num_labels: int = 2, tokenizer=None,
     if tokenizer is not None:
         kwargs.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     kwargs.update(config_overrides)
-    if model_type == "distilbert":
-        kwargs = {_DISTILBERT_NAMES.get(k, k): v for k, v in kwargs.items()}
+    kwargs = in_family_names(model_type, kwargs)
     # Special-token ids a family's default config names (ModernBERT's lie near 50,281) move into the
     # tiny vocabulary: [CLS] opens and [SEP] closes, as the tiny tokenizer writes them.
     defaults = AutoConfig.for_model(model_type)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from petl_nas import ConfigError
-from petl_nas.causal_lm import encode_rows, ensure_pad_token, evaluate_lm
+from petl_nas.causal_lm import encode_rows, ensure_pad_token, evaluate_lm, tiny_causal_lm
 from petl_nas.config import ModuleSpec, PetlConfig
 from petl_nas.data import encode
 from petl_nas.inject import apply_petl
@@ -66,7 +66,7 @@ def test_gpt2_classifier_pads_with_the_end_token_and_reads_the_last_real_token()
         assert torch.allclose(logits[j], alone[0], atol=1e-5)       # padding changes nothing
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "llama"])
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "opt"])
 def test_decoder_classification_trains_only_petl_and_the_head(model_type):
     from petl_nas.tasks import get_task
 
@@ -112,7 +112,14 @@ def test_causal_lm_encoding_labels_only_the_response():
     assert len(ids[0]) == 10 and len(kept) >= (10 - 1) // 2 and labels[0][:2] == [-100, -100]
 
 
-@pytest.mark.parametrize("model_type,form", [("gpt2", "prefix"), ("llama", "lora")])
+def test_tiny_decoders_take_the_tiny_sizes_in_their_own_names():
+    """GPT-2's FFN is n_inner and OPT's ffn_dim; OPT would embed at 512 and project up."""
+    gpt2, opt = tiny_causal_lm("gpt2"), tiny_causal_lm("opt")
+    assert (gpt2.config.n_inner, opt.config.ffn_dim, opt.config.word_embed_proj_dim) == (64, 64, 32)
+    assert opt.model.decoder.project_in is None
+
+
+@pytest.mark.parametrize("model_type,form", [("gpt2", "prefix"), ("llama", "lora"), ("opt", "prefix")])
 def test_causal_lm_training_moves_only_petl(instruction_files, model_type, form):
     task = resolve_task(instruction_files)
     assert (task.kind, task.text_columns, task.label_column, task.main_metric) == (
