@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from .backbones import BackboneSpec, Block, depths, features, spec_for, stacks
+from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for, stacks
 from .config import ConfigError, PetlConfig
 from .head import install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout
 from .precision import master_dtype
@@ -189,8 +189,7 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                                 fan_in, fan_out = features(linear, site, model.config)
                                 key = f"{l}_{t}" if len(targets) == 1 else f"{l}_{t}_{j}"
                                 lora = sub[key] = LoRA(m, fan_in, fan_out, causal)
-                                total = features(linear)[1]
-                                out_slice = (site.span(total, model.config)[0], total) if site.parts > 1 else None
+                                out_slice = site.out_slice(features(linear)[1], model.config)
                                 sites[(name, l, site.path)].add("lora", lora, out_slice)
                                 source = _input_of(t, name)
                                 if source is not None and not m.dropout:
@@ -318,8 +317,7 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
                 if kind == "lora":
                     delta = block(_as_params(x, block), mask)
                     if extra is not None:                       # one slice of a fused projection
-                        start, total = extra
-                        delta = nn.functional.pad(delta, (start, total - start - delta.shape[-1]))
+                        delta = extra.pad(delta)
                 elif kind == "sequential":
                     delta = block(_as_params(out, block), mask)
                 else:
@@ -449,15 +447,11 @@ def merge_lora(model: nn.Module) -> int:
                 if kind != "lora" or module.compose.gate is not None or not root.enabled:
                     continue
                 delta = module.delta_weight()                    # [out, in]
-                weight = linear.weight
-                transposed = not isinstance(linear, nn.Linear)   # GPT-2's Conv1D keeps W as [in, out]
+                weight = linear.weight                           # GPT-2's Conv1D keeps W as [in, out]
+                target = weight if isinstance(linear, nn.Linear) else weight.t()
                 if extra is not None:                            # one slice of a fused projection
-                    start, _ = extra
-                    rows = slice(start, start + delta.shape[0])
-                    target = weight[:, rows] if transposed else weight[rows]
-                else:
-                    target = weight
-                target += (delta.t() if transposed else delta).to(weight.dtype)
+                    target, delta = extra.rows(target), delta.unflatten(0, (extra.groups, extra.width))
+                target += delta.to(weight.dtype)
                 edits.remove(edit)
                 if "shared_read" in module.__dict__:             # no longer reads its input
                     module.__dict__["shared_read"].remove(module)
@@ -467,12 +461,12 @@ def merge_lora(model: nn.Module) -> int:
     return folded
 
 
-def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, int | None]]:
+def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
     """Each LoRA update still computed beside its weight: (the name of the linear module it updates,
-    relative to ``model``; the LoRA; the first output row of its slice of a fused projection, or None)."""
+    relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
     root = getattr(model, ROOT)
     names = {id(m): n for n, m in model.named_modules()}
-    return [(names[id(linear)], module, None if extra is None else extra[0])
+    return [(names[id(linear)], module, extra)
             for linear, edits, _ in root._sites for kind, module, extra in edits if kind == "lora"]
 
 

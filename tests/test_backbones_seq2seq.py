@@ -1,5 +1,5 @@
-"""Encoder-decoder and decoder-only backbones: BART, mBART, T5 (and v1.1's gated FFN), GPT-2, OPT, Phi, and
-the Llama family (GQA; Mistral, Qwen, Gemma, OLMo, StableLM, Granite, SmolLM3 and the fused Phi-3).
+"""Encoder-decoder and decoder-only backbones: BART, mBART, T5 (and v1.1's gated FFN), GPT-2, OPT, Phi,
+GPT-NeoX (q, k, v fused per head), and the Llama family (GQA; Mistral, Qwen, Gemma, OLMo, StableLM, Granite, SmolLM3 and the fused Phi-3).
 
 Every preset builds on each; zero-init modules and closed gates leave the outputs of the bare model;
 only PETL parameters move; the prefix through the attention function equals explicit concatenation
@@ -60,8 +60,8 @@ def tiny(kind: str, seed: int = 0):
 # and StableLM's rotary quarter of a 4-wide head, which would be 1 (odd) and break the bare model.
 # Granite's attention multiplier (its q·k scale, 1.0 by default) set off 1/sqrt(d) so the prefix must follow it.
 OWN_NAMES = {"opt": dict(ffn_dim=F, word_embed_proj_dim=D), "stablelm": dict(partial_rotary_factor=0.5),
-             "granite": dict(attention_multiplier=0.3)}
-KINDS = ["bart", "mbart", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi"]
+             "gpt_neox": dict(partial_rotary_factor=0.5), "granite": dict(attention_multiplier=0.3)}
+KINDS = ["bart", "mbart", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi", "gpt_neox"]
 # Llama's spec (Phi-3 its own, the same layout fused): Qwen2 adds q/k/v biases; Qwen3 and Gemma 3
 # normalise q and k; Gemma scales its embeddings; Gemma 3 alternates sliding-window layers; Gemma 2
 # soft-caps its logits (no head-attention forms there).
@@ -304,7 +304,7 @@ def test_blocks_field_validates_and_round_trips():
 
 
 # ---- fused and gated weights: LoRA == merged W + s·B·A --------------------------------------
-@pytest.mark.parametrize("kind", ["gpt2", "t5_gated", "llama", "bart", "phi3"])
+@pytest.mark.parametrize("kind", ["gpt2", "t5_gated", "llama", "bart", "phi3", "gpt_neox"])
 def test_lora_equals_merged_weights_on_fused_and_gated_projections(kind):
     base = tiny(kind)
     config = PetlConfig(modules=(
@@ -331,13 +331,32 @@ def test_lora_equals_merged_weights_on_fused_and_gated_projections(kind):
                             delta = sub[key].delta_weight()                      # [out, in]
                             linear = layer.get_submodule(site.path)
                             conv = isinstance(linear, Conv1D)                    # weight [in, out]
-                            start, width = site.span(linear.weight.shape[1 if conv else 0], base.config)
-                            if conv:                                             # GPT-2: q/k/v slices
-                                linear.weight[:, start:start + width] += delta.t()
-                            else:                                                # Phi-3: unequal q, k, v rows
-                                linear.weight[start:start + width] += delta
+                            weight = linear.weight.t() if conv else linear.weight
+                            groups, start, width = site.layout(weight.shape[0], base.config)
+                            size = weight.shape[0] // groups                     # GPT-NeoX: q, k, v per head
+                            for g in range(groups):                              # Phi-3: unequal q, k, v rows
+                                weight[g * size + start:g * size + start + width] += delta[g * width:(g + 1) * width]
     x = batch(kind)
     assert torch.allclose(logits(model, x), logits(merged, x), atol=1e-4)   # T5 v1.1 logits run to ~10
+
+
+def test_lora_on_gpt_neox_q_adapts_the_query_rows_of_every_head():
+    """GPT-NeoX fuses q, k and v per head: rows [3·h·d, 3·h·d + d) of ``query_key_value`` are head
+    h's query. LoRA on q equals its update added to exactly those rows, written out from that layout."""
+    base = tiny("gpt_neox")
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", size=3, targets=("q",)),)))
+    perturb(model)
+    merged, heads = copy.deepcopy(base), base.config.num_attention_heads
+    d = D // heads
+    with torch.no_grad():
+        (group,) = model.petl.groups.values()
+        for l, layer in enumerate(merged.base_model.layers):
+            delta = group[f"{l}_q"].delta_weight()                              # [heads·d, D]
+            for h in range(heads):
+                layer.attention.query_key_value.weight[3 * h * d:3 * h * d + d] += delta[h * d:(h + 1) * d]
+    x = batch("gpt_neox")
+    assert not same(logits(model, x), logits(base, x), x)
+    assert same(logits(model, x), logits(merged, x), x)
 
 
 def test_lora_counts_on_fused_grouped_and_gated_weights():

@@ -60,16 +60,18 @@ def test_a_merged_lora_model_computes_nothing_beside_its_linears():
     assert hooked() == 0
 
 
-def test_merging_a_slice_of_a_fused_projection():
-    """GPT-2 keeps q, k and v in one Conv1D ([in, out]): LoRA on v is folded into its slice only."""
-    model = tiny_backbone("gpt2", num_labels=2, vocab_size=120)
+@pytest.mark.parametrize("kind", ["gpt2", "gpt_neox"])
+def test_merging_a_slice_of_a_fused_projection(kind):
+    """GPT-2 keeps q, k and v in one Conv1D ([in, out]); GPT-NeoX in one linear, per head: LoRA on q
+    and v is folded into their slices only."""
+    model = tiny_backbone(kind, num_labels=2, vocab_size=120)
     model.config.pad_token_id = 0
     model = apply_petl(model, PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=3),)))
     _perturb(model)
     x = batch()
     with torch.no_grad():
         before = model(**x).logits
-        assert merge_lora(model) == 2 * model.config.n_layer
+        assert merge_lora(model) == 2 * model.config.num_hidden_layers
         assert torch.allclose(before, model(**x).logits, atol=1e-5)
 
 

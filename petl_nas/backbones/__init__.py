@@ -11,7 +11,9 @@ A new architecture is one file in this package holding a `BackboneSpec` and its 
 Two spellings cover the odd layers:
 - a fused projection is ``"attn.c_attn[0/3]"``: output slice 0 of 3 equal slices (GPT-2's qkv), or
   ``"qkv_proj[1/num_attention_heads+num_key_value_heads+num_key_value_heads]"``: slices in the ratio
-  of those config values (Phi-3's q, k and v under grouped-query attention);
+  of those config values (Phi-3's q, k and v under grouped-query attention), or
+  ``"attention.query_key_value[0/3 per num_attention_heads]"``: the output is one group per head,
+  each holding its q, k and v rows in turn (GPT-NeoX), and the slice is part 0 of every group;
 - a gated FFN lists several W1 paths: ``ffn_in=("mlp.gate_proj", "mlp.up_proj")``.
 """
 
@@ -23,11 +25,33 @@ import re
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+import torch
 from torch import nn
 
 from ..config import ConfigError, suggest
 
-_SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+|\w+(?:\+\w+)+)\]$")
+_SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+|\w+(?:\+\w+)+)(?: per (?P<groups>\w+))?\]$")
+
+
+class OutSlice(NamedTuple):
+    """Where a slice of a fused projection sits in its output: rows ``start`` to ``start + width``
+    of each of ``groups`` consecutive groups of ``size`` rows (one group unless interleaved)."""
+
+    groups: int
+    start: int
+    width: int
+    size: int
+
+    def pad(self, delta: torch.Tensor) -> torch.Tensor:
+        """[..., groups·width] -> [..., groups·size]: the slice's update, zero elsewhere."""
+        edges = (self.start, self.size - self.start - self.width)
+        if self.groups == 1:
+            return nn.functional.pad(delta, edges)
+        return nn.functional.pad(delta.unflatten(-1, (self.groups, self.width)), edges).flatten(-2)
+
+    def rows(self, weight: torch.Tensor) -> torch.Tensor:
+        """A view of the slice's rows of a [groups·size, in] weight, shaped [groups, width, in]."""
+        return weight.unflatten(0, (self.groups, self.size))[:, self.start:self.start + self.width]
 
 
 class Site(NamedTuple):
@@ -35,28 +59,48 @@ class Site(NamedTuple):
 
     ``sizes`` names the config attributes whose ratio splits the output when the slices are unequal
     (Phi-3's q/k/v under grouped-query attention: ``num_attention_heads+num_key_value_heads+...``).
+    ``groups`` names the config attribute counting the groups the output is made of, each split
+    alike (GPT-NeoX's per-head q, k, v: ``num_attention_heads``); empty for one group.
     """
 
     path: str
     part: int = 0
     parts: int = 1
     sizes: tuple[str, ...] = ()
+    groups: str = ""
 
     @classmethod
     def parse(cls, text: str) -> Site:
         m = _SLICE.match(text)
         if not m:
             return cls(text)
+        groups = m["groups"] or ""
         if m["parts"].isdigit():
-            return cls(m["path"], int(m["part"]), int(m["parts"]))
+            return cls(m["path"], int(m["part"]), int(m["parts"]), groups=groups)
         sizes = tuple(m["parts"].split("+"))
-        return cls(m["path"], int(m["part"]), len(sizes), sizes)
+        return cls(m["path"], int(m["part"]), len(sizes), sizes, groups)
+
+    def layout(self, total: int, config=None) -> tuple[int, int, int]:
+        """(groups, start, width) of this slice within an output of ``total`` features: the slice is
+        rows ``start`` to ``start + width`` of each of ``groups`` consecutive groups of equal size."""
+        groups = getattr(config, self.groups) if self.groups else 1
+        weights = [getattr(config, a) for a in self.sizes] if self.sizes else [1] * self.parts
+        unit = total // groups // sum(weights)
+        return groups, sum(weights[:self.part]) * unit, weights[self.part] * unit
+
+    def out_slice(self, total: int, config=None) -> OutSlice | None:
+        """Where this slice sits in an output of ``total`` features; None for a whole projection."""
+        if self.parts == 1:
+            return None
+        groups, start, width = self.layout(total, config)
+        return OutSlice(groups, start, width, total // groups)
 
     def span(self, total: int, config=None) -> tuple[int, int]:
-        """(start, width) of this slice within an output of ``total`` features."""
-        weights = [getattr(config, a) for a in self.sizes] if self.sizes else [1] * self.parts
-        unit = total // sum(weights)
-        return sum(weights[:self.part]) * unit, weights[self.part] * unit
+        """(start, width) of a slice of one group within an output of ``total`` features."""
+        groups, start, width = self.layout(total, config)
+        if groups != 1:
+            raise ValueError(f"{self.path}: a slice of every one of {groups} groups has no single span")
+        return start, width
 
 
 def features(linear: nn.Module, site: Site = Site(""), config=None) -> tuple[int, int]:
@@ -66,7 +110,8 @@ def features(linear: nn.Module, site: Site = Site(""), config=None) -> tuple[int
         fan_in, fan_out = linear.in_features, linear.out_features
     else:                                              # Conv1D keeps weight as [in, out]: nx, nf
         fan_in, fan_out = linear.nx, linear.nf
-    return fan_in, site.span(fan_out, config)[1]
+    groups, _, width = site.layout(fan_out, config)
+    return fan_in, groups * width
 
 
 @dataclass(frozen=True)
@@ -178,5 +223,5 @@ def _register_all() -> None:
 
 _register_all()
 
-__all__ = ["BackboneSpec", "Block", "Site", "features", "register", "spec_for", "supported_model_types",
+__all__ = ["BackboneSpec", "Block", "OutSlice", "Site", "features", "register", "spec_for", "supported_model_types",
            "stacks", "depths"]
