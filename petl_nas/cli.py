@@ -203,7 +203,11 @@ def cmd_export(args) -> int:
     else:
         budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
         rec = record(study, choose(study, budget, args.pick), args.storage, args.recipe)
-    what = f"preset {args.preset}" if args.preset else f"trial {rec['provenance']['trial']}"
+    what = f"trial {rec['provenance']['trial']}"
+    if args.preset:
+        what = (f"preset {args.preset} at its paper learning rate {rec['recipe']['lr']:g} (the study did not train it)"
+                if rec["provenance"]["trial"] is None else
+                f"preset {args.preset} as the study trained it ({what}, lr {rec['recipe']['lr']:g})")
     if args.format != "petl-nas":
         from .interop import NotExpressible, to_adapters, to_peft
 

@@ -146,13 +146,19 @@ def _study_space(study: optuna.Study):
 
 
 def preset_record(study: optuna.Study, name: str, storage_url: str | None = None, recipe: str = "final") -> dict:
-    """A record of preset ``name`` on the study's backbone, task and final recipe (at the preset's
-    paper learning rate): the fair hand-designed baseline to train beside an exported trial."""
+    """A record of preset ``name`` on the study's backbone, task and final recipe: the fair
+    hand-designed baseline to train beside an exported trial. A preset the study trained is that
+    trial (its configuration and learning rate, at the space's nearest point where it was mapped:
+    what the study measured and compared); one it did not train is the preset at its paper rate."""
     from .budget import count_parameters
     from .presets import preset, preset_lr
     from .tasks import resolve_task
     from .worker import model_config_for
 
+    trained = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+               if t.user_attrs.get("preset") == name]
+    if trained:
+        return record(study, trained[0], storage_url, recipe)
     a = study.user_attrs
     task = resolve_task(a.get("task_spec") or a["task"])
     model_config = model_config_for(json.loads(a["backbone"]), task)

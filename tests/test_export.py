@@ -115,6 +115,25 @@ def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
     assert {p["label"] for p in preds} <= {"negative", "positive"} and len(preds) == 2
 
 
+def test_a_preset_the_study_trained_exports_as_that_trial(tmp_path, capsys):
+    """The study trained BitFit (trial 3, at the space's learning rate 3e-3, not its paper rate):
+    `export --preset bitfit` is that trial, the baseline the study measured and compared."""
+    from petl_nas.cli import main
+    from petl_nas.export import preset_record
+    from petl_nas.presets import preset_lr
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = make_study(url, ROWS, finals=[(3, 0.71)])
+    rec = preset_record(study, "bitfit", url)
+    assert rec["recipe"]["lr"] == 3e-3 != preset_lr("bitfit")
+    assert rec["provenance"]["trial"] == 3 and rec["provenance"]["preset"] == "bitfit"
+    assert rec["provenance"]["search_score"] == 0.70 and rec["provenance"]["test_mean"] == 0.71
+    assert main(["export", "--storage", url, "--study", "s", "--preset", "bitfit", "-o", str(tmp_path / "b.yaml")]) == 0
+    assert "preset bitfit as the study trained it (trial 3, lr 0.003)" in capsys.readouterr().out
+    assert main(["export", "--storage", url, "--study", "s", "--preset", "pfeiffer", "-o", str(tmp_path / "p.yaml")]) == 0
+    assert "preset pfeiffer at its paper learning rate 0.0001 (the study did not train it)" in capsys.readouterr().out
+
+
 def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
     from petl_nas.budget import count_parameters
     from petl_nas.export import preset_record
