@@ -98,15 +98,33 @@ def load_model_config(name_or_path: str, num_labels: int | None = None):
     return cfg
 
 
+_HEADS = {"seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LM"),
+          "causal_lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LM")}
+
+
+def check_task_head(model_type: str, task, name: str) -> None:
+    """One error line, before anything trains, when transformers has no head of the kind ``task``
+    needs for this model family (Granite has no sequence classifier; DeBERTa no causal LM)."""
+    from transformers.models.auto import modeling_auto
+
+    mapping, what = _HEADS.get(task.kind, ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence-classification"))
+    if model_type not in getattr(modeling_auto, mapping):
+        use = ("a generation task (kind: causal_lm) or a backbone with one" if not task.generative
+               else "a classification or regression task, or another backbone")
+        raise ConfigError(f"model {name!r} ({model_type}): transformers has no {what} head for this family, "
+                          f"which task {task.name!r} needs; use it for {use}")
+
+
 def load_for_task(name_or_path: str, task, **kwargs):
     """A pretrained backbone with the head ``task`` needs: a sequence classifier (or regressor), a
     sequence-to-sequence LM for ``seq2seq`` tasks, a causal LM for ``causal_lm`` tasks."""
+    cfg = load_model_config(name_or_path)
+    check_task_head(cfg.model_type, task, name_or_path)
     if not task.generative:
         return load_classifier(name_or_path, num_labels=task.num_labels, **kwargs)
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     auto = AutoModelForSeq2SeqLM if task.kind == "seq2seq" else AutoModelForCausalLM
-    cfg = load_model_config(name_or_path)
     try:
         return _from_pretrained(auto, name_or_path, cfg, **kwargs)
     except ValueError as e:          # e.g. an encoder-only model for a seq2seq task

@@ -61,8 +61,12 @@ def tiny_model(backbone: dict, task: Task, tokenizer):
     the head ``task`` needs (a generation task gets a tiny BART / GPT-2 unless ``model_type`` says)."""
     from .tiny import tiny_backbone
 
+    from .models import check_task_head
+
     overrides = dict(backbone["tiny"] or {})
     overrides.pop("vocab_size", None)                    # the tokenizer sets it
+    default = {"seq2seq": "bart", "causal_lm": "gpt2"}.get(task.kind, "bert")
+    check_task_head(overrides.setdefault("model_type", default), task, f"tiny {overrides['model_type']}")
     if task.kind == "seq2seq":
         from .seq2seq import tiny_seq2seq
 
@@ -79,9 +83,11 @@ def model_config_for(backbone, task: Task, splits=None):
     """The transformers config of a backbone with ``task``'s head (tiny ones are built, small)."""
     if isinstance(backbone, dict):
         return load_backbone(backbone, task, splits)[0].config
-    from .models import load_model_config
+    from .models import check_task_head, load_model_config
 
-    return load_model_config(str(backbone), task.num_labels)
+    config = load_model_config(str(backbone), task.num_labels)
+    check_task_head(config.model_type, task, str(backbone))
+    return config
 
 
 def load_backbone(backbone, task: Task, splits=None):

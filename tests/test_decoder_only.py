@@ -196,3 +196,30 @@ def test_train_record_and_predict_for_a_causal_lm(tmp_path, instruction_files):
     assert torch.allclose(loaded(**batch).logits, trained(**batch).logits, atol=1e-5)
     preds = predict(loaded, [("repeat: red fox sun =>",), ("repeat: cat =>",)])
     assert len(preds) == 2 and all(isinstance(p["generated"], str) for p in preds)
+
+
+def test_a_family_without_a_classifier_is_refused_before_anything_trains(tmp_path, capsys, instruction_files):
+    """transformers has no sequence classifier for Granite: a classification search on it is one
+    error line naming the family and what to use it for, before a study exists (not a ValueError in
+    every trial); as a causal LM it loads."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from petl_nas.cli import main
+
+    tok = tiny_tokenizer(["a fine film", "a dull plot"], vocab_size=60)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        "granite", vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, pad_token_id=tok.pad_token_id)).save_pretrained(tmp_path / "granite")
+    tok.save_pretrained(tmp_path / "granite")
+    capsys.readouterr()
+    db = tmp_path / "s.db"
+    code = main(["search", "--model", str(tmp_path / "granite"), "--task", "demo_sentiment", "--budget", "5%",
+                 "--trials", "1", "--executor", "local", "--storage", f"sqlite:///{db}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and not db.exists()
+    assert "(granite): transformers has no sequence-classification head for this family" in err[0]
+    assert "use it for a generation task (kind: causal_lm)" in err[0]
+    with pytest.raises(ConfigError, match="no sequence-classification head"):
+        load_backbone({"tiny": {"model_type": "granite"}}, resolve_task("demo_sentiment"))
+    model, _ = load_backbone(str(tmp_path / "granite"), resolve_task(instruction_files))
+    assert model.config.model_type == "granite"
