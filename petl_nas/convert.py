@@ -33,7 +33,7 @@ from .deploy import fresh_backbone, load
 from .head import native_pooling, stock_head_fields
 from .inject import lora_updates, merge_lora, petl_config_of, remove_petl
 from .interop import NotExpressible, to_peft
-from .models import load_for_task, resolve_model, transformers_quiet
+from .models import hub_options, load_for_task, load_model_config, resolve_model, transformers_quiet
 from .tasks import resolve_task
 
 TARGETS = ("peft", "merged")
@@ -54,6 +54,7 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
     expected = _outputs(model, probe)
     write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
     backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
+    overrides = _base_overrides(model, backbone_name)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -64,7 +65,7 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
             what = write(model, directory, task, staging)  # (transformers' own save reads a property it deprecated)
             model.petl_tokenizer.save_pretrained(str(staging))
-            got = _outputs(reload(staging, directory, backbone, task), probe)
+            got = _outputs(reload(staging, directory, backbone_name, task, overrides), probe)
         diff = float((got - expected).abs().max())
         if not diff <= 1e-4 * (1.0 + float(expected.abs().max())):
             raise ConfigError(f"convert: the {to} model's outputs differ from the trained model's by up to "
@@ -76,7 +77,7 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {"to": to, "out": str(out), "max_abs_diff": diff, **what,
-            "load_with": _load_with(to, task, str(out), backbone_name)}
+            "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
 
 
 def _usual_modes(folder: Path) -> None:
@@ -89,15 +90,31 @@ def _usual_modes(folder: Path) -> None:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def _load_with(to: str, task, out: str, backbone) -> str:
-    """The line of Python that loads what was written."""
-    auto = {"seq2seq": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}.get(
+def _auto_class(task) -> str:
+    return {"seq2seq": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}.get(
         task.kind, "AutoModelForSequenceClassification")
+
+
+def _base_overrides(model, backbone) -> dict:
+    """Config values the trained model runs with that its checkpoint lacks, which a PEFT user must
+    pass when loading the base: the pad token petl-nas gave a decoder without one (its end token);
+    without it the stock head refuses any batch of more than one row."""
+    if not isinstance(backbone, str) or model.config.pad_token_id is None:
+        return {}
+    return {"pad_token_id": model.config.pad_token_id} if load_model_config(backbone).pad_token_id is None else {}
+
+
+def _base_arguments(task, overrides: dict) -> dict:
+    return {**({"num_labels": task.num_labels} if not task.generative else {}), **overrides}
+
+
+def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
+    """The line of Python that loads what was written."""
     if to == "merged":
-        return f"{auto}.from_pretrained({out!r})"
+        return f"{_auto_class(task)}.from_pretrained({out!r})"
     base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
-    labels = f", num_labels={task.num_labels}" if not task.generative else ""
-    return f"PeftModel.from_pretrained({auto}.from_pretrained({base}{labels}), {out!r})"
+    arguments = "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
+    return f"PeftModel.from_pretrained({_auto_class(task)}.from_pretrained({base}{arguments}), {out!r})"
 
 
 def _probe(tok, task) -> dict:
@@ -143,9 +160,18 @@ def _write_peft(model, directory: Path, task, staging: Path) -> dict:
     return {"lora_updates": len(loras), "peft_config": exported}
 
 
-def _reload_peft(staging: Path, directory: Path, backbone, task):
-    fresh, _, _ = fresh_backbone(directory, backbone)
-    return _peft().PeftModel.from_pretrained(fresh, str(staging))
+def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict):
+    """As the printed line loads it: the checkpoint by transformers alone (a tiny backbone, which has
+    no checkpoint, as petl-nas builds it), then the adapter by PEFT."""
+    if isinstance(backbone, str):
+        import transformers
+
+        path = resolve_model(backbone)
+        base = getattr(transformers, _auto_class(task)).from_pretrained(
+            path, **_base_arguments(task, overrides), **hub_options(path))
+    else:
+        base, _, _ = fresh_backbone(directory, backbone)
+    return _peft().PeftModel.from_pretrained(base, str(staging))
 
 
 # ---- merged ---------------------------------------------------------------------------------------
@@ -184,7 +210,7 @@ def _write_merged(model, directory: Path, task, staging: Path) -> dict:
     return {"lora_updates": folded}
 
 
-def _reload_merged(staging: Path, directory: Path, backbone, task):
+def _reload_merged(staging: Path, directory: Path, backbone, task, overrides: dict):
     return load_for_task(str(staging), task)
 
 

@@ -195,3 +195,38 @@ def test_a_real_minilm_run_converts_to_both(tmp_path_factory, tmp_path):
     with torch.no_grad():
         assert torch.allclose(adapter(**batch).logits, expected, atol=1e-5)
         assert torch.allclose(merged(**batch).logits, expected, atol=1e-5)
+
+
+def test_the_printed_peft_line_gives_a_decoder_without_a_pad_token_the_one_it_trained_with(tmp_path_factory, tmp_path):
+    """A GPT-2 checkpoint has no pad token; petl-nas pads with its end token and tells the model. The
+    PEFT adapter cannot carry that, so the printed line passes it, and the check loads the base the
+    way that line does: a padded batch of two rows, as trained (without it transformers refuses it)."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from petl_nas.convert import convert
+    from petl_nas.tiny import tiny_tokenizer
+
+    splits = load_splits("demo_sentiment", k=64, data_seed=111)
+    tok = tiny_tokenizer([t for col in splits.train.texts for t in col], vocab_size=200)
+    tok.pad_token = None
+    folder = tmp_path_factory.mktemp("gpt2_no_pad")
+    GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=2, n_head=4, n_positions=64,
+                                             num_labels=2)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path_factory.mktemp("run")
+    rec = {"backbone": str(folder), "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 64, "seeds": 1,
+           "counts": {}, "petl_config": LORA_O_FFN.to_dict(),
+           "recipe": {"lr": 1e-2, "epochs": 1, "batch_size": 16, "max_length": 16}}
+    train_record(rec, out=out, progress=False, printer=lambda *a: None)
+    model = load(None, out / "seed_0")
+    pad = model.config.pad_token_id
+    assert pad is not None and GPT2Config.from_pretrained(folder).pad_token_id is None
+    batch = model.petl_tokenizer(["a fine film", "a dull plot that drags on and on"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).logits
+    done = convert(out / "seed_0", tmp_path / "peft", "peft")
+    assert f"num_labels=2, pad_token_id={pad})" in done["load_with"]
+    base = AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2, pad_token_id=pad)
+    adapter = peft.PeftModel.from_pretrained(base, str(tmp_path / "peft")).eval()
+    with torch.no_grad():
+        assert torch.allclose(adapter(**batch).logits, expected, atol=1e-5)
