@@ -276,10 +276,14 @@ def cmd_convert(args) -> int:
 
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
     done = convert(args.model, args.output, args.to, backbone=backbone)
-    what = (f"a PEFT LoRA adapter ({done['lora_updates']} updates)" if args.to == "peft" else
+    what = (f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
+            if args.to == "peft" and done["peft_config"]["peft_type"] == "PROMPT_TUNING" else
+            f"a PEFT LoRA adapter ({done['lora_updates']} updates)" if args.to == "peft" else
             f"a merged transformers model ({done['lora_updates']} LoRA updates folded into the weights)")
+    answer = " and its greedy answer to the probe" if done["answer_checked"] else ""
     print(f"wrote {what} and the tokenizer to {done['out']}; load it with {done['load_with']}; checked: "
-          f"its outputs equal the trained model's on a probe batch (max |difference| {done['max_abs_diff']:.1e})")
+          f"its outputs equal the trained model's on a probe batch (max |difference| {done['max_abs_diff']:.1e})"
+          f"{answer}")
     return 0
 
 

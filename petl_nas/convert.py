@@ -2,7 +2,8 @@
 
 - ``peft``: a HF PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) for a
   LoRA configuration whose design PEFT expresses (`interop.to_peft`): the trained A and B of every
-  update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``).
+  update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``);
+  or a decoder-only language model's soft prompt, as PEFT's prompt tuning.
   ``PeftModel.from_pretrained(base, folder)`` gives the trained model; serving stacks that load
   PEFT LoRA adapters read it.
 - ``merged``: a plain transformers model folder (weights and tokenizer) with every LoRA update folded
@@ -12,7 +13,9 @@
   beside them.
 
 Each conversion is checked before it is published: the written folder is loaded back the way a user
-would load it, and its outputs on a probe batch must equal the trained model's, or nothing is written.
+would load it, and its outputs on a probe batch (and, for a language model, the logits of each step
+of its greedy answer to the probe, generated with its cache) must equal the trained model's, or
+nothing is written.
 
 Example:
     >>> convert("runs/best/seed_0", "runs/best/peft", to="peft")        # doctest: +SKIP
@@ -52,6 +55,9 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
     task = resolve_task(model.petl.info["task"])
     probe = _probe(model.petl_tokenizer, task)
     expected = _outputs(model, probe)
+    with transformers_quiet():
+        answer = _greedy(model, probe) if task.kind == "causal_lm" else None
+    prompt = petl_config_of(model).prompt_length if to == "peft" else 0    # PEFT's logits begin with the prompt's
     write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
     backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
     overrides = _base_overrides(model, backbone_name)
@@ -65,19 +71,53 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
             what = write(model, directory, task, staging)  # (transformers' own save reads a property it deprecated)
             model.petl_tokenizer.save_pretrained(str(staging))
-            got = _outputs(reload(staging, directory, backbone_name, task, overrides), probe)
-        diff = float((got - expected).abs().max())
-        if not diff <= 1e-4 * (1.0 + float(expected.abs().max())):
+            reloaded = reload(staging, directory, backbone_name, task, overrides)
+            got = _outputs(reloaded, probe)[:, prompt:]
+            generated = _greedy(reloaded, probe) if answer is not None else None
+        diff = _gap(got, expected)
+        if not _close(got, expected):
             raise ConfigError(f"convert: the {to} model's outputs differ from the trained model's by up to "
                               f"{diff:.2e}; nothing written")
+        if answer is not None and not _close(generated, answer):
+            raise ConfigError(f"convert: the {to} model's outputs equal the trained model's, but its own generate() "
+                              f"answers otherwise (step logits differ by up to {_gap(generated, answer):.2e}"
+                              f"{_PEFT_PROMPT_GENERATION if prompt else ''}); nothing written (petl-nas predict "
+                              f"--model {directory} generates with it)")
         _usual_modes(staging)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"to": to, "out": str(out), "max_abs_diff": diff, **what,
+    return {"to": to, "out": str(out), "max_abs_diff": diff, "answer_checked": answer is not None, **what,
             "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
+
+
+def _gap(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got - expected).abs().max()) if got.shape == expected.shape else float("inf")
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    return _gap(got, expected) <= 1e-4 * (1.0 + float(expected.abs().max()))
+
+
+# peft 0.21.2 with transformers 5.24: PEFT's generation looks for the cache under its old name,
+# past_key_values (peft_model.py), where transformers' generate() now keeps it as cache
+# (generation/utils.py); its prompt-tuning answers then differ from its own forward pass (measured).
+_PEFT_PROMPT_GENERATION = ("; PEFT's prompt tuning generates from its cache under the name past_key_values, "
+                           "which transformers 5.24 renamed")
+
+
+def _greedy(model, batch: dict, new_tokens: int = 6) -> torch.Tensor:
+    """The logits of each step of the greedy continuation of the probe's first row (its real tokens),
+    generated with the model's cache: [steps, vocabulary]."""
+    real = batch["attention_mask"][0].bool()
+    ids = batch["input_ids"][:1, real].to(next(model.parameters()).device)
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                    min_new_tokens=new_tokens, do_sample=False, output_logits=True,
+                                    return_dict_in_generate=True)
+    return torch.cat(out.logits).float().cpu()
 
 
 def _usual_modes(folder: Path) -> None:
@@ -145,6 +185,7 @@ def _write_peft(model, directory: Path, task, staging: Path) -> dict:
     peft = _peft()
     config = petl_config_of(model)
     loras = [(name, m.A.detach().clone(), m.B.detach().clone()) for name, m, _ in lora_updates(model)]
+    prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
     base = remove_petl(model)                     # the backbone with its trained head and biases in place
     try:
         exported = to_peft(config, base.config, task.kind)
@@ -156,6 +197,8 @@ def _write_peft(model, directory: Path, task, staging: Path) -> dict:
             layer = wrapped.base_model.model.get_submodule(name)
             layer.lora_A["default"].weight.copy_(a)
             layer.lora_B["default"].weight.copy_(b)
+        if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
+            wrapped.prompt_encoder["default"].embedding.weight.copy_(prompt)
     wrapped.save_pretrained(str(staging))
     return {"lora_updates": len(loras), "peft_config": exported}
 

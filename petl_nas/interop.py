@@ -155,10 +155,11 @@ def _peft_task_type(spec, task_kind: str) -> str:
 
 
 def to_peft(config: PetlConfig, model_config, task_kind: str = "classification") -> dict:
-    """A PEFT LoRA config dict for the backbone ``model_config`` (a transformers config). LoRA's ``target_modules`` is a regular expression over
-    the backbone's own module names with the layers written in, so it applies to any family whose
-    adapted weights are whole modules; several LoRA modules with different ranks or scales become
-    ``rank_pattern`` / ``alpha_pattern`` entries."""
+    """A PEFT config dict for the backbone ``model_config`` (a transformers config). LoRA's
+    ``target_modules`` is a regular expression over the backbone's own module names with the layers
+    written in, so it applies to any family whose adapted weights are whole modules; several LoRA
+    modules with different ranks or scales become ``rank_pattern`` / ``alpha_pattern`` entries. A
+    decoder-only language model's soft prompt is PEFT's prompt tuning (both prepend it)."""
     model_type = model_config.model_type
     spec = spec_for(model_config)
     model = meta_model(model_config)
@@ -184,8 +185,11 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         if pooling not in {native} | ({"pooler_trained"} if native == "pooler" else set()):
             reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
                            f"{'[CLS] through the pooler' if native == 'pooler' else native})")
-    if config.prompt_length:
-        reasons.append("prompt tokens after the first token (PEFT prepends them)")
+    prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"     # both prepend: the same model
+    if config.prompt_length and not prompt_as_peft:
+        reasons.append("a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "
+                       "a pad token wherever a row is right-padded)" if spec.decoder_only else
+                       "prompt tokens after the first token (PEFT prepends them)")
     if len({f for f in forms if f in ("lora", "prefix", "prompt")}) > 1:
         reasons.append("several methods at once (a PEFT config holds one tuner)")
     lora = [m for m in config.modules if m.form == "lora"]
@@ -223,6 +227,9 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         if not all(isinstance(module, nn.Linear) for module in adapted):
             out["fan_in_fan_out"] = True                  # GPT-2's Conv1D keeps its weight as [in, out]
         return out
+    if config.prompt_length:                              # PEFT's logits begin with the prompt positions'
+        return {**base, "peft_type": "PROMPT_TUNING", "num_virtual_tokens": config.prompt_length,
+                "token_dim": model.get_input_embeddings().embedding_dim}
     raise NotExpressible("HF PEFT", ["an empty configuration"])
 
 

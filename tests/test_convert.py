@@ -230,3 +230,37 @@ def test_the_printed_peft_line_gives_a_decoder_without_a_pad_token_the_one_it_tr
     adapter = peft.PeftModel.from_pretrained(base, str(tmp_path / "peft")).eval()
     with torch.no_grad():
         assert torch.allclose(adapter(**batch).logits, expected, atol=1e-5)
+
+
+def test_a_decoder_lm_prompt_is_checked_by_generation_too(tmp_path_factory, tmp_path, instruction_task, capsys):
+    """Llama with a trained soft prompt: PEFT's prompt tuning with the trained prompt gives the trained
+    model's logits (after its own prompt positions) and, decoded step by step without a cache, its
+    greedy answer. Its generate() with the cache answers otherwise (peft 0.21 reads the cache under a
+    name transformers 5.24 renamed), so convert, which generates as a user would, writes nothing and
+    says why; the merged form is refused too (a prompt computes beside the weights)."""
+    from petl_nas.convert import _write_peft
+
+    llama = {"tiny": {"model_type": "llama", "vocab_size": 120, "num_key_value_heads": 2}}
+    run = trained(tmp_path_factory, llama, instruction_task, PetlConfig(prompt_length=4))
+    batch, expected = outputs_on_test_rows(run, instruction_task)
+    ours = load(None, run)
+    _write_peft(load(None, run), run, resolve_task(instruction_task), tmp_path / "written")
+    adapter = peft.PeftModel.from_pretrained(fresh_backbone(run)[0], str(tmp_path / "written")).eval()
+    assert json.loads((tmp_path / "written" / "adapter_config.json").read_text())["peft_type"] == "PROMPT_TUNING"
+
+    def stepwise(model, ids, n=4):                                       # greedy, a full forward per token
+        for _ in range(n):
+            ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return ids[:, -n:]
+    with torch.no_grad():
+        assert torch.allclose(adapter(**batch).logits[:, 4:], expected, atol=1e-5)
+        ids = batch["input_ids"][:1, batch["attention_mask"][0].bool()]
+        assert torch.equal(stepwise(adapter, ids), stepwise(ours, ids))
+        assert torch.equal(ours.generate(input_ids=ids, max_new_tokens=4, do_sample=False)[:, -4:], stepwise(ours, ids))
+    capsys.readouterr()
+    for to in ("peft", "merged"):
+        assert main(["convert", "--model", str(run), "--to", to, "-o", str(tmp_path / to)]) == 2
+        assert not (tmp_path / to).exists()
+    peft_error, merged_error = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert "generate() answers otherwise" in peft_error and "renamed); nothing written" in peft_error
+    assert "a soft prompt computes beside the weights" in merged_error

@@ -8,8 +8,8 @@ import copy
 
 import pytest
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig, BartForConditionalGeneration, GPT2Config,
-                          GPT2LMHeadModel, T5Config, T5ForConditionalGeneration)
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, BartConfig,
+                          BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration)
 
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, count_model, preset
 from petl_nas.backbones import spec_for
@@ -163,3 +163,45 @@ def test_why_a_prefix_is_not_exported_to_peft():
     assert torch.allclose(shifted, got, atol=1e-5)
     with pytest.raises(NotExpressible, match="moves the real tokens' positions by the prefix length"):
         to_peft(prefix, base.config, "causal_lm")
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "opt"])
+def test_a_decoder_lm_prompt_is_peft_prompt_tuning(kind):
+    """Both prepend the prompt to a decoder-only LM's input: with petl-nas's trained prompt copied
+    in, PEFT's model gives the same logits at every real position, left-padded rows included (PEFT's
+    logits begin with the prompt's). A decoder-only classifier's prompt is refused with the measured
+    reason: PEFT's classifier then reads the last position, the pad of a right-padded row."""
+    prompt = PetlConfig(prompt_length=3)
+    base = build(kind)
+    ours = apply_petl(copy.deepcopy(base), prompt).eval()
+    exported = to_peft(prompt, base.config, "causal_lm")
+    assert (exported["peft_type"], exported["num_virtual_tokens"]) == ("PROMPT_TUNING", 3)
+    theirs = peft.get_peft_model(copy.deepcopy(base), peft.get_peft_config(exported)).eval()
+    ids = torch.randint(3, V, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0                                                     # a left-padded row
+    with torch.no_grad():
+        ours.petl.prompt.embeddings.normal_()
+        theirs.prompt_encoder["default"].embedding.weight.copy_(ours.petl.prompt.embeddings)
+        expected = ours(input_ids=ids, attention_mask=mask).logits
+        got = theirs(input_ids=ids, attention_mask=mask).logits
+    assert got.shape[1] == expected.shape[1] + 3
+    assert not torch.allclose(expected, base(input_ids=ids, attention_mask=mask).logits, atol=1e-3)
+    assert torch.allclose(got[:, 3:][mask.bool()], expected[mask.bool()], atol=1e-5)
+    config = copy.deepcopy(base.config)
+    config.pad_token_id = 0
+    classifier = AutoModelForSequenceClassification.from_config(config).eval()
+    ours = apply_petl(copy.deepcopy(classifier), prompt).eval()
+    theirs = peft.get_peft_model(copy.deepcopy(classifier), peft.PromptTuningConfig(
+        task_type="SEQ_CLS", num_virtual_tokens=3)).eval()
+    right = torch.ones_like(ids)
+    right[1, -2:] = 0                                                   # a right-padded row
+    with torch.no_grad():
+        ours.petl.prompt.embeddings.normal_()
+        theirs.prompt_encoder["default"].embedding.weight.copy_(ours.petl.prompt.embeddings)
+        x = {"input_ids": ids.masked_fill(right == 0, 0), "attention_mask": right}
+        assert not torch.allclose(theirs(**x).logits[1], ours(**x).logits[1], atol=1e-3)
+    with pytest.raises(NotExpressible, match="a prompt on a decoder-only classifier .*right-padded"):
+        to_peft(prompt, base.config, "classification")
+    with pytest.raises(NotExpressible, match=r"prompt tokens after the first token \(PEFT prepends them\)"):
+        to_peft(prompt, build("bert").config)
