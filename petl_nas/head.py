@@ -84,7 +84,7 @@ def resolve_pooling(requested: str, model: nn.Module, sequence_model: bool = Tru
     if requested == "auto":
         return checkpoint_pooling(getattr(model, "name_or_path", None)) or native_pooling(model)
     if requested in ("pooler", "pooler_trained") and _pooler(model) is None:
-        raise ConfigError(f"pooling: a {model.config.model_type} classifier has no pooler; "
+        raise ConfigError(f"pooling: the {model.config.model_type} classifier has no pooler; "
                           f"accepted: auto, cls, mean")
     return requested
 

@@ -98,7 +98,7 @@ def head_attention_refusal(model_config) -> str | None:
     than the model (soft-capping)."""
     spec = spec_for(model_config)
     if any(b.attention is None for b in spec.blocks):
-        return (f"transformers' attention interface is needed, and a {model_config.model_type} backbone "
+        return (f"transformers' attention interface is needed, and the {model_config.model_type} backbone "
                 f"computes attention in its own code")
     if getattr(model_config, "attn_logit_softcapping", None):
         return (f"attention goes through SDPA, which cannot soft-cap attention logits as this "
@@ -134,9 +134,9 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
         raise ConfigError("model already has PETL modules; apply a config to a fresh backbone")
     spec, layer_lists = stacks(model)
     available = depths(spec, layer_lists)
-    config.check_backbone(available, name=f"a {model.config.model_type} backbone")
+    config.check_backbone(available, name=f"the {model.config.model_type} backbone")
     if config.bitfit and not any(n.endswith("bias") for n, _ in model.base_model.named_parameters()):
-        raise ConfigError(f"bitfit: a {model.config.model_type} backbone has no bias terms, so BitFit "
+        raise ConfigError(f"bitfit: the {model.config.model_type} backbone has no bias terms, so BitFit "
                           f"would train nothing; use another method")
     d = model.config.hidden_size
     ref = next(model.parameters())
@@ -527,7 +527,7 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
         raise FileNotFoundError(f"{directory}: no {CONFIG_FILE} here (not a saved PETL directory)")
     meta = json.loads((directory / CONFIG_FILE).read_text())
     if meta["model_type"] != model.config.model_type:
-        raise ConfigError(f"{directory}: saved for a {meta['model_type']} backbone, "
+        raise ConfigError(f"{directory}: saved for the {meta['model_type']} backbone, "
                           f"got {model.config.model_type}")
     saved = dict(meta["petl_config"])
     saved.setdefault("pooling", native_pooling(model))     # saved before the head was configurable

@@ -176,7 +176,7 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         if m.form == "prefix":
             reasons.append(f"{where}: PEFT's prefix tuning passes past key values, which transformers' "
                            f"{model_type} models do not take" if not (spec.decoder_only or spec.encoder_decoder) else
-                           f"{where}: PEFT's prefix tuning on a {model_type} backbone moves the real tokens' "
+                           f"{where}: PEFT's prefix tuning on the {model_type} backbone moves the real tokens' "
                            f"positions by the prefix length (a different model)")
     if config.train_layernorms:
         reasons.append("train_layernorms")

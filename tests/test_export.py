@@ -249,7 +249,7 @@ def test_loading_onto_another_architecture_is_refused(tmp_path):
     from conftest import tiny_model
 
     save_petl(apply_petl(tiny_model("bert"), preset("lora")), tmp_path)
-    with pytest.raises(ConfigError, match="saved for a bert backbone, got roberta"):
+    with pytest.raises(ConfigError, match="saved for the bert backbone, got roberta"):
         load_petl(tiny_model("roberta"), tmp_path)
 
 
@@ -291,7 +291,7 @@ def test_restricted_blocks_and_other_backbones_are_named_not_dropped():
     decoder_only = PetlConfig(modules=(ModuleSpec(form="lora", size=8, blocks=("decoder",)),))
     with pytest.raises(NotExpressible, match=r"restricted to the decoder blocks"):
         to_adapters(decoder_only, 768, 12)
-    with pytest.raises(NotExpressible, match="PEFT's prefix tuning on a bart backbone moves the real tokens' positions"):
+    with pytest.raises(NotExpressible, match="PEFT's prefix tuning on the bart backbone moves the real tokens' positions"):
         to_peft(preset("prefix"), BartConfig(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                                              decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32))
 
