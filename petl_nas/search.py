@@ -259,8 +259,10 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         printer(f"presets this backbone cannot take, not trained: {'; '.join(refused)}")
     for line in warm_lines + sweep_lines:
         printer(line)
+    head = ("the task head is counted beside it" if not task.generative else
+            "the language-model head is pretrained and frozen")
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
-            f"{backbone_params:,}; the task head is counted beside it)" if budget is not None else "budget: none")
+            f"{backbone_params:,}; {head})" if budget is not None else "budget: none")
     baseline = study.user_attrs.get("baseline")
     if baseline is not None:
         printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "

@@ -242,7 +242,10 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exp = Experiment.load(root / "experiments" / "tiny_bart_copy.yaml")
     exp = dataclasses.replace(exp, storage=f"sqlite:///{tmp_path}/study.db")
-    summary = run_search(exp, printer=lambda *a: None)
+    lines = []
+    summary = run_search(exp, printer=lines.append)
+    budget_line = next(line for line in lines if line.startswith("budget: "))
+    assert budget_line.endswith("the language-model head is pretrained and frozen)")    # no task head here
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
     sweep = sorted(t.user_attrs["baseline"] for t in done if t.user_attrs.get("baseline"))
