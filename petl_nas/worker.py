@@ -59,9 +59,8 @@ def _backbone_key(backbone, task: Task) -> str:
 def tiny_model(backbone: dict, task: Task, tokenizer):
     """The random model of a ``{"tiny": {config overrides}}`` backbone, sized to ``tokenizer``, with
     the head ``task`` needs (a generation task gets a tiny BART / GPT-2 unless ``model_type`` says)."""
-    from .tiny import tiny_backbone
-
     from .models import check_task_head
+    from .tiny import tiny_backbone
 
     overrides = dict(backbone["tiny"] or {})
     overrides.pop("vocab_size", None)                    # the tokenizer sets it
