@@ -1,4 +1,4 @@
-"""Encoder-decoder and decoder-only backbones: BART, mBART, T5 (and v1.1's gated FFN), GPT-2, OPT, Phi,
+"""Encoder-decoder and decoder-only backbones: BART, mBART, M2M100, T5 (and v1.1's gated FFN), GPT-2, OPT, Phi,
 GPT-NeoX (q, k, v fused per head), and the Llama family (GQA; Mistral, Qwen, Gemma, OLMo, StableLM, Granite, SmolLM3 and the fused Phi-3).
 
 Every preset builds on each; zero-init modules and closed gates leave the outputs of the bare model;
@@ -14,8 +14,9 @@ import optuna
 import pytest
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig, BartForConditionalGeneration, DynamicCache,
-                          EncoderDecoderCache, GPT2Config, GPT2LMHeadModel, MBartConfig, MBartForConditionalGeneration,
-                          MT5Config, MT5ForConditionalGeneration, T5Config, T5ForConditionalGeneration)
+                          EncoderDecoderCache, GPT2Config, GPT2LMHeadModel, M2M100Config, M2M100ForConditionalGeneration,
+                          MBartConfig, MBartForConditionalGeneration, MT5Config, MT5ForConditionalGeneration, T5Config,
+                          T5ForConditionalGeneration)
 from transformers.pytorch_utils import Conv1D
 
 from conftest import REFERENCE_ATTENTION, ZERO_INIT
@@ -39,6 +40,8 @@ def tiny(kind: str, seed: int = 0):
         model = BartForConditionalGeneration(BartConfig(**s2s))
     elif kind == "mbart":
         model = MBartForConditionalGeneration(MBartConfig(**s2s))
+    elif kind == "m2m_100":                                   # NLLB: sinusoidal positions, scaled embeddings
+        model = M2M100ForConditionalGeneration(M2M100Config(**s2s, scale_embedding=True, pad_token_id=0))
     elif kind == "t5":
         model = T5ForConditionalGeneration(T5Config(**t5))
     elif kind == "t5_gated":                                  # T5 v1.1: gated-GELU FFN, untied LM head
@@ -61,14 +64,14 @@ def tiny(kind: str, seed: int = 0):
 # Granite's attention multiplier (its q·k scale, 1.0 by default) set off 1/sqrt(d) so the prefix must follow it.
 OWN_NAMES = {"opt": dict(ffn_dim=F, word_embed_proj_dim=D), "stablelm": dict(partial_rotary_factor=0.5),
              "gpt_neox": dict(partial_rotary_factor=0.5), "granite": dict(attention_multiplier=0.3)}
-KINDS = ["bart", "mbart", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi", "gpt_neox"]
+KINDS = ["bart", "mbart", "m2m_100", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi", "gpt_neox"]
 # Llama's spec (Phi-3 its own, the same layout fused): Qwen2 adds q/k/v biases; Qwen3 and Gemma 3
 # normalise q and k; Gemma scales its embeddings; Gemma 3 alternates sliding-window layers; Gemma 2
 # soft-caps its logits (no head-attention forms there).
 LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text", "phi3",   # Phi-3: q/k/v fused, unequal
                 "olmo", "olmo2", "stablelm", "granite", "smollm3"]
 SOFT_CAPPED = ["gemma2"]
-ENC_DEC = {"bart", "mbart", "t5", "t5_gated", "mt5"}
+ENC_DEC = {"bart", "mbart", "m2m_100", "t5", "t5_gated", "mt5"}
 BIAS_FREE = {"t5", "t5_gated", "mt5", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo",
              "olmo2", "granite", "smollm3"}
 
@@ -425,3 +428,20 @@ def test_a_gated_prompt_is_the_prompt_of_its_open_positions_or_none(kind):
     assert (logits(net.model, x) - want).abs().max() > 1e-4          # tiny random LMs: small logits
     net.close_all()
     assert torch.equal(logits(net.model, x), logits(apply_petl(copy.deepcopy(base), PetlConfig()), x))
+
+
+@pytest.mark.parametrize("kind", sorted(ENC_DEC))
+def test_the_prompt_leaves_the_first_tokens_embedding_as_the_encoder_had_it(kind):
+    """The prompt goes in after the first token as embeddings: the first token's input to the first
+    encoder layer is the bare model's, so a family that scales its token embeddings (M2M100, mBART
+    with scale_embedding) still scales them when petl-nas hands the encoder embeddings instead of ids."""
+    base = tiny(kind)
+    model = apply_petl(copy.deepcopy(base), PetlConfig(prompt_length=3))
+    seen = []
+    for m in (base, model):
+        layer = m.base_model.get_submodule(spec_for(m.config).block("encoder").layers)[0]
+        handle = layer.register_forward_pre_hook(lambda mod, args, kwargs: seen.append(
+            (args[0] if args else kwargs["hidden_states"])[:, 0].clone()), with_kwargs=True)
+        logits(m, batch(kind))
+        handle.remove()
+    assert torch.equal(seen[0], seen[1])

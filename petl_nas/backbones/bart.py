@@ -1,6 +1,9 @@
-"""BART and mBART: encoder self-, decoder self- and cross-attention (N_attn = 3), two FFNs (N_ffn = 2).
+"""BART, mBART and M2M100 (NLLB): encoder self-, decoder self- and cross-attention (N_attn = 3), two
+FFNs (N_ffn = 2).
 
-mBART differs from BART only in where its LayerNorms sit; the module names are the same.
+mBART differs from BART only in where its LayerNorms sit, and M2M100 in its sinusoidal positions;
+the module names are the same, and each scales its embeddings inside the embedding module, so a
+soft prompt joins embeddings on the scale the tokens' are.
 """
 
 from . import BackboneSpec, Block, register
@@ -13,7 +16,7 @@ def _attention(name: str, layers: str, module: str, heads: str, ffn: bool) -> Bl
 
 
 BART = register(BackboneSpec(
-    model_types=("bart", "mbart"),
+    model_types=("bart", "mbart", "m2m_100"),
     blocks=(
         _attention("encoder", "encoder.layers", "self_attn", "encoder_attention_heads", ffn=True),
         _attention("decoder", "decoder.layers", "self_attn", "decoder_attention_heads", ffn=True),
