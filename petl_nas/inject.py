@@ -387,7 +387,8 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
         root._pad_mask = kwargs.get("attention_mask")
         if prompt is None or not root.enabled:
             return None
-        args, kwargs, inserted = prompt.rewrite_inputs(mod, args, kwargs)
+        scale = getattr(mod, "embed_scale", 1.0) if spec.scales_ids_in_stack else 1.0
+        args, kwargs, inserted = prompt.rewrite_inputs(mod, args, kwargs, scale)
         mod.__dict__["_petl_prompt_inserted"] = inserted
         root._pad_mask = kwargs.get("attention_mask")          # grown by the prompt's positions
         return args, kwargs

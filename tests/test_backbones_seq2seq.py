@@ -1,5 +1,6 @@
-"""Encoder-decoder and decoder-only backbones: BART, mBART, M2M100, T5 (and v1.1's gated FFN), GPT-2, OPT, Phi,
-GPT-NeoX (q, k, v fused per head), and the Llama family (GQA; Mistral, Qwen, Gemma, OLMo, StableLM, Granite, SmolLM3 and the fused Phi-3).
+"""Encoder-decoder and decoder-only backbones: BART, mBART, M2M100, Marian, Pegasus, T5 (and v1.1's
+gated FFN), GPT-2, OPT, Phi, GPT-NeoX (q, k, v fused per head), and the Llama family (GQA; Mistral,
+Qwen, Gemma, OLMo, StableLM, Granite, SmolLM3 and the fused Phi-3).
 
 Every preset builds on each; zero-init modules and closed gates leave the outputs of the bare model;
 only PETL parameters move; the prefix through the attention function equals explicit concatenation
@@ -13,10 +14,10 @@ import dataclasses
 import optuna
 import pytest
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, BartConfig, BartForConditionalGeneration, DynamicCache,
-                          EncoderDecoderCache, GPT2Config, GPT2LMHeadModel, M2M100Config, M2M100ForConditionalGeneration,
-                          MBartConfig, MBartForConditionalGeneration, MT5Config, MT5ForConditionalGeneration, T5Config,
-                          T5ForConditionalGeneration)
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, BartConfig,
+                          BartForConditionalGeneration, DynamicCache, EncoderDecoderCache, GPT2Config, GPT2LMHeadModel,
+                          M2M100Config, M2M100ForConditionalGeneration, MBartConfig, MBartForConditionalGeneration,
+                          MT5Config, MT5ForConditionalGeneration, T5Config, T5ForConditionalGeneration)
 from transformers.pytorch_utils import Conv1D
 
 from conftest import REFERENCE_ATTENTION, ZERO_INIT
@@ -42,6 +43,9 @@ def tiny(kind: str, seed: int = 0):
         model = MBartForConditionalGeneration(MBartConfig(**s2s))
     elif kind == "m2m_100":                                   # NLLB: sinusoidal positions, scaled embeddings
         model = M2M100ForConditionalGeneration(M2M100Config(**s2s, scale_embedding=True, pad_token_id=0))
+    elif kind in ("marian", "pegasus"):                       # their encoders scale ids' embeddings themselves
+        ids = dict(pad_token_id=0, decoder_start_token_id=0, eos_token_id=2, bos_token_id=1)
+        model = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model(kind, **s2s, scale_embedding=True, **ids))
     elif kind == "t5":
         model = T5ForConditionalGeneration(T5Config(**t5))
     elif kind == "t5_gated":                                  # T5 v1.1: gated-GELU FFN, untied LM head
@@ -64,14 +68,14 @@ def tiny(kind: str, seed: int = 0):
 # Granite's attention multiplier (its q·k scale, 1.0 by default) set off 1/sqrt(d) so the prefix must follow it.
 OWN_NAMES = {"opt": dict(ffn_dim=F, word_embed_proj_dim=D), "stablelm": dict(partial_rotary_factor=0.5),
              "gpt_neox": dict(partial_rotary_factor=0.5), "granite": dict(attention_multiplier=0.3)}
-KINDS = ["bart", "mbart", "m2m_100", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi", "gpt_neox"]
+KINDS = ["bart", "mbart", "m2m_100", "marian", "pegasus", "t5", "t5_gated", "mt5", "gpt2", "llama", "opt", "phi", "gpt_neox"]
 # Llama's spec (Phi-3 its own, the same layout fused): Qwen2 adds q/k/v biases; Qwen3 and Gemma 3
 # normalise q and k; Gemma scales its embeddings; Gemma 3 alternates sliding-window layers; Gemma 2
 # soft-caps its logits (no head-attention forms there).
 LLAMA_FAMILY = ["mistral", "qwen2", "qwen3", "gemma", "gemma3_text", "phi3",   # Phi-3: q/k/v fused, unequal
                 "olmo", "olmo2", "stablelm", "granite", "smollm3"]
 SOFT_CAPPED = ["gemma2"]
-ENC_DEC = {"bart", "mbart", "m2m_100", "t5", "t5_gated", "mt5"}
+ENC_DEC = {"bart", "mbart", "m2m_100", "marian", "pegasus", "t5", "t5_gated", "mt5"}
 BIAS_FREE = {"t5", "t5_gated", "mt5", "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo",
              "olmo2", "granite", "smollm3"}
 

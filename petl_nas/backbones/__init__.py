@@ -160,11 +160,15 @@ class BackboneSpec:
         blocks: its attention kinds, encoder first.
         when: for a family with variants, the config predicate that selects this one
             (T5 v1.1's gated FFN); specs are tried in registration order.
+        scales_ids_in_stack: the stack that takes the prompt multiplies token embeddings by its
+            ``embed_scale`` in its own forward, and only when it is given ids (Marian, Pegasus):
+            a prompted input, handed over as embeddings, gets that scale on its tokens here.
     """
 
     model_types: tuple[str, ...]
     blocks: tuple[Block, ...]
     when: Callable[[object], bool] | None = None
+    scales_ids_in_stack: bool = False
 
     def block(self, name: str) -> Block:
         return next(b for b in self.blocks if b.name == name)

@@ -1,9 +1,11 @@
-"""BART, mBART and M2M100 (NLLB): encoder self-, decoder self- and cross-attention (N_attn = 3), two
+"""BART, mBART, M2M100 (NLLB), Marian and Pegasus: encoder self-, decoder self- and cross-attention (N_attn = 3), two
 FFNs (N_ffn = 2).
 
 mBART differs from BART only in where its LayerNorms sit, and M2M100 in its sinusoidal positions;
 the module names are the same, and each scales its embeddings inside the embedding module, so a
-soft prompt joins embeddings on the scale the tokens' are.
+soft prompt joins embeddings on the scale the tokens' are. Marian (the OPUS-MT translators) and
+Pegasus have the same layout but scale token embeddings in the encoder's forward, only when given
+ids: their spec says so, and a prompted input's tokens get that scale when petl-nas embeds them.
 """
 
 from . import BackboneSpec, Block, register
@@ -23,3 +25,5 @@ BART = register(BackboneSpec(
         _attention("cross", "decoder.layers", "encoder_attn", "decoder_attention_heads", ffn=False),
     ),
 ))
+
+MARIAN = register(BackboneSpec(model_types=("marian", "pegasus"), blocks=BART.blocks, scales_ids_in_stack=True))

@@ -56,11 +56,14 @@ class SoftPrompt(nn.Module):
         """Drop the prompt positions of a [B, L+n, ...] tensor."""
         return torch.cat([t[:, :self.at], t[:, self.at + self.n:]], dim=1)
 
-    def rewrite_inputs(self, model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict, bool]:
+    def rewrite_inputs(self, model: nn.Module, args: tuple, kwargs: dict,
+                       ids_scale: float = 1.0) -> tuple[tuple, dict, bool]:
         """Turn the model's (input_ids | inputs_embeds, mask, token types) into prompted inputs.
 
-        Returns (args, kwargs, inserted). When a decoder cache already holds the prompt (generation
-        after the first step) only the attention mask grows, and ``inserted`` is False.
+        ``ids_scale`` multiplies the embeddings of given ids, for a stack that scales them in its
+        own forward only when given ids (Marian, Pegasus). Returns (args, kwargs, inserted). When a
+        decoder cache already holds the prompt (generation after the first step) only the attention
+        mask grows, and ``inserted`` is False.
         """
         if len(args) > 1:
             raise TypeError("prompt tuning: pass the model's inputs as keyword arguments")
@@ -79,6 +82,8 @@ class SoftPrompt(nn.Module):
         embeds = kwargs.pop("inputs_embeds", None)
         if embeds is None:
             embeds = model.get_input_embeddings()(input_ids)
+            if ids_scale != 1.0:
+                embeds = embeds * ids_scale
         b = embeds.shape[0]
         prompt = inserted.to(embeds.dtype).expand(b, -1, -1)
         kwargs["inputs_embeds"] = torch.cat([embeds[:, :self.at], prompt, embeds[:, self.at:]], dim=1)
