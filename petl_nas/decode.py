@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .seq2seq import decoder_start_id
+from .seq2seq import language_start
 
 __all__ = ["generate_texts", "evaluate_generation"]
 
@@ -33,8 +33,7 @@ def _pad_right(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
 def generate_ids(model, input_ids: list[list[int]], tokenizer, settings, batch_size: int, device) -> list[list[int]]:
     """Beam-search output token ids (start token included, padding removed) for each source."""
     model.eval()
-    start = decoder_start_id(tokenizer, settings)
-    extra = {"decoder_start_token_id": start} if start is not None else {}
+    extra = language_start(tokenizer, settings)
     out: list[list[int]] = []
     with torch.no_grad():
         for i in range(0, len(input_ids), batch_size):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from .config import ConfigError
 
-__all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "decoder_start_id", "tiny_seq2seq", "SEQ2SEQ_FAMILIES"]
+__all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "language_start", "tiny_seq2seq", "SEQ2SEQ_FAMILIES"]
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,27 @@ def _set_languages(tokenizer, settings: Seq2SeqSettings) -> None:
         tokenizer.tgt_lang = settings.target_lang
 
 
-def decoder_start_id(tokenizer, settings: Seq2SeqSettings) -> int | None:
-    """The target language code where the tokenizer has languages (mBART starts decoding with it)."""
-    if settings.target_lang and hasattr(tokenizer, "tgt_lang"):
-        return tokenizer.convert_tokens_to_ids(settings.target_lang)
-    return None
+def language_start(tokenizer, settings: Seq2SeqSettings) -> dict:
+    """How decoding starts in the target language, read off where the tokenizer puts its code in a
+    target, as training saw it: at the end (mBART: the decoder starts with the code, which the
+    labels shifted right put first) -> ``decoder_start_token_id``; at the start (M2M100, NLLB,
+    mBART-50: the decoder starts with the model's own start token, then the code) ->
+    ``forced_bos_token_id``. ``{}`` without a target language or a tokenizer that has languages."""
+    if not (settings.target_lang and hasattr(tokenizer, "tgt_lang")):
+        return {}
+    try:
+        _set_languages(tokenizer, settings)
+        code = (tokenizer.get_lang_id(settings.target_lang) if hasattr(tokenizer, "get_lang_id")
+                else tokenizer.convert_tokens_to_ids(settings.target_lang))
+    except (KeyError, ValueError):
+        code = None
+    target = tokenizer(text_target="a")["input_ids"] if code not in (None, tokenizer.unk_token_id) else []
+    if target and target[0] == code:
+        return {"forced_bos_token_id": code}
+    if code in target:
+        return {"decoder_start_token_id": code}
+    raise ConfigError(f"generation: target_lang {settings.target_lang!r} is not a language this tokenizer "
+                      f"writes into its targets")
 
 
 def encode_pairs(sources: Sequence[str], targets: Sequence[str], tokenizer, max_length: int,

@@ -286,3 +286,55 @@ def test_train_record_saves_seq2seq_weights_and_reload_reproduces(tmp_path, copy
     preds = predict(loaded, [(encoded.test.references[0],), ("red fox",)])
     assert len(preds) == 2 and all(isinstance(p["generated"], str) for p in preds)
     assert preds[0]["generated"] == texts[0]              # demo_copy: the source is the reference
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_files(tmp_path_factory):
+    """A SentencePiece model and its vocabulary, trained here (for tokenizers that have languages)."""
+    import io
+
+    import sentencepiece
+
+    folder = tmp_path_factory.mktemp("spm")
+    model = io.BytesIO()
+    words = ["the cat sat on the mat", "le chat est sur le tapis", "a dog runs", "un chien court"]
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(words * 20), model_writer=model, vocab_size=40,
+                                             hard_vocab_limit=False, minloglevel=2, pad_id=1, bos_id=0, eos_id=2,
+                                             unk_id=3)
+    (folder / "spm.model").write_bytes(model.getvalue())
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model"))
+    (folder / "vocab.json").write_text(json.dumps({pieces.id_to_piece(i): i for i in range(pieces.get_piece_size())}))
+    return folder
+
+
+@pytest.mark.parametrize("family", ["m2m_100", "mbart"])
+def test_decoding_starts_in_the_target_language_as_training_saw_it(family, sentencepiece_files):
+    """M2M100 / NLLB (and mBART-50) write the target language code first in a target: the decoder
+    starts with the model's own start token, then the code is forced. mBART writes it last, and
+    the labels shifted right make it the decoder's start. Read off the tokenizer, not the family."""
+    from transformers import (AutoConfig, AutoModelForSeq2SeqLM, M2M100Tokenizer, MBartTokenizer)
+
+    from petl_nas.decode import generate_ids
+    from petl_nas.seq2seq import language_start
+
+    folder = sentencepiece_files
+    if family == "m2m_100":
+        tok = M2M100Tokenizer(vocab_file=str(folder / "vocab.json"), spm_file=str(folder / "spm.model"))
+        settings = Seq2SeqSettings(source_lang="en", target_lang="fr", max_length=6, num_beams=1)
+        code = tok.get_lang_id("fr")
+    else:
+        tok = MBartTokenizer(vocab_file=str(folder / "spm.model"))
+        settings = Seq2SeqSettings(source_lang="en_XX", target_lang="fr_XX", max_length=6, num_beams=1)
+        code = tok.convert_tokens_to_ids("fr_XX")
+    start = language_start(tok, settings)
+    assert start == ({"forced_bos_token_id": code} if family == "m2m_100" else {"decoder_start_token_id": code})
+    config = AutoConfig.for_model(family, vocab_size=200, d_model=16, encoder_layers=1, decoder_layers=1,  # codes: up to ~130
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=tok.pad_token_id,
+                                  eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    (row,) = generate_ids(model, [tok("the cat sat")["input_ids"]], tok, settings, 1, "cpu")
+    assert row[:2] == ([tok.eos_token_id, code] if family == "m2m_100" else [code, row[1]])
+    with pytest.raises(ConfigError, match="target_lang 'xx'"):
+        language_start(tok, Seq2SeqSettings(target_lang="xx"))
