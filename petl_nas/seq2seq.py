@@ -147,7 +147,8 @@ SEQ2SEQ_FAMILIES = {
              ("encoder_ffn_dim", "decoder_ffn_dim")),
     "t5": ("d_model", ("num_layers", "num_decoder_layers"), ("num_heads",), ("d_ff",)),
 }
-_FAMILY = {"bart": "bart", "mbart": "bart", "marian": "bart", "pegasus": "bart", "t5": "t5", "mt5": "t5"}
+_FAMILY = {"bart": "bart", "mbart": "bart", "m2m_100": "bart", "marian": "bart", "pegasus": "bart", "t5": "t5",
+           "mt5": "t5"}
 
 
 def _special_ids(tokenizer) -> dict:

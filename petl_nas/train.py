@@ -295,6 +295,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             loss = training_loss(net, batch, task)
             if regularizer is not None:
                 loss = loss + regularizer()
+        if loss.grad_fn is None:    # LayerDrop (M2M100 trains with it) skipped every layer holding PETL
+            return loss             # modules: nothing depends on a trained parameter, nothing to step
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)

@@ -338,3 +338,21 @@ def test_decoding_starts_in_the_target_language_as_training_saw_it(family, sente
     assert row[:2] == ([tok.eos_token_id, code] if family == "m2m_100" else [code, row[1]])
     with pytest.raises(ConfigError, match="target_lang 'xx'"):
         language_start(tok, Seq2SeqSettings(target_lang="xx"))
+
+
+def test_a_step_where_layerdrop_skipped_every_trained_layer_is_skipped_too():
+    """M2M100 trains with LayerDrop (0.05 in its checkpoints): a step may skip every layer that holds
+    PETL modules, and then no loss term depends on a trained parameter. That step is skipped, not a
+    crash ("element 0 of tensors does not require grad"); with LayerDrop at 1.0 every step is."""
+    from petl_nas.train import Recipe, train
+    from petl_nas.worker import TrainData
+
+    task = get_task("demo_copy")
+    splits = load_splits(task, k=32, search_dev_size=8)
+    tiny = {"tiny": {"model_type": "m2m_100", "encoder_layerdrop": 1.0, "decoder_layerdrop": 1.0}}
+    base, tok = load_backbone(tiny, task, splits)
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", size=2),)))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    encoded = encode(splits, tok, max_length=16)
+    train(model, TrainData(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=1, batch_size=8), "cpu")
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters() if p.requires_grad)
