@@ -320,12 +320,15 @@ SIZE_DIMENSIONS = {"adapter": "bottleneck", "compacter": "bottleneck", "lora": "
 def unit_costs(space: SearchSpace, model_config) -> list[str]:
     """What one unit of each slot's size dimension costs on this backbone, per form: deployable
     parameters on one layer and on every layer (the difference between two sizes, the form's other
-    dimensions at their smallest values), so that a range reads as parameters; a form the backbone
-    refuses says so instead."""
+    dimensions at their smallest values, in every block where ``blocks`` may be ``all``), so that a
+    range reads as parameters; a form the backbone refuses says so instead."""
     lines = [f"{'slot':<12}{'form':<12}{'one unit of':<14}{'per layer':>12}{'all layers':>14}"]
     for slot in space.slots:
+        blocks = slot.dims.get("blocks")
         for form in (f for f in slot.forms.choices or (slot.forms.value,) if f != "none"):
             size, vals = SIZE_DIMENSIONS[form], _smallest_values(slot, form)
+            if blocks is not None and "all" in (blocks.choices or ()):       # in every attention kind, not
+                vals["blocks"] = "all"                                       # the first choice's (cross)
             step = int(vals.get("phm_n", 1)) if form == "compacter" else 1      # PHM sizes are multiples of n
             low = -(-int(vals[size]) // step) * step
 

@@ -449,3 +449,14 @@ def test_the_prompt_leaves_the_first_tokens_embedding_as_the_encoder_had_it(kind
         logits(m, batch(kind))
         handle.remove()
     assert torch.equal(seen[0], seen[1])
+
+
+def test_unit_costs_of_the_seq2seq_space_count_every_attention_kind():
+    """`space show seq2seq --model`: one unit of LoRA rank on q and v costs 2 · 2d per attention kind
+    and layer, in all three kinds (encoder, decoder, cross: the default), not only the first choice
+    of the blocks dimension."""
+    from petl_nas.study import unit_costs
+
+    rows = {tuple(line.split()[:2]): line.split()[3:] for line in unit_costs(SearchSpace.load("seq2seq"),
+                                                                            tiny("bart").config)}
+    assert rows[("attn", "lora")] == [f"{3 * 2 * 2 * D}", f"{3 * 2 * 2 * D * 2}"]     # 2 layers per stack
