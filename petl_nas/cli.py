@@ -362,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="backbone: local directory or hub name")
     p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, demo_sentiment or demo_copy "
                                    "(a task over your own files is written in the experiment file: task: {train: ...})")
-    p.add_argument("--data-dir", help="a GLUE directory (glue_data/<TASK>/{train,dev}.tsv)")
+    p.add_argument("--data-dir", help="the folder of a built-in task's files: GLUE (<dir>/<TASK>/{train,dev}.tsv), "
+                                      "XSum or WMT16 en-ro (docs/generation.md)")
     p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
     p.add_argument("--space", help="a space file or a name from search_space/ (unified, small, mam, unipelt)")
     p.add_argument("--trials", type=int, help="trained trials the study should hold")
