@@ -1,5 +1,5 @@
-"""BART, mBART, M2M100 (NLLB), Marian and Pegasus: encoder self-, decoder self- and cross-attention (N_attn = 3), two
-FFNs (N_ffn = 2).
+"""BART, mBART, M2M100 (NLLB), Marian and Pegasus: encoder self-, decoder self- and cross-attention
+(N_attn = 3), two FFNs (N_ffn = 2).
 
 mBART differs from BART only in where its LayerNorms sit, and M2M100 in its sinusoidal positions;
 the module names are the same, and each scales its embeddings inside the embedding module, so a
