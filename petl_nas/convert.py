@@ -36,7 +36,7 @@ from .deploy import fresh_backbone, load
 from .head import native_pooling, stock_head_fields
 from .inject import lora_updates, merge_lora, petl_config_of, remove_petl
 from .interop import NotExpressible, to_peft
-from .models import hub_options, load_for_task, load_model_config, resolve_model, transformers_quiet
+from .models import auto_class_name, hub_options, load_for_task, load_model_config, resolve_model, transformers_quiet
 from .tasks import resolve_task
 
 TARGETS = ("peft", "merged")
@@ -130,11 +130,6 @@ def _usual_modes(folder: Path) -> None:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def _auto_class(task) -> str:
-    return {"seq2seq": "AutoModelForSeq2SeqLM", "causal_lm": "AutoModelForCausalLM"}.get(
-        task.kind, "AutoModelForSequenceClassification")
-
-
 def _base_overrides(model, backbone) -> dict:
     """Config values the trained model runs with that its checkpoint lacks, which a PEFT user must
     pass when loading the base: the pad token petl-nas gave a decoder without one (its end token);
@@ -151,10 +146,10 @@ def _base_arguments(task, overrides: dict) -> dict:
 def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
     """The line of Python that loads what was written."""
     if to == "merged":
-        return f"{_auto_class(task)}.from_pretrained({out!r})"
+        return f"{auto_class_name(task)}.from_pretrained({out!r})"
     base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
     arguments = "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
-    return f"PeftModel.from_pretrained({_auto_class(task)}.from_pretrained({base}{arguments}), {out!r})"
+    return f"PeftModel.from_pretrained({auto_class_name(task)}.from_pretrained({base}{arguments}), {out!r})"
 
 
 def _probe(tok, task) -> dict:
@@ -210,7 +205,7 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
         import transformers
 
         path = resolve_model(backbone)
-        base = getattr(transformers, _auto_class(task)).from_pretrained(
+        base = getattr(transformers, auto_class_name(task)).from_pretrained(
             path, **_base_arguments(task, overrides), **hub_options(path))
     else:
         base, _, _ = fresh_backbone(directory, backbone)

@@ -98,8 +98,19 @@ def load_model_config(name_or_path: str, num_labels: int | None = None):
     return cfg
 
 
-_HEADS = {"seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LM"),
-          "causal_lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LM")}
+# What a task kind needs of a backbone: (transformers' auto class, the families it serves in
+# modeling_auto, what the head is). Classification and regression take the last.
+_HEADS = {
+    "seq2seq": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LM"),
+    "causal_lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LM"),
+}
+_CLASSIFIER = ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+               "sequence-classification")
+
+
+def auto_class_name(task) -> str:
+    """The transformers auto class that loads a backbone with the head ``task`` needs."""
+    return _HEADS.get(task.kind, _CLASSIFIER)[0]
 
 
 def check_task_head(model_type: str, task, name: str) -> None:
@@ -107,7 +118,7 @@ def check_task_head(model_type: str, task, name: str) -> None:
     needs for this model family (Granite has no sequence classifier; DeBERTa no causal LM)."""
     from transformers.models.auto import modeling_auto
 
-    mapping, what = _HEADS.get(task.kind, ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence-classification"))
+    _, mapping, what = _HEADS.get(task.kind, _CLASSIFIER)
     if model_type not in getattr(modeling_auto, mapping):
         use = ("a generation task (kind: causal_lm) or a backbone with one" if not task.generative
                else "a classification or regression task, or another backbone")
@@ -118,16 +129,16 @@ def check_task_head(model_type: str, task, name: str) -> None:
 def load_for_task(name_or_path: str, task, **kwargs):
     """A pretrained backbone with the head ``task`` needs: a sequence classifier (or regressor), a
     sequence-to-sequence LM for ``seq2seq`` tasks, a causal LM for ``causal_lm`` tasks."""
-    cfg = load_model_config(name_or_path)
-    check_task_head(cfg.model_type, task, name_or_path)
-    if not task.generative:
-        return load_classifier(name_or_path, num_labels=task.num_labels, **kwargs)
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    import transformers
 
-    auto = AutoModelForSeq2SeqLM if task.kind == "seq2seq" else AutoModelForCausalLM
+    cfg = load_model_config(name_or_path, None if task.generative else task.num_labels)
+    check_task_head(cfg.model_type, task, name_or_path)
+    auto = getattr(transformers, auto_class_name(task))
     try:
         return _from_pretrained(auto, name_or_path, cfg, **kwargs)
     except ValueError as e:          # e.g. an encoder-only model for a seq2seq task
+        if not task.generative:
+            raise
         raise ConfigError(f"model {name_or_path!r} ({cfg.model_type}) has no {task.kind} head for task "
                           f"{task.name!r}: {str(e).splitlines()[0]}") from None
 

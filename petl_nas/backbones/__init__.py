@@ -95,13 +95,6 @@ class Site(NamedTuple):
         groups, start, width = self.layout(total, config)
         return OutSlice(groups, start, width, total // groups)
 
-    def span(self, total: int, config=None) -> tuple[int, int]:
-        """(start, width) of a slice of one group within an output of ``total`` features."""
-        groups, start, width = self.layout(total, config)
-        if groups != 1:
-            raise ValueError(f"{self.path}: a slice of every one of {groups} groups has no single span")
-        return start, width
-
 
 def features(linear: nn.Module, site: Site = Site(""), config=None) -> tuple[int, int]:
     """(in, out) widths of a linear layer, or of its ``site`` slice (nn.Linear or transformers' Conv1D);
