@@ -13,9 +13,18 @@ and gradients) before it is timed. The cases:
   transposed view of the result; each with SDPA forward and backward after it;
 - a projection of x [N, 768] to a width that is not a multiple of 8 (19: UniPELT's shared read at
   the attention) against the same padded with zero rows to 24;
-- the multi-head adapter's relu attention at 30 positions against 32 (two zero key/value rows).
+- the multi-head adapter's relu attention at 30 positions against 32 (two zero key/value rows);
+- a prefix joined by writing it and the token keys into one empty buffer (two copies) instead of
+  a cat;
+- a scaled adapter's output s·(a·Wᵀ + b), a = f(h) [N, 48] (scaled parallel adapter, MAM):
+  multiplying the 768-wide output by s (now) against s applied to a and b, (s·a)·Wᵀ + s·b, and
+  against ``addmm``'s own alpha and beta (a fixed s only);
+- a UniPELT-gated adapter's output g·(a·Wᵀ + b), g one number per example: multiplying the 768-wide
+  output by g (now) against g·b joined to the product as one more column, [g·a, g]·[W, b]ᵀ (no
+  768-wide product, reduction or bias gradient beside the matmul; 49 columns, or padded to 56),
+  and against (g·a)·Wᵀ + g·b.
 
-    python bench/gpu_kernels_ab.py [--out results.md]
+    python bench/gpu_kernels_ab.py [--only "adapter output,copies"] [--out results.md]
 """
 
 from __future__ import annotations
@@ -154,6 +163,75 @@ def prefix_cat_case(device, p_len=30):
              ("no prefix (the floor's attention)", no_prefix)], [q_lin, k_lin, v_lin, pk, pv])
 
 
+def prefix_buffer_case(device, p_len=30):
+    """The prefix join of `prefix_cat_case` written into one empty buffer by two copies."""
+    dt = torch.bfloat16
+    q_lin, k_lin, v_lin = (torch.randn(B, L, H * D, device=device, dtype=dt, requires_grad=True) for _ in range(3))
+    pk, pv = (torch.randn(H, p_len, D, device=device, dtype=dt, requires_grad=True) for _ in range(2))
+    sdpa = nn.functional.scaled_dot_product_attention
+
+    def heads(t):
+        return t.view(B, L, H, D).transpose(1, 2)
+
+    def cat():
+        k = torch.cat([pk.expand(B, -1, -1, -1), heads(k_lin)], dim=2)
+        v = torch.cat([pv.expand(B, -1, -1, -1), heads(v_lin)], dim=2)
+        return sdpa(heads(q_lin), k, v)
+
+    def joined(prefix, tokens):
+        out = prefix.new_empty(B, H, p_len + L, D)
+        out[:, :, :p_len] = prefix
+        out[:, :, p_len:] = heads(tokens)
+        return out
+
+    def buffer():
+        return sdpa(heads(q_lin), joined(pk, k_lin), joined(pv, v_lin))
+    return (f"prefix of {p_len} joined to the keys and values, then SDPA (one layer), by copies",
+            [("cat [B,H,L,D] (now)", cat), ("empty [B,H,P+L,D], two copies", buffer)], [q_lin, k_lin, v_lin, pk, pv])
+
+
+def scaled_output_case(device, r=48, s=4.0):
+    dt = torch.bfloat16
+    a = torch.randn(B, L, r, device=device, dtype=dt, requires_grad=True)
+    w = (torch.randn(HID, r, device=device, dtype=dt) * r ** -0.5).requires_grad_()
+    b = torch.randn(HID, device=device, dtype=dt, requires_grad=True)
+
+    def after():
+        return nn.functional.linear(a, w, b) * s
+
+    def folded():
+        return nn.functional.linear(a * s, w, b * s)
+
+    def alpha_beta():
+        return torch.addmm(b, a.view(-1, r), w.t(), beta=s, alpha=s).view(B, L, HID)
+    return (f"scaled adapter output, s = {s:g}, a [{B}, {L}, {r}] -> {HID}",
+            [("s times the output (now)", after), ("(s·a)·Wᵀ + s·b", folded), ("addmm alpha = beta = s", alpha_beta)],
+            [a, w, b])
+
+
+def gated_output_case(device, r=48):
+    dt = torch.bfloat16
+    a = torch.randn(B, L, r, device=device, dtype=dt, requires_grad=True)
+    w = (torch.randn(HID, r, device=device, dtype=dt) * r ** -0.5).requires_grad_()
+    b = torch.randn(HID, device=device, dtype=dt, requires_grad=True)
+    g = torch.rand(B, 1, 1, device=device, dtype=dt, requires_grad=True)
+
+    def after():
+        return nn.functional.linear(a, w, b) * g
+
+    def column(pad=0):
+        cols = [a * g, g.expand(B, L, 1)] + ([a.new_zeros(B, L, pad)] if pad else [])
+        rows = [w, b[:, None]] + ([w.new_zeros(HID, pad)] if pad else [])
+        return nn.functional.linear(torch.cat(cols, -1), torch.cat(rows, 1))
+
+    def bias_apart():
+        return nn.functional.linear(a * g, w) + g * b
+    return (f"gated adapter output, g per example, a [{B}, {L}, {r}] -> {HID}",
+            [("g times the output (now)", after), (f"[g·a, g]·[W, b]ᵀ ({r + 1} columns)", column),
+             (f"the same padded to {r + 1 + (-(r + 1) % 8)}", lambda: column(-(r + 1) % 8)),
+             ("(g·a)·Wᵀ + g·b", bias_apart)], [a, w, b, g])
+
+
 def odd_width_case(device, width=19, padded=24):
     dt = torch.bfloat16
     x = torch.randn(N, HID, device=device, dtype=dt, requires_grad=True)
@@ -188,12 +266,16 @@ def mh_case(device, size=30, padded=32):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
+    ap.add_argument("--only", help="comma-separated words: only the cases whose title holds one")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (eager, not graphed)"
     cases = [bias_grad_case(device, n) for n in (768, 64, 512, 3072)]
     cases += [linear_case(device, i, o) for i, o in ((768, 64), (64, 768), (768, 512), (512, 768))]
     cases += [prefix_cat_case(device, 30), prefix_cat_case(device, 10), odd_width_case(device), mh_case(device)]
+    cases += [prefix_buffer_case(device), scaled_output_case(device), gated_output_case(device)]
+    if args.only:
+        cases = [c for c in cases if any(word in c[0] for word in args.only.split(","))]
     lines = [f"# Small GPU operations, A/B\n\n{name} | torch {torch.__version__}\n",
              "| case | formulation | µs per forward + backward | × first | max difference (relative) |",
              "|---|---|---:|---:|---:|"]
