@@ -96,14 +96,19 @@ class Recorder:
         if self._finish(p, write):
             self.on_done(p, "pruned", {**info, "reason": reason})
 
-    def failed(self, p: Proposal, reason: str, kind: str = "error") -> None:
+    def failed(self, p: Proposal, reason: str, kind: str = "error", trace: str | None = None) -> None:
+        """A failed trial: its one-line ``reason``, its ``kind`` and, for an error, where it was raised
+        (``trace``: the traceback's innermost frames), in the study (the dashboard's attributes) and
+        the trial's file."""
         def write():
             p.trial.set_user_attr("fail_reason", reason[-2000:])
             p.trial.set_user_attr("fail_kind", kind)
+            if trace:
+                p.trial.set_user_attr("fail_traceback", trace)
             self.source.study.tell(p.trial, state=TrialState.FAIL)
 
         if self._finish(p, write):
-            self.on_done(p, "failed", {"reason": reason, "kind": kind})
+            self.on_done(p, "failed", {"reason": reason, "kind": kind, **({"traceback": trace} if trace else {})})
 
     def _finish(self, p: Proposal, write: Callable[[], None]) -> bool:
         """Write an outcome; False when another worker had already failed the trial as lost (its
@@ -135,6 +140,13 @@ def _reason(e: BaseException) -> str:
     return last if len(last) < 500 else last[:497] + "..."
 
 
+def _trace(e: BaseException, limit: int = 4000) -> str:
+    """The traceback of ``e``, cut to its last ``limit`` characters: the innermost frames, where it
+    was raised."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
 def _kind(e: BaseException) -> str:
     """A failure's kind, for counting: out of memory (CPU or GPU), or the exception's type."""
     import torch
@@ -162,7 +174,7 @@ def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
     except NonFiniteLoss as e:
         outcome = "nan", {"reason": f"non-finite loss: {e}"}
     except Exception as e:                                      # noqa: BLE001 - recorded, search goes on
-        outcome = "failed", {"reason": _reason(e), "kind": _kind(e)}
+        outcome = "failed", {"reason": _reason(e), "kind": _kind(e), "traceback": _trace(e)}
     _free_memory()          # out of the except block: no traceback pins the failed trial's tensors now
     return outcome
 
@@ -192,7 +204,7 @@ def run_local(source: TrialSource, n_trials: int, make_spec: Callable[[Proposal]
         elif outcome == "nan":
             recorder.pruned(p, {}, info["reason"])
         else:
-            recorder.failed(p, info["reason"], info["kind"])
+            recorder.failed(p, info["reason"], info["kind"], info.get("traceback"))
 
 
 # ---- Ray Tune ---------------------------------------------------------------------------------
@@ -214,7 +226,7 @@ def ray_trainable(config: dict) -> None:
     node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
     if outcome != "complete":
         tune.report({"score": FAILED_SCORE, "final": False, "failed": info["reason"], "kind": info.get("kind"),
-                     "nan": outcome == "nan", "node": node})
+                     "traceback": info.get("traceback"), "nan": outcome == "nan", "node": node})
         return
     # One more report carries the whole result; `final` tells it from a scheduler's stop.
     granted = ray.get_runtime_context().get_assigned_resources()       # what Ray gave this trial
@@ -271,7 +283,7 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                 if result.get("nan"):
                     recorder.pruned(p, {"node": result.get("node")}, result["failed"])
                 else:
-                    recorder.failed(p, result["failed"], result.get("kind") or "error")
+                    recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
             elif result.get("final"):
                 recorder.complete(p, result)
             else:

@@ -138,6 +138,11 @@ def test_failing_trials_are_recorded_by_kind_and_the_search_goes_on(tmp_path):
     by_number = {t.number: t for t in trials_of(f"sqlite:///{tmp_path}/study.db")}
     raised, nan, oom, *after = [by_number[n] for n in out["calls"]]
     assert raised.state == TrialState.FAIL and "row 17 of the user's data" in raised.user_attrs["fail_reason"]
+    # where it was raised, for the dashboard and the trial's file: the traceback's innermost frames
+    trace = raised.user_attrs["fail_traceback"]
+    assert ", in hooked\n" in trace and trace.endswith("ValueError: row 17 of the user's data has no text")
+    written = json.loads(next(tmp_path.rglob(f"trials/{raised.number}.json")).read_text())
+    assert written["state"] == "failed" and written["traceback"] == trace
     assert nan.state == TrialState.PRUNED and nan.user_attrs["pruned_reason"].startswith("non-finite loss")
     assert nan.values is None                                   # never a point on the front
     assert oom.state == TrialState.FAIL and "can't allocate memory" in oom.user_attrs["fail_reason"]

@@ -195,12 +195,14 @@ def test_study_searcher_records_every_outcome(tmp_path):
     searcher.on_trial_result("r0", {"score": 0.6, "training_iteration": 1, "final": False})
     searcher.on_trial_complete("r0", {"score": 0.6, "training_iteration": 1, "final": False})
     searcher.on_trial_complete("r1", {"score": 0.7, "final": True, "metrics": {"accuracy": 0.7}})
-    searcher.on_trial_complete("r2", {"score": -2.0, "final": False, "failed": "ValueError: bad data"})
+    searcher.on_trial_complete("r2", {"score": -2.0, "final": False, "failed": "ValueError: bad data",
+                                      "traceback": "Traceback ...\nValueError: bad data"})
     searcher.on_trial_complete("r3", {"score": -2.0, "final": False, "failed": "non-finite loss", "nan": True})
     states = [t.state for t in study.trials]
     assert states == [TrialState.PRUNED, TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED]
     assert study.trials[0].user_attrs["intermediate_scores"] == [0.6]
     assert study.trials[2].user_attrs["fail_reason"] == "ValueError: bad data"
+    assert study.trials[2].user_attrs["fail_traceback"] == "Traceback ...\nValueError: bad data"   # where, for the dashboard
     assert done == ["pruned", "complete", "failed", "pruned"]
     searcher.suggest("r4")
     assert searcher.suggest("r5") == searcher.FINISHED
