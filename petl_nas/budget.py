@@ -93,9 +93,10 @@ def count_model(model: nn.Module) -> ParameterCount:
     root: PetlRoot = getattr(model, ROOT)
     petl_ids = {id(p) for p in root.parameters()}
     base_ids = {id(p) for p in model.base_model.parameters()}
-    # The backbone: the base model, plus a frozen pretrained head outside it (an untied LM head).
-    backbone_params = [p for p in model.parameters()
-                       if id(p) not in petl_ids and (id(p) in base_ids or not p.requires_grad)]
+    # The backbone: the base model, whatever head sits on it (the denominator of every budget and
+    # percentage, as `count_parameters` measures it). The head: what trains beside PETL outside it
+    # (a classifier, a pooler); a frozen pretrained head (an untied LM head) is neither.
+    backbone_params = [p for p in model.parameters() if id(p) not in petl_ids and id(p) in base_ids]
     backbone_ids = {id(p) for p in backbone_params}
     rows = _group_rows(root)
     cfg = root.config
@@ -110,8 +111,8 @@ def count_model(model: nn.Module) -> ParameterCount:
     if cfg.train_layernorms:
         norms = [p for p in backbone_params if p.requires_grad and id(p) not in bias_ids | pooler_ids]
         rows.append(CountRow("layernorms", _numel(norms), _numel(norms)))
-    head = _numel(p for p in model.parameters() if (id(p) not in backbone_ids and id(p) not in petl_ids)
-                  or id(p) in pooler_ids)
+    head = _numel(p for p in model.parameters()
+                  if (id(p) not in backbone_ids and id(p) not in petl_ids and p.requires_grad) or id(p) in pooler_ids)
     return ParameterCount(
         trainable=sum(r.trainable for r in rows),
         deployable=sum(r.deployable for r in rows),

@@ -223,3 +223,18 @@ def test_a_family_without_a_classifier_is_refused_before_anything_trains(tmp_pat
         load_backbone({"tiny": {"model_type": "granite"}}, resolve_task("demo_sentiment"))
     model, _ = load_backbone(str(tmp_path / "granite"), resolve_task(instruction_files))
     assert model.config.model_type == "granite"
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt_neox"])
+def test_a_language_models_counts_are_the_budgets(model_type):
+    """A causal LM with an untied head counts against the same backbone as the search's budget
+    (`count_parameters`: the base model), its frozen LM head in neither the backbone nor the head."""
+    from petl_nas import count_model, count_parameters, preset
+
+    model = tiny_causal_lm(model_type, tie_word_embeddings=False)
+    config = preset("lora", model.config)
+    counted, budgeted = count_model(apply_petl(model, config)), count_parameters(model.config, config)
+    assert counted.backbone == budgeted.backbone == sum(p.numel() for p in model.base_model.parameters()
+                                                         if not p.requires_grad)
+    assert counted.deployable == budgeted.deployable and counted.deployable_pct == budgeted.deployable_pct
+    assert counted.head == 0                            # the untied LM head is pretrained and frozen: no head trains
