@@ -68,7 +68,7 @@ class Outcomes:
     def complete(self, p, info):
         self.seen.append(("complete", p.number))
 
-    def failed(self, p, reason, kind):
+    def failed(self, p, reason, kind, trace=None):
         self.seen.append((kind, p.number))
 
 
