@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -102,8 +103,8 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
         runs.append(run)
         if keep_models:
             models.append(trained)
-        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} (its best epoch: {result.score:.4f}) "
-                f"in {result.wall_s:.0f}s -> {run_dir}")
+        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s -> {run_dir}")
+    _remove_other_records(out, rec, n, printer)
     last = [r["last"] for r in runs]
     summary = {"metric": task.main_metric, "split": "test", "mean": statistics.fmean(last),
                "std": statistics.stdev(last) if len(last) > 1 else 0.0, "runs": runs,
@@ -112,6 +113,19 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
     return {**summary, "models": models} if keep_models else summary
+
+
+def _remove_other_records(out: Path, rec: dict, n: int, printer) -> None:
+    """Remove the runs beyond seed ``n - 1`` that another record left in ``out`` (a folder reused
+    for another configuration), so that every run in it is one that its metrics.json describes or a
+    further seed of the same record."""
+    for run_dir in sorted(out.glob("seed_*")):
+        seed = run_dir.name.removeprefix("seed_")
+        if not seed.isdigit() or int(seed) < n or not run_dir.is_dir():
+            continue
+        if _finished_run(run_dir, run_key(rec, int(seed))) is None:
+            shutil.rmtree(run_dir)
+            printer(f"{run_dir}: a run of another record (or an unfinished one); removed")
 
 
 def run_key(rec: dict, seed: int) -> str:

@@ -175,6 +175,14 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
     train_record(changed, out=tmp_path / "out", progress=False, printer=lines.append)
     assert not any("already trained" in line for line in lines)
     assert sum("holds a run of another record" in line and "it is replaced" in line for line in lines) == 2
+    lines.clear()                                # one seed of the first record: the other record's seed_1 goes
+    one = train_record({**rec, "seeds": 1}, out=tmp_path / "out", progress=False, printer=lines.append)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metrics.json", "seed_0"]
+    assert any("seed_1: a run of another record" in line and "removed" in line for line in lines)
+    assert [r["dir"] for r in one["runs"]] == [str(tmp_path / "out" / "seed_0")]
+    train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None)
+    train_record({**rec, "seeds": 1}, out=tmp_path / "out", progress=False, printer=lambda *a: None)
+    assert (tmp_path / "out" / "seed_1").is_dir()               # a further seed of the same record is kept
     (tmp_path / "merged").mkdir()                                        # another tool's folder: not mixed into
     (tmp_path / "merged" / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"output folder '.*merged' holds other files \(config\.json\); "
