@@ -6,8 +6,9 @@ facts. `hypervolume_history`, `importances` and `modules_by_position` derive the
 views from it.
 
 Hypervolume is measured in the Pareto plot's own coordinates: metric (up) against log10 deployable
-parameters (left), from the reference point (worst complete score, budget) — or the largest
-complete trial when the study has no budget. Its unit is "metric × decades of parameters".
+parameters (left), from the reference point (the trivial baseline's score, else the worst
+complete score; the budget, or the largest complete trial when the study has no budget). Its
+unit is "metric × decades of parameters".
 """
 
 from __future__ import annotations

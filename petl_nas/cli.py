@@ -365,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="the folder of a built-in task's files: GLUE (<dir>/<TASK>/{train,dev}.tsv), "
                                       "XSum or WMT16 en-ro (docs/generation.md)")
     p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
-    p.add_argument("--space", help="a space file or a name from search_space/ (unified, small, mam, unipelt)")
+    p.add_argument("--space", help="a space file or a name from search_space/: unified (the default), unified_short "
+                                   "(shorter trials, for CPUs: the quickstart's), small, mam, unipelt, seq2seq")
     p.add_argument("--trials", type=int, help="trained trials the study should hold")
     p.add_argument("--sampler", help="tpe (default), nsga2, random, gp, presets")
     p.add_argument("--strategy", choices=["sampler", "oneshot", "both"],
@@ -376,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", help="ray (default) or local (no Ray, for debugging)")
     p.add_argument("--scheduler", help="asha (default) or fifo")
     p.add_argument("--ray-address", help="an existing Ray cluster")
-    p.add_argument("--cpus-per-trial", type=float)
+    p.add_argument("--cpus-per-trial", type=float, help="CPU cores Ray reserves for each trial")
     p.add_argument("--gpus-per-trial", type=_number_or_auto("GPUs"),
                    help="a share of a GPU per trial (fractions share a card), or auto (the default): "
                         "none without GPUs, else as many trials per GPU as the first one's memory allows")
@@ -390,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace a study made with another space or other scoring settings (task, budget, K, ...)")
     p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
     p.add_argument("--epochs", type=_number_or_auto("epochs"), help="epochs per search trial, or auto (calibrated before the search)")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="the seed of the sampler and of each trial's training (default 0)")
     p.set_defaults(func=cmd_search)
 
     p = _command(sub, "export", "choose a configuration from a study's Pareto front and write it")

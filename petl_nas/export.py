@@ -99,13 +99,13 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -> FrozenTrial:
     """The trial to export (see the module docstring for the rules)."""
+    m = _WITHIN.match(pick)
+    if pick != "best" and not m:                        # the flag first: before the study is read
+        raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
     pool = candidates(study, budget)
     best = max(pool, key=lambda c: (c[1], -c[0].values[1]))
     if pick == "best":
         return best[0]
-    m = _WITHIN.match(pick)
-    if not m:
-        raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
     floor = best[1] - float(m.group(2)) / 100
     within = [c for c in pool if c[1] >= floor]
     if m.group(1) == "smallest":

@@ -217,6 +217,8 @@ def test_cli_train_and_predict(tmp_path, capsys):
     (["export", "--storage", "sqlite:///{d}/typo.db", "-o", "{d}/x.yaml"], "typo.db': no such file"),  # not created
     (["export", "--storage", "sqlite:///{d}/s.db", "--preset", "lora", "--pick", "smallest-within=1", "-o", "{d}/x.yaml"],
      "give --pick or --preset, not both"),
+    (["export", "--storage", "sqlite:///{d}/e.db", "--pick", "worst", "-o", "{d}/x.yaml"],   # the flag, not the study
+     "--pick: expected 'best', 'smallest-within=X' or 'fastest-within=X'"),
 ])
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     from petl_nas.cli import main

@@ -94,6 +94,8 @@ def test_report_writes_a_self_contained_html_and_pngs(searched, tmp_path, capsys
     for key, final in ((k, v) for k, v in study.user_attrs.items() if k.startswith("final:")):
         assert f"{final['mean']:.4f} ± {final['std']:.4f} (2 seeds)" in page
     assert 'id="presets-trial-' in page and "pfeiffer" in page and "bitfit" in page
+    baseline = study.user_attrs["baseline"]["score"]          # the hypervolume's reference: named as what it is
+    assert f"from the reference point (accuracy {baseline:.4g}: the trivial baseline;" in page
     shift = study.user_attrs["input_shift"]                                       # search-dev against test
     assert (f"<th>inputs: search-dev vs test</th><td>inputs: search-dev rows have a median of "
             f"{shift['search_dev_words']:g}") in page
