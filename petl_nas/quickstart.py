@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -163,9 +165,12 @@ def _check_resumable(exp: Experiment) -> None:
 
 
 def next_steps(exp: Experiment) -> str:
-    """The commands to browse the study and to export and train its best configuration."""
+    """The commands to browse the study and to export and train its best configuration; first, when
+    the shell would not find this environment's ``petl-nas`` (``./quickstart`` runs it from .venv
+    without activating it), how to put it on PATH."""
     url, out = redact(exp.storage_url), f"runs/{exp.name}"
     return "\n".join([
+        *activate_first(),
         "open the dashboard (or write an HTML report with the Pareto plot):",
         f"  petl-nas dashboard --storage {url}",
         f"  petl-nas report --storage {url} -o {out}/report",
@@ -173,6 +178,20 @@ def next_steps(exp: Experiment) -> str:
         f"  petl-nas export --storage {url} -o {out}/best.yaml",
         f"  petl-nas train --config {out}/best.yaml --out {out}/best",
     ])
+
+
+def activate_first() -> list[str]:
+    """The lines saying how to put this environment's commands on PATH, or none when ``petl-nas`` on
+    PATH is already this environment's (or it has no ``petl-nas`` script)."""
+    bin_dir = Path(sys.prefix) / "bin"
+    here, found = bin_dir / "petl-nas", shutil.which("petl-nas")
+    if not here.exists() or (found is not None and Path(found).resolve() == here.resolve()):
+        return []
+    try:
+        shown = bin_dir.relative_to(Path.cwd())
+    except ValueError:
+        shown = bin_dir
+    return ["first, in your shell, put this environment's petl-nas on PATH:", f"  source {shown}/activate"]
 
 
 def run(data_dir: str | None = None, demo: bool = False, name: str | None = None, trials: int | None = None,
@@ -205,4 +224,4 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
 
 
 __all__ = ["default_experiment", "plan", "run", "find_glue_dir", "glue_candidates", "glue_tasks",
-           "hub_status", "next_steps", "DEMO_LABEL"]
+           "hub_status", "next_steps", "activate_first", "DEMO_LABEL"]

@@ -103,3 +103,21 @@ def test_quickstart_end_to_end(tmp_path, monkeypatch, capsys):
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 to train" in again.stdout and "Pareto front" in again.stdout
+
+
+def test_next_steps_say_how_to_reach_petl_nas_when_the_shell_would_not(tmp_path, monkeypatch):
+    """./quickstart runs .venv/bin/petl-nas without activating .venv: the printed commands are then
+    preceded by the line that puts it on PATH, and by nothing when PATH already finds it."""
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "petl-nas").write_text("#!/bin/sh\n")
+    (venv / "bin" / "petl-nas").chmod(0o755)
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.chdir(tmp_path)
+    exp = quickstart.default_experiment()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    lines = quickstart.next_steps(exp).splitlines()
+    assert lines[:2] == ["first, in your shell, put this environment's petl-nas on PATH:",
+                         "  source .venv/bin/activate"]
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}:/usr/bin:/bin")
+    assert not any("activate" in line for line in quickstart.next_steps(exp).splitlines())
