@@ -24,8 +24,9 @@ from typing import Any
 import yaml
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, check_keys
+from .config import ConfigError, check_keys, suggest
 from .costs import check_objectives
+from .presets import preset_names
 
 def _whole(low: int):
     return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low), f"a whole number >= {low}"
@@ -321,6 +322,10 @@ class Experiment:
                                                             all(isinstance(n, str) for n in v))),
                         "auto, none or a list of preset names"),
             "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
+        if isinstance(self.presets, (list, tuple)):
+            unknown = [n for n in self.presets if n not in preset_names()]
+            if unknown:
+                raise ConfigError(f"{where}presets: unknown name {unknown[0]!r}{suggest(unknown[0], preset_names())}")
         if self.trials == 0 and self.strategy != "oneshot":     # oneshot trains its proposals, not `trials`
             raise ConfigError(f"{where}trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot)")
         try:
@@ -367,9 +372,11 @@ class Experiment:
         if not path.exists():
             raise ConfigError(f"experiment {str(path)!r}: no such file")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if data is None:                  # an empty file is a mistake, not "every default"
+            raise ConfigError(f"{path}: the file is empty (an experiment names at least its task and backbone)")
         return cls.from_dict(data, str(path))
 
     def override(self, **kw) -> Experiment:
