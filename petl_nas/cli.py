@@ -345,6 +345,16 @@ def cmd_space(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other error of the command is
+    (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("petl-nas").strip()
+        sys.stderr.write(f"petl-nas: error: {command + ': ' if command else ''}{message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
     """A subcommand whose --help ends with its example."""
     return sub.add_parser(name, help=help, epilog="example:\n  " + EXAMPLES[name],
@@ -352,7 +362,7 @@ def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
+    parser = _Parser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 

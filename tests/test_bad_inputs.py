@@ -328,3 +328,15 @@ def test_texts_to_label_need_every_column_the_model_reads(tmp_path):
         read_texts(tmp_path / "in.csv", ["sentence1", "sentence2"])
     (tmp_path / "num.csv").write_text("sentence1,sentence2\n12,b\n3,d\n")
     assert read_texts(tmp_path / "num.csv", ["sentence1", "sentence2"]) == [("12", "b"), ("3", "d")]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["search", "--trials", "abc"], "search: argument --trials: invalid int value: 'abc' (see petl-nas search --help)"),
+    (["serach"], "argument command: invalid choice: 'serach'"),
+])
+def test_a_flag_argparse_refuses_is_one_line_too(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("petl-nas: error: ") and err.count("\n") == 1, err
+    assert words in err, err
