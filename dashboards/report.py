@@ -151,6 +151,8 @@ def _facts(view: StudyView) -> str:
         "search fidelity": ", ".join(f"{k} {_e(v)}" for k, v in f.items() if v is not None) or "–",
         "trivial baseline": (f"{_e(view.baseline['what'])}: {m_} {view.baseline['score']:.4f} on search-dev; trials "
                              f"within two standard errors of it did not learn"
+                             + (f"; the same predictor scores {view.baseline['test_score']:.4f} on the test split"
+                                if view.baseline.get("test_score") is not None else "")
                              if view.baseline else "–"),
         "inputs: search-dev vs test": _e(shift_line(a["input_shift"])) if a.get("input_shift") else "–",
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),

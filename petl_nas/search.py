@@ -93,7 +93,9 @@ class SearchSummary:
                      + (f"; paired Δ: per-seed test difference to {self.reference} (same seeds)"
                         if self.reference else ""))
         if self.baseline is not None:
-            lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev")
+            on_test = self.baseline.get("test_score")
+            lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev"
+                         + (f" and {on_test:.4f} on the test split (beside the test column)" if on_test is not None else ""))
         if self.sweep:
             lines.append(self.sweep)
         if self.shift and self.shift["shifted"]:
@@ -425,8 +427,10 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
                                   "epochs": exp.final.epochs, "k": k, "split": "test"})
         tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""
+        floor = (study.user_attrs.get("baseline") or {}).get("test_score")
         printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean:.4f} ± {std:.4f} "
-                f"over {len(scores)} seed{'s' if len(scores) != 1 else ''}")
+                f"over {len(scores)} seed{'s' if len(scores) != 1 else ''}"
+                + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else ""))
 
 
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:

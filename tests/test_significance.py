@@ -17,9 +17,10 @@ from petl_nas.significance import (clearly_better, did_not_learn, paired_differe
 from petl_nas.tasks import Split, get_task
 
 
-def splits(task, train_labels, dev_labels, dev_texts=None):
+def splits(task, train_labels, dev_labels, dev_texts=None, test_labels=None):
     make = lambda labels, texts=None: Split((texts or [f"s{i}" for i in range(len(labels))],), np.asarray(labels))  # noqa: E731
-    return SimpleNamespace(train=make(train_labels), search_dev=make(dev_labels, dev_texts))
+    return SimpleNamespace(train=make(train_labels), search_dev=make(dev_labels, dev_texts),
+                           **({"test": make(test_labels)} if test_labels is not None else {}))
 
 
 def test_classification_baseline_is_the_best_constant_class():
@@ -29,6 +30,9 @@ def test_classification_baseline_is_the_best_constant_class():
     mrpc = get_task("mrpc")                                        # F1 of the positive class: all-positive
     base = trivial_baseline(mrpc, splits(mrpc, [1, 1, 0], [1, 1, 0, 0, 0]))
     assert math.isclose(base["score"], 2 * 0.4 / 1.4) and "majority class" in base["what"]
+    # on the test split, reported beside test scores: the predictor chosen on search-dev, not test's best constant
+    base = trivial_baseline(sst2, splits(sst2, [1, 1, 0], [1, 0, 0, 0], test_labels=[1, 1, 1, 0]))
+    assert base["score"] == 0.75 and base["test_score"] == 0.25
 
 
 def test_regression_and_generation_baselines():
@@ -88,6 +92,8 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
     assert all(t.user_attrs["did_not_learn"] for t in study.trials)
     assert "4 of 4 complete trials did not learn" in summary.table()
     assert study.user_attrs["baseline"]["what"].startswith("constant")
+    on_test = study.user_attrs["baseline"]["test_score"]                  # shown beside the test column
+    assert 0 < on_test < 1 and f"and {on_test:.4f} on the test split" in summary.table()
 
 
 def test_every_seed_and_epoch_has_its_own_data_order():
