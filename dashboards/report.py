@@ -20,6 +20,7 @@ from .. import __version__
 from ..config import ConfigError
 from ..inject import atomic_write
 from ..shift import shift_line
+from ..significance import mean_std
 from . import plots
 from .storage import load, redact
 from .view import Point, StudyView, hypervolume_history, importances, modules_by_position, study_view
@@ -80,7 +81,8 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
             "<th>trainable</th><th>lr</th><th>train s</th><th>latency ms</th></tr>")
     rows = []
     for p in points:
-        test = (f"{p.final['mean']:.4f} ± {p.final.get('std') or 0:.4f} ({len(p.final.get('scores', []))} seeds)"
+        n = len(p.final.get("scores", [])) if p.final else 0
+        test = (mean_std(p.final["mean"], p.final.get("std"), n) + (f" ({n} seeds)" if n != 1 else "")
                 if p.final else "–")
         pct = view.pct(p.deployable)
         latency = f"{p.costs['latency']:.1f}" if "latency" in p.costs else "–"

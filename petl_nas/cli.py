@@ -249,12 +249,14 @@ def _backbone_of(study):
 def cmd_train(args) -> int:
     from .deploy import train_record
     from .export import read_record
+    from .significance import mean_std
 
     rec = read_record(args.config)
     summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile,
                            cuda_graphs=args.cuda_graphs)
-    print(f"test {summary['metric']}: {summary['mean']:.4f} ± {summary['std']:.4f} over "
-          f"{len(summary['runs'])} seed(s); PETL weights and metrics.json in {args.out}")
+    n = len(summary["runs"])
+    print(f"test {summary['metric']}: {mean_std(summary['mean'], summary['std'], n)}"
+          f"{f' over {n} seeds' if n != 1 else ''}; PETL weights and metrics.json in {args.out}")
     return 0
 
 

@@ -37,6 +37,7 @@ from .confirm import PREFIX as CONFIRMED, mean_score
 from .config import ConfigError, PetlConfig
 from .fronts import group_of, source_of
 from .inject import atomic_write
+from .significance import mean_std
 from .storage import check_existing, redact, with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
 
@@ -268,7 +269,7 @@ def front_table(study: optuna.Study) -> str:
              + "".join(f"{f'{o} {UNITS[o]}':>16}" for o in costs)]
     for t in sorted(study.best_trials, key=lambda t: t.values[1]):
         f = _final(study, t)
-        test = f"{f['mean']:.4f} ± {f['std']:.4f}" if f else "-"
+        test = mean_std(f["mean"], f["std"], len(f.get("scores", []))) if f else "-"
         values = [t.user_attrs.get(COSTS[o][1]) for o in costs]
         lines.append(f"{t.number:>5}  {source_of(t):<14}{t.values[0]:>9.4f}{test:>20}"
                      f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"

@@ -38,7 +38,7 @@ from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, 
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import seed_warm_start
 from .fronts import source_of, sweep_line
-from .significance import clearly_better, paired_difference, trivial_baseline
+from .significance import clearly_better, mean_std, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
 from .study import (INTERRUPTED, SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, seeded_sampler, smallest_count, smallest_module,
@@ -67,7 +67,7 @@ class SearchSummary:
 
     @staticmethod
     def _row(r: dict) -> str:
-        test = f"{r['test_mean']:.4f} ± {r['test_std']:.4f}" if r.get("test_mean") is not None else "-"
+        test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
         search = f"{r['score']:.4f}" + (f" ± {r['se']:.4f}" if r.get("se") is not None else "")
         paired = r.get("paired")
         vs = f"{100 * paired['mean']:+.2f} ± {100 * paired['std']:.2f}" if paired else "-"
@@ -428,8 +428,8 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
                                   "epochs": exp.final.epochs, "k": k, "split": "test"})
         tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""
         floor = (study.user_attrs.get("baseline") or {}).get("test_score")
-        printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean:.4f} ± {std:.4f} "
-                f"over {len(scores)} seed{'s' if len(scores) != 1 else ''}"
+        printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
+                + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
                 + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else ""))
 
 
@@ -460,7 +460,8 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
             paired = paired_difference(final["scores"], finals[reference.number]["scores"])
         return {"number": t.number, "preset": source_of(t), "score": t.values[0], "se": se,
                 "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
-                "test_mean": final.get("mean"), "test_std": final.get("std"), "dominates": dominates,
+                "test_mean": final.get("mean"), "test_std": final.get("std"), "test_n": len(final.get("scores", [])),
+                "dominates": dominates,
                 "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
                 "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
 

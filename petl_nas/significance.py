@@ -63,6 +63,14 @@ def _on_test(test, score_of) -> float | None:
     return float(score_of(labels))
 
 
+def mean_std(mean: float, std: float | None, n: int | None) -> str:
+    """``mean ± std`` over ``n`` seeds; one seed has no spread to show, so it is said instead
+    (``0.7661 (1 seed)``, not ``± 0.0000``)."""
+    if n == 1:
+        return f"{mean:.4f} (1 seed)"
+    return f"{mean:.4f} ± {std or 0.0:.4f}"
+
+
 def standard_error(task, predictions, references) -> float | None:
     """The main metric's standard error over these rows (None where none is computed: generation)."""
     if task.kind not in ("classification", "regression"):

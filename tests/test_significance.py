@@ -104,3 +104,10 @@ def test_every_seed_and_epoch_has_its_own_data_order():
     seeds = {(s, e): epoch_seed(s, e) for s in range(5) for e in range(10)}
     assert len(set(seeds.values())) == len(seeds)
     assert epoch_seed(3, 7) == epoch_seed(3, 7)                     # reproducible
+
+
+def test_one_seed_shows_no_spread():
+    from petl_nas.significance import mean_std
+
+    assert mean_std(0.7661, 0.0, 1) == "0.7661 (1 seed)"            # not "± 0.0000": nothing was measured
+    assert mean_std(0.7913, 0.0049, 2) == "0.7913 ± 0.0049"
