@@ -202,7 +202,8 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
         _figure(figures, "hypervolume.png",
                 f"Area dominated by the front in the Pareto plot's coordinates (search {m} up, log10 "
                 f"deployable parameters down), from the reference point ({m} {ref_score:.4g}: "
-                f"{'the trivial baseline' if view.baseline else 'the worst complete trial'}; {ref_params:,.0f} parameters: the budget, or the largest trial without "
+                f"{'the trivial baseline' if view.baseline else 'the worst complete trial'}; "
+                f"{ref_params:,.0f} parameters: the budget, or the largest trial without "
                 "one); after each complete trial, by trial number and by wall time."),
         "<h2>Forms per position</h2>",
         _figure(figures, "forms.png",
