@@ -24,9 +24,9 @@ from typing import Any
 import yaml
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, check_keys, suggest
+from .config import ConfigError, check_keys
 from .costs import check_objectives
-from .presets import preset_names
+from .presets import check_preset_names
 
 def _whole(low: int):
     return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low), f"a whole number >= {low}"
@@ -323,9 +323,10 @@ class Experiment:
                         "auto, none or a list of preset names"),
             "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
         if isinstance(self.presets, (list, tuple)):
-            unknown = [n for n in self.presets if n not in preset_names()]
-            if unknown:
-                raise ConfigError(f"{where}presets: unknown name {unknown[0]!r}{suggest(unknown[0], preset_names())}")
+            try:
+                check_preset_names(self.presets)
+            except ConfigError as e:
+                raise ConfigError(f"{where}{e}") from None
         if self.trials == 0 and self.strategy != "oneshot":     # oneshot trains its proposals, not `trials`
             raise ConfigError(f"{where}trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot)")
         try:

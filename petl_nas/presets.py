@@ -40,6 +40,15 @@ def preset_names() -> list[str]:
     return list(_raw_presets())
 
 
+def check_preset_names(names) -> None:
+    """ConfigError for the first name that is not a preset (``auto`` and ``none`` are fine)."""
+    if names in ("auto", "none", None):
+        return
+    unknown = [n for n in names if n not in preset_names()]
+    if unknown:
+        raise ConfigError(f"presets: unknown name {unknown[0]!r}{suggest(unknown[0], preset_names())}")
+
+
 def preset_doc(name: str) -> str:
     return _raw_presets()[name].get("doc", "")
 
@@ -77,4 +86,4 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
         raise ConfigError(f"preset {name}: {e}") from None
 
 
-__all__ = ["preset", "preset_names", "preset_doc", "preset_lr", "space_dir"]
+__all__ = ["preset", "preset_names", "check_preset_names", "preset_doc", "preset_lr", "space_dir"]

@@ -40,7 +40,7 @@ from .warm_start import seed_warm_start
 from .fronts import source_of, sweep_line
 from .significance import clearly_better, mean_std, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
-from .study import (INTERRUPTED, SAMPLERS, TrialSource, check_preset_names, claimed, failure_counts, front, is_trained,
+from .study import (INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, seeded_sampler, smallest_count, smallest_module,
                     state_counts)
 from .tasks import load_splits, resolve_task
@@ -200,7 +200,6 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
                           f"{fewest:,} deployable parameters on this backbone (only the head would train)")
     _check_backbone_files(exp.backbone)
-    check_preset_names(exp.presets)
     if exp.strategy != "sampler" and budget is None:
         raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
     if exp.executor == "ray":

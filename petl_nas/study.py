@@ -31,7 +31,7 @@ from .budget import count_parameters, refusal
 from .config import ConfigError, PetlConfig, suggest
 from .costs import directions, metric_names
 from .describe import describe_config
-from .presets import preset, preset_lr, preset_names
+from .presets import check_preset_names, preset, preset_lr, preset_names
 from .space import SearchSpace
 from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
@@ -345,15 +345,6 @@ def unit_costs(space: SearchSpace, model_config) -> list[str]:
     return lines
 
 
-def check_preset_names(names) -> None:
-    """ConfigError for the first name that is not a preset (``auto`` and ``none`` are fine)."""
-    if names in ("auto", "none", None):
-        return
-    unknown = [n for n in names if n not in preset_names()]
-    if unknown:
-        raise ConfigError(f"presets: unknown name {unknown[0]!r}{suggest(unknown[0], preset_names())}")
-
-
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
                  n_layers: int, over_budget: list[str] | None = None, refused: list[str] | None = None) -> list[str]:
     """Enqueue the presets that fit the budget and are not in the study yet, each as a point of the
@@ -474,5 +465,5 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 
 
 __all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
-           "state_counts", "smallest_count", "smallest_module", "changed_settings", "check_preset_names", "is_trained", "claimed", "failure_kind", "failure_counts",
+           "state_counts", "smallest_count", "smallest_module", "changed_settings", "is_trained", "claimed", "failure_kind", "failure_counts",
            "SAMPLERS", "LOST", "INTERRUPTED", "INVALID"]
