@@ -277,7 +277,7 @@ def cmd_convert(args) -> int:
     from .convert import convert
 
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
-    done = convert(args.model, args.output, args.to, backbone=backbone)
+    done = convert(args.model, args.output, args.to, backbone=backbone, base_name=args.base_name)
     what = (f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
             if args.to == "peft" and done["peft_config"]["peft_type"] == "PROMPT_TUNING" else
             f"a PEFT LoRA adapter ({done['lora_updates']} updates)" if args.to == "peft" else
@@ -286,6 +286,12 @@ def cmd_convert(args) -> int:
     print(f"wrote {what} and the tokenizer to {done['out']}; load it with {done['load_with']}; checked: "
           f"its outputs equal the trained model's on a probe batch (max |difference| {done['max_abs_diff']:.1e})"
           f"{answer}")
+    if args.to == "peft":
+        named = done["base_name"]
+        print("adapter_config.json names no base model (the backbone was built in memory)" if named is None else
+              f"adapter_config.json names its base by a path on this machine, {named}; --base-name NAME writes the "
+              f"name to load it by elsewhere" if Path(named).is_absolute() else
+              f"adapter_config.json names its base {named!r}")
     return 0
 
 
@@ -448,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "model with the LoRA updates folded into its weights (AutoModelFor...from_pretrained)")
     p.add_argument("-o", "--output", required=True, help="a new (or empty) folder to write")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
+    p.add_argument("--base-name", help="with --to peft: the base model's name to write in adapter_config.json "
+                                       "(default: the backbone's hub name, or its path when the run was given a folder)")
     p.set_defaults(func=cmd_convert)
 
     p = _command(sub, "space", "validate or show a search space file")

@@ -5,7 +5,9 @@
   update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``);
   or a decoder-only language model's soft prompt, as PEFT's prompt tuning.
   ``PeftModel.from_pretrained(base, folder)`` gives the trained model; serving stacks that load
-  PEFT LoRA adapters read it.
+  PEFT LoRA adapters read it. Its ``base_model_name_or_path`` (what ``AutoPeftModel...`` and
+  serving stacks load as the base) is the backbone's hub name when the run named one, its local path
+  when the run was given a folder, or the name the user passes (``base_name``).
 - ``merged``: a plain transformers model folder (weights and tokenizer) with every LoRA update folded
   into the weight it updates, BitFit biases, trained LayerNorms and the head in place:
   ``AutoModelFor...from_pretrained(folder)``, no petl-nas, no adapter, the backbone's speed. Only
@@ -36,18 +38,25 @@ from .deploy import fresh_backbone, load
 from .head import native_pooling, stock_head_fields
 from .inject import lora_updates, merge_lora, petl_config_of, remove_petl
 from .interop import NotExpressible, to_peft
-from .models import auto_class_name, hub_options, load_for_task, load_model_config, resolve_model, transformers_quiet
+from .models import (DEMO_NAMES, auto_class_name, hub_options, load_for_task, load_model_config, resolve_model,
+                     transformers_quiet)
 from .tasks import resolve_task
 
 TARGETS = ("peft", "merged")
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
 
 
-def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> dict:
+def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base_name: str | None = None) -> dict:
     """Write the trained run ``directory`` as ``to`` (``peft`` or ``merged``) into the new folder
-    ``out``; returns what was written and the largest output difference the check measured."""
+    ``out``; returns what was written and the largest output difference the check measured.
+    ``base_name``: what a PEFT adapter names as its base (a hub name, for a run trained on a local copy)."""
     if to not in TARGETS:
         raise ConfigError(f"convert: --to {to!r}: expected one of {', '.join(TARGETS)}")
+    if base_name is not None and to != "peft":
+        raise ConfigError("convert: --base-name names the base model of a PEFT adapter; a merged model has no "
+                          "separate base (use it with --to peft)")
+    if base_name is not None and not base_name.strip():
+        raise ConfigError("convert: --base-name is empty; give the base model's hub name or path")
     directory, out = Path(directory), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"output {str(out)!r} exists and is not an empty folder; choose another -o")
@@ -58,8 +67,9 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
     with transformers_quiet():
         answer = _greedy(model, probe) if task.kind == "causal_lm" else None
     prompt = petl_config_of(model).prompt_length if to == "peft" else 0    # PEFT's logits begin with the prompt's
-    write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
     backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
+    named = base_name if base_name is not None else _base_name(backbone_name)
+    write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
     overrides = _base_overrides(model, backbone_name)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +79,7 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
     try:
         with transformers_quiet(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-            what = write(model, directory, task, staging)  # (transformers' own save reads a property it deprecated)
+            what = write(model, directory, task, staging, named)  # (transformers' save reads a property it deprecated)
             model.petl_tokenizer.save_pretrained(str(staging))
             reloaded = reload(staging, directory, backbone_name, task, overrides)
             got = _outputs(reloaded, probe)[:, prompt:]
@@ -91,6 +101,17 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None) -> d
         shutil.rmtree(staging, ignore_errors=True)
     return {"to": to, "out": str(out), "max_abs_diff": diff, "answer_checked": answer is not None, **what,
             "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
+
+
+def _base_name(backbone) -> str | None:
+    """What a PEFT adapter names as its base when the user does not say: the hub name of the
+    backbone the run named (the demo package is a copy of the hub's all-MiniLM-L6-v2), the absolute
+    path of a folder, nothing for a tiny backbone built in memory."""
+    if not isinstance(backbone, str):
+        return None
+    if Path(backbone).is_dir():
+        return str(Path(backbone).resolve())
+    return DEMO_NAMES[-1] if backbone in DEMO_NAMES else backbone
 
 
 def _gap(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -176,7 +197,7 @@ def _peft():
     return peft
 
 
-def _write_peft(model, directory: Path, task, staging: Path) -> dict:
+def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
     peft = _peft()
     config = petl_config_of(model)
     loras = [(name, m.A.detach().clone(), m.B.detach().clone()) for name, m, _ in lora_updates(model)]
@@ -194,8 +215,9 @@ def _write_peft(model, directory: Path, task, staging: Path) -> dict:
             layer.lora_B["default"].weight.copy_(b)
         if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
             wrapped.prompt_encoder["default"].embedding.weight.copy_(prompt)
+    wrapped.peft_config["default"].base_model_name_or_path = base_name   # PEFT's would be the path loaded here
     wrapped.save_pretrained(str(staging))
-    return {"lora_updates": len(loras), "peft_config": exported}
+    return {"lora_updates": len(loras), "peft_config": exported, "base_name": base_name}
 
 
 def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict):
@@ -231,7 +253,7 @@ def _merge_refusals(model) -> list[str]:
     return reasons
 
 
-def _write_merged(model, directory: Path, task, staging: Path) -> dict:
+def _write_merged(model, directory: Path, task, staging: Path, base_name: None = None) -> dict:
     if reasons := _merge_refusals(model):
         raise ConfigError(f"{directory}: cannot be merged into a plain transformers model: " + "; ".join(reasons)
                           + " (petl-nas predict --model reads it as it is)")

@@ -106,6 +106,7 @@ def test_a_converted_run_is_the_trained_model_in_peft_and_merged(name, tmp_path_
         assert merged.config.id2label == {0: "negative", 1: "positive"}
         saved = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
         assert saved["bias"] == "all" and saved["rank_pattern"] and "pooler" in saved["modules_to_save"]
+        assert saved["base_model_name_or_path"] is None                 # a tiny backbone has no name to load by
 
 
 def test_fused_slices_and_a_head_that_pools_by_its_config_are_merged(tmp_path_factory, tmp_path):
@@ -147,6 +148,13 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
     assert main(["convert", "--model", str(mean), "--to", "peft", "-o", str(tmp_path / "taken")]) == 2
     assert "exists and is not an empty folder" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
+    for to, name, message in (("merged", "org/bert", "--base-name names the base model of a PEFT adapter"),
+                              ("peft", " ", "--base-name is empty")):
+        assert main(["convert", "--model", str(mean), "--to", to, "-o", str(tmp_path / "out"),
+                     "--base-name", name]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_conversion_that_does_not_reproduce_the_model_is_not_published(tmp_path_factory, tmp_path, monkeypatch):
@@ -187,7 +195,9 @@ def test_a_real_minilm_run_converts_to_both(tmp_path_factory, tmp_path):
     with torch.no_grad():
         expected = model(**batch).logits
     peft_done = convert(run, tmp_path / "peft", "peft")
-    assert resolve_model("all-MiniLM-L6-v2") in peft_done["load_with"]
+    assert resolve_model("all-MiniLM-L6-v2") in peft_done["load_with"]          # loads here, from the package
+    saved = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == "sentence-transformers/all-MiniLM-L6-v2"   # loads anywhere: hub name
     base = AutoModelForSequenceClassification.from_pretrained(resolve_model("all-MiniLM-L6-v2"), num_labels=2)
     adapter = peft.PeftModel.from_pretrained(base, str(tmp_path / "peft")).eval()
     convert(run, tmp_path / "merged", "merged")
@@ -226,10 +236,45 @@ def test_the_printed_peft_line_gives_a_decoder_without_a_pad_token_the_one_it_tr
         expected = model(**batch).logits
     done = convert(out / "seed_0", tmp_path / "peft", "peft")
     assert f"num_labels=2, pad_token_id={pad})" in done["load_with"]
+    assert json.loads((tmp_path / "peft" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        folder.resolve())                                        # a run given a folder: the folder, absolute
     base = AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2, pad_token_id=pad)
     adapter = peft.PeftModel.from_pretrained(base, str(tmp_path / "peft")).eval()
     with torch.no_grad():
         assert torch.allclose(adapter(**batch).logits, expected, atol=1e-5)
+
+
+def test_the_adapter_names_the_base_the_user_gives_and_says_so(tmp_path_factory, tmp_path, capsys):
+    """A run trained from a local folder: by default adapter_config.json names that folder, and the
+    printed line says it is a path on this machine; --base-name writes the name to load it by
+    elsewhere, while the check still loads the folder."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from petl_nas.tiny import tiny_tokenizer
+
+    splits = load_splits("demo_sentiment", k=64, data_seed=111)
+    tok = tiny_tokenizer([t for col in splits.train.texts for t in col], vocab_size=200)
+    folder = tmp_path_factory.mktemp("bert_folder")
+    BertForSequenceClassification(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2,
+                                             num_attention_heads=4, intermediate_size=32)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path_factory.mktemp("run")
+    rec = {"backbone": str(folder), "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 64, "seeds": 1,
+           "counts": {}, "petl_config": PetlConfig(modules=(ModuleSpec(form="lora", size=2),),
+                                                   pooling="pooler_trained").to_dict(),
+           "recipe": {"lr": 1e-2, "epochs": 1, "batch_size": 16, "max_length": 16}}
+    train_record(rec, out=out, progress=False, printer=lambda *a: None)
+    base_of = lambda name: json.loads((tmp_path / name / "adapter_config.json").read_text())["base_model_name_or_path"]
+
+    capsys.readouterr()
+    assert main(["convert", "--model", str(out / "seed_0"), "--to", "peft", "-o", str(tmp_path / "here")]) == 0
+    assert base_of("here") == str(folder.resolve())
+    printed = capsys.readouterr().out
+    assert f"names its base by a path on this machine, {folder.resolve()}; --base-name NAME" in printed
+    assert main(["convert", "--model", str(out / "seed_0"), "--to", "peft", "-o", str(tmp_path / "named"),
+                 "--base-name", "my-org/tiny-bert"]) == 0
+    assert base_of("named") == "my-org/tiny-bert"
+    assert "adapter_config.json names its base 'my-org/tiny-bert'" in capsys.readouterr().out
 
 
 def test_a_decoder_lm_prompt_is_checked_by_generation_too(tmp_path_factory, tmp_path, instruction_task, capsys):
