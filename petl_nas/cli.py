@@ -185,6 +185,7 @@ def cmd_search(args) -> int:
 def cmd_export(args) -> int:
     from .experiment import parse_budget
     from .export import choose, front_table, load_study, preset_record, record, write_record
+    from .significance import mean_std
 
     study = load_study(args.storage, args.study)
     if args.list:
@@ -227,7 +228,8 @@ def cmd_export(args) -> int:
     else:
         write_record(rec, args.output)
     p = rec["provenance"]
-    test = f", test {p['test_mean']:.4f} ± {p['test_std']:.4f}" if p.get("test_mean") is not None else ""
+    test = (f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}" if p.get("test_mean") is not None
+            else "")
     search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
     print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
     scored = study.user_attrs.get("fidelity", {}).get("epochs")

@@ -135,7 +135,8 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
         origin.update(oneshot=u["oneshot"], oneshot_budget=u.get("oneshot_budget"))
     return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
-                   test_mean=final.get("mean"), test_std=final.get("std"), **origin)
+                   test_mean=final.get("mean"), test_std=final.get("std"), test_n=len(final.get("scores", [])) or None,
+                   **origin)
 
 
 def _study_space(study: optuna.Study):
@@ -168,7 +169,8 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     counts = {"deployable": n.deployable, "trainable": n.trainable,
               "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}
     return _record(study, config.to_dict(), preset_lr(name), counts, storage_url, recipe,
-                   trial=None, preset=name, search_score=None, test_mean=None, test_std=None)
+                   trial=None, preset=name, search_score=None, test_mean=None, test_std=None,
+                   test_n=None)
 
 
 def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, recipe_source: str,
