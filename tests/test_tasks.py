@@ -2,6 +2,7 @@
 task, encoding and its cache, and the tiny tokenizer + backbone they feed."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,10 +227,14 @@ def test_csv_and_jsonl_file_tasks(tmp_path):
     assert (len(splits.train), len(splits.search_dev), len(splits.test)) == (20, 5, 1)
 
 
-def test_file_task_errors(tmp_path):
+def test_file_task_errors(tmp_path, monkeypatch):
     (tmp_path / "train.csv").write_text("sentence,label\na,1\n")
-    with pytest.raises(ConfigError, match=r"dev file .*missing\.csv does not exist"):
+    with pytest.raises(ConfigError, match=r"dev file .*missing\.csv does not exist$"):
         file_task(tmp_path / "train.csv", tmp_path / "missing.csv", text_columns=["sentence"])
+    monkeypatch.chdir(tmp_path)                # a relative path: the error says where it was looked for
+    with pytest.raises(ConfigError, match=r"dev file data/dev\.csv does not exist \(relative paths are read from "
+                                          rf"the current folder, {re.escape(str(tmp_path))}\)"):
+        file_task("train.csv", "data/dev.csv", text_columns=["sentence"])
     with pytest.raises(ConfigError, match=r"unsupported format"):
         file_task(tmp_path / "train.csv", tmp_path / "dev.txt", text_columns=["sentence"])
     (tmp_path / "dev.csv").write_text("text,label\nb,0\n")

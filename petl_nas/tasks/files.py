@@ -86,7 +86,8 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
         if Path(path).suffix.lower() not in FORMATS:
             raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(FORMATS)}")
         if not Path(path).is_file():
-            raise ConfigError(f"{split} file {path} does not exist")
+            where = "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
+            raise ConfigError(f"{split} file {path} does not exist{where}")
     if kind in ("seq2seq", "causal_lm"):
         return _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation)
     if text_columns is None:
