@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 17's CUDA-graph measurements on one GPU, as one call of the `device` tool (what travels, as
-# ../shared/research/gpu-h100.md says: .whl/ holds optuna and its SQL stack as wheels, .gpu/ the
+# Issue 17's CUDA-graph measurements on one GPU, as one call of the `device` tool (what travels, built
+# here by bench/gpu_carry.sh: .whl/ holds optuna and its SQL stack as wheels, .gpu/ the
 # all-MiniLM-L6-v2 weights in fp16 with its config and vocabulary, and SST-2). In order: the GPU
 # tests of step_graphs, the small-operation A/B cases not yet measured on a GPU
 # (bench/gpu_kernels_ab.py --only "$AB_ONLY"), two presets' trials eager against graphed

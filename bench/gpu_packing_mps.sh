@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packing graphed trials on one GPU without and with CUDA MPS, one after the other on the same card, as
-# one call of the `device` tool (carry .whl, .whl_ray, .gpu/glue and .gpu/minilm: ../shared/research/
-# gpu-h100.md). Without MPS, the trials' processes share the GPU by time-slicing: one context's kernels
+# one call of the `device` tool (carry .whl, .whl_ray, .gpu/glue and .gpu/minilm, built here by
+# bench/gpu_carry.sh). Without MPS, the trials' processes share the GPU by time-slicing: one context's kernels
 # at a time. With MPS (nvidia-cuda-mps-control -d before Ray starts; its workers inherit the pipe
 # directory) their kernels can run side by side. Each run is bench/gpu_packing.py (alone, then packed)
 # with its own time limit; the tables land in $OUT.
