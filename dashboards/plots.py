@@ -122,7 +122,8 @@ def pareto(view: StudyView) -> bytes:
         seeds = finals[0].final.get("seeds") or len(finals[0].final.get("scores", []))
         ax.errorbar([p.deployable for p in finals], [p.final["mean"] for p in finals],
                     yerr=[p.final.get("std") or 0.0 for p in finals], fmt="s", color="black", markersize=5,
-                    capsize=4, lw=1.2, label=f"re-evaluated: test mean ± std ({seeds} seeds)", zorder=5)
+                    capsize=4, lw=1.2, label=("re-evaluated: test score (1 seed)" if seeds == 1 else
+                           f"re-evaluated: test mean ± std ({seeds} seeds)"), zorder=5)
         for p in finals:
             ax.plot([p.deployable] * 2, [p.score, p.final["mean"]], ":", color="black", lw=0.8, zorder=1)
     if view.budget:

@@ -16,13 +16,14 @@ _HOMES = {
     "ParameterCount": "budget", "count_model": "budget", "count_parameters": "budget",
     "ConfigError": "config", "ModuleSpec": "config", "PetlConfig": "config",
     "apply_petl": "inject", "load_petl": "inject", "petl_disabled": "inject", "petl_state_dict": "inject",
-    "remove_petl": "inject", "save_petl": "inject",
+    "remove_petl": "inject", "save_petl": "inject", "merge_lora": "inject", "merge_and_unload": "convert",
     "preset": "presets", "preset_names": "presets",
 }
 
 __all__ = [
     "PetlConfig", "ModuleSpec", "ConfigError",
     "apply_petl", "remove_petl", "petl_disabled", "petl_state_dict", "save_petl", "load_petl",
+    "merge_lora", "merge_and_unload",
     "count_parameters", "count_model", "ParameterCount",
     "preset", "preset_names", "load", "__version__",
 ]

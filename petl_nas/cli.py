@@ -257,8 +257,12 @@ def cmd_train(args) -> int:
     summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile,
                            cuda_graphs=args.cuda_graphs)
     n = len(summary["runs"])
+    others = ", ".join(f"{name} {value:.4f}" for name, value in summary["metrics"].items() if name != summary["metric"])
+    rows = (f" on the first {summary['test_rows']:,} of {summary['test_rows_of']:,} test rows (recipe.eval_rows)"
+            if summary["test_rows"] < summary["test_rows_of"] else "")
     print(f"test {summary['metric']}: {mean_std(summary['mean'], summary['std'], n)}"
-          f"{f' over {n} seeds' if n != 1 else ''}; PETL weights and metrics.json in {args.out}")
+          f"{f' over {n} seeds' if n != 1 else ''}{f' ({others})' if others else ''}{rows}; "
+          f"PETL weights and metrics.json in {args.out}")
     return 0
 
 

@@ -253,16 +253,35 @@ def _merge_refusals(model) -> list[str]:
     return reasons
 
 
-def _write_merged(model, directory: Path, task, staging: Path, base_name: None = None) -> dict:
+def merge_and_unload(model):
+    """``model`` (a transformers model with petl-nas applied) as a plain transformers model, in place,
+    as PEFT's ``merge_and_unload``: every LoRA update folded into the weight it updates, the PETL
+    edits removed, the head's config set to read as the configuration's pooling did (ModernBERT's
+    ``classifier_pooling``); trained biases, LayerNorms and the head stay. What does not fold is a
+    `ConfigError` naming each part, and the model is left as it was: adapters, Compacters, prefixes,
+    prompts and gated LoRA compute beside the weights, and a pooling the architecture's own head cannot
+    read (mean pooling into BERT's [CLS] head) would change the outputs.
+
+    Example:
+        >>> plain = merge_and_unload(model); plain.save_pretrained("merged")   # doctest: +SKIP
+    """
     if reasons := _merge_refusals(model):
-        raise ConfigError(f"{directory}: cannot be merged into a plain transformers model: " + "; ".join(reasons)
-                          + " (petl-nas predict --model reads it as it is)")
+        raise ConfigError("cannot be merged into a plain transformers model: " + "; ".join(reasons))
     fields = stock_head_fields(model, model.petl.pooling)
-    labels = model.petl.info.get("labels") or []
-    folded = merge_lora(model)
+    merge_lora(model)
     remove_petl(model)
     for name, value in fields.items():
         setattr(model.config, name, value)
+    return model
+
+
+def _write_merged(model, directory: Path, task, staging: Path, base_name: None = None) -> dict:
+    labels = model.petl.info.get("labels") or []
+    folded = len(lora_updates(model))
+    try:
+        merge_and_unload(model)
+    except ConfigError as e:
+        raise ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)") from None
     if task.kind == "classification" and labels:
         model.config.id2label = dict(enumerate(labels))
         model.config.label2id = {label: i for i, label in enumerate(labels)}
@@ -274,4 +293,4 @@ def _reload_merged(staging: Path, directory: Path, backbone, task, overrides: di
     return load_for_task(str(staging), task)
 
 
-__all__ = ["convert", "TARGETS"]
+__all__ = ["convert", "merge_and_unload", "TARGETS"]

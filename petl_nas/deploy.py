@@ -93,7 +93,8 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
         result = train(trained, TrainData(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
                        device, progress=progress)
         run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
-               "train_s": result.wall_s}
+               "train_s": result.wall_s,               # and every metric of the task at its last evaluation
+               "metrics": {m: result.history[-1][m] for m in task.metrics if m in result.history[-1]}}
         info = {"backbone": rec["backbone"], "task": rec["task"], "kind": task.kind, "labels": list(task.labels),
                 "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
                 "data_dir": rec.get("data_dir"), "run_key": key, "run": run}
@@ -106,8 +107,13 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
         printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s -> {run_dir}")
     _remove_other_records(out, rec, n, printer)
     last = [r["last"] for r in runs]
+    scored = [r["metrics"] for r in runs if "metrics" in r]            # (runs an earlier petl-nas saved lack them)
+    test_rows = len(encoded.test) if base_recipe.eval_rows is None else min(len(encoded.test), base_recipe.eval_rows)
     summary = {"metric": task.main_metric, "split": "test", "mean": statistics.fmean(last),
-               "std": statistics.stdev(last) if len(last) > 1 else 0.0, "runs": runs,
+               "std": statistics.stdev(last) if len(last) > 1 else None, "runs": runs,
+               "metrics": ({m: statistics.fmean(r[m] for r in scored) for m in scored[0]}
+                           if len(scored) == len(runs) else {}),
+               "test_rows": test_rows, "test_rows_of": len(encoded.test),
                "deployable": count_parameters(model.config, config, task.num_labels).deployable,  # as trained
                "provenance": rec.get("provenance")}
     out.mkdir(parents=True, exist_ok=True)

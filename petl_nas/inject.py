@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import tempfile
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class PetlRoot(nn.Module):
         self._sites: list[tuple[nn.Module, list, object]] = []  # (linear, its edits, its hook): `merge_lora` folds
         self._shared_reads: list[SharedRead] = []      # modules of one layer reading one input (`shared_read`)
         self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
+        self.merged = 0                                # LoRA updates `merge_lora` folded into their weights
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
@@ -422,7 +424,9 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
 
 
 def remove_petl(model: nn.Module) -> nn.Module:
-    """Undo `apply_petl`: drop hooks, attention edits and the ``petl`` submodule (weights stay frozen)."""
+    """Undo `apply_petl`: drop hooks, attention edits and the ``petl`` submodule (weights stay frozen).
+    The classifier then reads as the architecture's own head does, not by the configuration's pooling;
+    to keep what was trained, `convert.merge_and_unload`."""
     root: PetlRoot = getattr(model, ROOT)
     for h in root._handles:
         h.remove()
@@ -438,7 +442,10 @@ def merge_lora(model: nn.Module) -> int:
     """Fold every LoRA update without a gate into the weight it updates (W += s·B·A) and stop
     computing it beside W: the deployed form, as fast as the backbone at those weights. Gated LoRA
     (its update depends on the input), adapters, prefixes and prompts stay as they are. Returns how
-    many updates were folded. For inference only: the folded updates no longer train."""
+    many updates were folded. For inference only: the folded updates no longer take part in a forward
+    pass, so they no longer train (their tensors stay, and `save_petl` still saves them), and
+    `petl_disabled` cannot take them out of the weights (it warns). `convert.merge_and_unload`
+    gives a plain transformers model, or says why it cannot."""
     root = getattr(model, ROOT)
     folded = 0
     with torch.no_grad():
@@ -459,6 +466,7 @@ def merge_lora(model: nn.Module) -> int:
                 folded += 1
             if not edits:
                 hook.remove()                                    # nothing left to compute beside W
+    root.merged += folded
     return folded
 
 
@@ -473,8 +481,12 @@ def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
 
 @contextlib.contextmanager
 def petl_disabled(model: nn.Module):
-    """Run the bare backbone (every PETL edit off) inside the block."""
+    """Run the bare backbone (every PETL edit off) inside the block. The classifier keeps the pooling
+    it was trained with, and LoRA updates `merge_lora` folded into the weights stay (a warning says so)."""
     root: PetlRoot = getattr(model, ROOT)
+    if root.merged:
+        warnings.warn(f"petl_disabled: {root.merged} LoRA update(s) were merged into the weights (merge_lora) "
+                      f"and stay on; the output is not the bare backbone's", stacklevel=3)
     root.enabled = False
     try:
         yield model

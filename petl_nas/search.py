@@ -70,7 +70,8 @@ class SearchSummary:
         test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
         search = f"{r['score']:.4f}" + (f" ± {r['se']:.4f}" if r.get("se") is not None else "")
         paired = r.get("paired")
-        vs = f"{100 * paired['mean']:+.2f} ± {100 * paired['std']:.2f}" if paired else "-"
+        vs = (f"{100 * paired['mean']:+.2f}" + (f" ± {100 * paired['std']:.2f}" if paired["std"] is not None
+                                                 else " (1 seed)")) if paired else "-"
         relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
         flag = "  did not learn" if r.get("did_not_learn") else ""
         costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
@@ -422,7 +423,7 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
                              search_dev=exp.fidelity.search_dev, eval_split="test", number=t.number)
             scores.append(run_trial(spec)["last_score"])       # on the test split: no checkpoint picking
         mean = statistics.fmean(scores)
-        std = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
         study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
                                   "epochs": exp.final.epochs, "k": k, "split": "test"})
         tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""

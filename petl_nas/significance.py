@@ -107,9 +107,10 @@ def clearly_better(a: float, se_a: float | None, b: float, se_b: float | None) -
 
 
 def paired_difference(a: list[float], b: list[float]) -> dict:
-    """Mean and standard deviation of per-seed differences a_i - b_i (same seeds, same data order)."""
+    """Mean and standard deviation of per-seed differences a_i - b_i (same seeds, same data order);
+    one seed has no standard deviation (None)."""
     diffs = [x - y for x, y in zip(a, b)]
-    return {"mean": statistics.fmean(diffs), "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
+    return {"mean": statistics.fmean(diffs), "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
             "n": len(diffs), "wins": sum(d > 0 for d in diffs)}
 
 

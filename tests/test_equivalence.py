@@ -3,6 +3,8 @@ He et al.'s λ decomposition, the multi-head adapter's formula, identity at zero
 
 import copy
 import dataclasses
+import re
+import warnings
 
 import pytest
 import torch
@@ -115,6 +117,51 @@ def test_lora_equals_merged_weights(kind):
                 layers[int(layer)].get_submodule(paths[target]).weight += lora.delta_weight()
     x = batch(kind)
     assert torch.allclose(model(**x).logits, merged(**x).logits, atol=1e-5)
+
+
+def test_merge_and_unload_gives_a_plain_model_with_the_trained_outputs(kind):
+    """PEFT's merge_and_unload: the LoRA updates folded, no petl left, the same logits; what does not
+    fold is one ConfigError naming each part, and the model is left as it was."""
+    from petl_nas import ConfigError, merge_and_unload
+
+    lora = PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=3),
+                               ModuleSpec(form="lora", position="ffn", size=2, layers=(1,))))
+    model = apply_petl(tiny_model(kind), lora)
+    _perturb(model)
+    x = batch(kind)
+    with torch.no_grad():
+        expected = model(**x).logits
+        plain = merge_and_unload(model)
+        assert type(plain) is type(tiny_model(kind)) and not hasattr(plain, "petl")
+        assert not any("petl" in n for n, _ in plain.named_parameters())
+        assert torch.allclose(plain(**x).logits, expected, atol=1e-5)
+
+    for config, reasons in (
+            (PetlConfig(modules=(*lora.modules, ModuleSpec(form="adapter", position="ffn", size=4))),
+             "modules[2] (adapter at ffn) computes beside the weights"),
+            (dataclasses.replace(lora, pooling="mean"), "pooling: mean (the stock")):
+        model = apply_petl(tiny_model(kind), config)
+        _perturb(model)
+        with torch.no_grad():
+            before = model(**x).logits
+            with pytest.raises(ConfigError, match=re.escape(reasons)):
+                merge_and_unload(model)
+            assert hasattr(model, "petl") and torch.equal(model(**x).logits, before)
+
+
+def test_petl_disabled_warns_that_merged_updates_stay(kind):
+    from petl_nas import merge_lora
+
+    model = apply_petl(tiny_model(kind), PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=2),)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with petl_disabled(model):                # nothing merged: the bare backbone, no warning
+            pass
+    assert merge_lora(model) == 2 * model.config.num_hidden_layers
+    with pytest.warns(UserWarning, match=rf"petl_disabled: {2 * model.config.num_hidden_layers} LoRA update\(s\) "
+                                         r"were merged into the weights \(merge_lora\) and stay on"):
+        with petl_disabled(model):
+            pass
 
 
 # ---- identity at zero-init (conftest's modules) and at closed gates --------------------------

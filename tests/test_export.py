@@ -208,6 +208,35 @@ def test_cli_train_and_predict(tmp_path, capsys):
     assert [line["text"] for line in lines] == ["a great film", "awful dull movie"]
 
 
+def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path, capsys):
+    """A regression task has three metrics: the line and metrics.json give all of them, each the mean
+    over seeds of its last evaluation; a recipe scoring the first eval_rows test rows says so; one
+    seed has no standard deviation."""
+    from petl_nas.cli import main
+
+    words = "good great fine dull bad awful plot film".split()
+    rows = [(f"{words[i % 8]} {words[(3 * i) % 8]} film", (i % 8) / 1.4) for i in range(80)]
+    for name, part in (("train.csv", rows[:60]), ("dev.csv", rows[60:])):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in part))
+    task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "kind": "regression",
+            "text_columns": ["text"]}
+    rec = {"backbone": TINY, "task": task, "data_dir": None, "data_seed": 111, "k": None, "petl_config": LORA,
+           "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 16, "max_length": 16, "eval_rows": 8},
+           "seeds": 1, "counts": {}}
+    write_record(rec, tmp_path / "best.yaml")
+    capsys.readouterr()
+    assert main(["train", "--config", str(tmp_path / "best.yaml"), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert set(summary["metrics"]) == {"pearson", "spearman", "pearson_spearman"}
+    assert summary["metrics"]["pearson_spearman"] == summary["mean"] == summary["runs"][0]["last"]
+    assert summary["metrics"]["pearson_spearman"] == pytest.approx(
+        (summary["metrics"]["pearson"] + summary["metrics"]["spearman"]) / 2)
+    assert summary["std"] is None and (summary["test_rows"], summary["test_rows_of"]) == (8, 20)
+    m = summary["metrics"]
+    assert (f"test pearson_spearman: {m['pearson_spearman']:.4f} (1 seed) (pearson {m['pearson']:.4f}, spearman "
+            f"{m['spearman']:.4f}) on the first 8 of 20 test rows (recipe.eval_rows)") in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, words", [
     (["export", "--storage", "sqlite:///{d}/s.db", "--budget", "10", "-o", "{d}/x.yaml"], "below every front member"),
     (["export", "--storage", "sqlite:///{d}/e.db", "-o", "{d}/x.yaml"], "no complete trial"),

@@ -111,3 +111,12 @@ def test_one_seed_shows_no_spread():
 
     assert mean_std(0.7661, 0.0, 1) == "0.7661 (1 seed)"            # not "± 0.0000": nothing was measured
     assert mean_std(0.7913, 0.0049, 2) == "0.7913 ± 0.0049"
+    one = paired_difference([0.55], [0.30])
+    assert one["std"] is None and one["n"] == 1                     # one difference has no spread either
+    from petl_nas.search import SearchSummary
+
+    row = {"number": 3, "preset": "-", "score": 0.29, "se": 0.06, "test_mean": 0.55, "test_std": None, "test_n": 1,
+           "paired": one, "dominates": [], "deployable": 65608, "pct": 0.29}
+    counts = {"complete": 1, "pruned": 0, "failed": 0, "rejected": 0}
+    line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[row]).table().splitlines()[2]
+    assert "0.5500 (1 seed)" in line and "+25.00 (1 seed)" in line and "±" not in line.split("0.0600")[1]
