@@ -336,9 +336,10 @@ class SearchSpace:
         """The study parameters that sample exactly ``config`` (and ``lr``), or None if it is not a
         point of this space. Used to enqueue presets so the sampler learns from them."""
         found = self._structural_params(config, lr, n_layers)
-        if found is None or not all(self._dimension(k).contains(v) for k, v in found.items()):
+        if found is None or not all(self._dimension(k).contains(v) for k, v in found.items()
+                                    if self._dimension(k) is not None):       # (layer placements are exact)
             return None
-        return {k: v for k, v in found.items() if self._dimension(k).kind != "fixed"}
+        return {k: v for k, v in found.items() if self._dimension(k) is None or self._dimension(k).kind != "fixed"}
 
     def nearest_point(self, config: PetlConfig, lr: float, n_layers: int) -> tuple[dict, list[str]] | None:
         """The point of this space nearest to ``config``: every number outside its range (a size, a
@@ -351,6 +352,9 @@ class SearchSpace:
         params, changes = {}, []
         for k, v in found.items():
             dim = self._dimension(k)
+            if dim is None:                       # layers.top_k, layers.mask.<i>: exact by construction
+                params[k] = v
+                continue
             if not dim.contains(v):
                 if dim.kind not in ("int", "float"):
                     return None
@@ -370,6 +374,14 @@ class SearchSpace:
                 return f"space {self.name!r} has no {m.form} at {m.position}"
         if len(config.modules) > len(self.slots):
             return f"space {self.name!r} holds {len(self.slots)} modules, the configuration {len(config.modules)}"
+        layer_sets = {m.layers for m in config.modules}
+        if len(layer_sets) > 1:
+            return f"its modules sit on different layers; space {self.name!r} places them all on the same ones"
+        layers, dim = next(iter(layer_sets), None), self.globals["layers"]
+        choices = dim.choices or (dim.value,)
+        if (layers is None and "all" not in choices) or (layers is not None and not {"top", "mask"} & set(choices)):
+            return (f"space {self.name!r} has no layers = {'all' if layers is None else list(layers)} "
+                    f"(its layers: {', '.join(choices)})")
         gates = any(m.gate for m in config.modules)
         for name, value in (("bitfit", config.bitfit), ("train_layernorms", config.train_layernorms),
                             ("prompt_length", config.prompt_length), ("gates", gates)):
@@ -388,15 +400,18 @@ class SearchSpace:
         mods = list(config.modules)
         if len(mods) > len(self.slots):
             return None
-        gates = {m.gate for m in mods}
-        if len(gates) > 1 or len({m.layers for m in mods}) > 1 or any(m.layers for m in mods):
+        gates, layer_sets = {m.gate for m in mods}, {m.layers for m in mods}
+        if len(gates) > 1 or len(layer_sets) > 1:    # the space places every module on the same layers
             return None
         if any(m.gate and m.gate_per != "example" for m in mods):
             return None                           # the spaces' gates are UniPELT's (per example)
-        for order in itertools.permutations(range(len(self.slots)), len(mods)):
+        placements = self._layer_placements(layer_sets.pop() if layer_sets else None, n_layers)
+        for placement, order in itertools.product(placements, itertools.permutations(range(len(self.slots)),
+                                                                                     len(mods))):
             params = {"gates": gates.pop() if gates else False, "bitfit": config.bitfit,
-                      "lr": lr, "layers": "all", "pooling": config.pooling, "head_lr_mult": config.head_lr_mult,
-                      "train_layernorms": config.train_layernorms, "prompt_length": config.prompt_length}
+                      "lr": lr, "pooling": config.pooling, "head_lr_mult": config.head_lr_mult,
+                      "train_layernorms": config.train_layernorms, "prompt_length": config.prompt_length,
+                      **placement}
             gates = {params["gates"]}
             for slot in self.slots:
                 params[f"{slot.name}.form"] = "none"
@@ -410,8 +425,8 @@ class SearchSpace:
                 params.update({f"{slot.name}.{k}": v for k, v in self._module_values(m).items()})
             if not ok:
                 continue
-            params = {k: v for k, v in params.items() if self._dimension(k) is not None}
-            categorical = [k for k, v in params.items() if self._dimension(k).kind in ("choice", "fixed")]
+            params = {k: v for k, v in params.items() if self._dimension(k) is not None or k in placement}
+            categorical = [k for k in params if k not in placement and self._dimension(k).kind in ("choice", "fixed")]
             if not all(self._dimension(k).contains(params[k]) for k in categorical):
                 continue
             try:
@@ -423,6 +438,22 @@ class SearchSpace:
             if decoded == config and recipe["lr"] == lr:
                 return params
         return None
+
+    def _layer_placements(self, layers: tuple[int, ...] | None, n_layers: int) -> list[dict]:
+        """The ``layers`` parameters (with ``layers.top_k`` or ``layers.mask.<i>``) that may place a
+        configuration's modules on ``layers`` (None: every layer); `_structural_params` keeps the
+        one that decodes to it."""
+        dim = self.globals["layers"]
+        choices = dim.choices or (dim.value,)
+        if layers is None:
+            return [{"layers": "all"}] if "all" in choices else []
+        out = []
+        k = len(layers)
+        if "top" in choices and tuple(layers) == tuple(range(n_layers - k, n_layers)):
+            out.append({"layers": "top", "layers.top_k": k})
+        if "mask" in choices:
+            out.append({"layers": "mask", **{f"layers.mask.{i}": i in layers for i in range(n_layers)}})
+        return out
 
     @staticmethod
     def _module_values(m: ModuleSpec) -> dict:

@@ -66,6 +66,37 @@ def test_every_preset_is_a_point_its_nearest_point_or_named_off_the_space(space_
         assert decoded == config                         # only the learning rate moved
 
 
+@pytest.mark.parametrize("space_name", ["unified", "unified_short"])
+def test_every_sampled_configuration_is_a_point_of_its_space(space_name):
+    """A warm start re-enqueues a front member of another study as a point of this space: whatever the
+    space samples (layer subsets by top_k or by mask included) maps back to parameters that decode to
+    the same configuration and learning rate."""
+    space = SearchSpace.load(space_name)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(7))
+    placed = set()
+    for _ in range(60):
+        trial = study.ask()
+        config, recipe = space.sample(trial, n_layers=6)
+        study.tell(trial, [0.0, 1.0])
+        params = space.params_for(config, recipe["lr"], n_layers=6)
+        assert params is not None, (trial.params, config)
+        decoded, again = space.sample(optuna.trial.FixedTrial(params), n_layers=6)
+        assert decoded == config and again["lr"] == recipe["lr"]
+        placed.add(trial.params["layers"])
+    assert placed == {"all", "top", "mask"}
+
+
+def test_a_configuration_off_the_spaces_layers_is_named():
+    from dataclasses import replace
+
+    space = SearchSpace.load("unified_short")
+    lora = space.with_head(preset("lora", hidden_size=384))
+    split = replace(lora, modules=(replace(lora.modules[0], layers=(0, 1)),
+                                   replace(lora.modules[0], position="ffn", targets=("ffn_in",), layers=(5,))))
+    assert space.nearest_point(split, 1e-3, n_layers=6) is None
+    assert space.why_not(split) == "its modules sit on different layers; space 'unified_short' places them all on the same ones"
+
+
 def test_seeding_places_presets_as_points_and_says_how(tmp_path):
     from petl_nas.study import seed_presets
     from transformers import BertConfig
