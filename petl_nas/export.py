@@ -47,9 +47,10 @@ _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
 PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
 
 
-def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
+def load_study(storage_url: str, study_name: str | None = None, naming: str = "--study {}") -> optuna.Study:
     """The study at ``storage_url``; the name may be left out when the storage holds exactly one
-    search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count)."""
+    search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count). ``naming``:
+    how the caller's user names a study, for the errors (``--study NAME``, or ``URL#NAME``)."""
     check_existing(storage_url)
     try:
         storage = optuna.storages.RDBStorage(with_installed_driver(storage_url))
@@ -60,14 +61,14 @@ def load_study(storage_url: str, study_name: str | None = None) -> optuna.Study:
         searches = [n for n in names if not n.endswith(KNOB_STUDY_SUFFIX)]
         if len(searches) != 1:
             raise ConfigError(f"storage {redact(storage_url)!r} holds {len(searches)} studies "
-                              f"({', '.join(searches) or 'none'}); name one with --study")
+                              f"({', '.join(searches) or 'none'}); name one with {naming.format('NAME')}")
         study_name = searches[0]
     if study_name not in names:
         raise ConfigError(f"study {study_name!r} is not in {redact(storage_url)} (studies: {', '.join(names) or 'none'})")
     if study_name.endswith(KNOB_STUDY_SUFFIX):      # one value per supernet run: no front, no configurations
         search = study_name[:-len(KNOB_STUDY_SUFFIX)]
         raise ConfigError(f"study {study_name!r} holds the supernet runs of {search!r}'s knob search, not its "
-                          f"trials; use --study {search}")
+                          f"trials; use {naming.format(search)}")
     return optuna.load_study(study_name=study_name, storage=storage)
 
 

@@ -37,7 +37,10 @@ def front_of(source: str) -> tuple[str, list[FrozenTrial]]:
     from .export import load_study
 
     url, name = parse_source(source)
-    study = load_study(url, name)
+    try:
+        study = load_study(url, name, naming=redact(url).replace("{", "{{").replace("}", "}}") + "#{}")
+    except ConfigError as e:                      # said as the warm start's, not as --storage's
+        raise ConfigError(f"warm start: {e}") from None
     return study.study_name, pareto(learned_trials(study))
 
 

@@ -3,6 +3,8 @@ the new budget and space (each drop said), clamped to the nearest point, never t
 
 import dataclasses
 
+import re
+
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution
@@ -96,8 +98,14 @@ def test_bad_sources_are_one_clear_error(tmp_path):
     study = optuna.create_study(study_name="earlier", directions=["maximize", "minimize"])
     with pytest.raises(ConfigError, match="that is this study"):
         seed_warm_start(study, url, SearchSpace.load("small"), CFG, None, L, url)
-    with pytest.raises(ConfigError, match="'nope' is not in"):
+    with pytest.raises(ConfigError, match="^warm start: study 'nope' is not in"):
         front_of(f"{url}#nope")
+    with pytest.raises(ConfigError, match=r"^warm start: storage 'sqlite:///.*/missing\.db': no such file"):
+        front_of(f"sqlite:///{tmp_path}/missing.db")              # named as the warm start's, not --storage's
+    optuna.create_study(study_name="other", storage=url, directions=["maximize", "minimize"])
+    with pytest.raises(ConfigError, match=rf"^warm start: .* holds 2 studies \(earlier, other\); name one with "
+                                          rf"{re.escape(url)}#NAME$"):
+        front_of(url)
     with pytest.raises(ConfigError, match="expected a storage URL"):
         parse_source("#earlier")
 
