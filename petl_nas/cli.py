@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, PetlConfig
+from .config import ConfigError, PetlConfig, read_yaml
 
 EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
@@ -81,15 +81,10 @@ def _config_from_args(args, model_config) -> tuple[str, PetlConfig]:
 def _read_petl_config(path: str) -> PetlConfig:
     """A PetlConfig file, or the configuration inside an export record (``export -o``) or a trained
     model's ``petl_config.json`` (the file or its folder)."""
-    import yaml
-
     from .inject import CONFIG_FILE
 
     file = Path(path) / CONFIG_FILE if Path(path).is_dir() else Path(path)
-    try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{file}: not valid YAML ({e})") from None
+    data = read_yaml(file.read_text(), file)
     if isinstance(data, dict) and isinstance(data.get("petl_config"), dict):
         try:
             return PetlConfig.from_dict(data["petl_config"])

@@ -59,6 +59,34 @@ def suggest(word: str, choices) -> str:
     return f"{hint}; accepted: {', '.join(map(str, choices))}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping (YAML says keys are unique;
+    PyYAML keeps the last, so an edited file would silently run the value the user meant to replace)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(text: str, source: str | Path):
+    """``text`` parsed as YAML; a mistake is one `ConfigError` naming ``source``, the line and column,
+    and what is wrong (a key written twice included)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        context = getattr(e, "context", None)
+        raise ConfigError(f"{source}: not valid YAML{where}: {what}" + (f" ({context})" if context else "")) from None
+
+
 def check_keys(where: str, data: dict, allowed, sep: str = ".") -> None:
     """Raise ConfigError for the first key of ``data`` not in ``allowed`` (with a suggestion)."""
     for k in data:
@@ -398,17 +426,16 @@ class PetlConfig:
         """Parse YAML text, or read a ``.yaml``/``.yml``/``.json`` file; errors name the file."""
         path = Path(text_or_path) if _looks_like_path(text_or_path) else None
         text = path.read_text() if path else str(text_or_path)
+        data = read_yaml(text, path or "config")
         try:
-            return cls.from_dict(yaml.safe_load(text))
+            return cls.from_dict(data)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}" if path else str(e)) from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path or 'config'}: not valid YAML ({e})") from None
 
 
 def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "parse_blocks", "FORMS", "POSITIONS",
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "read_yaml", "parse_blocks", "FORMS", "POSITIONS",
            "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, check_keys
+from .config import ConfigError, check_keys, read_yaml
 from .costs import check_objectives
 from .presets import check_preset_names
 
@@ -372,10 +371,7 @@ class Experiment:
         path = Path(path)
         if not path.exists():
             raise ConfigError(f"experiment {str(path)!r}: no such file")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        data = read_yaml(path.read_text(), path)
         if data is None:                  # an empty file is a mistake, not "every default"
             raise ConfigError(f"{path}: the file is empty (an experiment names at least its task and backbone)")
         return cls.from_dict(data, str(path))

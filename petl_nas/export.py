@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
 from .confirm import PREFIX as CONFIRMED, mean_score
-from .config import ConfigError, PetlConfig
+from .config import ConfigError, PetlConfig, read_yaml
 from .fronts import group_of, source_of
 from .inject import atomic_write
 from .significance import mean_std
@@ -222,10 +222,7 @@ def read_record(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config {str(path)!r}: no such file")
-    try:
-        rec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    rec = read_yaml(path.read_text(), path)
     if not isinstance(rec, dict):
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
     from .config import suggest

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, suggest, parse_blocks
+from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, parse_blocks, read_yaml, suggest
 from .presets import space_dir
 
 SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
@@ -232,10 +231,7 @@ class SearchSpace:
             else:
                 names = sorted(p.stem for p in space_dir().glob("*.yaml") if p.stem != "presets")
                 raise ConfigError(f"space {str(name_or_path)!r}: no such file{suggest(str(name_or_path), names)}")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        data = read_yaml(path.read_text(), path)
         return cls(data, str(path))
 
     @property
