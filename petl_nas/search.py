@@ -226,6 +226,22 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     return summary
 
 
+def _proposals(study) -> int:
+    """The supernet's proposals the study holds (trained or waiting)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ONESHOT))
+
+
+def _supernet_line(exp: Experiment, budget: int) -> str:
+    """What the search does next, said before the minutes it takes."""
+    o = exp.oneshot
+    epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
+    runs = f"{o.runs} supernet runs (a search over their knobs)" if o.runs > 1 else "a supernet"
+    epochs = epochs if isinstance(epochs, str) else f"{epochs:g}"
+    return (f"one-shot: training {runs} over space {exp.space!r} toward {budget:,} deployable parameters, "
+            f"{epochs} epochs each on the trials' data (a line when it ends; each epoch is saved, so a stopped run "
+            f"goes on from there)")
+
+
 FEW_SEARCH_DEV_ROWS = 30      # below this one score's standard error is 9 points or more (accuracy near 0.5)
 
 
@@ -246,13 +262,18 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         queued = sum(1 for t in study.get_trials(deepcopy=False)   # they count toward trials, and all train
                      if (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")) and t.state != TrialState.FAIL)
         target += max(0, queued - exp.trials)
-        if exp.sampler == "presets":
+        proposals = _proposals(study)              # a supernet's, when one ran: on top of trials (both)
+        if exp.strategy == "both":
+            target += proposals
+        if exp.sampler == "presets" or exp.strategy == "oneshot":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
+    later = (" besides the supernet's proposals (it trains first)"
+             if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else "")
     printer(f"study {exp.study_name!r} at {redact(exp.storage_url)}: {trained} trained so far; "
-            f"{remaining} to train; presets queued: {', '.join(seeded) or 'none new'}")
-    if queued >= exp.trials and exp.sampler != "presets":
+            f"{remaining} to train{later}; presets queued: {', '.join(seeded) or 'none new'}")
+    if queued >= exp.trials and exp.sampler != "presets" and exp.strategy != "oneshot":
         printer(f"trials: {exp.trials} is no more than the {queued} presets and warm starts queued: all of them "
                 f"train, and the sampler proposes nothing (raise trials to search beyond them)")
     if over_budget:
@@ -277,13 +298,14 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
+        if ONESHOT not in study.user_attrs:
+            printer(_supernet_line(exp, budget))
         for line in propose(study, exp, budget, lock, printer):
             printer(line)
-        n_oneshot = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ONESHOT))
         if exp.strategy == "oneshot":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
         else:
-            target += n_oneshot
+            target += _proposals(study) - proposals
         in_all = max(0, target - claimed(study))
         if in_all != remaining:
             printer(f"{in_all} to train in all, the supernet's proposals included")

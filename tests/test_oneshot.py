@@ -452,6 +452,8 @@ def _exp(tmp_path, **kw):
 
 
 def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, monkeypatch):
+    import dataclasses
+
     import optuna
     from optuna.trial import TrialState
 
@@ -464,7 +466,9 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     record = study.user_attrs["oneshot"]
-    assert any(line.startswith("one-shot: a supernet of") for line in lines)
+    start = next(i for i, line in enumerate(lines) if line.startswith("one-shot: training a supernet over space"))
+    assert lines[start + 1].startswith("one-shot: a supernet of")           # said before the minutes it takes
+    assert "besides the supernet's proposals (it trains first)" in lines[0]
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot") == record["run"]]
     assert len(proposals) == len(record["proposed"]) >= 1
     budget = study.user_attrs["budget"]
@@ -485,6 +489,10 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     n = len(study.trials)
     run_search(exp, printer=lambda *a: None)                     # resumed: no second supernet
     assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == n
+    lines.clear()                                                # one more sampler trial: said once, as trained
+    run_search(dataclasses.replace(exp, trials=exp.trials + 1), printer=lines.append)
+    assert "; 1 to train; presets queued" in lines[0] and not any("in all" in line for line in lines)
+    assert [line.split("]")[0] for line in lines if line.startswith("[")] == ["[1/1"]
 
 
 def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkeypatch):
