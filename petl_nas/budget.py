@@ -157,7 +157,7 @@ def count_parameters(model_config, config: PetlConfig, num_labels: int | None = 
     try:
         return count_model(model)
     finally:
-        remove_petl(model)
+        remove_petl(model, warn=False)          # the meta model is only counted
 
 
 def refusal(model_config, config: PetlConfig) -> str | None:

@@ -202,7 +202,8 @@ def _write_peft(model, directory: Path, task, staging: Path, base_name: str | No
     config = petl_config_of(model)
     loras = [(name, m.A.detach().clone(), m.B.detach().clone()) for name, m, _ in lora_updates(model)]
     prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
-    base = remove_petl(model)                     # the backbone with its trained head and biases in place
+    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
+                                                  # (to_peft refuses a pooling the stock head cannot read)
     try:
         exported = to_peft(config, base.config, task.kind)
     except NotExpressible as e:
@@ -216,7 +217,8 @@ def _write_peft(model, directory: Path, task, staging: Path, base_name: str | No
         if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
             wrapped.prompt_encoder["default"].embedding.weight.copy_(prompt)
     wrapped.peft_config["default"].base_model_name_or_path = base_name   # PEFT's would be the path loaded here
-    wrapped.save_pretrained(str(staging))
+    wrapped.save_pretrained(str(staging), save_embedding_layers=False)   # nothing trains them; and PEFT would ask
+                                                                       # the hub about the base named above
     return {"lora_updates": len(loras), "peft_config": exported, "base_name": base_name}
 
 

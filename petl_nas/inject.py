@@ -33,7 +33,8 @@ from transformers.initialization import no_init_weights
 
 from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for, stacks
 from .config import ConfigError, PetlConfig
-from .head import install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout
+from .head import (install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout,
+                   stock_head_fields)
 from .precision import master_dtype
 from .modules import (ATTENTION_NAME, Bottleneck, CompacterAdapter, Composition, HeadEdits, LoRA,
                       MultiHeadAdapter, PrefixEncoder, SharedRead, SharedRule, SoftPrompt, as_param_dtype)
@@ -423,11 +424,17 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
         handles.append(model.register_forward_pre_hook(begin, with_kwargs=True))
 
 
-def remove_petl(model: nn.Module) -> nn.Module:
-    """Undo `apply_petl`: drop hooks, attention edits and the ``petl`` submodule (weights stay frozen).
-    The classifier then reads as the architecture's own head does, not by the configuration's pooling;
-    to keep what was trained, `convert.merge_and_unload`."""
+def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:
+    """Undo `apply_petl`: drop hooks, attention edits and the ``petl`` submodule (weights stay frozen;
+    LoRA updates `merge_lora` folded into them stay). The classifier then reads as the architecture's
+    own head does, not by the configuration's pooling: when the two differ (mean pooling into BERT's
+    [CLS] head), a warning says the outputs change (``warn=False``: not). To keep what was trained,
+    `convert.merge_and_unload`."""
     root: PetlRoot = getattr(model, ROOT)
+    if warn and root.pooling != "native" and stock_head_fields(model, root.pooling) is None:
+        warnings.warn(f"remove_petl: the classifier was trained reading {root.pooling} pooling, which the stock "
+                      f"{type(model).__name__} head does not read, so its outputs change (merge_and_unload keeps "
+                      f"them where it can, or says why not)", stacklevel=2)
     for h in root._handles:
         h.remove()
     for attn in root._attn_modules:

@@ -12,7 +12,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from conftest import REFERENCE_ATTENTION, ZERO_INIT, batch, tiny_model
-from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset
+from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset, remove_petl
 from petl_nas.modules.head_attention import edits_of, petl_attention
 
 
@@ -147,6 +147,13 @@ def test_merge_and_unload_gives_a_plain_model_with_the_trained_outputs(kind):
             with pytest.raises(ConfigError, match=re.escape(reasons)):
                 merge_and_unload(model)
             assert hasattr(model, "petl") and torch.equal(model(**x).logits, before)
+    with pytest.warns(UserWarning, match=r"remove_petl: the classifier was trained reading mean pooling, which the "
+                                         r"stock \w+ head does not read, so its outputs change"):
+        remove_petl(model)                        # the last one: mean pooling
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # a head the stock model reads: nothing to say
+        stock = "pooler_trained" if kind == "bert" else "cls"      # RoBERTa's head reads the first token
+        remove_petl(apply_petl(tiny_model(kind), dataclasses.replace(lora, pooling=stock)))
 
 
 def test_petl_disabled_warns_that_merged_updates_stay(kind):
