@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import re
@@ -227,7 +228,13 @@ def read_record(path: str | Path) -> dict:
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
     from .config import suggest
 
+    from .experiment import Experiment
+
+    searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)
     for key in rec:
+        if key in searched and not {"petl_config", "recipe"} & set(rec):
+            raise ConfigError(f"{path}: this is an experiment file (key {key!r}): petl-nas search --experiment "
+                              f"runs it; train takes a record that petl-nas export writes")
         if key not in RECORD_KEYS:
             raise ConfigError(f"{path}: unknown key {key!r}{suggest(key, RECORD_KEYS)}")
     for key in ("backbone", "task", "petl_config", "recipe"):

@@ -89,10 +89,14 @@ def load_model_config(name_or_path: str, num_labels: int | None = None):
     try:
         cfg = AutoConfig.from_pretrained(path, **options)
     except (OSError, ValueError) as e:
-        local = "no such local directory" if not Path(path).exists() else "not a transformers model directory"
+        if Path(path).exists():
+            raise ConfigError(f"model {name_or_path!r}: not a transformers model directory (no config.json "
+                              f"that transformers reads)") from None
+        if path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:     # a path, never a hub name
+            raise ConfigError(f"model {name_or_path!r}: no such local directory") from None
         hub = ("the hub cannot be reached from here and it is not in the local cache: give the path of a "
                "local copy" if options else "it could not be loaded from the hub")
-        raise ConfigError(f"model {name_or_path!r}: {local}, and {hub} ({type(e).__name__})") from None
+        raise ConfigError(f"model {name_or_path!r}: no such local directory, and {hub} ({type(e).__name__})") from None
     if num_labels is not None:
         cfg.num_labels = num_labels
     return cfg

@@ -104,8 +104,11 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                 stored = old.user_attrs.get("space_hash")
                 if stored and stored != attrs["space_hash"]:
                     if not force_new:
+                        was, now = old.user_attrs.get("space_name"), attrs.get("space_name")
+                        names = (f"{was!r}, now {now!r}" if was and now and was != now else
+                                 f"{was or now!r}, edited since")       # the same name: its file changed
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with another space "
-                                          f"(hash {stored}, now {attrs['space_hash']}); use a new --study "
+                                          f"({names}; hash {stored}, now {attrs['space_hash']}); use a new --study "
                                           f"name or --force-new-study to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
                 elif changed := changed_settings(old.user_attrs, attrs):

@@ -53,7 +53,9 @@ def space(old: str, new: str) -> str:
 
 # (id, files to create first, arguments after `search`, words the error line must contain)
 CASES = [
-    ("model-missing", {}, ["--model", "/no/such/bert"], "model '/no/such/bert': no such local directory"),
+    ("model-missing", {}, ["--model", "/no/such/bert"], "model '/no/such/bert': no such local directory\n"),
+    ("model-folder-not-a-model", {"notes/readme.txt": "hi"}, ["--model", "notes"],
+     "notes': not a transformers model directory (no config.json that transformers reads)"),
     ("model-architecture", {"albert/config.json": json.dumps({"model_type": "albert", **DIMS})},
      ["--model", "albert"], "model type 'albert' has no backbone spec"),
     ("model-without-weights", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS})},
@@ -106,7 +108,8 @@ CASES = [
      "cannot be opened: file is not a database"),
     ("storage-unwritable-folder", {}, ["--storage", "sqlite:////proc/petl/study.db"],
      "cannot create folder /proc/petl"),
-    ("study-other-space", "other-study", ["--space", "mam", "--budget", "20%"], "was made with another space"),
+    ("study-other-space", "other-study", ["--space", "mam", "--budget", "20%"],
+     "was made with another space ('small', now 'mam'; hash 0123456789ab, now "),
     ("experiment-missing", {}, ["--experiment", "nope.yaml"], "experiment 'nope.yaml': no such file"),
     ("experiment-not-yaml", {"e.yaml": "name: x\nfidelity: {k: 8\nbudget: 1%\n"}, [],
      "e.yaml: not valid YAML at line 3, column 7: expected ',' or '}', but got ':' (while parsing a flow mapping)"),
@@ -158,6 +161,7 @@ def _make_other_study(root) -> None:
     storage = open_storage(f"sqlite:///{root}/study.db")
     study = optuna.create_study(study_name="bad", storage=storage, directions=["maximize", "minimize"])
     study.set_user_attr("space_hash", "0123456789ab")
+    study.set_user_attr("space_name", "small")
     study.enqueue_trial({"lr": 0.01})
     close_storage(storage)
 

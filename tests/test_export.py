@@ -244,6 +244,9 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
     (["export", "--storage", "sqlite:///{d}/s.db", "--format", "peft", "-o", "{d}/x.yaml", "--budget", "60"],
      "not expressible in HF PEFT: bitfit without LoRA"),
     (["train", "--config", "{d}/bad.yaml", "--out", "{d}/x"], "unknown key 'seed'"),
+    (["train", "--config", "{d}/experiment.yaml", "--out", "{d}/x"],
+     "experiment.yaml: this is an experiment file (key 'name'): petl-nas search --experiment runs it; train takes "
+     "a record that petl-nas export writes"),
     (["train", "--config", "{d}/missing.yaml", "--out", "{d}/x"], "no such file"),
     (["export", "--storage", "sqlite:///{d}/typo.db", "-o", "{d}/x.yaml"], "typo.db': no such file"),  # not created
     (["export", "--storage", "sqlite:///{d}/s.db", "--preset", "lora", "--pick", "smallest-within=1", "-o", "{d}/x.yaml"],
@@ -257,6 +260,7 @@ def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     optuna.create_study(study_name="e", storage=f"sqlite:///{tmp_path}/e.db", directions=["maximize", "minimize"])
     (tmp_path / "bad.yaml").write_text("backbone: x\ntask: sst2\npetl_config: {}\nrecipe: {}\nseed: 1\n")
+    (tmp_path / "experiment.yaml").write_text("name: mine\nbackbone: x\ntask: sst2\nbudget: 0.5%\n")
     before = sorted(p.name for p in tmp_path.iterdir())
     rc = main([a.format(d=tmp_path) for a in args])
     err = capsys.readouterr().err
