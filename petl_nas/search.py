@@ -36,7 +36,7 @@ from .inject import atomic_write
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, redact, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
-from .warm_start import seed_warm_start
+from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
 from .significance import clearly_better, mean_std, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
@@ -76,14 +76,14 @@ class SearchSummary:
         flag = "  did not learn" if r.get("did_not_learn") else ""
         costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
                         if value is not None)
-        return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>15}"
+        return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>17}"
                 f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}")
 
     def table(self) -> str:
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
                  + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
         head = (f"{'trial':>5}  {'source':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
-                f"{'paired Δ pts':>15}{'deployable':>12}{'%':>8}  dominates")
+                f"{'paired Δ pts':>17}{'deployable':>12}{'%':>8}  dominates")
         lines.append(head)
         lines += [self._row(r) for r in self.front]
         if self.presets:
@@ -205,6 +205,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
     if exp.executor == "ray":
         check_ray_address(exp.ray_address)
+    if exp.warm_start:
+        front_of(exp.warm_start)                 # a source that cannot be read is said before a study exists
 
     # ---- the study ------------------------------------------------------------------------------
     baseline = trivial_baseline(task, splits)

@@ -92,6 +92,9 @@ CASES = [
     ("file-task-missing", {"e.yaml": exp(task={"train": "no.csv", "dev": "no.csv", "text_columns": ["text"]})},
      [], "does not exist"),
     ("storage-not-a-url", {}, ["--storage", "just some words"], "is not a database URL"),
+    ("warm-start-missing-file", {}, ["--warm-start", "sqlite:///nothere.db#a"],
+     "warm start: storage 'sqlite:///nothere.db': no such file"),                # and no study of this search made
+    ("warm-start-not-a-url", {}, ["--warm-start", "notaurl"], "warm start: storage 'notaurl'"),
     ("storage-unknown-driver", {}, ["--storage", "nosuchdb://host/db"], "cannot be opened"),
     ("storage-no-server", {}, ["--storage", f"postgresql+psycopg2://u:secret@127.0.0.1:{_free_port()}/db"],
      "cannot be opened"),

@@ -119,4 +119,4 @@ def test_one_seed_shows_no_spread():
            "paired": one, "dominates": [], "deployable": 65608, "pct": 0.29}
     counts = {"complete": 1, "pruned": 0, "failed": 0, "rejected": 0}
     line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[row]).table().splitlines()[2]
-    assert "0.5500 (1 seed)" in line and "+25.00 (1 seed)" in line and "±" not in line.split("0.0600")[1]
+    assert "0.5500 (1 seed)  +25.00 (1 seed)" in line and "±" not in line.split("0.0600")[1]
