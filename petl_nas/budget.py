@@ -29,7 +29,7 @@ from transformers.initialization import no_init_weights
 
 from .config import ConfigError, PetlConfig
 from .head import pooler_parameters
-from .inject import ROOT, PetlRoot, apply_petl, remove_petl
+from .inject import PetlRoot, apply_petl, petl_root, remove_petl
 from .modules import PrefixEncoder
 
 
@@ -90,7 +90,7 @@ def _group_rows(root: PetlRoot) -> list[CountRow]:
 
 def count_model(model: nn.Module) -> ParameterCount:
     """Counts for a model that already has PETL modules applied."""
-    root: PetlRoot = getattr(model, ROOT)
+    root = petl_root(model, "count_model")
     petl_ids = {id(p) for p in root.parameters()}
     base_ids = {id(p) for p in model.base_model.parameters()}
     # The backbone: the base model, whatever head sits on it (the denominator of every budget and

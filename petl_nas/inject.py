@@ -125,6 +125,14 @@ class _Site:
         self.edits.append((0 if kind == "lora" else 1, kind, module, extra))
 
 
+def petl_root(model: nn.Module, caller: str) -> PetlRoot:
+    """``model``'s PETL modules, or one `ConfigError` saying that ``caller`` needs `apply_petl` first."""
+    root = getattr(model, ROOT, None)
+    if not isinstance(root, PetlRoot):
+        raise ConfigError(f"{caller}: this {type(model).__name__} has no PETL modules (apply_petl first)")
+    return root
+
+
 def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = False) -> nn.Module:
     """Insert the configured modules into ``model`` in place, freeze everything else, and return it.
 
@@ -135,6 +143,9 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     """
     if hasattr(model, ROOT):
         raise ConfigError("model already has PETL modules; apply a config to a fresh backbone")
+    if not hasattr(getattr(model, "config", None), "model_type") or not hasattr(model, "base_model"):
+        raise ConfigError(f"apply_petl: expected a transformers model (a PreTrainedModel, e.g. from "
+                          f"AutoModelForSequenceClassification.from_pretrained), got a {type(model).__name__}")
     spec, layer_lists = stacks(model)
     available = depths(spec, layer_lists)
     config.check_backbone(available, name=f"the {model.config.model_type} backbone")
@@ -526,9 +537,7 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
     ``info`` (backbone, task, labels, metric, ...) is kept in the config file for loading and prediction.
     """
     directory = Path(directory)
-    root: PetlRoot | None = getattr(model, ROOT, None)
-    if root is None:                           # before the folder is made: nothing half-written
-        raise ConfigError(f"save_petl: this {type(model).__name__} has no PETL modules (apply_petl first)")
+    root = petl_root(model, "save_petl")         # before the folder is made: nothing half-written
     directory.mkdir(parents=True, exist_ok=True)
     config = root.config.to_dict()
     if root.pooling != "native":          # the pooling `auto` resolved to, so a load elsewhere reads the same

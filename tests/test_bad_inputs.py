@@ -92,6 +92,10 @@ CASES = [
     ("file-task-missing", {"e.yaml": exp(task={"train": "no.csv", "dev": "no.csv", "text_columns": ["text"]})},
      [], "does not exist"),
     ("storage-not-a-url", {}, ["--storage", "just some words"], "is not a database URL"),
+    ("task-kind-typo", {"e.yaml": exp(task={"train": "t.csv", "dev": "t.csv", "text_columns": ["text"],
+                                            "kind": "regresion"}), "t.csv": "text,label\na,0.5\n"}, [],
+     "kind: unknown value 'regresion' (did you mean 'regression'?); accepted: classification, regression, "
+     "seq2seq, causal_lm"),
     ("warm-start-missing-file", {}, ["--warm-start", "sqlite:///nothere.db#a"],
      "warm start: storage 'sqlite:///nothere.db': no such file"),                # and no study of this search made
     ("warm-start-not-a-url", {}, ["--warm-start", "notaurl"], "warm start: storage 'notaurl'"),

@@ -289,6 +289,20 @@ def test_saving_a_model_without_petl_is_one_error_and_makes_no_folder(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_the_api_on_the_wrong_model_is_one_clear_error():
+    import torch
+
+    from conftest import tiny_model
+    from petl_nas import apply_petl, count_model, preset
+
+    with pytest.raises(ConfigError, match=r"count_model: this BertForSequenceClassification has no PETL modules "
+                                          r"\(apply_petl first\)"):
+        count_model(tiny_model("bert"))
+    with pytest.raises(ConfigError, match=r"apply_petl: expected a transformers model \(a PreTrainedModel, .*\), "
+                                          r"got a Linear"):
+        apply_petl(torch.nn.Linear(3, 3), preset("lora", hidden_size=32))
+
+
 def test_loading_onto_another_architecture_is_refused(tmp_path):
     from petl_nas import apply_petl, load_petl, save_petl
     from conftest import tiny_model

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, suggest
 from ..metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
 from ..seq2seq import Seq2SeqSettings
 
@@ -70,7 +70,7 @@ class Task:
     def __post_init__(self):
         where = f"task {self.name!r}"
         if self.kind not in KINDS:
-            raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+            raise ConfigError(f"{where}: kind: unknown value {self.kind!r}{suggest(str(self.kind), KINDS)}")
         counts = _TEXT_COLUMNS.get(self.kind, (1, 2))
         if len(self.text_columns) not in counts:
             raise ConfigError(f"{where}: text_columns must name {' or '.join(map(str, counts))} "
