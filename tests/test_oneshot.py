@@ -550,6 +550,53 @@ def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoc
     assert not state_file.exists()                                 # removed once the record is stored
 
 
+def test_whether_a_supernet_run_is_still_training_elsewhere():
+    import os
+    import socket
+    import time
+
+    from petl_nas.oneshot.propose import training_elsewhere
+
+    here, now = socket.gethostname(), time.time()
+    assert not training_elsewhere(None, 60)
+    assert not training_elsewhere({"at": "x", "attempt": 1}, 60)               # recorded before beats were kept
+    assert training_elsewhere({"host": "another-host", "pid": 1, "beat": now}, 60)
+    assert not training_elsewhere({"host": "another-host", "pid": 1, "beat": now - 61}, 60)   # silent too long
+    assert training_elsewhere({"host": here, "pid": os.getppid(), "beat": now}, 60)   # a live process here
+    assert not training_elsewhere({"host": here, "pid": os.getpid(), "beat": now}, 60)  # this one trains nothing
+    assert not training_elsewhere({"host": "another-host", "pid": 1, "beat": now, "diverged": "nan"}, 60)
+    gone = max(os.getpid(), os.getppid()) + 10_000_000                          # beyond any pid
+    assert not training_elsewhere({"host": here, "pid": gone, "beat": now}, 60)
+
+
+def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, monkeypatch):
+    """Two workers of one study: the second finds the first's run beating and waits for its proposals
+    instead of training a second supernet (and leaving its own state file behind)."""
+    import dataclasses
+    import threading
+    import time
+
+    import optuna
+
+    from petl_nas.oneshot import propose as proposing
+    from petl_nas.storage import ClaimLock
+
+    monkeypatch.chdir(tmp_path)
+    exp = dataclasses.replace(_exp(tmp_path), heartbeat_interval=1, grace_period=30)
+    study = optuna.create_study(study_name="o", storage=exp.storage_url, directions=["maximize", "minimize"])
+    study.set_user_attr("oneshot_started", {"at": "2026-11-26T22:00:00", "attempt": 1, "host": "another-host",
+                                            "pid": 1, "beat": time.time()})
+    monkeypatch.setattr(proposing, "run_supernet", lambda spec: pytest.fail("trained a second supernet"))
+    stored = threading.Timer(2.0, lambda: study.set_user_attr("oneshot", {"run": "oneshot-0"}))
+    stored.start()
+    lines = []
+    assert proposing.propose(study, exp, 3000, ClaimLock(study, "o"), lines.append) == []
+    stored.join()
+    assert lines == ["one-shot: another worker (another-host, process 1) is training the supernet since "
+                     "2026-11-26T22:00:00; waiting for its proposals"]
+    assert not (tmp_path / "runs" / "o" / "oneshot").exists()
+
+
 def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
     from petl_nas import checkpoint
     from petl_nas.oneshot.run import SupernetSpec, run_supernet

@@ -13,7 +13,10 @@ same way.
 
 The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
 count, what it proposed, where it ran and how many attempts it took). Its start is recorded too
-(``oneshot_started``), so a study killed while the supernet trains says so when it resumes, and
+(``oneshot_started``: when, on which host and process, and a beat its worker renews every
+``heartbeat_interval``). Another worker of the study that finds the run beating waits for its
+proposals instead of training a second supernet; a study killed while the supernet trains (its
+process gone, or its beat older than ``grace_period``) says so when it resumes, and
 trains the supernet again, going on from the training state it saved after its last whole epoch
 (``<run dir>/oneshot/<run>.pt``; the record says from which epoch); one killed later resumes with
 the proposals queued. The state file is removed once the record is stored.
@@ -25,9 +28,12 @@ record names it and keeps every run (``knob_search``), and its cost is that of a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
+import socket
+import threading
 import time
 
 from ..config import ConfigError
@@ -51,17 +57,78 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
         return []
     lines = []
     say = printer if printer is not None else lines.append
-    with lock():                                   # one worker of several is the first to start it
-        earlier = study.user_attrs.get(STARTED)
-        attempt = earlier["attempt"] + 1 if earlier else 1
-        study.set_user_attr(STARTED, {"at": datetime.datetime.now().isoformat(timespec="seconds"),
-                                      "attempt": attempt})
+    o = exp.oneshot
+    waited = False
+    while True:
+        with lock():                               # one worker of several is the first to start it
+            if ATTR in study.user_attrs:           # the one it waited for stored its proposals
+                return []
+            earlier = study.user_attrs.get(STARTED)
+            if o.runs > 1 or not training_elsewhere(earlier, exp.grace_period):   # (knob runs: claimed apart)
+                attempt = earlier["attempt"] + 1 if earlier else 1
+                mine = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt,
+                        "host": socket.gethostname(), "pid": os.getpid(), "beat": time.time()}
+                study.set_user_attr(STARTED, mine)
+                break
+        if not waited:
+            say(f"one-shot: another worker ({earlier['host']}, process {earlier['pid']}) is training the supernet "
+                f"since {earlier['at']}; waiting for its proposals")
+            waited = True
+        time.sleep(min(5.0, exp.heartbeat_interval))
     if earlier and earlier.get("diverged"):
         say(f"one-shot: the supernet run started {earlier['at']} diverged ({earlier['diverged']}); "
             f"training it again (attempt {attempt})")
     elif earlier:
-        say(f"one-shot: the supernet run started {earlier['at']} left no result (killed, or still "
-            f"running elsewhere); training it again from its last saved epoch, if any (attempt {attempt})")
+        say(f"one-shot: the supernet run started {earlier['at']} left no result (its worker stopped); "
+            f"training it again from its last saved epoch, if any (attempt {attempt})")
+    with _beating(study, mine, exp.heartbeat_interval):
+        return lines + _train_and_enqueue(study, exp, budget, lock, say, settings, earlier, attempt)
+
+
+def training_elsewhere(started: dict | None, grace_period: float) -> bool:
+    """Whether the supernet run that ``started`` records is still training in another process: its
+    beat is younger than ``grace_period`` and, on this host, its process is alive (a process of this
+    host that is gone, or this one, trains nothing; a run from before beats were kept is taken over)."""
+    if not started or "beat" not in started or started.get("diverged"):
+        return False
+    if started.get("host") == socket.gethostname():
+        if started.get("pid") == os.getpid():
+            return False
+        try:
+            os.kill(started["pid"], 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, OSError, TypeError):
+            pass
+    return time.time() - started["beat"] < grace_period
+
+
+@contextlib.contextmanager
+def _beating(study, started: dict, interval: float):
+    """While the block runs, a thread renews the run's beat every ``interval`` seconds, so that other
+    workers wait for it instead of training a second supernet."""
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(interval):
+            try:
+                current = study.user_attrs.get(STARTED)
+                if current and current.get("pid") == started["pid"] and current.get("host") == started["host"]:
+                    study.set_user_attr(STARTED, {**current, "beat": time.time()})
+            except Exception:                      # noqa: BLE001 - a database hiccup: the next beat retries
+                pass
+
+    thread = threading.Thread(target=beat, name="petl-nas-supernet-beat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 5)
+
+
+def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, earlier, attempt: int) -> list[str]:
+    """Train the supernet (or search its knobs) and enqueue its proposals; lines to print."""
     start = time.perf_counter()
     o = exp.oneshot
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
@@ -135,7 +202,7 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     if knob_runs is not None:
         went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
                     + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
-    return lines + [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
+    return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
                     f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
                     f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
                     + ", ".join(f"{p['deployable']:,}" for p in proposed)]
