@@ -37,9 +37,10 @@ def group_of(t: FrozenTrial) -> str:
 
 def source_of(t: FrozenTrial) -> str:
     """What proposed a trial, as the tables show it: the preset's or sweep point's name, ``one-shot``,
-    or ``-`` for the sampler."""
+    ``warm start`` (a front member of an earlier study), or ``-`` for the sampler."""
     u = t.user_attrs
-    return u.get("preset") or u.get("baseline") or ("one-shot" if u.get("oneshot") else "-")
+    return (u.get("preset") or u.get("baseline") or ("one-shot" if u.get("oneshot") else None)
+            or ("warm start" if u.get("warm_start") else "-"))
 
 
 def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:

@@ -90,6 +90,9 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
         taken.append(f"trial {t.number}" + (f" (nearest point: {', '.join(changes)})" if changes else ""))
     study.set_user_attr("warm_start", {"source": source, "taken": taken, "dropped": dropped})
     lines = []
+    if not members:
+        lines.append(f"warm start from {name!r}: none of its trials learned (complete and beyond noise of its trivial "
+                     f"baseline), so it has no front to queue")
     if taken or dropped:
         lines.append(f"warm start from {name!r}: {len(taken)} of {len(members)} front members queued first"
                      + (f": {', '.join(taken)}" if taken else ""))

@@ -92,6 +92,16 @@ def test_a_member_the_new_backbone_refuses_is_dropped_with_its_reason(tmp_path):
     assert "\n" not in lines[1]
 
 
+def test_a_source_where_nothing_learned_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    earlier_study(url, [])                                   # only the trial that did not learn
+    study = optuna.create_study(study_name="new", directions=["maximize", "minimize"])
+    lines = seed_warm_start(study, f"{url}#earlier", SearchSpace.load("small"), CFG, None, L, "sqlite:///x.db")
+    assert lines == ["warm start from 'earlier': none of its trials learned (complete and beyond noise of its "
+                     "trivial baseline), so it has no front to queue"]
+    assert study.trials == []
+
+
 def test_bad_sources_are_one_clear_error(tmp_path):
     url = f"sqlite:///{tmp_path}/earlier.db"
     earlier_study(url, [(FITS, 0.7)])
@@ -131,6 +141,8 @@ def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatc
     assert sorted(t.user_attrs["warm_start"] for t in started) == sorted(f"a trial {t.number}" for t in members)
     assert {str(t.user_attrs["petl_config"]) for t in started} == {str(t.user_attrs["petl_config"]) for t in members}
     assert all(t.number < len(members) + 1 for t in started)                  # before the sampler's own
+    from petl_nas.fronts import source_of
+    assert {source_of(t) for t in started} == {"warm start"}                  # the tables say where they came from
     run_search(warm, printer=lines.append)                                    # resumed: nothing taken twice
     assert len([t for t in optuna.load_study(study_name="b", storage=warm.storage_url).trials
                 if t.user_attrs.get("warm_start")]) == len(members)
