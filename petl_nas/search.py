@@ -73,7 +73,8 @@ class SearchSummary:
         vs = (f"{100 * paired['mean']:+.2f}" + (f" ± {100 * paired['std']:.2f}" if paired["std"] is not None
                                                  else " (1 seed)")) if paired else "-"
         relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
-        flag = "  did not learn" if r.get("did_not_learn") else ""
+        flag = ("  did not learn" if r.get("did_not_learn") else "") + ("  head only (no PETL module)"
+                                                                        if r["deployable"] == 0 else "")
         costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
                         if value is not None)
         return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>17}"

@@ -569,6 +569,13 @@ def test_whether_a_supernet_run_is_still_training_elsewhere():
     assert not training_elsewhere({"host": here, "pid": gone, "beat": now}, 60)
 
 
+def test_a_supernet_whose_gates_stayed_over_the_budget_says_so():
+    from petl_nas.oneshot.propose import over_budget_note
+
+    assert over_budget_note(8_000, 8_387) == over_budget_note(9_200, 8_387) == ""       # within 10%
+    assert over_budget_note(66_057, 8_387).startswith("; its gates ended over the budget of 8,387")
+
+
 def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, monkeypatch):
     """Two workers of one study: the second finds the first's run beating and waits for its proposals
     instead of training a second supernet (and leaving its own state file behind)."""

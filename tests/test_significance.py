@@ -119,4 +119,7 @@ def test_one_seed_shows_no_spread():
            "paired": one, "dominates": [], "deployable": 65608, "pct": 0.29}
     counts = {"complete": 1, "pruned": 0, "failed": 0, "rejected": 0}
     line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[row]).table().splitlines()[2]
-    assert "0.5500 (1 seed)  +25.00 (1 seed)" in line and "±" not in line.split("0.0600")[1]
+    assert "0.5500 (1 seed)  +25.00 (1 seed)" in line and "head only" not in line
+    probe = {**row, "number": 4, "deployable": 0, "pct": 0.0, "paired": None}
+    line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[probe]).table().splitlines()[2]
+    assert line.endswith("  -  head only (no PETL module)")              # a linear probe: say so and "±" not in line.split("0.0600")[1]

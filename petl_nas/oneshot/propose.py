@@ -85,6 +85,14 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
         return lines + _train_and_enqueue(study, exp, budget, lock, say, settings, earlier, attempt)
 
 
+def over_budget_note(expected_count: float, budget: int) -> str:
+    """What to say when the supernet's gates ended well over the budget ("" when they did not)."""
+    if expected_count <= 1.1 * budget:
+        return ""
+    return (f"; its gates ended over the budget of {budget:,} (the proposals are cut to each budget exactly, "
+            f"from gates that had not decided: more oneshot.epochs or a larger oneshot.penalty_step let them)")
+
+
 def training_elsewhere(started: dict | None, grace_period: float) -> bool:
     """Whether the supernet run that ``started`` records is still training in another process: its
     beat is younger than ``grace_period`` and, on this host, its process is alive (a process of this
@@ -202,10 +210,11 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, earli
     if knob_runs is not None:
         went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
                     + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
+    over = over_budget_note(record["expected_count"], budget)
     return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
-                    f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
-                    f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
-                    + ", ".join(f"{p['deployable']:,}" for p in proposed)]
+            f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
+            f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
+            + ", ".join(f"{p['deployable']:,}" for p in proposed) + over]
 
 
 def _check_same_settings(study, settings: dict) -> None:
