@@ -14,10 +14,11 @@ import json
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, PetlConfig, read_yaml
+from .config import ConfigError, PetlConfig, PetlWarning, read_yaml
 
 EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
@@ -512,10 +513,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _own_warnings_as_lines():
+    """petl-nas's own warnings (`PetlWarning`) as one ``petl-nas: warning: ...`` line each; other
+    libraries' as Python shows them."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, PetlWarning):
+            print(f"petl-nas: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = default
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with _own_warnings_as_lines():
+            return args.func(args)
     except ConfigError as e:
         print(f"petl-nas: error: {e}", file=sys.stderr)
         return 2

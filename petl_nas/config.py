@@ -53,6 +53,10 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the field, the value and what is accepted."""
 
 
+class PetlWarning(UserWarning):
+    """petl-nas's own warnings (the command line prints them as ``petl-nas: warning: ...`` lines)."""
+
+
 def suggest(word: str, choices) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -437,5 +441,5 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "check_keys", "read_yaml", "parse_blocks", "FORMS", "POSITIONS",
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "PetlWarning", "check_keys", "read_yaml", "parse_blocks", "FORMS", "POSITIONS",
            "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import POOLINGS, ConfigError
+from .config import POOLINGS, ConfigError, PetlWarning
 
 
 _WARNED: set[str] = set()
@@ -122,7 +122,7 @@ def install_pooling(model: nn.Module, pooling: str, pad_mask, handles: list) -> 
             _WARNED.add(name)                               # once per process and checkpoint
             warnings.warn(f"{name}: the frozen pooler looks "
                           f"untrained (its bias is all zeros), so the classifier reads noise; set pooling: "
-                          f"mean (or cls, pooler_trained)", UserWarning, stacklevel=3)
+                          f"mean (or cls, pooler_trained)", PetlWarning, stacklevel=3)
         return
     if _configured_pooling(model) is not None:             # the head pools as its config says: say ours
         handles.append(_ConfigField(model.config, "classifier_pooling", pooling))

@@ -32,7 +32,7 @@ from torch import nn
 from transformers.initialization import no_init_weights
 
 from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for, stacks
-from .config import ConfigError, PetlConfig
+from .config import ConfigError, PetlConfig, PetlWarning
 from .head import (install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout,
                    stock_head_fields)
 from .precision import master_dtype
@@ -445,7 +445,7 @@ def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:
     if warn and root.pooling != "native" and stock_head_fields(model, root.pooling) is None:
         warnings.warn(f"remove_petl: the classifier was trained reading {root.pooling} pooling, which the stock "
                       f"{type(model).__name__} head does not read, so its outputs change (merge_and_unload keeps "
-                      f"them where it can, or says why not)", stacklevel=2)
+                      f"them where it can, or says why not)", PetlWarning, stacklevel=2)
     for h in root._handles:
         h.remove()
     for attn in root._attn_modules:
@@ -504,7 +504,7 @@ def petl_disabled(model: nn.Module):
     root: PetlRoot = getattr(model, ROOT)
     if root.merged:
         warnings.warn(f"petl_disabled: {root.merged} LoRA update(s) were merged into the weights (merge_lora) "
-                      f"and stay on; the output is not the bare backbone's", stacklevel=3)
+                      f"and stay on; the output is not the bare backbone's", PetlWarning, stacklevel=3)
     root.enabled = False
     try:
         yield model

@@ -53,3 +53,23 @@ def test_presets_list_every_name_apart_from_its_description(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == preset_names()
     assert all(line[len(name)] == " " for line, name in zip(lines, preset_names()))
+
+
+def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypatch, capsys):
+    import warnings
+
+    from petl_nas import cli
+    from petl_nas.config import PetlWarning
+
+    def noisy(args):
+        warnings.warn("bert: the frozen pooler looks untrained", PetlWarning)
+        warnings.warn("a library's own notice", FutureWarning)
+        return 0
+    monkeypatch.setattr(cli, "cmd_presets", noisy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main(["presets"]) == 0
+    err = capsys.readouterr().err
+    assert "petl-nas: warning: bert: the frozen pooler looks untrained\n" in err
+    assert "a library's own notice" not in err          # left to Python (here: pytest's recorder)
+    assert warnings.showwarning.__name__ != "show"          # put back
