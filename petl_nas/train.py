@@ -332,7 +332,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 if bar is not None:
                     bar.update(1)
                     if step % 25 == 1 or step == total:    # reading the loss waits for the GPU: not every step
-                        bar.set_postfix(loss=f"{loss.item():.4f}",
+                        bar.set_postfix(loss=f"{loss.item():.4f} (step {step})",   # read every 25th
                                         **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"} if history else {}))
                 if step % eval_every == 0 or step == total:
                     watch.check()
@@ -342,7 +342,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                     metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
                     history.append(metrics)
                     if bar is not None:                   # the bar ends on the score the run reports
-                        bar.set_postfix(loss=f"{step_loss:.4f}", **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
+                        bar.set_postfix(loss=f"{step_loss:.4f} (step {step})", **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
                     if report is not None:
                         report(len(history), metrics, step == total)
                     train_mode()

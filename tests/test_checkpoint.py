@@ -98,3 +98,4 @@ def test_the_progress_bar_ends_on_the_reported_score(capsys):
     assert scores[-1] != scores[-2]                      # else the bar could show the one before and pass
     last_line = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert f"{task.main_metric}={result.last_score:.4f}" in last_line, last_line
+    assert f"loss={result.history[-1]['loss']:.4f} (step {result.steps})" in last_line, last_line  # read when
