@@ -251,7 +251,8 @@ def _merge_refusals(model) -> list[str]:
     if stock_head_fields(model, model.petl.pooling) is None:
         native = native_pooling(model)
         reasons.append(f"pooling: {model.petl.pooling} (the stock {type(model).__name__} head reads "
-                       f"{'[CLS] through the pooler' if native == 'pooler' else native})")
+                       f"{'[CLS] through the pooler' if native == 'pooler' else native}; trained with pooling: "
+                       f"{'pooler_trained' if native == 'pooler' else native}, it merges)")
     return reasons
 
 

@@ -184,7 +184,9 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         pooling, native = _resolved_pooling(config, model_config)
         if pooling not in {native} | ({"pooler_trained"} if native == "pooler" else set()):
             reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
-                           f"{'[CLS] through the pooler' if native == 'pooler' else native})")
+                           f"{'[CLS] through the pooler' if native == 'pooler' else native}; a space or "
+                           f"configuration with pooling: {'pooler_trained' if native == 'pooler' else native} "
+                           f"exports)")
     prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"     # both prepend: the same model
     if config.prompt_length and not prompt_as_peft:
         reasons.append("a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "

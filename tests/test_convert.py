@@ -129,8 +129,10 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
         (adapter, "merged"): "cannot be merged into a plain transformers model: modules[0] (adapter at ffn) computes "
                              "beside the weights (petl-nas predict --model reads it as it is)",
         (adapter, "peft"): "not expressible in HF PEFT: modules[0] (adapter at ffn): PEFT has no bottleneck adapters",
-        (mean, "merged"): "pooling: mean (the stock BertForSequenceClassification head reads [CLS] through the pooler)",
-        (mean, "peft"): "pooling: mean (PEFT trains the model's own head, which reads [CLS] through the pooler)",
+        (mean, "merged"): "pooling: mean (the stock BertForSequenceClassification head reads [CLS] through the "
+                          "pooler; trained with pooling: pooler_trained, it merges)",
+        (mean, "peft"): "pooling: mean (PEFT trains the model's own head, which reads [CLS] through the pooler; a "
+                        "space or configuration with pooling: pooler_trained exports)",
     }
     for (run, to), message in expected.items():
         capsys.readouterr()

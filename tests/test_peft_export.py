@@ -131,7 +131,8 @@ def test_pooling_is_expressible_where_the_stock_head_reads_it():
     cls = PetlConfig(modules=(ModuleSpec(form="lora", size=4),), pooling="cls")
     assert to_peft(cls, build("roberta").config)["peft_type"] == "LORA"    # RoBERTa's head reads <s>
     with pytest.raises(NotExpressible, match=r"pooling: cls \(PEFT trains the model's own head, which reads "
-                                             r"\[CLS\] through the pooler\)"):
+                                             r"\[CLS\] through the pooler; a space or configuration with "
+                                             r"pooling: pooler_trained exports\)"):
         to_peft(cls, build("bert").config)
 
 
