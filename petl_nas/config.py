@@ -441,5 +441,5 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "PetlWarning", "check_keys", "read_yaml", "parse_blocks", "FORMS", "POSITIONS",
-           "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "PetlWarning", "check_keys", "read_yaml", "parse_blocks",
+           "FORMS", "POSITIONS", "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from .compiling import COMPILE_MODES
 from .config import ConfigError, check_keys, read_yaml
 from .costs import check_objectives

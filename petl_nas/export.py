@@ -227,7 +227,6 @@ def read_record(path: str | Path) -> dict:
     if not isinstance(rec, dict):
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
     from .config import suggest
-
     from .experiment import Experiment
 
     searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)

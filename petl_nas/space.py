@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, parse_blocks, read_yaml, suggest
 from .presets import space_dir
 
