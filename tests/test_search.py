@@ -640,6 +640,27 @@ def test_a_search_whose_every_trial_failed_exits_non_zero(tmp_path, monkeypatch,
     assert "petl-nas: error: every trial of the study failed (2); their reasons are above and in " in err
 
 
+def test_progress_of_workers_sharing_a_study_counts_the_study_trials():
+    """Two workers on one study of 4 trials each say how far the study is, [2/4] after the second
+    trial whoever trained it, and end at [4/4], not each at [2/4]; a trial finished before a worker
+    started is not counted."""
+    from types import SimpleNamespace
+
+    from petl_nas.search import Progress
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.tell(study.ask(), [0.5, 10])                  # from an earlier run
+    lines = {"a": [], "b": []}
+    workers = {w: Progress(study, 4, lines[w].append) for w in lines}
+    for i, w in enumerate("abab"):
+        trial = study.ask()
+        study.tell(trial, [0.5, 10])
+        workers[w](SimpleNamespace(number=trial.number, preset=None, deployable=10,
+                                   trial=SimpleNamespace(user_attrs={})), "complete", {"score": 0.5})
+    assert [line.split()[0] for line in lines["a"]] == ["[1/4]", "[3/4]"]
+    assert [line.split()[0] for line in lines["b"]] == ["[2/4]", "[4/4]"]
+
+
 def test_progress_never_counts_past_its_total_nor_below_zero_minutes():
     """A lost trial trained again on resume comes on top of the announced count: [3/3], not [3/2]."""
     from types import SimpleNamespace
