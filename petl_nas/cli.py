@@ -227,6 +227,8 @@ def cmd_export(args) -> int:
     test = (f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}" if p.get("test_mean") is not None
             else "")
     search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
+    if args.pick.startswith("fastest") and not args.preset and "latency_ms" in p.get("costs", {}):
+        search += f"latency {p['costs']['latency_ms']:.2f} ms deployed; "
     print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
     scored = study.user_attrs.get("fidelity", {}).get("epochs")
     if args.recipe == "final" and isinstance(scored, (int, float)) and scored != rec["recipe"]["epochs"]:

@@ -138,7 +138,13 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
     return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
                    test_mean=final.get("mean"), test_std=final.get("std"), test_n=len(final.get("scores", [])) or None,
-                   **origin)
+                   **origin, **_measured_costs(u))
+
+
+def _measured_costs(attrs: dict) -> dict:
+    """What the trial measured of its costs (`costs.py`), for the record: ``{"costs": {...}}`` or nothing."""
+    costs = {attr: attrs[attr] for attr in ("latency_ms", "train_step_ms", "peak_mem_mb") if attrs.get(attr) is not None}
+    return {"costs": costs} if costs else {}
 
 
 def _study_space(study: optuna.Study):

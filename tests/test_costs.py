@@ -156,6 +156,29 @@ def test_export_picks_the_fastest_within_the_margin():
         choose(study, pick="quickest")
 
 
+def test_export_by_latency_records_the_costs_and_names_the_latency_that_decided(tmp_path, capsys):
+    import yaml
+
+    from petl_nas.cli import main
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(storage=url, study_name="s", directions=["maximize", "minimize", "minimize"])
+    study.set_user_attr("metric", "accuracy")
+    config = PetlConfig(modules=(ModuleSpec(form="lora", size=2),)).to_dict()
+    for score, params, ms in [(0.90, 9000, 5.0), (0.897, 20000, 3.0), (0.80, 1000, 1.0)]:
+        costs = {"latency_ms": ms, "train_step_ms": 10 * ms, "peak_mem_mb": 100 + ms}
+        study.add_trial(create_trial(values=[score, params, ms], params={"x": 0.0},
+                                     distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={"petl_config": config, "recipe": {"lr": 1e-3}, "deployable": params,
+                                                 "trainable": params, **costs}))
+    assert main(["export", "--storage", url, "--pick", "fastest-within=0.5", "-o", str(tmp_path / "fast.yaml")]) == 0
+    assert "trial 1 (accuracy 0.8970 on search dev; latency 3.00 ms deployed; 20,000 deployable" in capsys.readouterr().out
+    costs = yaml.safe_load((tmp_path / "fast.yaml").read_text())["provenance"]["costs"]
+    assert costs == {"latency_ms": 3.0, "train_step_ms": 30.0, "peak_mem_mb": 103.0}
+    assert main(["export", "--storage", url, "-o", str(tmp_path / "best.yaml")]) == 0
+    assert "ms deployed" not in capsys.readouterr().out                 # said only when it decided
+
+
 def test_fastest_needs_measured_latency():
     study = _study([(0.90, 9000, None), (0.89, 5000, None)])
     with pytest.raises(ConfigError, match="has no latency measured"):
