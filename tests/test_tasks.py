@@ -246,6 +246,24 @@ def test_file_task_errors(tmp_path, monkeypatch):
         load_splits(task, search_dev_fraction=0.5)
 
 
+def test_file_task_says_why_a_table_is_not_what_the_user_wrote(tmp_path):
+    """One class in the train file; comma-separated rows in a .tsv; a file without a header row."""
+    (tmp_path / "dev.csv").write_text("text,label\nb,pos\n")
+    (tmp_path / "one.csv").write_text("text,label\na,pos\nb,pos\n")
+    with pytest.raises(ConfigError, match=r"one\.csv: 'label' holds one class \('pos'\); a classifier needs two or more"):
+        file_task(tmp_path / "one.csv", tmp_path / "dev.csv", text_columns=["text"])
+    (tmp_path / "commas.tsv").write_text("text,label\na,pos\nb,neg\n")
+    with pytest.raises(ConfigError, match=r"missing column 'text' \(columns: text,label\); the header is one column: "
+                                          r"a \.tsv file is read tab-separated$"):
+        file_task(tmp_path / "commas.tsv", tmp_path / "dev.csv", text_columns=["text"])
+    (tmp_path / "bare.csv").write_text("a fine film,pos\na dull one,neg\n")
+    with pytest.raises(ConfigError, match=r"the first row is read as the header: does the file have one\?$"):
+        file_task(tmp_path / "bare.csv", tmp_path / "dev.csv", text_columns=["text"])
+    (tmp_path / "nolabel.csv").write_text("text\na\n")             # a header, and a column missing from it
+    with pytest.raises(ConfigError, match=r"missing column 'label' \(columns: text\)$"):
+        file_task(tmp_path / "nolabel.csv", tmp_path / "dev.csv", text_columns=["text"])
+
+
 # --- encoding, cache, tiny backbone ---------------------------------------------------------------
 
 def test_encode_batches_pad_per_batch(tokenizer):

@@ -61,8 +61,22 @@ def read_table(path: str, needed: Sequence[str]):
         raise ConfigError(f"{path}: the file has no rows")
     for c in needed:
         if c not in table.column_names:
-            raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})")
+            raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})"
+                              + _header_hint(path, table.column_names, needed))
     return table
+
+
+def _header_hint(path: str, columns: list[str], needed: Sequence[str]) -> str:
+    """Why a CSV/TSV file's columns may not be what the user wrote: another separator than its
+    suffix says, or no header row (its first row read as one)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".tsv"):
+        return ""
+    if len(columns) == 1 and any(sep in columns[0] for sep in ",\t;|"):
+        return f"; the header is one column: a {suffix} file is read {'tab' if suffix == '.tsv' else 'comma'}-separated"
+    if not set(needed) & set(columns):
+        return "; the first row is read as the header: does the file have one?"
+    return ""
 
 
 def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = None, label_column: str | None = None,
@@ -94,13 +108,16 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
         raise ConfigError(f"task: a {kind} file task needs text_columns")
     label_column = label_column or "label"
     if kind == "classification" and labels is None:
-        values = {label_text(v) for v in read_table(str(train), [label_column])[label_column] if v is not None}
+        values = {label_text(v) for v in read_table(str(train), [*text_columns, label_column])[label_column] if v is not None}
         numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
         labels = sorted(values, key=float if numeric else str)
         if numeric and any("." in v for v in labels):
             raise ConfigError(f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
                               f"set kind: regression, or list the classes with labels: [...]")
     labels = tuple(str(v) for v in labels or ())
+    if kind == "classification" and len(labels) < 2:
+        raise ConfigError(f"{train}: {label_column!r} holds one class ({', '.join(map(repr, labels)) or 'none'}); "
+                          f"a classifier needs two or more (kind: regression for scores, or labels: [...] to list them)")
     if metrics is None:
         metrics = (("pearson", "spearman", "pearson_spearman") if kind == "regression"
                    else ("accuracy", "f1", "mcc") if len(labels) == 2 else ("accuracy",))
