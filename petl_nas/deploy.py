@@ -245,7 +245,7 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
-    """Label each row: {"label", "probabilities"} (classification), {"score"} (regression), or
+    """Label each row: {"label", "probabilities": {label: p}} (classification), {"score"} (regression), or
     {"generated"} (text of a seq2seq or causal-LM task, from the row's source or prompt)."""
     info = getattr(model.petl, "info", {}) or {}
     tok = model.petl_tokenizer
@@ -264,8 +264,8 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
             else:
                 probs = logits.softmax(-1)
                 labels = info.get("labels") or [str(j) for j in range(probs.shape[-1])]
-                out += [{"label": labels[int(p.argmax())], "probabilities": [round(float(x), 6) for x in p]}
-                        for p in probs]
+                out += [{"label": labels[int(p.argmax())],
+                         "probabilities": {name: round(float(x), 6) for name, x in zip(labels, p)}} for p in probs]
     return out
 
 

@@ -113,6 +113,10 @@ def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
     assert torch.allclose(loaded(**batch).logits, trained(**batch).logits, atol=1e-5)
     preds = predict(loaded, [("a great film",), ("awful dull movie",)])
     assert {p["label"] for p in preds} <= {"negative", "positive"} and len(preds) == 2
+    for p in preds:                           # each class's probability under its name; the label is the likeliest
+        assert list(p["probabilities"]) == ["negative", "positive"]
+        assert p["label"] == max(p["probabilities"], key=p["probabilities"].get)
+        assert abs(sum(p["probabilities"].values()) - 1) < 1e-5
 
 
 def test_a_preset_the_study_trained_exports_as_that_trial(tmp_path, capsys):
