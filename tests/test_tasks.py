@@ -252,6 +252,8 @@ def test_file_task_says_why_a_table_is_not_what_the_user_wrote(tmp_path):
     (tmp_path / "one.csv").write_text("text,label\na,pos\nb,pos\n")
     with pytest.raises(ConfigError, match=r"one\.csv: 'label' holds one class \('pos'\); a classifier needs two or more"):
         file_task(tmp_path / "one.csv", tmp_path / "dev.csv", text_columns=["text"])
+    with pytest.raises(ConfigError, match=r"^task: labels lists one class \('pos'\); a classifier needs two or more$"):
+        file_task(tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"], labels=["pos"])
     (tmp_path / "commas.tsv").write_text("text,label\na,pos\nb,neg\n")
     with pytest.raises(ConfigError, match=r"missing column 'text' \(columns: text,label\); the header is one column: "
                                           r"a \.tsv file is read tab-separated$"):

@@ -107,7 +107,8 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
     if text_columns is None:
         raise ConfigError(f"task: a {kind} file task needs text_columns")
     label_column = label_column or "label"
-    if kind == "classification" and labels is None:
+    given = labels is not None
+    if kind == "classification" and not given:
         values = {label_text(v) for v in read_table(str(train), [*text_columns, label_column])[label_column] if v is not None}
         numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
         labels = sorted(values, key=float if numeric else str)
@@ -116,8 +117,9 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
                               f"set kind: regression, or list the classes with labels: [...]")
     labels = tuple(str(v) for v in labels or ())
     if kind == "classification" and len(labels) < 2:
-        raise ConfigError(f"{train}: {label_column!r} holds one class ({', '.join(map(repr, labels)) or 'none'}); "
-                          f"a classifier needs two or more (kind: regression for scores, or labels: [...] to list them)")
+        where = "task: labels lists" if given else f"{train}: {label_column!r} holds"
+        raise ConfigError(f"{where} one class ({', '.join(map(repr, labels)) or 'none'}); a classifier needs two "
+                          f"or more" + ("" if given else " (kind: regression for scores, or labels: [...] to list them)"))
     if metrics is None:
         metrics = (("pearson", "spearman", "pearson_spearman") if kind == "regression"
                    else ("accuracy", "f1", "mcc") if len(labels) == 2 else ("accuracy",))
