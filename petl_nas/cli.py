@@ -122,6 +122,9 @@ def cmd_presets(args) -> int:
 
         model_config = load_model_config(args.model)
     width = max(map(len, preset_names())) + 2
+    if model_config is not None:                  # what the two numbers are: the counts of the budget
+        print(f"{'preset':<{width}}{'deployable':>12}  {'% model':>7}  description (counts on {args.model}, "
+              f"head excluded)")
     for name in preset_names():
         line = f"{name:<{width}}"
         if model_config is not None:

@@ -263,6 +263,7 @@ def test_presets_with_a_model_lists_what_the_backbone_cannot_take(tmp_path, caps
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "not for this backbone: bitfit: the modernbert backbone has no bias terms" in rows["bitfit"]
     assert "not for this backbone" not in rows["lora"] and "%" in rows["lora"]
+    assert rows["preset"].split()[1:3] == ["deployable", "%"] and "head excluded" in rows["preset"]   # what the numbers are
 
 
 def test_a_deberta_v3_folder_with_only_its_sentencepiece_model_trains(tmp_path):
