@@ -117,7 +117,7 @@ class SearchSummary:
 class Progress:
     """A live line per trial this worker finishes: states so far, the front's size and an ETA.
 
-    ``[i/N]`` counts the study's trials finished since this worker started, by every worker (N: what
+    ``[i/N]`` counts the study's trials trained since this worker started, by every worker (N: what
     was left to train then), so workers sharing a study count to the same end, and the ETA is the
     study's."""
 
@@ -127,8 +127,8 @@ class Progress:
         self.before = {t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING}
 
     def __call__(self, p, state: str, info: dict) -> None:
-        finished = sum(1 for t in self.study.get_trials(deepcopy=False)
-                       if t.state.is_finished() and t.number not in self.before)
+        finished = sum(1 for t in self.study.get_trials(deepcopy=False)      # over budget or invalid: no line
+                       if is_trained(t) and t.number not in self.before)
         self.done = max(self.done + 1, finished)
         self.total = max(self.total, self.done)   # a lost trial trained again comes on top of the count
         self.reused += bool(info.get("reused"))

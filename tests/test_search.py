@@ -643,7 +643,7 @@ def test_a_search_whose_every_trial_failed_exits_non_zero(tmp_path, monkeypatch,
 def test_progress_of_workers_sharing_a_study_counts_the_study_trials():
     """Two workers on one study of 4 trials each say how far the study is, [2/4] after the second
     trial whoever trained it, and end at [4/4], not each at [2/4]; a trial finished before a worker
-    started is not counted."""
+    started, and trials over the budget (never trained), are not counted."""
     from types import SimpleNamespace
 
     from petl_nas.search import Progress
@@ -653,6 +653,9 @@ def test_progress_of_workers_sharing_a_study_counts_the_study_trials():
     lines = {"a": [], "b": []}
     workers = {w: Progress(study, 4, lines[w].append) for w in lines}
     for i, w in enumerate("abab"):
+        over = study.ask()                              # over the budget: never trained, no line, not counted
+        over.set_user_attr("rejected", True)
+        study.tell(over, state=optuna.trial.TrialState.PRUNED)
         trial = study.ask()
         study.tell(trial, [0.5, 10])
         workers[w](SimpleNamespace(number=trial.number, preset=None, deployable=10,
