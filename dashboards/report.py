@@ -76,7 +76,7 @@ def _figure(figures: dict, name: str, caption: str) -> str:
 
 def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
     m = _e(view.metric)
-    head = ("<tr><th>trial</th><th>preset</th><th>configuration</th>"
+    head = ("<tr><th>trial</th><th>source</th><th>configuration</th>"
             f"<th>search {m}</th><th>test {m} (mean ± std)</th><th>deployable</th><th>% of backbone</th>"
             "<th>trainable</th><th>lr</th><th>train s</th><th>latency ms</th></tr>")
     rows = []
@@ -87,7 +87,7 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
         pct = view.pct(p.deployable)
         latency = f"{p.costs['latency']:.1f}" if "latency" in p.costs else "–"
         rows.append(
-            f'<tr id="{caption_id}-trial-{p.number}"><td class="n">{p.number}</td><td>{_e(p.preset or "–")}</td>'
+            f'<tr id="{caption_id}-trial-{p.number}"><td class="n">{p.number}</td><td>{_e("–" if p.source == "-" else p.source)}</td>'
             f"<td>{_e(p.config_text)}</td><td class='n'>{p.score:.4f}"
             f"{f' ± {p.se:.4f}' if p.se is not None else ''}{' (did not learn)' if p.did_not_learn else ''}</td>"
             f"<td class='n'>{test}</td>"

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigError, PetlConfig
 from ..costs import COSTS
-from ..fronts import group_of, hypervolume, reference_from, sweep_line
+from ..fronts import group_of, hypervolume, reference_from, source_of, sweep_line
 from ..study import state_counts
 from ..describe import describe_config
 
@@ -50,6 +50,7 @@ class Point:
     group: str = "searched"           # searched, oneshot, preset or sweep (fronts.py)
     baseline: str | None = None       # the sweep point's name (lora_qv_r8, ...)
     costs: dict = field(default_factory=dict)   # measured costs by objective name (costs.py): latency, ...
+    source: str = "-"                 # what proposed it, as the summary names it (fronts.source_of)
 
 
 @dataclass
@@ -124,7 +125,8 @@ def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
                  lr=(u.get("recipe") or {}).get("lr"), final=attrs.get(f"final:{t.number}"),
                  on_front=on_front, finished_s=finished, train_s=u.get("train_s"), se=u.get("score_se"),
                  did_not_learn=bool(u.get("did_not_learn")), group=group_of(t), baseline=u.get("baseline"),
-                 costs={name: u[key] for name, (_, key) in COSTS.items() if u.get(key) is not None})
+                 costs={name: u[key] for name, (_, key) in COSTS.items() if u.get(key) is not None},
+                 source=source_of(t))
 
 
 # ---- hypervolume ----------------------------------------------------------------------------
