@@ -41,10 +41,17 @@ def check_objectives(names) -> tuple[str, ...]:
 
     if not isinstance(names, (list, tuple)) or list(names[:2]) != ["score", "params"]:
         raise ConfigError(f"objectives: expected [score, params] followed by any of {', '.join(COSTS)}, got {names!r}")
+    from .config import suggest
+
     extra = list(names[2:])
     for name in extra:
+        if not isinstance(name, str):
+            raise ConfigError(f"objectives: {name!r} is not an objective's name; choose from {', '.join(COSTS)}")
+        if name in ("score", "params"):
+            raise ConfigError(f"objectives: {names!r} names {name} twice (it comes first, then any of "
+                              f"{', '.join(COSTS)})")
         if name not in COSTS:
-            raise ConfigError(f"objectives: unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
+            raise ConfigError(f"objectives: unknown objective {name!r}{suggest(name, COSTS)} (after score, params)")
     if len(set(extra)) != len(extra):
         raise ConfigError(f"objectives: {names!r} names one objective twice")
     return tuple(names)

@@ -117,10 +117,13 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                                           f"{', '.join(changed)}; use a new --study name or --force-new-study "
                                           f"to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
-                elif len(old.directions) != len(objectives):
-                    had = old.user_attrs.get("objectives", ["score", "params"])
-                    raise ConfigError(f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
-                                      f"not [{', '.join(objectives)}]; use a new --study name")
+                elif (had := old.user_attrs.get("objectives", ["score", "params"])) != list(objectives) \
+                        or len(old.directions) != len(objectives):   # the values stored are of the old ones
+                    if not force_new:
+                        raise ConfigError(f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
+                                          f"not [{', '.join(objectives)}]; use a new --study name or "
+                                          f"--force-new-study to replace it")
+                    optuna.delete_study(study_name=name, storage=storage)
             study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                         directions=directions(objectives), load_if_exists=True)
     except ConfigError:

@@ -4,6 +4,7 @@ probe sees a trial's own peak, every trial measures its costs, a study minimises
 
 import copy
 import dataclasses
+import re
 
 import optuna
 import pytest
@@ -95,8 +96,11 @@ def test_the_memory_probe_sees_what_runs_inside_it_not_before():
 def test_objectives_are_checked_in_one_line():
     assert Experiment(objectives=["score", "params", "latency"]).objectives == ("score", "params", "latency")
     for bad, words in ((["params", "score"], "expected [score, params]"), (["score", "params", "speed"], "unknown"),
-                       (["score", "params", "memory", "memory"], "twice")):
-        with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+                       (["score", "params", "memory", "memory"], "twice"),
+                       (["score", "params", "step-time"], "unknown objective 'step-time' (did you mean 'step_time'?)"),
+                       (["score", "params", "score"], "names score twice (it comes first"),
+                       (["score", "params", ["latency"]], "['latency'] is not an objective's name")):
+        with pytest.raises(ConfigError, match=re.escape(words)):
             Experiment(objectives=bad)
 
 
@@ -124,6 +128,18 @@ def test_a_search_minimises_the_costs_it_names(tmp_path, monkeypatch):
         assert u["latency_ms"] > 0 and u["train_step_ms"] > 0 and u["peak_mem_mb"] >= 0
     with pytest.raises(ConfigError, match=r"has objectives \[score, params, latency, step_time, memory\]"):
         run_search(dataclasses.replace(exp, objectives=("score", "params")), printer=lambda *a: None)
+    # as many objectives in another order (or others): the stored columns would be read as the new ones
+    reordered = dataclasses.replace(exp, objectives=("score", "params", "memory", "step_time", "latency"))
+    with pytest.raises(ConfigError, match=r"has objectives \[score, params, latency, step_time, memory\], not "
+                                          r"\[score, params, memory, step_time, latency\]; use a new --study name "
+                                          r"or --force-new-study"):
+        run_search(reordered, printer=lambda *a: None)
+    stored = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert stored.user_attrs["objectives"] == list(exp.objectives) and len(stored.trials) == len(study.trials)
+    run_search(dataclasses.replace(reordered, trials=1), force_new_study=True, printer=lambda *a: None)
+    replaced = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert replaced.user_attrs["objectives"] == list(reordered.objectives)
+    assert len([t for t in replaced.trials if t.state == TrialState.COMPLETE]) == 1     # the old 3 are gone
 
 
 def test_a_two_objective_search_still_measures_every_cost(tmp_path, monkeypatch):
