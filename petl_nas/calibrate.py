@@ -106,6 +106,12 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     names = calibration_presets(exp, model_config, budget)
     fid = exp.fidelity
     *shorter, longest = ladder(exp.final.epochs)
+    if not names:                                     # nothing to rank: the final length, and why
+        printer(f"  calibration: no preset fits the budget{f' of {budget:,}' if budget is not None else ''}, so "
+                f"nothing can show a shorter length ranks as the final one")
+        return {"presets": [], "steps": [], "epochs": longest, "stable": False, "rule": "final", "skipped": shorter,
+                "final_learned": None, "first_learned_epochs": None, "no_presets": True,
+                "cost_s": round(time.perf_counter() - start, 1)}
 
     def measure(epochs: float, keep: bool = False) -> dict:
         recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
@@ -170,6 +176,8 @@ def describe(record: dict) -> str:
     if record.get("rule") != "final":             # recorded by an older version: compared with the next length
         why = ("the presets cleared the baseline and ranked as at the next length" if record["stable"]
                else "no length up to the final recipe's gave a stable order of presets clear of the baseline")
+    elif record.get("no_presets"):
+        why = "no preset fits the budget, so none could calibrate a shorter length"
     elif record["stable"]:
         why = "the presets cleared the baseline, ranked as at the final length and scored within noise of it"
     elif record.get("final_learned") is False:
@@ -181,8 +189,9 @@ def describe(record: dict) -> str:
                f"{', '.join(f'{e:g}' for e in record['skipped'])} could not repay calibrating them")
     else:
         why = "no shorter length ranked and scored as the final length did"
-    return (f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
-            f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)")
+    return (f"fidelity auto: {record['epochs']:g} epochs per trial, the final length ({why})" if record.get("no_presets")
+            else f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
+                 f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)")
 
 
 def resolve(study, exp, baseline: dict | None, model_config, budget: int | None, printer):
@@ -191,8 +200,9 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
         return exp, None
     record = study.user_attrs.get(ATTR)
     if record is None:
-        printer("fidelity auto: calibrating the trial length on "
-                + ", ".join(calibration_presets(exp, model_config, budget)) + " ...")
+        names = calibration_presets(exp, model_config, budget)
+        if names:
+            printer(f"fidelity auto: calibrating the trial length on {', '.join(names)} ...")
         record = calibrate(exp, baseline, model_config, budget, printer)
         # Another worker of the same study may have finished first: every worker uses one record.
         record = study.user_attrs.get(ATTR) or record

@@ -132,6 +132,17 @@ def test_presets_that_never_learn_stop_calibration_at_the_final_length(tmp_path,
     assert "not every preset learned even at the final length" in calibrate.describe(record)
 
 
+def test_no_preset_under_the_budget_means_the_final_length_not_the_shortest(tmp_path, monkeypatch):
+    """With nothing to rank, every rule holds vacuously: calibration must not pick 1 epoch from no run."""
+    calls, lines = [], []
+    scripted(monkeypatch, {}, calls)
+    record = calibrate.calibrate(experiment(tmp_path), BASELINE, _config(), 10, lines.append)   # budget 10
+    assert calls == [] and record["epochs"] == 8 and record["stable"] is False and record["presets"] == []
+    assert "no preset fits the budget of 10" in lines[0]
+    assert calibrate.describe(record) == ("fidelity auto: 8 epochs per trial, the final length (no preset fits the "
+                                          "budget, so none could calibrate a shorter length)")
+
+
 def test_a_record_of_the_older_rule_is_described_as_it_was_made():
     old = {"presets": ["lora"], "steps": [], "epochs": 2, "stable": True, "first_learned_epochs": 1, "cost_s": 60}
     assert "ranked as at the next length" in calibrate.describe(old)
