@@ -33,14 +33,14 @@ from .budget import count_parameters
 from .presets import preset
 from .significance import clearly_better, did_not_learn
 from .storage import as_stored
-from .study import preset_in_space
+from .study import CALIBRATION_ATTR, preset_in_space
 from .train import Recipe
 from .worker import TrialSpec, run_trial
 
 # Presets that calibrate a trial's length, in order of preference: the common anchors of three
 # functional forms (low-rank, bottleneck, Kronecker) and the smallest, BitFit.
 CALIBRATION_PRESETS = ("lora", "parallel_adapter", "compacter_pp", "pfeiffer", "bitfit")
-ATTR = "fidelity_calibration"
+ATTR = CALIBRATION_ATTR
 
 
 def ladder(final_epochs: float) -> list[float]:

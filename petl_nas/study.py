@@ -73,6 +73,7 @@ def seeded_sampler(name: str, seed: int, n_startup_trials: int = 10) -> Callable
 # The sampler, the strategy, `final:` and how trials execute (compile, CUDA graphs, the frozen
 # cache, evaluations per epoch) may change on resume.
 SCORE_ATTRS = ("task", "backbone", "budget", "data_seed")
+CALIBRATION_ATTR = "fidelity_calibration"             # the study attribute `calibrate` records its choice in
 SCORE_FIDELITY = ("k", "epochs", "batch_size", "max_length", "length_buckets", "precision", "search_dev",
                   "max_steps", "eval_rows", "score")
 
@@ -86,7 +87,16 @@ def changed_settings(stored: dict, attrs: dict) -> list[str]:
     old, new = stored.get("fidelity") or {}, attrs.get("fidelity") or {}
     return changed + [f"fidelity.{k} {old[k]} (now {new[k]})" for k in SCORE_FIDELITY
                       if k in old and k in new and old[k] != new[k]
-                      and not (k == "epochs" and "auto" in (old[k], new[k]))]   # calibration stores its choice
+                      and not (k == "epochs" and _same_length(stored, old[k], new[k]))]
+
+
+def _same_length(stored: dict, old, new) -> bool:
+    """``epochs: auto`` against a number: the same length when the study calibrated it (then the
+    number stored is its choice), or when it has not calibrated yet; a study of a fixed length
+    resumed with ``auto`` would calibrate and train its next trials at another length."""
+    if new == "auto":
+        return old == "auto" or stored.get(CALIBRATION_ATTR) is not None
+    return old == "auto"
 
 
 def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,

@@ -168,6 +168,19 @@ def test_a_study_calibrates_once_and_its_trials_run_at_the_chosen_length(tmp_pat
     assert len(calls) == n
 
 
+def test_a_fixed_length_study_resumed_with_auto_is_refused_a_calibrated_one_is_not():
+    """`--epochs auto` on a study of 3-epoch trials would calibrate and train the next at another length."""
+    from petl_nas.study import changed_settings
+
+    auto, three = {"fidelity": {"epochs": "auto"}}, {"fidelity": {"epochs": 3}}
+    assert changed_settings(three, auto) == ["fidelity.epochs 3 (now auto)"]
+    calibrated = {"fidelity": {"epochs": 1}, "fidelity_calibration": {"epochs": 1}}
+    assert changed_settings(calibrated, auto) == []                          # auto again: its choice, 1
+    assert changed_settings(calibrated, {"fidelity": {"epochs": 4}}) == ["fidelity.epochs 1 (now 4)"]
+    assert changed_settings(auto, three) == []                               # made auto, not calibrated yet
+    assert changed_settings(three, three) == []
+
+
 def test_fidelity_auto_in_files_and_flags(tmp_path):
     assert Experiment.from_dict({"fidelity": "auto"}).fidelity.epochs == "auto"
     assert Experiment().fidelity.epochs == "auto"                              # the default
