@@ -266,6 +266,36 @@ def test_file_task_says_why_a_table_is_not_what_the_user_wrote(tmp_path):
         file_task(tmp_path / "nolabel.csv", tmp_path / "dev.csv", text_columns=["text"])
 
 
+def test_file_task_refuses_blank_cells_and_targets_that_are_not_finite(tmp_path):
+    """JSON keeps "" and "  " as strings (a CSV or TSV cell of spaces too); a NaN or inf regression
+    target made every trial's loss NaN. A cell reading NA or None is that text, and a quote in a TSV
+    is a character of its cell, not the start of a field that swallows the next rows."""
+    import json
+
+    def rows(name, items):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in items))
+        return tmp_path / name
+
+    good = rows("good.jsonl", [{"text": "a", "label": "pos"}, {"text": "b", "label": "neg"}])
+    for bad, column in (([{"text": "a", "label": "pos"}, {"text": "b", "label": "  "}], "'label'"),
+                        ([{"text": "a", "label": "pos"}, {"text": "", "label": "neg"}], "text column 'text'")):
+        task = file_task(good, rows("bad.jsonl", bad), text_columns=["text"])
+        with pytest.raises(ConfigError, match=rf"bad\.jsonl, row 2: {column} is empty$"):
+            load_splits(task, search_dev_fraction=0.5)
+    (tmp_path / "na.csv").write_text("text,label\nNA,None\nfine,neg\n")
+    (tmp_path / "quotes.tsv").write_text('text\tlabel\n"a quote opens\tpos\nb\tneg\nc"\tpos\nd\tneg\n')
+    task = file_task(tmp_path / "na.csv", tmp_path / "quotes.tsv", text_columns=["text"], labels=["None", "neg", "pos"])
+    splits = load_splits(task, search_dev_fraction=0.5)
+    assert splits.test.texts[0] == ('"a quote opens', "b", 'c"', "d") and list(splits.test.labels) == [2, 1, 2, 1]
+    assert sorted(splits.train.texts[0] + splits.search_dev.texts[0]) == ["NA", "fine"]
+    scores = rows("scores.jsonl", [{"text": "a", "y": 1.5}, {"text": "b", "y": 2.0}])
+    for value in (float("nan"), float("inf")):                 # json writes NaN and Infinity
+        task = file_task(scores, rows("dev.jsonl", [{"text": "a", "y": 1.0}, {"text": "b", "y": value}]),
+                         text_columns=["text"], label_column="y", kind="regression")
+        with pytest.raises(ConfigError, match=r"dev\.jsonl, row 2: label .* is not a finite number"):
+            load_splits(task, search_dev_fraction=0.5)
+
+
 # --- encoding, cache, tiny backbone ---------------------------------------------------------------
 
 def test_encode_batches_pad_per_batch(tokenizer):

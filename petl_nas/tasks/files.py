@@ -21,9 +21,12 @@ from .registry import Split, Task, get_task, label_text, make_split, register_so
 __all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "load_files"]
 
 # utf-8-sig reads a file with or without a byte-order mark (spreadsheets and GLUE's MRPC write one).
-FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig"}), ".tsv": ("csv", {"delimiter": "\t", "encoding": "utf-8-sig"}),
+FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig", "keep_default_na": False}),
+           ".tsv": ("csv", {"delimiter": "\t", "encoding": "utf-8-sig", "keep_default_na": False, "quoting": 3}),
            ".json": ("json", {}), ".jsonl": ("json", {})}
-"""File suffix -> (`datasets` builder, its keyword arguments): the tables `read_table` reads."""
+"""File suffix -> (`datasets` builder, its keyword arguments): the tables `read_table` reads. A cell
+reading "None", "NA" or "null" is that text, not a missing value; a TSV's quotes are characters of
+its cells (csv.QUOTE_NONE, as GLUE's files are written), so a stray quote cannot merge rows."""
 
 
 def _blank(path: Path, window: int = 1 << 16) -> bool:
@@ -33,7 +36,7 @@ def _blank(path: Path, window: int = 1 << 16) -> bool:
     return not head.strip() and path.stat().st_size <= window
 
 
-def read_table(path: str, needed: Sequence[str]):
+def read_table(path: str, needed: Sequence[str], label: str | None = None):
     """The rows of a CSV/TSV/JSON/JSONL file as a `datasets.Dataset`, with every ``needed`` column.
 
     Raises `ConfigError` naming the file and its columns when one is missing.
@@ -63,6 +66,10 @@ def read_table(path: str, needed: Sequence[str]):
         if c not in table.column_names:
             raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})"
                               + _header_hint(path, table.column_names, needed))
+    for c in needed:                                # an empty cell, or only spaces: nothing to read or learn
+        blank = next((i for i, v in enumerate(table[c]) if v is None or isinstance(v, str) and not v.strip()), None)
+        if blank is not None:
+            raise ConfigError(f"{path}, row {blank + 1}: {'' if c == label else 'text column '}{c!r} is empty")
     return table
 
 
@@ -109,7 +116,7 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
     label_column = label_column or "label"
     given = labels is not None
     if kind == "classification" and not given:
-        values = {label_text(v) for v in read_table(str(train), [*text_columns, label_column])[label_column] if v is not None}
+        values = {label_text(v) for v in read_table(str(train), [*text_columns, label_column], label_column)[label_column] if v is not None}
         numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
         labels = sorted(values, key=float if numeric else str)
         if numeric and any("." in v for v in labels):
@@ -179,7 +186,7 @@ def load_files(task: Task, data_dir=None) -> dict[str, Split]:
     """The rows of a file task's ``train``, ``dev`` (and ``test``) files; ``data_dir`` is ignored."""
     out = {}
     for split, path in task.data_files:
-        table = read_table(path, (*task.text_columns, task.label_column))
+        table = read_table(path, (*task.text_columns, task.label_column), task.label_column)
         out[split] = make_split(task, [table[c] for c in task.text_columns], table[task.label_column],
                                 lambda i, p=path: f"{p}, row {i + 1}")
     return out

@@ -206,6 +206,9 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
             except (TypeError, ValueError):
                 raise ConfigError(f"{where(i)}: label {value!r} is not a number "
                                   f"({task.name} is a regression task)") from None
+            if not np.isfinite(labels[i]):                      # a NaN or inf target makes every loss NaN
+                raise ConfigError(f"{where(i)}: label {value!r} is not a finite number "
+                                  f"({task.name} is a regression task)")
     else:
         ids = {v: i for i, v in enumerate(task.labels)}
         labels = np.empty(len(raw_labels), dtype=np.int64)
