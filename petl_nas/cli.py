@@ -269,14 +269,14 @@ def cmd_train(args) -> int:
 
 def cmd_predict(args) -> int:
     from .deploy import check_input, load, predict, read_texts
-    from .tasks import resolve_task
+    from .tasks import recorded_task
 
     check_input(args.input)                    # before the model loads
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
     model = load(backbone, args.model)
-    task = resolve_task(model.petl.info["task"])
+    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
     for row, pred in zip(rows := read_texts(args.input, task.text_columns), predict(model, rows)):
-        print(json.dumps({"text": row if len(row) > 1 else row[0], **pred}))
+        print(json.dumps({"text": row if len(row) > 1 else row[0], **pred}, ensure_ascii=False))
     return 0
 
 

@@ -31,7 +31,7 @@ from .config import ConfigError, PetlConfig
 from .data import encode
 from .inject import CONFIG_FILE, atomic_write, load_petl, save_petl
 from .precision import autocast_for
-from .tasks import Split, load_splits, resolve_task
+from .tasks import Split, load_splits, recorded_task, resolve_task
 from .train import Recipe, train
 from .worker import TrainData, load_backbone, petl_copy, tiny_model
 
@@ -173,7 +173,7 @@ def fresh_backbone(directory: str | Path, backbone=None):
     backbone = backbone if backbone is not None else info.get("backbone")
     if backbone is None:
         raise ConfigError(f"{directory}: the backbone is not recorded; pass it")
-    task = resolve_task(info["task"])
+    task = recorded_task(info["task"], info.get("labels"))       # a file task's files may be gone
     if isinstance(backbone, dict):
         from transformers import AutoTokenizer
 
@@ -270,7 +270,7 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
 
 
 def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[str]:
-    task, tok = resolve_task(info["task"]), model.petl_tokenizer
+    task, tok = recorded_task(info["task"]), model.petl_tokenizer
     max_length = info.get("max_length", 128)
     if task.kind == "causal_lm":
         from .causal_lm import generate_responses

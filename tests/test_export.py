@@ -212,6 +212,33 @@ def test_cli_train_and_predict(tmp_path, capsys):
     assert [line["text"] for line in lines] == ["a great film", "awful dull movie"]
 
 
+def test_a_run_on_files_predicts_after_its_files_are_gone(tmp_path, capsys):
+    """A trained directory is what deploys: predict reads the classes it recorded, not the train file."""
+    import shutil
+
+    from petl_nas.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    words = "good great fine dull bad awful plot film".split()
+    rows = [(f"{words[i % 8]} {words[(3 * i) % 8]} film", ["neg", "neu", "pos"][i % 3]) for i in range(60)]
+    for name, part in (("train.csv", rows[:45]), ("dev.csv", rows[45:])):
+        (data / name).write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in part))
+    task = {"train": str(data / "train.csv"), "dev": str(data / "dev.csv"), "text_columns": ["text"]}
+    rec = {"backbone": TINY, "task": task, "data_dir": None, "data_seed": 111, "k": None, "petl_config": LORA,
+           "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 16, "max_length": 16}, "seeds": 1, "counts": {}}
+    write_record(rec, tmp_path / "best.yaml")
+    assert main(["train", "--config", str(tmp_path / "best.yaml"), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    shutil.rmtree(data)
+    (tmp_path / "in.txt").write_text("a great film 😀\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
+    out = capsys.readouterr().out
+    assert '"a great film 😀"' in out                                    # as written, not \ud83d\ude00
+    (line,) = [json.loads(line) for line in out.splitlines()]
+    assert list(line["probabilities"]) == ["neg", "neu", "pos"] and line["label"] in line["probabilities"]
+
+
 def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path, capsys):
     """A regression task has three metrics: the line and metrics.json give all of them, each the mean
     over seeds of its last evaluation; a recipe scoring the first eval_rows test rows says so; one

@@ -18,7 +18,7 @@ from ..config import ConfigError
 from ..seq2seq import Seq2SeqSettings
 from .registry import Split, Task, get_task, label_text, make_split, register_source
 
-__all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "load_files"]
+__all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "recorded_task", "load_files"]
 
 # utf-8-sig reads a file with or without a byte-order mark (spreadsheets and GLUE's MRPC write one).
 FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig", "keep_default_na": False}),
@@ -89,7 +89,7 @@ def _header_hint(path: str, columns: list[str], needed: Sequence[str]) -> str:
 def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = None, label_column: str | None = None,
               kind: str = "classification", labels: Sequence[str] | None = None, name: str | None = None,
               metrics: Sequence[str] | None = None, main_metric: str | None = None,
-              generation: dict | Seq2SeqSettings | None = None) -> Task:
+              generation: dict | Seq2SeqSettings | None = None, check_files: bool = True) -> Task:
     """A task over local CSV/TSV/JSON/JSONL files (read with `datasets.load_dataset`).
 
     Without ``test``, ``dev`` is the test set and the search dev is carved out of ``train``, as for
@@ -106,7 +106,7 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
     for split, path in files.items():
         if Path(path).suffix.lower() not in FORMATS:
             raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(FORMATS)}")
-        if not Path(path).is_file():
+        if check_files and not Path(path).is_file():
             where = "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
             raise ConfigError(f"{split} file {path} does not exist{where}")
     if kind in ("seq2seq", "causal_lm"):
@@ -162,6 +162,17 @@ def _generation_file_task(files, kind, text_columns, label_column, name, metrics
         main_metric = main_metric or "token_accuracy"
     return Task(name or f"files:{Path(files['train']).stem}", tuple(text_columns), label_column, kind, (),
                 main_metric, metrics, "files", tuple((s, str(p)) for s, p in files.items()), seq2seq=generation)
+
+
+def recorded_task(task, labels: Sequence[str] | None = None) -> Task:
+    """The task a trained run recorded (`deploy`), built from the record alone: a file task's files
+    need not be there any more, its classes are the ``labels`` the run was trained with."""
+    if not isinstance(task, dict):
+        return resolve_task(task)
+    spec = dict(task)
+    if labels and spec.get("kind", "classification") == "classification":
+        spec["labels"] = list(labels)
+    return file_task(spec.pop("train"), spec.pop("dev"), spec.pop("test", None), check_files=False, **spec)
 
 
 def resolve_task(task) -> Task:
