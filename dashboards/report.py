@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..config import ConfigError
+from ..costs import UNITS
 from ..inject import atomic_write
 from ..shift import shift_line
 from ..significance import mean_std
@@ -76,16 +77,17 @@ def _figure(figures: dict, name: str, caption: str) -> str:
 
 def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
     m = _e(view.metric)
+    costs = ["latency", *(c for c in view.cost_objectives if c != "latency")]   # every trial times latency
     head = ("<tr><th>trial</th><th>source</th><th>configuration</th>"
             f"<th>search {m}</th><th>test {m} (mean ± std)</th><th>deployable</th><th>% of backbone</th>"
-            "<th>trainable</th><th>lr</th><th>train s</th><th>latency ms</th></tr>")
+            "<th>trainable</th><th>lr</th><th>train s</th>"
+            + "".join(f"<th>{name.replace('_', ' ')} {UNITS[name]}</th>" for name in costs) + "</tr>")
     rows = []
     for p in points:
         n = len(p.final.get("scores", [])) if p.final else 0
         test = (mean_std(p.final["mean"], p.final.get("std"), n) + (f" ({n} seeds)" if n != 1 else "")
                 if p.final else "–")
         pct = view.pct(p.deployable)
-        latency = f"{p.costs['latency']:.1f}" if "latency" in p.costs else "–"
         rows.append(
             f'<tr id="{caption_id}-trial-{p.number}"><td class="n">{p.number}</td><td>{_e("–" if p.source == "-" else p.source)}</td>'
             f"<td>{_e(p.config_text)}</td><td class='n'>{p.score:.4f}"
@@ -95,7 +97,8 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
             f"<td class='n'>{f'{p.trainable:,}' if p.trainable is not None else '–'}</td>"
             f"<td class='n'>{f'{p.lr:.2g}' if p.lr else '–'}</td>"
             f"<td class='n'>{f'{p.train_s:.0f}' if p.train_s is not None else '–'}</td>"
-            f"<td class='n'>{latency}</td></tr>")
+            + "".join(f"<td class='n'>{p.costs[c]:.1f}</td>" if c in p.costs else "<td class='n'>–</td>"
+                      for c in costs) + "</tr>")
     return f'<table id="{caption_id}">{head}{"".join(rows)}</table>'
 
 

@@ -126,6 +126,11 @@ def test_a_search_minimises_the_costs_it_names(tmp_path, monkeypatch):
         u = t.user_attrs
         assert t.values[2:] == [u["latency_ms"], u["train_step_ms"], u["peak_mem_mb"]]
         assert u["latency_ms"] > 0 and u["train_step_ms"] > 0 and u["peak_mem_mb"] >= 0
+    from petl_nas.dashboards.report import write_report                 # the tables show every cost minimised
+
+    write_report(exp.storage_url, None, tmp_path / "report")
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "<th>latency ms</th><th>step time ms</th><th>memory MB</th></tr>" in page
     with pytest.raises(ConfigError, match=r"has objectives \[score, params, latency, step_time, memory\]"):
         run_search(dataclasses.replace(exp, objectives=("score", "params")), printer=lambda *a: None)
     # as many objectives in another order (or others): the stored columns would be read as the new ones
@@ -212,6 +217,7 @@ def test_the_report_draws_the_costs_the_study_minimises(tmp_path, monkeypatch):
     assert "costs.png" in names
     page = (tmp_path / "report" / "report.html").read_text()
     assert "<h2>Costs</h2>" in page and "fastest-within" in page
+    assert "<th>latency ms</th></tr>" in page and "<th>memory MB</th>" not in page     # latency: every trial
     import struct
 
     data = (tmp_path / "report" / "costs.png").read_bytes()
