@@ -143,7 +143,9 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
 
 def _measured_costs(attrs: dict) -> dict:
     """What the trial measured of its costs (`costs.py`), for the record: ``{"costs": {...}}`` or nothing."""
-    costs = {attr: attrs[attr] for attr in ("latency_ms", "train_step_ms", "peak_mem_mb") if attrs.get(attr) is not None}
+    from .costs import COSTS
+
+    costs = {attr: attrs[attr] for _, attr in COSTS.values() if attrs.get(attr) is not None}
     return {"costs": costs} if costs else {}
 
 
