@@ -1,7 +1,8 @@
 """Train an exported configuration for real, keep only its PETL weights, and use them.
 
 `train_record` trains a record (from `petl-nas export`) with its full recipe, one run per seed,
-on the task's training data (the K rows the study used, or all of them when ``k`` is null) and
+on the task's training data (the K rows the study used, or all of them when ``k`` is null: the rows carved
+for the search dev too, but never a dev file of its own) and
 scores it on the test split (the task's dev set). Each run saves `petl_config.json` and
 `petl_weights.safetensors` (deployable form: a few hundred KB, never the backbone), and the output
 folder gets `metrics.json`. A run already saved for the same record and seed is kept, not redone,
@@ -23,7 +24,6 @@ import shutil
 import statistics
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .budget import count_parameters
@@ -31,17 +31,11 @@ from .config import ConfigError, PetlConfig
 from .data import encode
 from .inject import CONFIG_FILE, atomic_write, load_petl, save_petl
 from .precision import autocast_for
-from .tasks import Split, load_splits, recorded_task, resolve_task
+from .tasks import load_splits, recorded_task, resolve_task
 from .train import Recipe, train
 from .worker import TrainData, load_backbone, petl_copy, tiny_model
 
 TOKENIZER_DIR = "tokenizer"
-
-
-def _all_training_rows(splits):
-    """Training rows for a final run: with the full data, the carved search-dev rows train too."""
-    texts = tuple(a + b for a, b in zip(splits.train.texts, splits.search_dev.texts))
-    return Split(texts, np.concatenate([splits.train.labels, splits.search_dev.labels]))
 
 
 def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
@@ -72,8 +66,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
                          search_dev_size=1 if rec.get("k") is None else None)
     model, tok = load_backbone(rec["backbone"], task, splits)
     if rec.get("k") is None:
-        splits = type(splits)(splits.task, _all_training_rows(splits), splits.search_dev, splits.test,
-                              splits.key + ("all-rows",))
+        splits = splits.for_final_training()
     encoded = encode(splits, tok, max_length=base_recipe.max_length)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     n = seeds or rec.get("seeds") or 1

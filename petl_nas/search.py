@@ -43,7 +43,7 @@ from .shift import input_shift, shift_line
 from .study import (INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front, is_trained,
                     make_sampler, open_study, seed_presets, seeded_sampler, smallest_count, smallest_module,
                     state_counts)
-from .tasks import load_splits, resolve_task
+from .tasks import data_lines, load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .worker import TrialSpec, model_config_for, run_trial
 
@@ -296,6 +296,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             "the language-model head is pretrained and frozen")
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
             f"{backbone_params:,}; {head})" if budget is not None else "budget: none")
+    for line in data_lines(splits, exp.fidelity.k):
+        printer(line)
     baseline = study.user_attrs.get("baseline")
     if baseline is not None:
         printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "

@@ -558,6 +558,7 @@ def test_a_search_dev_too_small_to_rank_is_said(tmp_path):
                      fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=8))
     run_search(exp, printer=lines.append)
     assert any(line.startswith("warning: search-dev has only 8 rows, too few to tell trials apart") for line in lines)
+    assert any(line.startswith("data: train 64 rows (K=64 of 2,000), search-dev 8 (carved") for line in lines)
     lines.clear()
     run_search(dataclasses.replace(exp, name="t2", fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16,
                                                                       search_dev=32)), printer=lines.append)

@@ -227,6 +227,58 @@ def test_csv_and_jsonl_file_tasks(tmp_path):
     assert (len(splits.train), len(splits.search_dev), len(splits.test)) == (20, 5, 1)
 
 
+def test_a_final_run_trains_on_the_carved_search_dev_never_on_a_dev_file(tmp_path):
+    """With all the data (k: null) the rows carved for the search dev train in a final run; a search
+    dev read from its own file (train, dev and test files) is not training data, and stays out."""
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(20)))
+    (tmp_path / "dev.csv").write_text("text,label\n" + "".join(f"d{i},{'ab'[i % 2]}\n" for i in range(6)))
+    (tmp_path / "test.csv").write_text("text,label\nx,a\ny,b\n")
+    carved = load_splits(file_task(tmp_path / "train.csv", tmp_path / "dev.csv", text_columns=["text"]),
+                         search_dev_size=4).for_final_training()
+    assert sorted(carved.train.texts[0]) == sorted(f"t{i}" for i in range(20)) and len(carved.train.labels) == 20
+    own = load_splits(file_task(tmp_path / "train.csv", tmp_path / "dev.csv", tmp_path / "test.csv",
+                                text_columns=["text"])).for_final_training()
+    assert sorted(own.train.texts[0]) == sorted(f"t{i}" for i in range(20)) and len(own.search_dev) == 6
+
+
+def test_the_data_line_says_what_would_otherwise_pass_silently(tmp_path):
+    """Rows per split and class shares; a warning for a K cut short by the search dev, for a class
+    with no training or no search-dev rows, and for search-dev rows repeating training texts."""
+    from petl_nas.tasks import data_lines
+
+    rows = [(f"t{i}", "abc"[min(i % 10, 2)]) for i in range(40)]        # c is 8 of 10 rows, a and b 1 each
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    (tmp_path / "dev.csv").write_text("text,label\nx,a\ny,b\n")
+    task = file_task(tmp_path / "train.csv", tmp_path / "dev.csv", text_columns=["text"])
+    splits = load_splits(task, k=20, search_dev_size=10)
+    line, = data_lines(splits, k=20)
+    assert line.startswith("data: train 20 rows (K=20 of 40), search-dev 10 (carved from the training data), test 2;")
+    shares = [f"{y} {5 * c}%" for y, c in zip("abc", np.bincount(splits.train.labels))]     # 5% a row
+    assert line.endswith("train classes: " + ", ".join(shares)) and shares[2] != "c 100%"
+
+    line, cut = data_lines(load_splits(task, k=36, search_dev_size=8), k=36)
+    assert line.startswith("data: train 28 rows (K=36 of 40)") and cut.startswith(
+        "warning: K=36 and a search dev of 8 need 44 training rows and there are 40: the search dev comes out "
+        "of the K, so trials train on 28")
+
+    lines = data_lines(load_splits(task, k=3, search_dev_size=2, data_seed=1), k=3)
+    assert "warning: 2 of 3 classes have no training rows ('a', 'b'): trials cannot learn them" in lines[1]
+    assert "warning: 2 of 3 classes have no search-dev rows ('a', 'b')" in lines[2]
+
+    twice = [(f"t{i % 20}", "ab"[i % 2]) for i in range(40)]         # every text twice
+    (tmp_path / "twice.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in twice))
+    task = file_task(tmp_path / "twice.csv", tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"])
+    line, = data_lines(load_splits(task), k=None)                  # a dev file: nothing repeats it
+    assert line.startswith("data: train 40 rows (all), search-dev 2 (its own file), test 2;")
+    assert line.endswith("; f1 scores 'b' as the positive class")     # the second of the sorted labels
+    task = file_task(tmp_path / "twice.csv", tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"],
+                     labels=["b", "a"])
+    assert data_lines(load_splits(task), k=None)[0].endswith("; f1 scores 'a' as the positive class")
+    task = file_task(tmp_path / "twice.csv", tmp_path / "dev.csv", text_columns=["text"])
+    line, repeats = data_lines(load_splits(task, search_dev_size=10), k=None)
+    assert "search-dev 10 (carved from the training data; 10 repeat a training text)" in line
+    assert repeats.startswith("warning: 10 of 10 search-dev rows (100%) repeat a training row's text")
+
 def test_file_task_errors(tmp_path, monkeypatch):
     (tmp_path / "train.csv").write_text("sentence,label\na,1\n")
     with pytest.raises(ConfigError, match=r"dev file .*missing\.csv does not exist$"):

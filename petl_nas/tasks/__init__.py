@@ -10,6 +10,7 @@ registry.py     `Task`, `Split`, `make_split`; task names (`register_task`, `get
                 loader of each data source (`register_source`, `load_source`)
 splits.py       the honest splits (`split_indices`, `load_splits`) and their in-process cache
                 (`cached`, `clear_cache`)
+overview.py     `data_lines`: the rows and classes a search trains and scores on, and warnings
 glue.py         GLUE: labels, metrics, the glue_data layout and the hub (source ``glue``)
 files.py        local CSV/TSV/JSON/JSONL tasks: `file_task`, `resolve_task`, `recorded_task`, `read_table`
                 (source ``files``)
@@ -41,7 +42,8 @@ from .splits import TaskSplits, cached, clear_cache, load_splits, split_indices
 # The families register their tasks and sources on import; this order is the registry's order.
 from . import glue, demo, files, generation  # noqa: F401
 from .files import file_task, recorded_task, resolve_task
+from .overview import data_lines
 
 __all__ = ["resolve_task", "recorded_task", "Task", "Split", "TaskSplits", "get_task", "task_names",
            "register_task", "file_task", "load_splits", "split_indices", "clear_cache",
-           "KINDS", "make_split", "register_source", "source_names", "load_source", "cached"]
+           "KINDS", "make_split", "register_source", "source_names", "load_source", "cached", "data_lines"]

@@ -73,13 +73,27 @@ def split_indices(n_rows: int, k: int | None = None, data_seed: int = 111, searc
 @dataclass(frozen=True, eq=False)
 class TaskSplits:
     """The honest protocol's splits: search trains on ``train``, scores on ``search_dev``;
-    ``test`` (the task's own dev set) is for final re-evaluation only. ``key`` identifies the data."""
+    ``test`` (the task's own dev set) is for final re-evaluation only. ``key`` identifies the data;
+    ``carved`` says the search dev was cut out of the training data (not a dev file of its own);
+    ``train_rows`` counts the training data's rows before K drew from them."""
 
     task: Task
     train: Split
     search_dev: Split
     test: Split
     key: tuple = field(repr=False)
+    carved: bool = True
+    train_rows: int = 0
+
+    def for_final_training(self) -> TaskSplits:
+        """These splits with a carved search dev handed back to training (a final run trains on all
+        the training data); a search dev read from its own file stays out of training."""
+        if not self.carved:
+            return self
+        texts = tuple(a + b for a, b in zip(self.train.texts, self.search_dev.texts))
+        train = Split(texts, np.concatenate([self.train.labels, self.search_dev.labels]))
+        return TaskSplits(self.task, train, self.search_dev, self.test, self.key + ("all-rows",),
+                          train_rows=self.train_rows)
 
 
 _CACHE: dict[tuple, object] = {}
@@ -135,6 +149,7 @@ def _split(task: Task, loaded: dict[str, Split], key: tuple, k, data_seed, searc
         _check_k(k, len(train))
         perm = np.random.default_rng(data_seed).permutation(len(train))
         train_idx = np.sort(perm[:k]) if k else np.arange(len(train))
-        return TaskSplits(task, train.select(train_idx), loaded["dev"], loaded["test"], key)
+        return TaskSplits(task, train.select(train_idx), loaded["dev"], loaded["test"], key, carved=False,
+                          train_rows=len(train))
     train_idx, dev_idx = split_indices(len(train), k, data_seed, search_dev_fraction, search_dev_size)
-    return TaskSplits(task, train.select(train_idx), train.select(dev_idx), loaded["dev"], key)
+    return TaskSplits(task, train.select(train_idx), train.select(dev_idx), loaded["dev"], key, train_rows=len(train))
