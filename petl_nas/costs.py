@@ -7,7 +7,8 @@ and the inference latency of its deployed form. Every trial measures all three; 
 - ``memory``: the trial's peak memory in MB. On a GPU, the allocator's peak during training. On
   CPU, the peak resident memory of the process during training above what it held when the trial
   began (freed memory is first given back to the system, so a previous trial's peak does not hide
-  this one's); a shared backbone, loaded once per worker, is not the trial's.
+  this one's); a shared backbone, loaded once per worker, is not the trial's, nor what the process
+  allocates once and keeps (`petl_nas.worker` warms a CPU worker up before its first trial).
 - ``latency``: median time of one forward pass of a batch in the deployed form, in ms: LoRA
   updates without a gate merged into the weights they update (they then cost nothing), adapters,
   prefixes, prompts and gated LoRA as trained (they cannot be merged).
