@@ -183,7 +183,7 @@ def cmd_search(args) -> int:
 
 def cmd_export(args) -> int:
     from .experiment import parse_budget
-    from .export import choose, front_table, load_study, preset_record, record, write_record
+    from .export import LATENCY_TIE, choose, front_table, load_study, preset_record, record, write_record
     from .significance import mean_std
 
     study = load_study(args.storage, args.study)
@@ -231,7 +231,8 @@ def cmd_export(args) -> int:
             else "")
     search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
     if args.pick.startswith("fastest") and not args.preset and "latency_ms" in p.get("costs", {}):
-        search += f"latency {p['costs']['latency_ms']:.2f} ms deployed; "
+        search += (f"latency {p['costs']['latency_ms']:.2f} ms deployed, the best score of those within "
+                   f"{LATENCY_TIE:.0%} of the fastest; ")
     print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
     scored = study.user_attrs.get("fidelity", {}).get("epochs")
     if args.recipe == "final" and isinstance(scored, (int, float)) and scored != rec["recipe"]["epochs"]:

@@ -13,7 +13,8 @@ the number `petl-nas train` reports on that split is not inflated by having pick
 ``best`` takes the highest search score, ties to fewer parameters; ``smallest-within=X`` takes
 the fewest parameters among those within X points (percentage points, ×100 of the metric) of the
 best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
-trial, `costs.py`) among them. With ``objectives: [score, params, latency]`` the front holds the
+trial, `costs.py`) among them, where latencies within `LATENCY_TIE` (10%) of the lowest are timing
+noise and count as equal: of those, the highest search score. With ``objectives: [score, params, latency]`` the front holds the
 fast configurations too; with two objectives, the fastest of the (score, parameters) front.
 
 Example:
@@ -46,6 +47,9 @@ RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", 
                "recipe", "seeds", "counts", "provenance")
 _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
 PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
+LATENCY_TIE = 0.10
+"""Latencies within this share of the fastest count as equal for ``fastest-within``: one
+configuration timed twice, at different moments of a CPU study, differed by 10-25%."""
 
 
 def load_study(storage_url: str, study_name: str | None = None, naming: str = "--study {}") -> optuna.Study:
@@ -117,7 +121,9 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -
     if unmeasured:
         raise ConfigError(f"--pick {pick}: trial {unmeasured[0]} of study {study.study_name!r} has no latency "
                           f"measured (a study from before petl-nas measured it); use best or smallest-within")
-    return min(within, key=lambda c: (c[0].user_attrs["latency_ms"], c[0].values[1], -c[1]))[0]
+    fastest = min(c[0].user_attrs["latency_ms"] for c in within)
+    tied = [c for c in within if c[0].user_attrs["latency_ms"] <= fastest * (1 + LATENCY_TIE)]
+    return max(tied, key=lambda c: (c[1], -c[0].values[1]))[0]
 
 
 RECIPES = ("final", "search")
