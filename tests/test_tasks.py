@@ -316,6 +316,14 @@ def test_file_task_says_why_a_table_is_not_what_the_user_wrote(tmp_path):
     (tmp_path / "nolabel.csv").write_text("text\na\n")             # a header, and a column missing from it
     with pytest.raises(ConfigError, match=r"missing column 'label' \(columns: text\)$"):
         file_task(tmp_path / "nolabel.csv", tmp_path / "dev.csv", text_columns=["text"])
+    (tmp_path / "cased.jsonl").write_text('{"Text": "a", "label": "pos"}\n{"Text": "b", "label": "neg"}\n')
+    with pytest.raises(ConfigError, match=r"missing column 'text' \(columns: Text, label\); did you mean 'Text'\? "
+                                          r"\(column names are case-sensitive\)$"):
+        file_task(tmp_path / "cased.jsonl", tmp_path / "dev.csv", text_columns=["text"])
+    with pytest.raises(ConfigError, match=r"missing column 'lable' \(columns: text, label\); did you mean 'label'\?"):
+        file_task(tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"], label_column="lable")
+    with pytest.raises(ConfigError, match=r"^task: labels lists 'pos' twice \(each class once, in class-id order\)$"):
+        file_task(tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"], labels=["pos", "neg", "pos"])
 
 
 def test_file_task_refuses_blank_cells_and_targets_that_are_not_finite(tmp_path):

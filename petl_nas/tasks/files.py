@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Sequence
 
@@ -65,7 +66,7 @@ def read_table(path: str, needed: Sequence[str], label: str | None = None):
     for c in needed:
         if c not in table.column_names:
             raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})"
-                              + _header_hint(path, table.column_names, needed))
+                              + _header_hint(path, table.column_names, needed, c))
     for c in needed:                                # an empty cell, or only spaces: nothing to read or learn
         blank = next((i for i, v in enumerate(table[c]) if v is None or isinstance(v, str) and not v.strip()), None)
         if blank is not None:
@@ -73,9 +74,14 @@ def read_table(path: str, needed: Sequence[str], label: str | None = None):
     return table
 
 
-def _header_hint(path: str, columns: list[str], needed: Sequence[str]) -> str:
-    """Why a CSV/TSV file's columns may not be what the user wrote: another separator than its
-    suffix says, or no header row (its first row read as one)."""
+def _header_hint(path: str, columns: list[str], needed: Sequence[str], missing: str) -> str:
+    """Why a file's columns may not be what the user wrote: a name that differs in case or by a
+    typo; for a CSV/TSV file, another separator than its suffix says, or no header row (its first
+    row read as one)."""
+    close = ([c for c in columns if c.lower() == missing.lower()]
+             or difflib.get_close_matches(missing, columns, n=1, cutoff=0.75))
+    if close:
+        return f"; did you mean {close[0]!r}? (column names are case-sensitive)"
     suffix = Path(path).suffix.lower()
     if suffix not in (".csv", ".tsv"):
         return ""
@@ -123,6 +129,9 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
             raise ConfigError(f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
                               f"set kind: regression, or list the classes with labels: [...]")
     labels = tuple(str(v) for v in labels or ())
+    twice = next((v for i, v in enumerate(labels) if v in labels[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"task: labels lists {twice!r} twice (each class once, in class-id order)")
     if kind == "classification" and len(labels) < 2:
         where = "task: labels lists" if given else f"{train}: {label_column!r} holds"
         raise ConfigError(f"{where} one class ({', '.join(map(repr, labels)) or 'none'}); a classifier needs two "
