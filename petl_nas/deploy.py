@@ -49,6 +49,7 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     out = Path(out)
     if seeds is not None and seeds < 1:
         raise ConfigError(f"seeds: expected a whole number >= 1, got {seeds}")
+    created = [p for p in (out, *out.parents) if not p.exists()]      # innermost first
     try:                                  # before any training: a path that cannot be a folder fails now
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -57,6 +58,16 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
     if foreign:                           # another tool's folder (a converted model, ...): not ours to mix into
         raise ConfigError(f"output folder {str(out)!r} holds other files ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}); choose another --out")
+    try:
+        return _train_seeds(rec, seeds, out, device, progress, printer, keep_models, compile, cuda_graphs)
+    except BaseException:                 # nothing trained: the folders made for it go too
+        for folder in created:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+
+
+def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_models, compile, cuda_graphs) -> dict:
     task = resolve_task(rec["task"])
     config = PetlConfig.from_dict(rec["petl_config"])
     recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}

@@ -284,6 +284,7 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
      "give --pick or --preset, not both"),
     (["export", "--storage", "sqlite:///{d}/e.db", "--pick", "worst", "-o", "{d}/x.yaml"],   # the flag, not the study
      "--pick: expected 'best', 'smallest-within=X' or 'fastest-within=X'"),
+    (["train", "--config", "{d}/nodata.yaml", "--out", "{d}/runs/x"], "SST-2/train.tsv does not exist"),  # after mkdir
 ])
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     from petl_nas.cli import main
@@ -292,6 +293,9 @@ def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     optuna.create_study(study_name="e", storage=f"sqlite:///{tmp_path}/e.db", directions=["maximize", "minimize"])
     (tmp_path / "bad.yaml").write_text("backbone: x\ntask: sst2\npetl_config: {}\nrecipe: {}\nseed: 1\n")
     (tmp_path / "experiment.yaml").write_text("name: mine\nbackbone: x\ntask: sst2\nbudget: 0.5%\n")
+    write_record({"backbone": TINY, "task": "sst2", "data_dir": str(tmp_path / "nodata"), "data_seed": 111, "k": 100,
+                  "petl_config": LORA, "recipe": {"lr": 1e-3, "epochs": 1}, "seeds": 1, "counts": {}},
+                 tmp_path / "nodata.yaml")
     before = sorted(p.name for p in tmp_path.iterdir())
     rc = main([a.format(d=tmp_path) for a in args])
     err = capsys.readouterr().err
