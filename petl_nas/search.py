@@ -40,9 +40,9 @@ from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
 from .significance import clearly_better, mean_std, paired_difference, trivial_baseline
 from .shift import input_shift, shift_line
-from .study import (INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front, is_trained,
-                    make_sampler, open_study, seed_presets, seeded_sampler, smallest_count, smallest_module,
-                    state_counts)
+from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front,
+                    is_trained, make_sampler, open_study, seed_presets, seeded_sampler, smallest_count,
+                    smallest_module, state_counts)
 from .tasks import data_lines, load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .worker import TrialSpec, model_config_for, run_trial
@@ -64,6 +64,7 @@ class SearchSummary:
     reference: str | None = None                      # the preset the paired comparisons are against
     sweep: str | None = None                          # the searched front against the LoRA rank sweep
     shift: dict | None = None                         # search-dev's inputs against the test split's (shift.py)
+    calibrated_epochs: float | None = None            # the trial length `fidelity: auto` chose, when it did
 
     @staticmethod
     def _row(r: dict) -> str:
@@ -108,8 +109,10 @@ class SearchSummary:
         if self.failures:
             lines.append("failures by kind: " + ", ".join(f"{k} {n}" for k, n in self.failures.items()))
         if self.did_not_learn and self.did_not_learn * 2 >= max(1, c["complete"]):
+            longer = ("fidelity epochs, or fidelity: auto" if self.calibrated_epochs is None else
+                      f"fidelity: auto chose {self.calibrated_epochs:g} epochs; give fidelity epochs above that")
             lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn (within noise of "
-                         f"the baseline): train longer (fidelity epochs, or fidelity: auto), raise the learning "
+                         f"the baseline): train longer ({longer}), raise the learning "
                          f"rate range, or check the head (pooling: mean for sentence-transformers checkpoints)")
         return "\n".join(lines)
 
@@ -509,7 +512,8 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                          budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
                          baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
                          reference=reference.user_attrs["preset"] if reference is not None else None,
-                         sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"))
+                         sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"),
+                         calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"))
 
 
 __all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

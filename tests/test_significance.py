@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search import run_search
+from petl_nas.search import run_search, summarize
 from petl_nas.significance import (clearly_better, did_not_learn, paired_difference, standard_error,
                                    trivial_baseline)
 from petl_nas.tasks import Split, get_task
@@ -91,6 +91,10 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
     assert all(not r["dominates"] and not r["matches"] for r in summary.presets)
     assert all(t.user_attrs["did_not_learn"] for t in study.trials)
     assert "4 of 4 complete trials did not learn" in summary.table()
+    assert "train longer (fidelity epochs, or fidelity: auto)" in summary.table()
+    study.set_user_attr("fidelity_calibration", {"epochs": 2.0})          # as `fidelity: auto` records its choice
+    assert ("train longer (fidelity: auto chose 2 epochs; give fidelity epochs above that)"
+            in summarize(study, exp, None, 10_000).table())
     assert study.user_attrs["baseline"]["what"].startswith("constant")
     on_test = study.user_attrs["baseline"]["test_score"]                  # shown beside the test column
     assert 0 < on_test < 1 and f"and {on_test:.4f} on the test split" in summary.table()
