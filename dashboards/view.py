@@ -137,16 +137,17 @@ def reference_point(view: StudyView) -> tuple[float, float]:
 
 
 def hypervolume_history(view: StudyView) -> dict:
-    """Hypervolume after each complete trial, by trial number and by wall time since the start."""
+    """Hypervolume after each complete trial, by trial number and by wall time since the start; a
+    trial that did not learn (within noise of the trivial baseline) adds nothing to it."""
     ref = reference_point(view)
     by_number, by_time = [], []
     seen: list[tuple[float, float]] = []
     for p in sorted(view.points, key=lambda p: p.number):
-        seen.append((p.score, p.deployable))
+        seen += [] if p.did_not_learn else [(p.score, p.deployable)]
         by_number.append((p.number, hypervolume(seen, ref)))
     seen = []
     for p in sorted(view.points, key=lambda p: p.finished_s):
-        seen.append((p.score, p.deployable))
+        seen += [] if p.did_not_learn else [(p.score, p.deployable)]
         by_time.append((p.finished_s, hypervolume(seen, ref)))
     return {"reference": ref, "by_number": by_number, "by_time": by_time}
 

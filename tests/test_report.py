@@ -182,6 +182,18 @@ def test_hypervolume_agrees_with_optuna():
     assert view.hypervolume([(0.4, 10), (0.7, 200_000)], ref) == 0.0           # beyond the reference
 
 
+def test_a_trial_that_did_not_learn_adds_no_hypervolume():
+    """Within noise of the trivial baseline is not above it: such a trial adds nothing, as in the
+    summary's group hypervolumes (`fronts.group_hypervolumes`)."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("baseline", {"score": 0.55, "what": "constant"})
+    study.set_user_attr("budget", 100_000)
+    for score, n, flat in ((0.57, 1_000, True), (0.70, 10_000, False)):
+        study.add_trial(create_trial(values=[score, n], user_attrs={"config_text": "c", "did_not_learn": flat}))
+    history = view.hypervolume_history(view.study_view(study, "sqlite://"))
+    assert [hv for _, hv in history["by_number"]] == [0.0, pytest.approx(0.15 * 1)]     # 0.15 × one decade
+
+
 def test_front_and_importances_on_a_larger_study(tmp_path):
     """A hand-made study with spread scores: the front table holds exactly the non-dominated trials;
     importances are ranked; too few trials give a note, not an error."""
