@@ -148,9 +148,10 @@ def gpu_footprint(device) -> dict:
             "gpu_total_mb": torch.cuda.get_device_properties(device).total_memory / 2**20}
 
 
-def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEATS) -> float:
-    """Median ms of one forward pass of ``batch`` through ``model`` in its deployed form. Merges
-    what can be merged into ``model``'s weights first, so call it when training is over."""
+def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEATS, warm_ups: int = 2) -> float:
+    """Median ms of one forward pass of ``batch`` through ``model`` in its deployed form, over
+    ``repeats`` timed passes after ``warm_ups`` untimed ones. Merges what can be merged into
+    ``model``'s weights first, so call it when training is over."""
     import torch
 
     from .inject import merge_lora
@@ -161,12 +162,12 @@ def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEA
     model.eval()
     times = []
     with torch.no_grad():
-        for i in range(repeats + 2):
+        for i in range(repeats + warm_ups):
             _sync(device)
             t = time.perf_counter()
             model(**batch)
             _sync(device)
-            if i >= 2:
+            if i >= warm_ups:
                 times.append(1000 * (time.perf_counter() - t))
     return statistics.median(times)
 

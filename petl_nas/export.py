@@ -13,8 +13,9 @@ the number `petl-nas train` reports on that split is not inflated by having pick
 ``best`` takes the highest search score, ties to fewer parameters; ``smallest-within=X`` takes
 the fewest parameters among those within X points (percentage points, ×100 of the metric) of the
 best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
-trial, `costs.py`) among them, where latencies within `LATENCY_TIE` (10%) of the lowest are timing
-noise and count as equal: of those, the highest search score. With ``objectives: [score, params, latency]`` the front holds the
+trial, `costs.py`; or, as `petl-nas export` does, timed again side by side here, `petl_nas.retime`)
+among them, where latencies within `LATENCY_TIE` (10%) of the lowest count as equal: of those, the
+highest search score. With ``objectives: [score, params, latency]`` the front holds the
 fast configurations too; with two objectives, the fastest of the (score, parameters) front.
 
 Example:
@@ -29,6 +30,7 @@ import datetime
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 import optuna
 import yaml
@@ -48,8 +50,9 @@ RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", 
 _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
 PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
 LATENCY_TIE = 0.10
-"""Latencies within this share of the fastest count as equal for ``fastest-within``: one
-configuration timed twice, at different moments of a CPU study, differed by 10-25%."""
+"""Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
+on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
+(`experiments/sst2_latency.md`)."""
 
 
 def load_study(storage_url: str, study_name: str | None = None, naming: str = "--study {}") -> optuna.Study:
@@ -104,8 +107,12 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
     return [(t, mean_score(study, t)) for t in front + confirmed]
 
 
-def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -> FrozenTrial:
-    """The trial to export (see the module docstring for the rules)."""
+def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
+           retime: Callable[[list[FrozenTrial]], dict[int, float]] | None = None) -> FrozenTrial:
+    """The trial to export (see the module docstring for the rules). With ``retime``,
+    ``fastest-within`` ranks the candidates within the margin by ``retime(candidates)``, ``{trial
+    number: ms}`` (`petl_nas.retime`), instead of the latencies the trials measured; a candidate it
+    leaves out is not chosen."""
     m = _WITHIN.match(pick)
     if pick != "best" and not m:                        # the flag first: before the study is read
         raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
@@ -117,12 +124,17 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best") -
     within = [c for c in pool if c[1] >= floor]
     if m.group(1) == "smallest":
         return min(within, key=lambda c: (c[0].values[1], -c[1]))[0]
-    unmeasured = [c[0].number for c in within if c[0].user_attrs.get("latency_ms") is None]
-    if unmeasured:
-        raise ConfigError(f"--pick {pick}: trial {unmeasured[0]} of study {study.study_name!r} has no latency "
-                          f"measured (a study from before petl-nas measured it); use best or smallest-within")
-    fastest = min(c[0].user_attrs["latency_ms"] for c in within)
-    tied = [c for c in within if c[0].user_attrs["latency_ms"] <= fastest * (1 + LATENCY_TIE)]
+    if retime is not None:
+        latency = retime([c[0] for c in within])
+        within = [c for c in within if c[0].number in latency]
+    else:
+        unmeasured = [c[0].number for c in within if c[0].user_attrs.get("latency_ms") is None]
+        if unmeasured:
+            raise ConfigError(f"--pick {pick}: trial {unmeasured[0]} of study {study.study_name!r} has no latency "
+                              f"measured (a study from before petl-nas measured it); use best or smallest-within")
+        latency = {c[0].number: c[0].user_attrs["latency_ms"] for c in within}
+    fastest = min(latency[c[0].number] for c in within)
+    tied = [c for c in within if latency[c[0].number] <= fastest * (1 + LATENCY_TIE)]
     return max(tied, key=lambda c: (c[1], -c[0].values[1]))[0]
 
 
@@ -135,9 +147,7 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
     ``recipe="search"`` the length and data its search score was measured at."""
     u, final = trial.user_attrs, _final(study, trial)
     counts = {"deployable": u["deployable"], "trainable": u["trainable"], "pct_of_backbone": u.get("pct_of_backbone")}
-    config = dict(u["petl_config"])
-    if config.get("pooling", "auto") == "auto" and u.get("pooling") not in (None, "native"):
-        config["pooling"] = u["pooling"]       # what `auto` read on the study's backbone, written out
+    config = trial_config(trial)
     origin = {"source": group_of(trial)}             # preset, sweep, oneshot or searched
     if u.get("oneshot"):                             # which supernet run proposed it, at which budget
         origin.update(oneshot=u["oneshot"], oneshot_budget=u.get("oneshot_budget"))
@@ -145,6 +155,15 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
                    test_mean=final.get("mean"), test_std=final.get("std"), test_n=len(final.get("scores", [])) or None,
                    **origin, **_measured_costs(u))
+
+
+def trial_config(trial: FrozenTrial) -> dict:
+    """The trial's PetlConfig as a dict, with the pooling ``auto`` chose on the study's backbone
+    written out."""
+    config = dict(trial.user_attrs["petl_config"])
+    if config.get("pooling", "auto") == "auto" and trial.user_attrs.get("pooling") not in (None, "native"):
+        config["pooling"] = trial.user_attrs["pooling"]
+    return config
 
 
 def _measured_costs(attrs: dict) -> dict:
@@ -302,4 +321,5 @@ def front_table(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["load_study", "candidates", "choose", "record", "write_record", "read_record", "front_table"]
+__all__ = ["load_study", "candidates", "choose", "record", "trial_config", "write_record", "read_record", "front_table",
+           "LATENCY_TIE"]

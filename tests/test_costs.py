@@ -121,6 +121,7 @@ def test_a_processs_first_trial_is_measured_as_its_later_ones():
     assert runs["skip"][0]["peak_mem_mb"] > 1.5 * runs["skip"][1]["peak_mem_mb"] + 1      # what it takes out
     assert [r["history"] for r in runs["warm"]] == [r["history"] for r in runs["skip"]]
 
+
 def test_objectives_are_checked_in_one_line():
     assert Experiment(objectives=["score", "params", "latency"]).objectives == ("score", "params", "latency")
     for bad, words in ((["params", "score"], "expected [score, params]"), (["score", "params", "speed"], "unknown"),
@@ -228,13 +229,69 @@ def test_export_by_latency_records_the_costs_and_names_the_latency_that_decided(
                                      distributions={"x": FloatDistribution(0, 1)},
                                      user_attrs={"petl_config": config, "recipe": {"lr": 1e-3}, "deployable": params,
                                                  "trainable": params, **costs}))
-    assert main(["export", "--storage", url, "--pick", "fastest-within=0.5", "-o", str(tmp_path / "fast.yaml")]) == 0
+    assert main(["export", "--storage", url, "--pick", "fastest-within=0.5", "--no-retime",
+                 "-o", str(tmp_path / "fast.yaml")]) == 0
     assert ("trial 1 (accuracy 0.8970 on search dev; latency 3.00 ms deployed, the best score of those within 10% "
             "of the fastest; 20,000 deployable") in capsys.readouterr().out
     costs = yaml.safe_load((tmp_path / "fast.yaml").read_text())["provenance"]["costs"]
     assert costs == {"latency_ms": 3.0, "train_step_ms": 30.0, "peak_mem_mb": 103.0}
     assert main(["export", "--storage", url, "-o", str(tmp_path / "best.yaml")]) == 0
     assert "ms deployed" not in capsys.readouterr().out                 # said only when it decided
+
+
+def test_fastest_within_ranks_by_the_times_taken_again_when_given():
+    study = _study([(0.90, 9000, 1.0), (0.89, 5000, 2.0), (0.88, 4000, 3.0)])
+    asked = []
+
+    def again(trials):
+        asked.extend(t.number for t in trials)
+        return {1: 4.0, 2: 2.0}                              # trial 0 left out (no room for its copy)
+    assert choose(study, pick="fastest-within=5", retime=again).number == 2 and asked == [0, 1, 2]
+    assert choose(study, pick="fastest-within=5").number == 0
+
+
+def test_export_times_the_candidates_again_side_by_side(tmp_path, capsys):
+    """Three front members; export times their deployed forms again here and picks by those times
+    (the best score within 10% of the fastest), recording the time that decided."""
+    import json
+
+    import yaml
+
+    from petl_nas.cli import main
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(storage=url, study_name="s", directions=["maximize", "minimize", "minimize"])
+    for k, v in {"backbone": json.dumps(TINY), "task": "demo_keyword", "metric": "accuracy", "data_seed": 111,
+                 "fidelity": {"k": 160, "batch_size": 16, "max_length": 24, "search_dev": 64}}.items():
+        study.set_user_attr(k, v)
+    configs = [ModuleSpec(form="lora", size=2), ModuleSpec(form="adapter", position="ffn", size=4),
+               ModuleSpec(form="prefix", position="attn", size=30)]
+    for (score, params, ms), spec in zip([(0.90, 9000, 5.0), (0.89, 5000, 2.0), (0.88, 4000, 1.0)], configs):
+        study.add_trial(create_trial(values=[score, params, ms], params={"x": 0.0},
+                                     distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={"petl_config": PetlConfig(modules=(spec,)).to_dict(),
+                                                 "recipe": {"lr": 1e-3}, "deployable": params, "trainable": params,
+                                                 "latency_ms": ms, "pooling": "mean"}))
+    out = str(tmp_path / "fast.yaml")
+    assert main(["export", "--storage", url, "--pick", "fastest-within=100", "-o", out]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    timed = dict((int(n), float(ms)) for n, ms in re.findall(r"trial (\d+) ([\d.]+) ms", lines[0]))
+    assert lines[0].startswith("timed again here, side by side (15 interleaved rounds): ")
+    front = {t.number: t for t in study.best_trials}
+    assert set(timed) == set(front)                          # every member within 100 points, timed again
+    fastest = min(timed.values())
+    expected = max((n for n in timed if timed[n] <= 1.1 * fastest), key=lambda n: front[n].values[0])
+    provenance = yaml.safe_load(open(out))["provenance"]
+    assert provenance["trial"] == expected and provenance["costs"]["latency_ms_retimed"] == pytest.approx(
+        timed[expected], abs=0.01)
+    assert f"trial {expected} (" in lines[1] and "ms deployed (timed here)" in lines[1]
+
+    assert main(["export", "--storage", url, "--pick", "fastest-within=100", "--no-retime", "-o", out]) == 0
+    assert "timed again" not in capsys.readouterr().out and yaml.safe_load(open(out))["provenance"]["trial"] == 2
+    study.set_user_attr("task", "no_such_task")
+    assert main(["export", "--storage", url, "--pick", "fastest-within=100", "-o", out]) == 2
+    assert re.search(r"cannot be timed again here \(unknown task 'no_such_task'.*; --no-retime picks by the "
+                     r"latencies the trials measured\n$", capsys.readouterr().err)
 
 
 def test_fastest_needs_measured_latency():
