@@ -84,7 +84,9 @@ def x_axis(view: StudyView) -> tuple[tuple[str, dict], tuple[float, float]]:
 
 def pareto(view: StudyView) -> bytes:
     """Search score vs deployable parameters (log x): every complete trial, the front, the presets
-    (labelled), the budget, and the held-out re-evaluations (mean ± std)."""
+    (labelled), the budget, and the held-out re-evaluations (mean ± std). With cost objectives, the
+    staircase joins the front's members no other beats on score and parameters alone; the members
+    a cost keeps on the front are drawn beside it, unjoined."""
     fig = _figure("pareto")
     ax = fig.add_subplot()
     (scale, scale_kwargs), xlim = x_axis(view)
@@ -100,8 +102,14 @@ def pareto(view: StudyView) -> bytes:
         ax.axhline(view.baseline["score"], color="0.3", ls=":", lw=1.2, zorder=1,
                    label=f"trivial baseline: {view.baseline['what']}")
     front = view.front
-    ax.plot([p.deployable for p in front], [p.score for p in front], "-o", drawstyle="steps-post",
+    steps = pareto_front(front, score=lambda p: p.score, size=lambda p: p.deployable)
+    ax.plot([p.deployable for p in steps], [p.score for p in steps], "-o", drawstyle="steps-post",
             color="tab:blue", markersize=6, lw=1.2, label="Pareto front (search score)", zorder=3)
+    by_costs = [p for p in front if p not in steps]    # on the front by a cost this plot does not show
+    if by_costs:
+        ax.scatter([p.deployable for p in by_costs], [p.score for p in by_costs], s=40, facecolors="none",
+                   edgecolors="tab:blue", linewidths=1.4, zorder=3,
+                   label=f"on the front by {', '.join(view.cost_objectives)} (see the Costs figure)")
     if view.sweep:
         steps = pareto_front([p for p in view.sweep if not p.did_not_learn],
                              score=lambda p: p.score, size=lambda p: p.deployable)
@@ -254,10 +262,13 @@ def costs(view: StudyView) -> bytes:
         ax.set_xlabel(COST_LABELS[name])
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(f"search {view.metric}")
-    if sc is not None:
+    one_size = len({p.deployable for p in learned}) == 1       # a colour scale of one value says nothing
+    if sc is not None and not one_size:
         fig.colorbar(sc, ax=list(axes), label="log10 deployable parameters")
     fig.suptitle(f"Search {view.metric} against the measured costs the study minimises "
-                 f"(red ring: on the front of all {2 + len(names)} objectives)", fontsize=10)
+                 f"(red ring: on the front of all {2 + len(names)} objectives)"
+                 + (f"; every trial has {learned[0].deployable:,} deployable parameters" if one_size else ""),
+                 fontsize=10)
     return _png(fig)
 
 

@@ -319,3 +319,43 @@ def test_the_report_draws_the_costs_the_study_minimises(tmp_path, monkeypatch):
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     for t in study.best_trials:                                   # the front's latency, in its table row
         assert f"<td class='n'>{t.user_attrs['latency_ms']:.1f}</td></tr>" in page
+
+
+def _three_objective_view(rows):
+    """A report view of a (score, params, latency) study of trials (score, params, latency_ms)."""
+    from petl_nas.dashboards import view
+
+    study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
+    study.set_user_attr("objectives", ["score", "params", "latency"])
+    for score, n, ms in rows:
+        study.add_trial(create_trial(values=[score, n, ms], user_attrs={"config_text": "c", "latency_ms": ms}))
+    return view.study_view(study, "sqlite://")
+
+
+def test_the_pareto_plot_joins_only_what_score_and_parameters_keep_on_the_front(monkeypatch):
+    """Trial 1 is on the 3-objective front by its latency alone: drawn, ringed, never joined into the
+    score-parameters staircase (which would then step down)."""
+    from petl_nas.dashboards import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    v = _three_objective_view([(0.80, 1_000, 5.0), (0.70, 2_000, 1.0), (0.85, 4_000, 6.0)])
+    assert sum(p.on_front for p in v.points) == 3
+    plots.pareto(v)
+    ax = figures[0].axes[0]
+    (stairs,) = [line for line in ax.get_lines() if line.get_label() == "Pareto front (search score)"]
+    assert list(stairs.get_xdata()) == [1_000, 4_000]
+    (ringed,) = [c for c in ax.collections if c.get_label() == "on the front by latency (see the Costs figure)"]
+    assert ringed.get_offsets().tolist() == [[2_000, 0.70]]
+
+
+def test_the_costs_figure_has_no_colour_scale_for_one_size(monkeypatch):
+    from petl_nas.dashboards import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    plots.costs(_three_objective_view([(0.80, 1_000, 5.0), (0.70, 1_000, 1.0)]))
+    plots.costs(_three_objective_view([(0.80, 1_000, 5.0), (0.70, 2_000, 1.0)]))
+    one, two = figures
+    assert len(one.axes) == 1 and "every trial has 1,000 deployable parameters" in one._suptitle.get_text()
+    assert len(two.axes) == 2 and "every trial has" not in two._suptitle.get_text()       # the colour bar's axes
