@@ -270,10 +270,10 @@ def test_the_data_line_says_what_would_otherwise_pass_silently(tmp_path):
     task = file_task(tmp_path / "twice.csv", tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"])
     line, = data_lines(load_splits(task), k=None)                  # a dev file: nothing repeats it
     assert line.startswith("data: train 40 rows (all), search-dev 2 (its own file), test 2;")
-    assert line.endswith("; f1 scores 'b' as the positive class")     # the second of the sorted labels
+    assert line.endswith("; f1 scores 'b' as the positive class (the second label: task labels: [...] orders them)")
     task = file_task(tmp_path / "twice.csv", tmp_path / "dev.csv", tmp_path / "dev.csv", text_columns=["text"],
                      labels=["b", "a"])
-    assert data_lines(load_splits(task), k=None)[0].endswith("; f1 scores 'a' as the positive class")
+    assert "; f1 scores 'a' as the positive class" in data_lines(load_splits(task), k=None)[0]
     task = file_task(tmp_path / "twice.csv", tmp_path / "dev.csv", text_columns=["text"])
     line, repeats = data_lines(load_splits(task, search_dev_size=10), k=None)
     assert "search-dev 10 (carved from the training data; 10 repeat a training text)" in line

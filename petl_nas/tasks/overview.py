@@ -46,7 +46,8 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
         line += "; train classes: " + ", ".join(shares[:_SHOWN_CLASSES])
         line += f", ... ({len(shares)} in all)" if len(shares) > _SHOWN_CLASSES else ""
         if len(task.labels) == 2 and any("f1" in m for m in task.metrics):
-            line += f"; f1 scores {task.labels[1]!r} as the positive class"
+            line += f"; f1 scores {task.labels[1]!r} as the positive class" + (
+                " (the second label: task labels: [...] orders them)" if task.source == "files" else "")
         warnings += _absent(task.labels, counts, "training rows", "trials cannot learn")
         warnings += _absent(task.labels, np.bincount(dev.labels, minlength=len(task.labels)), "search-dev rows",
                             "no trial is scored on")
