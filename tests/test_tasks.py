@@ -246,7 +246,7 @@ def test_the_data_line_says_what_would_otherwise_pass_silently(tmp_path):
     with no training or no search-dev rows, and for search-dev rows repeating training texts."""
     from petl_nas.tasks import data_lines
 
-    rows = [(f"t{i}", "abc"[min(i % 10, 2)]) for i in range(40)]        # c is 8 of 10 rows, a and b 1 each
+    rows = [(f"t{i}", "abc"[min(i % 5, 2)]) for i in range(40)]         # c is 3 of 5 rows, a and b 1 each
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
     (tmp_path / "dev.csv").write_text("text,label\nx,a\ny,b\n")
     task = file_task(tmp_path / "train.csv", tmp_path / "dev.csv", text_columns=["text"])
@@ -255,6 +255,16 @@ def test_the_data_line_says_what_would_otherwise_pass_silently(tmp_path):
     assert line.startswith("data: train 20 rows (K=20 of 40), search-dev 10 (carved from the training data), test 2;")
     shares = [f"{y} {5 * c}%" for y, c in zip("abc", np.bincount(splits.train.labels))]     # 5% a row
     assert line.endswith("train classes: " + ", ".join(shares)) and shares[2] != "c 100%"
+    (tmp_path / "skewed.csv").write_text("text,label\n" + "".join(f"s{i},{'ny'[i % 10 == 0]}\n" for i in range(40)))
+    (tmp_path / "skewed_dev.csv").write_text("text,label\nx,n\ny,y\n")
+    skewed = file_task(tmp_path / "skewed.csv", tmp_path / "skewed_dev.csv", tmp_path / "skewed_dev.csv",
+                       text_columns=["text"])
+    assert data_lines(load_splits(skewed), k=None)[1] == (
+        "warning: 'n' is 90% of the training rows, so accuracy mostly rewards predicting it; main_metric: mcc "
+        "ranks trials by how well they tell the classes apart")
+    three = file_task(tmp_path / "skewed.csv", tmp_path / "skewed_dev.csv", tmp_path / "skewed_dev.csv",
+                      text_columns=["text"], labels=["n", "y", "z"])
+    assert "main_metric: mcc with metrics: [accuracy, mcc] ranks" in data_lines(load_splits(three), k=None)[1]
 
     line, cut = data_lines(load_splits(task, k=36, search_dev_size=8), k=36)
     assert line.startswith("data: train 28 rows (K=36 of 40)") and cut.startswith(
@@ -262,8 +272,9 @@ def test_the_data_line_says_what_would_otherwise_pass_silently(tmp_path):
         "of the K, so trials train on 28")
 
     lines = data_lines(load_splits(task, k=3, search_dev_size=2, data_seed=1), k=3)
-    assert "warning: 2 of 3 classes have no training rows ('a', 'b'): trials cannot learn them" in lines[1]
-    assert "warning: 2 of 3 classes have no search-dev rows ('a', 'b')" in lines[2]
+    assert lines[1].startswith("warning: 'c' is 100% of the training rows")
+    assert "warning: 2 of 3 classes have no training rows ('a', 'b'): trials cannot learn them" in lines[2]
+    assert "warning: 2 of 3 classes have no search-dev rows ('a', 'b')" in lines[3]
 
     twice = [(f"t{i % 20}", "ab"[i % 2]) for i in range(40)]         # every text twice
     (tmp_path / "twice.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in twice))

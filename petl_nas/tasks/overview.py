@@ -3,8 +3,9 @@
 One line gives the rows of each split (K of how many training rows, where the search dev comes
 from), the classes' shares of the training rows and, with two classes, the one f1 scores;
 warnings follow for what would otherwise pass silently: a K cut short because the search dev came
-out of it, a class with no training or no search-dev rows, and search-dev rows whose text is also
-a training row's (their scores reward memorising).
+out of it, accuracy ranking trials when one class is most of the rows, a class with no training
+or no search-dev rows, and search-dev rows whose text is also a training row's (their scores
+reward memorising).
 
 Example:
     >>> from petl_nas.tasks import load_splits
@@ -19,10 +20,12 @@ import numpy as np
 
 from .splits import TaskSplits
 
-__all__ = ["data_lines", "REPEATS_WARN"]
+__all__ = ["data_lines", "REPEATS_WARN", "SKEWED"]
 
 REPEATS_WARN = 0.05
 """Share of search-dev rows repeating a training row's text from which a warning is printed."""
+SKEWED = 0.8
+"""Share of the training rows in one class from which accuracy as the main metric is warned of."""
 _SHOWN_CLASSES = 8
 
 
@@ -48,6 +51,12 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
         if len(task.labels) == 2 and any("f1" in m for m in task.metrics):
             line += f"; f1 scores {task.labels[1]!r} as the positive class" + (
                 " (the second label: task labels: [...] orders them)" if task.source == "files" else "")
+        top = int(counts.argmax())
+        if task.main_metric == "accuracy" and counts[top] >= SKEWED * max(1, len(train)):
+            setting = "main_metric: mcc" + ("" if "mcc" in task.metrics else " with metrics: [accuracy, mcc]")
+            warnings.append(f"warning: {task.labels[top]!r} is {counts[top] / len(train):.0%} of the training rows, so "
+                            f"accuracy mostly rewards predicting it; {setting} ranks trials by how well they tell "
+                            f"the classes apart")
         warnings += _absent(task.labels, counts, "training rows", "trials cannot learn")
         warnings += _absent(task.labels, np.bincount(dev.labels, minlength=len(task.labels)), "search-dev rows",
                             "no trial is scored on")
