@@ -53,6 +53,8 @@ def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
     for s in small:
         one_layer = count_parameters(model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),)))
         assert one_layer.deployable <= 2000
+    (lora,) = [s for s in candidates(SearchSpace.load("small"), model.config, None) if s.form == "lora"]
+    assert lora.targets == ("q", "v")                      # small fixes lora_targets: qv
     mam = candidates(SearchSpace.load("mam"), model.config, None)   # prefix (or MH adapter) + FFN adapter
     assert [(s.form, s.position) for s in mam] == [("prefix", "attn"), ("mh_adapter", "attn"), ("adapter", "ffn")]
 

@@ -55,6 +55,7 @@ from ..modules.lora import LoRA
 from ..modules.mh_adapter import MultiHeadAdapter
 from ..modules.phm import CompacterAdapter
 from ..modules.prefix import PrefixEncoder
+from ..space import DEFAULTS, LORA_TARGETS as SPACE_LORA_TARGETS
 from .gates import HardConcrete
 
 GATES = "oneshot_gates"
@@ -178,8 +179,8 @@ class Supernet:
 
 
 def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...]:
-    """The supernet's module specs for ``space``: LoRA at each position whose slot allows it (all
-    targets there), a parallel adapter at each position whose slot allows adapters, a prefix at
+    """The supernet's module specs for ``space``: LoRA at each position whose slot allows it (every
+    target the space allows there), a parallel adapter at each position whose slot allows adapters, a prefix at
     attention where a slot allows prefixes (flat where the space allows it, composed by the shared
     softmax); every layer; each at the space's largest size, cut to the largest that alone (on one
     layer) fits ``budget``. Forms the backbone refuses (a prefix on DeBERTa) are left out."""
@@ -194,7 +195,7 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
             if form not in forms.get(site, ()):
                 continue
             size = _largest(space, site, dim)
-            extra = {"lora": {"targets": LORA_TARGETS[site], **gated},
+            extra = {"lora": {"targets": _lora_targets(space, site), **gated},
                      "adapter": {"insertion": "parallel", "init": "lora", **gated},
                      "compacter": {"insertion": "parallel", "init": "lora", "phm_n": _smallest(space, site, "phm_n") or 4,
                                    **gated},
@@ -263,6 +264,18 @@ def _largest(space, site: str, dim: str) -> int:
             return int(d.high if d.kind == "int" else max(d.choices) if d.choices else d.value)
     d = space.globals.get(dim)
     return int(d.high) if d is not None and d.kind == "int" else 8
+
+
+def _lora_targets(space, site: str) -> tuple[str, ...]:
+    """The weights LoRA may adapt at ``site``: at attention, those of every ``lora_targets`` value
+    the space allows (its default, q and v, where it names none); at the FFN, both of its linears."""
+    if site != "attn":
+        return LORA_TARGETS[site]
+    found = [slot.dims["lora_targets"] for slot in space.slots if slot.site == site and "lora_targets" in slot.dims]
+    found += [space.globals["lora_targets"]] if "lora_targets" in space.globals else []
+    keys = (found[0].choices or (found[0].value,)) if found else (DEFAULTS["lora_targets"],)
+    allowed = {t for key in keys for t in SPACE_LORA_TARGETS[key]}
+    return tuple(t for t in LORA_TARGETS[site] if t in allowed)
 
 
 def _smallest(space, site: str, dim: str) -> int:
