@@ -43,8 +43,9 @@ def confirm(study, exp, recipe, printer) -> list:
             continue
         scores = [t.values[0]]
         for i in range(1, extra + 1):
-            run = dataclasses.replace(recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=exp.seed + i),
-                                      evals_per_epoch=0)
+            run = recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=exp.seed + i)
+            if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
+                run = dataclasses.replace(run, evals_per_epoch=0)
             spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
                              recipe=run.to_dict(), data_dir=exp.data_dir, k=exp.fidelity.k,
                              data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, number=t.number,
@@ -60,10 +61,17 @@ def confirm(study, exp, recipe, printer) -> list:
     return ranked
 
 
+def confirmed_now(study) -> set[int]:
+    """The trials the study's current ``final.confirm`` (the last run's setting) re-scored: its top N
+    that learned. Scores an earlier run stored for others (with a larger N) are not the search's."""
+    n = (study.user_attrs.get("final") or {}).get("confirm") or 0
+    return {t.number for t in candidates(study, n) if PREFIX + str(t.number) in study.user_attrs} if n else set()
+
+
 def mean_score(study, trial) -> float:
     """A trial's confirmed mean search score (its single score when it was not confirmed)."""
     scores = study.user_attrs.get(PREFIX + str(trial.number))
     return statistics.fmean(scores) if scores else trial.values[0]
 
 
-__all__ = ["confirm", "candidates", "mean_score", "PREFIX"]
+__all__ = ["confirm", "candidates", "confirmed_now", "mean_score", "PREFIX"]

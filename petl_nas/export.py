@@ -10,7 +10,9 @@ ranked by their search score (measured on the search-dev split carved from the t
 mean over seeds where confirmed). The held-out
 test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
-``best`` takes the highest search score, ties to fewer parameters; ``smallest-within=X`` takes
+``best`` takes the highest search score, ties to fewer parameters (with ``final.confirm``, the
+search's own pick, the best mean of the trials it confirmed, where the budget admits it);
+``smallest-within=X`` takes
 the fewest parameters among those within X points (percentage points, ×100 of the metric) of the
 best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
 trial, `costs.py`; or, as `petl-nas export` does, timed again side by side here, `petl_nas.retime`)
@@ -37,7 +39,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
-from .confirm import PREFIX as CONFIRMED, mean_score
+from .confirm import PREFIX as CONFIRMED, confirmed_now, mean_score
 from .config import ConfigError, PetlConfig, read_yaml
 from .fronts import group_of, source_of
 from .inject import atomic_write
@@ -100,11 +102,21 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
         raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
                           f"(the smallest has {int(smallest):,} deployable parameters)")
     # A trial final.confirm re-scored is a candidate even off the front: the search's own pick is the
-    # best confirmed mean wherever it lies, and export must not disagree with it.
-    seen = {t.number for t in front}
-    confirmed = [t for t in complete if t.number not in seen and CONFIRMED + str(t.number) in study.user_attrs
+    # best confirmed mean wherever it lies, and export must not disagree with it. Only the trials the
+    # study's current setting confirms count: an earlier run's (with a larger N) are not its pick.
+    seen, now = {t.number for t in front}, confirmed_now(study)
+    confirmed = [t for t in complete if t.number not in seen and t.number in now
                  and (budget is None or t.values[1] <= budget)]
-    return [(t, mean_score(study, t)) for t in front + confirmed]
+    return [(t, mean_score(study, t) if t.number in now else t.values[0]) for t in front + confirmed]
+
+
+def _search_pick(study: optuna.Study) -> int | None:
+    """The trial the search re-evaluated as its pick under ``final.confirm``: the best mean of those
+    it confirmed (None without confirm). A trial it did not confirm can show a higher single score
+    than that mean (single scores of the best draws run high: that is why they were confirmed)."""
+    now = confirmed_now(study)
+    trials = [t for t in study.get_trials(deepcopy=False) if t.number in now]
+    return max(trials, key=lambda t: (mean_score(study, t), -t.values[1])).number if trials else None
 
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
@@ -118,6 +130,9 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
         raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
     pool = candidates(study, budget)
     best = max(pool, key=lambda c: (c[1], -c[0].values[1]))
+    picked = _search_pick(study)
+    if picked is not None and any(c[0].number == picked for c in pool):     # within the budget: the
+        best = next(c for c in pool if c[0].number == picked)             # search's own pick, by its mean
     if pick == "best":
         return best[0]
     floor = best[1] - float(m.group(2)) / 100
@@ -151,6 +166,8 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
     origin = {"source": group_of(trial)}             # preset, sweep, oneshot or searched
     if u.get("oneshot"):                             # which supernet run proposed it, at which budget
         origin.update(oneshot=u["oneshot"], oneshot_budget=u.get("oneshot_budget"))
+    if trial.number in confirmed_now(study):         # its search score, then one per extra seed
+        origin.update(confirmed_scores=study.user_attrs[CONFIRMED + str(trial.number)])
     return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
                    trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
                    test_mean=final.get("mean"), test_std=final.get("std"), test_n=len(final.get("scores", [])) or None,

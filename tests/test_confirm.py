@@ -24,7 +24,7 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkeypatch):
+def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkeypatch, capsys):
     exp = experiment(tmp_path, trials=8)
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
@@ -48,6 +48,13 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
     assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
     assert choose(study).number == second.number                # export reads the confirmed mean too
+    from petl_nas.cli import main
+
+    capsys.readouterr()
+    assert main(["export", "--storage", exp.storage_url, "--study", exp.study_name, "-o", str(tmp_path / "x.yaml")]) == 0
+    mean = sum(study.user_attrs[f"confirm:{second.number}"]) / 3
+    assert (f"trial {second.number} (accuracy {mean:.4f} on search dev, the mean over 3 seeds (final.confirm; its "
+            f"trial scored {second.values[0]:.4f})") in capsys.readouterr().out
     n = len(calls)
     run_search(confirmed, printer=lambda *a: None)              # resumed: nothing confirmed twice
     assert len(calls) == n
@@ -64,10 +71,33 @@ def test_export_chooses_a_confirmed_trial_off_the_front():
                                      distributions={"x": FloatDistribution(0, 1)}))
     lucky, steady, small = study.trials
     assert steady.number not in {t.number for t in study.best_trials}    # dominated by the lucky draw
+    study.set_user_attr("final", {"confirm": 2})
     study.set_user_attr(f"confirm:{lucky.number}", [0.9, 0.5, 0.5])
     study.set_user_attr(f"confirm:{steady.number}", [0.8, 0.85, 0.83])
     assert choose(study).number == steady.number
     assert choose(study, budget=150).number == small.number   # the steady one is over it; the lucky one's mean 0.63
+
+
+def test_export_follows_the_current_confirm_not_an_earlier_runs():
+    """A search resumed with confirm: 1 after confirm: 2 confirmed (and re-evaluated) its top trial
+    only; the scores the earlier run stored for the second are not its pick. A trial it did not
+    confirm may show a single score above the pick's mean: best is still the search's pick."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for score, params in ((0.9, 100.0), (0.85, 80.0), (0.8, 50.0)):
+        study.add_trial(create_trial(values=[score, params], params={"x": 0.5},
+                                     distributions={"x": FloatDistribution(0, 1)}))
+    top, second, third = study.trials
+    study.set_user_attr("final", {"confirm": 2})
+    study.set_user_attr(f"confirm:{top.number}", [0.9, 0.7, 0.7])
+    study.set_user_attr(f"confirm:{second.number}", [0.85, 0.84, 0.86])
+    assert choose(study).number == second.number
+    study.set_user_attr("final", {"confirm": 1})                     # resumed: only the top trial confirmed
+    assert confirm.confirmed_now(study) == {top.number}
+    assert choose(study).number == top.number                       # its mean 0.767 < third's single 0.8
+    assert choose(study, pick="smallest-within=5").number == third.number     # 0.8 is within 5 of 0.767
 
 
 def test_confirm_in_files():
@@ -78,3 +108,21 @@ def test_confirm_in_files():
     assert Experiment().final.confirm == 0
     with pytest.raises(ConfigError, match="confirm_seeds"):
         Experiment.from_dict({"final": {"confirm": 3, "confirm_seeds": 0}}, "e.yaml")
+
+
+@pytest.mark.parametrize("score, evals", [("best", 2), ("last", 0)])
+def test_confirmation_runs_are_scored_as_the_search_scored(tmp_path, monkeypatch, score, evals):
+    """Under score: best a trial's score is its best evaluation: its confirmation runs evaluate as
+    often as it did, or their "best" would be their last and their mean would mix two rules."""
+    from petl_nas.train import Recipe
+
+    exp = experiment(tmp_path, trials=3, presets=[], fidelity=dataclasses.replace(experiment(tmp_path).fidelity,
+                                                                                    score=score))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    seen = []
+    monkeypatch.setattr(worker, "run_trial", lambda spec, **kw: seen.append(spec.recipe["evals_per_epoch"]) or
+                        {"score": 0.5})
+    confirmed = dataclasses.replace(exp, final=FinalEval(seeds=0, confirm=1, confirm_seeds=1, baselines=False))
+    confirm.confirm(study, confirmed, Recipe(evals_per_epoch=2), printer=lambda *a: None)
+    assert seen == [evals]
