@@ -79,11 +79,16 @@ SCORE_FIDELITY = ("k", "epochs", "batch_size", "max_length", "length_buckets", "
 
 
 def changed_settings(stored: dict, attrs: dict) -> list[str]:
-    """'name stored (now new)' for each setting of `SCORE_ATTRS` and `SCORE_FIDELITY` that a resumed
-    study's ``attrs`` change (settings a study made by an older version did not store are skipped;
-    ``epochs: auto`` matches the length its calibration chose and stored)."""
+    """'name stored (now new)' for each setting of `SCORE_ATTRS` and `SCORE_FIDELITY`, and each key
+    of a file task's mapping (its files, metrics, decoding), that a resumed study's ``attrs`` change
+    (settings a study made by an older version did not store are skipped; ``epochs: auto`` matches
+    the length its calibration chose and stored)."""
     changed = [f"{k} {stored[k]} (now {attrs[k]})" for k in SCORE_ATTRS
                if k in stored and k in attrs and stored[k] != attrs[k]]
+    was, now = stored.get("task_spec"), attrs.get("task_spec")     # a file task: its files, metric, decoding
+    if isinstance(was, dict) and isinstance(now, dict) and not changed:
+        changed += [f"task.{k} {was.get(k)} (now {now.get(k)})" for k in sorted({*was, *now}, key=str)
+                    if was.get(k) != now.get(k)]
     old, new = stored.get("fidelity") or {}, attrs.get("fidelity") or {}
     return changed + [f"fidelity.{k} {old[k]} (now {new[k]})" for k in SCORE_FIDELITY
                       if k in old and k in new and old[k] != new[k]

@@ -2,6 +2,7 @@
 PRUNED, resume without loss, over-budget proposals never trained, and clear errors up front."""
 
 import dataclasses
+import re
 
 import optuna
 import pytest
@@ -161,6 +162,25 @@ def test_a_study_resumed_with_other_scoring_settings_is_refused_and_kept(tmp_pat
     assert kept.user_attrs["budget"] == budget and len(kept.trials) == trials
     run_search(dataclasses.replace(exp, budget="1%"), force_new_study=True, printer=lambda *a: None)
     assert load(exp).user_attrs["budget"] != budget
+
+
+def test_a_file_task_study_resumed_with_another_metric_or_files_is_refused(tmp_path):
+    """Its task name (files:train) stays the same: the mapping's metric, files and decoding decide
+    how its trials were scored, and a resume with others would rank them together."""
+    words = "good great fine dull bad awful plot film".split()
+    for name, n in (("train.csv", 80), ("dev.csv", 20), ("other.csv", 20)):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{words[i % 8]} {words[(3 * i) % 8]},{'ab'[i % 2]}\n"
+                                                               for i in range(n)))
+    task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "text_columns": ["text"]}
+    exp = experiment(tmp_path, trials=1, presets=[], task=task,
+                     fidelity=Fidelity(k=40, epochs=1, batch_size=16, max_length=16, search_dev=16))
+    run_search(exp, printer=lambda *a: None)
+    for changed, words_ in [({"main_metric": "f1"}, "task.main_metric None (now f1)"),
+                            ({"dev": str(tmp_path / "other.csv")}, f"task.dev {tmp_path / 'dev.csv'} (now ")]:
+        with pytest.raises(ConfigError, match=re.escape(f"made with other settings: {words_}")):
+            run_search(dataclasses.replace(exp, trials=2, task={**task, **changed}), printer=lambda *a: None)
+    run_search(dataclasses.replace(exp, trials=2), printer=lambda *a: None)         # the same mapping resumes
+    assert sum(t.state == TrialState.COMPLETE for t in load(exp).trials) == 2
 
 
 @pytest.mark.parametrize("text, expected", [("0.5%", 500), ("120000", 120000), ("1.2e5", 120000), ("2%", 2000)])
