@@ -13,7 +13,8 @@ the number `petl-nas train` reports on that split is not inflated by having pick
 ``best`` takes the highest search score, ties to fewer parameters (with ``final.confirm``, the
 search's own pick, the best mean of the trials it confirmed, where the budget admits it);
 ``smallest-within=X`` takes
-the fewest parameters among those within X points (percentage points, ×100 of the metric) of the
+the fewest parameters among those within X points (×100 of a 0-1 metric; ROUGE and BLEU are
+already in points) of the
 best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
 trial, `costs.py`; or, as `petl-nas export` does, timed again side by side here, `petl_nas.retime`)
 among them, where latencies within `LATENCY_TIE` (10%) of the lowest count as equal: of those, the
@@ -43,6 +44,7 @@ from .confirm import PREFIX as CONFIRMED, confirmed_now, mean_score
 from .config import ConfigError, PetlConfig, read_yaml
 from .fronts import group_of, source_of
 from .inject import atomic_write
+from .metrics import points_per_unit
 from .significance import mean_std
 from .storage import check_existing, redact, with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
@@ -135,7 +137,7 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
         best = next(c for c in pool if c[0].number == picked)             # search's own pick, by its mean
     if pick == "best":
         return best[0]
-    floor = best[1] - float(m.group(2)) / 100
+    floor = best[1] - float(m.group(2)) / points_per_unit(study.user_attrs.get("metric", "accuracy"))
     within = [c for c in pool if c[1] >= floor]
     if m.group(1) == "smallest":
         return min(within, key=lambda c: (c[0].values[1], -c[1]))[0]

@@ -43,7 +43,7 @@ import numpy as np
 
 __all__ = ["accuracy", "f1", "mcc", "pearson", "spearman", "f1_accuracy", "pearson_spearman",
            "rankdata", "METRICS", "compute_metrics", "evaluate_metric", "rouge", "bleu",
-           "TEXT_METRICS", "text_metrics", "LM_METRICS", "LOWER_IS_BETTER", "lm_metrics"]
+           "TEXT_METRICS", "text_metrics", "points_per_unit", "LM_METRICS", "LOWER_IS_BETTER", "lm_metrics"]
 
 
 def _pair(predictions, references) -> tuple[np.ndarray, np.ndarray]:
@@ -224,6 +224,17 @@ def bleu(predictions, references) -> float:
     """
     p, r = _texts(predictions, references)
     return float(_require("sacrebleu", "sacrebleu").corpus_bleu(p, [r]).score)
+
+
+def points_per_unit(metric: str) -> float:
+    """How many points (as margins and differences are given) one unit of ``metric`` is: 100 for a
+    metric from 0 to 1 (an accuracy of 0.01 is one point), 1 for ROUGE and BLEU (already 0-100).
+
+    Example:
+        >>> points_per_unit("accuracy"), points_per_unit("rougeL")
+        (100.0, 1.0)
+    """
+    return 1.0 if metric in TEXT_METRICS else 100.0
 
 
 def text_metrics(names, predictions, references) -> dict[str, float]:

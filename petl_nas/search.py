@@ -33,6 +33,7 @@ from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import atomic_write
+from .metrics import points_per_unit
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, redact, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
@@ -66,12 +67,11 @@ class SearchSummary:
     shift: dict | None = None                         # search-dev's inputs against the test split's (shift.py)
     calibrated_epochs: float | None = None            # the trial length `fidelity: auto` chose, when it did
 
-    @staticmethod
-    def _row(r: dict) -> str:
+    def _row(self, r: dict) -> str:
         test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
         search = f"{r['score']:.4f}" + (f" ± {r['se']:.4f}" if r.get("se") is not None else "")
-        paired = r.get("paired")
-        vs = (f"{100 * paired['mean']:+.2f}" + (f" ± {100 * paired['std']:.2f}" if paired["std"] is not None
+        paired, pts = r.get("paired"), points_per_unit(self.metric)
+        vs = (f"{pts * paired['mean']:+.2f}" + (f" ± {pts * paired['std']:.2f}" if paired["std"] is not None
                                                  else " (1 seed)")) if paired else "-"
         relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
         flag = ("  did not learn" if r.get("did_not_learn") else "") + ("  head only (no PETL module)"

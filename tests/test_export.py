@@ -41,6 +41,16 @@ def make_study(url, rows, finals=()):
 ROWS = [(0.80, 100, None), (0.85, 1000, None), (0.86, 5000, None), (0.70, 50, "bitfit"), (0.75, 2000, None)]
 
 
+def test_margins_are_points_of_rouge_and_bleu_as_written():
+    """ROUGE and BLEU are 0-100 already: smallest-within=7 is 7 of their points, not 0.07."""
+    study = make_study("sqlite://", [(6.89, 2964, None), (0.5, 768, None), (4.0, 1500, None)])
+    study.set_user_attr("metric", "rougeL")
+    assert choose(study, pick="smallest-within=7").number == 1
+    assert choose(study, pick="smallest-within=3").number == 2
+    study.set_user_attr("metric", "accuracy")                   # the same numbers as a 0-1 metric: 700 points
+    assert choose(study, pick="smallest-within=7").number == 0
+
+
 @pytest.mark.parametrize("budget, pick, expected", [
     (None, "best", 2), (2000, "best", 1), (100, "best", 0), (60, "best", 3),
     (None, "smallest-within=1.5", 1), (None, "smallest-within=7", 0), (None, "smallest-within=20", 3),

@@ -124,6 +124,8 @@ def test_one_seed_shows_no_spread():
     counts = {"complete": 1, "pruned": 0, "failed": 0, "rejected": 0}
     line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[row]).table().splitlines()[2]
     assert "0.5500 (1 seed)  +25.00 (1 seed)" in line and "head only" not in line
+    rouge = SearchSummary("s", "sqlite://", "rougeL", None, counts, front=[{**row, "paired": paired_difference([7.57], [0.0])}])
+    assert "+7.57 (1 seed)" in rouge.table().splitlines()[2]          # ROUGE is in points already: not ×100
     probe = {**row, "number": 4, "deployable": 0, "pct": 0.0, "paired": None}
     line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[probe]).table().splitlines()[2]
     assert line.endswith("  -  head only (no PETL module)")              # a linear probe: say so and "±" not in line.split("0.0600")[1]
