@@ -74,7 +74,7 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
     base_recipe = Recipe(**recipe_fields).with_overrides(compile=compile, cuda_graphs=cuda_graphs)
     task.check_max_length(base_recipe.max_length, "recipe.max_length")
     splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
-                         search_dev_size=1 if rec.get("k") is None else None)
+                         search_dev_size=1 if rec.get("k") is None else rec.get("search_dev"))
     model, tok = load_backbone(rec["backbone"], task, splits)
     if rec.get("k") is None:
         splits = splits.for_final_training()

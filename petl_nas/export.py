@@ -49,7 +49,7 @@ from .significance import mean_std
 from .storage import check_existing, redact, with_installed_driver
 from .study import KNOB_STUDY_SUFFIX
 
-RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "petl_config",
+RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "search_dev", "petl_config",
                "recipe", "seeds", "counts", "provenance")
 _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
 PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
@@ -252,6 +252,7 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, reci
         "data_dir": a.get("data_dir"),
         "data_seed": a.get("data_seed", 111),
         "k": k,
+        "search_dev": fidelity.get("search_dev"),      # with K, the rows carved beside (or out of) it
         "petl_config": petl_config,
         "recipe": recipe,
         "seeds": final_cfg.get("seeds", 3),

@@ -503,3 +503,36 @@ def test_the_front_table_shows_each_trials_source_and_the_studys_own_costs(tmp_p
     one_shot = record(study, study.trials[0])["provenance"]
     assert (one_shot["source"], one_shot["oneshot"], one_shot["oneshot_budget"]) == ("oneshot", "oneshot-0", 120)
     assert record(study, study.trials[2])["provenance"]["source"] == "searched"
+
+
+def test_train_reproduces_the_final_reevaluation_when_the_search_dev_comes_out_of_k(tmp_path, monkeypatch):
+    """120 training rows, K=100 and a search dev of 30: the search trains on 70 rows (the search dev
+    comes out of the K). The record carries the search dev's size, so `petl-nas train` trains on
+    the same 70 and scores what the final re-evaluation scored, seed for seed."""
+    from petl_nas.deploy import train_record
+    from petl_nas.experiment import Experiment, Fidelity, FinalEval
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    words = "good great fine dull bad awful plot film".split()
+    for name, n in (("train.csv", 120), ("dev.csv", 40)):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{words[i % 8]} {words[(3 * i) % 8]} {i},{'ab'[i % 3 == 0]}\n"
+                                                              for i in range(n)))
+    task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "text_columns": ["text"]}
+    exp = Experiment(name="cut", backbone=TINY, task=task, budget=None, space="small", trials=1, presets=["lora"],
+                     executor="local", storage=f"sqlite:///{tmp_path}/s.db",
+                     fidelity=Fidelity(k=100, epochs=1, batch_size=16, max_length=16, search_dev=30),
+                     final=FinalEval(seeds=1, epochs=1, presets="all", baselines=False))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name="cut", storage=exp.storage_url)
+    (lora,) = [t for t in study.trials if t.user_attrs.get("preset") == "lora"]
+    rec = record(study, lora)
+    assert rec["search_dev"] == 30
+    from petl_nas import deploy
+
+    rows, real_train = [], deploy.train
+    monkeypatch.setattr(deploy, "train", lambda model, data, *a, **kw: rows.append(len(data.train)) or
+                        real_train(model, data, *a, **kw))
+    summary = train_record(rec, seeds=1, out=tmp_path / "o", progress=False, printer=lambda *a: None)
+    assert rows == [70]
+    assert summary["mean"] == pytest.approx(study.user_attrs[f"final:{lora.number}"]["mean"], abs=1e-6)
