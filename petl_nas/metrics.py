@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -199,15 +200,37 @@ def _texts(predictions, references) -> tuple[list[str], list[str]]:
     return p, r
 
 
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"         # kana and CJK ideographs
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+
+
+class _AnyScriptTokenizer:
+    """ROUGE's tokenization for every script: lower case, runs of letters and digits, Porter stems
+    of ASCII words over 3 letters, and each kana or CJK ideograph a token of its own (no spaces
+    part their words). rouge_score's default keeps only a-z and 0-9, so a Cyrillic, Greek or Arabic
+    prediction identical to its reference scores 0 and "été" reads "t". On ASCII text the two agree."""
+
+    def __init__(self):
+        from nltk.stem import porter          # what rouge_score's default tokenizer stems with
+
+        self._stem = porter.PorterStemmer().stem
+
+    def tokenize(self, text: str) -> list[str]:
+        return [self._stem(t) if len(t) > 3 and t.isascii() else t for t in _TOKEN.findall(text.lower())]
+
+
 def rouge(predictions, references, types=("rouge1", "rouge2", "rougeL")) -> dict[str, float]:
-    """Mean ROUGE F1 (x100) per type, with Porter stemming.
+    """Mean ROUGE F1 (x100) per type, with Porter stemming, in any script (`_AnyScriptTokenizer`).
 
     Example:
         >>> {k: round(v, 2) for k, v in rouge(["the cat sat on the mat"], ["the cat is on the mat"]).items()}
         {'rouge1': 83.33, 'rouge2': 60.0, 'rougeL': 83.33}
+        >>> rouge(["Это хороший день"], ["Это хороший день"])["rougeL"]
+        100.0
     """
     p, r = _texts(predictions, references)
-    scorer = _require("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(types), use_stemmer=True)
+    scorer = _require("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(types),
+                                                                             tokenizer=_AnyScriptTokenizer())
     sums = dict.fromkeys(types, 0.0)
     for hyp, ref in zip(p, r):
         for t, score in scorer.score(ref, hyp).items():     # score(target, prediction)

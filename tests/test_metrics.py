@@ -71,3 +71,21 @@ def test_evaluate_metric_returns_none_when_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, "evaluate", None)       # import fails as if not installed
     assert evaluate_metric("accuracy") is None
     assert set(metrics.__all__) >= {"accuracy", "f1", "mcc", "pearson", "spearman", "evaluate_metric"}
+
+
+def test_rouge_reads_every_script_and_agrees_with_rouge_score_on_english():
+    """rouge_score's default tokenizer keeps a-z and 0-9 only: a Russian prediction identical to its
+    reference scored 0, and "été" read "t". ROUGE here tokenizes every script (each CJK character
+    a token) and gives rouge_score's own figures on English."""
+    rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
+    from petl_nas.metrics import rouge
+
+    assert rouge(["Это хороший день"], ["Это хороший день"]) == {"rouge1": 100.0, "rouge2": 100.0, "rougeL": 100.0}
+    assert rouge(["un été chaud"], ["un hiver chaud"])["rouge1"] == pytest.approx(100 * 2 / 3)
+    assert rouge(["今天天气很好"], ["今天天气不好"])["rouge1"] == pytest.approx(100 * 5 / 6)   # 5 of 6 characters
+    english = (["The cats were running quickly, weren't they? 42 times", "a U.S.A.-made film: 3.14 stars"],
+               ["the cat runs quick: 42 time", "an American film of 3 stars"])
+    default = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    expected = {t: 100 * sum(default.score(r, p)[t].fmeasure for p, r in zip(*english)) / 2
+                for t in ("rouge1", "rouge2", "rougeL")}
+    assert rouge(*english) == pytest.approx(expected)
