@@ -27,7 +27,7 @@ from . import __version__
 from . import calibrate
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
-from .oneshot.propose import ATTR as ONESHOT, propose
+from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
 from .confirm import confirm
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
@@ -261,6 +261,8 @@ FEW_SEARCH_DEV_ROWS = 30      # below this one score's standard error is 9 point
 def _search(study, exp: Experiment, task, splits, space, model_config, budget, backbone_params: int,
             printer) -> SearchSummary:
     n_layers = model_config.num_hidden_layers
+    if exp.strategy != "sampler":
+        check_resumable(study, exp)                  # before presets or warm starts are queued
     lock = ClaimLock(study, exp.study_name)
     with lock():                                     # two workers never enqueue the same preset twice
         over_budget: list[str] = []
@@ -280,6 +282,9 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             target += proposals
         if exp.sampler == "presets" or exp.strategy == "oneshot":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+        waiting = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING
+                      and (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")))
+        target = max(target, claimed(study) + waiting)   # queued on a study already at its count: they train too
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     later = (" besides the supernet's proposals (it trains first)"

@@ -716,11 +716,16 @@ def test_a_resume_with_other_oneshot_settings_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", presets=[])
     run_search(exp, printer=lambda *a: None)
-    other = dataclasses.replace(exp, oneshot=dataclasses.replace(exp.oneshot, rungs=6))
+    import optuna
+
+    before = len(optuna.load_study(study_name="o", storage=exp.storage_url).trials)
+    other = dataclasses.replace(exp, oneshot=dataclasses.replace(exp.oneshot, rungs=6), presets=["bitfit"],
+                                strategy="both")
     with pytest.raises(ConfigError, match=r"study 'o' trained its supernet with other oneshot settings \(rungs 4 -> 6\); "
                                           r"its proposals are those of the first: to train another supernet, name a "
                                           r"new study \(--study NAME\)"):
         run_search(other, printer=lambda *a: None)
+    assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == before    # refused: nothing queued
     lines = []
     run_search(exp, printer=lines.append)                      # the same settings: nothing left to do
     assert any("; 0 to train;" in line for line in lines)

@@ -146,3 +146,8 @@ def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatc
     run_search(warm, printer=lines.append)                                    # resumed: nothing taken twice
     assert len([t for t in optuna.load_study(study_name="b", storage=warm.storage_url).trials
                 if t.user_attrs.get("warm_start")]) == len(members)
+    done = dataclasses.replace(base, name="c", storage=f"sqlite:///{tmp_path}/c.db", trials=1, presets=[])
+    run_search(done, printer=lambda line: None)                              # a finished study of 1 trial
+    run_search(dataclasses.replace(done, warm_start=base.storage_url), printer=lines.append)
+    c = optuna.load_study(study_name="c", storage=done.storage_url)           # warm-started on resume: they train
+    assert [t.state.name for t in c.trials if t.user_attrs.get("warm_start")] == ["COMPLETE"] * len(members)

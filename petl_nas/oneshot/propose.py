@@ -218,6 +218,13 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, earli
             + ", ".join(f"{p['deployable']:,}" for p in proposed) + over]
 
 
+def check_resumable(study, exp) -> None:
+    """Refuse, before anything is queued, to resume a study whose supernet was trained with other
+    ``oneshot`` settings (`propose` would refuse it later, after presets and warm starts were added)."""
+    if ATTR in study.user_attrs:
+        _check_same_settings(study, as_stored(dataclasses.asdict(exp.oneshot)))
+
+
 def _check_same_settings(study, settings: dict) -> None:
     """A resumed study whose supernet was trained with other ``oneshot`` settings: refused, since its
     proposals are those of the old settings (a study from before settings were stored is not checked)."""
@@ -237,4 +244,4 @@ def _first_line(error: BaseException) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-__all__ = ["propose", "ATTR", "STARTED"]
+__all__ = ["propose", "check_resumable", "ATTR", "STARTED"]
