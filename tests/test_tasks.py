@@ -289,6 +289,9 @@ def test_the_data_line_says_what_would_otherwise_pass_silently(tmp_path):
     line, repeats = data_lines(load_splits(task, search_dev_size=10), k=None)
     assert "search-dev 10 (carved from the training data; 10 repeat a training text)" in line
     assert repeats.startswith("warning: 10 of 10 search-dev rows (100%) repeat a training row's text")
+    same = file_task(tmp_path / "twice.csv", tmp_path / "twice.csv", text_columns=["text"])      # dev = train
+    assert data_lines(load_splits(same, search_dev_size=4), k=None)[-1].startswith(
+        "warning: 40 of 40 test rows (100%) repeat a training row's text: test scores overrate")
 
 def test_file_task_errors(tmp_path, monkeypatch):
     (tmp_path / "train.csv").write_text("sentence,label\na,1\n")

@@ -4,8 +4,8 @@ One line gives the rows of each split (K of how many training rows, where the se
 from), the classes' shares of the training rows and, with two classes, the one f1 scores;
 warnings follow for what would otherwise pass silently: a K cut short because the search dev came
 out of it, accuracy ranking trials when one class is most of the rows, a class with no training
-or no search-dev rows, and search-dev rows whose text is also a training row's (their scores
-reward memorising).
+or no search-dev rows, and search-dev or test rows whose text is also a training row's (their
+scores reward memorising).
 
 Example:
     >>> from petl_nas.tasks import load_splits
@@ -63,6 +63,11 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
     if repeats >= REPEATS_WARN * len(dev):
         warnings.append(f"warning: {repeats:,} of {len(dev):,} search-dev rows ({repeats / len(dev):.0%}) repeat a "
                         f"training row's text: their scores reward memorising (remove duplicate rows from the data)")
+    seen_test = _repeats(train, splits.test)
+    if seen_test >= REPEATS_WARN * len(splits.test):
+        warnings.append(f"warning: {seen_test:,} of {len(splits.test):,} test rows ({seen_test / len(splits.test):.0%}) "
+                        f"repeat a training row's text: test scores overrate (is the dev file drawn from the train "
+                        f"file?)")
     return [line, *warnings]
 
 
