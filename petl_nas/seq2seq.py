@@ -67,6 +67,11 @@ class Seq2SeqSettings:
         if not whole(self.no_repeat_ngram_size) or self.no_repeat_ngram_size < 0:
             raise ConfigError(f"generation: no_repeat_ngram_size must be a whole number >= 0, "
                               f"got {self.no_repeat_ngram_size!r}")
+        for name, least, why in (("max_length", 2, "the decoder's start token and one generated token"),
+                                 ("max_target_length", 3, "one target token beside the start and end tokens")):
+            if getattr(self, name) < least:           # shorter: nothing to decode, or to train on
+                raise ConfigError(f"generation: {name} {getattr(self, name)} leaves no room for {why}: give at "
+                                  f"least {least}")
         if not whole(self.min_length) or not 0 <= self.min_length <= self.max_length:
             raise ConfigError(f"generation: min_length must be a whole number from 0 to max_length "
                               f"({self.max_length}), got {self.min_length!r}")

@@ -213,6 +213,12 @@ def test_missing_source_or_target_columns_is_one_clear_line(tmp_path):
         resolve_task({"train": str(train), "dev": str(train), "kind": "seq2seq", "generation": {"num_beams": "six"}})
     with pytest.raises(ConfigError, match=r"generation: min_length must be .* to max_length \(5\), got 9"):
         Seq2SeqSettings(max_length=5, min_length=9)
+    with pytest.raises(ConfigError, match=r"^generation: max_length 1 leaves no room for the decoder's start token "
+                                          r"and one generated token: give at least 2$"):
+        Seq2SeqSettings(max_length=1)
+    with pytest.raises(ConfigError, match=r"^generation: max_target_length 2 leaves no room for one target token"):
+        Seq2SeqSettings(max_target_length=2)
+    assert Seq2SeqSettings(max_length=2, max_target_length=3).max_target_length == 3
 
 
 def test_hub_failure_says_pass_data_dir(monkeypatch):

@@ -96,11 +96,11 @@ class Task:
 
     def check_max_length(self, max_length: int, where: str = "max_length") -> None:
         """Refuse a length that leaves a generation task nothing to learn: a causal LM needs a start,
-        one response token and the end; a seq2seq decoder its start token and one more."""
+        one response token and the end; a seq2seq source one token and its end."""
         shortest = {"causal_lm": 3, "seq2seq": 2}.get(self.kind)
         if shortest is not None and max_length < shortest:
             raise ConfigError(f"{where} {max_length} leaves no room for a {self.kind} task's "
-                              f"{'response' if self.kind == 'causal_lm' else 'target'}: give at least {shortest}")
+                              f"{'response' if self.kind == 'causal_lm' else 'source'}: give at least {shortest}")
 
     @property
     def num_labels(self) -> int:
