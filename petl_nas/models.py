@@ -123,11 +123,26 @@ def check_task_head(model_type: str, task, name: str) -> None:
     from transformers.models.auto import modeling_auto
 
     _, mapping, what = _HEADS.get(task.kind, _CLASSIFIER)
+    if task.kind == "causal_lm" and _encoder_decoder(model_type):   # BartForCausalLM: its decoder alone
+        raise ConfigError(f"model {name!r} ({model_type}) is an encoder-decoder: a causal_lm task needs a "
+                          f"decoder-only model (GPT-2, Llama, ...); use it for a seq2seq task (kind: seq2seq)")
     if model_type not in getattr(modeling_auto, mapping):
-        use = ("a generation task (kind: causal_lm) or a backbone with one" if not task.generative
-               else "a classification or regression task, or another backbone")
+        kinds = {"classification or regression": _CLASSIFIER, "seq2seq": _HEADS["seq2seq"],
+                 "causal_lm": _HEADS["causal_lm"]}
+        has = [k for k, (_, m, _) in kinds.items() if model_type in getattr(modeling_auto, m)
+               and not (k == "causal_lm" and _encoder_decoder(model_type))]
+        use = (f"a {' or '.join(has)} task" if has else "nothing petl-nas trains") + ", or another backbone"
         raise ConfigError(f"model {name!r} ({model_type}): transformers has no {what} head for this family, "
                           f"which task {task.name!r} needs; use it for {use}")
+
+
+def _encoder_decoder(model_type: str) -> bool:
+    from .backbones import spec_for
+
+    try:
+        return spec_for(model_type).encoder_decoder
+    except ConfigError:                    # no spec: said where the backbone is applied
+        return False
 
 
 def load_for_task(name_or_path: str, task, **kwargs):

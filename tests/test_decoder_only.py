@@ -218,11 +218,17 @@ def test_a_family_without_a_classifier_is_refused_before_anything_trains(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and not db.exists()
     assert "(granite): transformers has no sequence-classification head for this family" in err[0]
-    assert "use it for a generation task (kind: causal_lm)" in err[0]
+    assert "use it for a causal_lm task, or another backbone" in err[0]
     with pytest.raises(ConfigError, match="no sequence-classification head"):
         load_backbone({"tiny": {"model_type": "granite"}}, resolve_task("demo_sentiment"))
     model, _ = load_backbone(str(tmp_path / "granite"), resolve_task(instruction_files))
     assert model.config.model_type == "granite"
+    with pytest.raises(ConfigError, match=r"\(granite\): transformers has no sequence-to-sequence LM head .* use it "
+                                          r"for a causal_lm task, or another backbone$"):
+        load_backbone({"tiny": {"model_type": "granite"}}, resolve_task("demo_copy"))
+    with pytest.raises(ConfigError, match=r"\(bart\) is an encoder-decoder: a causal_lm task needs a decoder-only "
+                                          r"model \(GPT-2, Llama, ...\); use it for a seq2seq task"):
+        load_backbone({"tiny": {"model_type": "bart"}}, resolve_task(instruction_files))
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt_neox"])
