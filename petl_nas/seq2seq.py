@@ -189,6 +189,8 @@ def tiny_seq2seq(model_type: str = "bart", tokenizer=None, seed: int = 0, hidden
         ids = _special_ids(tokenizer)
         kw.update(vocab_size=len(tokenizer), **ids, forced_eos_token_id=ids["eos_token_id"],
                   decoder_start_token_id=ids["pad_token_id"] if family == "t5" else ids["eos_token_id"])
+    if family == "t5" and "num_layers" in config_overrides and "num_decoder_layers" not in config_overrides:
+        kw["num_decoder_layers"] = config_overrides["num_layers"]      # as T5Config reads num_layers alone
     kw.update(config_overrides)
     config = AutoConfig.for_model(model_type, **kw)
     with torch.random.fork_rng(devices=[]):  # seed the weights without moving the caller's RNG

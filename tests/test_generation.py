@@ -362,3 +362,17 @@ def test_a_step_where_layerdrop_skipped_every_trained_layer_is_skipped_too():
     encoded = encode(splits, tok, max_length=16)
     train(model, TrainData(encoded.train, encoded.search_dev), task, Recipe(lr=1e-2, epochs=1, batch_size=8), "cpu")
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_a_tiny_t5_given_num_layers_alone_has_as_many_decoder_layers():
+    """As T5Config reads it: num_layers alone sets both stacks (a 1-layer encoder beside a 2-layer
+    decoder failed in every trial's decoding)."""
+    from petl_nas.seq2seq import tiny_seq2seq
+    from petl_nas.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer(["a b c d"], vocab_size=50)
+    model = tiny_seq2seq("t5", tokenizer=tok, num_layers=1)
+    assert (model.config.num_layers, model.config.num_decoder_layers) == (1, 1)
+    assert tiny_seq2seq("t5", tokenizer=tok, num_layers=1, num_decoder_layers=2).config.num_decoder_layers == 2
+    out = model.generate(input_ids=torch.tensor([[5, 6, 7]]), max_length=4, num_beams=2)
+    assert out.shape[0] == 1
