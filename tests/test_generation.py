@@ -207,6 +207,8 @@ def test_missing_source_or_target_columns_is_one_clear_line(tmp_path):
         (tmp_path / "empty").mkdir()
         _jsonl(tmp_path / "empty" / "train.jsonl", [{"source": "a", "target": "b"}])
         load_splits("xsum", data_dir=tmp_path / "empty")
+    with pytest.raises(ConfigError, match="^task: labels apply to classification tasks; a seq2seq task generates text$"):
+        resolve_task({"train": str(train), "dev": str(train), "kind": "seq2seq", "labels": ["a", "b"]})
     with pytest.raises(ConfigError, match="task: generation.beams: unknown key"):
         resolve_task({"train": str(train), "dev": str(train), "kind": "seq2seq", "generation": {"beams": 2}})
     with pytest.raises(ConfigError, match="generation: num_beams must be a whole number >= 1, got 'six'"):

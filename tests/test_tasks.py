@@ -570,7 +570,7 @@ def test_training_with_length_buckets_is_reproducible_and_another_order(tokenize
 
 @pytest.mark.parametrize("train, dev, words", [
     ("sentence,label\na,1\n,0\nc,1\n", None, "train.csv, row 2: text column 'sentence' is empty"),
-    ('{"sentence": "a", "label": 1}\n{"label": 0}\n', None, "train.jsonl, row 2: text column 'sentence' is empty"),
+    ('{"sentence": "a", "label": 1}\n{"label": 0}\n', None, "train.jsonl, row 2: text column 'sentence' is missing"),
     ("sentence,label\n", None, "train.csv: the file has no rows"),
     ("", None, "train.csv: the file has no rows (it is empty)"),
     ("\n \n", None, "train.csv: the file has no rows (it is empty)"),

@@ -69,8 +69,9 @@ def read_table(path: str, needed: Sequence[str], label: str | None = None):
                               + _header_hint(path, table.column_names, needed, c))
     for c in needed:                                # an empty cell, or only spaces: nothing to read or learn
         blank = next((i for i, v in enumerate(table[c]) if v is None or isinstance(v, str) and not v.strip()), None)
-        if blank is not None:
-            raise ConfigError(f"{path}, row {blank + 1}: {'' if c == label else 'text column '}{c!r} is empty")
+        if blank is not None:                       # None: a JSON row without the key (or null), a CSV row cut short
+            raise ConfigError(f"{path}, row {blank + 1}: {'' if c == label else 'text column '}{c!r} is "
+                              f"{'missing' if table[c][blank] is None else 'empty'}")
     return table
 
 
@@ -116,7 +117,8 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
             where = "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
             raise ConfigError(f"{split} file {path} does not exist{where}")
     if kind in ("seq2seq", "causal_lm"):
-        return _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation)
+        return _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation,
+                                     labels)
     if text_columns is None:
         raise ConfigError(f"task: a {kind} file task needs text_columns")
     label_column = label_column or "label"
@@ -144,7 +146,10 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
                 main_metric, tuple(metrics), "files", tuple((s, str(p)) for s, p in files.items()))
 
 
-def _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation) -> Task:
+def _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation,
+                          labels=None) -> Task:
+    if labels is not None:
+        raise ConfigError(f"task: labels apply to classification tasks; a {kind} task generates text")
     if kind == "causal_lm" and text_columns is None and label_column is None:
         columns = read_table(str(files["train"]), ()).column_names
         if {"prompt", "response"} <= set(columns):
