@@ -293,8 +293,18 @@ def test_a_search_runs_on_byte_order_marked_copies_of_the_shared_glue_folder(tmp
 def test_file_task_errors_name_the_problem(tmp_path):
     from petl_nas.tasks import resolve_task
 
-    with pytest.raises(ConfigError, match="needs train, dev and text_columns"):
+    with pytest.raises(ConfigError, match=r"needs train, dev and text_columns \(a generation task names its kind "
+                                          r"instead: kind: seq2seq or causal_lm\)$"):
         resolve_task({"train": "a.csv"})
+    many = tmp_path / "many.csv"                                   # targets read as labels: thousands of classes
+    many.write_text("text,label\n" + "".join(f"t{i},target {i}\n" for i in range(30)))
+    (tmp_path / "other.csv").write_text("text,label\nx,another target\n")
+    task = resolve_task({"train": str(many), "dev": str(tmp_path / "other.csv"), "text_columns": ["text"]})
+    from petl_nas.tasks import load_splits
+
+    with pytest.raises(ConfigError, match=r"label 'another target' is not one of .*'s labels \(target 0, target 1, "
+                                          r".*, \.\.\. \(30 in all\)\)$"):
+        load_splits(task)
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_task({"train": str(tmp_path / "nope.csv"), "dev": str(tmp_path / "nope.csv"), "text_columns": ["t"]})
 

@@ -201,7 +201,9 @@ def resolve_task(task) -> Task:
         generative = task.get("kind") in ("seq2seq", "causal_lm")
         if unknown or not {"train", "dev", *(() if generative else ("text_columns",))} <= set(task):
             raise ConfigError("task: a file task needs train, dev and text_columns"
-                              + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else ""))
+                              + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else "")
+                              + ("" if unknown or "kind" in task else
+                                 " (a generation task names its kind instead: kind: seq2seq or causal_lm)"))
         return file_task(task["train"], task["dev"], task.get("test"),
                          **{k: v for k, v in task.items() if k not in ("train", "dev", "test")})
     return get_task(task)
