@@ -65,9 +65,9 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
                         f"training row's text: their scores reward memorising (remove duplicate rows from the data)")
     seen_test = _repeats(train, splits.test)
     if seen_test >= REPEATS_WARN * len(splits.test):
-        warnings.append(f"warning: {seen_test:,} of {len(splits.test):,} test rows ({seen_test / len(splits.test):.0%}) "
-                        f"repeat a training row's text: test scores overrate (is the dev file drawn from the train "
-                        f"file?)")
+        share = seen_test / len(splits.test)
+        warnings.append(f"warning: {seen_test:,} of {len(splits.test):,} test rows ({share:.0%}) repeat a training "
+                        f"row's text: test scores overrate (is the dev file drawn from the train file?)")
     return [line, *warnings]
 
 

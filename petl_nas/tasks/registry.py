@@ -218,7 +218,8 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
             text = label_text(value)
             if text not in ids:
                 shown = repr(text) if isinstance(value, str) else text
-                listed = ", ".join(task.labels[:10]) + (f", ... ({len(task.labels)} in all)" if len(task.labels) > 10 else "")
+                listed = ", ".join(task.labels[:10]) + (f", ... ({len(task.labels)} in all)"
+                                                        if len(task.labels) > 10 else "")
                 raise ConfigError(f"{where(i)}: label {shown} is not one of {task.name}'s labels ({listed})")
             labels[i] = ids[text]
     labels.flags.writeable = False  # splits are cached and shared between trials
