@@ -91,10 +91,14 @@ class SearchSummary:
         if self.presets:
             lines.append("presets measured in this study:")
             lines += [self._row(r) for r in self.presets]
-        lines.append("dominates: fewer or equal parameters and a search score higher by more than two standard "
-                     "errors; ~name: within noise of it with fewer parameters"
+        measured = any(r.get("se") is not None for r in self.front + self.presets)
+        lines.append(("dominates: fewer or equal parameters and a search score higher by more than two standard "
+                      "errors; ~name: within noise of it with fewer parameters" if measured else
+                      "dominates: fewer or equal parameters and a higher search score (this metric has no standard "
+                      "error here: differences are not tested against noise); ~name: the same score with fewer "
+                      "parameters")
                      + (f"; paired Δ: per-seed test difference to {self.reference} (same seeds)"
-                        if self.reference else ""))
+                        if self.reference and any(r.get("paired") for r in self.front + self.presets) else ""))
         if self.baseline is not None:
             on_test = self.baseline.get("test_score")
             lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev"
@@ -142,7 +146,8 @@ class Progress:
         if state == "complete" and info.get("score_se") is not None:
             what += f" ± {info['score_se']:.4f}"
         if info.get("did_not_learn"):
-            what += " (did not learn: within noise of the baseline)"
+            what += (" (did not learn: within noise of the baseline)" if info.get("score_se") is not None
+                     else " (did not learn: no better than the baseline)")     # a metric without an error bar
         if info.get("reused"):
             what += f" (the {info['reused']} run of this spec, not trained again)"
         tag = f" [{p.preset}]" if p.preset else " [one-shot]" if p.trial.user_attrs.get(ONESHOT) else ""

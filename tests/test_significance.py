@@ -126,6 +126,12 @@ def test_one_seed_shows_no_spread():
     assert "0.5500 (1 seed)  +25.00 (1 seed)" in line and "head only" not in line
     rouge = SearchSummary("s", "sqlite://", "rougeL", None, counts, front=[{**row, "paired": paired_difference([7.57], [0.0])}])
     assert "+7.57 (1 seed)" in rouge.table().splitlines()[2]          # ROUGE is in points already: not ×100
+    rouge.front[0]["se"] = None                                          # no standard error for ROUGE
+    assert "a higher search score (this metric has no standard error here" in rouge.table()
+    assert "two standard errors" not in rouge.table() and "two standard errors" in SearchSummary(
+        "s", "sqlite://", "accuracy", None, counts, front=[row], reference="lora").table()
+    assert "paired Δ" not in SearchSummary("s", "sqlite://", "accuracy", None, counts, front=[{**row, "paired": None}],
+                                           reference="lora").table().split("\n", 3)[3]     # no row has one
     probe = {**row, "number": 4, "deployable": 0, "pct": 0.0, "paired": None}
     line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[probe]).table().splitlines()[2]
     assert line.endswith("  -  head only (no PETL module)")              # a linear probe: say so and "±" not in line.split("0.0600")[1]
