@@ -220,7 +220,7 @@ def cmd_export(args) -> int:
         config = PetlConfig.from_dict(rec["petl_config"])
         model_config, task_kind = _backbone_of(study)
         try:
-            converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers)
+            converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
                          if args.format == "adapters" else to_peft(config, model_config, task_kind))
         except NotExpressible as e:
             raise ConfigError(f"{what}: {e}") from None

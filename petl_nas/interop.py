@@ -40,7 +40,7 @@ def _scaling(m: ModuleSpec):
     return m.scale if m.composition == "scaled" else 1.0
 
 
-def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
+def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int, task_kind: str = "classification") -> dict:
     """An AdapterHub config dict (``{"architecture": "union", "configs": [...]}`` when several)."""
     reasons, out = [], []
     if config.bitfit:
@@ -49,7 +49,7 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int) -> dict:
         reasons.append("train_layernorms (AdapterHub trains no backbone LayerNorms)")
     if config.prompt_length:
         reasons.append("prompt tokens after the first token (AdapterHub's prompt tuning prepends them)")
-    if config.pooling in ("mean", "pooler", "pooler_trained"):
+    if config.pooling in ("mean", "pooler", "pooler_trained") and task_kind in ("classification", "regression"):
         reasons.append(f"pooling: {config.pooling} (AdapterHub's classification heads read [CLS] into a new "
                        f"dense layer)")
     for i, m in enumerate(config.modules):

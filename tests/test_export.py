@@ -391,6 +391,14 @@ def test_what_is_not_expressible_is_named(name, library, words):
             to_adapters(preset(name, hidden_size=768), 768, 12)
 
 
+def test_pooling_is_a_classifiers_and_does_not_refuse_a_generation_tasks_adapters():
+    mean = PetlConfig(modules=(ModuleSpec(form="lora", size=8),), pooling="mean")
+    with pytest.raises(NotExpressible, match=r"pooling: mean \(AdapterHub's classification heads"):
+        to_adapters(mean, 768, 12)
+    for kind in ("seq2seq", "causal_lm"):
+        assert to_adapters(mean, 768, 12, kind)["architecture"] == "lora"
+
+
 def test_restricted_blocks_and_other_backbones_are_named_not_dropped():
     decoder_only = PetlConfig(modules=(ModuleSpec(form="lora", size=8, blocks=("decoder",)),))
     with pytest.raises(NotExpressible, match=r"restricted to the decoder blocks"):
