@@ -209,7 +209,10 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
     ks = optuna.load_study(study_name="o:oneshot-knobs", storage=exp.storage_url)
-    assert [t.state for t in ks.trials] == [TrialState.COMPLETE, TrialState.RUNNING]
+    # Ctrl-C: the run is failed as interrupted and queued again at once (not left running until its
+    # heartbeat lapses, while the resumed search would train another run first)
+    assert [t.state for t in ks.trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+    assert ks.trials[1].user_attrs["fail_kind"].startswith("interrupted")
     killed = ks.trials[1].params
     monkeypatch.setattr(checkpoint, "save", real)
     lines = []

@@ -38,8 +38,8 @@ from optuna.trial import TrialState
 
 from ..config import ConfigError
 from ..fronts import hypervolume
-from ..storage import Heartbeat, close_storage, fail_stale, open_storage
-from ..study import KNOB_STUDY_SUFFIX as SUFFIX
+from ..storage import Heartbeat, close_storage, fail_now, fail_stale, open_storage
+from ..study import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
 from ..train import NonFiniteLoss
 
 
@@ -103,6 +103,10 @@ def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed,
                 continue
             try:
                 _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
+            except KeyboardInterrupt:                            # Ctrl-C: failed and queued again now, so
+                with lock():                                     # the resumed search goes on in this run
+                    fail_now(ks, [trial._trial_id], {"fail_kind": INTERRUPTED})   # noqa: SLF001
+                raise
             finally:
                 heartbeat.discard(trial._trial_id)              # noqa: SLF001 - as study.TrialSource does
     finally:
