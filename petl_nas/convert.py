@@ -40,7 +40,7 @@ from .inject import lora_updates, merge_lora, petl_config_of, remove_petl
 from .interop import NotExpressible, to_peft
 from .models import (DEMO_NAMES, auto_class_name, hub_options, load_for_task, load_model_config, resolve_model,
                      transformers_quiet)
-from .tasks import resolve_task
+from .tasks import recorded_task
 
 TARGETS = ("peft", "merged")
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
@@ -61,7 +61,7 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"output {str(out)!r} exists and is not an empty folder; choose another -o")
     model = load(backbone, directory)
-    task = resolve_task(model.petl.info["task"])
+    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))   # its files may be gone
     probe = _probe(model.petl_tokenizer, task)
     expected = _outputs(model, probe)
     with transformers_quiet():
@@ -288,6 +288,9 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
     if task.kind == "classification" and labels:
         model.config.id2label = dict(enumerate(labels))
         model.config.label2id = {label: i for i, label in enumerate(labels)}
+    if task.kind == "seq2seq":                    # a plain generate() decodes as petl-nas predict does
+        for key, value in task.seq2seq.generate_kwargs().items():
+            setattr(model.generation_config, key, value)
     model.save_pretrained(str(staging))
     return {"lora_updates": folded}
 

@@ -102,6 +102,11 @@ def test_a_converted_run_is_the_trained_model_in_peft_and_merged(name, tmp_path_
     assert not any("lora" in n for n, _ in merged.named_parameters())          # a plain transformers model
     with torch.no_grad():
         assert torch.allclose(merged(**batch).logits, expected, atol=1e-5)
+    if name == "bart":                            # a plain generate() decodes with the task's settings
+        from petl_nas.tasks import resolve_task
+
+        wanted = resolve_task(task).seq2seq.generate_kwargs()
+        assert {k: getattr(merged.generation_config, k) for k in wanted} == wanted
     if name == "bert":
         assert merged.config.id2label == {0: "negative", 1: "positive"}
         saved = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
