@@ -33,7 +33,7 @@ from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import atomic_write
-from .metrics import points_per_unit
+from .metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, redact, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
@@ -115,9 +115,10 @@ class SearchSummary:
         if self.did_not_learn and self.did_not_learn * 2 >= max(1, c["complete"]):
             longer = ("fidelity epochs, or fidelity: auto" if self.calibrated_epochs is None else
                       f"fidelity: auto chose {self.calibrated_epochs:g} epochs; give fidelity epochs above that")
+            head = ("" if self.metric in TEXT_METRICS + LM_METRICS else    # a generation task reads no pooled head
+                    ", or check the head (pooling: mean for sentence-transformers checkpoints)")
             lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn (within noise of "
-                         f"the baseline): train longer ({longer}), raise the learning "
-                         f"rate range, or check the head (pooling: mean for sentence-transformers checkpoints)")
+                         f"the baseline): train longer ({longer}), raise the learning rate range{head}")
         return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ and a search whose every trial is a constant predictor (the summary says so; not
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -91,7 +92,8 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
     assert all(not r["dominates"] and not r["matches"] for r in summary.presets)
     assert all(t.user_attrs["did_not_learn"] for t in study.trials)
     assert "4 of 4 complete trials did not learn" in summary.table()
-    assert "train longer (fidelity epochs, or fidelity: auto)" in summary.table()
+    assert "train longer (fidelity epochs, or fidelity: auto)" in summary.table() and "pooling: mean" in summary.table()
+    assert "pooling" not in dataclasses.replace(summary, metric="rougeL").table()      # no pooled head to check
     study.set_user_attr("fidelity_calibration", {"epochs": 2.0})          # as `fidelity: auto` records its choice
     assert ("train longer (fidelity: auto chose 2 epochs; give fidelity epochs above that)"
             in summarize(study, exp, None, 10_000).table())
