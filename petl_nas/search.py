@@ -40,13 +40,14 @@ from .baselines import seed_sweep, sweep_trials
 from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
 from .significance import clearly_better, mean_std, paired_difference, trivial_baseline
+from .seq2seq import check_languages
 from .shift import input_shift, shift_line
 from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front,
                     is_trained, make_sampler, open_study, seed_presets, seeded_sampler, smallest_count,
                     smallest_module, state_counts)
 from .tasks import data_lines, load_splits, resolve_task
 from .train import Recipe, n_evaluations
-from .worker import TrialSpec, model_config_for, run_trial
+from .worker import TrialSpec, load_backbone, model_config_for, run_trial
 
 
 @dataclass
@@ -205,6 +206,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
                          search_dev_size=exp.fidelity.search_dev)
     model_config = model_config_for(exp.backbone, task, splits)
+    if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
+        check_languages(load_backbone(exp.backbone, task, splits)[1], task.seq2seq)
     space = SearchSpace.load(exp.space)
     n_layers = model_config.num_hidden_layers
     backbone_params = count_parameters(model_config, PetlConfig()).backbone

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from .config import ConfigError
 
-__all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "language_start", "tiny_seq2seq", "SEQ2SEQ_FAMILIES"]
+__all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "check_languages", "language_start", "tiny_seq2seq",
+           "SEQ2SEQ_FAMILIES"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,17 @@ def _set_languages(tokenizer, settings: Seq2SeqSettings) -> None:
         tokenizer.src_lang = settings.source_lang
     if settings.target_lang and hasattr(tokenizer, "tgt_lang"):
         tokenizer.tgt_lang = settings.target_lang
+
+
+def check_languages(tokenizer, settings: Seq2SeqSettings) -> None:
+    """One error line, before a search trains, for ``source_lang``/``target_lang`` that this tokenizer
+    cannot write: it has no languages (they would be ignored), or not that one."""
+    named = [k for k in ("source_lang", "target_lang") if getattr(settings, k)]
+    if named and not (hasattr(tokenizer, "src_lang") or hasattr(tokenizer, "tgt_lang")):
+        raise ConfigError(f"generation: {' and '.join(named)} given, but this backbone's tokenizer "
+                          f"({type(tokenizer).__name__}) has no languages (mBART's, M2M100's and NLLB's do); "
+                          f"leave {'them' if len(named) > 1 else 'it'} out")
+    language_start(tokenizer, settings)                # a target language it does not have: its error
 
 
 def language_start(tokenizer, settings: Seq2SeqSettings) -> dict:

@@ -346,6 +346,15 @@ def test_decoding_starts_in_the_target_language_as_training_saw_it(family, sente
     assert row[:2] == ([tok.eos_token_id, code] if family == "m2m_100" else [code, row[1]])
     with pytest.raises(ConfigError, match="target_lang 'xx'"):
         language_start(tok, Seq2SeqSettings(target_lang="xx"))
+    from petl_nas.seq2seq import check_languages
+    from petl_nas.tiny import tiny_tokenizer
+
+    check_languages(tok, settings)                                    # a tokenizer with these languages
+    with pytest.raises(ConfigError, match="target_lang 'xx'"):
+        check_languages(tok, Seq2SeqSettings(target_lang="xx"))
+    with pytest.raises(ConfigError, match=r"^generation: source_lang and target_lang given, but this backbone's "
+                                          r"tokenizer \(\w+\) has no languages .*; leave them out$"):
+        check_languages(tiny_tokenizer(["a b"], vocab_size=20), settings)   # ignored before: said now
 
 
 def test_a_step_where_layerdrop_skipped_every_trained_layer_is_skipped_too():
@@ -378,3 +387,22 @@ def test_a_tiny_t5_given_num_layers_alone_has_as_many_decoder_layers():
     assert tiny_seq2seq("t5", tokenizer=tok, num_layers=1, num_decoder_layers=2).config.num_decoder_layers == 2
     out = model.generate(input_ids=torch.tensor([[5, 6, 7]]), max_length=4, num_beams=2)
     assert out.shape[0] == 1
+
+
+def test_languages_a_tokenizer_cannot_write_are_refused_before_a_search(tmp_path, monkeypatch):
+    import dataclasses
+
+    from petl_nas.experiment import Experiment
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"source": f"a b {i}", "target": f"{i} b a"} for i in range(400)]
+    _jsonl(tmp_path / "train.jsonl", rows)
+    _jsonl(tmp_path / "dev.jsonl", rows[:8])
+    exp = Experiment.load(Path(__file__).resolve().parents[1] / "experiments" / "tiny_bart_copy.yaml")
+    task = {"train": str(tmp_path / "train.jsonl"), "dev": str(tmp_path / "dev.jsonl"), "kind": "seq2seq",
+            "generation": {"source_lang": "en_XX", "target_lang": "ro_RO"}}
+    exp = dataclasses.replace(exp, task=task, storage=f"sqlite:///{tmp_path}/study.db")
+    with pytest.raises(ConfigError, match=r"source_lang and target_lang given, but this backbone's tokenizer"):
+        run_search(exp, printer=lambda *a: None)
+    assert not (tmp_path / "study.db").exists()
