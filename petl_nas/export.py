@@ -317,22 +317,32 @@ def _check_recipe(path: Path, recipe) -> None:
             raise ConfigError(f"{path}: recipe.{key}: expected a number > 0, got {value!r}")
 
 
+def _confirmed_note(study: optuna.Study, t: FrozenTrial, on_front: bool) -> str:
+    seeds = len(study.user_attrs[CONFIRMED + str(t.number)])
+    return f"  confirmed: mean {mean_score(study, t):.4f} over {seeds} seeds{'' if on_front else ', off the front'}"
+
+
 def front_table(study: optuna.Study) -> str:
     """The front as text: trial, source, scores, counts and the study's cost objectives (what
-    ``export --list`` prints)."""
+    ``export --list`` prints), and the trials ``final.confirm`` re-scored with their means (export
+    candidates even off the front)."""
     from .costs import COSTS, UNITS
 
     backbone = study.user_attrs.get("backbone_params") or 1
     costs = [o for o in study.user_attrs.get("objectives", ["score", "params"])[2:] if o in COSTS]
     lines = [f"{'trial':>5}  {'source':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"
              + "".join(f"{f'{o} {UNITS[o]}':>16}" for o in costs)]
-    for t in sorted(study.best_trials, key=lambda t: t.values[1]):
+    now = confirmed_now(study)
+    on_front = {t.number for t in study.best_trials}
+    off = [t for t in study.get_trials(deepcopy=False) if t.number in now and t.number not in on_front]
+    for t in sorted(study.best_trials + off, key=lambda t: t.values[1]):
         f = _final(study, t)
         test = mean_std(f["mean"], f["std"], len(f.get("scores", []))) if f else "-"
         values = [t.user_attrs.get(COSTS[o][1]) for o in costs]
         lines.append(f"{t.number:>5}  {source_of(t):<14}{t.values[0]:>9.4f}{test:>20}"
                      f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"
-                     + "".join(f"{f'{v:.1f}' if v is not None else '-':>16}" for v in values))
+                     + "".join(f"{f'{v:.1f}' if v is not None else '-':>16}" for v in values)
+                     + (_confirmed_note(study, t, t.number in on_front) if t.number in now else ""))
     if len(lines) == 1:                     # the header alone would read as a silent success
         complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
         lines.append("(no trial on the front: " + ("no trial has completed yet)" if not complete else

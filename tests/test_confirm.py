@@ -76,6 +76,13 @@ def test_export_chooses_a_confirmed_trial_off_the_front():
     study.set_user_attr(f"confirm:{steady.number}", [0.8, 0.85, 0.83])
     assert choose(study).number == steady.number
     assert choose(study, budget=150).number == small.number   # the steady one is over it; the lucky one's mean 0.63
+    from petl_nas.export import front_table
+
+    listed = front_table(study).splitlines()                   # export --list shows the candidates and their means
+    assert any(line.startswith(f"{steady.number:>5}") and line.endswith("confirmed: mean 0.8267 over 3 seeds, off the "
+                                                                         "front") for line in listed)
+    assert any(line.startswith(f"{lucky.number:>5}") and line.endswith("confirmed: mean 0.6333 over 3 seeds")
+               for line in listed)
 
 
 def test_export_follows_the_current_confirm_not_an_earlier_runs():
