@@ -29,10 +29,12 @@ MAX_CANDIDATES = 8
 _MEMORY_SHARE = 0.5          # of the memory available now, what the copies may take
 
 
-def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None) -> dict[int, float]:
+def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None,
+           limit: int = MAX_CANDIDATES) -> dict[int, float]:
     """``{trial number: median ms}`` of one forward pass of the study's latency batch, timed here in
-    ``rounds`` interleaved rounds; the trials beyond what can be copied are left out (the ones the
-    study timed slowest first). ConfigError when the backbone or the data cannot be read here."""
+    ``rounds`` interleaved rounds; the trials beyond ``limit``, or beyond what can be copied, are
+    left out (the ones the study timed slowest first). ConfigError when the backbone or the data
+    cannot be read here."""
     import torch
 
     from .costs import LATENCY_BATCH, deployed_latency_ms
@@ -56,7 +58,7 @@ def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None)
     batch = next(iter(encode(splits, tok, fidelity.get("max_length", 128)).search_dev.batches(LATENCY_BATCH,
                                                                                                shuffle=False)))
     ordered = sorted(trials, key=lambda t: t.user_attrs.get("latency_ms", float("inf")))
-    ordered = ordered[:min(MAX_CANDIDATES, _copies_that_fit(base, device))]
+    ordered = ordered[:min(limit, _copies_that_fit(base, device))]
     models = {}
     for t in ordered:
         torch.manual_seed(0)

@@ -271,8 +271,7 @@ def _lora_targets(space, site: str) -> tuple[str, ...]:
     the space allows (its default, q and v, where it names none); at the FFN, both of its linears."""
     if site != "attn":
         return LORA_TARGETS[site]
-    found = [slot.dims["lora_targets"] for slot in space.slots if slot.site == site and "lora_targets" in slot.dims]
-    found += [space.globals["lora_targets"]] if "lora_targets" in space.globals else []
+    found = _dimensions(space, site, "lora_targets")
     keys = (found[0].choices or (found[0].value,)) if found else (DEFAULTS["lora_targets"],)
     allowed = {t for key in keys for t in SPACE_LORA_TARGETS[key]}
     return tuple(t for t in LORA_TARGETS[site] if t in allowed)
@@ -280,9 +279,14 @@ def _lora_targets(space, site: str) -> tuple[str, ...]:
 
 def _smallest(space, site: str, dim: str) -> int:
     """The smallest value a categorical or fixed dimension allows (0 where the space does not say)."""
-    found = [slot.dims[dim] for slot in space.slots if slot.site == site and dim in slot.dims]
-    found += [space.globals[dim]] if dim in space.globals else []
+    found = _dimensions(space, site, dim)
     return int(min(found[0].choices) if found[0].choices else found[0].value) if found else 0
+
+
+def _dimensions(space, site: str, dim: str) -> list:
+    """``dim`` as the slots at ``site`` give it, then as the space's globals do (first wins)."""
+    found = [slot.dims[dim] for slot in space.slots if slot.site == site and dim in slot.dims]
+    return found + ([space.globals[dim]] if dim in space.globals else [])
 
 
 def _one_layer_count(model_config, spec: ModuleSpec) -> int:

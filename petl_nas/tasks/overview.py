@@ -35,7 +35,8 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
     rows = splits.train_rows
     drawn = f"K={k:,} of {rows:,}" if k is not None else f"of {rows:,}" if splits.carved else "all"
     where = "carved from the training data" if splits.carved else "its own file"
-    repeats = _repeats(train, dev)
+    seen = set(zip(*train.texts))                  # every training row's text, once for both checks
+    repeats = _repeats(seen, dev)
     line = (f"data: train {len(train):,} rows ({drawn}), search-dev {len(dev):,} ({where}"
             f"{f'; {repeats:,} repeat a training text' if repeats else ''}), test {len(splits.test):,}")
     warnings = []
@@ -63,7 +64,7 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
     if repeats >= REPEATS_WARN * len(dev):
         warnings.append(f"warning: {repeats:,} of {len(dev):,} search-dev rows ({repeats / len(dev):.0%}) repeat a "
                         f"training row's text: their scores reward memorising (remove duplicate rows from the data)")
-    seen_test = _repeats(train, splits.test)
+    seen_test = _repeats(seen, splits.test)
     if seen_test >= REPEATS_WARN * len(splits.test):
         share = seen_test / len(splits.test)
         warnings.append(f"warning: {seen_test:,} of {len(splits.test):,} test rows ({share:.0%}) repeat a training "
@@ -71,10 +72,9 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
     return [line, *warnings]
 
 
-def _repeats(train, dev) -> int:
-    """Search-dev rows whose text (every text column) is also a training row's."""
-    seen = set(zip(*train.texts))
-    return sum(row in seen for row in zip(*dev.texts))
+def _repeats(seen: set, split) -> int:
+    """Rows of ``split`` whose text (every text column) is among the training texts ``seen``."""
+    return sum(row in seen for row in zip(*split.texts))
 
 
 def _absent(labels, counts, what: str, consequence: str) -> list[str]:
