@@ -6,9 +6,12 @@ This benchmark runs the same search twice through the product's own command, one
 other in one process: ``--gpus-per-trial 1`` (one trial at a time) and ``--gpus-per-trial auto``.
 The random sampler with one seed proposes the same configurations in the same order in both, so
 the first trials of the two studies are the same trials. It prints, per layout: trials, the
-search's wall time (Ray start-up and the first, measuring trial included), trials per hour, mean
-training seconds per trial, the GPU share Ray granted, the card's utilisation and memory (sampled
-with nvidia-smi), and the packed/alone ratio of trials per hour.
+search's wall time (Ray start-up and the first, measuring trial included), trials per hour, where a
+trial's time goes (training; setup in the worker: the model, the data, the warm-up; its whole time
+in the worker; and its time outside it: from its creation in the study to its end, less its time in
+the worker: waiting for a slot, a new worker process's start and imports, reporting back), the GPU
+share Ray granted, the card's utilisation and memory (sampled with nvidia-smi), and the
+packed/alone ratio of trials per hour.
 
 Throughput does not depend on the weights' values: ``--random-init DIR`` writes a randomly
 initialised copy of a checkpoint's architecture (config, tokenizer, pooling) and searches with it,
@@ -96,13 +99,16 @@ def run_layout(label: str, gpus: str, trials: int, args, work: Path) -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = ["| layout | --gpus-per-trial | trials | wall (s) | trials per hour | after the first trial "
-             "| mean training s per trial | GPU share granted | mean GPU util | peak GPU memory |",
-             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "| mean training s per trial | mean setup s | mean s in the worker | mean s outside it "
+             "| GPU share granted | mean GPU util | peak GPU memory |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         fmt = lambda v, f: f.format(v) if v is not None else "-"   # noqa: E731
         lines.append(f"| {r['label']} | {r['gpus']} | {r['trials']} | {r['wall_s']:.0f} | {r['per_hour']:.0f} | "
                      f"{fmt(r['steady'], '{:.0f}')} | "
-                     f"{fmt(r['train_s'], '{:.1f}')} | {', '.join(f'{s:g}' for s in r['shares']) or '-'} | "
+                     f"{fmt(r['train_s'], '{:.1f}')} | {fmt(r['setup_s'], '{:.1f}')} | "
+                     f"{fmt(r['trial_wall_s'], '{:.1f}')} | {fmt(r['outside_s'], '{:.1f}')} | "
+                     f"{', '.join(f'{s:g}' for s in r['shares']) or '-'} | "
                      f"{fmt(r['util'], '{:.0f}%')} | {fmt(r['mem_gb'], '{:.1f} GiB')} |")
     return "\n".join(lines)
 

@@ -46,4 +46,8 @@ def run_search(label: str, flags: list[str], work: Path, during=None) -> dict:
             # the trials after the first: what every further trial of a long search costs
             "later_wall_s": statistics.mean(t.user_attrs["wall_s"] for t in done[1:]) if len(done) > 1 else None,
             "later_train_s": statistics.mean(t.user_attrs["train_s"] for t in done[1:]) if len(done) > 1 else None,
+            # from the trial's creation to its end, less its time in the worker: waiting for a slot,
+            # the worker process's start and imports, and reporting back
+            "outside_s": statistics.mean((t.datetime_complete - t.datetime_start).total_seconds() - t.user_attrs["wall_s"]
+                                         for t in done) if done else None,
             "scores": [(t.number, round(t.values[0], 4)) for t in done]}
