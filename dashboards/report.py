@@ -164,7 +164,8 @@ def _facts(view: StudyView) -> str:
         "one-shot supernet": _oneshot(a.get("oneshot")),
         "fronts": _fronts(view),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
-                   f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),
+                   + (f"{c['interrupted']} interrupted (trained again on resume), " if c.get("interrupted") else "")
+                   + f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),
     }
     return '<table class="facts">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows.items()) + "</table>"
 

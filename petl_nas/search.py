@@ -109,7 +109,8 @@ class SearchSummary:
         if self.shift and self.shift["shifted"]:
             lines.append(shift_line(self.shift))
         c = self.counts
-        lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed, "
+        stopped = f", {c['interrupted']} interrupted" if c.get("interrupted") else ""     # Ctrl-C: not failures
+        lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed{stopped}, "
                      f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
         if self.failures:
             lines.append("failures by kind: " + ", ".join(f"{k} {n}" for k, n in self.failures.items()))

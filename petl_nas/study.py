@@ -473,10 +473,14 @@ def failure_counts(study: optuna.Study) -> dict[str, int]:
 
 
 def state_counts(study: optuna.Study) -> dict[str, int]:
-    counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "rejected": 0, "waiting": 0}
+    """Trials by state; over budget (``rejected``) and stopped by Ctrl-C (``interrupted``, trained
+    again on resume) apart from the pruned and failed ones."""
+    counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "interrupted": 0, "rejected": 0, "waiting": 0}
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.PRUNED and t.user_attrs.get("rejected"):
             counts["rejected"] += 1
+        elif failure_kind(t) == INTERRUPTED:
+            counts["interrupted"] += 1
         else:
             key = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running",
                    TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",

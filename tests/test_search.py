@@ -549,9 +549,30 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     assert not any(t.state == TrialState.RUNNING for t in study.trials)
     monkeypatch.setattr(executors, "run_trial", real)
     assert main(["search", "--experiment", "e.yaml"]) == 0
+    assert "trials: 3 complete, 0 pruned, 0 failed, 1 interrupted, " in capsys.readouterr().out
     study = load(exp)
     assert len([t for t in study.trials if is_trained(t)]) == 3
     assert study.trials[retry.number].state == TrialState.COMPLETE
+
+
+def test_the_summary_counts_interrupted_trials_apart_from_failed_ones():
+    """A trial stopped by Ctrl-C is trained again on resume: the trials line counts it as interrupted,
+    not failed (it said 2 failed here)."""
+    from optuna.trial import create_trial
+
+    from petl_nas.search import summarize
+    from petl_nas.study import INTERRUPTED
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.add_trial(create_trial(values=[0.8, 100.0]))
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_kind": INTERRUPTED}))
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_kind": "out of memory",
+                                                                    "fail_reason": "CUDA out of memory"}))
+    summary = summarize(study, Experiment(), None, 10_000)
+    assert summary.counts["failed"] == 1 and summary.counts["interrupted"] == 1
+    lines = summary.table().splitlines()
+    assert "trials: 1 complete, 0 pruned, 1 failed, 1 interrupted, 0 over budget (never trained); 0s" in lines
+    assert f"failures by kind: {INTERRUPTED} 1, out of memory 1" in lines
 
 
 def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
