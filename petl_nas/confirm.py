@@ -68,10 +68,22 @@ def confirmed_now(study) -> set[int]:
     return {t.number for t in candidates(study, n) if PREFIX + str(t.number) in study.user_attrs} if n else set()
 
 
+def confirmed_scores(study) -> dict[int, list[float]]:
+    """{trial number: its search score, then one per extra seed} for the trials `confirmed_now` names."""
+    return {n: study.user_attrs[PREFIX + str(n)] for n in confirmed_now(study)}
+
+
+def confirmed_text(scores: list[float], on_front: bool = True) -> str:
+    """A confirmed trial's mean as the summary, the report and ``export --list`` show it beside its
+    single search score."""
+    seeds = f"{len(scores)} seed{'s' if len(scores) != 1 else ''}"
+    return f"confirmed: mean {statistics.fmean(scores):.4f} over {seeds}" + ("" if on_front else ", off the front")
+
+
 def mean_score(study, trial) -> float:
     """A trial's confirmed mean search score (its single score when it was not confirmed)."""
     scores = study.user_attrs.get(PREFIX + str(trial.number))
     return statistics.fmean(scores) if scores else trial.values[0]
 
 
-__all__ = ["confirm", "candidates", "confirmed_now", "mean_score", "PREFIX"]
+__all__ = ["confirm", "candidates", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]

@@ -40,7 +40,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
-from .confirm import PREFIX as CONFIRMED, confirmed_now, mean_score
+from .confirm import PREFIX as CONFIRMED, confirmed_now, confirmed_text, mean_score
 from .config import ConfigError, PetlConfig, read_yaml
 from .fronts import group_of, source_of
 from .inject import atomic_write
@@ -318,8 +318,7 @@ def _check_recipe(path: Path, recipe) -> None:
 
 
 def _confirmed_note(study: optuna.Study, t: FrozenTrial, on_front: bool) -> str:
-    seeds = len(study.user_attrs[CONFIRMED + str(t.number)])
-    return f"  confirmed: mean {mean_score(study, t):.4f} over {seeds} seeds{'' if on_front else ', off the front'}"
+    return "  " + confirmed_text(study.user_attrs[CONFIRMED + str(t.number)], on_front)
 
 
 def front_table(study: optuna.Study) -> str:

@@ -28,7 +28,7 @@ from . import calibrate
 from .budget import count_parameters
 from .config import ConfigError, PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
-from .confirm import confirm
+from .confirm import confirm, confirmed_scores, confirmed_text
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
@@ -67,6 +67,7 @@ class SearchSummary:
     sweep: str | None = None                          # the searched front against the LoRA rank sweep
     shift: dict | None = None                         # search-dev's inputs against the test split's (shift.py)
     calibrated_epochs: float | None = None            # the trial length `fidelity: auto` chose, when it did
+    confirmed: list[dict] = field(default_factory=list)   # trials final.confirm re-scored, off the front
 
     def _row(self, r: dict) -> str:
         test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
@@ -79,8 +80,9 @@ class SearchSummary:
                                                                         if r["deployable"] == 0 else "")
         costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
                         if value is not None)
+        confirmed = f"  {confirmed_text(r['confirmed'], r.get('on_front', True))}" if r.get("confirmed") else ""
         return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>17}"
-                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}")
+                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}{confirmed}")
 
     def table(self) -> str:
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
@@ -92,14 +94,18 @@ class SearchSummary:
         if self.presets:
             lines.append("presets measured in this study:")
             lines += [self._row(r) for r in self.presets]
-        measured = any(r.get("se") is not None for r in self.front + self.presets)
+        if self.confirmed:
+            lines.append("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
+            lines += [self._row(r) for r in self.confirmed]
+        shown = self.front + self.presets + self.confirmed
+        measured = any(r.get("se") is not None for r in shown)
         lines.append(("dominates: fewer or equal parameters and a search score higher by more than two standard "
                       "errors; ~name: within noise of it with fewer parameters" if measured else
                       "dominates: fewer or equal parameters and a higher search score (this metric has no standard "
                       "error here: differences are not tested against noise); ~name: the same score with fewer "
                       "parameters")
                      + (f"; paired Δ: per-seed test difference to {self.reference} (same seeds)"
-                        if self.reference and any(r.get("paired") for r in self.front + self.presets) else ""))
+                        if self.reference and any(r.get("paired") for r in shown) else ""))
         if self.baseline is not None:
             on_test = self.baseline.get("test_score")
             lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev"
@@ -486,12 +492,16 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
 
 
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:
-    """The front and the presets with noise-aware relations; paired test differences to the preset
-    with the best search score among those re-evaluated (the test split decides nothing here)."""
+    """The front and the presets with noise-aware relations, and the trials ``final.confirm`` re-scored
+    that are off the front (export's candidates too); a confirmed row carries its scores over seeds.
+    Paired test differences are to the preset with the best search score among those re-evaluated
+    (the test split decides nothing here)."""
     members = front(study)
+    on_front = {t.number for t in members}
     trials = study.get_trials(deepcopy=False)
     presets = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("preset")]
     finals = {t.number: study.user_attrs.get(f"final:{t.number}") for t in trials}
+    confirmed = confirmed_scores(study)             # final.confirm's: the search score, then one per seed
     evaluated = [p for p in presets if finals.get(p.number)]
     reference = max(evaluated, key=lambda t: t.values[0]) if evaluated else None
 
@@ -515,20 +525,21 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                 "test_mean": final.get("mean"), "test_std": final.get("std"), "test_n": len(final.get("scores", [])),
                 "dominates": dominates,
                 "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
+                "confirmed": confirmed.get(t.number), "on_front": t.number in on_front,
                 "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
 
-    on_front = {t.number for t in members}
-    picked = [t for t in trials if finals.get(t.number) and t.number not in on_front  # confirm chose it off the front
-              and not t.user_attrs.get("preset")]
-    rows = [row(t, True) for t in members + picked]
+    rows = [row(t, True) for t in members]
     anchors = [row(p, False) for p in sorted(presets, key=lambda t: t.values[1])]
+    off = [t for t in trials if t.number in confirmed and t.number not in on_front and not t.user_attrs.get("preset")]
+    off_rows = [row(t, True) for t in sorted(off, key=lambda t: t.values[1])]
     flat = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("did_not_learn"))
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
                          budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
                          baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
                          reference=reference.user_attrs["preset"] if reference is not None else None,
                          sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"),
-                         calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"))
+                         calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"),
+                         confirmed=off_rows)
 
 
 __all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

@@ -60,20 +60,30 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert len(calls) == n
 
 
-def test_export_chooses_a_confirmed_trial_off_the_front():
-    """Confirmation may prefer a trial its single score put off the front; export follows it."""
+def confirmed_study(storage: str | None = None) -> optuna.Study:
+    """Trials 0 (the lucky draw: 0.9, 100 parameters), 1 (steady: 0.8, 200, off the front) and 2
+    (small: 0.7, 50); ``final.confirm: 2`` re-scored 0 (mean 0.6333) and 1 (mean 0.8267, the pick,
+    re-evaluated on test as the search does)."""
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
-    study = optuna.create_study(directions=["maximize", "minimize"])
+    study = optuna.create_study(study_name="confirmed", storage=storage, directions=["maximize", "minimize"])
+    study.set_user_attr("metric", "accuracy")
     for score, params in ((0.9, 100.0), (0.8, 200.0), (0.7, 50.0)):
         study.add_trial(create_trial(values=[score, params], params={"x": 0.5},
                                      distributions={"x": FloatDistribution(0, 1)}))
+    study.set_user_attr("final", {"confirm": 2})
+    study.set_user_attr("confirm:0", [0.9, 0.5, 0.5])
+    study.set_user_attr("confirm:1", [0.8, 0.85, 0.83])
+    study.set_user_attr("final:1", {"mean": 0.81, "std": 0.01, "scores": [0.8, 0.82], "seeds": 2})
+    return study
+
+
+def test_export_chooses_a_confirmed_trial_off_the_front():
+    """Confirmation may prefer a trial its single score put off the front; export follows it."""
+    study = confirmed_study()
     lucky, steady, small = study.trials
     assert steady.number not in {t.number for t in study.best_trials}    # dominated by the lucky draw
-    study.set_user_attr("final", {"confirm": 2})
-    study.set_user_attr(f"confirm:{lucky.number}", [0.9, 0.5, 0.5])
-    study.set_user_attr(f"confirm:{steady.number}", [0.8, 0.85, 0.83])
     assert choose(study).number == steady.number
     assert choose(study, budget=150).number == small.number   # the steady one is over it; the lucky one's mean 0.63
     from petl_nas.export import front_table
@@ -83,6 +93,28 @@ def test_export_chooses_a_confirmed_trial_off_the_front():
                                                                          "front") for line in listed)
     assert any(line.startswith(f"{lucky.number:>5}") and line.endswith("confirmed: mean 0.6333 over 3 seeds")
                for line in listed)
+
+
+def test_the_summary_shows_confirmed_means_and_keeps_an_off_front_trial_off_the_front():
+    """The search's summary gives a confirmed trial the mean export ranks it by, in export --list's
+    words, and lists a confirmed trial its single score left off the front in its own section (it
+    was listed as a front member, with its single score only)."""
+    from petl_nas.experiment import Experiment
+    from petl_nas.export import front_table
+    from petl_nas.search import summarize
+
+    study = confirmed_study()
+    summary = summarize(study, Experiment(), None, 10_000)
+    assert [r["number"] for r in summary.front] == [2, 0] and [r["number"] for r in summary.confirmed] == [1]
+    lines = summary.table().splitlines()
+    section = lines.index("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
+    rows = {int(line.split()[0]): (i, line) for i, line in enumerate(lines) if line[:5].strip().isdigit()}
+    assert rows[0][0] < section < rows[1][0]
+    assert rows[0][1].endswith("  confirmed: mean 0.6333 over 3 seeds")
+    assert rows[1][1].endswith("  confirmed: mean 0.8267 over 3 seeds, off the front") and "0.8100 ± 0.0100" in rows[1][1]
+    assert not rows[2][1].endswith("seeds")
+    listed = {int(line.split()[0]): line for line in front_table(study).splitlines()[1:]}
+    assert all(listed[n].endswith(line.split("  confirmed: ")[1]) for n, (_, line) in rows.items() if n != 2)
 
 
 def test_export_follows_the_current_confirm_not_an_earlier_runs():
