@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..config import ConfigError
+from ..confirm import confirmed_text
 from ..costs import UNITS
 from ..inject import atomic_write
 from ..shift import shift_line
@@ -91,7 +92,8 @@ def _table(view: StudyView, points: list[Point], caption_id: str) -> str:
         rows.append(
             f'<tr id="{caption_id}-trial-{p.number}"><td class="n">{p.number}</td><td>{_e("–" if p.source == "-" else p.source)}</td>'
             f"<td>{_e(p.config_text)}</td><td class='n'>{p.score:.4f}"
-            f"{f' ± {p.se:.4f}' if p.se is not None else ''}{' (did not learn)' if p.did_not_learn else ''}</td>"
+            f"{f' ± {p.se:.4f}' if p.se is not None else ''}{' (did not learn)' if p.did_not_learn else ''}"
+            f"{f'<br>{_e(confirmed_text(p.confirmed, p.on_front))}' if p.confirmed else ''}</td>"
             f"<td class='n'>{test}</td>"
             f"<td class='n'>{p.deployable:,}</td><td class='n'>{f'{pct:.3f}' if pct is not None else '–'}</td>"
             f"<td class='n'>{f'{p.trainable:,}' if p.trainable is not None else '–'}</td>"
@@ -140,6 +142,16 @@ def _oneshot(record: dict | None) -> str:
     return _e(text)
 
 
+def _confirmed(view: StudyView) -> str:
+    """Which trials the confirmation runs re-scored; the pick (export, the re-evaluation) takes the best mean."""
+    points = sorted((p for p in view.points if p.confirmed), key=lambda p: p.number)
+    if not points:
+        return "– (no trial re-scored over extra seeds)"
+    return _e(f"trials {', '.join(str(p.number) for p in points)} re-trained with extra seeds on search-dev; "
+              f"the pick (export, the final re-evaluation) is the best mean over a trial's seeds, shown beside "
+              f"its single search score")
+
+
 def _facts(view: StudyView) -> str:
     a, c, m_ = view.attrs, view.counts, _e(view.metric)
     f = a.get("fidelity") or {}
@@ -163,6 +175,7 @@ def _facts(view: StudyView) -> str:
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),
         "one-shot supernet": _oneshot(a.get("oneshot")),
         "fronts": _fronts(view),
+        "final.confirm": _confirmed(view),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
                    + (f"{c['interrupted']} interrupted (trained again on resume), " if c.get("interrupted") else "")
                    + f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),
@@ -192,6 +205,10 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
     ]
     if view.presets:
         parts += ["<h2>Presets measured in this study</h2>", _table(view, view.presets, "presets")]
+    if view.confirmed_off_front:
+        parts += ["<h2>Confirmed by final.confirm, off the front</h2>",
+                  "<p class='note'>Export's candidates too, by their mean.</p>",
+                  _table(view, view.confirmed_off_front, "confirmed")]
     if "costs.png" in figures:
         parts += ["<h2>Costs</h2>", _figure(figures, "costs.png",
                   f"The study minimises {', '.join(_e(c) for c in view.cost_objectives)} besides deployable "

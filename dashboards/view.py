@@ -21,6 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigError, PetlConfig
+from ..confirm import confirmed_scores
 from ..costs import COSTS
 from ..fronts import group_of, hypervolume, reference_from, source_of, sweep_line
 from ..study import state_counts
@@ -51,6 +52,7 @@ class Point:
     baseline: str | None = None       # the sweep point's name (lora_qv_r8, ...)
     costs: dict = field(default_factory=dict)   # measured costs by objective name (costs.py): latency, ...
     source: str = "-"                 # what proposed it, as the summary names it (fronts.source_of)
+    confirmed: list | None = None     # final.confirm's scores: the search score, then one per extra seed
 
 
 @dataclass
@@ -89,6 +91,12 @@ class StudyView:
         return sorted((p for p in self.points if p.preset), key=lambda p: p.deployable)
 
     @property
+    def confirmed_off_front(self) -> list[Point]:
+        """The trials ``final.confirm`` re-scored that are not on the front (presets have their own table)."""
+        return sorted((p for p in self.points if p.confirmed and not p.on_front and not p.preset),
+                      key=lambda p: p.deployable)
+
+    @property
     def reevaluated(self) -> list[Point]:
         return [p for p in self.points if p.final]
 
@@ -108,14 +116,16 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
     front = {t.number for t in study.best_trials}
     a = study.user_attrs
     names = study.metric_names or ["score", "deployable_params"]
+    confirmed = confirmed_scores(study)
     return StudyView(
         name=study.study_name, storage=storage_url, metric=a.get("metric") or names[0],
         budget=a.get("budget"), backbone_params=a.get("backbone_params"), attrs=a,
         counts=state_counts(study),
-        points=[_point(t, a, t0, t.number in front) for t in complete], sweep_line=sweep_line(study))
+        points=[_point(t, a, t0, t.number in front, confirmed.get(t.number)) for t in complete],
+        sweep_line=sweep_line(study))
 
 
-def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
+def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool, confirmed: list | None) -> Point:
     u = t.user_attrs
     config = u.get("petl_config")
     text = u.get("config_text") or (describe_config(config) if config is not None else "?")
@@ -126,7 +136,7 @@ def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool) -> Point:
                  on_front=on_front, finished_s=finished, train_s=u.get("train_s"), se=u.get("score_se"),
                  did_not_learn=bool(u.get("did_not_learn")), group=group_of(t), baseline=u.get("baseline"),
                  costs={name: u[key] for name, (_, key) in COSTS.items() if u.get(key) is not None},
-                 source=source_of(t))
+                 source=source_of(t), confirmed=confirmed)
 
 
 # ---- hypervolume ----------------------------------------------------------------------------

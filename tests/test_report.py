@@ -243,6 +243,22 @@ def test_the_report_names_what_proposed_each_trial_as_the_summary_does(tmp_path)
     assert sources == {"0": "lora_qv_r2", "1": "warm start", "2": "–"}
 
 
+def test_the_report_shows_the_confirmed_means_as_the_summary_does(tmp_path):
+    """final.confirm's trials: the facts name them, each search score has the confirmed mean beside it
+    in the summary's words, and the one off the front has its own table, not a front row."""
+    from test_confirm import confirmed_study
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    confirmed_study(url)
+    write_report(url, "confirmed", tmp_path / "r")
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "<tr><th>final.confirm</th><td>trials 0, 1 re-trained with extra seeds on search-dev;" in page
+    assert re.findall(r'<tr id="front-trial-(\d+)"', page) == ["2", "0"]
+    assert "<td class='n'>0.9000<br>confirmed: mean 0.6333 over 3 seeds</td>" in page
+    assert ('<h2>Confirmed by final.confirm, off the front</h2>' in page and '<tr id="confirmed-trial-1">' in page
+            and "<td class='n'>0.8000<br>confirmed: mean 0.8267 over 3 seeds, off the front</td>" in page)
+
+
 def test_report_on_postgresql(tmp_path):
     url = os.environ.get("PETL_NAS_TEST_POSTGRES")
     if not url:
