@@ -4,7 +4,9 @@
 # bench/gpu_carry.sh). Without MPS, the trials' processes share the GPU by time-slicing: one context's kernels
 # at a time. With MPS (nvidia-cuda-mps-control -d before Ray starts; its workers inherit the pipe
 # directory) their kernels can run side by side. Each run is bench/gpu_packing.py (alone, then packed)
-# with its own time limit; the tables land in $OUT.
+# with its own time limit (PLAIN_S, MPS_S; 0 skips that half); ALONE and PACKED set the trial counts
+# (a packed search of 48 trials runs each packed worker 3 times: the steady state, not only cold
+# starts; give it ~400 s). The tables land in $OUT.
 set -u
 OUT=${OUT:-/tmp/gpu_packing_out}
 mkdir -p "$OUT"
@@ -13,6 +15,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 cd bench
 run() {
+    [ "$1" = 0 ] && return
     timeout "$1" python3 gpu_packing.py --experiment "$PWD/gpu_packing_graphs.yaml" --model ../.gpu/minilm \
         --random-init /tmp/minilm-random --data-dir ../.gpu/glue --alone "${ALONE:-5}" --packed "${PACKED:-16}" \
         --out "$OUT/$2.md" 2>&1 | tee "$OUT/$2.log" | grep -v Warning | tail -8
@@ -20,7 +23,9 @@ run() {
 run "${PLAIN_S:-200}" packing_plain
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
 mkdir -p /tmp/mps_pipe /tmp/mps_log
-if nvidia-cuda-mps-control -d; then
+if [ "${MPS_S:-200}" = 0 ]; then
+    :
+elif nvidia-cuda-mps-control -d; then
     run "${MPS_S:-200}" packing_mps
     echo get_server_list | nvidia-cuda-mps-control
     echo quit | nvidia-cuda-mps-control
