@@ -39,7 +39,7 @@ from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, 
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
-from .significance import clearly_better, mean_std, paired_difference, trivial_baseline
+from .significance import clearly_better, has_error_bar, mean_std, paired_difference, trivial_baseline
 from .seq2seq import check_languages
 from .shift import input_shift, shift_line
 from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front,
@@ -125,7 +125,8 @@ class SearchSummary:
                       f"fidelity: auto chose {self.calibrated_epochs:g} epochs; give fidelity epochs above that")
             head = ("" if self.metric in TEXT_METRICS + LM_METRICS else    # a generation task reads no pooled head
                     ", or check the head (pooling: mean for sentence-transformers checkpoints)")
-            lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn (within noise of "
+            near = "within noise of" if measured else "no better than"     # a metric without an error bar
+            lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn ({near} "
                          f"the baseline): train longer ({longer}), raise the learning rate range{head}")
         return "\n".join(lines)
 
@@ -324,8 +325,9 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         printer(line)
     baseline = study.user_attrs.get("baseline")
     if baseline is not None:
+        near = "within noise of" if has_error_bar(task) else "no better than"
         printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "
-                f"{baseline['score']:.4f}; a trial within noise of it did not learn")
+                f"{baseline['score']:.4f}; a trial {near} it did not learn")
     if len(splits.search_dev) < FEW_SEARCH_DEV_ROWS:
         printer(f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
                 f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)")

@@ -71,9 +71,14 @@ def mean_std(mean: float, std: float | None, n: int | None) -> str:
     return f"{mean:.4f} ± {std or 0.0:.4f}"
 
 
+def has_error_bar(task) -> bool:
+    """Whether trials of ``task`` get a standard error (`standard_error`): not generation's metrics."""
+    return task.kind in ("classification", "regression")
+
+
 def standard_error(task, predictions, references) -> float | None:
     """The main metric's standard error over these rows (None where none is computed: generation)."""
-    if task.kind not in ("classification", "regression"):
+    if not has_error_bar(task):
         return None
     p, r = np.asarray(predictions), np.asarray(references).ravel()
     if task.kind == "classification" and p.ndim == 2:
@@ -114,4 +119,4 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
             "n": len(diffs), "wins": sum(d > 0 for d in diffs)}
 
 
-__all__ = ["trivial_baseline", "standard_error", "did_not_learn", "clearly_better", "paired_difference", "Z"]
+__all__ = ["trivial_baseline", "has_error_bar", "standard_error", "did_not_learn", "clearly_better", "paired_difference", "Z"]

@@ -13,7 +13,7 @@ import pytest
 
 from petl_nas.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search import run_search, summarize
-from petl_nas.significance import (clearly_better, did_not_learn, paired_difference, standard_error,
+from petl_nas.significance import (clearly_better, did_not_learn, has_error_bar, paired_difference, standard_error,
                                    trivial_baseline)
 from petl_nas.tasks import Split, get_task
 
@@ -60,6 +60,7 @@ def test_standard_errors():
     big = np.tile(refs, 10), np.tile(preds, 10)
     assert standard_error(cola, big[1], big[0]) < se / 2           # ~1/sqrt(n)
     assert standard_error(get_task("demo_copy"), ["a"], ["a"]) is None
+    assert not has_error_bar(get_task("demo_copy")) and has_error_bar(cola)    # what the search's lines say
 
 
 def test_noise_decides_learning_and_dominance():
@@ -85,13 +86,17 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
                      presets=["pfeiffer", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
                      fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, search_dev=64),
                      final=FinalEval(seeds=0, baselines=False))
-    summary = run_search(exp, printer=lambda line: None)
+    printed = []
+    summary = run_search(exp, printer=printed.append)
     study = optuna.load_study(study_name="flat", storage=exp.storage_url)
     assert summary.counts["complete"] == 4 and summary.did_not_learn == 4
     assert study.best_trials == [] and summary.front == []          # a constant predictor is on no front
     assert all(not r["dominates"] and not r["matches"] for r in summary.presets)
     assert all(t.user_attrs["did_not_learn"] for t in study.trials)
-    assert "4 of 4 complete trials did not learn" in summary.table()
+    assert "4 of 4 complete trials did not learn (within noise of the baseline)" in summary.table()
+    assert any(line.endswith("a trial within noise of it did not learn") for line in printed)
+    without_se = dataclasses.replace(summary, presets=[{**r, "se": None} for r in summary.presets])
+    assert "4 of 4 complete trials did not learn (no better than the baseline)" in without_se.table()  # generation
     assert "train longer (fidelity epochs, or fidelity: auto)" in summary.table() and "pooling: mean" in summary.table()
     assert "pooling" not in dataclasses.replace(summary, metric="rougeL").table()      # no pooled head to check
     study.set_user_attr("fidelity_calibration", {"epochs": 2.0})          # as `fidelity: auto` records its choice
