@@ -184,17 +184,26 @@ def cmd_search(args) -> int:
 
 def cmd_export(args) -> int:
     from .experiment import parse_budget
-    from .export import LATENCY_TIE, choose, front_table, load_study, preset_record, record, write_record
+    from .export import LATENCY_TIE, choose, front_table, load_study, make_parent, preset_record, record, write_record
     from .significance import mean_std
 
+    choosing = [flag for flag, given in (("-o", args.output), ("--pick", args.pick != "best"), ("--preset", args.preset),
+                                         ("--budget", args.budget), ("--no-retime", args.no_retime)) if given]
+    if args.list and choosing:
+        raise ConfigError(f"--list prints the whole front; {', '.join(choosing)} choose what an export writes: "
+                          f"give them without --list")
+    if args.preset and args.pick != "best":
+        raise ConfigError("give --pick or --preset, not both (--preset exports that preset, whatever the front holds)")
+    if args.preset and args.budget:
+        raise ConfigError("give --budget or --preset, not both (--preset exports that preset, whatever its size)")
+    if args.no_retime and not args.pick.startswith("fastest"):
+        raise ConfigError("--no-retime is for --pick fastest-within=X (the other picks time nothing)")
     study = load_study(args.storage, args.study)
     if args.list:
         print(front_table(study))
         return 0
     if not args.output:
         raise ConfigError("give -o FILE (or --list to print the front)")
-    if args.preset and args.pick != "best":
-        raise ConfigError("give --pick or --preset, not both (--preset exports that preset, whatever the front holds)")
     if args.preset:
         rec = preset_record(study, args.preset, args.storage, args.recipe)
         budget = study.user_attrs.get("budget")
@@ -209,11 +218,15 @@ def cmd_export(args) -> int:
         if retimed:
             rec["provenance"]["costs"] = {**rec["provenance"].get("costs", {}),
                                           "latency_ms_retimed": retimed[rec["provenance"]["trial"]]}
-    what = f"trial {rec['provenance']['trial']}"
+    rec["provenance"]["pick"] = f"preset {args.preset}" if args.preset else args.pick   # how it was chosen
+    if budget is not None and not args.preset:
+        rec["provenance"]["pick_budget"] = budget
+    trial = f"trial {rec['provenance']['trial']}"
+    what = trial + (f", preset {rec['provenance']['preset']}" if rec["provenance"].get("preset") else "")
     if args.preset:
         what = (f"preset {args.preset} at its paper learning rate {rec['recipe']['lr']:g} (the study did not train it)"
                 if rec["provenance"]["trial"] is None else
-                f"preset {args.preset} as the study trained it ({what}, lr {rec['recipe']['lr']:g})")
+                f"preset {args.preset} as the study trained it ({trial}, lr {rec['recipe']['lr']:g})")
     if args.format != "petl-nas":
         from .interop import NotExpressible, to_adapters, to_peft
 
@@ -228,12 +241,13 @@ def cmd_export(args) -> int:
 
         from .inject import atomic_write
 
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        make_parent(Path(args.output))
         atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2)))
     else:
         write_record(rec, args.output)
     p = rec["provenance"]
-    test = (f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}" if p.get("test_mean") is not None
+    at = " at the final recipe" if args.recipe == "search" else ""   # the final re-evaluation measured it
+    test = (f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}{at}" if p.get("test_mean") is not None
             else "")
     search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
     if p.get("confirmed_scores"):                # what decided: the mean over its seeds, not its first score
@@ -246,7 +260,8 @@ def cmd_export(args) -> int:
                    f"the best score of those within {LATENCY_TIE:.0%} of the fastest; ")
     print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
     scored = study.user_attrs.get("fidelity", {}).get("epochs")
-    if args.recipe == "final" and isinstance(scored, (int, float)) and scored != rec["recipe"]["epochs"]:
+    if (args.recipe == "final" and args.format == "petl-nas" and isinstance(scored, (int, float))   # a PEFT or
+            and scored != rec["recipe"]["epochs"]):                               # adapters file has no recipe
         print(f"note: the record trains {rec['recipe']['epochs']:g} epochs, the search scored {scored:g}; "
               f"--recipe search trains at the length its ranking was measured")
     return 0

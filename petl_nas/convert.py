@@ -71,11 +71,13 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base
     named = base_name if base_name is not None else _base_name(backbone_name)
     write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
     overrides = _base_overrides(model, backbone_name)
+    created = [p for p in out.parents if not p.exists()]        # innermost first: removed again if refused
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as e:                          # name the folder asked for, not a temporary one
         raise ConfigError(f"output {str(out)!r} cannot be created ({e.strerror})") from None
+    written = False
     try:
         with transformers_quiet(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
@@ -97,8 +99,12 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
+        written = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        for folder in [] if written else created:             # nothing written: nothing left behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
     return {"to": to, "out": str(out), "max_abs_diff": diff, "answer_checked": answer is not None, **what,
             "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
 

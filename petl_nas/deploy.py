@@ -76,6 +76,11 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
     splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
                          search_dev_size=1 if rec.get("k") is None else rec.get("search_dev"))
     model, tok = load_backbone(rec["backbone"], task, splits)
+    deployable = count_parameters(model.config, config, task.num_labels).deployable     # as trained
+    recorded = (rec.get("counts") or {}).get("deployable")
+    if recorded is not None and recorded != deployable:     # a record edited onto another backbone or task
+        printer(f"note: on this backbone the configuration has {deployable:,} deployable parameters; the record's "
+                f"counts say {recorded:,} (it was exported for another backbone or task)")
     if rec.get("k") is None:
         splits = splits.for_final_training()
     encoded = encode(splits, tok, max_length=base_recipe.max_length)
@@ -118,7 +123,7 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
                "metrics": ({m: statistics.fmean(r[m] for r in scored) for m in scored[0]}
                            if len(scored) == len(runs) else {}),
                "test_rows": test_rows, "test_rows_of": len(encoded.test),
-               "deployable": count_parameters(model.config, config, task.num_labels).deployable,  # as trained
+               "deployable": deployable,
                "provenance": rec.get("provenance")}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
@@ -159,6 +164,9 @@ def _info(directory: Path) -> dict:
     directory = Path(directory)
     path = directory / CONFIG_FILE
     if not path.exists():
+        if directory.is_file():                    # an export record, say: train it first
+            raise ConfigError(f"{directory}: a file, not a trained run's folder (petl-nas train --config FILE "
+                              f"--out DIR trains an exported record; then pass DIR/seed_0)")
         if not directory.is_dir():
             raise ConfigError(f"{directory}: no such directory")
         runs = sorted(p.parent.name for p in directory.glob(f"seed_*/{CONFIG_FILE}"))
@@ -183,10 +191,7 @@ def fresh_backbone(directory: str | Path, backbone=None):
 
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
         return tiny_model(backbone, task, tok), tok, info
-    from .models import load_model_config
-
-    load_model_config(str(backbone))              # a name or path that is no model: one line, as count says it
-    model, tok = load_backbone(backbone, task)
+    model, tok = load_backbone(backbone, task)    # a name or path that is no model: one line, as count says it
     return copy.deepcopy(model), tok, info
 
 

@@ -264,9 +264,17 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, reci
     }
 
 
+def make_parent(path: Path) -> None:
+    """Create the folder ``path`` is written to; one clear line where a file stands in its way."""
+    blocking = next((p for p in path.parents if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError(f"output {str(path)!r} cannot be written: {blocking} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
 def write_record(rec: dict, path: str | Path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False)))
     return path
 
@@ -350,5 +358,5 @@ def front_table(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["load_study", "candidates", "choose", "record", "trial_config", "write_record", "read_record", "front_table",
+__all__ = ["load_study", "candidates", "choose", "record", "trial_config", "write_record", "make_parent", "read_record", "front_table",
            "LATENCY_TIE"]

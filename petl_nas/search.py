@@ -85,7 +85,9 @@ class SearchSummary:
                 f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}{confirmed}")
 
     def table(self) -> str:
-        lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs deployable parameters"
+        against = ["deployable parameters", *dict.fromkeys(c for r in self.front for c in (r.get("costs") or {}))]
+        against = " and ".join([", ".join(against[:-1]), against[-1]] if len(against) > 1 else against)
+        lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs {against}"
                  + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
         head = (f"{'trial':>5}  {'source':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
                 f"{'paired Δ pts':>17}{'deployable':>12}{'%':>8}  dominates")
@@ -507,11 +509,11 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     evaluated = [p for p in presets if finals.get(p.number)]
     reference = max(evaluated, key=lambda t: t.values[0]) if evaluated else None
 
-    def row(t, relations: bool) -> dict:
+    def row(t) -> dict:
         u, final = t.user_attrs, finals.get(t.number) or {}
         se = u.get("score_se")
         dominates, matches = [], []
-        for p in presets if relations else ():
+        for p in presets:
             if p.number == t.number or t.values[1] > p.values[1] or u.get("did_not_learn"):
                 continue
             if clearly_better(t.values[0], se, p.values[0], p.user_attrs.get("score_se")):
@@ -530,10 +532,10 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                 "confirmed": confirmed.get(t.number), "on_front": t.number in on_front,
                 "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
 
-    rows = [row(t, True) for t in members]
-    anchors = [row(p, False) for p in sorted(presets, key=lambda t: t.values[1])]
+    rows = [row(t) for t in members]
+    anchors = [row(p) for p in sorted(presets, key=lambda t: t.values[1])]   # to each other too, as on the front
     off = [t for t in trials if t.number in confirmed and t.number not in on_front and not t.user_attrs.get("preset")]
-    off_rows = [row(t, True) for t in sorted(off, key=lambda t: t.values[1])]
+    off_rows = [row(t) for t in sorted(off, key=lambda t: t.values[1])]
     flat = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("did_not_learn"))
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
                          budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),

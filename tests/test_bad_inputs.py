@@ -211,12 +211,15 @@ RECORD = {"backbone": "no-such-model", "task": "demo_keyword", "petl_config": {}
     (["predict", "--model", "nowhere", "--input", "blank.txt"], "input 'blank.txt', line 2: empty text (one text per line)"),
     (["predict", "--model", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
     (["predict", "--model", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
+    (["predict", "--model", "rec.yaml", "--input", "in.txt"], "rec.yaml: a file, not a trained run's folder "
+                                                              "(petl-nas train --config FILE --out DIR"),
     (["predict", "--model", "out", "--input", "in.txt"], "out: a `petl-nas train` output folder; pass one of its runs: "
                                                          "out/seed_0 (or seed_1)"),
     (["search", "--experiment", "."], ".: Is a directory"),
     (["search", "--experiment", "e.yaml", "--storage", "sqlite:///afile/study.db"], "afile is a file, not a folder"),
 ], ids=["seeds-zero", "out-under-a-file", "record-key-typo", "record-negative-lr", "predict-unknown-type",
-        "predict-folder", "predict-blank-line", "predict-empty-file", "predict-no-model", "predict-train-out-folder",
+        "predict-folder", "predict-blank-line", "predict-empty-file", "predict-no-model", "predict-a-record",
+        "predict-train-out-folder",
         "experiment-folder", "storage-under-a-file"])
 def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, capsys, argv, words):
     """Refused in one line with exit 2 before a model is loaded or a seed trained (the records'

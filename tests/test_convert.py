@@ -141,10 +141,10 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
     }
     for (run, to), message in expected.items():
         capsys.readouterr()
-        assert main(["convert", "--model", str(run), "--to", to, "-o", str(tmp_path / "out")]) == 2
+        assert main(["convert", "--model", str(run), "--to", to, "-o", str(tmp_path / "new" / "deeper" / "out")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("petl-nas: error: ") and message in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == []               # no folder, no staging left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == []        # no folder (not its parents), no staging left
 
     assert main(["convert", "--model", str(mean), "--to", "merged", "-o", str(tmp_path / "out"),
                  "--backbone", "/no/such/model"]) == 2                            # one line, as `count` says it

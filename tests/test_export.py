@@ -148,6 +148,31 @@ def test_a_preset_the_study_trained_exports_as_that_trial(tmp_path, capsys):
     assert "on search dev, test 0.7100 (1 seed);" in out                 # one seed has no spread to show
     assert main(["export", "--storage", url, "--study", "s", "--preset", "pfeiffer", "-o", str(tmp_path / "p.yaml")]) == 0
     assert "preset pfeiffer at its paper learning rate 0.0001 (the study did not train it)" in capsys.readouterr().out
+    assert read_record(tmp_path / "p.yaml")["provenance"]["pick"] == "preset pfeiffer"    # how it was chosen
+
+
+def test_export_says_what_it_picked_and_how(tmp_path, capsys):
+    """A pick that is a preset is named as one; the record keeps the rule and budget that chose it;
+    a test score measured at the final recipe says so beside a record at the search's; a PEFT
+    file, which has no recipe, gets no note about the record's length."""
+    from petl_nas.cli import main
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = make_study(url, ROWS, finals=[(3, 0.71)])
+    study.set_user_attr("fidelity", {**study.user_attrs["fidelity"], "epochs": 3})      # the final recipe trains 1
+    assert main(["export", "--storage", url, "--budget", "60", "-o", str(tmp_path / "b.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trial 3, preset bitfit (accuracy 0.7000 on search dev, test 0.7100 (1 seed); 50 ")
+    assert "note: the record trains 1 epochs, the search scored 3" in out
+    provenance = read_record(tmp_path / "b.yaml")["provenance"]
+    assert provenance["pick"] == "best" and provenance["pick_budget"] == 60
+    assert main(["export", "--storage", url, "--budget", "60", "--recipe", "search", "-o", str(tmp_path / "s.yaml")]) == 0
+    assert "test 0.7100 (1 seed) at the final recipe; " in capsys.readouterr().out
+    assert main(["export", "--storage", url, "--pick", "smallest-within=20", "-o", str(tmp_path / "w.yaml")]) == 0
+    assert read_record(tmp_path / "w.yaml")["provenance"]["pick"] == "smallest-within=20"
+    capsys.readouterr()
+    assert main(["export", "--storage", url, "--budget", "500", "--format", "peft", "-o", str(tmp_path / "p.json")]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
@@ -199,6 +224,14 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
     train_record(rec, out=tmp_path / "out", progress=False, printer=lambda *a: None)
     train_record({**rec, "seeds": 1}, out=tmp_path / "out", progress=False, printer=lambda *a: None)
     assert (tmp_path / "out" / "seed_1").is_dir()               # a further seed of the same record is kept
+    for counted in (first["deployable"], 7):                    # 7: as if exported for another backbone
+        lines.clear()
+        train_record({**rec, "counts": {"deployable": counted}}, out=tmp_path / "out", progress=False,
+                     printer=lines.append)
+        notes = [line for line in lines if line.startswith("note:")]
+        assert notes == ([] if counted == first["deployable"] else [
+            f"note: on this backbone the configuration has {first['deployable']:,} deployable parameters; the "
+            f"record's counts say 7 (it was exported for another backbone or task)"])
     (tmp_path / "merged").mkdir()                                        # another tool's folder: not mixed into
     (tmp_path / "merged" / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"output folder '.*merged' holds other files \(config\.json\); "
@@ -295,6 +328,18 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
     (["export", "--storage", "sqlite:///{d}/e.db", "--pick", "worst", "-o", "{d}/x.yaml"],   # the flag, not the study
      "--pick: expected 'best', 'smallest-within=X' or 'fastest-within=X'"),
     (["train", "--config", "{d}/nodata.yaml", "--out", "{d}/runs/x"], "SST-2/train.tsv does not exist"),  # after mkdir
+    (["train", "--config", "{d}/nomodel.yaml", "--out", "{d}/runs/x"], "model '/no/such/bert': no such local directory"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--list", "--budget", "60"],
+     "--list prints the whole front; --budget choose what an export writes: give them without --list"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--list", "--pick", "smallest-within=1", "-o", "{d}/x.yaml"],
+     "--list prints the whole front; -o, --pick choose"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--preset", "lora", "--budget", "60", "-o", "{d}/x.yaml"],
+     "give --budget or --preset, not both"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--no-retime", "-o", "{d}/x.yaml"],
+     "--no-retime is for --pick fastest-within=X"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "-o", "{d}/afile/x.yaml"], "afile is a file, not a folder"),
+    (["export", "--storage", "sqlite:///{d}/s.db", "--format", "peft", "--budget", "500", "-o", "{d}/afile/x.json"],
+     "afile is a file, not a folder"),
 ])
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     from petl_nas.cli import main
@@ -306,6 +351,9 @@ def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
     write_record({"backbone": TINY, "task": "sst2", "data_dir": str(tmp_path / "nodata"), "data_seed": 111, "k": 100,
                   "petl_config": LORA, "recipe": {"lr": 1e-3, "epochs": 1}, "seeds": 1, "counts": {}},
                  tmp_path / "nodata.yaml")
+    write_record({"backbone": "/no/such/bert", "task": "demo_keyword", "petl_config": LORA,
+                  "recipe": {"lr": 1e-3, "epochs": 1}, "counts": {}}, tmp_path / "nomodel.yaml")
+    (tmp_path / "afile").write_text("")
     before = sorted(p.name for p in tmp_path.iterdir())
     rc = main([a.format(d=tmp_path) for a in args])
     err = capsys.readouterr().err

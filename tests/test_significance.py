@@ -139,6 +139,28 @@ def test_one_seed_shows_no_spread():
         "s", "sqlite://", "accuracy", None, counts, front=[row], reference="lora").table()
     assert "paired Δ" not in SearchSummary("s", "sqlite://", "accuracy", None, counts, front=[{**row, "paired": None}],
                                            reference="lora").table().split("\n", 3)[3]     # no row has one
+    title = SearchSummary("s", "sqlite://", "accuracy", 90_000, counts, front=[row]).table().splitlines()[0]
+    assert title == "Pareto front of study 's' (accuracy vs deployable parameters, budget 90,000)"
+    costs = [{**row, "costs": {"latency": 1.5, "memory": 30.0}}]               # the study's further objectives
+    assert SearchSummary("s", "sqlite://", "accuracy", None, counts, front=costs).table().splitlines()[0] == (
+        "Pareto front of study 's' (accuracy vs deployable parameters, latency and memory)")
     probe = {**row, "number": 4, "deployable": 0, "pct": 0.0, "paired": None}
     line = SearchSummary("s", "sqlite://", "pearson_spearman", None, counts, front=[probe]).table().splitlines()[2]
     assert line.endswith("  -  head only (no PETL module)")              # a linear probe: say so and "±" not in line.split("0.0600")[1]
+
+
+def test_a_preset_relates_to_the_others_alike_on_the_front_and_among_the_presets():
+    """BitFit within noise of LoRA with half its parameters: "~lora" in both rows it has."""
+    from optuna.distributions import FloatDistribution
+
+    from petl_nas.search import summarize
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for score, n, name in [(0.80, 1000, "lora"), (0.795, 500, "bitfit"), (0.70, 100, None)]:
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)}, values=[score, n],
+            user_attrs={"deployable": n, "score_se": 0.01, **({"preset": name} if name else {})}))
+    summary = summarize(study, Experiment(name="r", backbone="x", task="demo_sentiment", budget=None), None, 100_000)
+    on_front = next(r for r in summary.front if r["preset"] == "bitfit")
+    among = next(r for r in summary.presets if r["preset"] == "bitfit")
+    assert on_front["matches"] == among["matches"] == ["lora"]
