@@ -35,7 +35,7 @@ from .significance import clearly_better, did_not_learn
 from .storage import as_stored
 from .study import CALIBRATION_ATTR, preset_in_space
 from .train import Recipe
-from .worker import TrialSpec, run_trial
+from .worker import TrialSpec, free_memory, run_trial
 
 # Presets that calibrate a trial's length, in order of preference: the common anchors of three
 # functional forms (low-rank, bottleneck, Kronecker) and the smallest, BitFit.
@@ -204,6 +204,7 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
         if names:
             printer(f"fidelity auto: calibrating the trial length on {', '.join(names)} ...")
         record = calibrate(exp, baseline, model_config, budget, printer)
+        free_memory()              # the presets trained here: their GPU memory is the trials' again
         # Another worker of the same study may have finished first: every worker uses one record.
         record = study.user_attrs.get(ATTR) or record
         study.set_user_attr(ATTR, record)

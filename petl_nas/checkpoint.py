@@ -42,8 +42,9 @@ def restore(state: dict, model: nn.Module, opt, sched, scaler) -> tuple[int, int
     sched.load_state_dict(state["sched"])
     scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["rng"])
-    if "cuda_rng" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():    # saved where more GPUs were visible: those there are
+        for device, rng in enumerate(state["cuda_rng"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(rng, device)
     return state["step"], state["epoch"], [dict(h) for h in state["history"]]
 
 

@@ -150,18 +150,20 @@ def gpu_footprint(device) -> dict:
 
 def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEATS, warm_ups: int = 2) -> float:
     """Median ms of one forward pass of ``batch`` through ``model`` in its deployed form, over
-    ``repeats`` timed passes after ``warm_ups`` untimed ones. Merges what can be merged into
-    ``model``'s weights first, so call it when training is over."""
+    ``repeats`` timed passes after ``warm_ups`` untimed ones, in the precision it predicts in
+    (`precision.autocast_for`: bf16 on a GPU). Merges what can be merged into ``model``'s weights
+    first, so call it when training is over."""
     import torch
 
     from .inject import merge_lora
+    from .precision import autocast_for
 
     merge_lora(model)
     device = torch.device(device)
     batch = {k: v.to(device) for k, v in batch.items()}      # labels too: a seq2seq decoder reads them
     model.eval()
     times = []
-    with torch.no_grad():
+    with torch.no_grad(), autocast_for(model, device):
         for i in range(repeats + warm_ups):
             _sync(device)
             t = time.perf_counter()

@@ -16,7 +16,6 @@ With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their m
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import socket
@@ -35,7 +34,7 @@ from .storage import as_stored
 from .study import Proposal, TrialSource
 from .tasks import resolve_task
 from .train import NonFiniteLoss
-from .worker import TrialSpec, run_trial
+from .worker import TrialSpec, free_memory, run_trial
 
 FAILED_SCORE = -2.0   # below every metric's range; only ever seen by the scheduler for a failed trial
 OOM = "out of memory"
@@ -157,15 +156,6 @@ def _kind(e: BaseException) -> str:
     return f"error: {type(e).__name__}"
 
 
-def _free_memory() -> None:
-    """Give back what a failed trial held, so the next trial on this worker starts clean."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
     """Run one trial and never raise: ``("complete", result)``, ``("nan", {reason})`` for a
     non-finite loss, or ``("failed", {reason, kind})`` for any other error."""
@@ -175,7 +165,7 @@ def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
         outcome = "nan", {"reason": f"non-finite loss: {e}"}
     except Exception as e:                                      # noqa: BLE001 - recorded, search goes on
         outcome = "failed", {"reason": _reason(e), "kind": _kind(e), "traceback": _trace(e)}
-    _free_memory()          # out of the except block: no traceback pins the failed trial's tensors now
+    free_memory()           # out of the except block: no traceback pins the failed trial's tensors now
     return outcome
 
 
@@ -245,6 +235,7 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
         def __init__(self):
             super().__init__(metric="score", mode="max")
             self.live: dict[str, Proposal] = {}
+            self.shares: dict[str, float] = {}                 # the GPU share each live trial was given
             self.remaining = n_trials
 
         def suggest(self, trial_id: str):
@@ -261,6 +252,7 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             self.live[trial_id] = p
             if packing is None:
                 return {"spec": spec.to_dict()}
+            self.shares[trial_id] = packing.fraction
             return {"spec": spec.to_dict(), "gpu": packing.fraction}
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -269,11 +261,11 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                 recorder.result(p, result.get("training_iteration", 0), result["score"])
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-            p = self.live.pop(trial_id, None)
+            p, share_of_trial = self.live.pop(trial_id, None), self.shares.pop(trial_id, None)
             if p is None:
                 return
             if packing is not None and result and (result.get("final") or result.get("kind") == OOM):
-                line = packing.observe(result) if result.get("final") else packing.out_of_memory()
+                line = packing.observe(result) if result.get("final") else packing.out_of_memory(share_of_trial)
                 if line:
                     printer(line)
             if error or not result:
@@ -325,10 +317,15 @@ def check_ray_address(address: str | None) -> None:
 def _slots(resources: dict, cpus_per_trial: float, gpus_per_trial: float) -> int:
     """Trials the cluster fits at once. Tune keeps only this many trials pending for a custom
     searcher (one, unless told), so without it a cluster fills one trial start at a time."""
-    slots = int(resources.get("CPU", 1) // cpus_per_trial) if cpus_per_trial else 1
+    slots = _how_many(resources.get("CPU", 1), cpus_per_trial) if cpus_per_trial else 1
     if gpus_per_trial:
-        slots = min(slots, int(resources.get("GPU", 0) // gpus_per_trial))
+        slots = min(slots, _how_many(resources.get("GPU", 0), gpus_per_trial))
     return max(1, slots)
+
+
+def _how_many(total: float, each: float) -> int:
+    """How many of ``each`` fit in ``total``, in Ray's units of 1/10,000 (in floats, 1 // 0.2 is 4)."""
+    return round(total * 10_000) // max(1, round(each * 10_000))
 
 
 def _trial_name(trial) -> str:

@@ -36,6 +36,11 @@ def _number(low: float, strict: bool):
     return ok, f"a number {'>' if strict else '>='} {low:g}"       # finite: inf and nan are refused too
 
 
+# a trial trains on one device: more than one GPU would be reserved and idle (and Ray takes no 1.5 GPUs)
+_ONE_GPU_AT_MOST = ((lambda v: _number(0, False)[0](v) and v <= 1),
+                    "a number from 0 to 1 (a trial trains on one GPU; a fraction shares a card)")
+
+
 def _optional(rule):
     ok, what = rule
     return (lambda v: v is None or ok(v)), f"{what} or null"
@@ -310,7 +315,7 @@ class Experiment:
             "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT,
             "trials": (_whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
             "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
-            "gpus_per_trial": _auto_or(_number(0, False)), "concurrent": _optional(_whole(1)),
+            "gpus_per_trial": _auto_or(_ONE_GPU_AT_MOST), "concurrent": _optional(_whole(1)),
             "scheduler": _one_of("asha", "fifo"), "strategy": _one_of("sampler", "oneshot", "both"),
             "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
             "study": _optional(_TEXT), "ray_address": _optional(_TEXT), "warm_start": _optional(_TEXT),

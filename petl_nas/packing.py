@@ -72,10 +72,12 @@ class GpuPacking:
         return (f"gpus_per_trial auto: a trial held {peak:,.0f} MB of {total:,.0f} MB; "
                 f"{self.per_gpu} trial(s) per GPU from now on ({self.fraction:g} GPU each)")
 
-    def out_of_memory(self) -> str | None:
-        """A trial ran out of GPU memory: half as many per GPU from now on."""
+    def out_of_memory(self, share_of_trial: float | None = None) -> str | None:
+        """A trial ran out of GPU memory: half as many per GPU from now on. A trial that was granted a
+        smaller share than now ran under a packing already halved since (trials that filled the card
+        together fail together): it halves nothing again."""
         self.measured = True                 # nothing to wait for: the failure is the measurement
-        if self.per_gpu == 1:
+        if self.per_gpu == 1 or (share_of_trial is not None and share_of_trial < self.fraction):
             return None
         self.per_gpu = max(1, self.per_gpu // 2)
         return f"gpus_per_trial auto: a trial ran out of GPU memory; {self.per_gpu} trial(s) per GPU from now on"

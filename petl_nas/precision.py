@@ -8,7 +8,8 @@ then run under `autocast_for`, which casts each matmul's operands to the body's 
 gradients land on the fp32 masters; fp16 adds loss scaling (`grad_scaler_for`).
 
 A run may ask for a precision (`use_precision`, from ``Recipe.precision``): ``auto`` is the above
-(bf16 on a GPU, full precision for an fp32 body on a CPU); ``bf16`` computes the matmuls in bf16 on
+(bf16 on a GPU that computes it natively, Ampere or newer; full precision for an fp32 body on a CPU
+or an older GPU); ``bf16`` computes the matmuls in bf16 on
 any device (on a CPU with native bf16, AVX512-BF16 or AMX, a training step is about twice as fast;
 elsewhere it is emulated and slower); ``fp32`` keeps an fp32 body in full precision on a GPU too.
 """
@@ -69,8 +70,8 @@ def compute_dtype(model: torch.nn.Module, device) -> torch.dtype | None:
         return torch.bfloat16
     if chosen == "fp32":
         return None
-    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
+    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.bfloat16                     # native only: a pre-Ampere GPU (V100, T4) emulates it, slower
     return None
 
 

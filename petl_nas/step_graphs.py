@@ -36,10 +36,13 @@ LENGTH_MULTIPLE = 8     # batches are padded to a multiple of this many tokens: 
 WARMUP = 3              # eager steps (on a side stream) before the first graph is recorded
 
 
-def why_not(device: torch.device, *, scaled: bool, regularized: bool, frozen_reuse: bool, compiled: bool) -> str | None:
+def why_not(device: torch.device, *, scaled: bool, regularized: bool, frozen_reuse: bool, compiled: bool,
+            layerdrop: bool = False) -> str | None:
     """None when a run's training step can be recorded as CUDA graphs, else the reason it cannot."""
     if device.type != "cuda":
         return "no CUDA device"
+    if layerdrop:                        # a replay would skip the layers its recording skipped, always
+        return "LayerDrop (the config's encoder_layerdrop / decoder_layerdrop) draws the layers to run on the host"
     if scaled:
         return "fp16 loss scaling reads the gradients' finiteness on the host"
     if regularized:

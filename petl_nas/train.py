@@ -304,7 +304,9 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         scaler.update()
         return loss
 
-    graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse)
+    hf_config = getattr(model, "config", None)                # BART-likes' encoder_layerdrop, ...: drawn on the host
+    layerdrop = hf_config is not None and any(v for k, v in hf_config.to_dict().items() if k.endswith("layerdrop"))
+    graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse, layerdrop)
     padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}   # few shapes: few graphs to record
     eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
     loop_start, eval_s = time.perf_counter(), 0.0
@@ -373,13 +375,13 @@ def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
     return ((None, batch) for batch in split.batches(batch_size, **kw))
 
 
-def _graphed_steps(optimise, params, opt, device, recipe: Recipe, scaler, regularizer, reuse):
+def _graphed_steps(optimise, params, opt, device, recipe: Recipe, scaler, regularizer, reuse, layerdrop: bool):
     """(`GraphedSteps` for this run's steps, its `GraphInfo`) when ``recipe.cuda_graphs`` asks and they
     can be recorded; else (None, a `GraphInfo` saying why not), or (None, None) when not asked."""
     if not recipe.cuda_graphs:
         return None, None
     why = why_not(device, scaled=scaler.is_enabled(), regularized=regularizer is not None,
-                  frozen_reuse=reuse is not None, compiled=recipe.compile != "off")
+                  frozen_reuse=reuse is not None, compiled=recipe.compile != "off", layerdrop=layerdrop)
     if why is not None:
         return None, GraphInfo(used=False, why_not=why)
     prepare_optimizer(opt, device, graphed=True)

@@ -8,6 +8,7 @@ and little else: each trial deep-copies the cached backbone and applies its conf
 from __future__ import annotations
 
 import copy
+import gc
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
@@ -109,8 +110,9 @@ def load_backbone(backbone, task: Task, splits=None):
             from transformers import AutoTokenizer
 
             from .causal_lm import ensure_pad_token
-            from .models import hub_options, load_for_task, resolve_model
+            from .models import hub_options, load_for_task, load_model_config, resolve_model
 
+            load_model_config(backbone)                    # a name or path that is no model: one line
             path = resolve_model(backbone)
             tok = AutoTokenizer.from_pretrained(path, **hub_options(path))
             with torch.random.fork_rng():                  # a new head starts the same in every process
@@ -180,4 +182,12 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
             **({"graphs": result.graphs} if result.graphs is not None else {})}
 
 
-__all__ = ["TrialSpec", "TrainData", "run_trial", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]
+def free_memory() -> None:
+    """Give back what finished or failed trials held (the CUDA allocator's cache too), so the next
+    trial in this process, or a trial packed beside it on the same GPU, starts with the card's room."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+__all__ = ["TrialSpec", "TrainData", "run_trial", "free_memory", "prepare", "petl_copy", "load_backbone", "model_config_for", "tiny_model"]

@@ -155,9 +155,12 @@ def test_a_study_calibrates_once_and_its_trials_run_at_the_chosen_length(tmp_pat
     table = {(n, e): 0.7 + r + 0.001 * e for n, r in rank.items() for e in (1, 2, 4, 8)}   # one order throughout
     scripted(monkeypatch, table, calls)
     monkeypatch.setattr(calibrate, "pays", lambda *a: True)       # one trial here; the cost rule is tested below
+    freed = []                                                     # the presets' GPU memory, given back
+    monkeypatch.setattr(calibrate, "free_memory", lambda: freed.append(len(calls)))
     lines = []
     exp = experiment(tmp_path, trials=1)
     run_search(exp, printer=lines.append)
+    assert freed == [len(calls)]              # once, after every preset calibration trained (calls: only those)
     study = optuna.load_study(study_name="cal", storage=exp.storage_url)
     assert study.user_attrs["fidelity_calibration"]["epochs"] == 1
     assert study.user_attrs["fidelity"]["epochs"] == 1                        # what export's --recipe search reads

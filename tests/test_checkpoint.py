@@ -77,6 +77,27 @@ def test_a_state_of_another_model_is_refused_before_anything_is_changed():
     assert all(torch.equal(before[n], after[n]) for n in before)
 
 
+def test_a_state_saved_with_more_gpus_visible_restores_the_generators_there_are(monkeypatch):
+    """Saved on a 2-GPU machine, resumed where one is visible (Ray sets CUDA_VISIBLE_DEVICES)."""
+    from petl_nas import checkpoint
+
+    task, base, data, config = _setup()
+    model = apply_petl(copy.deepcopy(base), config)
+    states = []
+    train(model, data, task, Recipe(lr=3e-3, epochs=1, batch_size=16), on_epoch=states.append)
+    state = {**states[0], "cuda_rng": [torch.get_rng_state(), torch.get_rng_state()]}
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda rng, device="cuda": restored.append(device))
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([{"params": [p for p in trained if p.ndim >= 2]},      # train's groups: matrices,
+                             {"params": [p for p in trained if p.ndim < 2]}])      # then the rest
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    checkpoint.restore(state, model, opt, sched, torch.amp.GradScaler("cpu", enabled=False))
+    assert restored == [0]
+
+
 def test_saving_is_whole_or_not_at_all(tmp_path, monkeypatch):
     path = tmp_path / "state.pt"
     checkpoint.save({"epoch": 1}, path)

@@ -82,6 +82,18 @@ def test_latency_is_measured_on_the_deployed_form():
     assert ms > 0 and sum(k == "lora" for _, edits, _ in model.petl._sites for k, _, _ in edits) == 2
 
 
+def test_latency_is_measured_in_the_precision_the_model_predicts_in():
+    """On a GPU that is bf16 (`autocast_for`); here a model asked for bf16 shows it on a CPU."""
+    from petl_nas.precision import use_precision
+
+    model = apply_petl(tiny_model(), MIXED)
+    use_precision(model, "bf16")
+    seen = []
+    model.bert.encoder.layer[0].intermediate.dense.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    deployed_latency_ms(model, batch(), "cpu", repeats=1, warm_ups=0)
+    assert seen == [torch.bfloat16]
+
+
 def test_the_memory_probe_sees_what_runs_inside_it_not_before():
     held = torch.ones(64, 2**20)                             # 256 MB the process holds before the probe
     probe = MemoryProbe(torch.device("cpu")).start()

@@ -42,7 +42,9 @@ def test_packing_learns_from_the_first_trial_and_halves_after_out_of_memory():
     line = packing.observe({"gpu_reserved_mb": 1_300, "gpu_total_mb": H100_MB})
     assert packing.per_gpu == 16 and "16 trial(s) per GPU" in line and not packing.must_wait(running=5)
     assert packing.observe({"gpu_reserved_mb": 40_000, "gpu_total_mb": H100_MB}) is None   # sized once
-    assert "8 trial(s) per GPU" in packing.out_of_memory() and packing.fraction == 0.125
+    assert "8 trial(s) per GPU" in packing.out_of_memory(0.0625) and packing.fraction == 0.125
+    assert packing.out_of_memory(0.0625) is None and packing.per_gpu == 8    # one event: its other trials
+    assert "4 trial(s) per GPU" in packing.out_of_memory(0.125)             # at the new share: halves again
     blind = GpuPacking(most=4)
     assert "no GPU memory" in blind.observe({}) and blind.per_gpu == 1 and not blind.must_wait(running=1)
 
@@ -72,6 +74,14 @@ class Outcomes:
         self.seen.append((kind, p.number))
 
 
+def test_the_slots_count_as_ray_does():
+    """1 // 0.2 is 4.0 in floats; Ray, counting in 1/10,000, fits 5 shares of 0.2 on one GPU."""
+    from petl_nas.executors import _slots
+
+    assert _slots({"CPU": 16, "GPU": 1}, 1, 0.2) == 5 and _slots({"CPU": 160, "GPU": 8}, 1, 0.1) == 80
+    assert _slots({"CPU": 16, "GPU": 1}, 1, 0.05) == 16 and _slots({"CPU": 16}, 0.5, 0) == 32
+
+
 def test_the_searcher_holds_trials_until_the_first_is_measured():
     pytest.importorskip("ray")
     packing, lines, outcomes = GpuPacking(most=8), [], Outcomes()
@@ -86,6 +96,8 @@ def test_the_searcher_holds_trials_until_the_first_is_measured():
     assert shares == [0.2] * 5
     searcher.on_trial_complete("c", {"failed": "CUDA out of memory", "kind": OOM, "score": -2.0})
     assert outcomes.seen[-1] == (OOM, 1) and "2 trial(s) per GPU" in lines[-1]
+    searcher.on_trial_complete("d", {"failed": "CUDA out of memory", "kind": OOM, "score": -2.0})
+    assert outcomes.seen[-1] == (OOM, 2) and packing.per_gpu == 2     # filled the card with "c": halved once
     assert searcher.suggest("h")["gpu"] == 0.5
 
 
@@ -120,6 +132,9 @@ def test_gpus_per_trial_in_files_and_flags():
     assert Experiment().gpus_per_trial == "auto" and Experiment.from_dict({"gpus_per_trial": 0.25}).gpus_per_trial == 0.25
     with pytest.raises(ConfigError, match="gpus_per_trial: expected auto or"):
         Experiment.from_dict({"gpus_per_trial": "lots"}, "e.yaml")
+    with pytest.raises(ConfigError, match="a number from 0 to 1 .a trial trains on one GPU"):
+        Experiment.from_dict({"gpus_per_trial": 2}, "e.yaml")                 # two reserved, one used
+    assert Experiment.from_dict({"gpus_per_trial": 1}).gpus_per_trial == 1
     assert build_parser().parse_args(["search", "--gpus-per-trial", "auto"]).gpus_per_trial == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["search", "--gpus-per-trial", "lots"])

@@ -191,8 +191,10 @@ def test_precision_fp32_keeps_a_gpu_default_off_and_refuses_a_half_body(tmp_path
 
     from petl_nas.precision import compute_dtype, use_precision
 
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)    # a GPU with bf16 (asked, not used)
     model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert compute_dtype(model, "cuda") is None                         # a V100 or T4 would only emulate it
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)    # a GPU with bf16 (asked, not used)
     assert compute_dtype(model, "cuda") == torch.bfloat16                # auto: bf16 on such a GPU
     use_precision(model, "fp32")
     assert compute_dtype(model, "cuda") is None                           # fp32: not even there

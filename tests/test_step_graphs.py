@@ -82,8 +82,24 @@ def test_why_not_names_what_keeps_a_step_from_being_recorded():
     assert why_not(cuda, **plain) is None
     assert why_not(torch.device("cpu"), **plain) == "no CUDA device"
     for flag, words in (("scaled", "fp16 loss scaling"), ("regularized", "regulariser"),
-                        ("frozen_reuse", "frozen-layer reuse"), ("compiled", "torch.compile")):
+                        ("frozen_reuse", "frozen-layer reuse"), ("compiled", "torch.compile"),
+                        ("layerdrop", "LayerDrop")):
         assert words in why_not(cuda, **{**plain, flag: True})
+
+
+def test_a_model_with_layerdrop_is_not_recorded(monkeypatch):
+    """LayerDrop (BART, M2M100, Marian, ...: ``encoder_layerdrop``) picks the layers on the host at
+    every step; a graph would replay one pick forever. The run tells `why_not` so."""
+    import petl_nas.train as training
+
+    asked = []
+    monkeypatch.setattr(training, "why_not", lambda device, **kw: asked.append(kw["layerdrop"]) or "no CUDA device")
+    for drop in (0.0, 0.05):
+        model = lora_model()
+        model.config.encoder_layerdrop = drop
+        data = type("D", (), {"train": Rows(), "dev": Rows()})()
+        train(model, data, get_task("demo_sentiment"), Recipe(lr=1e-2, epochs=1, batch_size=4, cuda_graphs=True))
+    assert asked == [False, True]
 
 
 def optimizer_and_schedule(model, lr=1e-2, total=10, warmup=3):
