@@ -352,10 +352,11 @@ def init_ray(address: str | None = None):
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
             run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float | str = "auto",
             concurrent: int | None = None, scheduler: str = "asha", address: str | None = None,
-            first_rung: int = 1, printer: Callable[[str], None] = print) -> None:
+            first_rung: int = 1, reserved_mb: float = 0.0, printer: Callable[[str], None] = print) -> None:
     """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first
     rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn).
-    ``gpus_per_trial: auto``: no GPU where the cluster has none, else shares sized by `GpuPacking`."""
+    ``gpus_per_trial: auto``: no GPU where the cluster has none, else shares sized by `GpuPacking`,
+    with ``reserved_mb`` per trial beyond the first trial's measured peak."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
@@ -364,7 +365,7 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
     if gpus_per_trial == "auto":        # shares travel in each trial's config; only CPUs bound the slots
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
         if n_gpus:
-            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus))
+            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus), reserved_mb=reserved_mb)
             printer(f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
                     f"its memory, then up to {packing.most} trials share each GPU")
     concurrent = concurrent or _slots(resources, cpus_per_trial, gpus_per_trial)

@@ -9,7 +9,7 @@ on a card depends on the backbone, the batch, the length and the configuration, 
    card's memory (`gpu_reserved_mb`, `gpu_total_mb`);
 2. every later trial gets ``1/n`` of a GPU, where ``n`` copies of that peak, times `HEADROOM`
    (other configurations of the space hold more: prefixes, wider adapters) plus a CUDA context
-   each, fit in `USABLE` of the card; never more than the CPUs can drive, since each trial is a
+   each and the frozen-layer cache's limit where there is one, fit in `USABLE` of the card; never more than the CPUs can drive, since each trial is a
    Python process bound by its kernel launches;
 3. a trial that runs out of GPU memory halves ``n`` for the trials after it.
 
@@ -26,9 +26,11 @@ CONTEXT_MB = 600     # a CUDA context per process, outside the allocator
 USABLE = 0.9         # of the card's memory: the rest for fragmentation and the driver
 
 
-def fits(peak_mb: float, total_mb: float, most: int) -> int:
-    """How many trials with this measured peak share a card of ``total_mb`` (1 to ``most``)."""
-    per_trial = peak_mb * HEADROOM + CONTEXT_MB
+def fits(peak_mb: float, total_mb: float, most: int, reserved_mb: float = 0.0) -> int:
+    """How many trials with this measured peak share a card of ``total_mb`` (1 to ``most``);
+    ``reserved_mb`` more per trial that the first one's peak may not show (a worker's frozen-layer
+    cache, `fidelity.frozen_cache_mb`, which later trials in the same process fill)."""
+    per_trial = peak_mb * HEADROOM + CONTEXT_MB + reserved_mb
     return max(1, min(most, math.floor(total_mb * USABLE / per_trial)))
 
 
@@ -43,11 +45,13 @@ class GpuPacking:
 
     Attributes:
         most: the most trials per GPU (the cluster's CPU slots per GPU).
+        reserved_mb: memory per trial beyond its measured peak (`fits`).
         per_gpu: trials per GPU now (1 until a trial has been measured).
         measured: whether a trial's memory has been seen.
     """
 
     most: int
+    reserved_mb: float = 0.0
     per_gpu: int = 1
     measured: bool = False
 
@@ -68,7 +72,7 @@ class GpuPacking:
         peak, total = result.get("gpu_reserved_mb"), result.get("gpu_total_mb")
         if not peak or not total:
             return "gpus_per_trial auto: the first trial reported no GPU memory (no CUDA device in its process); one trial per GPU"
-        self.per_gpu = fits(peak, total, self.most)
+        self.per_gpu = fits(peak, total, self.most, self.reserved_mb)
         return (f"gpus_per_trial auto: a trial held {peak:,.0f} MB of {total:,.0f} MB; "
                 f"{self.per_gpu} trial(s) per GPU from now on ({self.fraction:g} GPU each)")
 

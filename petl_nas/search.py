@@ -396,7 +396,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                              first_rung=first_rung,
                              cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
                              concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address,
-                             printer=printer)
+                             reserved_mb=exp.fidelity.frozen_cache_mb or 0.0, printer=printer)   # its cache: on the GPU
         else:
             EXECUTORS["local"](source, n, make_spec, recorder)
 

@@ -28,6 +28,10 @@ def test_how_many_fit_is_the_formula():
     assert fits(1_300, H100_MB, most=100) == math.floor(H100_MB * USABLE / per_trial) == 28
     assert fits(1_300, H100_MB, most=16) == 16           # 16 CPU slots drive at most 16
     assert fits(70_000, H100_MB, most=16) == 1           # a trial bigger than the card still runs alone
+    cached = 1_300 * HEADROOM + CONTEXT_MB + 2_048        # fidelity.frozen_cache_mb: 2048, filled later
+    assert fits(1_300, H100_MB, most=100, reserved_mb=2_048) == math.floor(H100_MB * USABLE / cached) == 15
+    assert GpuPacking(most=100, reserved_mb=2_048).observe({"gpu_reserved_mb": 1_300, "gpu_total_mb": H100_MB}) \
+        .startswith("gpus_per_trial auto: a trial held 1,300 MB of 81,559 MB; 15 trial(s) per GPU")
 
 
 def test_shares_always_fit_on_one_card():
@@ -109,15 +113,21 @@ def test_a_ray_search_on_a_gpu_node_asks_for_gpu_shares(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    import petl_nas.executors as executors
+
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    lines = []
+    lines, asked = [], {}
+    real = executors.EXECUTORS["ray"]
+    monkeypatch.setitem(executors.EXECUTORS, "ray", lambda *a, **kw: asked.update(kw) or real(*a, **kw))
     try:
         exp: Experiment = experiment(tmp_path, executor="ray", scheduler="fifo", trials=3, gpus_per_trial="auto",
-                                     fidelity=dataclasses.replace(experiment(tmp_path).fidelity, epochs=1))
+                                     fidelity=dataclasses.replace(experiment(tmp_path).fidelity, epochs=1,
+                                                                  frozen_cache_mb=64))
         summary = run_search(exp, printer=lines.append)
     finally:
         ray.shutdown()
     assert summary.counts["complete"] == 3
+    assert asked["reserved_mb"] == 64                  # each packed worker's frozen-layer cache, on its GPU
     assert any("1 GPU(s); the first trial runs alone" in line for line in lines)
     assert any("reported no GPU memory" in line for line in lines)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
