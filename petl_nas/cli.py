@@ -187,8 +187,9 @@ def cmd_export(args) -> int:
     from .export import LATENCY_TIE, choose, front_table, load_study, make_parent, preset_record, record, write_record
     from .significance import mean_std
 
-    choosing = [flag for flag, given in (("-o", args.output), ("--pick", args.pick != "best"), ("--preset", args.preset),
-                                         ("--budget", args.budget), ("--no-retime", args.no_retime)) if given]
+    choosing = [flag for flag, given in (("-o", args.output), ("--pick", args.pick != "best"),
+                                         ("--preset", args.preset), ("--budget", args.budget),
+                                         ("--no-retime", args.no_retime)) if given]
     if args.list and choosing:
         raise ConfigError(f"--list prints the whole front; {', '.join(choosing)} choose what an export writes: "
                           f"give them without --list")

@@ -365,7 +365,8 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
     if gpus_per_trial == "auto":        # shares travel in each trial's config; only CPUs bound the slots
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
         if n_gpus:
-            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus), reserved_mb=reserved_mb)
+            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus),
+                                 reserved_mb=reserved_mb)
             printer(f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
                     f"its memory, then up to {packing.most} trials share each GPU")
     concurrent = concurrent or _slots(resources, cpus_per_trial, gpus_per_trial)

@@ -9,8 +9,8 @@ on a card depends on the backbone, the batch, the length and the configuration, 
    card's memory (`gpu_reserved_mb`, `gpu_total_mb`);
 2. every later trial gets ``1/n`` of a GPU, where ``n`` copies of that peak, times `HEADROOM`
    (other configurations of the space hold more: prefixes, wider adapters) plus a CUDA context
-   each and the frozen-layer cache's limit where there is one, fit in `USABLE` of the card; never more than the CPUs can drive, since each trial is a
-   Python process bound by its kernel launches;
+   each and the frozen-layer cache's limit where there is one, fit in `USABLE` of the card; never
+   more than the CPUs can drive, since each trial is a Python process bound by its kernel launches;
 3. a trial that runs out of GPU memory halves ``n`` for the trials after it.
 
 Without a GPU in the cluster, ``auto`` is 0 and nothing waits.
