@@ -18,6 +18,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from . import __version__
 from .compiling import COMPILE_MODES
 from .config import ConfigError, PetlConfig, PetlWarning, read_yaml
 
@@ -423,6 +424,7 @@ def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"petl-nas {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = _command(sub, "search", "search the design space under a parameter budget")

@@ -177,8 +177,35 @@ class ModuleSpec:
     phm_rank: int = 1
 
     def __post_init__(self):
+        self._check_types("module")
         self._normalise()
         self.check("module")
+
+    def _check_types(self, where: str) -> None:
+        """Before anything is converted: each field's type (a quoted "no" is no boolean, "qv" no list
+        of targets), and no field this form does not use set away from its default (``to_dict``
+        would drop it, so the design would not round-trip)."""
+        is_number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        is_whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        for name, ok, what in (("scale", is_number, "a number"), ("dropout", is_number, "a number"),
+                               ("learn_scale", lambda v: isinstance(v, bool), "true or false"),
+                               ("gate", lambda v: isinstance(v, bool), "true or false"),
+                               ("reparam", is_whole, "a whole number"), ("phm_n", is_whole, "a whole number"),
+                               ("phm_rank", is_whole, "a whole number")):
+            if not ok(getattr(self, name)):
+                raise ConfigError(f"{where}.{name}: expected {what}, got {getattr(self, name)!r}")
+        for name, ok, what in (("layers", is_whole, "layer indices"), ("targets", lambda v: isinstance(v, str),
+                                                                         "weight names such as [q, v]")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (list, tuple)) or not all(ok(v) for v in value)):
+                raise ConfigError(f"{where}.{name}: expected a list of {what}, got {value!r}")
+        if self.targets is not None and len(set(self.targets)) != len(self.targets):
+            raise ConfigError(f"{where}.targets: {list(self.targets)} names a weight twice")
+        if self.form in FORM_KEYS:
+            filled = {"init": "bert"}                       # what `_normalise` fills in for these forms
+            for f in dataclasses.fields(self):
+                if f.name not in FORM_KEYS[self.form] and getattr(self, f.name) not in (f.default, filled.get(f.name)):
+                    raise ConfigError(f"{where}.{f.name}: {self.form} does not use it")
 
     def _normalise(self) -> None:
         # Fill form-dependent defaults so that equal designs are equal values.
@@ -326,7 +353,13 @@ class PetlConfig:
     head_lr_mult: float = 1.0
 
     def __post_init__(self):
+        if isinstance(self.modules, ModuleSpec) or not isinstance(self.modules, (list, tuple)):
+            raise ConfigError(f"modules: expected a list of ModuleSpec, got {type(self.modules).__name__} "
+                              f"(one module: modules=(ModuleSpec(...),))")
         object.__setattr__(self, "modules", tuple(self.modules))
+        for name in ("bitfit", "train_layernorms"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         for i, m in enumerate(self.modules):
             if not isinstance(m, ModuleSpec):
                 raise ConfigError(f"modules[{i}]: expected a ModuleSpec, got {type(m).__name__}")

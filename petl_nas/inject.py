@@ -146,6 +146,9 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     if not hasattr(getattr(model, "config", None), "model_type") or not hasattr(model, "base_model"):
         raise ConfigError(f"apply_petl: expected a transformers model (a PreTrainedModel, e.g. from "
                           f"AutoModelForSequenceClassification.from_pretrained), got a {type(model).__name__}")
+    if not isinstance(config, PetlConfig):
+        raise ConfigError(f"apply_petl: expected a PetlConfig (PetlConfig(modules=(ModuleSpec(...),)), "
+                          f"PetlConfig.from_dict(...) or preset(name, model.config)), got a {type(config).__name__}")
     spec, layer_lists = stacks(model)
     available = depths(spec, layer_lists)
     config.check_backbone(available, name=f"the {model.config.model_type} backbone")
@@ -238,13 +241,31 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
             root.prompt = SoftPrompt(config.prompt_length, width, at=0 if spec.decoder_only else 1)
     root.to(master_dtype(ref.dtype))
 
-    model.add_module(ROOT, root)
-    root.pooling = resolve_pooling(config.pooling, model, sequence_model=not (spec.decoder_only or spec.encoder_decoder))
-    _freeze(model, root, config)
-    _install_hooks(model, root, spec, layer_lists, sites, captures, head_edits)
-    install_pooling(model, root.pooling, lambda: root._pad_mask, root._handles)
-    set_head_dropout(model, config.head_dropout)
+    pooling = resolve_pooling(config.pooling, model, sequence_model=not (spec.decoder_only or spec.encoder_decoder))
+    with _undone_on_error(model):
+        model.add_module(ROOT, root)
+        root.pooling = pooling
+        _freeze(model, root, config)
+        _install_hooks(model, root, spec, layer_lists, sites, captures, head_edits)
+        install_pooling(model, root.pooling, lambda: root._pad_mask, root._handles)
+        set_head_dropout(model, config.head_dropout)
     return model
+
+
+@contextlib.contextmanager
+def _undone_on_error(model: nn.Module):
+    """On an error inside, ``model`` as it was before: no PETL modules or hooks, every parameter's
+    ``requires_grad`` and tensor (`_upcast_trained` replaces a half-precision body's) as they were."""
+    before = [(p, p.requires_grad, p.data) for p in model.parameters()]
+    try:
+        yield
+    except BaseException:
+        if isinstance(getattr(model, ROOT, None), PetlRoot):
+            remove_petl(model, warn=False)
+        for p, trained, data in before:
+            p.data = data
+            p.requires_grad_(trained)
+        raise
 
 
 def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
@@ -359,7 +380,7 @@ def gate_prompt(model: nn.Module, gate) -> None:
     (encoder and cross-attention; a decoder-only model's self-attention) adds log g to their logits
     (`SoftPrompt.key_log_gate`), so a shut position is exactly absent.
     """
-    root: PetlRoot = getattr(model, ROOT)
+    root = petl_root(model, "gate_prompt")
     if root.prompt is None:
         raise ValueError("gate_prompt: the model has no soft prompt (prompt_length 0)")
     if (reason := head_attention_refusal(model.config)) is not None:
@@ -441,7 +462,7 @@ def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:
     own head does, not by the configuration's pooling: when the two differ (mean pooling into BERT's
     [CLS] head), a warning says the outputs change (``warn=False``: not). To keep what was trained,
     `convert.merge_and_unload`."""
-    root: PetlRoot = getattr(model, ROOT)
+    root = petl_root(model, "remove_petl")
     if warn and root.pooling != "native" and stock_head_fields(model, root.pooling) is None:
         warnings.warn(f"remove_petl: the classifier was trained reading {root.pooling} pooling, which the stock "
                       f"{type(model).__name__} head does not read, so its outputs change (merge_and_unload keeps "
@@ -464,7 +485,7 @@ def merge_lora(model: nn.Module) -> int:
     pass, so they no longer train (their tensors stay, and `save_petl` still saves them), and
     `petl_disabled` cannot take them out of the weights (it warns). `convert.merge_and_unload`
     gives a plain transformers model, or says why it cannot."""
-    root = getattr(model, ROOT)
+    root = petl_root(model, "merge_lora")
     folded = 0
     with torch.no_grad():
         for linear, edits, hook in root._sites:
@@ -491,7 +512,7 @@ def merge_lora(model: nn.Module) -> int:
 def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
     """Each LoRA update still computed beside its weight: (the name of the linear module it updates,
     relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
-    root = getattr(model, ROOT)
+    root = petl_root(model, "lora_updates")
     names = {id(m): n for n, m in model.named_modules()}
     return [(names[id(linear)], module, extra)
             for linear, edits, _ in root._sites for kind, module, extra in edits if kind == "lora"]
@@ -499,9 +520,11 @@ def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
 
 @contextlib.contextmanager
 def petl_disabled(model: nn.Module):
-    """Run the bare backbone (every PETL edit off) inside the block. The classifier keeps the pooling
-    it was trained with, and LoRA updates `merge_lora` folded into the weights stay (a warning says so)."""
-    root: PetlRoot = getattr(model, ROOT)
+    """Run the backbone without its PETL modules (adapters, LoRA, prefixes, prompts off) inside the
+    block. What `apply_petl` trains in the backbone itself stays as trained: BitFit's biases, trained
+    LayerNorms, the classifier (which keeps the pooling it was trained with), and LoRA updates
+    `merge_lora` folded into the weights (a warning says so)."""
+    root = petl_root(model, "petl_disabled")
     if root.merged:
         warnings.warn(f"petl_disabled: {root.merged} LoRA update(s) were merged into the weights (merge_lora) "
                       f"and stay on; the output is not the bare backbone's", PetlWarning, stacklevel=3)
@@ -513,13 +536,14 @@ def petl_disabled(model: nn.Module):
 
 
 def petl_config_of(model: nn.Module) -> PetlConfig:
-    return getattr(model, ROOT).config
+    """The `PetlConfig` applied to ``model``."""
+    return petl_root(model, "petl_config_of").config
 
 
 # ---- save / load -----------------------------------------------------------------------------
 def petl_state_dict(model: nn.Module, deploy: bool = True) -> dict[str, torch.Tensor]:
     """Every trainable tensor (PETL, BitFit biases, LayerNorms, head); prefixes flattened if ``deploy``."""
-    root: PetlRoot = getattr(model, ROOT)
+    root = petl_root(model, "petl_state_dict")
     state = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     if deploy:
         for name, enc in root.prefix_encoders():
@@ -558,23 +582,27 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     if meta["model_type"] != model.config.model_type:
         raise ConfigError(f"{directory}: saved for the {meta['model_type']} backbone, "
                           f"got {model.config.model_type}")
+    if not (directory / WEIGHTS_FILE).exists():
+        raise FileNotFoundError(f"{directory}: no {WEIGHTS_FILE} beside its {CONFIG_FILE} (an incomplete save)")
     saved = dict(meta["petl_config"])
     saved.setdefault("pooling", native_pooling(model))     # saved before the head was configurable
-    apply_petl(model, PetlConfig.from_dict(saved), flat_prefix=meta.get("flat_prefix", True))
-    getattr(model, ROOT).info = meta.get("info", {})
     state = load_file(str(directory / WEIGHTS_FILE), device=str(next(model.parameters()).device))
-    expected = {n for n, p in model.named_parameters() if p.requires_grad}
-    missing, unexpected = expected - set(state), set(state) - expected
-    if missing or unexpected:
-        raise ConfigError(f"{directory}: weights do not match the config "
-                          f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
-    params = dict(model.named_parameters())
-    with torch.no_grad():
+    with _undone_on_error(model):                          # weights that do not fit: the model as it was
+        apply_petl(model, PetlConfig.from_dict(saved), flat_prefix=meta.get("flat_prefix", True))
+        getattr(model, ROOT).info = meta.get("info", {})
+        expected = {n for n, p in model.named_parameters() if p.requires_grad}
+        missing, unexpected = expected - set(state), set(state) - expected
+        if missing or unexpected:
+            raise ConfigError(f"{directory}: weights do not match the config "
+                              f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        params = dict(model.named_parameters())
         for name, tensor in state.items():
             if params[name].shape != tensor.shape:
                 raise ConfigError(f"{directory}: {name} has shape {tuple(tensor.shape)}, the backbone "
                                   f"expects {tuple(params[name].shape)}")
-            params[name].copy_(tensor)
+        with torch.no_grad():
+            for name, tensor in state.items():
+                params[name].copy_(tensor)
     return model
 
 

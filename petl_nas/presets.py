@@ -37,6 +37,7 @@ def _raw_presets() -> dict:
 
 
 def preset_names() -> list[str]:
+    """The names `preset` takes (`search_space/presets.yaml`): houlsby, lora, unipelt_apl, ..."""
     return list(_raw_presets())
 
 

@@ -349,6 +349,14 @@ def test_texts_to_label_need_every_column_the_model_reads(tmp_path):
     assert read_texts(tmp_path / "num.csv", ["sentence1", "sentence2"]) == [("12", "b"), ("3", "d")]
 
 
+def test_the_version_is_one_line(capsys):
+    from petl_nas import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"petl-nas {__version__}\n"
+
+
 @pytest.mark.parametrize("argv, words", [
     (["search", "--trials", "abc"], "search: argument --trials: invalid int value: 'abc' (see petl-nas search --help)"),
     (["serach"], "argument command: invalid choice: 'serach'"),

@@ -56,12 +56,39 @@ def test_form_defaults_make_equal_designs_equal():
     ({"bitfitt": True}, "config.bitfitt", "did you mean 'bitfit'"),
     ({"prompt_length": -1}, "prompt_length", "non-negative"),
     ({"bitfit": "yes"}, "bitfit", "true or false"),
+    ({"modules": [{"form": "lora", "scale": "x"}]}, "modules[0].scale", "expected a number, got 'x'"),
+    ({"modules": [{"form": "lora", "gate": "no"}]}, "modules[0].gate", "true or false, got 'no'"),   # not truthy
+    ({"modules": [{"form": "lora", "learn_scale": "no"}]}, "modules[0].learn_scale", "true or false"),
+    ({"modules": [{"form": "adapter", "dropout": "x"}]}, "modules[0].dropout", "expected a number"),
+    ({"modules": [{"form": "prefix", "reparam": 1.5}]}, "modules[0].reparam", "a whole number"),
+    ({"modules": [{"form": "compacter", "phm_n": 2.5}]}, "modules[0].phm_n", "a whole number"),
+    ({"modules": [{"form": "adapter", "layers": [1.7]}]}, "modules[0].layers", "a list of layer indices"),
+    ({"modules": [{"form": "lora", "targets": ["q", "q"]}]}, "modules[0].targets", "names a weight twice"),
 ])
 def test_invalid_input_names_the_field(data, field, words):
     with pytest.raises(ConfigError) as err:
         PetlConfig.from_dict(data)
     assert field in str(err.value) and words in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("build, words", [
+    (lambda: ModuleSpec(form="lora", scale="abc"), "module.scale: expected a number, got 'abc'"),
+    (lambda: ModuleSpec(form="lora", scale=None), "module.scale: expected a number, got None"),
+    (lambda: ModuleSpec(form="adapter", layers=3), "module.layers: expected a list of layer indices, got 3"),
+    (lambda: ModuleSpec(form="adapter", layers="12"), "module.layers: expected a list of layer indices"),
+    (lambda: ModuleSpec(form="lora", targets="qv"), "module.targets: expected a list of weight names"),
+    (lambda: ModuleSpec(form="prefix", dropout=0.3), "module.dropout: prefix does not use it"),   # to_dict drops it
+    (lambda: ModuleSpec(form="prefix", init="lora"), "module.init: prefix does not use it"),
+    (lambda: PetlConfig(modules=ModuleSpec(form="lora")), "modules: expected a list of ModuleSpec"),
+    (lambda: PetlConfig(train_layernorms=1), "train_layernorms: expected true or false, got 1"),
+])
+def test_the_constructors_check_what_from_dict_checks(build, words):
+    """The Python API refuses what a file would: no raw TypeError, nothing silently read otherwise."""
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        build()
+    spec = ModuleSpec(form="prefix", size=4)                     # defaults a form does not use are fine
+    assert PetlConfig.from_dict(PetlConfig(modules=(spec,)).to_dict()).modules == (spec,)
 
 
 def test_layer_past_depth_is_rejected_when_applied():

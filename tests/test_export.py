@@ -396,6 +396,50 @@ def test_the_api_on_the_wrong_model_is_one_clear_error():
         apply_petl(torch.nn.Linear(3, 3), preset("lora", hidden_size=32))
 
 
+def test_misuse_of_the_api_is_one_config_error():
+    from conftest import tiny_model
+    from petl_nas import apply_petl, merge_lora, petl_disabled, remove_petl
+
+    plain = tiny_model("bert")
+    for call, name in ((remove_petl, "remove_petl"), (merge_lora, "merge_lora")):
+        with pytest.raises(ConfigError, match=f"{name}: this BertForSequenceClassification has no PETL modules"):
+            call(plain)
+    with pytest.raises(ConfigError, match="petl_disabled: this BertForSequenceClassification has no PETL"):
+        with petl_disabled(plain):
+            pass
+    for wrong in ({"modules": []}, "lora", ModuleSpec(form="lora")):
+        with pytest.raises(ConfigError, match=f"apply_petl: expected a PetlConfig .*got a {type(wrong).__name__}"):
+            apply_petl(plain, wrong)
+
+
+def test_a_failed_apply_or_load_leaves_the_model_as_it_was(tmp_path):
+    """A user's backbone stays reusable: no PETL modules, nothing frozen, the same outputs."""
+    from conftest import batch, tiny_model
+    from petl_nas import apply_petl, load_petl, save_petl
+    from petl_nas.inject import ROOT
+
+    def state(model):
+        with torch.no_grad():
+            return model(**batch()).logits, [p.requires_grad for p in model.parameters()], hasattr(model, ROOT)
+
+    three = apply_petl(tiny_model("bert", num_labels=3), PetlConfig(modules=(ModuleSpec(form="lora", size=2),)))
+    save_petl(three, tmp_path / "three")                          # a 3-label head
+    fresh = tiny_model("bert")
+    before = state(fresh)
+    with pytest.raises(ConfigError, match="classifier.bias has shape .3,., the backbone expects .2,."):
+        load_petl(fresh, tmp_path / "three")
+    after = state(fresh)
+    assert torch.equal(before[0], after[0]) and before[1:] == after[1:] == (before[1], False)
+    roberta = tiny_model("roberta")
+    with pytest.raises(ConfigError, match="pooling: the roberta classifier has no pooler"):
+        apply_petl(roberta, PetlConfig(modules=(ModuleSpec(form="lora", size=2),), pooling="pooler_trained"))
+    assert not hasattr(roberta, ROOT) and all(p.requires_grad for p in roberta.parameters())
+    apply_petl(roberta, PetlConfig(modules=(ModuleSpec(form="lora", size=2),)))     # the corrected retry works
+    (tmp_path / "three" / "petl_weights.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="no petl_weights.safetensors beside its petl_config.json"):
+        load_petl(tiny_model("bert"), tmp_path / "three")
+
+
 def test_loading_onto_another_architecture_is_refused(tmp_path):
     from petl_nas import apply_petl, load_petl, save_petl
     from conftest import tiny_model
