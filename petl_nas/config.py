@@ -204,7 +204,8 @@ class ModuleSpec:
         if self.form in FORM_KEYS:
             filled = {"init": "bert"}                       # what `_normalise` fills in for these forms
             for f in dataclasses.fields(self):
-                if f.name not in FORM_KEYS[self.form] and getattr(self, f.name) not in (f.default, filled.get(f.name)):
+                unused = f.name not in FORM_KEYS[self.form]
+                if unused and getattr(self, f.name) not in (f.default, filled.get(f.name)):
                     raise ConfigError(f"{where}.{f.name}: {self.form} does not use it")
 
     def _normalise(self) -> None:
