@@ -6,7 +6,9 @@
 # directory) their kernels can run side by side. Each run is bench/gpu_packing.py (alone, then packed)
 # with its own time limit (PLAIN_S, MPS_S; 0 skips that half); ALONE and PACKED set the trial counts
 # (a packed search of 48 trials runs each packed worker 3 times: the steady state, not only cold
-# starts; give it ~400 s). The tables land in $OUT.
+# starts; give it ~400 s). Within a half's limit, the alone search stops after ALONE_LIMIT_S (default
+# 100) and the packed one at what is left less 40 s (Ray's start, the random copy), each then measured on
+# what it completed, so a slow half still writes its table. The tables land in $OUT.
 set -u
 OUT=${OUT:-/tmp/gpu_packing_out}
 mkdir -p "$OUT"
@@ -16,7 +18,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_
 cd bench
 run() {
     [ "$1" = 0 ] && return
-    timeout "$1" python3 gpu_packing.py --experiment "$PWD/gpu_packing_graphs.yaml" --model ../.gpu/minilm \
+    local alone=${ALONE_LIMIT_S:-100}
+    timeout "$(( $1 + 60 ))" python3 gpu_packing.py --alone-limit-s "$alone" --packed-limit-s "$(( $1 - alone - 40 ))" --experiment "$PWD/gpu_packing_graphs.yaml" --model ../.gpu/minilm \
         --random-init /tmp/minilm-random --data-dir ../.gpu/glue --alone "${ALONE:-5}" --packed "${PACKED:-16}" \
         --out "$OUT/$2.md" 2>&1 | tee "$OUT/$2.log" | grep -v Warning | tail -8
 }
