@@ -15,17 +15,18 @@ import sys
 import time
 from pathlib import Path
 
-STOP_GRACE_S = 60        # after Ctrl-C, how long a cut search may take to fail its trials and exit
+STOP_GRACE_S = 60        # after SIGTERM, how long a cut search may take to fail its trials and exit
 
 
 def _run(cmd: list[str], cwd: Path, limit_s: float | None) -> tuple[int, bool]:
-    """Run ``cmd``; past ``limit_s`` seconds, Ctrl-C it (the search keeps its study) and wait for it.
-    Its exit status, and whether it was cut."""
+    """Run ``cmd``; past ``limit_s`` seconds, stop it with SIGTERM, which a search takes as Ctrl-C
+    (its study kept; SIGINT itself is ignored by a command started in the background of a
+    non-interactive shell), and wait for it. Its exit status, and whether it was cut."""
     proc = subprocess.Popen(cmd, cwd=cwd)
     try:
         return proc.wait(timeout=limit_s), False
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:

@@ -590,16 +590,36 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _own_warnings_as_lines():
             return args.func(args)
-    except ConfigError as e:
-        print(f"petl-nas: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:              # a path that cannot be read or written (a folder for a file, ...)
-        print(f"petl-nas: error: {f'{e.filename}: {e.strerror}' if e.filename else e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:         # Ctrl-C: a search has failed its running trials, to be retried first
-        print("petl-nas: interrupted" + ("; the study is kept: run the same command again to go on"
-                                         if args.func is cmd_search else ""), file=sys.stderr)
-        return 130
+        return _interrupted(args)
+    except Exception as e:
+        if _raised_by_an_interrupt(e):
+            return _interrupted(args)
+        if isinstance(e, ConfigError):
+            print(f"petl-nas: error: {e}", file=sys.stderr)
+        elif isinstance(e, OSError):  # a path that cannot be read or written (a folder for a file, ...)
+            print(f"petl-nas: error: {f'{e.filename}: {e.strerror}' if e.filename else e}", file=sys.stderr)
+        else:
+            raise
+        return 2
+
+
+def _interrupted(args) -> int:
+    print("petl-nas: interrupted" + ("; the study is kept: run the same command again to go on"
+                                     if args.func is cmd_search else ""), file=sys.stderr)
+    return 130
+
+
+def _raised_by_an_interrupt(e: BaseException) -> bool:
+    """Whether ``e`` came while a Ctrl-C was unwinding (Ray's start-up, a storage call cut short,
+    failing on the way out): the interrupt is what happened, not that error."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__context__
+    return False
 
 
 if __name__ == "__main__":

@@ -73,3 +73,25 @@ def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypa
     assert "petl-nas: warning: bert: the frozen pooler looks untrained\n" in err
     assert "a library's own notice" not in err          # left to Python (here: pytest's recorder)
     assert warnings.showwarning.__name__ != "show"          # put back
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_reported_as_the_interrupt(monkeypatch, capsys):
+    """Ctrl-C during Ray's start-up once ended as "petl-nas: error: [Errno 2] No such file or
+    directory" (a clean-up failing on the way out): an error raised while an interrupt unwinds is the
+    interrupt, exit 130; the same error on its own is still an error, exit 2."""
+    from petl_nas import cli
+
+    def cut_short(args):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise FileNotFoundError(2, "No such file or directory")
+
+    def broken(args):
+        raise FileNotFoundError(2, "No such file or directory")
+    monkeypatch.setattr(cli, "cmd_search", cut_short)
+    assert cli.main(["search", "--experiment", "e.yaml"]) == 130
+    assert capsys.readouterr().err == "petl-nas: interrupted; the study is kept: run the same command again to go on\n"
+    monkeypatch.setattr(cli, "cmd_search", broken)
+    assert cli.main(["search", "--experiment", "e.yaml"]) == 2
+    assert capsys.readouterr().err == "petl-nas: error: [Errno 2] No such file or directory\n"
