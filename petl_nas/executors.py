@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
+import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
@@ -345,7 +347,12 @@ def init_ray(address: str | None = None):
 
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or "local"
+        sigterm = signal.getsignal(signal.SIGTERM)
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if callable(sigterm) and threading.current_thread() is threading.main_thread():
+            # Ray's own SIGTERM handler prints a stack and kills the process, running trials left
+            # RUNNING; a search's handler stops it as Ctrl-C does (`cli.sigterm_as_interrupt`).
+            signal.signal(signal.SIGTERM, sigterm)
     return ray
 
 

@@ -15,11 +15,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import statistics
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from optuna.trial import TrialState
 from . import __version__
 from . import calibrate
 from .budget import count_parameters
-from .config import ConfigError, PetlConfig, PetlWarning
+from .config import ConfigError, PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
 from .confirm import confirm, confirmed_scores, confirmed_text
 from .costs import COSTS, UNITS
@@ -37,7 +35,7 @@ from .experiment import Experiment, parse_budget
 from .inject import atomic_write
 from .metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
-from .storage import ClaimLock, Heartbeat, close_storage, fail_now, fail_stale, redact, running_without_heartbeat
+from .storage import ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact, running_without_heartbeat
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
@@ -409,7 +407,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         except KeyboardInterrupt:                   # Ctrl-C: this worker's running trials are retried first
             interrupted = True
         if interrupted:                             # out of the except block: its frames are let go
-            _fail_interrupted(study, lock, heartbeat, exp.grace_period)
+            fail_interrupted(study, lambda: {*heartbeat.live, *running_without_heartbeat(study)}, lock,
+                             {"fail_kind": INTERRUPTED}, exp.grace_period)   # a trial asked for, not yet beating: ours
             raise KeyboardInterrupt
     finally:
         heartbeat.stop()
@@ -418,24 +417,6 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if exp.final.seeds > 0:
         reevaluate_front(study, exp, task, recipe, printer)
     return summarize(study, exp, budget, backbone_params)
-
-
-def _fail_interrupted(study, lock: ClaimLock, heartbeat: Heartbeat, grace_s: int) -> None:
-    """After Ctrl-C: this worker's running trials failed as interrupted and queued again (a trial
-    asked for but not yet beating is ours too). The interrupt may have cut a storage call short and
-    the storage may refuse this too; the search stops all the same, with a warning, and a resumed
-    search retries those trials once their heartbeat is ``grace_s`` old."""
-    # An interrupt inside a storage call can leave that call's SQLite connection, its write lock held,
-    # in a reference cycle (2 of 300 interrupts of a read in a loop): once the interrupt's frames are
-    # let go, a collection closes it, which rolls back.
-    gc.collect()
-    try:
-        with lock():
-            fail_now(study, {*heartbeat.live, *running_without_heartbeat(study)}, {"fail_kind": INTERRUPTED})
-    except Exception as e:                                          # noqa: BLE001 - stopping all the same
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        warnings.warn(f"the running trials could not be marked as interrupted ({reason}); a resumed search "
-                      f"retries them once their heartbeat is {grace_s}s old", PetlWarning, stacklevel=2)
 
 
 def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: float) -> None:

@@ -3,6 +3,7 @@ PRUNED, resume without loss, over-budget proposals never trained, and clear erro
 
 import dataclasses
 import re
+from pathlib import Path
 
 import optuna
 import pytest
@@ -563,8 +564,9 @@ def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one
     the usual line, not a traceback."""
     import yaml
 
-    from petl_nas import executors, search
+    from petl_nas import executors, storage
     from petl_nas.cli import main
+    from petl_nas.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%", grace_period=45)
     spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
@@ -577,10 +579,14 @@ def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one
     def interrupted(trial_spec, **kw):
         raise KeyboardInterrupt
 
-    def refused(*a, **kw):
-        raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.\n(detail)")
+    real = storage.fail_now
+
+    def refused(study, trial_ids, user_attrs=None):       # marking them interrupted; stale trials pass
+        if (user_attrs or {}).get("fail_kind") == INTERRUPTED:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.\n(detail)")
+        return real(study, trial_ids, user_attrs)
     monkeypatch.setattr(executors, "run_trial", interrupted)
-    monkeypatch.setattr(search, "fail_now", refused)
+    monkeypatch.setattr(storage, "fail_now", refused)
     assert main(["search", "--experiment", "e.yaml"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-2:] == [
         "petl-nas: warning: the running trials could not be marked as interrupted (An exception is raised during "
@@ -627,6 +633,46 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
     assert "warning" not in capsys.readouterr().err
     (stopped,) = [t for t in load(exp).trials if t.state == TrialState.FAIL]
     assert stopped.user_attrs["fail_kind"] == INTERRUPTED
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_ray_search_as_ctrl_c_does(tmp_path):
+    """SIGTERM (`timeout`, a batch scheduler) to `petl-nas search` through Ray: exit 130, the one
+    line, and the running trial failed as interrupted for a retry. Ray's start-up installs a SIGTERM
+    handler of its own that printed a native stack and killed the process, the trial left RUNNING."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    pytest.importorskip("ray")
+    from petl_nas.study import INTERRUPTED
+
+    exp = experiment(tmp_path, executor="ray", trials=40, presets="none", budget="20%")
+    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
+                                                                          "trials", "presets", "executor", "storage",
+                                                                          "seed")},
+            "ray_address": "local", "scheduler": "fifo",
+            "fidelity": {"k": 64, "epochs": 20, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            "final": {"seeds": 0, "baselines": False}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    run = subprocess.Popen([str(Path(sys.executable).with_name("petl-nas")), "search", "--experiment", "e.yaml"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while run.poll() is None and time.time() < deadline and not (
+            (tmp_path / "study.db").exists()
+            and any(t.state == TrialState.COMPLETE for t in load(exp).trials)):
+        time.sleep(0.5)                                     # a trial done: the next one runs in a Ray worker
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "petl-nas: interrupted; the study is kept: run the same command again to go on"
+    assert "SIGTERM received" not in err
+    trials = load(exp).trials
+    assert not any(t.state == TrialState.RUNNING for t in trials)
+    assert any(t.user_attrs.get("fail_kind") == INTERRUPTED for t in trials)
 
 
 def test_the_summary_counts_interrupted_trials_apart_from_failed_ones():

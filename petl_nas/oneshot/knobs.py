@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 
 from ..config import ConfigError
 from ..fronts import hypervolume
-from ..storage import Heartbeat, close_storage, fail_now, fail_stale, open_storage
+from ..storage import Heartbeat, close_storage, fail_interrupted, fail_stale, open_storage
 from ..study import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
 from ..train import NonFiniteLoss
 
@@ -78,12 +78,12 @@ def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries=2)
     try:
         return _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed, printer, fresh,
-                       lock or contextlib.nullcontext, heartbeat_interval)
+                       lock or contextlib.nullcontext, heartbeat_interval, grace_period)
     finally:
         close_storage(storage)
 
 
-def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed, printer, fresh, lock, interval):
+def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed, printer, fresh, lock, interval, grace):
     ranges = oneshot.knob_ranges()
     dists = distributions(ranges, oneshot.KNOBS)
     fixed = oneshot.knobs()
@@ -102,11 +102,14 @@ def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed,
                 time.sleep(interval or 5)                        # the last runs train elsewhere
                 continue
             try:
-                _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
-            except KeyboardInterrupt:                            # Ctrl-C: failed and queued again now, so
-                with lock():                                     # the resumed search goes on in this run
-                    fail_now(ks, [trial._trial_id], {"fail_kind": INTERRUPTED})   # noqa: SLF001
-                raise
+                try:
+                    _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
+                    interrupted = False
+                except KeyboardInterrupt:                        # Ctrl-C: failed and queued again now, so
+                    interrupted = True                           # the resumed search goes on in this run
+                if interrupted:                                  # out of the except block (fail_interrupted)
+                    fail_interrupted(ks, lambda: [trial._trial_id], lock, {"fail_kind": INTERRUPTED}, grace)  # noqa: SLF001
+                    raise KeyboardInterrupt
             finally:
                 heartbeat.discard(trial._trial_id)              # noqa: SLF001 - as study.TrialSource does
     finally:
