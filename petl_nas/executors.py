@@ -359,19 +359,25 @@ def init_ray(address: str | None = None):
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
             run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float | str = "auto",
             concurrent: int | None = None, scheduler: str = "asha", address: str | None = None,
-            first_rung: int = 1, reserved_mb: float = 0.0, printer: Callable[[str], None] = print) -> None:
+            first_rung: int = 1, reserved_mb: float = 0.0, packing: GpuPacking | None = None,
+            printer: Callable[[str], None] = print) -> GpuPacking | None:
     """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first
     rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn).
     ``gpus_per_trial: auto``: no GPU where the cluster has none, else shares sized by `GpuPacking`,
-    with ``reserved_mb`` per trial beyond the first trial's measured peak."""
+    with ``reserved_mb`` per trial beyond the first trial's measured peak. Returns that packing:
+    handed back as ``packing`` by the next call of the same search, it goes on from what it learned
+    (no second measuring trial; an out-of-memory halving kept)."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     ray = init_ray(address)
-    resources, packing = ray.cluster_resources(), None
+    resources, learned, packing = ray.cluster_resources(), packing, None
     if gpus_per_trial == "auto":        # shares travel in each trial's config; only CPUs bound the slots
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
-        if n_gpus:
+        if n_gpus and learned is not None and learned.measured:
+            packing = learned
+            printer(f"gpus_per_trial auto: {packing.per_gpu} trial(s) per GPU, as learned earlier in this search")
+        elif n_gpus:
             packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus),
                                  reserved_mb=reserved_mb)
             printer(f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
@@ -396,6 +402,7 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
                                   verbose=0),
     )
     tuner.fit()
+    return packing
 
 
 EXECUTORS = {"local": run_local, "ray": run_ray}

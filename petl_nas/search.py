@@ -389,14 +389,17 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     learned_at = (calibration or {}).get("first_learned_epochs")
     first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
 
+    packing = {}                          # gpus_per_trial auto: what one call learned, for the next
+
     def execute(n: int) -> None:
         if exp.executor == "ray":
-            EXECUTORS["ray"](source, n, make_spec, recorder,
-                             n_evals=n_evaluations(len(splits.train), recipe), run_dir=str(exp.run_dir),
-                             first_rung=first_rung,
-                             cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
-                             concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address,
-                             reserved_mb=exp.fidelity.frozen_cache_mb or 0.0, printer=printer)   # its cache: on the GPU
+            packing["learned"] = EXECUTORS["ray"](
+                source, n, make_spec, recorder, n_evals=n_evaluations(len(splits.train), recipe),
+                run_dir=str(exp.run_dir), first_rung=first_rung,
+                cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
+                concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address,
+                reserved_mb=exp.fidelity.frozen_cache_mb or 0.0,              # a worker's cache: on its GPU
+                packing=packing.get("learned"), printer=printer)
         else:
             EXECUTORS["local"](source, n, make_spec, recorder)
 

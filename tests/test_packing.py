@@ -105,6 +105,48 @@ def test_the_searcher_holds_trials_until_the_first_is_measured():
     assert searcher.suggest("h")["gpu"] == 0.5
 
 
+def test_a_second_call_of_a_search_goes_on_from_the_packing_it_learned(tmp_path, monkeypatch):
+    """A search calls the Ray executor again when trials are left to train (failed ones retried): that
+    call neither measures a first trial alone again nor forgets an out-of-memory halving, which
+    would pack the card as densely as before and run out of memory again. (Tune's Tuner is replaced
+    by one that keeps the searcher; a local Ray declares one GPU and 8 CPUs.)"""
+    ray = pytest.importorskip("ray")
+    from ray import tune
+
+    from petl_nas import executors
+
+    searchers = []
+
+    class KeepsTheSearcher:
+        def __init__(self, trainable, tune_config, run_config):
+            searchers.append(tune_config.search_alg)
+
+        def fit(self):
+            pass
+    monkeypatch.setattr(tune, "Tuner", KeepsTheSearcher)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    make_spec = lambda p: SimpleNamespace(to_dict=lambda: {"number": p.number})   # noqa: E731
+    lines = []
+    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        first = executors.run_ray(Source(), 10, make_spec, Outcomes(), n_evals=1, run_dir=str(tmp_path),
+                                  printer=lines.append)
+        searcher = searchers[-1]
+        assert searcher.suggest("a")["gpu"] == 1.0 and searcher.suggest("b") is None      # measuring alone
+        searcher.on_trial_complete("a", {"final": True, "score": 0.9, "gpu_reserved_mb": 3_000,
+                                         "gpu_total_mb": H100_MB})
+        assert first.per_gpu == 8                                     # the CPUs bound it
+        assert searcher.suggest("c")["gpu"] == 0.125
+        searcher.on_trial_complete("c", {"failed": "CUDA out of memory", "kind": OOM, "score": -2.0})
+        assert first.per_gpu == 4
+        second = executors.run_ray(Source(), 10, make_spec, Outcomes(), n_evals=1, run_dir=str(tmp_path),
+                                   packing=first, printer=lines.append)
+    finally:
+        ray.shutdown()
+    assert second is first and lines[-1] == "gpus_per_trial auto: 4 trial(s) per GPU, as learned earlier in this search"
+    assert searchers[-1].suggest("d")["gpu"] == 0.25                  # at once: no measuring trial, still halved
+
+
 def test_a_ray_search_on_a_gpu_node_asks_for_gpu_shares(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     from petl_nas.search import run_search
