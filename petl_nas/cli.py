@@ -37,7 +37,7 @@ EXAMPLES = {
                "  petl-nas convert --model runs/best/seed_0 --to merged -o runs/best/merged",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
-    "presets": "petl-nas presets --model all-MiniLM-L6-v2",
+    "presets": "petl-nas presets --model all-MiniLM-L6-v2\n  petl-nas presets houlsby",
     "dashboard": "petl-nas dashboard --storage sqlite:///runs/smoke/study.db\n"
                  "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --host 0.0.0.0 --port 8081",
     "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
@@ -123,6 +123,8 @@ def cmd_presets(args) -> int:
         from .models import load_model_config
 
         model_config = load_model_config(args.model)
+    if args.name:
+        return _one_preset(args.name, model_config, args.model)
     width = max(map(len, preset_names())) + 2
     if model_config is not None:                  # what the two numbers are: the counts of the budget
         print(f"{'preset':<{width}}{'deployable':>12}  {'% model':>7}  description (counts on {args.model}, "
@@ -137,6 +139,33 @@ def cmd_presets(args) -> int:
             line += f"{c.deployable:>12,}  {c.deployable_pct:6.3f}%  "
         doc = " ".join(preset_doc(name).split())
         print(line + (doc if len(doc) <= 90 else doc[:87] + "..."))
+    print("\none in full, with its configuration: petl-nas presets NAME")
+    return 0
+
+
+def _one_preset(name: str, model_config, model: str | None) -> int:
+    """A preset's whole description, learning rate and configuration (and its counts on ``model``)."""
+    import textwrap
+
+    import yaml
+
+    from .budget import count_parameters, refusal
+    from .presets import preset, preset_doc, preset_entry, preset_lr
+
+    entry = preset_entry(name)
+    print(name)
+    print(textwrap.fill(" ".join(preset_doc(name).split()), width=100, initial_indent="  ", subsequent_indent="  "))
+    print(f"  learning rate when a study trains it: {preset_lr(name):g}")
+    print("  configuration (search_space/presets.yaml; size d/N is the backbone's hidden size // N):")
+    print(textwrap.indent(yaml.safe_dump(entry, sort_keys=False, allow_unicode=True).rstrip(), "    "))
+    if model_config is not None:
+        config = preset(name, model_config)
+        if (why := refusal(model_config, config)) is not None:
+            print(f"  on {model}: not for this backbone: {why}")
+        else:
+            c = count_parameters(model_config, config)
+            print(f"  on {model}: {c.deployable:,} deployable parameters ({c.deployable_pct:.3f}% of the model, "
+                  f"head excluded)")
     return 0
 
 
@@ -530,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_count)
 
-    p = _command(sub, "presets", "list the named presets (with counts if --model is given)")
+    p = _command(sub, "presets", "list the named presets (with counts if --model is given), or show one")
+    p.add_argument("name", nargs="?", help="one preset in full: description, learning rate, configuration")
     p.add_argument("--model", help="local transformers directory or hub name")
     p.set_defaults(func=cmd_presets)
 

@@ -54,6 +54,15 @@ def preset_doc(name: str) -> str:
     return _raw_presets()[name].get("doc", "")
 
 
+def preset_entry(name: str) -> dict:
+    """The preset ``name`` as `search_space/presets.yaml` writes it: the PetlConfig's fields, sizes
+    such as ``d/16`` unresolved, without its description and learning rate."""
+    raw = _raw_presets()
+    if name not in raw:
+        raise ConfigError(f"preset: unknown name {name!r}{suggest(name, raw)}")
+    return {k: v for k, v in raw[name].items() if k not in ("doc", "lr")}
+
+
 def preset_lr(name: str) -> float:
     """The learning rate the preset's paper trains it with (used when a study seeds it)."""
     return float(_raw_presets()[name]["lr"])
@@ -87,4 +96,4 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
         raise ConfigError(f"preset {name}: {e}") from None
 
 
-__all__ = ["preset", "preset_names", "check_preset_names", "preset_doc", "preset_lr", "space_dir"]
+__all__ = ["preset", "preset_names", "check_preset_names", "preset_doc", "preset_entry", "preset_lr", "space_dir"]

@@ -51,8 +51,54 @@ def test_presets_list_every_name_apart_from_its_description(capsys):
 
     assert main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == preset_names()
+    assert lines[-2:] == ["", "one in full, with its configuration: petl-nas presets NAME"]
+    assert [line.split()[0] for line in lines[:-2]] == preset_names()
     assert all(line[len(name)] == " " for line, name in zip(lines, preset_names()))
+
+
+@pytest.mark.parametrize("name", ["houlsby", "unipelt_apl", "compacter"])
+def test_one_preset_shows_its_whole_description_and_the_configuration_it_builds(name, capsys, tmp_path):
+    """The list cuts descriptions at 90 characters; `presets NAME` prints the whole one, the
+    learning rate, and the configuration as the presets file writes it: read back, with d/N
+    resolved as `preset` does, it is the preset's PetlConfig. With --model, its counts there."""
+    import re
+    import textwrap
+
+    import yaml
+
+    from petl_nas.budget import count_parameters
+    from petl_nas.cli import main
+    from petl_nas.config import PetlConfig
+    from petl_nas.models import load_model_config
+    from petl_nas.presets import preset, preset_doc, preset_lr
+
+    from conftest import tiny_config
+
+    model = tmp_path / "tiny"
+    tiny_config(hidden_size=64).save_pretrained(model)
+    assert main(["presets", name, "--model", str(model)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == name
+    doc_end = lines.index(f"  learning rate when a study trains it: {preset_lr(name):g}")
+    assert " ".join(" ".join(lines[1:doc_end]).split()) == " ".join(preset_doc(name).split())
+    block = lines[doc_end + 2:-1]
+    entry = yaml.safe_load(textwrap.dedent("\n".join(block)))
+    for m in entry["modules"]:
+        if (ratio := re.fullmatch(r"d/(\d+)", str(m.get("size")))):
+            m["size"] = 64 // int(ratio.group(1))
+            m["size"] = -(-m["size"] // m.get("phm_n", 4)) * m.get("phm_n", 4) if m["form"] == "compacter" else m["size"]
+    config = load_model_config(str(model))
+    assert PetlConfig.from_dict(entry) == preset(name, config)
+    assert lines[-1] == (f"  on {model}: {count_parameters(config, preset(name, config)).deployable:,} deployable "
+                         f"parameters ({count_parameters(config, preset(name, config)).deployable_pct:.3f}% of the "
+                         f"model, head excluded)")
+
+
+def test_an_unknown_preset_is_one_line(capsys):
+    from petl_nas.cli import main
+
+    assert main(["presets", "hulsby"]) == 2
+    assert capsys.readouterr().err.startswith("petl-nas: error: preset: unknown name 'hulsby' (did you mean 'houlsby'?)")
 
 
 def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypatch, capsys):
