@@ -19,7 +19,9 @@ cd bench
 run() {
     [ "$1" = 0 ] && return
     local alone=${ALONE_LIMIT_S:-100}
-    timeout "$(( $1 + 60 ))" python3 gpu_packing.py --alone-limit-s "$alone" --packed-limit-s "$(( $1 - alone - 40 ))" --experiment "$PWD/gpu_packing_graphs.yaml" --model ../.gpu/minilm \
+    if [ $(( $1 - alone - 40 )) -le 0 ]; then echo "gpu_packing_mps: $1 s leave the packed search no time after ALONE_LIMIT_S=$alone and 40 s"; return; fi
+    # the outer limit leaves each search's 60 s to stop (search_runs.STOP_GRACE_S) on top
+    timeout "$(( $1 + 130 ))" python3 gpu_packing.py --alone-limit-s "$alone" --packed-limit-s "$(( $1 - alone - 40 ))" --experiment "$PWD/gpu_packing_graphs.yaml" --model ../.gpu/minilm \
         --random-init /tmp/minilm-random --data-dir ../.gpu/glue --alone "${ALONE:-5}" --packed "${PACKED:-16}" \
         --out "$OUT/$2.md" 2>&1 | tee "$OUT/$2.log" | grep -v Warning | tail -8
 }

@@ -49,7 +49,7 @@ def run_search(label: str, flags: list[str], work: Path, during=None, limit_s: f
     with during or contextlib.nullcontext():
         returncode, cut = _run(cmd, work, limit_s)
     wall = limit_s if cut else time.perf_counter() - start
-    if returncode and not cut:
+    if returncode and not (cut and returncode in (130, -signal.SIGKILL)):    # stopped, or killed after the grace
         raise SystemExit(f"the {label} search exited {returncode}")
     study = optuna.load_study(study_name=label, storage=storage)
     done = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.number)

@@ -11,16 +11,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import signal
 import statistics
 import sys
-import threading
 import warnings
 from pathlib import Path
 
 from . import __version__
 from .compiling import COMPILE_MODES
 from .config import ConfigError, PetlConfig, PetlWarning, read_yaml
+from .interrupts import caused_by_interrupt
 
 EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
@@ -115,8 +114,10 @@ def cmd_count(args) -> int:
 
 
 def cmd_presets(args) -> int:
-    from .presets import preset, preset_doc, preset_names
+    from .presets import preset, preset_doc, preset_entry, preset_names
 
+    if args.name:
+        preset_entry(args.name)                   # an unknown name is said before any model is read
     model_config = None
     if args.model:
         from .budget import count_parameters, refusal
@@ -156,7 +157,8 @@ def _one_preset(name: str, model_config, model: str | None) -> int:
     print(name)
     print(textwrap.fill(" ".join(preset_doc(name).split()), width=100, initial_indent="  ", subsequent_indent="  "))
     print(f"  learning rate when a study trains it: {preset_lr(name):g}")
-    print("  configuration (search_space/presets.yaml; size d/N is the backbone's hidden size // N):")
+    print("  configuration (search_space/presets.yaml; size d/N is the backbone's hidden size // N,\n"
+          "  at least 1, rounded up to a multiple of phm_n for compacter):")
     print(textwrap.indent(yaml.safe_dump(entry, sort_keys=False, allow_unicode=True).rstrip(), "    "))
     if model_config is not None:
         config = preset(name, model_config)
@@ -169,25 +171,9 @@ def _one_preset(name: str, model_config, model: str | None) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM (``timeout``, a batch scheduler, ``kill``) stops a search as Ctrl-C does: its running
-    trials failed at once and queued again, rather than left RUNNING for the grace period."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def cmd_search(args) -> int:
     from .experiment import Experiment
+    from .interrupts import stops_on_signals
     from .search import run_search
     from .storage import redact
 
@@ -201,7 +187,7 @@ def cmd_search(args) -> int:
         fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
         objectives=args.objectives.split(",") if args.objectives is not None else None, strategy=args.strategy,
         oneshot_runs=args.oneshot_runs)
-    with sigterm_as_interrupt():
+    with stops_on_signals():                  # Ctrl-C and SIGTERM: running trials failed and queued again
         summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
     print(f"\nbrowse:  petl-nas dashboard --storage {redact(exp.storage_url)}")
@@ -623,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:         # Ctrl-C: a search has failed its running trials, to be retried first
         return _interrupted(args)
     except Exception as e:
-        if _raised_by_an_interrupt(e):
+        if caused_by_interrupt(e):    # an error while the interrupt unwound: the interrupt, and that error
+            print(f"petl-nas: warning: stopping raised {type(e).__name__}: "
+                  f"{(str(e).strip().splitlines() or [''])[0]}", file=sys.stderr)
             return _interrupted(args)
         if isinstance(e, ConfigError):
             print(f"petl-nas: error: {e}", file=sys.stderr)
@@ -638,18 +626,6 @@ def _interrupted(args) -> int:
     print("petl-nas: interrupted" + ("; the study is kept: run the same command again to go on"
                                      if args.func is cmd_search else ""), file=sys.stderr)
     return 130
-
-
-def _raised_by_an_interrupt(e: BaseException) -> bool:
-    """Whether ``e`` came while a Ctrl-C was unwinding (Ray's start-up, a storage call cut short,
-    failing on the way out): the interrupt is what happened, not that error."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        seen.add(id(e))
-        e = e.__context__
-    return False
 
 
 if __name__ == "__main__":

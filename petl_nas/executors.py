@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from .config import ConfigError
 from .costs import cost_values
+from .interrupts import caused_by_interrupt, raise_if_stopped
 from .packing import GpuPacking
 from .significance import Z, did_not_learn
 from .storage import as_stored
@@ -65,6 +66,7 @@ class Recorder:
         return False
 
     def result(self, p: Proposal, index: int, score: float) -> None:
+        raise_if_stopped()                       # a Ctrl-C Python dropped stops the search here
         scores = self.intermediate.setdefault(p.number, [])
         scores.append(score)
         # Multi-objective studies cannot store Trial.report values: keep them as a user attribute.
@@ -166,6 +168,8 @@ def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
     except NonFiniteLoss as e:
         outcome = "nan", {"reason": f"non-finite loss: {e}"}
     except Exception as e:                                      # noqa: BLE001 - recorded, search goes on
+        if caused_by_interrupt(e):                  # raised on the way out of a Ctrl-C: the interrupt's
+            raise
         outcome = "failed", {"reason": _reason(e), "kind": _kind(e), "traceback": _trace(e)}
     free_memory()           # out of the except block: no traceback pins the failed trial's tensors now
     return outcome
@@ -174,6 +178,7 @@ def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
 def next_to_train(source: TrialSource, make_spec, recorder: Recorder) -> tuple[Proposal, TrialSpec] | None:
     """The next proposal that needs training, with its spec (None: the study is full); those whose
     result is already known are recorded from it on the way."""
+    raise_if_stopped()
     while (p := source.next()) is not None:
         spec = make_spec(p)
         if not recorder.reuse(p, spec):
@@ -348,11 +353,14 @@ def init_ray(address: str | None = None):
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         sigterm = signal.getsignal(signal.SIGTERM)
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        if callable(sigterm) and threading.current_thread() is threading.main_thread():
-            # Ray's own SIGTERM handler prints a stack and kills the process, running trials left
-            # RUNNING; a search's handler stops it as Ctrl-C does (`cli.sigterm_as_interrupt`).
-            signal.signal(signal.SIGTERM, sigterm)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        finally:
+            if callable(sigterm) and threading.current_thread() is threading.main_thread():
+                # Ray's start-up installs a SIGTERM handler that exits at once (its native one prints a
+                # stack), running trials left RUNNING; a search's stops it as Ctrl-C does
+                # (`interrupts.stops_on_signals`). Put back even if the start-up failed.
+                signal.signal(signal.SIGTERM, sigterm)
     return ray
 
 
@@ -375,7 +383,9 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
     if gpus_per_trial == "auto":        # shares travel in each trial's config; only CPUs bound the slots
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
         if n_gpus and learned is not None and learned.measured:
-            packing = learned
+            packing = learned               # never more per GPU than this cluster's CPUs drive now
+            packing.most = min(packing.most, max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus))
+            packing.per_gpu = min(packing.per_gpu, packing.most)
             printer(f"gpus_per_trial auto: {packing.per_gpu} trial(s) per GPU, as learned earlier in this search")
         elif n_gpus:
             packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus),

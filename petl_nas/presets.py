@@ -70,11 +70,8 @@ def preset_lr(name: str) -> float:
 
 def preset(name: str, model_config=None, hidden_size: int | None = None) -> PetlConfig:
     """The preset ``name`` as a PetlConfig; ``d/N`` sizes need the backbone's hidden size."""
-    raw = _raw_presets()
-    if name not in raw:
-        raise ConfigError(f"preset: unknown name {name!r}{suggest(name, raw)}")
+    body = preset_entry(name)
     d = hidden_size or (model_config.hidden_size if model_config is not None else None)
-    body = {k: v for k, v in raw[name].items() if k not in ("doc", "lr")}
     mods = []
     for i, m in enumerate(body.get("modules", [])):
         m = dict(m)

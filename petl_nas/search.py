@@ -33,6 +33,8 @@ from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import atomic_write
+from .interrupts import interruptible, raise_if_stopped
+from .packing import GpuPacking
 from .metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
 from .storage import ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact, running_without_heartbeat
@@ -389,30 +391,27 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     learned_at = (calibration or {}).get("first_learned_epochs")
     first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
 
-    packing = {}                          # gpus_per_trial auto: what one call learned, for the next
+    learned: GpuPacking | None = None     # gpus_per_trial auto: what one call of Ray learned, for the next
 
     def execute(n: int) -> None:
+        nonlocal learned
         if exp.executor == "ray":
-            packing["learned"] = EXECUTORS["ray"](
+            learned = EXECUTORS["ray"](
                 source, n, make_spec, recorder, n_evals=n_evaluations(len(splits.train), recipe),
                 run_dir=str(exp.run_dir), first_rung=first_rung,
                 cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
                 concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address,
                 reserved_mb=exp.fidelity.frozen_cache_mb or 0.0,              # a worker's cache: on its GPU
-                packing=packing.get("learned"), printer=printer)
+                packing=learned, printer=printer)
         else:
             EXECUTORS["local"](source, n, make_spec, recorder)
 
+    def stopped(masked: str | None) -> None:        # Ctrl-C: this worker's running trials are retried first
+        fail_interrupted(study, lambda: {*heartbeat.live, *running_without_heartbeat(study)}, lock,   # asked for,
+                         {"fail_kind": INTERRUPTED}, exp.grace_period, masked)                  # not beating: ours
     try:
-        try:
-            fill(study, source, execute, printer, poll_s=exp.heartbeat_interval, grace_s=exp.grace_period)
-            interrupted = False
-        except KeyboardInterrupt:                   # Ctrl-C: this worker's running trials are retried first
-            interrupted = True
-        if interrupted:                             # out of the except block: its frames are let go
-            fail_interrupted(study, lambda: {*heartbeat.live, *running_without_heartbeat(study)}, lock,
-                             {"fail_kind": INTERRUPTED}, exp.grace_period)   # a trial asked for, not yet beating: ours
-            raise KeyboardInterrupt
+        interruptible(lambda: fill(study, source, execute, printer, poll_s=exp.heartbeat_interval,
+                                   grace_s=exp.grace_period), stopped)
     finally:
         heartbeat.stop()
 
@@ -444,6 +443,7 @@ def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: f
                     f"one: failed and trained again here once its heartbeat is {grace_s:g}s old)")
             said = running
         time.sleep(poll_s)
+        raise_if_stopped()
 
 
 def trial_recipe(exp: Experiment) -> Recipe:

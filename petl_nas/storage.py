@@ -369,18 +369,23 @@ def fail_now(study: optuna.Study, trial_ids, user_attrs: dict | None = None) -> 
     return failed
 
 
-def fail_interrupted(study: optuna.Study, running, lock, user_attrs: dict, grace_s: int | None) -> None:
-    """`fail_now` for a worker stopped by Ctrl-C, on the trials ``running()`` names under ``lock``.
-    Call it once out of the except block that caught the interrupt: the interrupt may have cut a
-    storage call short and left that call's SQLite connection, its write lock held, in a reference
-    cycle (2 of 300 interrupts of a read in a loop), which a collection closes (rolling back) only
-    once the interrupt's frames are let go. Should the storage refuse all the same, the worker
-    still stops, with a warning: a resumed search retries those trials once their heartbeat is
-    ``grace_s`` old."""
+def fail_interrupted(study: optuna.Study, running_ids, lock, user_attrs: dict, grace_s: int | None,
+                     masked: str | None = None) -> None:
+    """`fail_now` for a worker stopped by Ctrl-C, on the trial ids the callable ``running_ids()``
+    names under ``lock`` (the study's `ClaimLock`, called). Run it out of the except block that
+    caught the interrupt (`interrupts.interruptible`): the interrupt may have cut a storage call
+    short and left that call's SQLite connection, its write lock held, in a reference cycle (2 of
+    300 interrupts of a read in a loop), which a collection closes (rolling back) only once the
+    interrupt's frames are let go. ``masked``: an error raised while the interrupt unwound, said in
+    a warning. Should the storage refuse, the worker still stops, with a warning: a resumed search
+    retries those trials once their heartbeat is ``grace_s`` old. (A second Ctrl-C in here stops
+    at once, and those trials wait for their heartbeat to lapse.)"""
+    if masked:
+        warnings.warn(f"stopping raised {masked}", PetlWarning, stacklevel=2)
     gc.collect()
     try:
         with lock():
-            fail_now(study, running(), user_attrs)
+            fail_now(study, running_ids(), user_attrs)
     except Exception as e:                                          # noqa: BLE001 - stopping all the same
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         when = f"once their heartbeat is {grace_s}s old" if grace_s else "once they are found stale"

@@ -81,7 +81,7 @@ def test_one_preset_shows_its_whole_description_and_the_configuration_it_builds(
     assert lines[0] == name
     doc_end = lines.index(f"  learning rate when a study trains it: {preset_lr(name):g}")
     assert " ".join(" ".join(lines[1:doc_end]).split()) == " ".join(preset_doc(name).split())
-    block = lines[doc_end + 2:-1]
+    block = lines[lines.index("  at least 1, rounded up to a multiple of phm_n for compacter):") + 1:-1]
     entry = yaml.safe_load(textwrap.dedent("\n".join(block)))
     for m in entry["modules"]:
         if (ratio := re.fullmatch(r"d/(\d+)", str(m.get("size")))):
@@ -137,7 +137,9 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_reported_as_the_interrupt(monke
         raise FileNotFoundError(2, "No such file or directory")
     monkeypatch.setattr(cli, "cmd_search", cut_short)
     assert cli.main(["search", "--experiment", "e.yaml"]) == 130
-    assert capsys.readouterr().err == "petl-nas: interrupted; the study is kept: run the same command again to go on\n"
+    assert capsys.readouterr().err == ("petl-nas: warning: stopping raised FileNotFoundError: [Errno 2] No such file "
+                                       "or directory\npetl-nas: interrupted; the study is kept: run the same command "
+                                       "again to go on\n")
     monkeypatch.setattr(cli, "cmd_search", broken)
     assert cli.main(["search", "--experiment", "e.yaml"]) == 2
     assert capsys.readouterr().err == "petl-nas: error: [Errno 2] No such file or directory\n"

@@ -3,7 +3,6 @@ PRUNED, resume without loss, over-budget proposals never trained, and clear erro
 
 import dataclasses
 import re
-from pathlib import Path
 
 import optuna
 import pytest
@@ -592,7 +591,40 @@ def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one
         "petl-nas: warning: the running trials could not be marked as interrupted (An exception is raised during "
         "the commit.); a resumed search retries them once their heartbeat is 45s old",
         "petl-nas: interrupted; the study is kept: run the same command again to go on"]
-    (running,) = [t for t in load(exp).trials if t.state == TrialState.RUNNING]   # left for the grace period
+    assert len([t for t in load(exp).trials if t.state == TrialState.RUNNING]) == 1   # left for the grace period
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_still_marks_the_trial_interrupted(tmp_path, monkeypatch, capsys):
+    """A clean-up that fails while the interrupt unwinds (a storage call cut short) raises an error
+    whose context is the interrupt: the search still marks its running trial interrupted, says what
+    was raised in one warning, and exits 130 (it left the trial RUNNING, with no word)."""
+    import yaml
+
+    from petl_nas import executors
+    from petl_nas.cli import main
+    from petl_nas.study import INTERRUPTED
+
+    exp = experiment(tmp_path, trials=2, presets="none", budget="20%")
+    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
+                                                                          "trials", "presets", "executor", "storage",
+                                                                          "seed")},
+            "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            "final": {"seeds": 0, "baselines": False}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+
+    def cut_short(trial_spec, **kw):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("clean-up failed\n(detail)")
+    monkeypatch.setattr(executors, "run_trial", cut_short)
+    assert main(["search", "--experiment", "e.yaml"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-2:] == [
+        "petl-nas: warning: stopping raised RuntimeError: clean-up failed",
+        "petl-nas: interrupted; the study is kept: run the same command again to go on"]
+    trials = load(exp).trials
+    assert not any(t.state == TrialState.RUNNING for t in trials)
+    assert [t.user_attrs.get("fail_kind") for t in trials if t.state == TrialState.FAIL] == [INTERRUPTED]
 
 
 def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage_still_marks_the_trial(
@@ -607,6 +639,7 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
 
     from petl_nas import executors
     from petl_nas.cli import main
+    from petl_nas import storage
     from petl_nas.storage import open_storage
     from petl_nas.study import INTERRUPTED
 
@@ -625,6 +658,7 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
         cycle["self"] = cycle                           # only a collection frees it
         raise KeyboardInterrupt
     monkeypatch.setattr(executors, "run_trial", interrupted_holding_the_lock)
+    monkeypatch.setattr(storage, "SQLITE_BUSY_TIMEOUT_S", 5)   # a regression waits 5 s for the lock, not 120
     gc.disable()                                        # no automatic collection to do the search's work
     try:
         assert main(["search", "--experiment", "e.yaml"]) == 130
@@ -658,21 +692,28 @@ def test_sigterm_stops_a_ray_search_as_ctrl_c_does(tmp_path):
             "fidelity": {"k": 64, "epochs": 20, "batch_size": 16, "max_length": 16, "search_dev": 32},
             "final": {"seeds": 0, "baselines": False}}
     (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
-    run = subprocess.Popen([str(Path(sys.executable).with_name("petl-nas")), "search", "--experiment", "e.yaml"],
+    run = subprocess.Popen([sys.executable, "-m", "petl_nas.cli", "search", "--experiment", "e.yaml"],
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def running_after_one_complete() -> list[int]:
+        try:
+            trials = load(exp).trials
+        except KeyError:                                     # no study in the file yet
+            return []
+        done = any(t.state == TrialState.COMPLETE for t in trials)
+        return [t.number for t in trials if t.state == TrialState.RUNNING] if done else []
     deadline = time.time() + 300
-    while run.poll() is None and time.time() < deadline and not (
-            (tmp_path / "study.db").exists()
-            and any(t.state == TrialState.COMPLETE for t in load(exp).trials)):
-        time.sleep(0.5)                                     # a trial done: the next one runs in a Ray worker
+    while run.poll() is None and time.time() < deadline and not (running := running_after_one_complete()):
+        time.sleep(0.5)                                     # a trial done, others running in Ray workers
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=300)
     assert run.returncode == 130, err
     assert err.strip().splitlines()[-1] == "petl-nas: interrupted; the study is kept: run the same command again to go on"
     assert "SIGTERM received" not in err
     trials = load(exp).trials
-    assert not any(t.state == TrialState.RUNNING for t in trials)
-    assert any(t.user_attrs.get("fail_kind") == INTERRUPTED for t in trials)
+    assert running and not any(t.state == TrialState.RUNNING for t in trials)
+    for number in running:                                  # each ended meanwhile, or was stopped for a retry
+        assert trials[number].state == TrialState.COMPLETE or trials[number].user_attrs["fail_kind"] == INTERRUPTED
 
 
 def test_the_summary_counts_interrupted_trials_apart_from_failed_ones():
@@ -737,17 +778,58 @@ def test_a_search_dev_too_small_to_rank_is_said(tmp_path):
 
 
 def test_sigterm_stops_a_search_as_ctrl_c_does():
-    """Inside `sigterm_as_interrupt` SIGTERM raises KeyboardInterrupt (the path that fails and
-    re-queues running trials); outside it the previous handler is back."""
+    """Inside `stops_on_signals` SIGTERM and SIGINT raise KeyboardInterrupt (the path that fails and
+    re-queues running trials); outside it the previous handlers are back."""
     import os
     import signal
 
-    from petl_nas.cli import sigterm_as_interrupt
+    from petl_nas.interrupts import stops_on_signals
 
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
-        os.kill(os.getpid(), signal.SIGTERM)
-    assert signal.getsignal(signal.SIGTERM) is before
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in before:
+        with pytest.raises(KeyboardInterrupt), stops_on_signals():
+            os.kill(os.getpid(), s)
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")   # the dropped interrupt
+def test_a_ctrl_c_that_python_drops_in_a_finaliser_still_stops_the_search(tmp_path, monkeypatch, capsys):
+    """A signal's KeyboardInterrupt raised inside a finaliser is printed as "Exception ignored" and
+    dropped by Python (seen in SQLAlchemy's clean-up), and the search went on to its end. The stop
+    is remembered and raised again at the trial's next report: exit 130, the trial interrupted."""
+    import signal
+
+    import yaml
+
+    from petl_nas import executors
+    from petl_nas.cli import main
+    from petl_nas.study import INTERRUPTED
+
+    exp = experiment(tmp_path, trials=3, presets="none", budget="20%")
+    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
+                                                                          "trials", "presets", "executor", "storage",
+                                                                          "seed")},
+            "fidelity": {"k": 64, "epochs": 2, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            "final": {"seeds": 0, "baselines": False}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    real, calls = executors.run_trial, []
+
+    class PressedDuringItsFinaliser:
+        def __del__(self):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)      # as if Ctrl-C landed here
+
+    def dropped_in_the_second(trial_spec, **kw):
+        calls.append(trial_spec.number)
+        if len(calls) == 2:
+            PressedDuringItsFinaliser()                             # finalised at once: the interrupt is dropped
+        return real(trial_spec, **kw)
+    monkeypatch.setattr(executors, "run_trial", dropped_in_the_second)
+    assert main(["search", "--experiment", "e.yaml"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "petl-nas: interrupted; the study is kept: run the same command again to go on")
+    trials = load(exp).trials
+    assert [t.user_attrs.get("fail_kind") for t in trials if t.state == TrialState.FAIL] == [INTERRUPTED]
+    assert len(calls) == 2 and len([t for t in trials if t.state == TrialState.COMPLETE]) == 1
 
 
 def test_export_of_a_preset_over_the_budget_says_so(tmp_path, capsys):

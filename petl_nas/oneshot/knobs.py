@@ -38,6 +38,7 @@ from optuna.trial import TrialState
 
 from ..config import ConfigError
 from ..fronts import hypervolume
+from ..interrupts import interruptible
 from ..storage import Heartbeat, close_storage, fail_interrupted, fail_stale, open_storage
 from ..study import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
 from ..train import NonFiniteLoss
@@ -101,15 +102,12 @@ def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed,
                     break
                 time.sleep(interval or 5)                        # the last runs train elsewhere
                 continue
+            def stopped(masked: str | None, trial=trial) -> None:   # Ctrl-C: failed and queued again now, so
+                fail_interrupted(ks, lambda: [trial._trial_id], lock,  # the resumed search goes on in this run
+                                 {"fail_kind": INTERRUPTED}, grace, masked)   # noqa: SLF001
             try:
-                try:
-                    _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
-                    interrupted = False
-                except KeyboardInterrupt:                        # Ctrl-C: failed and queued again now, so
-                    interrupted = True                           # the resumed search goes on in this run
-                if interrupted:                                  # out of the except block (fail_interrupted)
-                    fail_interrupted(ks, lambda: [trial._trial_id], lock, {"fail_kind": INTERRUPTED}, grace)  # noqa: SLF001
-                    raise KeyboardInterrupt
+                interruptible(lambda: _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer),
+                              stopped)
             finally:
                 heartbeat.discard(trial._trial_id)              # noqa: SLF001 - as study.TrialSource does
     finally:
