@@ -34,6 +34,19 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)           # runs/ goes here
 
 
+def write_experiment(tmp_path, exp: Experiment, epochs: int = 1, **fields) -> None:
+    """``exp`` as ``tmp_path/e.yaml`` for `petl-nas search --experiment e.yaml`: its own fields and
+    ``fields``, a short fidelity of ``epochs``, no final re-evaluation."""
+    import yaml
+
+    kept = ("name", "backbone", "task", "budget", "space", "trials", "presets", "executor", "storage", "seed",
+            "grace_period")
+    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in kept}, **fields,
+            "fidelity": {"k": 64, "epochs": epochs, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            "final": {"seeds": 0, "baselines": False}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+
+
 def load(exp):
     return optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
 
@@ -515,20 +528,13 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     """Ctrl-C during a trial: one line and exit 130; the running trial is failed as interrupted at
     once (not left RUNNING for the grace period) and queued again; running the command again trains
     that retry and the study ends with exactly the trials asked for."""
-    import yaml
-
     from petl_nas import executors
     from petl_nas.cli import main
     from petl_nas.study import INTERRUPTED, is_trained
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%",
                      fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
-    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
-                                                                          "trials", "presets", "executor", "storage",
-                                                                          "seed")},
-            "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}}
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    write_experiment(tmp_path, exp)
     real, calls = executors.run_trial, []
 
     def interrupted_second(trial_spec, **kw):
@@ -561,19 +567,12 @@ def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one
     fail too (seen: SQLite's "database is locked" after an interrupt inside a TPE read, through Ray):
     the search still stops with exit 130, one warning saying when a resume retries those trials and
     the usual line, not a traceback."""
-    import yaml
-
     from petl_nas import executors, storage
     from petl_nas.cli import main
     from petl_nas.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%", grace_period=45)
-    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
-                                                                          "trials", "presets", "executor", "storage",
-                                                                          "seed", "grace_period")},
-            "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}}
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    write_experiment(tmp_path, exp)
 
     def interrupted(trial_spec, **kw):
         raise KeyboardInterrupt
@@ -598,19 +597,12 @@ def test_an_error_raised_while_ctrl_c_unwinds_still_marks_the_trial_interrupted(
     """A clean-up that fails while the interrupt unwinds (a storage call cut short) raises an error
     whose context is the interrupt: the search still marks its running trial interrupted, says what
     was raised in one warning, and exits 130 (it left the trial RUNNING, with no word)."""
-    import yaml
-
     from petl_nas import executors
     from petl_nas.cli import main
     from petl_nas.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%")
-    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
-                                                                          "trials", "presets", "executor", "storage",
-                                                                          "seed")},
-            "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}}
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    write_experiment(tmp_path, exp)
 
     def cut_short(trial_spec, **kw):
         try:
@@ -635,8 +627,6 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
     interrupted, so the mark lands and the retry is queued."""
     import gc
 
-    import yaml
-
     from petl_nas import executors
     from petl_nas.cli import main
     from petl_nas import storage
@@ -644,12 +634,7 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
     from petl_nas.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%")
-    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
-                                                                          "trials", "presets", "executor", "storage",
-                                                                          "seed")},
-            "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}}
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    write_experiment(tmp_path, exp)
 
     def interrupted_holding_the_lock(trial_spec, **kw):
         conn = open_storage(exp.storage_url).engine.connect()
@@ -679,19 +664,11 @@ def test_sigterm_stops_a_ray_search_as_ctrl_c_does(tmp_path):
     import sys
     import time
 
-    import yaml
-
     pytest.importorskip("ray")
     from petl_nas.study import INTERRUPTED
 
     exp = experiment(tmp_path, executor="ray", trials=40, presets="none", budget="20%")
-    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
-                                                                          "trials", "presets", "executor", "storage",
-                                                                          "seed")},
-            "ray_address": "local", "scheduler": "fifo",
-            "fidelity": {"k": 64, "epochs": 20, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}}
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    write_experiment(tmp_path, exp, epochs=20, ray_address="local", scheduler="fifo")
     run = subprocess.Popen([sys.executable, "-m", "petl_nas.cli", "search", "--experiment", "e.yaml"],
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -799,19 +776,12 @@ def test_a_ctrl_c_that_python_drops_in_a_finaliser_still_stops_the_search(tmp_pa
     is remembered and raised again at the trial's next report: exit 130, the trial interrupted."""
     import signal
 
-    import yaml
-
     from petl_nas import executors
     from petl_nas.cli import main
     from petl_nas.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%")
-    spec = {**{k: v for k, v in dataclasses.asdict(exp).items() if k in ("name", "backbone", "task", "budget", "space",
-                                                                          "trials", "presets", "executor", "storage",
-                                                                          "seed")},
-            "fidelity": {"k": 64, "epochs": 2, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}}
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    write_experiment(tmp_path, exp, epochs=2)
     real, calls = executors.run_trial, []
 
     class PressedDuringItsFinaliser:
