@@ -42,7 +42,8 @@ def stops_on_signals():
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            if handler is not None:                  # None: a handler not set from Python, left as it is
+                signal.signal(s, handler)
         _STOPPED.clear()
 
 

@@ -102,9 +102,10 @@ def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed,
                     break
                 time.sleep(interval or 5)                        # the last runs train elsewhere
                 continue
+
             def stopped(masked: str | None, trial=trial) -> None:   # Ctrl-C: failed and queued again now, so
-                fail_interrupted(ks, lambda: [trial._trial_id], lock,  # the resumed search goes on in this run
-                                 {"fail_kind": INTERRUPTED}, grace, masked)   # noqa: SLF001
+                fail_interrupted(ks, lambda: [trial._trial_id],       # noqa: SLF001 - the resumed search goes
+                                 lock, {"fail_kind": INTERRUPTED}, grace, masked)     # on in this run
             try:
                 interruptible(lambda: _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer),
                               stopped)
