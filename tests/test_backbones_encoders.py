@@ -260,7 +260,7 @@ def test_presets_with_a_model_lists_what_the_backbone_cannot_take(tmp_path, caps
 
     tiny("modernbert").save_pretrained(tmp_path / "mb")
     assert main(["presets", "--model", str(tmp_path / "mb")]) == 0
-    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
     assert "not for this backbone: bitfit: the modernbert backbone has no bias terms" in rows["bitfit"]
     assert "not for this backbone" not in rows["lora"] and "%" in rows["lora"]
     assert rows["preset"].split()[1:3] == ["deployable", "%"] and "head excluded" in rows["preset"]   # what the numbers are
