@@ -19,7 +19,7 @@ from pathlib import Path
 from . import __version__
 from .compiling import COMPILE_MODES
 from .config import ConfigError, PetlConfig, PetlWarning, read_yaml
-from .interrupts import caused_by_interrupt
+from .interrupts import caused_by_interrupt, one_line
 
 EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
@@ -610,8 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted(args)
     except Exception as e:
         if caused_by_interrupt(e):    # an error while the interrupt unwound: the interrupt, and that error
-            print(f"petl-nas: warning: stopping raised {type(e).__name__}: "
-                  f"{(str(e).strip().splitlines() or [''])[0]}", file=sys.stderr)
+            print(f"petl-nas: warning: stopping raised {one_line(e)}", file=sys.stderr)
             return _interrupted(args)
         if isinstance(e, ConfigError):
             print(f"petl-nas: error: {e}", file=sys.stderr)

@@ -59,6 +59,11 @@ def caused_by_interrupt(e: BaseException) -> bool:
     return False
 
 
+def one_line(e: BaseException) -> str:
+    """``Type: first line of its message``, as a stop's warning names an error."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
 def interruptible(body: Callable[[], T], on_stop: Callable[[str | None], None]) -> T:
     """``body()``; if Ctrl-C stops it (or an error raised while the interrupt unwinds, whose one
     line ``on_stop`` gets), ``on_stop`` runs once out of the except block, so that the interrupt's
@@ -70,7 +75,7 @@ def interruptible(body: Callable[[], T], on_stop: Callable[[str | None], None]) 
     except Exception as e:                                   # noqa: BLE001 - re-raised unless an interrupt's
         if not caused_by_interrupt(e):
             raise
-        masked = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        masked = one_line(e)
     on_stop(masked)
     raise KeyboardInterrupt
 
@@ -82,4 +87,4 @@ def raise_if_stopped() -> None:
         raise KeyboardInterrupt
 
 
-__all__ = ["stops_on_signals", "raise_if_stopped", "caused_by_interrupt", "interruptible"]
+__all__ = ["stops_on_signals", "raise_if_stopped", "caused_by_interrupt", "interruptible", "one_line"]
