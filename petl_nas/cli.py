@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import select
 import statistics
 import sys
 import warnings
@@ -612,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         if caused_by_interrupt(e):    # an error while the interrupt unwound: the interrupt, and that error
             print(f"petl-nas: warning: stopping raised {one_line(e)}", file=sys.stderr)
             return _interrupted(args)
+        if isinstance(e, BrokenPipeError) and _stdout_closed():   # `petl-nas presets | head`: the reader
+            return 141                                                # has what it wanted; quiet, and 128 + SIGPIPE as C tools
         if isinstance(e, ConfigError):
             print(f"petl-nas: error: {e}", file=sys.stderr)
         elif isinstance(e, OSError):  # a path that cannot be read or written (a folder for a file, ...)
@@ -619,6 +623,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise
         return 2
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader is gone (a pipe's reader has closed it); if so, what is left
+    to write goes nowhere, else Python fails again flushing it on the way out."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):            # not a file: captured, replaced
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return True
 
 
 def _interrupted(args) -> int:

@@ -143,3 +143,20 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_reported_as_the_interrupt(monke
     monkeypatch.setattr(cli, "cmd_search", broken)
     assert cli.main(["search", "--experiment", "e.yaml"]) == 2
     assert capsys.readouterr().err == "petl-nas: error: [Errno 2] No such file or directory\n"
+
+
+def test_a_reader_that_stops_early_ends_the_listing_quietly():
+    """`petl-nas presets | head -1` once ended in "petl-nas: error: [Errno 32] Broken pipe". With the
+    pipe's reader gone before the first line, nothing goes to stderr and the exit is 128 + SIGPIPE,
+    as a C tool's; a reader that stays gets the whole list."""
+    import os
+    import subprocess
+    import sys
+
+    gone, stdout = os.pipe()
+    os.close(gone)
+    run = subprocess.run([sys.executable, "-m", "petl_nas.cli", "presets"], stdout=stdout, stderr=subprocess.PIPE)
+    os.close(stdout)
+    assert (run.returncode, run.stderr) == (141, b"")
+    kept = subprocess.run([sys.executable, "-m", "petl_nas.cli", "presets"], capture_output=True)
+    assert kept.returncode == 0 and kept.stderr == b"" and b"houlsby" in kept.stdout
