@@ -102,7 +102,7 @@ class GraphedSteps:
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.info.why_not is not None or self.info.eager_steps < WARMUP:
             return self._eager(batch)
-        key = tuple((name, tuple(t.shape), t.dtype) for name, t in batch.items())
+        key = _shape_key(batch)
         rec = self.graphs.get(key)
         if rec is None:
             rec = self._record(key, batch)
@@ -113,6 +113,10 @@ class GraphedSteps:
         rec.graph.replay()
         self.info.replays += 1
         return rec.loss
+
+    def will_record(self, batch: dict[str, torch.Tensor]) -> bool:
+        """Whether the call on ``batch`` records a graph (a one-off cost, `step_clock`)."""
+        return self.info.why_not is None and self.info.eager_steps >= WARMUP and _shape_key(batch) not in self.graphs
 
     def _unset_grads(self) -> None:
         for p in self.params:
@@ -160,6 +164,10 @@ class GraphedSteps:
         self.graphs[key] = rec
         self.info.shapes.append(list(next(iter(batch.values())).shape))
         return rec
+
+
+def _shape_key(batch: dict[str, torch.Tensor]) -> tuple:
+    return tuple((name, tuple(t.shape), t.dtype) for name, t in batch.items())
 
 
 __all__ = ["GraphedSteps", "GraphInfo", "LENGTH_MULTIPLE", "WARMUP", "why_not", "prepare_optimizer"]

@@ -31,6 +31,7 @@ from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
 from .significance import standard_error
 from .precision import autocast_for, grad_scaler_for, use_precision
+from .step_clock import StepClock, first_of_each_shape
 from .step_graphs import LENGTH_MULTIPLE, GraphedSteps, GraphInfo, prepare_optimizer, why_not
 
 
@@ -101,7 +102,8 @@ class TrainResult:
     steps: int = 0
     wall_s: float = 0.0
     peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
-    train_step_ms: float = 0.0    # mean wall time of one optimiser step, evaluations left out
+    train_step_ms: float = 0.0    # mean wall time of one optimiser step, what is not a step's left out (`step_clock`)
+    steps_timed: int = 0          # the steps that mean is over
     frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
     graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
 
@@ -309,7 +311,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse, layerdrop)
     padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}   # few shapes: few graphs to record
     eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
-    loop_start, eval_s = time.perf_counter(), 0.0
+    one_off = graphs.will_record if graphs is not None else first_of_each_shape() if recipe.compile != "off" else None
+    clock = StepClock(device, one_off)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -322,12 +325,13 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
             for rows, batch in _with_rows(data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order,
                                           **padding):
-                if graphs is not None:
-                    loss = graphs(batch)              # recorded once per shape, then replayed
-                else:
-                    feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
-                    loss = optimise(to_device(batch, device), feed)
-                    opt.zero_grad(set_to_none=True)
+                with clock.step(batch):
+                    if graphs is not None:
+                        loss = graphs(batch)              # recorded once per shape, then replayed
+                    else:
+                        feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
+                        loss = optimise(to_device(batch, device), feed)
+                        opt.zero_grad(set_to_none=True)
                 watch.see(loss, step)
                 sched.step()
                 step += 1
@@ -339,30 +343,31 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 if step % eval_every == 0 or step == total:
                     watch.check()
                     step_loss = loss.item()           # before evaluating: CUDA graphs reuse the step's output memory
-                    eval_start = time.perf_counter()
-                    metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
-                    metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
-                    history.append(metrics)
-                    if bar is not None:                   # the bar ends on the score the run reports
-                        bar.set_postfix(loss=f"{step_loss:.4f} (step {step})", **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
-                    if report is not None:
-                        report(len(history), metrics, step == total)
-                    train_mode()
-                    eval_s += time.perf_counter() - eval_start
+                    with clock.aside():
+                        metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
+                        metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
+                        history.append(metrics)
+                        if bar is not None:                   # the bar ends on the score the run reports
+                            bar.set_postfix(loss=f"{step_loss:.4f} (step {step})",
+                                            **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
+                        if report is not None:
+                            report(len(history), metrics, step == total)
+                        train_mode()
                 if step >= total:
                     break
             epoch += 1
             watch.check()
             if on_epoch is not None:
-                on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
+                with clock.aside():
+                    on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
     if bar is not None:
         bar.close()
 
     best = max(history, key=lambda m: m[task.main_metric])
-    step_ms = 1000 * (time.perf_counter() - loop_start - eval_s) / max(1, step)
     return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
-                       metrics=best, history=history, steps=step,
-                       wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), train_step_ms=step_ms,
+                       metrics=best, history=history, steps=step, wall_s=time.perf_counter() - start,
+                       peak_mem_mb=memory.peak_mb(), train_step_ms=clock.ms_per_step(step),
+                       steps_timed=clock.steps_timed(step),
                        frozen=reuse.info.to_dict() if reuse is not None else None,
                        graphs=graph_info.to_dict() if graph_info is not None else None)
 

@@ -112,4 +112,5 @@ def test_every_preset_records_in_a_bf16_run(name):
     assert graphs["used"] and graphs["why_not"] is None, graphs
     assert graphs["eager_steps"] == WARMUP and graphs["replays"] == result.steps - WARMUP
     assert all(width % LENGTH_MULTIPLE == 0 for _, width in graphs["shapes"])
+    assert result.steps_timed == result.steps - len(graphs["shapes"])     # each recording's step left out
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)

@@ -1,0 +1,86 @@
+"""The training loop's clock: what one optimiser step costs (`TrainResult.train_step_ms`, the
+`step_time` objective, `costs.COSTS`).
+
+Time inside the loop that is not a step's is left out: evaluations, and the one-off cost a run pays
+for each new batch shape where it has one, a CUDA graph's recording (`step_graphs`) or a step's
+compilation (`compiling`: 25-60 s a configuration on an H100, against a few seconds of training).
+Counted in, those made a graphed or compiled configuration's step time depend on how many shapes
+its batches took, not on what a step costs. A step whose one-off cost is left out is left out
+whole (its own work with it, synchronised on a GPU so that the work queued before it stays
+counted); the mean is over the other steps, or over all of them when every step was such a one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Iterator
+
+import torch
+
+
+class StepClock:
+    """``one_off(batch)`` says whether the step about to run on ``batch`` pays a one-off cost
+    (None: no step does). Start it where the loop starts, run each step inside `step` and what is
+    not a step inside `aside`, then read `ms_per_step` and `steps_timed`."""
+
+    def __init__(self, device: torch.device | str, one_off: Callable[[dict], bool] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.device = torch.device(device)
+        self.one_off, self.clock = one_off, clock
+        self.start_s = clock()
+        self.aside_s = 0.0
+        self.one_off_s, self.one_off_steps = 0.0, 0
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Time that is not a step's (an evaluation)."""
+        start = self.clock()
+        try:
+            yield
+        finally:
+            self.aside_s += self.clock() - start
+
+    @contextlib.contextmanager
+    def step(self, batch: dict) -> Iterator[None]:
+        """One optimiser step on ``batch``; left out if it pays a one-off cost."""
+        if self.one_off is None or not self.one_off(batch):
+            yield
+            return
+        self._sync()                          # the steps queued before it are theirs, not its
+        start = self.clock()
+        yield
+        self._sync()
+        self.one_off_s += self.clock() - start
+        self.one_off_steps += 1
+
+    def steps_timed(self, steps: int) -> int:
+        """How many of ``steps`` the mean is over."""
+        return steps - self.one_off_steps if steps > self.one_off_steps else steps
+
+    def ms_per_step(self, steps: int) -> float:
+        """Mean milliseconds per timed step, after ``steps`` steps since the clock started."""
+        loop_s = self.clock() - self.start_s - self.aside_s
+        if steps > self.one_off_steps:
+            loop_s -= self.one_off_s
+        return 1000 * loop_s / max(1, self.steps_timed(steps))
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def first_of_each_shape() -> Callable[[dict], bool]:
+    """A `StepClock` ``one_off`` for compiled steps: true the first time a batch's shapes are seen."""
+    seen: set[tuple] = set()
+
+    def new(batch: dict) -> bool:
+        key = tuple((name, tuple(t.shape)) for name, t in batch.items())
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+    return new
+
+
+__all__ = ["StepClock", "first_of_each_shape"]
