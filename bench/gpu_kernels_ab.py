@@ -22,6 +22,13 @@ and gradients) before it is timed. The cases:
   output by g (now) against g·b joined to the product as one more column, [g·a, g]·[W, b]ᵀ (no
   768-wide product, reduction or bias gradient beside the matmul; 49 columns, or padded to 56),
   and against (g·a)·Wᵀ + g·b.
+- fp32 master weights cast to bf16 for a step (Houlsby's 24 adapters: 96 weights, through a chain
+  of 24 adapters on x [N, 768]): one cast per weight and one cast of each gradient back, as
+  autocast runs them (now), against the weights as views of one flat fp32 buffer, cast once and
+  split (its gradient: one join and one cast back);
+- LoRA's update added onto its frozen linear's output, x [N, 768] -> 3,072 (FFN LoRA's W1, r = 8):
+  ``h + u·Bᵀ`` (now) against ``addmm_`` into the 2-D output in place (no add, no copy; the
+  out-of-place ``addmm`` copies h first: `gpu_h100_mps_lora_addmm.md`).
 
     python bench/gpu_kernels_ab.py [--only "adapter output,prefix of 30"] [--out results.md]
 """
@@ -75,17 +82,19 @@ def timed_us(fn, params, device) -> float:
 
 
 def grads_of(fn, params):
+    """``fn``'s output and its parameters' gradients, flattened and joined in order (so that weights
+    kept apart and the same weights as one flat buffer compare)."""
     for p in params:
         p.grad = None
     out = fn()
     out.float().square().mean().backward()
-    return out.detach().float(), [p.grad.detach().float().clone() for p in params]
+    return out.detach().float(), torch.cat([p.grad.detach().float().flatten() for p in params])
 
 
-def same(a, b, params) -> str:
-    (oa, ga), (ob, gb) = grads_of(a, params), grads_of(b, params)
-    worst = max([(oa - ob).abs().max().item()] + [(x - y).abs().max().item() for x, y in zip(ga, gb)])
-    scale = max([oa.abs().max().item()] + [x.abs().max().item() for x in ga])
+def same(a, a_params, b, b_params) -> str:
+    (oa, ga), (ob, gb) = grads_of(a, a_params), grads_of(b, b_params)
+    worst = max((oa - ob).abs().max().item(), (ga - gb).abs().max().item())
+    scale = max(oa.abs().max().item(), ga.abs().max().item())
     return f"{worst / max(scale, 1e-12):.1e}"
 
 
@@ -245,6 +254,46 @@ def mh_case(device, size=30, padded=32):
             [q, keys, values])
 
 
+def master_casts_case(device, adapters=24, r=48):
+    """Sequential adapters x + up(relu(down(x))) whose fp32 weights are cast to bf16 for the step."""
+    shapes = [(r, HID), (r,), (HID, r), (HID,)] * adapters
+    sizes = [torch.Size(s).numel() for s in shapes]
+    flat = torch.cat([torch.randn(n, device=device) * 0.02 for n in sizes]).requires_grad_()
+    apart = [t.detach().clone().view(shape).requires_grad_() for t, shape in zip(flat.split(sizes), shapes)]
+    x = torch.randn(N, HID, device=device, dtype=torch.bfloat16, requires_grad=True)
+
+    def chain(weights):
+        h = x
+        for down_w, down_b, up_w, up_b in zip(*[iter(weights)] * 4):
+            h = h + nn.functional.linear(torch.relu(nn.functional.linear(h, down_w, down_b)), up_w, up_b)
+        return h
+
+    def one_by_one():
+        return chain([w.to(torch.bfloat16) for w in apart])
+
+    def flat_once():
+        return chain([w.view(shape) for w, shape in zip(flat.to(torch.bfloat16).split(sizes), shapes)])
+    return (f"{len(shapes)} fp32 weights cast to bf16, {adapters} sequential adapters on x [{N}, {HID}]",
+            [("a cast per weight and per gradient (now)", one_by_one, apart),
+             ("one flat buffer: one cast, one split; one join and cast back", flat_once, [flat])], apart)
+
+
+def lora_add_case(device, fan_out=3072, r=8):
+    dt = torch.bfloat16
+    x = torch.randn(N, HID, device=device, dtype=dt, requires_grad=True)
+    w = torch.randn(fan_out, HID, device=device, dtype=dt) * HID ** -0.5      # frozen
+    a = (torch.randn(r, HID, device=device, dtype=dt) * HID ** -0.5).requires_grad_()
+    b = (torch.randn(fan_out, r, device=device, dtype=dt) * 0.02).requires_grad_()
+
+    def added():
+        return nn.functional.linear(x, w) + (x @ a.t()) @ b.t()
+
+    def in_place():
+        return nn.functional.linear(x, w).addmm_(x @ a.t(), b.t())
+    return (f"LoRA update onto its linear's output, x [{N}, {HID}] -> {fan_out}, r = {r}",
+            [("h + u·Bᵀ (now)", added), ("h.addmm_(u, Bᵀ), 2-D, in place", in_place)], [a, b])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
@@ -255,7 +304,7 @@ def main(argv=None):
     cases = [bias_grad_case(device, n) for n in (768, 64, 512, 3072)]
     cases += [linear_case(device, i, o) for i, o in ((768, 64), (64, 768), (768, 512), (512, 768))]
     cases += [prefix_cat_case(device, 30), prefix_cat_case(device, 10), odd_width_case(device), mh_case(device)]
-    cases += [scaled_output_case(device), gated_output_case(device)]
+    cases += [scaled_output_case(device), gated_output_case(device), master_casts_case(device), lora_add_case(device)]
     if args.only:
         cases = [c for c in cases if any(word in c[0] for word in args.only.split(","))]
     lines = [f"# Small GPU operations, A/B\n\n{name} | torch {torch.__version__}\n",
@@ -263,10 +312,12 @@ def main(argv=None):
              "|---|---|---:|---:|---:|"]
     for title, variants, params in cases:
         first = None
-        for label, fn in variants:
+        variants = [(label, fn, *(own or [params])) for label, fn, *own in variants]   # each its own leaves, or the case's
+        for label, fn, leaves in variants:
             try:
-                diff = "-" if first is None else (same(variants[0][1], fn, params) if "no prefix" not in label else "n/a")
-                us = timed_us(fn, params, device)
+                diff = "-" if first is None else (same(variants[0][1], variants[0][2], fn, leaves)
+                                                  if "no prefix" not in label else "n/a")
+                us = timed_us(fn, leaves, device)
             except Exception as e:  # one failing formulation is reported, not fatal
                 lines.append(f"| {title} | {label} | failed: {type(e).__name__}: {str(e)[:80]} | - | - |")
                 continue
