@@ -614,8 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         if caused_by_interrupt(e):    # an error while the interrupt unwound: the interrupt, and that error
             print(f"petl-nas: warning: stopping raised {one_line(e)}", file=sys.stderr)
             return _interrupted(args)
-        if isinstance(e, BrokenPipeError) and _stdout_closed():   # `petl-nas presets | head`: the reader
-            return 141                                                # has what it wanted; quiet, and 128 + SIGPIPE as C tools
+        if isinstance(e, BrokenPipeError) and _stdout_closed():   # `petl-nas presets | head`: the reader has
+            return 141                                    # what it wanted; quiet, and 128 + SIGPIPE as C tools
         if isinstance(e, ConfigError):
             print(f"petl-nas: error: {e}", file=sys.stderr)
         elif isinstance(e, OSError):  # a path that cannot be read or written (a folder for a file, ...)

@@ -25,6 +25,7 @@ Decoder-only and encoder-decoder models keep their own head: the setting does no
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from pathlib import Path
@@ -130,25 +131,27 @@ def install_pooling(model: nn.Module, pooling: str, pad_mask, handles: list) -> 
     reads_pooler = _pooler(model) is not None
     if pooling == "cls" and not reads_pooler:
         return                                             # first-token heads already read [CLS]
-
-    def pool(mod, args, kwargs, out):
-        h = out["last_hidden_state"]                                         # [B, L, d]
-        if pooling == "mean":
-            mask = pad_mask()
-            if mask is None or mask.shape != h.shape[:2]:
-                vector = h.mean(dim=1)
-            else:
-                m = mask.to(h.dtype).unsqueeze(-1)
-                vector = (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
-        else:
-            vector = h[:, 0]
-        if reads_pooler:
-            out["pooler_output"] = vector
-        else:                                              # first-token heads read position 0
-            out["last_hidden_state"] = torch.cat([vector.unsqueeze(1), h[:, 1:]], dim=1)
-        return out
-
+    pool = functools.partial(_pool, pooling, pad_mask, reads_pooler)     # no closure: a deep copy rebinds it
     handles.append(model.base_model.register_forward_hook(pool, with_kwargs=True))
+
+
+def _pool(pooling: str, pad_mask, reads_pooler: bool, mod, args, kwargs, out):
+    """The base model's forward hook: what the classifier reads, pooled as ``pooling`` says."""
+    h = out["last_hidden_state"]                                         # [B, L, d]
+    if pooling == "mean":
+        mask = pad_mask()
+        if mask is None or mask.shape != h.shape[:2]:
+            vector = h.mean(dim=1)
+        else:
+            m = mask.to(h.dtype).unsqueeze(-1)
+            vector = (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+    else:
+        vector = h[:, 0]
+    if reads_pooler:
+        out["pooler_output"] = vector
+    else:                                              # first-token heads read position 0
+        out["last_hidden_state"] = torch.cat([vector.unsqueeze(1), h[:, 1:]], dim=1)
+    return out
 
 
 def stock_head_fields(model: nn.Module, pooling: str) -> dict | None:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -46,7 +47,12 @@ WEIGHTS_FILE = "petl_weights.safetensors"
 
 
 class PetlRoot(nn.Module):
-    """Owns the PETL parameters (``groups``: one per module spec), the hooks and the on/off switch."""
+    """Owns the PETL parameters (``groups``: one per module spec), the hooks and the on/off switch.
+
+    Every hook `apply_petl` installs is one of its methods or a module-level function bound to it
+    (`functools.partial`), never a closure: `copy.deepcopy` of the model then gives the copy hooks
+    that call the copy's modules, and `torch.save` of the whole model can pickle them. What one
+    forward keeps (inputs, the padding mask, caches) is left out of a copy."""
 
     def __init__(self, config: PetlConfig, flat_prefix: bool):
         super().__init__()
@@ -64,6 +70,7 @@ class PetlRoot(nn.Module):
         self._shared_reads: list[SharedRead] = []      # modules of one layer reading one input (`shared_read`)
         self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
         self.merged = 0                                # LoRA updates `merge_lora` folded into their weights
+        self.scales_ids_in_stack = False               # the prompt's stack scales token embeddings (BackboneSpec)
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
@@ -72,6 +79,53 @@ class PetlRoot(nn.Module):
         """What keeps values for one forward: reparameterised prefixes, PHM weights built together,
         products shared by the readers of one input."""
         return [m for m in self.modules() if isinstance(m, (PrefixEncoder, SharedRule))] + self._shared_reads
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.update(_inputs=dict.fromkeys(self._inputs), _pad_mask=None)   # this forward's: maybe in its graph
+        return state
+
+    # What the hooks read and call (bound methods, so that a copy's hooks are the copy's).
+    def is_enabled(self) -> bool:
+        return self.enabled
+
+    def pad_mask(self) -> torch.Tensor | None:
+        return self._pad_mask
+
+    def input_of(self, key: tuple[str, int, str]) -> torch.Tensor | None:
+        return self._inputs.get(key)
+
+    def keep_input(self, key: tuple[str, int, str], mod, args) -> None:
+        self._inputs[key] = args[0]
+
+    def clear_caches(self, *hook_args) -> None:
+        for cache in self.forward_caches():
+            cache.clear()
+
+    def begin_forward(self, mod, args, kwargs):
+        """At the stack that takes the inputs: a fresh forward; the prompt's tokens inserted."""
+        self.clear_caches()
+        self._inputs.update(dict.fromkeys(self._inputs))    # drop last forward's inputs, keep the keys
+        self._pad_mask = kwargs.get("attention_mask")
+        if self.prompt is None or not self.enabled:
+            return None
+        scale = getattr(mod, "embed_scale", 1.0) if self.scales_ids_in_stack else 1.0
+        args, kwargs, inserted = self.prompt.rewrite_inputs(mod, args, kwargs, scale)
+        mod.__dict__["_petl_prompt_inserted"] = inserted
+        self._pad_mask = kwargs.get("attention_mask")          # grown by the prompt's positions
+        return args, kwargs
+
+    def end_forward(self, mod, args, kwargs, out):
+        """At a decoder-only stack's output: the prompt's positions taken out again."""
+        if mod.__dict__.pop("_petl_prompt_inserted", False):
+            out["last_hidden_state"] = self.prompt.shrink(out["last_hidden_state"])
+            if out.get("hidden_states") is not None:
+                out["hidden_states"] = tuple(self.prompt.shrink(h) for h in out["hidden_states"])
+        return out
+
+    def grow_encoder_mask(self, mod, args, kwargs):
+        """At an encoder-decoder's decoder: the cross-attention mask widened by the prompt's positions."""
+        return (args, self.prompt.grow_encoder_mask(kwargs)) if self.enabled else None
 
 
 def _input_of(target: str, block: str) -> str | None:
@@ -158,12 +212,11 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     d = model.config.hidden_size
     ref = next(model.parameters())
     root = PetlRoot(config, flat_prefix)
-    on_mask = lambda: root._pad_mask  # noqa: E731
+    root_edits = functools.partial(HeadEdits, is_enabled=root.is_enabled, pad_mask=root.pad_mask)
     sites: dict[tuple[str, int, str], _Site] = defaultdict(_Site)   # (block, layer, module path)
     captures: set[tuple[str, int, str]] = set()    # (block, layer, 'attn'|'ffn') whose input x is kept
     head_edits: dict[tuple[str, int], HeadEdits] = {}
     readers: dict[tuple[str, int, str], list[nn.Module]] = defaultdict(list)   # (block, layer, input): `shared_read`
-    is_on = lambda: root.enabled  # noqa: E731
     single = len(spec.blocks) == 1   # one block: parameter names carry no block name
 
     # On the meta device (parameter counting) weights have no values: skip their initialisation.
@@ -221,17 +274,17 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                         comp = None
                         if m.gate or m.composition == "scaled":
                             comp = sub[str(l)] = Composition(m, d if reads_x else heads * head_dim, causal)
-                        e = head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on, pad_mask=on_mask))
+                        e = head_edits.setdefault((name, l), root_edits())
                         e.prefix, e.prefix_index = enc, slot
                         e.prefix_composition, e.prefix_compose = m.composition, comp
                         if reads_x:
                             captures.add((name, l, "attn"))
                             readers[(name, l, "attn")].append(comp.gate)
-                            e.sublayer_input = lambda key=(name, l, "attn"): root._inputs.get(key)
+                            e.sublayer_input = functools.partial(root.input_of, (name, l, "attn"))
                 elif m.form == "mh_adapter":
                     for l in covered:
                         mh = sub[str(l)] = MultiHeadAdapter(m, heads, head_dim, causal)
-                        head_edits.setdefault((name, l), HeadEdits(is_enabled=is_on, pad_mask=on_mask)).mh = mh
+                        head_edits.setdefault((name, l), root_edits()).mh = mh
         for group in (rs for rs in readers.values() if len(rs) > 1):
             root._shared_reads.append(SharedRead())
             for reader in group:
@@ -247,7 +300,7 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
         root.pooling = pooling
         _freeze(model, root, config)
         _install_hooks(model, root, spec, layer_lists, sites, captures, head_edits)
-        install_pooling(model, root.pooling, lambda: root._pad_mask, root._handles)
+        install_pooling(model, root.pooling, root.pad_mask, root._handles)
         set_head_dropout(model, config.head_dropout)
     return model
 
@@ -310,16 +363,18 @@ def _upcast_trained(model: nn.Module, root: PetlRoot) -> None:
             owners.append(mod)
     for mod in owners:
         dtype = next(p.dtype for p in mod.parameters(recurse=False) if p.requires_grad)
+        root._handles += [mod.register_forward_pre_hook(functools.partial(_to_master, dtype)),
+                          mod.register_forward_hook(_to_body)]
 
-        def to_master(m, args, dtype=dtype):
-            m.__dict__["_petl_in_dtype"] = next((a.dtype for a in args if torch.is_tensor(a)), None)
-            return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
-        def to_body(m, args, out):
-            body = m.__dict__.pop("_petl_in_dtype", None)
-            return out.to(body) if torch.is_tensor(out) and body is not None and out.is_floating_point() else out
+def _to_master(dtype: torch.dtype, m: nn.Module, args):
+    m.__dict__["_petl_in_dtype"] = next((a.dtype for a in args if torch.is_tensor(a)), None)
+    return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
-        root._handles += [mod.register_forward_pre_hook(to_master), mod.register_forward_hook(to_body)]
+
+def _to_body(m: nn.Module, args, out):
+    body = m.__dict__.pop("_petl_in_dtype", None)
+    return out.to(body) if torch.is_tensor(out) and body is not None and out.is_floating_point() else out
 
 
 
@@ -330,37 +385,18 @@ def _as_params(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
 
 def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures, head_edits) -> None:
     handles = root._handles
-    slot = root._inputs
     for name, l, position in sorted(captures):
         # x of the attention sublayer is q's input; x of the FFN is W1's input.
         block = spec.block(name)
         src = block.sites("q")[0] if position == "attn" else block.sites("ffn_in")[0]
-
-        def keep(mod, args, key=(name, l, position), slot=slot):
-            slot[key] = args[0]
-        slot[(name, l, position)] = None        # every key from the start: a compiled forward guards on the size
+        root._inputs[(name, l, position)] = None   # every key from the start: a compiled forward guards on the size
+        keep = functools.partial(root.keep_input, (name, l, position))
         handles.append(layer_lists[name][l].get_submodule(src.path).register_forward_pre_hook(keep))
 
     for (name, l, path), site in sites.items():
         edits = [(kind, mod, extra) for _, kind, mod, extra in sorted(site.edits, key=lambda e: e[0])]
-
-        def apply_edits(mod, args, out, edits=edits, name=name, l=l):
-            if not root.enabled:
-                return None
-            x, mask = args[0], root._pad_mask
-            for kind, block, extra in edits:
-                if kind == "lora":
-                    delta = block(_as_params(x, block), mask)
-                    if extra is not None:                       # one slice of a fused projection
-                        delta = extra.pad(delta)
-                elif kind == "sequential":
-                    delta = block(_as_params(out, block), mask)
-                else:
-                    delta = block(_as_params(root._inputs[(name, l, extra)], block), mask)
-                out = out + delta.to(out.dtype)                 # the body's activations keep its dtype
-            return out
         linear = layer_lists[name][l].get_submodule(path)
-        handles.append(linear.register_forward_hook(apply_edits))
+        handles.append(linear.register_forward_hook(functools.partial(_apply_edits, root, edits, name, l)))
         root._sites.append((linear, edits, handles[-1]))
 
     for (name, l), edits in head_edits.items():
@@ -371,6 +407,24 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
         root._previous_attn = model.config._attn_implementation
         model.set_attn_implementation(ATTENTION_NAME)
     _install_input_hooks(model, root, spec)
+
+
+def _apply_edits(root: PetlRoot, edits: list, name: str, l: int, mod, args, out):
+    """A modified linear's forward hook: its edits, in order, onto its output."""
+    if not root.enabled:
+        return None
+    x, mask = args[0], root._pad_mask
+    for kind, block, extra in edits:
+        if kind == "lora":
+            delta = block(_as_params(x, block), mask)
+            if extra is not None:                       # one slice of a fused projection
+                delta = extra.pad(delta)
+        elif kind == "sequential":
+            delta = block(_as_params(out, block), mask)
+        else:
+            delta = block(_as_params(root._inputs[(name, l, extra)], block), mask)
+        out = out + delta.to(out.dtype)                 # the body's activations keep its dtype
+    return out
 
 
 def gate_prompt(model: nn.Module, gate) -> None:
@@ -394,7 +448,7 @@ def gate_prompt(model: nn.Module, gate) -> None:
             attn = layer.get_submodule(block.attention)
             edits = head_attention.edits_of(attn)
             if edits is None:
-                edits = HeadEdits(is_enabled=lambda: root.enabled, pad_mask=lambda: root._pad_mask)
+                edits = HeadEdits(is_enabled=root.is_enabled, pad_mask=root.pad_mask)
                 head_attention.attach(attn, edits)
                 root._attn_modules.append(attn)
             edits.key_gate = root.prompt.key_log_gate
@@ -411,49 +465,24 @@ def _install_input_hooks(model, root: PetlRoot, spec: BackboneSpec) -> None:
     stack that owns its layers, whose output loses the prompt positions again.
     """
     handles, prompt = root._handles, root.prompt
-
-    def clear_caches():
-        for cache in root.forward_caches():
-            cache.clear()
-
-    def begin(mod, args, kwargs):
-        clear_caches()
-        root._inputs.update(dict.fromkeys(root._inputs))    # drop last forward's inputs, keep the keys
-        root._pad_mask = kwargs.get("attention_mask")
-        if prompt is None or not root.enabled:
-            return None
-        scale = getattr(mod, "embed_scale", 1.0) if spec.scales_ids_in_stack else 1.0
-        args, kwargs, inserted = prompt.rewrite_inputs(mod, args, kwargs, scale)
-        mod.__dict__["_petl_prompt_inserted"] = inserted
-        root._pad_mask = kwargs.get("attention_mask")          # grown by the prompt's positions
-        return args, kwargs
-
-    def end(mod, args, kwargs, out):
-        if mod.__dict__.pop("_petl_prompt_inserted", False):
-            out["last_hidden_state"] = prompt.shrink(out["last_hidden_state"])
-            if out.get("hidden_states") is not None:
-                out["hidden_states"] = tuple(prompt.shrink(h) for h in out["hidden_states"])
-        return out
-
+    root.scales_ids_in_stack = spec.scales_ids_in_stack
     if spec.encoder_decoder:
         base = model.base_model
         encoder = base.get_submodule(spec.block("encoder").stack)
         decoder = base.get_submodule(spec.block("decoder").stack)
-        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_caches()))
-        handles.append(encoder.register_forward_pre_hook(begin, with_kwargs=True))
+        handles.append(model.register_forward_pre_hook(root.clear_caches))
+        handles.append(encoder.register_forward_pre_hook(root.begin_forward, with_kwargs=True))
         if prompt is not None:
-            handles.append(decoder.register_forward_pre_hook(
-                lambda mod, args, kwargs: (args, prompt.grow_encoder_mask(kwargs)) if root.enabled else None,
-                with_kwargs=True))
+            handles.append(decoder.register_forward_pre_hook(root.grow_encoder_mask, with_kwargs=True))
     elif spec.decoder_only:
         # The stack that owns the layers, not the base model: OPT's LM head calls its decoder directly.
         stack = model.base_model.get_submodule(spec.block("decoder").stack)
-        handles.append(model.register_forward_pre_hook(lambda mod, args: clear_caches()))
-        handles.append(stack.register_forward_pre_hook(begin, with_kwargs=True))
+        handles.append(model.register_forward_pre_hook(root.clear_caches))
+        handles.append(stack.register_forward_pre_hook(root.begin_forward, with_kwargs=True))
         if prompt is not None:
-            handles.append(stack.register_forward_hook(end, with_kwargs=True))
+            handles.append(stack.register_forward_hook(root.end_forward, with_kwargs=True))
     else:
-        handles.append(model.register_forward_pre_hook(begin, with_kwargs=True))
+        handles.append(model.register_forward_pre_hook(root.begin_forward, with_kwargs=True))
 
 
 def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:

@@ -30,6 +30,11 @@ ATTENTION_NAME = "petl"
 _EDITS_ATTR = "_petl_head_edits"
 
 
+def _nothing() -> None:
+    """What an edit reads where nothing was given (a module-level function: a copy or pickle keeps it)."""
+    return None
+
+
 @dataclass
 class HeadEdits:
     """What one attention module adds: a prefix (with its layer slot) and/or a multi-head adapter.
@@ -48,8 +53,8 @@ class HeadEdits:
     prefix_composition: str = "gated"
     prefix_compose: Composition | None = None
     mh: MultiHeadAdapter | None = None
-    sublayer_input: callable = lambda: None
-    pad_mask: callable = lambda: None
+    sublayer_input: callable = _nothing
+    pad_mask: callable = _nothing
     prefix_gate: callable | None = None
     key_gate: callable | None = None
 

@@ -34,6 +34,9 @@ class SharedRule(nn.Module):
         """Drop weights built but not used (the model's forward starts: `inject` calls this)."""
         self._built = {}
 
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_built": {}}         # this forward's: not copied or pickled
+
     def weight_of(self, layer: PHMLinear) -> torch.Tensor:
         """``layer``'s W, built with every layer of its shape the first time one of them asks. A
         weight is handed out once (a second forward builds again, with the graph autograd needs) and

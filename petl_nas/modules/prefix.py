@@ -36,6 +36,9 @@ class PrefixEncoder(nn.Module):
     def clear(self) -> None:
         self._cache = None
 
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_cache": None}       # this forward's: not copied or pickled
+
     def all_kv(self) -> torch.Tensor:
         """Every covered layer's prefix keys and values, [n_layers, 2, H_kv, l, D]."""
         if self.flat is not None:

@@ -113,6 +113,9 @@ class SharedRead:
     def clear(self) -> None:
         self._x, self._key, self._parts = None, (), {}
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_x": None, "_key": (), "_parts": {}}   # this forward's: not copied or pickled
+
     def _shared(self) -> bool:
         return (len(self.readers) > 1 and not torch.compiler.is_compiling()
                 and not any(parametrize.is_parametrized(r) for r in self.readers))
