@@ -30,6 +30,7 @@ import json
 import os
 import time
 import warnings
+from typing import Callable
 
 import optuna
 from optuna.distributions import FloatDistribution
@@ -78,13 +79,25 @@ def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str
     the runs others are training."""
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries=2)
     try:
-        return _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed, printer, fresh,
+        return _search(storage, study_name, oneshot, _Runs(spec, run, state_dir, reference, printer), seed, fresh,
                        lock or contextlib.nullcontext, heartbeat_interval, grace_period)
     finally:
         close_storage(storage)
 
 
-def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed, printer, fresh, lock, interval, grace):
+@dataclasses.dataclass(frozen=True)
+class _Runs:
+    """What every run of one knob search shares: the supernet it varies, how one trains, where its
+    state is saved, the reference point that scores it, and where its lines go."""
+
+    spec: object                          # a `SupernetSpec`
+    run: Callable[[object], dict]
+    state_dir: str
+    reference: tuple[float, float]
+    printer: Callable[[str], None]
+
+
+def _search(storage, study_name: str, oneshot, runs: _Runs, seed: int, fresh: bool, lock, interval, grace):
     ranges = oneshot.knob_ranges()
     dists = distributions(ranges, oneshot.KNOBS)
     fixed = oneshot.knobs()
@@ -107,8 +120,7 @@ def _search(storage, study_name, oneshot, spec, run, state_dir, reference, seed,
                 fail_interrupted(ks, lambda: [trial._trial_id],       # noqa: SLF001 - the resumed search goes
                                  lock, {"fail_kind": INTERRUPTED}, grace, masked)     # on in this run
             try:
-                interruptible(lambda: _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer),
-                              stopped)
+                interruptible(lambda: _one_run(ks, trial, fixed, ranges, runs), stopped)
             finally:
                 heartbeat.discard(trial._trial_id)              # noqa: SLF001 - as study.TrialSource does
     finally:
@@ -138,20 +150,21 @@ def _claim(ks, dists, runs: int, heartbeat):
     return trial, running
 
 
-def _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer) -> None:
+def _one_run(ks, trial, fixed: dict, ranges: dict, runs: _Runs) -> None:
     """Train one supernet with ``trial``'s knobs and tell the knob study how its proposals scored."""
+    printer = runs.printer
     again = RetryHeartbeatStaleTrialCallback.retried_trial_number(ks.trials[trial.number])
     if again is not None:
         printer(f"one-shot knobs: run {again} left no result (its worker stopped); run {trial.number} trains "
                 f"its knobs again, from its last saved epoch, if any")
     knobs = {**fixed, **trial.params}
-    run_spec = dataclasses.replace(spec, lr=knobs["lr"], gate_lr=knobs["gate_lr"], init_open=knobs["init_open"],
+    run_spec = dataclasses.replace(runs.spec, lr=knobs["lr"], gate_lr=knobs["gate_lr"], init_open=knobs["init_open"],
                                    penalty_step=knobs["penalty_step"], temperature=knobs["temperature"],
                                    rate_proposals=True,
-                                   checkpoint=os.path.join(state_dir, f"knobs-{_digest(trial.params)}.pt"))
+                                   checkpoint=os.path.join(runs.state_dir, f"knobs-{_digest(trial.params)}.pt"))
     start = time.perf_counter()
     try:
-        result = run(run_spec)
+        result = runs.run(run_spec)
     except RuntimeError as e:
         if not diverged(e):
             raise
@@ -159,7 +172,7 @@ def _one_run(ks, trial, fixed, ranges, spec, run, state_dir, reference, printer)
         ks.tell(trial, state=TrialState.FAIL)
         printer(f"one-shot knobs: run {trial.number} failed ({_short(e)}); going on")
         return
-    value = inherited_hypervolume(result["proposed"], reference)
+    value = inherited_hypervolume(result["proposed"], runs.reference)
     record = {"number": trial.number, "knobs": knobs, "hypervolume": round(value, 6), "score": result["score"],
               "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
               "resumed_from": result["resumed_from"],
