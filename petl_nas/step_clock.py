@@ -35,6 +35,7 @@ class StepClock:
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
         """Time that is not a step's (an evaluation)."""
+        self._sync()                          # the steps queued before it are theirs
         start = self.clock()
         try:
             yield
