@@ -215,6 +215,8 @@ def ray_trainable(config: dict) -> None:
     best = [float("-inf")]
 
     def report(index: int, metrics: dict, last: bool) -> None:
+        if last:            # the closing report carries it: no scheduler's rung falls on a trained trial
+            return
         score = metrics[metric]
         best[0] = max(best[0], score)
         tune.report({"score": score, "best_score": best[0], "final": False})
@@ -284,11 +286,13 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                 else:
                     recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
             elif result.get("final"):
+                recorder.result(p, result.get("training_iteration", 0), result["last_score"])   # reported here only
                 recorder.complete(p, result)
-            else:
-                info = {"last_score": result.get("score")}
-                recorder.pruned(p, info, f"stopped early by the scheduler after "
-                                         f"{result.get('training_iteration')} evaluations")
+            else:       # the evaluation it was stopped at: Ray does not show a stopping result to the searcher
+                evaluations = result.get("training_iteration", 0)
+                recorder.result(p, evaluations, result["score"])
+                recorder.pruned(p, {"last_score": result.get("score")},
+                                f"stopped early by the scheduler after {evaluations} evaluations")
 
         def save(self, checkpoint_path: str) -> None:
             pass
@@ -394,9 +398,9 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
                     f"its memory, then up to {packing.most} trials share each GPU")
     concurrent = concurrent or _slots(resources, cpus_per_trial, gpus_per_trial)
     if scheduler == "asha" and n_evals > 1:
-        # max_t counts the trainable's closing report too (evaluations + 1), so that a trial that
-        # trains to the end is never stopped before it says so.
-        sched = ASHAScheduler(metric="score", mode="max", max_t=n_evals + 1,
+        # A trial reports evaluations 1 .. n-1, then its closing report (time n) carries the last
+        # evaluation with the whole result: a rung at n, or max_t, can only stop what has ended.
+        sched = ASHAScheduler(metric="score", mode="max", max_t=n_evals,
                               grace_period=min(first_rung, n_evals), reduction_factor=2)
     else:
         sched = FIFOScheduler()

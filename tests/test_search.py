@@ -115,6 +115,31 @@ def test_ray_search_then_resume(tmp_path):
         ray.shutdown()
 
 
+def test_asha_never_stops_a_trial_at_its_last_evaluation(tmp_path):
+    """With 8 evaluations ASHA's rungs fall at 1, 2, 4 and 8: a trial stopped at its 8th had trained
+    to the end and was lost (PRUNED, off the front). The last evaluation now comes with the closing
+    report, which a stop cannot lose; every trial's intermediate scores end where it ended."""
+    ray = pytest.importorskip("ray")
+    exp = experiment(tmp_path, executor="ray", trials=8, fidelity=dataclasses.replace(experiment(tmp_path).fidelity,
+                                                                                        epochs=4))
+    try:
+        run_search(exp, printer=lambda *a: None)
+    finally:
+        ray.shutdown()
+    study = load(exp)
+    stopped = [t for t in trained(study) if t.state == TrialState.PRUNED]
+    complete = [t for t in trained(study) if t.state == TrialState.COMPLETE]
+    assert stopped and complete                  # ASHA stopped some here, and some trained to the end
+    for t in stopped:
+        evaluations = int(re.search(r"after (\d+) evaluations", t.user_attrs["pruned_reason"]).group(1))
+        assert evaluations < 8, t.user_attrs["pruned_reason"]
+        assert len(t.user_attrs["intermediate_scores"]) == evaluations
+        assert t.user_attrs["intermediate_scores"][-1] == t.user_attrs["last_score"]
+    for t in complete:
+        assert len(t.user_attrs["intermediate_scores"]) == 8
+        assert t.user_attrs["intermediate_scores"][-1] == t.user_attrs["last_score"]
+
+
 def test_final_reevaluation_marks_the_front(tmp_path):
     exp = experiment(tmp_path, trials=4, final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False))
     summary = run_search(exp, printer=lambda *a: None)
