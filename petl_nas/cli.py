@@ -21,7 +21,7 @@ from pathlib import Path
 from . import __version__
 from .compiling import COMPILE_MODES
 from .config import ConfigError, PetlConfig, PetlWarning, read_yaml
-from .interrupts import caused_by_interrupt, one_line
+from .interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 
 EXAMPLES = {
     "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
@@ -174,21 +174,24 @@ def _one_preset(name: str, model_config, model: str | None) -> int:
 
 
 def cmd_search(args) -> int:
-    from .experiment import Experiment
-    from .interrupts import stops_on_signals
-    from .search import run_search
-    from .storage import redact
+    from .interrupts import before_writing, stops_on_signals
 
-    exp = Experiment.load(args.experiment) if args.experiment else Experiment()
-    exp = exp.override(
-        name=args.name, backbone=args.model, task=args.task, data_dir=args.data_dir, budget=args.budget,
-        space=args.space, trials=args.trials, sampler=args.sampler, executor=args.executor,
-        ray_address=args.ray_address, storage=args.storage, study=args.study, seed=args.seed,
-        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
-        presets=args.presets.split(",") if args.presets and args.presets not in ("auto", "none") else args.presets,
-        fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
-        objectives=args.objectives.split(",") if args.objectives is not None else None, strategy=args.strategy,
-        oneshot_runs=args.oneshot_runs)
+    with before_writing():                    # a stop while the search loads (torch, its inputs) wrote nothing
+        from .experiment import Experiment
+        from .search import run_search
+        from .storage import redact
+
+        exp = Experiment.load(args.experiment) if args.experiment else Experiment()
+        exp = exp.override(
+            name=args.name, backbone=args.model, task=args.task, data_dir=args.data_dir, budget=args.budget,
+            space=args.space, trials=args.trials, sampler=args.sampler, executor=args.executor,
+            ray_address=args.ray_address, storage=args.storage, study=args.study, seed=args.seed,
+            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
+            presets=(args.presets.split(",") if args.presets and args.presets not in ("auto", "none")
+                     else args.presets),
+            fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
+            objectives=args.objectives.split(",") if args.objectives is not None else None, strategy=args.strategy,
+            oneshot_runs=args.oneshot_runs)
     with stops_on_signals():                  # Ctrl-C and SIGTERM: running trials failed and queued again
         summary = run_search(exp, force_new_study=args.force_new_study)
     print(summary.table())
@@ -281,7 +284,8 @@ def cmd_export(args) -> int:
     scored = study.user_attrs.get("fidelity", {}).get("epochs")
     if (args.recipe == "final" and args.format == "petl-nas" and isinstance(scored, (int, float))   # a PEFT or
             and scored != rec["recipe"]["epochs"]):                               # adapters file has no recipe
-        print(f"note: the record trains {rec['recipe']['epochs']:g} epochs, the search scored {scored:g}; "
+        trains = rec["recipe"]["epochs"]
+        print(f"note: the record trains {trains:g} epoch{'s' * (trains != 1)}, the search scored {scored:g}; "
               f"--recipe search trains at the length its ranking was measured")
     return 0
 
@@ -608,12 +612,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _own_warnings_as_lines():
             return args.func(args)
-    except KeyboardInterrupt:         # Ctrl-C: a search has failed its running trials, to be retried first
-        return _interrupted(args)
+    except KeyboardInterrupt as e:    # Ctrl-C: a search has failed its running trials, to be retried first
+        return _interrupted(args, e)
     except Exception as e:
         if caused_by_interrupt(e):    # an error while the interrupt unwound: the interrupt, and that error
             print(f"petl-nas: warning: stopping raised {one_line(e)}", file=sys.stderr)
-            return _interrupted(args)
+            return _interrupted(args, e)
         if isinstance(e, BrokenPipeError) and _stdout_closed():   # `petl-nas presets | head`: the reader has
             return 141                                    # what it wanted; quiet, and 128 + SIGPIPE as C tools
         if isinstance(e, ConfigError):
@@ -640,10 +644,13 @@ def _stdout_closed() -> bool:
     return True
 
 
-def _interrupted(args) -> int:
-    print("petl-nas: interrupted" + ("; the study is kept: run the same command again to go on"
-                                     if args.func is cmd_search else ""), file=sys.stderr)
-    return 130
+def _interrupted(args, stop: BaseException) -> int:
+    if isinstance(stop, StoppedBeforeWriting):
+        after = " before the study was made: nothing was written" if args.func is cmd_search else ""
+    else:
+        after = "; the study is kept: run the same command again to go on" if args.func is cmd_search else ""
+    print("petl-nas: interrupted" + after, file=sys.stderr)
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -286,13 +286,20 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                 else:
                     recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
             elif result.get("final"):
-                recorder.result(p, result.get("training_iteration", 0), result["last_score"])   # reported here only
+                if result.get("last_score") is not None:            # its last evaluation, reported here only
+                    self._record(p, result.get("training_iteration", 0), result["last_score"])
                 recorder.complete(p, result)
-            else:       # the evaluation it was stopped at: Ray does not show a stopping result to the searcher
+            else:
                 evaluations = result.get("training_iteration", 0)
-                recorder.result(p, evaluations, result["score"])
+                self._record(p, evaluations, result["score"])
                 recorder.pruned(p, {"last_score": result.get("score")},
                                 f"stopped early by the scheduler after {evaluations} evaluations")
+
+        def _record(self, p: Proposal, evaluations: int, score: float) -> None:
+            """The score of evaluation ``evaluations``, unless recorded: Ray shows the searcher no
+            result its scheduler stopped a trial at, nor (here) the result that closes a trial."""
+            if len(recorder.intermediate.get(p.number, ())) < evaluations:
+                recorder.result(p, evaluations, score)
 
         def save(self, checkpoint_path: str) -> None:
             pass

@@ -7,18 +7,21 @@ search goes on as if nothing was pressed (seen: 1 of 300 interrupts of a storage
 `stops_on_signals` remembers every stop it raised; `raise_if_stopped`, called where a search
 hears from its trials (each report and result, each trial drawn), raises it again.
 `interruptible` runs what a stop must be cleaned up after (a search's running trials marked as
-interrupted), out of the except block that caught it.
+interrupted), out of the except block that caught it, and a second Ctrl-C does not cut that
+clean-up short: it is said and the search stops when the clean-up ends, as the first one asked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
 _STOPPED = threading.Event()
+_LAST_SIGNAL: list[int] = []          # the signal of the last stop, kept after `stops_on_signals` ends
 
 
 @contextlib.contextmanager
@@ -32,8 +35,10 @@ def stops_on_signals():
 
     def stop(signum, frame):
         _STOPPED.set()
+        _LAST_SIGNAL[:] = [signum]
         raise KeyboardInterrupt
     _STOPPED.clear()
+    _LAST_SIGNAL.clear()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s, handler in previous.items():
         if handler is not signal.SIG_IGN or s == signal.SIGTERM:
@@ -45,6 +50,12 @@ def stops_on_signals():
             if handler is not None:                  # None: a handler not set from Python, left as it is
                 signal.signal(s, handler)
         _STOPPED.clear()
+
+
+def exit_status() -> int:
+    """What a stopped command exits with: 128 + the signal, as a shell reports a process it killed
+    (SIGTERM: 143, so that a batch scheduler tells its own stop from Ctrl-C's 130)."""
+    return 128 + (_LAST_SIGNAL[0] if _LAST_SIGNAL else signal.SIGINT)
 
 
 def caused_by_interrupt(e: BaseException) -> bool:
@@ -76,8 +87,45 @@ def interruptible(body: Callable[[], T], on_stop: Callable[[str | None], None]) 
         if not caused_by_interrupt(e):
             raise
         masked = one_line(e)
-    on_stop(masked)
+    with _stops_wait():
+        on_stop(masked)
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _stops_wait():
+    """Within it, SIGINT and SIGTERM raise nothing; each says once that the stop is under way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def wait(signum, frame):
+        print("petl-nas: still stopping: the running trials are being marked as interrupted", file=sys.stderr,
+              flush=True)
+    replaced = {s: h for s in (signal.SIGINT, signal.SIGTERM)      # None: not set from Python; left as it is
+                if (h := signal.getsignal(s)) is not None and h is not signal.SIG_IGN}
+    for s in replaced:
+        signal.signal(s, wait)
+    try:
+        yield
+    finally:
+        for s, handler in replaced.items():
+            signal.signal(s, handler)
+
+
+class StoppedBeforeWriting(KeyboardInterrupt):
+    """A stop that came before anything was written (a search's study not made yet)."""
+
+
+@contextlib.contextmanager
+def before_writing():
+    """A stop inside it (or an error raised while one unwinds) comes out as `StoppedBeforeWriting`."""
+    try:
+        yield
+    except BaseException as e:                               # noqa: BLE001 - re-raised as it is unless a stop
+        if caused_by_interrupt(e) and not isinstance(e, StoppedBeforeWriting):
+            raise StoppedBeforeWriting from e
+        raise
 
 
 def raise_if_stopped() -> None:
@@ -87,4 +135,5 @@ def raise_if_stopped() -> None:
         raise KeyboardInterrupt
 
 
-__all__ = ["stops_on_signals", "raise_if_stopped", "caused_by_interrupt", "interruptible", "one_line"]
+__all__ = ["stops_on_signals", "raise_if_stopped", "caused_by_interrupt", "interruptible", "one_line",
+           "StoppedBeforeWriting", "before_writing", "exit_status"]

@@ -210,7 +210,8 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
         exp = dataclasses.replace(exp, final=dataclasses.replace(exp.final, seeds=final_seeds))
     _check_resumable(exp)
     printer(f"petl-nas quickstart: {exp.trials} trials of the {exp.space} space under {exp.budget} of the "
-            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epochs each; storage {redact(exp.storage_url)}")
+            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epoch{'s' * (exp.fidelity.epochs != 1)} each; "
+            f"storage {redact(exp.storage_url)}")
     for line in notes:
         printer("  " + line)
     summary = run_search(exp)

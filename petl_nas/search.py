@@ -33,7 +33,7 @@ from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, parse_budget
 from .inject import atomic_write
-from .interrupts import interruptible, raise_if_stopped
+from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
 from .metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
@@ -45,7 +45,7 @@ from .significance import clearly_better, has_error_bar, mean_std, paired_differ
 from .seq2seq import check_languages
 from .shift import input_shift, shift_line
 from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front,
-                    is_trained, make_sampler, open_study, seed_presets, seeded_sampler, smallest_count,
+                    is_trained, make_sampler, open_study, presets_within, seed_presets, seeded_sampler, smallest_count,
                     smallest_module, state_counts)
 from .tasks import data_lines, load_splits, resolve_task
 from .train import Recipe, n_evaluations
@@ -121,7 +121,7 @@ class SearchSummary:
         c = self.counts
         stopped = f", {c['interrupted']} interrupted" if c.get("interrupted") else ""     # Ctrl-C: not failures
         lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed{stopped}, "
-                     f"{c['rejected']} over budget (never trained); {self.wall_s:.0f}s")
+                     f"{c['rejected']} over budget (never trained); this run took {self.wall_s:.0f}s")
         if self.failures:
             lines.append("failures by kind: " + ", ".join(f"{k} {n}" for k, n in self.failures.items()))
         if self.did_not_learn and self.did_not_learn * 2 >= max(1, c["complete"]):
@@ -209,36 +209,39 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     printer = printer or (lambda line: print(line, flush=True))     # live even when piped to a file
     exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
-    task = resolve_task(exp.task)
-    task.check_max_length(exp.fidelity.max_length, "fidelity.max_length")
-    if exp.sampler not in SAMPLERS:
-        make_sampler(exp.sampler, exp.seed)                      # raises with the names
-    if exp.executor not in EXECUTORS:
-        raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
-    splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
-                         search_dev_size=exp.fidelity.search_dev)
-    model_config = model_config_for(exp.backbone, task, splits)
-    if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
-        check_languages(load_backbone(exp.backbone, task, splits)[1], task.seq2seq)
-    space = SearchSpace.load(exp.space)
-    n_layers = model_config.num_hidden_layers
-    backbone_params = count_parameters(model_config, PetlConfig()).backbone
-    budget = parse_budget(exp.budget, backbone_params)
-    smallest = smallest_count(space, model_config, n_layers)
-    if budget is not None and budget < smallest:
-        raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
-                          f"({smallest:,} deployable parameters on this backbone)")
-    fewest = smallest_module(space, model_config, n_layers)
-    if budget is not None and fewest is not None and budget < fewest:
-        raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
-                          f"{fewest:,} deployable parameters on this backbone (only the head would train)")
-    _check_backbone_files(exp.backbone)
-    if exp.strategy != "sampler" and budget is None:
-        raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
-    if exp.executor == "ray":
-        check_ray_address(exp.ray_address)
-    if exp.warm_start:
-        front_of(exp.warm_start)                 # a source that cannot be read is said before a study exists
+    with before_writing():                       # a stop here has written nothing: the CLI says so
+        task = resolve_task(exp.task)
+        task.check_max_length(exp.fidelity.max_length, "fidelity.max_length")
+        if exp.sampler not in SAMPLERS:
+            make_sampler(exp.sampler, exp.seed)                      # raises with the names
+        if exp.executor not in EXECUTORS:
+            raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
+        splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
+                             search_dev_size=exp.fidelity.search_dev)
+        model_config = model_config_for(exp.backbone, task, splits)
+        if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
+            check_languages(load_backbone(exp.backbone, task, splits)[1], task.seq2seq)
+        space = SearchSpace.load(exp.space)
+        n_layers = model_config.num_hidden_layers
+        backbone_params = count_parameters(model_config, PetlConfig()).backbone
+        budget = parse_budget(exp.budget, backbone_params)
+        smallest = smallest_count(space, model_config, n_layers)
+        if budget is not None and budget < smallest:
+            raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
+                              f"({smallest:,} deployable parameters on this backbone)")
+        fewest = smallest_module(space, model_config, n_layers)
+        if budget is not None and fewest is not None and budget < fewest:
+            raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
+                              f"{fewest:,} deployable parameters on this backbone (only the head would train)")
+        _check_backbone_files(exp.backbone)
+        if exp.sampler == "presets" and exp.strategy == "sampler" and not exp.warm_start:
+            _check_some_preset_fits(exp.presets, space, model_config, budget)
+        if exp.strategy != "sampler" and budget is None:
+            raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
+        if exp.executor == "ray":
+            check_ray_address(exp.ray_address)
+        if exp.warm_start:
+            front_of(exp.warm_start)                 # a source that cannot be read is said before a study exists
 
     # ---- the study ------------------------------------------------------------------------------
     baseline = trivial_baseline(task, splits)
@@ -258,6 +261,18 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         close_storage(study._storage)
     summary.wall_s = time.time() - start
     return summary
+
+
+def _check_some_preset_fits(names, space, model_config, budget: int | None) -> None:
+    """``sampler: presets`` trains presets only: one error, before a study exists, when none can train."""
+    fitting, over, refused = presets_within(names, space, model_config, budget)
+    if fitting:
+        return
+    whys = ([f"over the budget of {budget:,} deployable parameters: "
+             + ", ".join(f"{name} ({count:,})" for name, count in over)] if over else [])
+    whys += [f"the backbone cannot take {name} ({why})" for name, why in refused]
+    raise ConfigError(f"sampler: presets trains only presets, and none can train here: "
+                      f"{'; '.join(whys) if whys else 'presets: none names none'}")
 
 
 def _proposals(study) -> int:

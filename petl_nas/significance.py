@@ -4,7 +4,8 @@
   constant class (the majority class, or the class a metric such as F1 favours), a constant for
   regression (no correlation: 0), or copying the source for sequence-to-sequence tasks.
 - `standard_error`: a score's standard error over the rows it was measured on: binomial for
-  accuracy, a bootstrap (fixed seed) for F1, MCC and correlations.
+  accuracy (Agresti-Coull's, two successes and two failures added, so that 0 and 1 keep an error
+  bar), a bootstrap (fixed seed) for F1, MCC and correlations.
 - `did_not_learn`: within noise of the baseline (no more than two standard errors above it).
 - `clearly_better`: a difference beyond two standard errors of the difference.
 - `paired_difference`: per-seed differences of two configurations trained with the same seeds.
@@ -86,9 +87,10 @@ def standard_error(task, predictions, references) -> float | None:
     p, n = p.ravel(), len(r)
     if n < 2:
         return None
-    if task.main_metric == "accuracy":
-        acc = float(np.mean(p == r))
-        return math.sqrt(acc * (1 - acc) / n)
+    if task.main_metric == "accuracy":      # Agresti-Coull at z = 2: as the plain binomial one inside,
+        right = float(np.sum(p == r))        # and not 0 at an accuracy of 0 or 1 (where any gap was "beyond noise")
+        acc = (right + Z ** 2 / 2) / (n + Z ** 2)
+        return math.sqrt(acc * (1 - acc) / (n + Z ** 2))
     rng = np.random.default_rng(0)
     scores = []
     for _ in range(BOOTSTRAP_SAMPLES):

@@ -379,27 +379,16 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     to ``over_budget`` as "name (count)", and one the backbone cannot take (BitFit without biases, a
     prefix on DeBERTa) to ``refused`` as "name (reason)", so the search can say why it did not train it.
     """
-    check_preset_names(names)
-    explicit = names not in ("auto", None)
-    if not explicit:
-        names = preset_names()
-    elif names == "none":
-        return []
     seen = {t.user_attrs.get("preset") for t in study.get_trials(deepcopy=False)}
+    explicit = names not in ("auto", None)
+    fitting, over, refusals = presets_within(names, space, model_config, budget)
+    if explicit and over_budget is not None:
+        over_budget += [f"{name} ({count:,})" for name, count in over if name not in seen]
+    if explicit and refused is not None:
+        refused += [f"{name} ({why})" for name, why in refusals if name not in seen]
     queued = []
-    for name in names:
+    for name, config in fitting:
         if name in seen:
-            continue
-        config = space.with_head(preset(name, model_config))       # the head the searched trials get
-        try:
-            count = count_parameters(model_config, config)
-        except ConfigError as e:                                   # a form this backbone refuses
-            if explicit and refused is not None:
-                refused.append(f"{name} ({e})")
-            continue
-        if budget is not None and count.deployable > budget:
-            if explicit and over_budget is not None:
-                over_budget.append(f"{name} ({count.deployable:,})")
             continue
         lr = preset_lr(name)
         near = space.nearest_point(config, lr, n_layers)
@@ -414,6 +403,29 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
                                                 "recipe": {"lr": lr}, "off_space": why})
             queued.append(f"{name} (off the space: {why})")
     return queued
+
+
+def presets_within(names, space: SearchSpace, model_config, budget: int | None
+                   ) -> tuple[list[tuple[str, PetlConfig]], list[tuple[str, int]], list[tuple[str, str]]]:
+    """The presets ``names`` says (``auto``: all; ``none``: none) that fit ``budget``, each with its
+    configuration as a study trains it (the space's head); those over it, with their deployable
+    counts; and those the backbone cannot take, with the reason."""
+    check_preset_names(names)
+    if names == "none":
+        return [], [], []
+    fitting, over, refused = [], [], []
+    for name in preset_names() if names in ("auto", None) else names:
+        config = space.with_head(preset(name, model_config))       # the head the searched trials get
+        try:
+            count = count_parameters(model_config, config)
+        except ConfigError as e:                                   # a form this backbone refuses
+            refused.append((name, str(e)))
+            continue
+        if budget is not None and count.deployable > budget:
+            over.append((name, count.deployable))
+        else:
+            fitting.append((name, config))
+    return fitting, over, refused
 
 
 def preset_in_space(space: SearchSpace, name: str, model_config, n_layers: int) -> tuple[PetlConfig, float]:
@@ -489,6 +501,6 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
-__all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "preset_in_space", "front",
+__all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "presets_within", "preset_in_space", "front",
            "state_counts", "smallest_count", "smallest_module", "changed_settings", "is_trained", "claimed", "failure_kind", "failure_counts",
            "SAMPLERS", "LOST", "INTERRUPTED", "INVALID"]

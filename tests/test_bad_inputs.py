@@ -137,6 +137,9 @@ CASES = [
     ("executor-unknown", {}, ["--executor", "slurm"], "executor: unknown name 'slurm'"),
     ("scheduler-unknown", {}, ["--scheduler", "hyperband"], "scheduler: expected one of asha, fifo"),
     ("preset-unknown", {}, ["--presets", "lora,loar2"], "presets: unknown name 'loar2'"),
+    ("sampler-presets-none-fits", {}, ["--sampler", "presets", "--presets", "lora,houlsby", "--budget", "300"],
+     "sampler: presets trains only presets, and none can train here: over the budget of 300 deployable "
+     "parameters: lora ("),
     ("ray-address-unreachable", {}, ["--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}"],
      "nothing answers there"),
     ("heartbeat-grace-too-short", {"e.yaml": exp(heartbeat_interval=30, grace_period=10)}, [],

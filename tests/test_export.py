@@ -163,7 +163,7 @@ def test_export_says_what_it_picked_and_how(tmp_path, capsys):
     assert main(["export", "--storage", url, "--budget", "60", "-o", str(tmp_path / "b.yaml")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("trial 3, preset bitfit (accuracy 0.7000 on search dev, test 0.7100 (1 seed); 50 ")
-    assert "note: the record trains 1 epochs, the search scored 3" in out
+    assert "note: the record trains 1 epoch, the search scored 3" in out
     provenance = read_record(tmp_path / "b.yaml")["provenance"]
     assert provenance["pick"] == "best" and provenance["pick_budget"] == 60
     assert main(["export", "--storage", url, "--budget", "60", "--recipe", "search", "-o", str(tmp_path / "s.yaml")]) == 0

@@ -250,15 +250,20 @@ def test_study_searcher_records_every_outcome(tmp_path):
                               Recorder(source, lambda p, s, i: done.append(s)))
     for i in range(4):
         assert searcher.suggest(f"r{i}")["spec"]["number"] == i
+    # As Ray calls it: a result its scheduler stops the trial at goes to on_trial_complete only.
     searcher.on_trial_result("r0", {"score": 0.6, "training_iteration": 1, "final": False})
-    searcher.on_trial_complete("r0", {"score": 0.6, "training_iteration": 1, "final": False})
-    searcher.on_trial_complete("r1", {"score": 0.7, "final": True, "metrics": {"accuracy": 0.7}})
+    searcher.on_trial_complete("r0", {"score": 0.5, "training_iteration": 2, "final": False})
+    searcher.on_trial_result("r1", {"score": 0.6, "training_iteration": 1, "final": False})
+    searcher.on_trial_result("r1", {"score": 0.7, "last_score": 0.65, "training_iteration": 2, "final": True})
+    searcher.on_trial_complete("r1", {"score": 0.7, "last_score": 0.65, "training_iteration": 2, "final": True,
+                                      "metrics": {"accuracy": 0.7}})
     searcher.on_trial_complete("r2", {"score": -2.0, "final": False, "failed": "ValueError: bad data",
                                       "traceback": "Traceback ...\nValueError: bad data"})
     searcher.on_trial_complete("r3", {"score": -2.0, "final": False, "failed": "non-finite loss", "nan": True})
     states = [t.state for t in study.trials]
     assert states == [TrialState.PRUNED, TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED]
-    assert study.trials[0].user_attrs["intermediate_scores"] == [0.6]
+    assert study.trials[0].user_attrs["intermediate_scores"] == [0.6, 0.5]         # the stop's own evaluation too
+    assert study.trials[1].user_attrs["intermediate_scores"] == [0.6, 0.65]        # the closing report's last one
     assert study.trials[2].user_attrs["fail_reason"] == "ValueError: bad data"
     assert study.trials[2].user_attrs["fail_traceback"] == "Traceback ...\nValueError: bad data"   # where, for the dashboard
     assert done == ["pruned", "complete", "failed", "pruned"]
@@ -586,6 +591,65 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     assert study.trials[retry.number].state == TrialState.COMPLETE
 
 
+def test_ctrl_c_before_the_study_exists_says_nothing_was_written(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the search reads its data (or imports torch) once said "the study is kept" of a
+    study never made; and an error raised while that stop unwinds is the stop too."""
+    from petl_nas import search
+    from petl_nas.cli import main
+
+    write_experiment(tmp_path, experiment(tmp_path))
+    for stop in (KeyboardInterrupt(), None):
+        def reading(*args, stop=stop, **kw):
+            if stop is not None:
+                raise stop
+            try:
+                raise KeyboardInterrupt
+            finally:
+                raise OSError("[Errno 2] No such file or directory")       # cut short on its way out
+        monkeypatch.setattr(search, "load_splits", reading)
+        assert main(["search", "--experiment", "e.yaml"]) == 130
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == "petl-nas: interrupted before the study was made: nothing was written"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
+
+
+def test_a_second_ctrl_c_while_the_first_is_cleaned_up_still_marks_the_trial(tmp_path, monkeypatch, capsys):
+    """Ctrl-C twice: the second landed while the running trials were being marked, cut that short
+    and left the trial RUNNING (a resume then waited out its heartbeat and counted it failed). Now
+    it is said, the marking ends, and the search stops as the first Ctrl-C asked."""
+    import os
+    import signal
+
+    from petl_nas import executors, search
+    from petl_nas.cli import main
+    from petl_nas.study import INTERRUPTED
+
+    exp = experiment(tmp_path, trials=3, presets="none", budget="20%")
+    write_experiment(tmp_path, exp)
+    real_trial, real_marking, calls = executors.run_trial, search.fail_interrupted, []
+
+    def interrupted_second(trial_spec, **kw):
+        calls.append(trial_spec.number)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_trial(trial_spec, **kw)
+
+    def pressed_again(*args, **kw):
+        os.kill(os.getpid(), signal.SIGINT)       # its handler runs at once, here, in the main thread
+        return real_marking(*args, **kw)
+    monkeypatch.setattr(executors, "run_trial", interrupted_second)
+    monkeypatch.setattr(search, "fail_interrupted", pressed_again)
+    assert main(["search", "--experiment", "e.yaml"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2:] == ["petl-nas: still stopping: the running trials are being marked as interrupted",
+                        "petl-nas: interrupted; the study is kept: run the same command again to go on"]
+    trials = load(exp).trials
+    assert not any(t.state == TrialState.RUNNING for t in trials)
+    (stopped,) = [t for t in trials if t.state == TrialState.FAIL]
+    assert stopped.user_attrs["fail_kind"] == INTERRUPTED and stopped.number == calls[1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler       # as before the search
+
+
 def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one_warning_and_one_line(
         tmp_path, monkeypatch, capsys):
     """Ctrl-C can land inside a storage call, and marking the running trials interrupted can then
@@ -681,7 +745,7 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
 
 @pytest.mark.slow
 def test_sigterm_stops_a_ray_search_as_ctrl_c_does(tmp_path):
-    """SIGTERM (`timeout`, a batch scheduler) to `petl-nas search` through Ray: exit 130, the one
+    """SIGTERM (`timeout`, a batch scheduler) to `petl-nas search` through Ray: exit 143, the one
     line, and the running trial failed as interrupted for a retry. Ray's start-up installs a SIGTERM
     handler of its own that printed a native stack and killed the process, the trial left RUNNING."""
     import signal
@@ -709,7 +773,7 @@ def test_sigterm_stops_a_ray_search_as_ctrl_c_does(tmp_path):
         time.sleep(0.5)                                     # a trial done, others running in Ray workers
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=300)
-    assert run.returncode == 130, err
+    assert run.returncode == 143, err                        # 128 + SIGTERM, as a shell says of a process it killed
     assert err.strip().splitlines()[-1] == "petl-nas: interrupted; the study is kept: run the same command again to go on"
     assert "SIGTERM received" not in err
     trials = load(exp).trials
@@ -734,7 +798,7 @@ def test_the_summary_counts_interrupted_trials_apart_from_failed_ones():
     summary = summarize(study, Experiment(), None, 10_000)
     assert summary.counts["failed"] == 1 and summary.counts["interrupted"] == 1
     lines = summary.table().splitlines()
-    assert "trials: 1 complete, 0 pruned, 1 failed, 1 interrupted, 0 over budget (never trained); 0s" in lines
+    assert "trials: 1 complete, 0 pruned, 1 failed, 1 interrupted, 0 over budget (never trained); this run took 0s" in lines
     assert f"failures by kind: {INTERRUPTED} 1, out of memory 1" in lines
 
 
@@ -781,16 +845,18 @@ def test_a_search_dev_too_small_to_rank_is_said(tmp_path):
 
 def test_sigterm_stops_a_search_as_ctrl_c_does():
     """Inside `stops_on_signals` SIGTERM and SIGINT raise KeyboardInterrupt (the path that fails and
-    re-queues running trials); outside it the previous handlers are back."""
+    re-queues running trials); outside it the previous handlers are back. The command then exits
+    128 + the signal: 143 for SIGTERM (a batch scheduler's stop), 130 for Ctrl-C."""
     import os
     import signal
 
-    from petl_nas.interrupts import stops_on_signals
+    from petl_nas.interrupts import exit_status, stops_on_signals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    for s in before:
+    for s, status in zip(before, (143, 130)):
         with pytest.raises(KeyboardInterrupt), stops_on_signals():
             os.kill(os.getpid(), s)
+        assert exit_status() == status
     assert {s: signal.getsignal(s) for s in before} == before
 
 

@@ -54,7 +54,9 @@ def test_standard_errors():
     refs = np.array([1, 0] * 50)
     preds = refs.copy()
     preds[:20] = 1 - preds[:20]                                    # 80% right
-    assert standard_error(sst2, preds, refs) == pytest.approx(math.sqrt(0.8 * 0.2 / 100))
+    assert standard_error(sst2, preds, refs) == pytest.approx(math.sqrt(82 / 104 * 22 / 104 / 104))   # Agresti-Coull
+    assert standard_error(sst2, preds, refs) == pytest.approx(math.sqrt(0.8 * 0.2 / 100), rel=0.01)  # ~ the binomial
+    assert standard_error(sst2, refs, refs) == pytest.approx(math.sqrt(102 / 104 * 2 / 104 / 104))   # 1.0: not 0
     se = standard_error(cola, preds, refs)                         # MCC: bootstrap, deterministic
     assert se == standard_error(cola, preds, refs) and 0.03 < se < 0.12
     big = np.tile(refs, 10), np.tile(preds, 10)
