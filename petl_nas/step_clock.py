@@ -21,8 +21,9 @@ import torch
 
 class StepClock:
     """``one_off(batch)`` says whether the step about to run on ``batch`` pays a one-off cost
-    (None: no step does). Start it where the loop starts, run each step inside `step` and what is
-    not a step inside `aside`, then read `ms_per_step` and `steps_timed`."""
+    (None: no step does). Start it where the loop starts (a run resumed from a checkpoint: where it
+    resumes), run each step inside `step` and what is not a step inside `aside`, then read
+    `ms_per_step` and `steps_timed`."""
 
     def __init__(self, device: torch.device | str, one_off: Callable[[dict], bool] | None = None,
                  clock: Callable[[], float] = time.perf_counter):
@@ -30,6 +31,7 @@ class StepClock:
         self.one_off, self.clock = one_off, clock
         self.start_s = clock()
         self.aside_s = 0.0
+        self.steps = 0                        # run inside `step`
         self.one_off_s, self.one_off_steps = 0.0, 0
 
     @contextlib.contextmanager
@@ -45,6 +47,7 @@ class StepClock:
     @contextlib.contextmanager
     def step(self, batch: dict) -> Iterator[None]:
         """One optimiser step on ``batch``; left out if it pays a one-off cost."""
+        self.steps += 1
         if self.one_off is None or not self.one_off(batch):
             yield
             return
@@ -55,16 +58,16 @@ class StepClock:
         self.one_off_s += self.clock() - start
         self.one_off_steps += 1
 
-    def steps_timed(self, steps: int) -> int:
-        """How many of ``steps`` the mean is over."""
-        return steps - self.one_off_steps if steps > self.one_off_steps else steps
+    def steps_timed(self) -> int:
+        """How many steps the mean is over."""
+        return self.steps - self.one_off_steps if self.steps > self.one_off_steps else self.steps
 
-    def ms_per_step(self, steps: int) -> float:
-        """Mean milliseconds per timed step, after ``steps`` steps since the clock started."""
+    def ms_per_step(self) -> float:
+        """Mean milliseconds per timed step since the clock started."""
         loop_s = self.clock() - self.start_s - self.aside_s
-        if steps > self.one_off_steps:
+        if self.steps > self.one_off_steps:
             loop_s -= self.one_off_s
-        return 1000 * loop_s / max(1, self.steps_timed(steps))
+        return 1000 * loop_s / max(1, self.steps_timed())
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

@@ -103,7 +103,7 @@ class TrainResult:
     wall_s: float = 0.0
     peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
     train_step_ms: float = 0.0    # mean wall time of one optimiser step, what is not a step's left out (`step_clock`)
-    steps_timed: int = 0          # the steps that mean is over
+    steps_timed: int = 0          # the steps that mean is over (this call's: not a checkpoint's before it)
     frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
     graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
 
@@ -366,8 +366,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     best = max(history, key=lambda m: m[task.main_metric])
     return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
                        metrics=best, history=history, steps=step, wall_s=time.perf_counter() - start,
-                       peak_mem_mb=memory.peak_mb(), train_step_ms=clock.ms_per_step(step),
-                       steps_timed=clock.steps_timed(step),
+                       peak_mem_mb=memory.peak_mb(), train_step_ms=clock.ms_per_step(),
+                       steps_timed=clock.steps_timed(),
                        frozen=reuse.info.to_dict() if reuse is not None else None,
                        graphs=graph_info.to_dict() if graph_info is not None else None)
 

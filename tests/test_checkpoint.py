@@ -59,6 +59,7 @@ def test_a_run_resumed_from_its_last_epoch_ends_as_the_uninterrupted_run(tmp_pat
     assert state["epoch"] == 1 and state["step"] == len(data.train) // 16 + (len(data.train) % 16 > 0)
     got = train(resumed, data, task, recipe, resume=state)
     assert got.steps == expected.steps and got.history == expected.history
+    assert got.steps_timed == got.steps - state["step"] and expected.steps_timed == expected.steps  # this call's
     a, b = _trainable(whole), _trainable(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
 
