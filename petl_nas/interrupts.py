@@ -54,8 +54,11 @@ def stops_on_signals():
 
 def exit_status() -> int:
     """What a stopped command exits with: 128 + the signal, as a shell reports a process it killed
-    (SIGTERM: 143, so that a batch scheduler tells its own stop from Ctrl-C's 130)."""
-    return 128 + (_LAST_SIGNAL[0] if _LAST_SIGNAL else signal.SIGINT)
+    (SIGTERM: 143, so that a batch scheduler tells its own stop from Ctrl-C's 130). Read once: a
+    later stop in the same process is its own."""
+    signum = _LAST_SIGNAL.pop() if _LAST_SIGNAL else signal.SIGINT
+    _LAST_SIGNAL.clear()
+    return 128 + signum
 
 
 def caused_by_interrupt(e: BaseException) -> bool:
