@@ -23,8 +23,8 @@ and gradients) before it is timed. The cases:
   768-wide product, reduction or bias gradient beside the matmul; 49 columns, or padded to 56),
   and against (g·a)·Wᵀ + g·b.
 - fp32 master weights cast to bf16 for a step (Houlsby's 24 adapters: 96 weights, through a chain
-  of 24 adapters on x [N, 768]): one cast per weight and one cast of each gradient back, as
-  autocast runs them (now), against the weights as views of one flat fp32 buffer, cast once and
+  of 24 adapters on x [N, 768]): one cast per weight and one cast of each gradient back, the
+  kernels autocast runs for them (now; cast explicitly here), against the weights as views of one flat fp32 buffer, cast once and
   split (its gradient: one join and one cast back);
 - LoRA's update added onto its frozen linear's output, x [N, 768] -> 3,072 (FFN LoRA's W1, r = 8):
   ``h + u·Bᵀ`` (now) against ``addmm_`` into the 2-D output in place (no add, no copy; the

@@ -636,21 +636,28 @@ def _stdout_closed() -> bool:
         fd = sys.stdout.fileno()
     except (OSError, ValueError):            # not a file: captured, replaced
         return False
+    if not hasattr(select, "poll"):          # Windows: no poll; the error is said as any other
+        return False
     poller = select.poll()
     poller.register(fd, select.POLLOUT)
     if not any(events & select.POLLERR for _, events in poller.poll(0)):
         return False
-    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
     return True
 
 
 def _interrupted(args, stop: BaseException) -> int:
+    cause = stop.__cause__ if isinstance(stop, StoppedBeforeWriting) else None
+    if cause is not None and not isinstance(cause, KeyboardInterrupt):   # an error while the stop unwound
+        print(f"petl-nas: warning: stopping raised {one_line(cause)}", file=sys.stderr)
     if isinstance(stop, StoppedBeforeWriting):
         after = " before the study was made: nothing was written" if args.func is cmd_search else ""
     else:
         after = "; the study is kept: run the same command again to go on" if args.func is cmd_search else ""
     print("petl-nas: interrupted" + after, file=sys.stderr)
-    return exit_status()
+    return exit_status(stop)
 
 
 if __name__ == "__main__":

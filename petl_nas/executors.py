@@ -67,6 +67,10 @@ class Recorder:
 
     def result(self, p: Proposal, index: int, score: float) -> None:
         raise_if_stopped()                       # a Ctrl-C Python dropped stops the search here
+        self.add_intermediate(p, score)
+
+    def add_intermediate(self, p: Proposal, score: float) -> None:
+        """One more evaluation's score of ``p`` (no stop check: a trial's closing is written whole)."""
         scores = self.intermediate.setdefault(p.number, [])
         scores.append(score)
         # Multi-objective studies cannot store Trial.report values: keep them as a user attribute.
@@ -299,7 +303,7 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             """The score of evaluation ``evaluations``, unless recorded: Ray shows the searcher no
             result its scheduler stopped a trial at, nor (here) the result that closes a trial."""
             if len(recorder.intermediate.get(p.number, ())) < evaluations:
-                recorder.result(p, evaluations, score)
+                recorder.add_intermediate(p, score)
 
         def save(self, checkpoint_path: str) -> None:
             pass

@@ -20,8 +20,15 @@ import threading
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
-_STOPPED = threading.Event()
-_LAST_SIGNAL: list[int] = []          # the signal of the last stop, kept after `stops_on_signals` ends
+_STOPPED: list[int] = []              # the signal of a stop raised and not raised again since
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop by a signal: Ctrl-C's SIGINT, or SIGTERM (``timeout``, a batch scheduler, ``kill``)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__()
+        self.signum = signum
 
 
 @contextlib.contextmanager
@@ -34,11 +41,9 @@ def stops_on_signals():
         return
 
     def stop(signum, frame):
-        _STOPPED.set()
-        _LAST_SIGNAL[:] = [signum]
-        raise KeyboardInterrupt
+        _STOPPED[:] = [signum]
+        raise Stopped(signum)
     _STOPPED.clear()
-    _LAST_SIGNAL.clear()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s, handler in previous.items():
         if handler is not signal.SIG_IGN or s == signal.SIGTERM:
@@ -52,13 +57,21 @@ def stops_on_signals():
         _STOPPED.clear()
 
 
-def exit_status() -> int:
-    """What a stopped command exits with: 128 + the signal, as a shell reports a process it killed
-    (SIGTERM: 143, so that a batch scheduler tells its own stop from Ctrl-C's 130). Read once: a
-    later stop in the same process is its own."""
-    signum = _LAST_SIGNAL.pop() if _LAST_SIGNAL else signal.SIGINT
-    _LAST_SIGNAL.clear()
-    return 128 + signum
+def exit_status(stop: BaseException) -> int:
+    """What a command stopped by ``stop`` (or an error raised while it unwound) exits with: 128 +
+    the signal, as a shell reports a process it killed (SIGTERM: 143, so that a batch scheduler
+    tells its own stop from Ctrl-C's 130)."""
+    return 128 + _signal_of(stop)
+
+
+def _signal_of(stop: BaseException | None) -> int:
+    seen = set()
+    while stop is not None and id(stop) not in seen:
+        if isinstance(stop, Stopped):
+            return stop.signum
+        seen.add(id(stop))
+        stop = stop.__cause__ or stop.__context__
+    return signal.SIGINT
 
 
 def caused_by_interrupt(e: BaseException) -> bool:
@@ -84,20 +97,20 @@ def interruptible(body: Callable[[], T], on_stop: Callable[[str | None], None]) 
     frames, and whatever storage connection they held, are let go; then KeyboardInterrupt."""
     try:
         return body()
-    except KeyboardInterrupt:
-        masked = None
+    except KeyboardInterrupt as e:
+        masked, signum = None, _signal_of(e)
     except Exception as e:                                   # noqa: BLE001 - re-raised unless an interrupt's
         if not caused_by_interrupt(e):
             raise
-        masked = one_line(e)
+        masked, signum = one_line(e), _signal_of(e)
     with _stops_wait():
         on_stop(masked)
-    raise KeyboardInterrupt
+    raise Stopped(signum)
 
 
 @contextlib.contextmanager
 def _stops_wait():
-    """Within it, SIGINT and SIGTERM raise nothing; each says once that the stop is under way."""
+    """Within it, SIGINT and SIGTERM raise nothing; each says that the stop is under way."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -133,10 +146,9 @@ def before_writing():
 
 def raise_if_stopped() -> None:
     """Raise KeyboardInterrupt if a signal stopped the search and its interrupt was dropped; once."""
-    if _STOPPED.is_set():
-        _STOPPED.clear()
-        raise KeyboardInterrupt
+    if _STOPPED:
+        raise Stopped(_STOPPED.pop())
 
 
 __all__ = ["stops_on_signals", "raise_if_stopped", "caused_by_interrupt", "interruptible", "one_line",
-           "StoppedBeforeWriting", "before_writing", "exit_status"]
+           "Stopped", "StoppedBeforeWriting", "before_writing", "exit_status"]

@@ -234,7 +234,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
             raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
                               f"{fewest:,} deployable parameters on this backbone (only the head would train)")
         _check_backbone_files(exp.backbone)
-        if exp.sampler == "presets" and exp.strategy == "sampler" and not exp.warm_start:
+        if exp.sampler == "presets" and exp.strategy == "sampler" and not exp.warm_start and not exp.final.baselines:
             _check_some_preset_fits(exp.presets, space, model_config, budget)
         if exp.strategy != "sampler" and budget is None:
             raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
@@ -272,7 +272,7 @@ def _check_some_preset_fits(names, space, model_config, budget: int | None) -> N
              + ", ".join(f"{name} ({count:,})" for name, count in over)] if over else [])
     whys += [f"the backbone cannot take {name} ({why})" for name, why in refused]
     raise ConfigError(f"sampler: presets trains only presets, and none can train here: "
-                      f"{'; '.join(whys) if whys else 'presets: none names none'}")
+                      f"{'; '.join(whys) if whys else 'presets: none'}")
 
 
 def _proposals(study) -> int:

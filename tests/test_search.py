@@ -245,10 +245,10 @@ def test_study_searcher_records_every_outcome(tmp_path):
     model = tiny_backbone(vocab_size=50)
     source = TrialSource(study, SearchSpace.load("small"), model.config, budget=None, n_layers=2)
     done = []
-    searcher = _make_searcher(source, 5, lambda p: TrialSpec(backbone=TINY, task="demo_sentiment",
+    searcher = _make_searcher(source, 6, lambda p: TrialSpec(backbone=TINY, task="demo_sentiment",
                                                               config={}, recipe={}, number=p.number),
                               Recorder(source, lambda p, s, i: done.append(s)))
-    for i in range(4):
+    for i in range(5):
         assert searcher.suggest(f"r{i}")["spec"]["number"] == i
     # As Ray calls it: a result its scheduler stops the trial at goes to on_trial_complete only.
     searcher.on_trial_result("r0", {"score": 0.6, "training_iteration": 1, "final": False})
@@ -260,15 +260,51 @@ def test_study_searcher_records_every_outcome(tmp_path):
     searcher.on_trial_complete("r2", {"score": -2.0, "final": False, "failed": "ValueError: bad data",
                                       "traceback": "Traceback ...\nValueError: bad data"})
     searcher.on_trial_complete("r3", {"score": -2.0, "final": False, "failed": "non-finite loss", "nan": True})
+    searcher.on_trial_result("r4", {"score": 0.4, "training_iteration": 1, "final": False})   # recorded once,
+    searcher.on_trial_complete("r4", {"score": 0.4, "training_iteration": 1, "final": False})  # though seen twice
     states = [t.state for t in study.trials]
-    assert states == [TrialState.PRUNED, TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED]
+    assert states == [TrialState.PRUNED, TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.PRUNED]
+    assert study.trials[4].user_attrs["intermediate_scores"] == [0.4]
     assert study.trials[0].user_attrs["intermediate_scores"] == [0.6, 0.5]         # the stop's own evaluation too
     assert study.trials[1].user_attrs["intermediate_scores"] == [0.6, 0.65]        # the closing report's last one
     assert study.trials[2].user_attrs["fail_reason"] == "ValueError: bad data"
     assert study.trials[2].user_attrs["fail_traceback"] == "Traceback ...\nValueError: bad data"   # where, for the dashboard
-    assert done == ["pruned", "complete", "failed", "pruned"]
-    searcher.suggest("r4")
-    assert searcher.suggest("r5") == searcher.FINISHED
+    assert done == ["pruned", "complete", "failed", "pruned", "pruned"]
+    searcher.suggest("r5")
+    assert searcher.suggest("r6") == searcher.FINISHED
+
+
+def test_a_trial_that_closes_while_a_dropped_ctrl_c_is_pending_is_still_written(tmp_path):
+    """A stop Python dropped is raised again at the next intermediate score; the closing of a trial
+    (its last score and its result) is written whole first, not cut between the two."""
+    import signal
+
+    pytest.importorskip("ray")
+    from petl_nas.executors import Recorder, _make_searcher
+    from petl_nas.interrupts import raise_if_stopped, stops_on_signals
+    from petl_nas.space import SearchSpace
+    from petl_nas.study import TrialSource
+    from petl_nas.tiny import tiny_backbone
+    from petl_nas.worker import TrialSpec
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    source = TrialSource(study, SearchSpace.load("small"), tiny_backbone(vocab_size=50).config, budget=None,
+                         n_layers=2)
+    searcher = _make_searcher(source, 1, lambda p: TrialSpec(backbone=TINY, task="demo_sentiment", config={},
+                                                              recipe={}, number=p.number), Recorder(source))
+    searcher.suggest("r0")
+    with stops_on_signals():
+        with pytest.raises(KeyboardInterrupt):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)      # pressed; suppose Python dropped it
+        try:
+            searcher.on_trial_complete("r0", {"score": 0.7, "last_score": 0.7, "training_iteration": 1,
+                                              "final": True, "metrics": {"accuracy": 0.7}})
+        except KeyboardInterrupt:
+            pytest.fail("the pending stop cut the trial's closing short")
+        assert study.trials[0].state == TrialState.COMPLETE
+        assert study.trials[0].user_attrs["intermediate_scores"] == [0.7]
+        with pytest.raises(KeyboardInterrupt):
+            raise_if_stopped()                                        # and the stop is still there
 
 
 def test_search_on_a_local_csv_task_through_ray(tmp_path):
@@ -610,6 +646,8 @@ def test_ctrl_c_before_the_study_exists_says_nothing_was_written(tmp_path, monke
         assert main(["search", "--experiment", "e.yaml"]) == 130
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1] == "petl-nas: interrupted before the study was made: nothing was written"
+        if stop is None:                                  # the error is said, in one warning
+            assert err[-2] == "petl-nas: warning: stopping raised OSError: [Errno 2] No such file or directory"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["e.yaml"]
 
 
@@ -854,10 +892,17 @@ def test_sigterm_stops_a_search_as_ctrl_c_does():
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     for s, status in zip(before, (143, 130)):
-        with pytest.raises(KeyboardInterrupt), stops_on_signals():
+        with pytest.raises(KeyboardInterrupt) as stop, stops_on_signals():
             os.kill(os.getpid(), s)
-        assert exit_status() == status
-        assert exit_status() == 130             # read once: a later Ctrl-C (outside a search) is not a SIGTERM
+        assert exit_status(stop.value) == status
+        try:                                    # an error raised while the stop unwound carries it
+            try:
+                raise stop.value
+            finally:
+                raise OSError("cut short")
+        except OSError as e:
+            assert exit_status(e) == status
+    assert exit_status(KeyboardInterrupt()) == 130    # a Ctrl-C outside a search
     assert {s: signal.getsignal(s) for s in before} == before
 
 

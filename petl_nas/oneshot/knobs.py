@@ -97,7 +97,7 @@ class _Runs:
     printer: Callable[[str], None]
 
 
-def _search(storage, study_name: str, oneshot, runs: _Runs, seed: int, fresh: bool, lock, interval, grace):
+def _search(storage, study_name: str, oneshot, shared: _Runs, seed: int, fresh: bool, lock, interval, grace):
     ranges = oneshot.knob_ranges()
     dists = distributions(ranges, oneshot.KNOBS)
     fixed = oneshot.knobs()
@@ -120,7 +120,7 @@ def _search(storage, study_name: str, oneshot, runs: _Runs, seed: int, fresh: bo
                 fail_interrupted(ks, lambda: [trial._trial_id],       # noqa: SLF001 - the resumed search goes
                                  lock, {"fail_kind": INTERRUPTED}, grace, masked)     # on in this run
             try:
-                interruptible(lambda: _one_run(ks, trial, fixed, ranges, runs), stopped)
+                interruptible(lambda: _one_run(ks, trial, fixed, ranges, shared), stopped)
             finally:
                 heartbeat.discard(trial._trial_id)              # noqa: SLF001 - as study.TrialSource does
     finally:
@@ -150,21 +150,21 @@ def _claim(ks, dists, runs: int, heartbeat):
     return trial, running
 
 
-def _one_run(ks, trial, fixed: dict, ranges: dict, runs: _Runs) -> None:
+def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
     """Train one supernet with ``trial``'s knobs and tell the knob study how its proposals scored."""
-    printer = runs.printer
+    printer = shared.printer
     again = RetryHeartbeatStaleTrialCallback.retried_trial_number(ks.trials[trial.number])
     if again is not None:
         printer(f"one-shot knobs: run {again} left no result (its worker stopped); run {trial.number} trains "
                 f"its knobs again, from its last saved epoch, if any")
     knobs = {**fixed, **trial.params}
-    run_spec = dataclasses.replace(runs.spec, lr=knobs["lr"], gate_lr=knobs["gate_lr"], init_open=knobs["init_open"],
+    run_spec = dataclasses.replace(shared.spec, lr=knobs["lr"], gate_lr=knobs["gate_lr"], init_open=knobs["init_open"],
                                    penalty_step=knobs["penalty_step"], temperature=knobs["temperature"],
                                    rate_proposals=True,
-                                   checkpoint=os.path.join(runs.state_dir, f"knobs-{_digest(trial.params)}.pt"))
+                                   checkpoint=os.path.join(shared.state_dir, f"knobs-{_digest(trial.params)}.pt"))
     start = time.perf_counter()
     try:
-        result = runs.run(run_spec)
+        result = shared.run(run_spec)
     except RuntimeError as e:
         if not diverged(e):
             raise
@@ -172,7 +172,7 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, runs: _Runs) -> None:
         ks.tell(trial, state=TrialState.FAIL)
         printer(f"one-shot knobs: run {trial.number} failed ({_short(e)}); going on")
         return
-    value = inherited_hypervolume(result["proposed"], runs.reference)
+    value = inherited_hypervolume(result["proposed"], shared.reference)
     record = {"number": trial.number, "knobs": knobs, "hypervolume": round(value, 6), "score": result["score"],
               "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
               "resumed_from": result["resumed_from"],
