@@ -31,6 +31,16 @@ def check_mode(mode: str) -> str:
     return mode
 
 
+def graphs_compiled() -> int | None:
+    """How many graphs torch.compile has compiled in this process so far (Dynamo's own count), or
+    None where this torch does not keep it (`step_clock`: a step at a new shape may compile)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:                                   # noqa: BLE001 - an internal that may move
+        return None
+
+
 def fresh_compiled(model: nn.Module, mode: str) -> nn.Module:
     """`compiled`, after dropping every graph compiled before in this process: a worker runs one
     run at a time, and the graphs of earlier runs (each configuration its own) would only count
@@ -59,4 +69,4 @@ def compiled(model: nn.Module, mode: str) -> nn.Module:
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
-__all__ = ["COMPILE_MODES", "check_mode", "compiled", "fresh_compiled"]
+__all__ = ["COMPILE_MODES", "check_mode", "compiled", "fresh_compiled", "graphs_compiled"]

@@ -20,15 +20,17 @@ import torch
 
 
 class StepClock:
-    """``one_off(batch)`` says whether the step about to run on ``batch`` pays a one-off cost
-    (None: no step does). Start it where the loop starts (a run resumed from a checkpoint: where it
+    """``one_off(batch)`` says whether the step about to run on ``batch`` may pay a one-off cost
+    (None: no step does); ``count()``, where given, counts what was paid so far (graphs compiled),
+    so that such a step that paid nothing (a shape a dynamic graph took) is timed as the others.
+    Start it where the loop starts (a run resumed from a checkpoint: where it
     resumes), run each step inside `step` and what is not a step inside `aside`, then read
     `ms_per_step` and `steps_timed`."""
 
     def __init__(self, device: torch.device | str, one_off: Callable[[dict], bool] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 count: Callable[[], int | None] | None = None, clock: Callable[[], float] = time.perf_counter):
         self.device = torch.device(device)
-        self.one_off, self.clock = one_off, clock
+        self.one_off, self.count, self.clock = one_off, count, clock
         self.start_s = clock()
         self.aside_s = 0.0
         self.steps = 0                        # run inside `step`
@@ -52,9 +54,12 @@ class StepClock:
             yield
             return
         self._sync()                          # the steps queued before it are theirs, not its
+        paid_before = self.count() if self.count is not None else None
         start = self.clock()
         yield
         self._sync()
+        if paid_before is not None and self.count() == paid_before:
+            return                            # it paid nothing after all: a step like the others
         self.one_off_s += self.clock() - start
         self.one_off_steps += 1
 

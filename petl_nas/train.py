@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from . import checkpoint
-from .compiling import check_mode, fresh_compiled
+from .compiling import check_mode, fresh_compiled, graphs_compiled
 from .costs import MemoryProbe
 from .frozen import FrozenReuse
 from .head import head_parameters, start_regression_at_mean
@@ -311,8 +311,12 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse, layerdrop)
     padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}   # few shapes: few graphs to record
     eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
-    one_off = graphs.will_record if graphs is not None else first_of_each_shape() if recipe.compile != "off" else None
-    clock = StepClock(device, one_off)
+    if graphs is not None:                    # a new shape is recorded: a one-off cost, always
+        clock = StepClock(device, graphs.will_record)
+    elif recipe.compile != "off":             # a new shape may compile (not once a graph is dynamic)
+        clock = StepClock(device, first_of_each_shape(), graphs_compiled)
+    else:
+        clock = StepClock(device)
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -56,6 +56,18 @@ def test_a_run_whose_every_step_was_a_first_is_timed_over_all_of_them():
     assert (clock.ms_per_step(), clock.steps_timed()) == (2000.0, 2)
 
 
+def test_a_new_shape_that_compiled_nothing_is_timed_as_the_others():
+    """Compiled, a graph goes dynamic at its second shape: the shapes after it compile nothing, and
+    their first steps are steps like the others (Dynamo's count of graphs says which)."""
+    fake, compiled = FakeClock(), [0]
+    clock = StepClock("cpu", first_of_each_shape(), lambda: compiled[0], clock=fake)
+    for length, seconds, compiles in ((8, 30.0, 1), (8, 1.0, 0), (16, 30.0, 1), (24, 1.0, 0), (32, 1.0, 0)):
+        with clock.step(batch(length)):
+            fake.now += seconds
+            compiled[0] += compiles
+    assert (clock.ms_per_step(), clock.steps_timed()) == (1000.0, 3)
+
+
 def test_a_shape_is_new_once():
     new = first_of_each_shape()
     assert [new(batch(n)) for n in (8, 16, 8, 16, 24)] == [True, True, False, False, True]
