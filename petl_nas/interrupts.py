@@ -21,6 +21,7 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 _STOPPED: list[int] = []              # the signal of a stop raised and not raised again since
+_SIGNALLED: list[int] = []            # the signal of the last stop within `stops_on_signals`
 
 
 class Stopped(KeyboardInterrupt):
@@ -41,20 +42,26 @@ def stops_on_signals():
         return
 
     def stop(signum, frame):
-        _STOPPED[:] = [signum]
+        _STOPPED[:] = _SIGNALLED[:] = [signum]
         raise Stopped(signum)
     _STOPPED.clear()
+    _SIGNALLED.clear()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s, handler in previous.items():
         if handler is not signal.SIG_IGN or s == signal.SIGTERM:
             signal.signal(s, stop)
     try:
         yield
+    except KeyboardInterrupt as e:
+        if _SIGNALLED and not isinstance(e, Stopped):   # re-raised plainly (Ray Tune does): the signal it was
+            raise Stopped(_SIGNALLED[0]) from e
+        raise
     finally:
         for s, handler in previous.items():
             if handler is not None:                  # None: a handler not set from Python, left as it is
                 signal.signal(s, handler)
         _STOPPED.clear()
+        _SIGNALLED.clear()
 
 
 def exit_status(stop: BaseException) -> int:
@@ -105,7 +112,7 @@ def interruptible(body: Callable[[], T], on_stop: Callable[[str | None], None]) 
         masked, signum = one_line(e), _signal_of(e)
     with _stops_wait():
         on_stop(masked)
-    raise Stopped(signum)
+    raise Stopped(_SIGNALLED[0] if _SIGNALLED else signum)   # Ray re-raises a stop as a plain KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -888,7 +888,7 @@ def test_sigterm_stops_a_search_as_ctrl_c_does():
     import os
     import signal
 
-    from petl_nas.interrupts import exit_status, stops_on_signals
+    from petl_nas.interrupts import exit_status, interruptible, stops_on_signals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     for s, status in zip(before, (143, 130)):
@@ -903,6 +903,20 @@ def test_sigterm_stops_a_search_as_ctrl_c_does():
         except OSError as e:
             assert exit_status(e) == status
     assert exit_status(KeyboardInterrupt()) == 130    # a Ctrl-C outside a search
+    with stops_on_signals():                          # Ray Tune re-raises a stop as a plain KeyboardInterrupt
+        def as_ray_does():
+            try:
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+            except KeyboardInterrupt:
+                stopped = True                        # its controller stops the trials, then raises anew
+            if stopped:
+                raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt) as stop:
+            interruptible(as_ray_does, lambda masked: None)
+    assert exit_status(stop.value) == 143
+    with pytest.raises(KeyboardInterrupt) as stop, stops_on_signals():
+        as_ray_does()                                 # outside `interruptible` too
+    assert exit_status(stop.value) == 143
     assert {s: signal.getsignal(s) for s in before} == before
 
 
