@@ -18,6 +18,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from .step_graphs import shape_key
+
 
 class StepClock:
     """``one_off(batch)`` says whether the step about to run on ``batch`` may pay a one-off cost
@@ -65,14 +67,15 @@ class StepClock:
 
     def steps_timed(self) -> int:
         """How many steps the mean is over."""
-        return self.steps - self.one_off_steps if self.steps > self.one_off_steps else self.steps
+        return self.steps - self.one_off_steps if self._some_timed() else self.steps
 
     def ms_per_step(self) -> float:
         """Mean milliseconds per timed step since the clock started."""
-        loop_s = self.clock() - self.start_s - self.aside_s
-        if self.steps > self.one_off_steps:
-            loop_s -= self.one_off_s
+        loop_s = self.clock() - self.start_s - self.aside_s - (self.one_off_s if self._some_timed() else 0.0)
         return 1000 * loop_s / max(1, self.steps_timed())
+
+    def _some_timed(self) -> bool:
+        return self.steps > self.one_off_steps
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -84,7 +87,7 @@ def first_of_each_shape() -> Callable[[dict], bool]:
     seen: set[tuple] = set()
 
     def new(batch: dict) -> bool:
-        key = tuple((name, tuple(t.shape)) for name, t in batch.items())
+        key = shape_key(batch)
         if key in seen:
             return False
         seen.add(key)

@@ -102,7 +102,7 @@ class GraphedSteps:
     def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.info.why_not is not None or self.info.eager_steps < WARMUP:
             return self._eager(batch)
-        key = _shape_key(batch)
+        key = shape_key(batch)
         rec = self.graphs.get(key)
         if rec is None:
             rec = self._record(key, batch)
@@ -116,7 +116,7 @@ class GraphedSteps:
 
     def will_record(self, batch: dict[str, torch.Tensor]) -> bool:
         """Whether the call on ``batch`` records a graph (a one-off cost, `step_clock`)."""
-        return self.info.why_not is None and self.info.eager_steps >= WARMUP and _shape_key(batch) not in self.graphs
+        return self.info.why_not is None and self.info.eager_steps >= WARMUP and shape_key(batch) not in self.graphs
 
     def _unset_grads(self) -> None:
         for p in self.params:
@@ -166,8 +166,9 @@ class GraphedSteps:
         return rec
 
 
-def _shape_key(batch: dict[str, torch.Tensor]) -> tuple:
+def shape_key(batch: dict[str, torch.Tensor]) -> tuple:
+    """What tells one batch's shapes (and dtypes) from another's."""
     return tuple((name, tuple(t.shape), t.dtype) for name, t in batch.items())
 
 
-__all__ = ["GraphedSteps", "GraphInfo", "LENGTH_MULTIPLE", "WARMUP", "why_not", "prepare_optimizer"]
+__all__ = ["GraphedSteps", "GraphInfo", "LENGTH_MULTIPLE", "WARMUP", "why_not", "prepare_optimizer", "shape_key"]

@@ -378,8 +378,8 @@ def fail_interrupted(study: optuna.Study, running_ids, lock, user_attrs: dict, g
     300 interrupts of a read in a loop), which a collection closes (rolling back) only once the
     interrupt's frames are let go. ``masked``: an error raised while the interrupt unwound, said in
     a warning. Should the storage refuse, the worker still stops, with a warning: a resumed search
-    retries those trials once their heartbeat is ``grace_s`` old. (A second Ctrl-C in here stops
-    at once, and those trials wait for their heartbeat to lapse.)"""
+    retries those trials once their heartbeat is ``grace_s`` old. (A second Ctrl-C in here waits
+    for it to end: `interrupts.interruptible`.)"""
     if masked:
         warnings.warn(f"stopping raised {masked}", PetlWarning, stacklevel=2)
     gc.collect()
