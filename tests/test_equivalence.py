@@ -13,6 +13,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from conftest import REFERENCE_ATTENTION, ZERO_INIT, batch, tiny_model
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset, remove_petl
+from petl_nas.modules import Bottleneck, LoRA
 from petl_nas.modules.head_attention import edits_of, petl_attention
 
 
@@ -177,8 +178,53 @@ def test_zero_init_leaves_the_output_unchanged(kind, label):
     base = tiny_model(kind)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ZERO_INIT[label],)))
     x = batch(kind)
-    assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
+    assert torch.equal(model(**x).logits, base(**x).logits)     # exact: a zero update adds exactly 0
 
+
+
+@pytest.mark.parametrize("s", [0.5, 2.5])
+def test_a_scaled_composition_multiplies_the_update_by_s(s):
+    """LoRA's and an adapter's update, and LoRA's merged weight, against s·(the unscaled update)
+    (the forward and `delta_weight` read the same s: their agreement alone cannot see a wrong one)."""
+    torch.manual_seed(0)
+    lora = LoRA(ModuleSpec(form="lora", size=3, composition="scaled", scale=s), 8, 6)
+    adapter = Bottleneck(ModuleSpec(form="adapter", size=3, composition="scaled", scale=s, init="bert"), 8)
+    with torch.no_grad():
+        lora.B.normal_()
+        x = torch.randn(2, 4, 8)
+        assert torch.allclose(lora(x), s * (x @ lora.A.t() @ lora.B.t()), atol=1e-6)
+        assert torch.allclose(lora.delta_weight(), s * lora.B @ lora.A, atol=1e-6)
+        assert torch.allclose(adapter(x), s * adapter.up(adapter.act(adapter.down(x))), atol=1e-6)
+
+
+def test_a_sequential_adapter_reads_the_lora_updated_output_of_its_linear():
+    """LoRA on o and a Houlsby adapter after o: the adapter reads o's output with o's update. The
+    reference folds the LoRA into W_o and puts the same adapter after it by hand."""
+    base = tiny_model("bert")
+    lora = ModuleSpec(form="lora", position="attn", targets=("o",), size=2, composition="scaled", scale=2.0)
+    seq = ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, layers=(1,))
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(lora, seq)))
+    _perturb(model)
+    adapter = model.petl.groups["1_attn_adapter"]["1"]
+    ref = copy.deepcopy(base)
+    with torch.no_grad():
+        for key, module in model.petl.groups["0_attn_lora"].items():
+            ref.bert.encoder.layer[int(key.split("_")[0])].attention.output.dense.weight += module.delta_weight()
+
+    class AdapterAfter(torch.nn.Module):
+        def __init__(self, dense):
+            super().__init__()
+            self.dense = dense
+
+        def forward(self, x):
+            h = self.dense(x)
+            return h + adapter.up(adapter.act(adapter.down(h)))
+
+    out = ref.bert.encoder.layer[1].attention.output
+    out.dense = AdapterAfter(out.dense)
+    x = batch("bert")
+    with torch.no_grad():
+        assert torch.allclose(model(**x).logits, ref(**x).logits, atol=1e-5)
 
 # ---- UniPELT's gates, against the paper's formulas --------------------------------------------
 def _gates(model):

@@ -51,6 +51,14 @@ def test_margins_are_points_of_rouge_and_bleu_as_written():
     assert choose(study, pick="smallest-within=7").number == 0
 
 
+def test_a_candidate_exactly_on_the_margin_is_within_it():
+    """``within=X`` keeps scores >= best - X points: 0.75 is exactly 12.5 points under 0.875 (all
+    three numbers exact in binary), so it is the smallest within 12.5 and not within 12.4."""
+    study = make_study("sqlite://", [(0.875, 5000, None), (0.8125, 1000, None), (0.75, 100, None)])
+    assert choose(study, pick="smallest-within=12.5").number == 2
+    assert choose(study, pick="smallest-within=12.4").number == 1
+
+
 @pytest.mark.parametrize("budget, pick, expected", [
     (None, "best", 2), (2000, "best", 1), (100, "best", 0), (60, "best", 3),
     (None, "smallest-within=1.5", 1), (None, "smallest-within=7", 0), (None, "smallest-within=20", 3),

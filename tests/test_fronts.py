@@ -83,3 +83,21 @@ def test_a_sweep_whose_points_were_all_pruned_is_named_not_denied():
 def test_hypervolume_is_the_staircase_area():
     assert hypervolume([(0.8, 10), (0.9, 100)], (0.5, 1000)) == pytest.approx(1 * 0.3 + 1 * 0.4)
     assert hypervolume([(0.4, 10)], (0.5, 1000)) == 0.0                                   # below the floor
+
+
+def test_pareto_drops_a_point_with_the_same_score_and_more_parameters():
+    points = [(0.80, 100), (0.80, 200), (0.90, 300), (0.85, 400)]
+    assert pareto(points, score=lambda p: p[0], size=lambda p: p[1]) == [(0.80, 100), (0.90, 300)]
+
+
+def test_a_searched_trial_of_the_sweep_points_own_size_is_compared_with_it():
+    (row,) = compare_to_sweep(_study([(0.80, 9216, "lora_qv_r1", 0.01), (0.86, 9216, None, 0.01)]))
+    assert (row["searched"], row["higher"], row["beyond_noise"]) == (1, True, True)
+
+
+def test_a_sweep_point_of_exactly_the_budget_fits():
+    """A budget admits configurations up to and including its count: lora_qv_r1 on this backbone
+    is (A + B) on q and v, 2·2·1·384·6 = 9,216 deployable parameters."""
+    cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536)
+    assert [name for name, _ in lora_sweep(cfg, 9_216)] == ["lora_qv_r1"]
+    assert lora_sweep(cfg, 9_215) == []

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
-from conftest import batch, tiny_model
+from conftest import batch, tiny_config, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, load_petl, save_petl
 from petl_nas import head
 from petl_nas.budget import count_parameters
@@ -251,3 +251,16 @@ def test_a_trained_or_biasless_regression_head_is_left_as_it_is():
     torch.manual_seed(0)
     gpt2 = GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50, num_labels=1))
     assert gpt2.score.bias is None and not head.start_regression_at_mean(gpt2, 40.0)
+
+
+def test_bitfit_beside_a_trained_pooler_counts_the_poolers_bias_once():
+    """Its bias moves from BitFit's deployable row to the head, and the counts add up to what the
+    model trains."""
+    cfg = tiny_config("bert")
+    d = cfg.hidden_size
+    frozen = count_parameters(cfg, PetlConfig(bitfit=True, pooling="pooler"))
+    trained = count_parameters(cfg, PetlConfig(bitfit=True, pooling="pooler_trained"))
+    assert trained.deployable == frozen.deployable - d
+    assert trained.head == frozen.head + d * d + d
+    model = apply_petl(tiny_model("bert"), PetlConfig(bitfit=True, pooling="pooler_trained"))
+    assert trained.trainable + trained.head == sum(p.numel() for p in model.parameters() if p.requires_grad)

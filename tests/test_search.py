@@ -95,6 +95,37 @@ def test_local_search_never_trains_over_budget(tmp_path, monkeypatch):
     assert len(calls) == exp.trials
 
 
+def test_a_proposal_of_exactly_the_budget_is_trained_not_rejected():
+    """A budget admits configurations up to and including its count (the TrialSource's check)."""
+    from conftest import tiny_config
+    from petl_nas import ModuleSpec, PetlConfig, count_parameters
+    from petl_nas.space import SearchSpace
+    from petl_nas.study import TrialSource
+
+    model_config = tiny_config("bert")
+    config = PetlConfig(modules=(ModuleSpec(form="lora", size=2),))
+    n = count_parameters(model_config, config).deployable
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.enqueue_trial({}, user_attrs={"petl_config": config.to_dict(), "recipe": {"lr": 1e-3}})
+    source = TrialSource(study, SearchSpace.load("small"), model_config, budget=n, n_layers=3)
+    proposal = source.next()
+    assert (proposal.trial.number, proposal.deployable, source.rejected) == (0, n, 0)
+    assert study.trials[0].state == TrialState.RUNNING and "rejected" not in study.trials[0].user_attrs
+
+
+def test_a_preset_of_exactly_the_budget_fits():
+    from conftest import tiny_config
+    from petl_nas import count_parameters, preset
+    from petl_nas.space import SearchSpace
+    from petl_nas.study import presets_within
+
+    model_config = tiny_config("bert")
+    space = SearchSpace.load("small")
+    n = count_parameters(model_config, space.with_head(preset("lora", model_config))).deployable
+    fitting, over, _ = presets_within(["lora"], space, model_config, n)
+    assert [name for name, _ in fitting] == ["lora"] and over == []
+    assert presets_within(["lora"], space, model_config, n - 1)[1] == [("lora", n)]
+
 def test_ray_search_then_resume(tmp_path):
     ray = pytest.importorskip("ray")
     exp = experiment(tmp_path, executor="ray", trials=6)

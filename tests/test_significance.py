@@ -166,3 +166,10 @@ def test_a_preset_relates_to_the_others_alike_on_the_front_and_among_the_presets
     on_front = next(r for r in summary.front if r["preset"] == "bitfit")
     among = next(r for r in summary.presets if r["preset"] == "bitfit")
     assert on_front["matches"] == among["matches"] == ["lora"]
+
+
+def test_did_not_learn_is_two_standard_errors_above_the_floor():
+    floor = {"score": 0.80}
+    assert did_not_learn(0.815, 0.01, floor)          # 1.5 se above: within noise
+    assert did_not_learn(0.8199, 0.01, floor)         # just under 2 se
+    assert not did_not_learn(0.8201, 0.01, floor)     # just over 2 se
