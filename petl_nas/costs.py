@@ -2,9 +2,10 @@
 and the inference latency of its deployed form. Every trial measures all three; an experiment's
 ``objectives`` (after ``score`` and ``params``) says which of them the study minimises too.
 
-- ``step_time``: mean wall time of one training step (forward, backward, optimiser), in ms,
-  evaluations left out, and each batch shape's first step where it pays a one-off cost (a CUDA
-  graph's recording, a compilation: `step_clock`).
+- ``step_time``: mean time of one training step (forward, backward, optimiser), in ms: wall time
+  on a GPU, the process's CPU time on a CPU (what the step costs the cores, not what else the
+  machine runs); evaluations left out, and each batch shape's first step where it pays a one-off
+  cost (a CUDA graph's recording, a compilation: `step_clock`).
 - ``memory``: the trial's peak memory in MB. On a GPU, the allocator's peak during training. On
   CPU, the peak resident memory of the process during training above what it held when the trial
   began (freed memory is first given back to the system, so a previous trial's peak does not hide

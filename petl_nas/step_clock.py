@@ -8,6 +8,12 @@ Counted in, those made a graphed or compiled configuration's step time depend on
 its batches took, not on what a step costs. A step whose one-off cost is left out is left out
 whole (its own work with it, synchronised on a GPU so that the work queued before it stays
 counted); the mean is over the other steps, or over all of them when every step was such a one.
+
+On a CPU the clock is the process's CPU time, not the wall's: what the steps cost the cores,
+whatever else the machine runs (other trials, a test suite). Under three competing processes on 2
+cores a step's wall time rose 2.1x and its CPU time 1.1x (`bench/results/cpu_clock_under_load.md`).
+With one thread per trial it is the wall time of a quiet machine; with T threads, up to T times
+it. On a GPU it is the wall's.
 """
 
 from __future__ import annotations
@@ -30,10 +36,10 @@ class StepClock:
     `ms_per_step` and `steps_timed`."""
 
     def __init__(self, device: torch.device | str, one_off: Callable[[dict], bool] | None = None,
-                 count: Callable[[], int | None] | None = None, clock: Callable[[], float] = time.perf_counter):
+                 count: Callable[[], int | None] | None = None, clock: Callable[[], float] | None = None):
         self.device = torch.device(device)
-        self.one_off, self.count, self.clock = one_off, count, clock
-        self.start_s = clock()
+        self.one_off, self.count, self.clock = one_off, count, clock or clock_for(self.device)
+        self.start_s = self.clock()
         self.aside_s = 0.0
         self.steps = 0                        # run inside `step`
         self.one_off_s, self.one_off_steps = 0.0, 0
@@ -82,6 +88,11 @@ class StepClock:
             torch.cuda.synchronize(self.device)
 
 
+def clock_for(device: torch.device | str) -> Callable[[], float]:
+    """Seconds as a step on ``device`` is timed: the process's CPU time on a CPU, the wall's elsewhere."""
+    return time.process_time if torch.device(device).type == "cpu" else time.perf_counter
+
+
 def first_of_each_shape() -> Callable[[dict], bool]:
     """A `StepClock` ``one_off`` for compiled steps: true the first time a batch's shapes are seen."""
     seen: set[tuple] = set()
@@ -95,4 +106,4 @@ def first_of_each_shape() -> Callable[[dict], bool]:
     return new
 
 
-__all__ = ["StepClock", "first_of_each_shape"]
+__all__ = ["StepClock", "clock_for", "first_of_each_shape"]

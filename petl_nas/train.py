@@ -102,7 +102,7 @@ class TrainResult:
     steps: int = 0
     wall_s: float = 0.0
     peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
-    train_step_ms: float = 0.0    # mean wall time of one optimiser step, what is not a step's left out (`step_clock`)
+    train_step_ms: float = 0.0    # mean time of one optimiser step (CPU time on a CPU), what is not a step's left out (`step_clock`)
     steps_timed: int = 0          # the steps that mean is over (this call's: not a checkpoint's before it)
     frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
     graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for

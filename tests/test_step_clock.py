@@ -1,14 +1,16 @@
 """The training loop's clock (`step_clock`): a step's time with what is not a step's left out.
 
-A fake clock stands in for the wall clock, so each figure is exact; `test_compiling` and
+A fake clock stands in for the real one, so each figure is exact; `test_compiling` and
 `test_step_graphs_cuda` check that a compiled and a graphed run leave out one step per shape.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 
-from petl_nas.step_clock import StepClock, first_of_each_shape
+from petl_nas.step_clock import StepClock, clock_for, first_of_each_shape
 
 
 class FakeClock:
@@ -71,3 +73,18 @@ def test_a_new_shape_that_compiled_nothing_is_timed_as_the_others():
 def test_a_shape_is_new_once():
     new = first_of_each_shape()
     assert [new(batch(n)) for n in (8, 16, 8, 16, 24)] == [True, True, False, False, True]
+
+
+def test_on_a_cpu_a_step_costs_its_cpu_time_not_the_wall_time_around_it():
+    """What else runs on the machine takes wall time from a step, not CPU time: a step that waits
+    (here: sleeps, as it would while other processes hold the cores) is not charged the wait."""
+    clock = StepClock("cpu")
+    for _ in range(3):
+        with clock.step(batch(8)):
+            time.sleep(0.2)
+    assert clock.ms_per_step() < 100            # 200 ms of wall time a step, almost no CPU time
+
+
+def test_a_gpu_step_is_timed_by_the_wall():
+    assert clock_for("cpu") is time.process_time
+    assert clock_for("cuda") is time.perf_counter and clock_for(torch.device("cuda", 1)) is time.perf_counter
