@@ -210,10 +210,11 @@ def cmd_export(args) -> int:
 
     choosing = [flag for flag, given in (("-o", args.output), ("--pick", args.pick != "best"),
                                          ("--preset", args.preset), ("--budget", args.budget),
-                                         ("--no-retime", args.no_retime)) if given]
+                                         ("--no-retime", args.no_retime), ("--recipe", args.recipe != "final"),
+                                         ("--format", args.format != "petl-nas")) if given]
     if args.list and choosing:
-        raise ConfigError(f"--list prints the whole front; {', '.join(choosing)} choose what an export writes: "
-                          f"give them without --list")
+        raise ConfigError(f"--list prints the whole front and writes nothing; give {', '.join(choosing)} without "
+                          f"--list (what an export writes)")
     if args.preset and args.pick != "best":
         raise ConfigError("give --pick or --preset, not both (--preset exports that preset, whatever the front holds)")
     if args.preset and args.budget:
@@ -437,9 +438,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
-    """A subcommand whose --help ends with its example."""
-    return sub.add_parser(name, help=help, epilog="example:\n  " + EXAMPLES[name],
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    """A subcommand whose --help ends with its example (and whose usage errors name it)."""
+    parser = sub.add_parser(name, help=help, epilog="example:\n  " + EXAMPLES[name],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(command_parser=parser)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -452,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
     p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
     p.add_argument("--model", help="backbone: local directory or hub name")
-    p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, demo_sentiment or demo_copy "
+    p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, or a built-in demo: "
+                                   "demo_sentiment, demo_keyword, demo_copy or demo_reverse "
                                    "(a task over your own files is written in the experiment file: task: {train: ...})")
     p.add_argument("--data-dir", help="the folder of a built-in task's files: GLUE (<dir>/<TASK>/{train,dev}.tsv), "
                                       "XSum or WMT16 en-ro (docs/generation.md)")
@@ -466,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oneshot-runs", type=int, metavar="N",
                    help="supernet runs; above 1, Optuna searches the supernet's knobs across them (oneshot.search)")
     p.add_argument("--presets", help="auto (every preset that fits), none, or a comma-separated list")
-    p.add_argument("--executor", help="ray (default) or local (no Ray, for debugging)")
+    p.add_argument("--executor", help="ray (default) or local (no Ray: trials in this process; several local "
+                                       "workers can share one study, docs/cluster.md)")
     p.add_argument("--scheduler", help="asha (default) or fifo")
     p.add_argument("--ray-address", help="an existing Ray cluster")
     p.add_argument("--cpus-per-trial", type=float, help="CPU cores Ray reserves for each trial")
@@ -568,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="folder for report.html and the PNGs")
     p.set_defaults(func=cmd_report)
 
-    p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), ~10 min")
+    p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), about 11 min on 2 CPU cores")
     p.add_argument("--data-dir", help="a GLUE directory with SST-2/{train,dev}.tsv (default: look in the usual places)")
     p.add_argument("--demo", action="store_true", help="search the built-in demo task even when SST-2 is there")
     p.add_argument("--name", help="run name: runs/NAME and the study (default quickstart, or quickstart_demo)")
@@ -608,7 +613,10 @@ def _own_warnings_as_lines():
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                       # said by the subcommand's parser: "see petl-nas search --help"
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         with _own_warnings_as_lines():
             return args.func(args)

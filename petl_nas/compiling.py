@@ -27,7 +27,8 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 def check_mode(mode: str) -> str:
     """``mode`` if it is one of `COMPILE_MODES`, else ValueError naming them."""
     if mode not in COMPILE_MODES:
-        raise ValueError(f"compile: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+        hint = " (YAML reads a bare off, on, yes or no as true or false: write 'off' in quotes)" if isinstance(mode, bool) else ""
+        raise ValueError(f"compile: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}{hint}")
     return mode
 
 

@@ -5,9 +5,9 @@ Files list only what differs from the defaults below; command-line flags overrid
 Example (``experiments/smoke.yaml``)::
 
     name: smoke
-    backbone: {tiny: {hidden_size: 32, num_hidden_layers: 2}}
-    task: demo_sentiment
-    budget: 2%
+    backbone: {tiny: {hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: 64, vocab_size: 600}}
+    task: demo_keyword
+    budget: 5%
     space: small
     trials: 8
 """
@@ -153,6 +153,11 @@ class Fidelity:
     score: str = "last"
 
     def __post_init__(self):
+        if self.compile is False:             # YAML 1.1 reads a bare ``off`` as false
+            object.__setattr__(self, "compile", "off")
+        if self.compile is True:
+            raise ConfigError("fidelity: compile: expected one of " + ", ".join(COMPILE_MODES) + ", got true (YAML "
+                              "reads on and yes as true: name a mode, such as default)")
         _check_fields(self, "fidelity: ", {"score": _one_of("last", "best"),
             "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
             "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),

@@ -363,6 +363,8 @@ def test_the_version_is_one_line(capsys):
 @pytest.mark.parametrize("argv, words", [
     (["search", "--trials", "abc"], "search: argument --trials: invalid int value: 'abc' (see petl-nas search --help)"),
     (["serach"], "argument command: invalid choice: 'serach'"),
+    (["search", "--trails", "4"], "search: unrecognized arguments: --trails 4 (see petl-nas search --help)"),
+    (["--bogus"], "the following arguments are required: command (see petl-nas --help)"),
 ])
 def test_a_flag_argparse_refuses_is_one_line_too(capsys, argv, words):
     with pytest.raises(SystemExit) as exit_:

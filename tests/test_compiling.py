@@ -110,6 +110,11 @@ def test_modes_are_torchs_and_bad_ones_are_refused():
         compiled(model, "fast")
     with pytest.raises(ConfigError, match="fidelity: compile: expected one of off, default, reduce-overhead"):
         Fidelity(compile="fast")
+    assert Fidelity(compile=False).compile == "off"             # a bare ``compile: off`` in a YAML file
+    with pytest.raises(ConfigError, match="got true \\(YAML reads on and yes as true: name a mode"):
+        Fidelity(compile=True)
+    with pytest.raises(ValueError, match="got False \\(YAML reads a bare off"):
+        compiled(model, False)
     with pytest.raises(ConfigError, match="compile and frozen_cache_mb cannot be combined"):
         Fidelity(compile="default", frozen_cache_mb=64)
     data = type("D", (), {"train": Rows(), "dev": Rows()})()

@@ -96,3 +96,33 @@ def test_python_blocks_run(doc, tmp_path, monkeypatch):
     namespace: dict = {}
     for i, body in enumerate(code):
         exec(compile(body, f"{doc.name} python block {i + 1}", "exec"), namespace)
+
+
+def test_the_experiment_file_reference_lists_every_key_with_its_default():
+    """docs/experiment-file.md: a row for every field of an experiment file and no row for a key that
+    is not one; each default cell, written in a file as it reads, gives the dataclass's default."""
+    import dataclasses
+    import math
+
+    from petl_nas.experiment import Experiment, Fidelity, FinalEval, OneShot
+
+    rows = {}
+    for line in (ROOT / "docs" / "experiment-file.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3:
+            rows[cells[0].strip("`")] = yaml.safe_load(cells[1].strip("`"))
+    seen = []
+    for prefix, cls in (("", Experiment), ("fidelity.", Fidelity), ("final.", FinalEval), ("oneshot.", OneShot)):
+        for f in dataclasses.fields(cls):
+            if f.name in ("source", "fidelity", "final", "oneshot"):      # where it came from; the sections
+                continue
+            key = prefix + f.name
+            seen.append(key)
+            assert key in rows, f"{key} is not in docs/experiment-file.md"
+            default = getattr(cls(), f.name)
+            as_written = getattr(cls(**{f.name: rows[key]}), f.name)
+            if isinstance(default, float):
+                assert math.isclose(as_written, default, rel_tol=1e-3), key
+            else:
+                assert as_written == default or list(as_written) == list(default), key
+    assert sorted(rows) == sorted(seen)
