@@ -17,6 +17,18 @@ from petl_nas.modules import Bottleneck, LoRA
 from petl_nas.modules.head_attention import edits_of, petl_attention
 
 
+class AdapterAfter(torch.nn.Module):
+    """A sequential (Houlsby) adapter by hand: a linear's output h becomes h + up(act(down(h)))."""
+
+    def __init__(self, dense, adapter):
+        super().__init__()
+        self.dense, self.adapter = dense, adapter
+
+    def forward(self, x):
+        h = self.dense(x)
+        return h + self.adapter.up(self.adapter.act(self.adapter.down(h)))
+
+
 def _perturb(model, std=0.2, seed=3):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -210,18 +222,8 @@ def test_a_sequential_adapter_reads_the_lora_updated_output_of_its_linear():
     with torch.no_grad():
         for key, module in model.petl.groups["0_attn_lora"].items():
             ref.bert.encoder.layer[int(key.split("_")[0])].attention.output.dense.weight += module.delta_weight()
-
-    class AdapterAfter(torch.nn.Module):
-        def __init__(self, dense):
-            super().__init__()
-            self.dense = dense
-
-        def forward(self, x):
-            h = self.dense(x)
-            return h + adapter.up(adapter.act(adapter.down(h)))
-
     out = ref.bert.encoder.layer[1].attention.output
-    out.dense = AdapterAfter(out.dense)
+    out.dense = AdapterAfter(out.dense, adapter)
     x = batch("bert")
     with torch.no_grad():
         assert torch.allclose(model(**x).logits, ref(**x).logits, atol=1e-5)
@@ -394,18 +396,9 @@ def test_sequential_adapter_reads_the_sublayer_output():
         ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, layers=(1,)),)))
     _perturb(model)
     adapter = model.petl.groups["0_attn_adapter"]["1"]
-
-    class Reference(torch.nn.Module):
-        def __init__(self, dense):
-            super().__init__()
-            self.dense = dense
-
-        def forward(self, x):
-            h = self.dense(x)
-            return h + adapter.up(adapter.act(adapter.down(h)))
-
     ref = copy.deepcopy(base)
-    ref.bert.encoder.layer[1].attention.output.dense = Reference(ref.bert.encoder.layer[1].attention.output.dense)
+    ref.bert.encoder.layer[1].attention.output.dense = AdapterAfter(ref.bert.encoder.layer[1].attention.output.dense,
+                                                                    adapter)
     x = batch()
     assert torch.allclose(model(**x).logits, ref(**x).logits, atol=1e-6)
 
