@@ -40,6 +40,31 @@ def _perturb(net, seed=3):
                 p.add_(torch.randn(p.shape, generator=g) * 0.3)
 
 
+def test_a_copy_of_a_supernet_is_a_supernet_of_its_own():
+    """copy.deepcopy after a training forward (whose draws are not copied): the copy computes what
+    the original does, draws its own gates, and a change to it changes it alone. (torch.save of a
+    supernet is refused by torch itself: its gated weights are parametrizations.)"""
+    net, _ = _supernet()
+    _perturb(net)
+    x = batch("bert")
+    net.model.train()
+    net.model(**x).logits.sum().backward()                    # this forward's draws hold a graph
+    twin = copy.deepcopy(net.model)
+    gates = [m for m in net.model.modules() if isinstance(m, HardConcrete)]
+    net.model.eval()
+    twin.eval()
+    with torch.no_grad():
+        before = net.model(**x).logits
+        assert torch.equal(twin(**x).logits, before)
+        drawn = [g._z for g in gates]
+        twin(**x)                                              # draws the copy's gates, not the original's
+        assert all(a is b for a, b in zip(drawn, (g._z for g in gates)))
+        for m in twin.modules():
+            if isinstance(m, HardConcrete):
+                m.close()
+        assert not torch.equal(twin(**x).logits, before)
+        assert torch.equal(net.model(**x).logits, before)
+
 def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
     model = tiny_model()
     specs = candidates(SearchSpace.load("unified"), model.config, None)

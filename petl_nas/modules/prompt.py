@@ -26,6 +26,9 @@ class SoftPrompt(nn.Module):
         self.position_gate = None                        # the supernet's gate per position (callable -> [length])
         self._open_log_gate: torch.Tensor | None = None  # this forward's log g of the inserted positions
 
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_open_log_gate": None}   # this forward's: not copied or pickled
+
     @property
     def n(self) -> int:
         """How many positions this forward inserts (under a position gate: the open ones)."""

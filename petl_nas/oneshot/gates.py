@@ -34,6 +34,9 @@ class HardConcrete(nn.Module):
         self.raw = nn.Parameter(torch.full((n,), (math.log(p / (1 - p)) + self.temperature * SHIFT) / self.speed))
         self._z: torch.Tensor | None = None
 
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_z": None}           # this forward's draw: not copied or pickled
+
     @property
     def log_alpha(self) -> torch.Tensor:
         return self.raw * self.speed

@@ -38,6 +38,7 @@ it to a target (the multiplier rises while the expectation is over the target).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -358,12 +359,16 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
         net.units.append(Unit(i, layer, None, gate, 2 * pk.shape[0] * pk.shape[2]))
         gates.append(gate)
 
-    def resample(module, args):
-        for g in gates:                      # one draw per forward: every use of a gate sees the same z
-            g.sample()
-
-    model.register_forward_pre_hook(resample, prepend=True)    # before the prompt's insertion reads its gate
+    # before the prompt's insertion reads its gate; a partial, not a closure: a copy of the model
+    # (copy.deepcopy) then draws its own gates
+    model.register_forward_pre_hook(functools.partial(_resample, gates), prepend=True)
     return net
+
+
+def _resample(gates: list[HardConcrete], module: nn.Module, args) -> None:
+    """One draw per forward: every use of a gate in it sees the same z."""
+    for g in gates:
+        g.sample()
 
 
 def _gate_globals(net: Supernet, model: nn.Module, head, bitfit: bool, layernorms: bool, init_open: float,
