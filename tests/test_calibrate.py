@@ -234,3 +234,32 @@ def test_presets_calibrated_at_the_trials_length_are_recorded_from_calibration_n
     twice = {t.user_attrs["preset"]: t for t in again.trials if t.user_attrs.get("preset")}
     assert not any(t.user_attrs.get("reused") for t in twice.values())
     assert {n: t.values[0] for n, t in twice.items()} == {n: t.values[0] for n, t in presets.items()}
+
+
+def test_a_calibration_preset_exactly_at_the_budget_is_used():
+    """`calibration_presets`: the budget is a most, as for every preset; one that equals it calibrates."""
+    from types import SimpleNamespace
+
+    from petl_nas.budget import count_parameters
+    from petl_nas.presets import preset
+    from test_warm_start import CFG
+
+    exp = SimpleNamespace(presets=["lora", "bitfit"])
+    budget = count_parameters(CFG, preset("lora", CFG)).deployable
+    assert calibrate.calibration_presets(exp, CFG, budget)[0] == "lora"
+    assert "lora" not in calibrate.calibration_presets(exp, CFG, budget - 1)
+
+
+def test_ranks_as_asks_every_pair_the_longer_length_separates_to_be_separated_the_same_way_round():
+    """`ranks_as`: a pair apart beyond noise at the longer length must be apart beyond noise, in the
+    same order, at the shorter one; a pair within noise there asks nothing."""
+    from petl_nas.calibrate import ranks_as
+
+    def at(a, b, se=0.01):
+        return {"scores": {"a": {"score": a, "se": se}, "b": {"score": b, "se": se}}}
+
+    long = at(0.80, 0.70)                              # a clearly above b
+    assert ranks_as(at(0.78, 0.66), long)              # the same order, beyond noise
+    assert not ranks_as(at(0.66, 0.78), long)          # the other way round
+    assert not ranks_as(at(0.75, 0.75), long)          # not told apart yet
+    assert ranks_as(at(0.60, 0.75), at(0.80, 0.79))    # within noise at the longer length: nothing asked

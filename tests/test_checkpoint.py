@@ -121,3 +121,37 @@ def test_the_progress_bar_ends_on_the_reported_score(capsys):
     last_line = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert f"{task.main_metric}={result.last_score:.4f}" in last_line, last_line
     assert f"loss={result.history[-1]['loss']:.4f} (step {result.steps})" in last_line, last_line  # read when
+
+
+def test_each_epoch_shuffles_with_its_own_seed():
+    """`train.train`: epoch e of a run with seed s draws its order from ``epoch_seed(s, e)``, so no
+    two epochs of a run repeat one order."""
+    from petl_nas.train import epoch_seed
+
+    task = resolve_task("demo_keyword")
+    splits = load_splits(task, k=48, data_seed=111, search_dev_size=16)
+    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                     "intermediate_size": 64, "vocab_size": 400}}
+    base, tok = load_backbone(tiny, task, splits)
+    encoded = encode(splits, tok, max_length=16)
+
+    class Recording:
+        """The training split, noting the seed of each epoch's shuffle."""
+
+        def __init__(self, split):
+            self.split, self.seeds = split, []
+            self.labels = split.labels
+
+        def __len__(self):
+            return len(self.split)
+
+        def batches(self, batch_size, shuffle=False, seed=0, order=None, multiple=1):
+            self.seeds.append(seed)
+            return self.split.batches(batch_size, shuffle=shuffle, seed=seed, order=order, multiple=multiple)
+
+    train_split = Recording(encoded.train)
+    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", size=2),), pooling="mean"))
+    train(model, TrainData(train_split, encoded.search_dev), task,
+          Recipe(lr=1e-3, epochs=3, batch_size=16, seed=5, evals_per_epoch=0))
+    assert train_split.seeds == [epoch_seed(5, e) for e in range(3)]
+    assert len(set(train_split.seeds)) == 3

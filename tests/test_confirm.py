@@ -165,3 +165,17 @@ def test_confirmation_runs_are_scored_as_the_search_scored(tmp_path, monkeypatch
     confirmed = dataclasses.replace(exp, final=FinalEval(seeds=0, confirm=1, confirm_seeds=1, baselines=False))
     confirm.confirm(study, confirmed, Recipe(evals_per_epoch=2), printer=lambda *a: None)
     assert seen == [evals]
+
+
+def test_trials_that_did_not_learn_are_never_confirmation_candidates():
+    """`candidates`: the top N by search score among completed trials that learned, not the top N."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from petl_nas import confirm
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for score, dnl in ((0.9, True), (0.8, False), (0.7, False), (0.6, False)):
+        study.add_trial(create_trial(values=[score, 10.0], params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={"did_not_learn": True} if dnl else {}))
+    assert [t.number for t in confirm.candidates(study, 2)] == [1, 2]

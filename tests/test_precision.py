@@ -217,3 +217,17 @@ def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
         assert Fidelity(precision=name).precision == name
     with pytest.raises(ConfigError, match="fidelity: precision"):
         Fidelity(precision="half")
+
+
+def test_the_body_dtype_is_the_frozen_tensors_not_a_trained_master():
+    """`body_dtype` reads the frozen tensors: a half-precision body whose first parameter trains
+    (an fp32 master, as `apply_petl` keeps it) still computes in its half precision."""
+    from petl_nas.precision import body_dtype, compute_dtype
+
+    model = tiny_model().to(torch.bfloat16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    first = next(model.parameters())
+    first.data = first.data.float()
+    first.requires_grad_(True)
+    assert body_dtype(model) == torch.bfloat16 and compute_dtype(model, "cpu") == torch.bfloat16

@@ -1083,3 +1083,23 @@ def test_progress_never_counts_past_its_total_nor_below_zero_minutes():
         progress(trial, "complete", {"score": 0.5})
     assert [line.split()[0] for line in lines] == ["[1/2]", "[2/2]", "[3/3]"]
     assert all("ETA -" not in line for line in lines)
+
+
+def test_a_dropped_stop_is_raised_again_once():
+    """`raise_if_stopped`: a stop whose KeyboardInterrupt was swallowed (in a finaliser) is raised
+    at the next call, and only at that one."""
+    import signal
+
+    from petl_nas.interrupts import raise_if_stopped, stops_on_signals
+
+    with stops_on_signals():
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass                                       # dropped, as a weakref callback drops it
+        with pytest.raises(KeyboardInterrupt):
+            raise_if_stopped()
+        try:
+            raise_if_stopped()                         # said once: nothing left to raise
+        except KeyboardInterrupt:
+            pytest.fail("the same stop was raised a second time")

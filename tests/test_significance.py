@@ -173,3 +173,20 @@ def test_did_not_learn_is_two_standard_errors_above_the_floor():
     assert did_not_learn(0.815, 0.01, floor)          # 1.5 se above: within noise
     assert did_not_learn(0.8199, 0.01, floor)         # just under 2 se
     assert not did_not_learn(0.8201, 0.01, floor)     # just over 2 se
+
+
+def test_a_tied_seed_is_not_a_win():
+    """`paired_difference`'s ``wins`` counts the seeds where a beat b: a difference of exactly 0 is none."""
+    d = paired_difference([0.8, 0.8, 0.9], [0.8, 0.7, 0.9])
+    assert d["wins"] == 1 and d["n"] == 3
+
+
+def test_a_tie_among_constant_classes_goes_to_the_majority_class():
+    """`trivial_baseline`: when constant classes score alike on search-dev, the training majority is
+    the predictor (so it is also the one scored on test)."""
+    sst2 = get_task("sst2")
+    make = lambda labels: Split(([f"s{i}" for i in range(len(labels))],), np.asarray(labels))  # noqa: E731
+    splits = SimpleNamespace(train=make([1, 1, 0]), search_dev=make([0, 1]), test=make([1, 1, 1, 0]))
+    base = trivial_baseline(sst2, splits)
+    assert base["score"] == 0.5 and base["what"] == f"constant {sst2.labels[1]!r} (the majority class)"
+    assert base["test_score"] == 0.75

@@ -208,3 +208,28 @@ def test_space_show_with_a_model_says_what_one_unit_of_each_size_costs(tmp_path,
     assert rows[("ffn", "adapter")] == [f"{2 * d + 1}", f"{(2 * d + 1) * layers}"]   # down, up and its bias
     assert main(["space", "show", "small", "--model", str(tmp_path / "deberta-v2")]) == 0
     assert "prefix      length          not for this backbone" in capsys.readouterr().out
+
+
+def _space(**changes) -> SearchSpace:
+    data = yaml.safe_load(open(SearchSpace.load("small").source))
+    data.update(changes)
+    return SearchSpace(data, "<test>")
+
+
+def test_an_empty_layer_mask_means_the_top_layer():
+    """``layers: mask`` with every layer off places the modules on the top layer, never none."""
+    space = _space(layers=["all", "mask"])
+    params = {"layers": "mask", **{f"layers.mask.{i}": False for i in range(4)},
+              "attn.form": "lora", "attn.composition": "add", "attn.rank": 2, "ffn.form": "none", "lr": 1e-2}
+    config, _ = space.sample(optuna.trial.FixedTrial(params), n_layers=4)
+    assert config.modules[0].layers == (3,)
+
+
+@pytest.mark.parametrize("bottleneck, size", [(2, 4), (4, 4), (5, 8), (6, 8), (16, 16)])
+def test_a_compacter_bottleneck_rounds_up_to_a_multiple_of_phm_n(bottleneck, size):
+    """PHM layers need n | size: a sampled bottleneck is rounded up (never down, never to 0)."""
+    space = SearchSpace({"version": 1, "slots": {"ffn": {"site": "ffn", "forms": ["compacter"]}},
+                         "bottleneck": {"low": 2, "high": 16}, "scale": 1.0, "phm_n": 4,
+                         "lr": {"low": 1e-3, "high": 1e-2}}, "<compacter>")
+    config, _ = space.sample(optuna.trial.FixedTrial({"ffn.bottleneck": bottleneck, "lr": 5e-3}), n_layers=2)
+    assert config.modules[0].phm_n == 4 and config.modules[0].size == size

@@ -151,3 +151,41 @@ def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatc
     run_search(dataclasses.replace(done, warm_start=base.storage_url), printer=lines.append)
     c = optuna.load_study(study_name="c", storage=done.storage_url)           # warm-started on resume: they train
     assert [t.state.name for t in c.trials if t.user_attrs.get("warm_start")] == ["COMPLETE"] * len(members)
+
+
+def test_a_member_on_the_layer_just_past_the_backbone_is_dropped_for_it(tmp_path):
+    """Layer indices start at 0: on an L-layer backbone, layer L is already beyond it."""
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    earlier_study(url, [(FITS, 0.70), (lora(2, layers=(0, L)), 0.75)])
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    lines = seed_warm_start(study, f"{url}#earlier", SearchSpace.load("small"), CFG, None, L, "sqlite:///x.db")
+    assert lines == ["warm start from 'earlier': 1 of 2 front members queued first: trial 0",
+                     f"warm start: dropped trial 1 (layers {L} beyond the backbone's {L})"]
+
+
+def test_a_member_exactly_at_the_new_budget_is_queued(tmp_path):
+    """The budget is a most: a member whose count on the new backbone equals it fits."""
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    earlier_study(url, [(FITS, 0.70)])
+    space = SearchSpace.load("small")
+    budget = count_parameters(CFG, space.with_head(FITS)).deployable
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    lines = seed_warm_start(study, f"{url}#earlier", space, CFG, budget, L, "sqlite:///x.db")
+    assert lines == ["warm start from 'earlier': 1 of 1 front members queued first: trial 0"]
+    assert study.user_attrs["warm_start"]["dropped"] == []
+
+
+def test_a_member_already_queued_by_a_cut_short_start_is_not_queued_twice(tmp_path):
+    """A study whose first warm start queued a member and stopped before recording it (no
+    ``warm_start`` study attribute yet) takes only the members it lacks when started again."""
+    url = f"sqlite:///{tmp_path}/earlier.db"
+    earlier_study(url, [(FITS, 0.70), (CLAMPED, 0.75)])
+    space = SearchSpace.load("small")
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    params, _ = space.nearest_point(space.with_head(FITS), 1e-2, L)
+    study.enqueue_trial(params, user_attrs={"warm_start": "earlier trial 0"}, skip_if_exists=False)  # the cut-short run's
+    lines = seed_warm_start(study, f"{url}#earlier", space, CFG, None, L, "sqlite:///x.db")
+    tags = [t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)]
+    assert sorted(tags) == ["earlier trial 0", "earlier trial 1"]
+    assert lines[0] == ("warm start from 'earlier': 1 of 2 front members queued first: "
+                        "trial 1 (nearest point: attn.scale 8 -> 4)")
