@@ -24,7 +24,7 @@ print("torch", torch.__version__, "| transformers", transformers.__version__, "|
 PY
 [ "${PYTEST_S:-60}" = 0 ] || timeout "${PYTEST_S:-60}" python3 -m pytest -q -p no:cacheprovider tests/test_step_graphs_cuda.py tests/test_step_graphs.py \
     2>&1 | tee "$OUT/pytest.log" | tail -25
-[ "${AB_S:-40}" = 0 ] || timeout "${AB_S:-40}" python3 bench/gpu_kernels_ab.py --only "${AB_ONLY:-fp32 weights,LoRA update}" \
+[ "${AB_S:-40}" = 0 ] || timeout "${AB_S:-40}" python3 bench/gpu_kernels_ab.py --only "${AB_ONLY:-fp32 weights,LoRA update,joined read}" \
     --out "$OUT/gpu_kernels_ab.md" 2>&1 | tee "$OUT/gpu_kernels_ab.log" | tail -12
 [ "${TRIALS_S:-200}" = 0 ] || timeout "${TRIALS_S:-200}" python3 bench/trial_throughput.py --paths new,cudagraphs --workers 1 --configs "${TRIAL_CONFIGS:-lora,compacter_pp,parallel_adapter,bitfit,unipelt_apl}" \
     --seeds 1 --model /tmp/minilm --data-dir .gpu/glue --out "$OUT/trial_throughput_gpu.md" 2>&1 | tee "$OUT/trials.log" | tail -30

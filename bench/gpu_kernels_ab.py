@@ -29,6 +29,10 @@ and gradients) before it is timed. The cases:
 - LoRA's update added onto its frozen linear's output, x [N, 768] -> 3,072 (FFN LoRA's W1, r = 8):
   ``h + u·Bᵀ`` (now) against ``addmm_`` into the 2-D output in place (no add, no copy; the
   out-of-place ``addmm`` copies h first: `gpu_h100_mps_lora_addmm.md`).
+- a joined read: LoRA's A beside its frozen linear's weight, both reading x (FFN LoRA's W2, x [N,
+  3,072] -> 768, and W1, x [N, 768] -> 3,072; r = 8): two products of x and, in backward, x's two
+  gradients added (now) against one product x·[W; A]ᵀ whose backward takes x's gradient from one
+  product [g_W, g_A]·[W; A] (no second read of x, no 3,072-wide add; A's gradient from g_Aᵀ·x).
 
     python bench/gpu_kernels_ab.py [--only "adapter output,prefix of 30"] [--out results.md]
 """
@@ -294,6 +298,43 @@ def lora_add_case(device, fan_out=3072, r=8):
             [("h + u·Bᵀ (now)", added), ("h.addmm_(u, Bᵀ), 2-D, in place", in_place)], [a, b])
 
 
+class JoinedRead(torch.autograd.Function):
+    """(x·Wᵀ, x·Aᵀ) from one product x·[W; A]ᵀ, W frozen. Backward: x's gradient from one product
+    [g_W, g_A]·[W; A], A's from g_Aᵀ·x; none for W."""
+
+    @staticmethod
+    def forward(ctx, x, w, a):
+        joined = torch.cat([w, a.to(w.dtype)])
+        ctx.save_for_backward(x, joined)
+        ctx.rows = w.shape[0]
+        return (x @ joined.t()).split([w.shape[0], a.shape[0]], dim=-1)
+
+    @staticmethod
+    def backward(ctx, g_w, g_a):
+        x, joined = ctx.saved_tensors
+        g_x = torch.cat([g_w, g_a], dim=-1) @ joined
+        g_a_rows = g_a.reshape(-1, g_a.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        return g_x, None, g_a_rows
+
+
+def joined_read_case(device, fan_in=3072, fan_out=HID, r=8):
+    dt = torch.bfloat16
+    x = torch.randn(N, fan_in, device=device, dtype=dt, requires_grad=True)
+    w = torch.randn(fan_out, fan_in, device=device, dtype=dt) * fan_in ** -0.5      # frozen
+    a = (torch.randn(r, fan_in, device=device, dtype=dt) * fan_in ** -0.5).requires_grad_()
+    b = (torch.randn(fan_out, r, device=device, dtype=dt) * 0.02).requires_grad_()
+
+    def apart():
+        return nn.functional.linear(x, w) + (x @ a.t()) @ b.t()
+
+    def joined():
+        h, u = JoinedRead.apply(x, w, a)
+        return h + u @ b.t()
+    return (f"joined read: LoRA's A beside its frozen weight, x [{N}, {fan_in}] -> {fan_out}, r = {r}",
+            [("two products, x's gradients added (now)", apart), (f"one product of {fan_out + r} columns", joined)],
+            [x, a, b])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
@@ -304,7 +345,8 @@ def main(argv=None):
     cases = [bias_grad_case(device, n) for n in (768, 64, 512, 3072)]
     cases += [linear_case(device, i, o) for i, o in ((768, 64), (64, 768), (768, 512), (512, 768))]
     cases += [prefix_cat_case(device, 30), prefix_cat_case(device, 10), odd_width_case(device), mh_case(device)]
-    cases += [scaled_output_case(device), gated_output_case(device), master_casts_case(device), lora_add_case(device)]
+    cases += [scaled_output_case(device), gated_output_case(device), master_casts_case(device), lora_add_case(device),
+              joined_read_case(device, 3072, HID), joined_read_case(device, HID, 3072)]
     if args.only:
         cases = [c for c in cases if any(word in c[0] for word in args.only.split(","))]
     lines = [f"# Small GPU operations, A/B\n\n{name} | torch {torch.__version__}\n",
