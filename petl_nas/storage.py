@@ -393,6 +393,16 @@ def fail_interrupted(study: optuna.Study, running_ids, lock, user_attrs: dict, g
                       f"retries them {when}", PetlWarning, stacklevel=2)
 
 
+def delete_beside(study: optuna.Study, name: str) -> bool:
+    """Delete the study ``name`` from ``study``'s storage if it is there; whether it was. This uses the
+    storage ``study`` already has open, so it works under the `ClaimLock`. Opening the storage again
+    there would wait forever on SQLite's file lock, which `open_storage` takes too."""
+    if name not in optuna.get_all_study_names(study._storage):
+        return False
+    optuna.delete_study(study_name=name, storage=study._storage)
+    return True
+
+
 def running_without_heartbeat(study: optuna.Study) -> list[int]:
     """Ids of the study's RUNNING trials that never beat: under the `ClaimLock`, where workers ask
     for a trial and start its heartbeat, those of a process that stopped in between."""
@@ -424,5 +434,5 @@ def as_stored(value):
 
 
 __all__ = ["LOST", "as_stored", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
-           "fail_now", "fail_interrupted", "running_without_heartbeat",
+           "fail_now", "fail_interrupted", "running_without_heartbeat", "delete_beside",
            "SQLITE_BUSY_TIMEOUT_S"]

@@ -161,11 +161,14 @@ def test_two_workers_share_a_knob_search_each_run_trained_once(tmp_path):
     logs = [(tmp_path / f"worker{i}" / "log.txt").read_text() for i in range(2)]
     trained = [int(n) for log in logs for n in re.findall(r"one-shot knobs: run (\d+) \(", log)]
     assert sorted(trained) == [0, 1, 2]                               # each run by exactly one worker
+    # the second worker joins the first's search: no run was lost, so no attempt is a second one
+    assert sum("joining the knob search another worker" in log for log in logs) == 1
+    assert not any("left no result" in log for log in logs)
     knobs = optuna.load_study(study_name="together:oneshot-knobs", storage=url).trials
     assert [t.state for t in knobs] == [TrialState.COMPLETE] * 3
     study = optuna.load_study(study_name="together", storage=url)
     record = study.user_attrs["oneshot"]
-    assert len(record["knob_search"]["runs"]) == 3                     # chosen once all three had ended
+    assert len(record["knob_search"]["runs"]) == 3 and record["attempts"] == 1   # chosen once all three ended
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
     assert len(proposals) == len(record["proposed"]) and all(t.state == TrialState.COMPLETE for t in proposals)
 

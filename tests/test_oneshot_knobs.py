@@ -154,6 +154,38 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     assert len(optuna.load_study(study_name="o:oneshot-knobs", storage=exp.storage_url).trials) == k
 
 
+def test_the_worker_that_starts_a_study_keeps_the_runs_another_worker_claimed(tmp_path, monkeypatch):
+    """Two workers start one knob search at once. The one that records the study's first start may
+    reach the knob study after the other has created it and claimed its first run. That run stays
+    (the other worker trains it; were it gone, both would train that run and one would crash when it
+    reports). Only a study of the same name deleted or replaced before loses its runs (the
+    ``--force-new-study`` case in `test_oneshot_runs_on_the_command_line`)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from petl_nas.experiment import OneShot
+    from petl_nas.oneshot import knobs
+    from petl_nas.search import run_search
+
+    monkeypatch.chdir(tmp_path)
+    exp = dataclasses.replace(_knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}),
+                              heartbeat_interval=1, grace_period=2)   # the other worker's silent run: lost after 2 s
+    real = knobs.search
+
+    def another_worker_claims_the_first_run(*args, **kwargs):
+        ks = knobs.knob_study(exp.storage_url, "o", exp.seed)
+        ks.enqueue_trial({k: v for k, v in exp.oneshot.knobs().items() if k in exp.oneshot.knob_ranges()})
+        ks.ask(knobs.distributions(exp.oneshot.knob_ranges(), OneShot.KNOBS)).set_user_attr("by", "another worker")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(knobs, "search", another_worker_claims_the_first_run)
+    run_search(exp, printer=lambda *a: None)
+    trials = optuna.load_study(study_name="o:oneshot-knobs", storage=exp.storage_url).trials
+    assert trials[0].user_attrs.get("by") == "another worker"
+    # that worker never reported: its run was taken as lost and trained here, after this worker's own
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+
+
 def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, monkeypatch):
     import optuna
     from optuna.trial import TrialState

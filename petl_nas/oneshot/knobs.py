@@ -40,19 +40,24 @@ from optuna.trial import TrialState
 from ..config import ConfigError
 from ..fronts import hypervolume
 from ..interrupts import interruptible
-from ..storage import Heartbeat, close_storage, fail_interrupted, fail_stale, open_storage
+from ..storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage
 from ..study import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
 from ..train import NonFiniteLoss
 
 
-def knob_study(storage, study_name: str, seed: int, fresh: bool = False) -> optuna.Study:
-    """The study of a search's supernet runs (created on first use; with ``fresh``, one left by an
-    earlier study of that name, since deleted or replaced, is deleted first)."""
-    if fresh and study_name + SUFFIX in optuna.get_all_study_names(storage):
-        optuna.delete_study(study_name=study_name + SUFFIX, storage=storage)
+def knob_study(storage, study_name: str, seed: int) -> optuna.Study:
+    """The study of a search's supernet runs (created on first use)."""
     return optuna.create_study(study_name=study_name + SUFFIX, storage=storage, direction="maximize",
                                sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=2),
                                load_if_exists=True)
+
+
+def forget_runs(study: optuna.Study) -> None:
+    """Delete the supernet runs an earlier study of ``study``'s name left (one since deleted or
+    replaced). The worker that starts a study's first attempt calls this under the study's lock,
+    before it records that start. Every other worker joins after that, so none can have created
+    runs yet. Any later, the deletion would take their running runs with it."""
+    delete_beside(study, study.study_name + SUFFIX)
 
 
 def distributions(ranges: dict[str, tuple[float, float]], scales: dict[str, str]) -> dict:
@@ -66,12 +71,12 @@ def inherited_hypervolume(proposed: list[dict], reference: tuple[float, float]) 
 
 
 def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str, reference: tuple[float, float],
-           seed: int, printer=print, fresh: bool = False, lock=None, heartbeat_interval: int | None = None,
+           seed: int, printer=print, lock=None, heartbeat_interval: int | None = None,
            grace_period: int | None = None) -> tuple[int, dict, list[dict]]:
     """Run ``oneshot.runs`` supernets of ``spec`` (a `SupernetSpec`) with searched knobs through
     ``run(spec) -> result``; returns the chosen run's number, its result, and every run's record.
 
-    ``fresh``: the study's first attempt, so runs stored under its name belong to another study.
+    Runs stored under its name are this study's (`forget_runs` removed another study's first).
     Several workers share the runs: ``lock`` (the study's `ClaimLock`) is held while one claims a
     run, a run beats every ``heartbeat_interval`` seconds while it trains, and one silent for
     ``grace_period`` seconds lost its worker: it is failed and enqueued again with its knobs (once
@@ -79,7 +84,7 @@ def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str
     the runs others are training."""
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries=2)
     try:
-        return _search(storage, study_name, oneshot, _Runs(spec, run, state_dir, reference, printer), seed, fresh,
+        return _search(storage, study_name, oneshot, _Runs(spec, run, state_dir, reference, printer), seed,
                        lock or contextlib.nullcontext, heartbeat_interval, grace_period)
     finally:
         close_storage(storage)
@@ -97,13 +102,13 @@ class _Runs:
     printer: Callable[[str], None]
 
 
-def _search(storage, study_name: str, oneshot, shared: _Runs, seed: int, fresh: bool, lock, interval, grace):
+def _search(storage, study_name: str, oneshot, shared: _Runs, seed: int, lock, interval, grace):
     ranges = oneshot.knob_ranges()
     dists = distributions(ranges, oneshot.KNOBS)
     fixed = oneshot.knobs()
     heartbeat = Heartbeat(storage, interval)
     with lock():
-        ks = knob_study(storage, study_name, seed, fresh)
+        ks = knob_study(storage, study_name, seed)
         if not ks.trials and all(lo <= fixed[k] <= hi for k, (lo, hi) in ranges.items()):
             ks.enqueue_trial({k: fixed[k] for k in ranges})      # the first run: the fixed knobs
     try:

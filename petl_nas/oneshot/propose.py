@@ -24,6 +24,9 @@ the proposals queued. The state file is removed once the record is stored.
 With ``oneshot.runs`` > 1 the supernet's knobs are searched first (`knobs.py`: an Optuna study of
 supernet runs beside this one); the best run by its proposals' inherited scores proposes, the
 record names it and keeps every run (``knob_search``), and its cost is that of all the runs.
+Several workers join one knob search, each training the runs no other worker has claimed. The
+worker that starts a study's first attempt removes, before it records that start, the runs a
+deleted or replaced study of the same name left.
 """
 
 from __future__ import annotations
@@ -64,8 +67,12 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
             if ATTR in study.user_attrs:           # the one it waited for stored its proposals
                 return []
             earlier = study.user_attrs.get(STARTED)
-            if o.runs > 1 or not training_elsewhere(earlier, exp.grace_period):   # (knob runs: claimed apart)
-                attempt = earlier["attempt"] + 1 if earlier else 1
+            elsewhere = training_elsewhere(earlier, exp.grace_period)
+            if o.runs > 1 or not elsewhere:        # a knob search's runs are claimed apart: workers join it
+                joining = o.runs > 1 and elsewhere
+                attempt = earlier["attempt"] + (0 if joining else 1) if earlier else 1
+                if earlier is None and o.runs > 1:
+                    knobs.forget_runs(study)          # before any other worker can add runs
                 mine = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt,
                         "host": socket.gethostname(), "pid": os.getpid(), "beat": time.time()}
                 study.set_user_attr(STARTED, mine)
@@ -75,15 +82,17 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
                 f"since {earlier['at']}; waiting for its proposals")
             waited = True
         time.sleep(min(5.0, exp.heartbeat_interval))
-    if earlier and earlier.get("diverged"):
+    if joining:
+        say(f"one-shot: joining the knob search another worker ({earlier['host']}, process {earlier['pid']}) "
+            f"started at {earlier['at']}: each supernet run is trained by one worker")
+    elif earlier and earlier.get("diverged"):
         say(f"one-shot: the supernet run started {earlier['at']} diverged ({earlier['diverged']}); "
             f"training it again (attempt {attempt})")
     elif earlier:
         say(f"one-shot: the supernet run started {earlier['at']} left no result (its worker stopped); "
             f"training it again from its last saved epoch, if any (attempt {attempt})")
-    beating = _beating(study, mine, exp.heartbeat_interval) if o.runs == 1 else contextlib.nullcontext()
-    with beating:                                  # (a knob search's runs beat as its own trials)
-        return lines + _train_and_enqueue(study, exp, budget, lock, say, settings, earlier, attempt)
+    with _beating(study, mine, exp.heartbeat_interval):   # (a knob search's runs also beat as its own trials)
+        return lines + _train_and_enqueue(study, exp, budget, lock, say, settings, attempt)
 
 
 def over_budget_note(expected_count: float, budget: int) -> str:
@@ -136,7 +145,7 @@ def _beating(study, started: dict, interval: float):
         thread.join(timeout=interval + 5)
 
 
-def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, earlier, attempt: int) -> list[str]:
+def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attempt: int) -> list[str]:
     """Train the supernet (or search its knobs) and enqueue its proposals; lines to print."""
     start = time.perf_counter()
     o = exp.oneshot
@@ -160,7 +169,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, earli
         baseline = study.user_attrs.get("baseline")
         reference = (baseline["score"] if baseline else 0.0, float(budget))
         number, result, knob_runs = knobs.search(exp.storage_url, study.study_name, o, spec, run_one, state_dir,
-                                                 reference, exp.seed, say, fresh=earlier is None, lock=lock,
+                                                 reference, exp.seed, say, lock=lock,
                                                  heartbeat_interval=exp.heartbeat_interval,
                                                  grace_period=exp.grace_period)
         run = f"oneshot-{exp.seed}-knobs-{number}"
