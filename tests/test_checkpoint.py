@@ -155,3 +155,39 @@ def test_each_epoch_shuffles_with_its_own_seed():
           Recipe(lr=1e-3, epochs=3, batch_size=16, seed=5, evals_per_epoch=0))
     assert train_split.seeds == [epoch_seed(5, e) for e in range(3)]
     assert len(set(train_split.seeds)) == 3
+
+
+# ---- the recipe's schedule and clipping, as the loop applies them ------------------------------
+def test_the_learning_rate_warms_up_from_the_first_step_then_decays_linearly_to_zero():
+    from petl_nas.train import _linear_schedule
+
+    assert [_linear_schedule(s, 10, 4) for s in range(11)] == pytest.approx(
+        [0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])
+
+
+def test_the_loop_warms_up_over_its_share_of_all_steps():
+    """warmup_ratio is a share of the whole run's steps: after the first of 4 epochs (10 steps of 40,
+    4 of warm-up) the rate is (40 - 10) / (40 - 4) of the peak."""
+    task, base, data, config = _setup()
+    rates = []
+    torch.manual_seed(0)
+    train(apply_petl(copy.deepcopy(base), config), data, task,
+          Recipe(lr=1e-2, epochs=4, batch_size=16, warmup_ratio=0.1, evals_per_epoch=0),
+          on_epoch=lambda state: rates.append(state["sched"]["_last_lr"][0]))
+    assert len(data.train) == 160 and rates[0] == pytest.approx(1e-2 * 30 / 36)
+
+
+def test_gradients_are_clipped_to_max_grad_norm():
+    """AdamW divides a step by the gradient's own size, so clipping shows where it shrinks the
+    gradient below AdamW's eps: clipped to 1e-12, the trained weights stay where they started."""
+    task, base, data, config = _setup()
+    moved = []
+    for norm in (1.0, 1e-12):
+        torch.manual_seed(0)
+        model = apply_petl(copy.deepcopy(base), config)
+        before = _trainable(model)
+        train(model, data, task, Recipe(lr=1e-2, epochs=1, batch_size=16, weight_decay=0.0, max_grad_norm=norm,
+                                        evals_per_epoch=0))
+        after = _trainable(model)
+        moved.append(max(float((after[n] - before[n]).abs().max()) for n in before))
+    assert moved[0] > 1e-3 and moved[1] < 1e-5

@@ -371,3 +371,27 @@ def test_the_costs_figure_has_no_colour_scale_for_one_size(monkeypatch):
     one, two = figures
     assert len(one.axes) == 1 and "every trial has 1,000 deployable parameters" in one._suptitle.get_text()
     assert len(two.axes) == 2 and "every trial has" not in two._suptitle.get_text()       # the colour bar's axes
+
+
+def test_retime_times_the_trials_the_study_timed_fastest_and_no_more_copies_than_fit(monkeypatch):
+    """Beyond ``limit`` candidates, the ones kept are those the trials measured fastest; and the
+    copies of the backbone stay within half the memory there is (at least one, all when unknown)."""
+    import json
+
+    from petl_nas import retime as rt
+
+    study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
+    for k, v in {"backbone": json.dumps(TINY), "task": "demo_keyword", "metric": "accuracy", "data_seed": 111,
+                 "fidelity": {"k": 160, "batch_size": 16, "max_length": 24, "search_dev": 64}}.items():
+        study.set_user_attr(k, v)
+    for ms, size in ((5.0, 2), (1.0, 3), (3.0, 4)):
+        study.add_trial(create_trial(values=[0.9, 100.0, ms], user_attrs={
+            "petl_config": PetlConfig(modules=(ModuleSpec(form="lora", size=size),)).to_dict(),
+            "recipe": {"lr": 1e-3}, "latency_ms": ms, "pooling": "mean"}))
+    assert set(rt.retime(study, study.trials, rounds=1, device="cpu", limit=2)) == {1, 2}
+
+    model = tiny_model()
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    for free, copies in ((5 * size, 2), (0, 1), (None, rt.MAX_CANDIDATES)):
+        monkeypatch.setattr(rt, "_available_bytes", lambda free=free: free)
+        assert rt._copies_that_fit(model, torch.device("cpu")) == copies

@@ -460,6 +460,14 @@ def test_loading_onto_another_architecture_is_refused(tmp_path):
 
 
 # ---- AdapterHub and PEFT ---------------------------------------------------------------------
+def test_an_adapterhub_adapter_on_some_layers_leaves_out_the_others():
+    """AdapterHub's ``leave_out`` lists the layers without the adapter: the complement of ours."""
+    config = PetlConfig(modules=(ModuleSpec(form="adapter", size=48, layers=(0, 2)),))
+    out = to_adapters(config, 768, 4)
+    assert out["leave_out"] == [1, 3]
+    assert to_adapters(PetlConfig(modules=(ModuleSpec(form="adapter", size=48),)), 768, 4)["leave_out"] == []
+
+
 def test_mam_as_an_adapterhub_union():
     out = to_adapters(preset("mam", hidden_size=768), 768, 12)
     assert out["architecture"] == "union"

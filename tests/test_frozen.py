@@ -200,3 +200,30 @@ def test_a_search_on_upper_layers_records_what_each_trial_reused(tmp_path, monke
     assert any(first.values())
     for t in done:
         assert t.user_attrs.get("frozen", {}).get("layer", 0) == first[t.number]
+
+
+def test_a_split_evicts_as_many_old_states_as_its_own_need_and_the_estimate_is_what_is_stored():
+    """The bound holds whatever the order of sizes: a large split after two small ones evicts both
+    (not just the oldest), and the size the bound is checked with is the size actually stored."""
+    from petl_nas.worker import petl_copy
+
+    _, base, _, encoded = prepare(spec(TOP_LORA))
+    model = petl_copy(base, TOP_LORA, 0)
+    layers = frozen.encoder_layers(model, "classification")
+    lower, upper = (frozen.FrozenReuse(model, layers, k, 100, "cpu") for k in (2, 3))
+    assert lower.cache(encoded.train, "train")
+    assert frozen.stored_mb() == pytest.approx(lower._estimate_mb(encoded.train), rel=1e-6)   # fp32 on a CPU
+    frozen.clear()
+    dev_mb, train_mb = lower._estimate_mb(encoded.search_dev), lower._estimate_mb(encoded.train)
+    assert lower.cache(encoded.search_dev, "dev") and upper.cache(encoded.search_dev, "dev")   # two small ones
+    bound = train_mb + dev_mb / 2                      # the large one fits only once both are dropped
+    large = frozen.FrozenReuse(model, layers, 2, bound, "cpu")
+    assert large.cache(encoded.train, "train")
+    assert 0 < frozen.stored_mb() <= bound
+
+
+def test_states_computed_at_one_precision_are_not_fed_to_a_run_at_another():
+    """A bf16 run computes its frozen layers in bf16: states an fp32 run cached are not its own."""
+    fp32 = run_trial(spec(TOP_LORA, precision="fp32", epochs=1))
+    bf16 = run_trial(spec(TOP_LORA, precision="bf16", epochs=1))
+    assert fp32["frozen"]["fill_s"] > 0 and bf16["frozen"]["fill_s"] > 0

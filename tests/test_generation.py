@@ -406,3 +406,17 @@ def test_languages_a_tokenizer_cannot_write_are_refused_before_a_search(tmp_path
     with pytest.raises(ConfigError, match=r"source_lang and target_lang given, but this backbone's tokenizer"):
         run_search(exp, printer=lambda *a: None)
     assert not (tmp_path / "study.db").exists()
+
+
+def test_generation_scored_on_its_first_rows_reads_those_rows_references(monkeypatch):
+    """With max_rows, the predictions for the first rows are scored against those rows' references."""
+    from types import SimpleNamespace
+
+    from petl_nas import decode
+
+    refs = ["a", "b", "c", "d"]
+    monkeypatch.setattr(decode, "generate_texts", lambda model, split, settings, bs, device, max_rows=None:
+                        refs[:max_rows])
+    task = SimpleNamespace(seq2seq=None, compute_metrics=lambda p, r: {"exact": float(list(p) == list(r))})
+    split = SimpleNamespace(references=refs)
+    assert decode.evaluate_generation(None, split, task, 2, "cpu", max_rows=2) == {"exact": 1.0}

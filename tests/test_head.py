@@ -264,3 +264,24 @@ def test_bitfit_beside_a_trained_pooler_counts_the_poolers_bias_once():
     assert trained.head == frozen.head + d * d + d
     model = apply_petl(tiny_model("bert"), PetlConfig(bitfit=True, pooling="pooler_trained"))
     assert trained.trainable + trained.head == sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def test_weight_decay_falls_on_matrices_only():
+    """AdamW's decay applies to weight matrices, never to biases, LayerNorms or a gate's scalars."""
+    model = apply_petl(tiny_model(), config(head_lr_mult=10.0, pooling="mean"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = _param_groups(model, params, Recipe(lr=1e-3, weight_decay=0.05))
+    for g in groups:
+        assert {p.ndim >= 2 for p in g["params"]} == {g["weight_decay"] == 0.05}
+    assert {g["weight_decay"] for g in groups} == {0.05, 0.0}
+
+
+def test_trained_layernorms_beside_a_trained_pooler_leave_the_pooler_to_the_head():
+    """The pooler trains with the head: never in the layernorms' deployable row."""
+    cfg = tiny_config("bert")
+    d = cfg.hidden_size
+    frozen = count_parameters(cfg, PetlConfig(train_layernorms=True, pooling="pooler"))
+    trained = count_parameters(cfg, PetlConfig(train_layernorms=True, pooling="pooler_trained"))
+    assert trained.deployable == frozen.deployable and trained.head == frozen.head + d * d + d
+    model = apply_petl(tiny_model("bert"), PetlConfig(train_layernorms=True, pooling="pooler_trained"))
+    assert trained.trainable + trained.head == sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -28,6 +28,15 @@ def test_hand_computed_correlations():
     assert pearson_spearman([1, 2, 3], [10, 30, 20]) == pytest.approx((0.5 + 0.5) / 2)
 
 
+def test_sts_b_score_is_the_mean_of_two_different_correlations():
+    """A case where Pearson (about 0.98) and Spearman (1.0) differ, so dropping either shows."""
+    pred, ref = [1, 2, 3, 4], [1, 4, 9, 16]
+    assert pearson(pred, ref) < 0.99
+    assert pearson_spearman(pred, ref) == pytest.approx((pearson(pred, ref) + 1.0) / 2)
+    assert compute_metrics(["pearson_spearman"], pred, ref)["pearson_spearman"] == pytest.approx(
+        (pearson(pred, ref) + spearman(pred, ref)) / 2)
+
+
 def test_degenerate_inputs_score_zero_not_nan():
     assert f1([0, 0], [0, 0]) == 0.0
     assert mcc([1, 1, 1], [0, 1, 1]) == 0.0

@@ -190,3 +190,18 @@ def test_gpus_per_trial_in_files_and_flags():
     assert build_parser().parse_args(["search", "--gpus-per-trial", "auto"]).gpus_per_trial == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["search", "--gpus-per-trial", "lots"])
+
+
+def test_a_first_trial_out_of_memory_is_the_measurement_nothing_waits_after_it():
+    packing = GpuPacking(most=8)
+    assert packing.out_of_memory(1.0) is None and packing.per_gpu == 1     # alone already: nothing to halve
+    assert packing.measured and not packing.must_wait(running=1)
+
+
+def test_out_of_memory_is_told_apart_however_the_system_spells_it():
+    """ENOMEM from the OS reads "Cannot allocate memory": an out-of-memory failure, which halves the packing."""
+    from petl_nas.executors import _kind
+
+    assert _kind(OSError(12, "Cannot allocate memory")) == OOM
+    assert _kind(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")) == OOM
+    assert _kind(ValueError("bad row")) == "error: ValueError"

@@ -1103,3 +1103,30 @@ def test_a_dropped_stop_is_raised_again_once():
             raise_if_stopped()                         # said once: nothing left to raise
         except KeyboardInterrupt:
             pytest.fail("the same stop was raised a second time")
+
+
+def test_an_invalid_configuration_never_counts_toward_the_trials():
+    """An invalid draw (recorded by `fail_kind`, or by its reason in a study from before it) takes no
+    trial's place: the study goes on drawing until it holds the trials asked for."""
+    from optuna.trial import create_trial
+
+    from petl_nas.study import INVALID, claimed, is_trained
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_kind": INVALID,
+                                                                    "fail_reason": "invalid configuration: x"}))
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": "invalid configuration: x"}))
+    study.add_trial(create_trial(values=[0.8, 100.0]))
+    assert [is_trained(t) for t in study.trials] == [False, False, True] and claimed(study) == 1
+
+
+def test_a_resume_with_another_value_of_any_scoring_fidelity_setting_is_refused():
+    """Every fidelity field changes what a trained trial's score means, except those that only
+    change how trials execute; a resume with another value of one of them is refused."""
+    from petl_nas.study import changed_settings
+
+    execution_only = {"evals_per_epoch", "frozen_cache_mb", "compile", "cuda_graphs"}
+    for f in dataclasses.fields(Fidelity):
+        if f.name not in execution_only:
+            assert changed_settings({"fidelity": {f.name: 1}}, {"fidelity": {f.name: 2}}) == \
+                [f"fidelity.{f.name} 1 (now 2)"], f.name
