@@ -218,6 +218,43 @@ def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, 
         run_search(bad, printer=lambda *a: None)
 
 
+def test_a_run_failed_as_lost_while_it_trained_is_dropped_and_trained_again(tmp_path):
+    """A run whose heartbeat lapsed (a database out of reach, a starved machine) is failed by another
+    worker and queued again. When the run then ends here, its result is dropped with a line, not a
+    crash, and the queued copy trains from the state the run saved."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from petl_nas.experiment import OneShot
+    from petl_nas.oneshot import knobs
+    from petl_nas.oneshot.run import SupernetSpec, run_supernet
+    from petl_nas.storage import close_storage, fail_now, open_storage
+    from test_oneshot import TINY
+
+    url = f"sqlite:///{tmp_path}/k.db"
+    spec = SupernetSpec(backbone=TINY, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
+                        space="small", budget=1862, rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, init_open=0.9,
+                        batch_size=16, max_length=24, length_buckets=4, seed=0)
+
+    def lost_the_first_time(s):
+        result = run_supernet(s, device="cpu")
+        if not lines:                                              # as another worker's `fail_stale` would
+            storage = open_storage(url, 1, 2, retries=2)
+            ks = optuna.load_study(study_name="o:oneshot-knobs", storage=storage)
+            fail_now(ks, [t._trial_id for t in ks.trials if t.state == TrialState.RUNNING], {"fail_kind": "lost"})
+            close_storage(storage)
+        return result
+
+    lines = []
+    number, result, runs = knobs.search(url, "o", OneShot(**KNOBS_FAST, runs=2, search={"lr": [1e-3, 1e-2]}), spec,
+                                        lost_the_first_time, str(tmp_path), (0.5, 1862.0), 0, lines.append,
+                                        heartbeat_interval=1, grace_period=2)
+    trials = optuna.load_study(study_name="o:oneshot-knobs", storage=url).trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert "run 0 was failed as lost while it trained" in lines[0] and "run 0 left no result" in lines[1]
+    assert trials[1].params == trials[0].params and runs[0]["number"] == 1 and runs[0]["resumed_from"]
+
+
 def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_path, monkeypatch):
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback

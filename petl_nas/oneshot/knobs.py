@@ -34,6 +34,7 @@ from typing import Callable
 
 import optuna
 from optuna.distributions import FloatDistribution
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
@@ -182,9 +183,16 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
               "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
               "resumed_from": result["resumed_from"],
               "proposals": [[p["deployable"], p["supernet_score"]] for p in result["proposed"]]}
-    trial.set_user_attr("run", record)
-    trial.set_user_attr("result", result)
-    ks.tell(trial, value)
+    try:
+        trial.set_user_attr("run", record)
+        trial.set_user_attr("result", result)
+        ks.tell(trial, value)
+    except (ValueError, UpdateFinishedTrialError):   # another worker failed it as lost (its heartbeat lapsed)
+        if not ks.trials[trial.number].state.is_finished():
+            raise
+        printer(f"one-shot knobs: run {trial.number} was failed as lost while it trained (no heartbeat within "
+                f"the grace period); its result is dropped, and the run is trained again from its saved state")
+        return
     if os.path.exists(run_spec.checkpoint):
         os.remove(run_spec.checkpoint)
     printer(f"one-shot knobs: run {trial.number} ({_knob_text(knobs, ranges)}): {len(result['proposed'])} "
