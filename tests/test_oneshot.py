@@ -258,6 +258,19 @@ def test_key_gates_add_log_g_to_exactly_the_gated_logits(gpu_width, monkeypatch)
     assert torch.allclose(got[..., :8], want, atol=1e-6) and not got[..., 8:].any()
 
 
+def test_a_gated_prompt_beside_a_gated_prefix_gates_its_own_keys():
+    """An attention call's keys are the prefix's first, then the tokens; a gated prompt's log g lands
+    on its own token keys (its start counted after the prefix), and the prefix's on the prefix's."""
+    import petl_nas.modules.head_attention as attention
+
+    prompt = (1, torch.tensor([-0.5, -1.0]))                        # prompt tokens 1 and 2 of the input
+    edits = attention.HeadEdits(is_enabled=lambda: True, key_gate=lambda: prompt)
+    got = attention._key_log_gates(edits, 3 + 5, 3, torch.tensor([-0.1, -0.2, -0.3]), torch.device("cpu"))
+    assert got.tolist() == pytest.approx([-0.1, -0.2, -0.3, 0.0, -0.5, -1.0, 0.0, 0.0])
+    ungated = attention.HeadEdits(is_enabled=lambda: True)
+    assert attention._key_log_gates(ungated, 4, 0, None, torch.device("cpu")) is None
+
+
 def test_unit_costs_are_exact_deployable_counts():
     net, specs = _supernet()
     model_config = net.model.config
