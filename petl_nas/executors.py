@@ -119,18 +119,21 @@ class Recorder:
 
     def _finish(self, p: Proposal, write: Callable[[], None]) -> bool:
         """Write an outcome; False when another worker had already failed the trial as lost (its
-        heartbeat lapsed, e.g. the database was out of reach): the result is dropped, not fatal."""
+        heartbeat lapsed, e.g. the database was out of reach): the result is dropped, not fatal.
+        The trial stays this worker's until its outcome is written: a stop (Ctrl-C, SIGTERM) that
+        lands in the middle of the write leaves it to the interrupt handler, which fails it as
+        interrupted, instead of RUNNING until its heartbeat lapses."""
         try:
             write()
         except (ValueError, UpdateFinishedTrialError):
             now = next(t for t in self.source.study.get_trials(deepcopy=False) if t.number == p.number)
             if not now.state.is_finished():
                 raise
+            self.source.release(p)
             self.on_done(p, "dropped", {"reason": f"already {now.state.name} (failed as lost by another "
                                                   f"worker); this result is dropped"})
             return False
-        finally:
-            self.source.release(p)
+        self.source.release(p)
         return True
 
     def _attrs(self, p: Proposal, info: dict) -> None:

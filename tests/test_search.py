@@ -263,6 +263,36 @@ def test_bad_budgets(text):
         parse_budget(text, 100_000)
 
 
+def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_handler(tmp_path, monkeypatch):
+    """SIGTERM or Ctrl-C inside a trial's closing write: the trial is still this worker's (beating),
+    so the interrupt handler fails it as interrupted; released, it stayed RUNNING (seen in CI)."""
+    from petl_nas.executors import Recorder
+    from petl_nas.space import SearchSpace
+    from petl_nas.storage import Heartbeat, open_storage
+    from petl_nas.study import TrialSource
+    from petl_nas.tiny import tiny_backbone
+
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=60, grace_period=120)
+    study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
+    heartbeat = Heartbeat(storage, 60)
+    source = TrialSource(study, SearchSpace.load("small"), tiny_backbone(vocab_size=50).config, budget=None,
+                         n_layers=2, heartbeat=heartbeat)
+    p = source.next()
+
+    def stopped_in_the_write(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(study, "tell", stopped_in_the_write)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Recorder(source).complete(p, {"score": 0.5, "train_s": 1.0})
+        assert p.trial._trial_id in heartbeat.live
+        monkeypatch.undo()
+        Recorder(source).complete(p, {"score": 0.5})                # written whole: released
+        assert p.trial._trial_id not in heartbeat.live
+    finally:
+        heartbeat.stop()
+
+
 # ---- the Ray searcher's state machine, without a cluster ------------------------------------
 def test_study_searcher_records_every_outcome(tmp_path):
     pytest.importorskip("ray")
