@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -147,6 +148,31 @@ def meta_model(model_config, num_labels: int | None = None) -> nn.Module:
     return _META_CACHE[key]
 
 
+_POSITION_TABLE = re.compile(r"(^|\.)(position_embeddings|wpe|embed_positions)$")
+
+
+def position_limit(model_config) -> int | None:
+    """The longest input the backbone's learned absolute positions cover (BERT 512, BART 1024), read
+    off its position tables on the meta device; None where positions are relative or rotary (T5,
+    Llama), which have no such table. A table's first rows may be reserved: RoBERTa's up to its
+    padding index, BART's and OPT's ``offset`` of 2."""
+    limits = []
+    for name, module in meta_model(model_config).named_modules():
+        if isinstance(module, nn.Embedding) and _POSITION_TABLE.search(name):
+            reserved = getattr(module, "offset", 0) + (0 if module.padding_idx is None else module.padding_idx + 1)
+            limits.append(module.num_embeddings - reserved)
+    return min(limits) if limits else None
+
+
+def check_positions(model_config, max_length: int, where: str = "max_length") -> None:
+    """Refuse a ``max_length`` beyond the backbone's positions before anything trains (every batch
+    of a longer text would fail inside the model)."""
+    limit = position_limit(model_config)
+    if limit is not None and max_length > limit:
+        raise ConfigError(f"{where} {max_length:,} is more than the {limit:,} positions this backbone "
+                          f"({model_config.model_type}) can read: give at most {limit:,}")
+
+
 def count_parameters(model_config, config: PetlConfig, num_labels: int | None = None) -> ParameterCount:
     """Exact counts of ``config`` on the backbone described by ``model_config`` (a transformers config).
 
@@ -176,4 +202,4 @@ def applies(model_config, config: PetlConfig) -> bool:
     return refusal(model_config, config) is None
 
 
-__all__ = ["ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model", "applies", "refusal"]
+__all__ = ["position_limit", "check_positions", "ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model", "applies", "refusal"]

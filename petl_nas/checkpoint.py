@@ -11,10 +11,13 @@ it over, so a run killed while saving leaves the previous state whole.
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from .config import ConfigError
 
 
 def capture(model: nn.Module, opt, sched, scaler, step: int, epoch: int, history: list[dict]) -> dict:
@@ -58,9 +61,18 @@ def save(state: dict, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> dict | None:
-    """The state saved at ``path``, or None when there is none."""
+    """The state saved at ``path``, or None when there is none.
+
+    Read with ``weights_only=True``: a state is tensors, numbers, strings and containers, so a file
+    that needs anything else to unpickle (code, a crafted object) is refused, never run."""
     path = Path(path)
-    return torch.load(path, map_location="cpu", weights_only=False) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:     # code to run, or not torch's format
+        raise ConfigError(f"{path}: not a training state petl-nas can load safely ({type(e).__name__}); "
+                          f"nothing in it was run. Delete it to start that run over") from None
 
 
 __all__ = ["capture", "restore", "save", "load"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import __version__
 from .compiling import COMPILE_MODES
-from .config import ConfigError, PetlConfig, PetlWarning, read_yaml
+from .config import ConfigError, PetlConfig, PetlWarning, read_text, read_yaml
 from .interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 
 EXAMPLES = {
@@ -40,7 +40,8 @@ EXAMPLES = {
              "  petl-nas count --model ./my-bert --config best.yaml --json",
     "presets": "petl-nas presets --model all-MiniLM-L6-v2\n  petl-nas presets houlsby",
     "dashboard": "petl-nas dashboard --storage sqlite:///runs/smoke/study.db\n"
-                 "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --host 0.0.0.0 --port 8081",
+                 "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --port 8081\n"
+                 "  ssh -L 8081:127.0.0.1:8081 gpu-box    # on your laptop, for a dashboard on gpu-box: open http://127.0.0.1:8081/",
     "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
               "  petl-nas report --storage sqlite:///runs/sst2_minilm/study.db --study sst2_minilm -o report/",
     "quickstart": "petl-nas quickstart\n"
@@ -88,7 +89,7 @@ def _read_petl_config(path: str) -> PetlConfig:
     from .inject import CONFIG_FILE
 
     file = Path(path) / CONFIG_FILE if Path(path).is_dir() else Path(path)
-    data = read_yaml(file.read_text(), file)
+    data = read_yaml(read_text(file), file)
     if isinstance(data, dict) and isinstance(data.get("petl_config"), dict):
         try:
             return PetlConfig.from_dict(data["petl_config"])
@@ -234,7 +235,7 @@ def cmd_export(args) -> int:
             print(f"note: preset {args.preset} takes {rec['counts']['deployable']:,} deployable parameters, over the "
                   f"study's budget of {budget:,} (exported as asked, as a baseline)")
     else:
-        budget = parse_budget(args.budget, study.user_attrs.get("backbone_params") or 1) if args.budget else None
+        budget = parse_budget(args.budget, study.user_attrs.get("backbone_params")) if args.budget else None
         retimed: dict[int, float] = {}
         again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
         rec = record(study, choose(study, budget, args.pick, retime=again), args.storage, args.recipe)
@@ -265,7 +266,7 @@ def cmd_export(args) -> int:
         from .inject import atomic_write
 
         make_parent(Path(args.output))
-        atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2)))
+        atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2), encoding="utf-8"))
     else:
         write_record(rec, args.output)
     p = rec["provenance"]
@@ -323,7 +324,7 @@ def cmd_train(args) -> int:
 
     rec = read_record(args.config)
     summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile,
-                           cuda_graphs=args.cuda_graphs)
+                           cuda_graphs=args.cuda_graphs, overwrite=args.overwrite)
     n = len(summary["runs"])
     others = ", ".join(f"{name} {value:.4f}" for name, value in summary["metrics"].items() if name != summary["metric"])
     rows = (f" on the first {summary['test_rows']:,} of {summary['test_rows_of']:,} test rows (recipe.eval_rows)"
@@ -386,7 +387,8 @@ def cmd_dashboard(args) -> int:
     from .dashboards.launcher import serve
 
     try:
-        serve(args.storage, host=args.host, port=args.port)
+        serve(args.storage, host=args.host, port=args.port, allow_writes=args.allow_writes,
+              allowed_hosts=args.allowed_host or ())
     except KeyboardInterrupt:                  # Ctrl-C before the server was up: stop quietly too
         pass
     return 0
@@ -515,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="a record written by petl-nas export")
     p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's, at least 1)")
     p.add_argument("--out", default="petl_out", help="output folder: seed_N/ per run, and metrics.json")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the runs another record left in --out (without it they are kept and the "
+                        "command refuses; the same record's runs are always kept and resumed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the runs in this mode (default: the record's, else off); "
@@ -561,10 +566,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="local transformers directory or hub name")
     p.set_defaults(func=cmd_presets)
 
-    p = _command(sub, "dashboard", "browse a study in optuna-dashboard (until Ctrl-C)")
+    p = _command(sub, "dashboard", "browse a study in optuna-dashboard, read-only (until Ctrl-C)")
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL (SQLite or PostgreSQL)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only). The dashboard has no "
+                        "authentication: from another machine, forward the port over SSH rather than listen "
+                        "on a public address")
+    p.add_argument("--allow-writes", action="store_true",
+                   help="let the dashboard change the study as optuna-dashboard itself does (delete or rename "
+                        "studies, write notes, tell trials); by default it is read-only")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a host name that reaches this machine, accepted in requests beside localhost and IP "
+                        "addresses (others are refused against DNS rebinding); repeat for several")
     p.set_defaults(func=cmd_dashboard)
 
     p = _command(sub, "report", "write a study's Pareto plot, hypervolume, importances and front table (HTML + PNG)")

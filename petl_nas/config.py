@@ -78,6 +78,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def read_text(path: str | Path) -> str:
+    """The text of the file at ``path``, read as UTF-8 (a byte-order mark is not text); another
+    encoding is one `ConfigError` naming the file, the line and the byte."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save it as "
+                          f"UTF-8") from None
+
+
 def read_yaml(text: str, source: str | Path):
     """``text`` parsed as YAML; a mistake is one `ConfigError` naming ``source``, the line and column,
     and what is wrong (a key written twice included)."""
@@ -463,7 +475,7 @@ class PetlConfig:
     def from_yaml(cls, text_or_path: str | Path) -> PetlConfig:
         """Parse YAML text, or read a ``.yaml``/``.yml``/``.json`` file; errors name the file."""
         path = Path(text_or_path) if _looks_like_path(text_or_path) else None
-        text = path.read_text() if path else str(text_or_path)
+        text = read_text(path) if path else str(text_or_path)
         data = read_yaml(text, path or "config")
         try:
             return cls.from_dict(data)
@@ -475,5 +487,5 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "PetlWarning", "check_keys", "read_yaml", "parse_blocks",
-           "FORMS", "POSITIONS", "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]
+__all__ = ["PetlConfig", "ModuleSpec", "ConfigError", "PetlWarning", "check_keys", "read_text", "read_yaml",
+           "parse_blocks", "FORMS", "POSITIONS", "LORA_TARGETS", "BLOCKS", "GATE_SCOPES", "POOLINGS", "suggest"]

@@ -76,7 +76,7 @@ def cost_values(objectives, info: dict) -> list[float]:
 
 def _resident_kb(field: str) -> int | None:
     try:
-        with open("/proc/self/status") as f:
+        with open("/proc/self/status", encoding="utf-8") as f:
             for line in f:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
@@ -109,7 +109,7 @@ class MemoryProbe:
         _give_back_freed_memory()
         self._base_kb = _resident_kb("VmRSS") or 0
         try:                                           # Linux >= 4.0: reset the high-water mark
-            with open("/proc/self/clear_refs", "w") as f:
+            with open("/proc/self/clear_refs", "w", encoding="utf-8") as f:
                 f.write("5")
             self._reset = True
         except OSError:

@@ -22,14 +22,15 @@ import hashlib
 import json
 import shutil
 import statistics
+import warnings
 from pathlib import Path
 
 import torch
 
-from .budget import count_parameters
-from .config import ConfigError, PetlConfig
+from .budget import check_positions, count_parameters
+from .config import ConfigError, PetlConfig, PetlWarning, read_text
 from .data import encode
-from .inject import CONFIG_FILE, atomic_write, load_petl, save_petl
+from .inject import CONFIG_FILE, atomic_folder, atomic_write, load_petl, save_petl
 from .precision import autocast_for
 from .tasks import load_splits, recorded_task, resolve_task
 from .train import Recipe, train
@@ -40,15 +41,21 @@ TOKENIZER_DIR = "tokenizer"
 
 def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
                  progress: bool = True, printer=print, keep_models: bool = False, compile: str | None = None,
-                 cuda_graphs: bool | None = None) -> dict:
+                 cuda_graphs: bool | None = None, overwrite: bool = False) -> dict:
     """Train ``rec`` once per seed; save each run's PETL weights; return (and write) the metrics.
     With ``keep_models`` the trained models come back too, under ``"models"`` (not written).
     ``compile`` overrides the record's ``torch.compile`` mode (`petl_nas.compiling`), ``cuda_graphs``
     its CUDA graphs (`petl_nas.step_graphs`); they change how the runs compute, not what they train,
-    so a run already trained without them is kept."""
+    so a run already trained without them is kept. Runs another record left in ``out`` are
+    refused before anything trains, or replaced with ``overwrite``."""
     out = Path(out)
     if seeds is not None and seeds < 1:
         raise ConfigError(f"seeds: expected a whole number >= 1, got {seeds}")
+    others = runs_of_other_records(out, rec)
+    if others and not overwrite:
+        raise ConfigError(f"output folder {str(out)!r} holds runs of another record ({', '.join(others[:3])}"
+                          f"{', ...' if len(others) > 3 else ''}); choose another --out, or pass --overwrite "
+                          f"to replace them")
     created = [p for p in (out, *out.parents) if not p.exists()]      # innermost first
     try:                                  # before any training: a path that cannot be a folder fails now
         out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +83,10 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
     splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
                          search_dev_size=1 if rec.get("k") is None else rec.get("search_dev"))
     model, tok = load_backbone(rec["backbone"], task, splits)
-    deployable = count_parameters(model.config, config, task.num_labels).deployable     # as trained
+    check_positions(model.config, base_recipe.max_length, "recipe.max_length")
+    counts = count_parameters(model.config, config, task.num_labels)
+    deployable = counts.deployable                                                  # as trained
+    _check_room(out, seeds or rec.get("seeds") or 1, counts)
     recorded = (rec.get("counts") or {}).get("deployable")
     if recorded is not None and recorded != deployable:     # a record edited onto another backbone or task
         printer(f"note: on this backbone the configuration has {deployable:,} deployable parameters; the record's "
@@ -108,7 +118,8 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
                 "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
                 "data_dir": rec.get("data_dir"), "run_key": key, "run": run}
         if isinstance(rec["backbone"], dict):              # tiny backbones: keep their tokenizer too
-            tok.save_pretrained(str(run_dir / TOKENIZER_DIR))
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_folder(run_dir / TOKENIZER_DIR, lambda folder: tok.save_pretrained(str(folder)))
         save_petl(trained.cpu(), run_dir, info=info)       # last: its config file marks the run finished
         runs.append(run)
         if keep_models:
@@ -126,7 +137,7 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
                "deployable": deployable,
                "provenance": rec.get("provenance")}
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2)))
+    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
     return {**summary, "models": models} if keep_models else summary
 
 
@@ -141,6 +152,37 @@ def _remove_other_records(out: Path, rec: dict, n: int, printer) -> None:
         if _finished_run(run_dir, run_key(rec, int(seed))) is None:
             shutil.rmtree(run_dir)
             printer(f"{run_dir}: a run of another record (or an unfinished one); removed")
+
+
+RUN_FILES_BYTES = 64 * 1024        # a run's config file, its tokenizer when tiny, and metrics.json, with room
+
+
+def _check_room(out: Path, n: int, counts) -> None:
+    """Refuse before training when ``out``'s disk cannot hold ``n`` runs' weights (fp32, PETL and
+    head) and files: a full disk found after the training would waste it."""
+    need = n * (4 * (counts.deployable + counts.head) + RUN_FILES_BYTES)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise ConfigError(f"output folder {str(out)!r}: {free / 1024:,.0f} KiB free on its disk, and {n} "
+                          f"run{'s' if n > 1 else ''} need about {need / 1024:,.0f} KiB; free some space or "
+                          f"choose another --out")
+
+
+def runs_of_other_records(out: Path, rec: dict) -> list[str]:
+    """The finished runs in ``out`` that another record (configuration, recipe, backbone, data)
+    trained; a run of ``rec`` itself, of any seed, is not one."""
+    others = []
+    for run_dir in sorted(Path(out).glob("seed_*")) if Path(out).is_dir() else ():
+        seed = run_dir.name.removeprefix("seed_")
+        if not (seed.isdigit() and (run_dir / CONFIG_FILE).is_file()):
+            continue                                     # an unfinished run: ours to train again
+        try:
+            key = _info(run_dir).get("run_key")
+        except (ConfigError, ValueError):
+            key = None
+        if key != run_key(rec, int(seed)):
+            others.append(run_dir.name)
+    return others
 
 
 def run_key(rec: dict, seed: int) -> str:
@@ -174,7 +216,7 @@ def _info(directory: Path) -> dict:
             raise ConfigError(f"{directory}: a `petl-nas train` output folder; pass one of its runs: "
                               f"{directory / runs[0]}" + (f" (or {', '.join(runs[1:])})" if runs[1:] else ""))
         raise ConfigError(f"{directory}: no {CONFIG_FILE} here (not a trained PETL directory)")
-    return json.loads(path.read_text()).get("info", {})
+    return json.loads(path.read_text(encoding="utf-8")).get("info", {})
 
 
 def fresh_backbone(directory: str | Path, backbone=None):
@@ -208,7 +250,7 @@ def check_input(path: str | Path) -> Path:
     """``path`` if it is a file `read_texts` can read (checked before a model is loaded)."""
     path = _input_path(path)
     if path.suffix.lower() == ".txt":
-        _text_lines(path)
+        _text_lines(path, say_skipped=False)           # said once, when `read_texts` reads them
     return path
 
 
@@ -223,18 +265,19 @@ def _input_path(path: str | Path) -> Path:
     return path
 
 
-def _text_lines(path: Path) -> list[str]:
-    """The texts of a .txt input, one per line (utf-8-sig: a byte-order mark is not text); a blank
-    line inside is refused, since skipping it would shift every answer after it."""
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-    while lines and not lines[-1].strip():         # blank lines at the end are not texts
-        lines.pop()
-    if not lines:
+def _text_lines(path: Path, say_skipped: bool = True) -> list[str]:
+    """The texts of a .txt input, one per line (UTF-8; a byte-order mark is not text). Blank lines
+    are not texts: skipped, and said once (each answer carries its text, so none shifts)."""
+    lines = read_text(path).splitlines()
+    texts = [line for line in lines if line.strip()]
+    if not texts:
         raise ConfigError(f"input '{path}': no texts in it")
-    blank = next((i for i, line in enumerate(lines) if not line.strip()), None)
-    if blank is not None:
-        raise ConfigError(f"input '{path}', line {blank + 1}: empty text (one text per line)")
-    return lines
+    last = max(i for i, line in enumerate(lines) if line.strip())
+    blank = [i + 1 for i, line in enumerate(lines[:last]) if not line.strip()]     # trailing ones: nothing to say
+    if blank and say_skipped:
+        warnings.warn(f"input '{path}': {len(blank)} blank line{'s' if len(blank) > 1 else ''} skipped (line "
+                      f"{', '.join(map(str, blank[:5]))}{', ...' if len(blank) > 5 else ''})", PetlWarning, stacklevel=2)
+    return texts
 
 
 def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:

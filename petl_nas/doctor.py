@@ -125,12 +125,14 @@ def check_ray(start: bool = False) -> Check:
         return Check("ray runtime", "ok", f"{ray.__version__} importable (--start-ray also starts a local instance)")
     if ray.is_initialized():
         return Check("ray runtime", "ok", f"{ray.__version__}: already running in this process")
+    from .executors import private_ray
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     t = time.perf_counter()
-    try:                                     # "local": a fresh instance, not a cluster `ray start` left
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+    try:                                     # "local": a fresh instance, not a cluster `ray start` left;
+        with private_ray():                  # as a search's own: on 127.0.0.1, Ray's own authentication
+            ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
         ray.get(ray.remote(lambda: 1).remote())
     except Exception as e:  # noqa: BLE001
         return Check("ray runtime", "FAIL", f"{ray.__version__} does not start: {str(e).splitlines()[0]}",

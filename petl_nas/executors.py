@@ -11,15 +11,18 @@ Each executor stops when the `TrialSource` says the study is full (all workers t
 proposal whose exact trial spec was already trained (``Recorder.known``: calibration's runs at the
 final length) is recorded from that result, marked ``reused``, and not trained again.
 With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their measured memory
-(`petl_nas.packing`).
+(`petl_nas.packing`). A Ray the executor starts itself is private to the search (`private_ray`: on
+127.0.0.1, in a session of its own); nothing Tune pickles holds the study or its storage URL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 import socket
+import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -314,7 +317,18 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
         def restore(self, checkpoint_path: str) -> None:
             pass
 
+        def __reduce__(self):
+            # Tune pickles the searcher into runs/NAME/ray/tune/tuner.pkl; this class's closure holds
+            # the study, its storage and the experiment, so the storage URL's password with them.
+            # A search goes on from its study, never from Tune's files: nothing of it is written.
+            return _searcher_not_restorable, ()
+
     return StudySearcher()
+
+
+def _searcher_not_restorable():
+    raise RuntimeError("petl-nas's Ray Tune searcher is not saved with Tune's files: a search goes on from "
+                       "its study; run the same `petl-nas search` command again")
 
 
 def _gpu_resources(cpus_per_trial: float):
@@ -359,8 +373,8 @@ def _trial_name(trial) -> str:
 
 def init_ray(address: str | None = None):
     """The ``ray`` module, connected: to ``address``, else to a Ray of this process's own (never a
-    cluster some other `ray start` left on this machine); quiet, without usage stats or auth."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    cluster some other `ray start` left on this machine), private to it (`private_ray`); quiet,
+    without usage stats. Authentication is Ray's own (its default, or the user's RAY_AUTH_MODE)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
     # Ctrl-C is petl-nas's to handle (running trials failed for a retry, the study kept, one line);
@@ -372,7 +386,8 @@ def init_ray(address: str | None = None):
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         sigterm = signal.getsignal(signal.SIGTERM)
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            with private_ray() if address == "local" else contextlib.nullcontext():
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         finally:
             if callable(sigterm) and threading.current_thread() is threading.main_thread():
                 # Ray's start-up installs a SIGTERM handler that exits at once (its native one prints a
@@ -380,6 +395,46 @@ def init_ray(address: str | None = None):
                 # (`interrupts.stops_on_signals`). Put back even if the start-up failed.
                 signal.signal(signal.SIGTERM, sigterm)
     return ray
+
+
+@contextlib.contextmanager
+def private_ray():
+    """Within it, a Ray that ``ray.init`` starts listens on 127.0.0.1 only, and on Linux its processes
+    run in a session of their own.
+
+    Loopback: Ray binds gcs_server, the raylet, every worker's gRPC server and its agents to all
+    interfaces unless the node's address is 127.0.0.1, which it picks only where multi-node clusters
+    are off (``ray_constants.ENABLE_RAY_CLUSTER``: its default on macOS and Windows, read once at
+    import from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``). Ray 2.60 has no other setting for it, and
+    `ray.init(_node_ip_address="127.0.0.1")` is turned into the machine's address. It is off for the
+    start-up only (the processes Ray starts are handed the node's address), so a later connection
+    of this process to a cluster (``--ray-address``) is as Ray makes it.
+
+    Session: Ray starts gcs_server, the raylet and its helpers in the driver's process group, so a
+    signal to the group (``timeout``, a batch scheduler) killed them under the running search, whose
+    stop then waited 60 s on the dead GCS and exited with its trials RUNNING. In a session of their own
+    only petl-nas hears it, stops as from a SIGTERM of its own, and ``ray.shutdown`` ends them; they
+    still die with it (Ray's kernel fate-sharing, ``PR_SET_PDEATHSIG``; elsewhere Ray's reaper needs
+    them in its group). Ray starts its workers in groups of their own already.
+
+    Both are Ray's private names (no public setting exists); tests/test_safe_ray.py reads the
+    sockets and signals a real search's group, so a Ray that renames them fails there.
+    """
+    from ray._private import ray_constants, services
+
+    popen, cluster = services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER
+
+    class InOwnSession(popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    if sys.platform.startswith("linux"):
+        services.ConsolePopen = InOwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER = popen, cluster
 
 
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
@@ -435,4 +490,5 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
 EXECUTORS = {"local": run_local, "ray": run_ray}
 
-__all__ = ["run_local", "run_ray", "init_ray", "ray_trainable", "attempt", "check_ray_address", "Recorder", "EXECUTORS"]
+__all__ = ["run_local", "run_ray", "init_ray", "private_ray", "ray_trainable", "attempt", "check_ray_address",
+           "Recorder", "EXECUTORS"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, check_keys, read_yaml
+from .config import ConfigError, check_keys, read_text, read_yaml
 from .costs import check_objectives
 from .presets import check_preset_names
 
@@ -56,6 +56,9 @@ def _one_of(*names):
 
 
 _TEXT = (lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"
+# A search's name is also its folder, runs/NAME: one plain path component, so no name writes elsewhere.
+_RUN_NAME = ((lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v) is not None),
+             "a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME)")
 
 
 def _check_fields(obj, where: str, rules: dict) -> None:
@@ -82,8 +85,10 @@ def _yaml_hint(value) -> str:
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
 
 
-def parse_budget(text: str | int | float | None, backbone_params: int) -> int | None:
-    """``"0.5%"`` of the backbone or an absolute count (``120000``, ``1.2e5``) -> parameters."""
+def parse_budget(text: str | int | float | None, backbone_params: int | None) -> int | None:
+    """``"0.5%"`` of the backbone or an absolute count (``120000``, ``1.2e5``) -> parameters; neither
+    may exceed the whole backbone (``backbone_params``; None: an older study that did not record it,
+    where only a count is accepted)."""
     if text is None or text == "":
         return None
     raw = str(text).strip()
@@ -95,10 +100,29 @@ def parse_budget(text: str | int | float | None, backbone_params: int) -> int | 
     if m.group(2):
         if value > 100:
             raise ConfigError(f"budget: {text!r} is more than the whole backbone")
+        if backbone_params is None:
+            raise ConfigError(f"budget: {text!r} is a percentage, and this study did not record its backbone's "
+                              f"size; give a count of parameters")
         return int(value / 100 * backbone_params)
     if not value.is_integer():
         raise ConfigError(f"budget: {text!r} is a fraction of a parameter; write a whole count or add %")
+    if backbone_params is not None and value > backbone_params:
+        raise ConfigError(f"budget: {text!r} is more than the whole backbone ({backbone_params:,} parameters)")
     return int(value)
+
+
+LARGE_BUDGET = 0.10     # of the backbone: PETL methods train well under 5% (Houlsby's adapters 3.6%)
+
+
+def large_budget_warning(text, budget: int | None, backbone_params: int) -> str | None:
+    """What to say when a budget is a large share of the backbone (``50%`` typed for ``0.5%``): a
+    budget that big is allowed (a comparison with full fine-tuning), never taken in silence."""
+    if budget is None or budget <= LARGE_BUDGET * backbone_params:
+        return None
+    raw = str(text).strip()
+    meant = f" (did you mean {float(raw[:-1]) / 100:g}%?)" if raw.endswith("%") else ""
+    return (f"budget {raw} is {budget:,} parameters, {budget / backbone_params:.0%} of the backbone; PETL "
+            f"configurations usually take under 5%{meant}")
 
 
 @dataclass(frozen=True)
@@ -317,7 +341,7 @@ class Experiment:
     def __post_init__(self):
         where = "" if self.source == "<flags>" else f"{self.source}: "
         _check_fields(self, where, {
-            "name": _TEXT, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT,
+            "name": _RUN_NAME, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT,
             "trials": (_whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
             "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
             "gpus_per_trial": _auto_or(_ONE_GPU_AT_MOST), "concurrent": _optional(_whole(1)),
@@ -380,7 +404,7 @@ class Experiment:
         path = Path(path)
         if not path.exists():
             raise ConfigError(f"experiment {str(path)!r}: no such file")
-        data = read_yaml(path.read_text(), path)
+        data = read_yaml(read_text(path), path)
         if data is None:                  # an empty file is a mistake, not "every default"
             raise ConfigError(f"{path}: the file is empty (an experiment names at least its task and backbone)")
         return cls.from_dict(data, str(path))
@@ -419,4 +443,4 @@ def _sub(cls, data, where):
         raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
 
 
-__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "parse_budget"]
+__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "parse_budget", "large_budget_warning"]

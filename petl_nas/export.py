@@ -41,7 +41,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
 from .confirm import PREFIX as CONFIRMED, confirmed_now, confirmed_text, mean_score
-from .config import ConfigError, PetlConfig, read_yaml
+from .config import ConfigError, PetlConfig, read_text, read_yaml
 from .fronts import group_of, source_of
 from .inject import atomic_write
 from .metrics import points_per_unit
@@ -275,7 +275,7 @@ def make_parent(path: Path) -> None:
 def write_record(rec: dict, path: str | Path) -> Path:
     path = Path(path)
     make_parent(path)
-    atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False)))
+    atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False), encoding="utf-8"))
     return path
 
 
@@ -284,7 +284,7 @@ def read_record(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config {str(path)!r}: no such file")
-    rec = read_yaml(path.read_text(), path)
+    rec = read_yaml(read_text(path), path)
     if not isinstance(rec, dict):
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
     from .config import suggest

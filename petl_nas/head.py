@@ -47,7 +47,7 @@ def checkpoint_pooling(path) -> str | None:
     if not config.is_file():
         return None
     try:
-        modes = json.loads(config.read_text())
+        modes = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if modes.get("pooling_mode_mean_tokens"):

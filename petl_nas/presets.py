@@ -32,7 +32,7 @@ def space_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def _raw_presets() -> dict:
-    data = yaml.safe_load((space_dir() / "presets.yaml").read_text())
+    data = yaml.safe_load((space_dir() / "presets.yaml").read_text(encoding="utf-8"))
     return data["presets"]
 
 

@@ -86,7 +86,7 @@ def _copies_that_fit(model, device) -> int:
 
 def _available_bytes() -> int | None:
     try:
-        with open("/proc/meminfo") as f:
+        with open("/proc/meminfo", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024

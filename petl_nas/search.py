@@ -15,29 +15,32 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 
 from . import __version__
 from . import calibrate
-from .budget import count_parameters
+from .budget import check_positions, count_parameters
 from .config import ConfigError, PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
 from .confirm import confirm, confirmed_scores, confirmed_text
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
-from .experiment import Experiment, parse_budget
+from .experiment import Experiment, large_budget_warning, parse_budget
 from .inject import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
 from .metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
-from .storage import ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact, running_without_heartbeat
+from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact, running_without_heartbeat,
+                      sqlite_path)
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
@@ -49,6 +52,7 @@ from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claime
                     smallest_module, state_counts)
 from .tasks import data_lines, load_splits, resolve_task
 from .train import Recipe, n_evaluations
+from .models import check_weight_files
 from .worker import TrialSpec, load_backbone, model_config_for, run_trial
 
 
@@ -202,6 +206,7 @@ def _check_backbone_files(backbone) -> None:
         raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
     if not any((path / f).is_file() for f in _TOKENIZER):
         raise ConfigError(f"model {backbone!r}: the folder has no tokenizer files ({', '.join(_TOKENIZER)})")
+    check_weight_files(path)
 
 
 def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
@@ -219,6 +224,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
                              search_dev_size=exp.fidelity.search_dev)
         model_config = model_config_for(exp.backbone, task, splits)
+        check_positions(model_config, exp.fidelity.max_length, "fidelity.max_length")
         if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
             check_languages(load_backbone(exp.backbone, task, splits)[1], task.seq2seq)
         space = SearchSpace.load(exp.space)
@@ -340,6 +346,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
             "the language-model head is pretrained and frozen")
     printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
             f"{backbone_params:,}; {head})" if budget is not None else "budget: none")
+    if large := large_budget_warning(exp.budget, budget, backbone_params):
+        printer(f"warning: {large}")
     for line in data_lines(splits, exp.fidelity.k):
         printer(line)
     baseline = study.user_attrs.get("baseline")
@@ -391,7 +399,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         text = json.dumps({"number": p.number, "state": state, "preset": p.preset, "config": p.config.to_dict(),
                            "lr": p.lr, "deployable": p.deployable, "trainable": p.trainable,
                            **{k: v for k, v in info.items() if k != "history"}}, indent=2, default=str)
-        atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text))
+        atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text, encoding="utf-8"))
         progress(p, state, info)
 
     def make_spec(p) -> TrialSpec:
@@ -427,6 +435,11 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     try:
         interruptible(lambda: fill(study, source, execute, printer, poll_s=exp.heartbeat_interval,
                                    grace_s=exp.grace_period), stopped)
+    except (StorageInternalError, OSError) as e:
+        if isinstance(e, OSError) and e.errno != errno.ENOSPC:
+            raise
+        stopped(None)                                # if the storage still takes it: retried first, at once
+        raise _cannot_write(exp.storage_url, e) from None
     finally:
         heartbeat.stop()
 
@@ -434,6 +447,21 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if exp.final.seeds > 0:
         reevaluate_front(study, exp, task, recipe, printer)
     return summarize(study, exp, budget, backbone_params)
+
+
+def _cannot_write(storage_url: str, e: BaseException) -> OSError:
+    """A search that can no longer write (a full disk; Optuna says "e.g. exceeding max length" of
+    any failed commit) as one line naming the study's file and what to do."""
+    cause = e
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    said = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    full = isinstance(e, OSError) or "full" in said or "No space" in said
+    where = e.filename if isinstance(e, OSError) and e.filename else str(sqlite_path(storage_url) or redact(storage_url))
+    return OSError(errno.ENOSPC if full else errno.EIO,
+                   f"{'the disk is full' if full else 'the study cannot be written'} ({said}); "
+                   f"{'free some space' if full else 'fix the storage'}, then run the same command again to go on "
+                   f"(nothing finished is lost)", where)
 
 
 def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: float) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, parse_blocks, read_yaml, suggest
+from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, parse_blocks, read_text, read_yaml, suggest
 from .presets import space_dir
 
 SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
@@ -230,7 +230,7 @@ class SearchSpace:
             else:
                 names = sorted(p.stem for p in space_dir().glob("*.yaml") if p.stem != "presets")
                 raise ConfigError(f"space {str(name_or_path)!r}: no such file{suggest(str(name_or_path), names)}")
-        data = read_yaml(path.read_text(), path)
+        data = read_yaml(read_text(path), path)
         return cls(data, str(path))
 
     @property

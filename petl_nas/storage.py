@@ -1,9 +1,10 @@
 """The study's storage: opening a URL, sharing it between processes, and telling live trials from lost ones.
 
 - `open_storage` turns a SQLAlchemy URL into an Optuna `RDBStorage`, or one `ConfigError` line when
-  it cannot be opened. SQLite files get WAL mode, a busy timeout and ``BEGIN IMMEDIATE``
-  transactions, so several processes on one machine write to one file without "database is
-  locked" (a read-then-write transaction would otherwise fail at once, busy timeout or not).
+  it cannot be opened (a driver that is not installed is named, with its pip command: `check_driver`).
+  SQLite files get WAL mode, a busy timeout and ``BEGIN IMMEDIATE`` transactions, so several
+  processes on one machine write to one file without "database is locked" (a read-then-write
+  transaction would otherwise fail at once, busy timeout or not).
   PostgreSQL gets a connect timeout and TCP keepalives.
 - `ClaimLock` serialises the step "count the study's trials, ask for a new one, decide whether it
   fits the budget" across every worker of a study: a flock beside a SQLite file, a PostgreSQL or
@@ -96,6 +97,29 @@ def with_installed_driver(url: str) -> str:
     return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
 
 
+def check_driver(url: str) -> None:
+    """Refuse, in one line, a URL whose database driver is not installed, naming the driver and how
+    to install it (Optuna's own error, "Failed to import DB access module", names neither). Called
+    by every command that opens a storage (`open_storage`, `check_existing`)."""
+    try:
+        parsed = sqlalchemy.engine.make_url(with_installed_driver(url))
+        dialect = parsed.get_dialect()
+    except Exception:                                           # noqa: BLE001 - the open says what is wrong
+        return
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        module = e.name or str(e)
+        if parsed.drivername in ("postgresql", "postgresql+psycopg2"):     # what the postgres extra installs
+            fix = "the PostgreSQL driver psycopg2 is not installed: pip install 'petl-nas[postgres]'"
+        elif parsed.get_backend_name() == "postgresql":
+            fix = (f"the PostgreSQL driver {module} ({parsed.drivername}://) is not installed: install it, or use "
+                   f"postgresql+psycopg2:// with pip install 'petl-nas[postgres]'")
+        else:
+            fix = f"its database driver, the Python module {module!r}, is not installed: install it"
+        raise ConfigError(f"storage {redact(url)!r}: {fix}") from None
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
     parsed = sqlalchemy.engine.make_url(url)
@@ -124,6 +148,7 @@ def check_existing(url: str) -> None:
         raise ConfigError(f"storage {redact(url)!r} is not an SQLAlchemy URL (expected e.g. sqlite:///runs/NAME/study.db "
                           f"or postgresql+psycopg2://user:password@host/db)") from None
     _refuse_postgres_alias(parsed, redact(url))
+    check_driver(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).is_file():
             raise ConfigError(f"storage {url!r}: no such file {parsed.database!r} "
@@ -148,6 +173,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
         raise ConfigError(f"storage {shown!r} is not a database URL (e.g. sqlite:///runs/x/study.db, "
                           f"postgresql://user:password@host/db)") from None
     _refuse_postgres_alias(parsed, shown)
+    check_driver(url)
     backend = parsed.get_backend_name()
     engine_kwargs: dict = {}
     made: list[Path] = []
@@ -387,6 +413,8 @@ def fail_interrupted(study: optuna.Study, running_ids, lock, user_attrs: dict, g
         with lock():
             fail_now(study, running_ids(), user_attrs)
     except Exception as e:                                          # noqa: BLE001 - stopping all the same
+        while e.__cause__ is not None:                              # the database's words, not Optuna's guess
+            e = e.__cause__
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         when = f"once their heartbeat is {grace_s}s old" if grace_s else "once they are found stale"
         warnings.warn(f"the running trials could not be marked as interrupted ({reason}); a resumed search "
@@ -433,6 +461,6 @@ def as_stored(value):
     return json.loads(json.dumps(value, default=str))
 
 
-__all__ = ["LOST", "as_stored", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
+__all__ = ["LOST", "as_stored", "check_driver", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
            "fail_now", "fail_interrupted", "running_without_heartbeat", "delete_beside",
            "SQLITE_BUSY_TIMEOUT_S"]

@@ -7,7 +7,8 @@ and the sampler learns from them as from any trial. Each member is re-counted on
 and dropped, with the reason said, when it no longer fits: layers the backbone lacks, over the new
 budget, or not a point of the new space. Numbers outside a range are clamped as for presets (the
 nearest point, named). Warm-started trials count toward ``trials``; what was taken and dropped is
-stored in the study (user attribute ``warm_start``), and a resumed study does not take them twice.
+stored in the study (user attribute ``warm_start``, its source with the password hidden: the
+dashboard serves it), and a resumed study does not take them twice.
 
 Example:
     petl-nas search --experiment experiments/cola_minilm_v4.yaml \\
@@ -28,8 +29,14 @@ def parse_source(source: str) -> tuple[str, str | None]:
     """``URL[#STUDY]`` -> (storage URL, study name or None)."""
     url, _, name = source.partition("#")
     if not url:
-        raise ConfigError(f"warm start {redact(source)!r}: expected a storage URL, optionally #STUDY")
+        raise ConfigError(f"warm start {shown(source)!r}: expected a storage URL, optionally #STUDY")
     return url, name or None
+
+
+def shown(source: str) -> str:
+    """``URL[#STUDY]`` with the URL's password hidden: what is printed and stored."""
+    url, hash_, name = source.partition("#")
+    return redact(url) + hash_ + name
 
 
 def front_of(source: str) -> tuple[str, list[FrozenTrial]]:
@@ -58,8 +65,9 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
     url, _ = parse_source(source)
     name, members = front_of(source)
     if url == storage_url and name == study.study_name:
-        raise ConfigError(f"warm start {redact(source)!r}: that is this study; name an earlier one")
-    if study.user_attrs.get("warm_start", {}).get("source") == source:
+        raise ConfigError(f"warm start {shown(source)!r}: that is this study; name an earlier one")
+    done = study.user_attrs.get("warm_start", {}).get("source")
+    if done is not None and shown(done) == shown(source):    # older studies stored the URL as given
         return []                                   # done when the study began; a resume takes nothing twice
     have = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
     taken, dropped = [], []
@@ -88,7 +96,7 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
         study.enqueue_trial(params, user_attrs={"warm_start": tag, **({"mapped": "; ".join(changes)} if changes else {})},
                             skip_if_exists=False)
         taken.append(f"trial {t.number}" + (f" (nearest point: {', '.join(changes)})" if changes else ""))
-    study.set_user_attr("warm_start", {"source": source, "taken": taken, "dropped": dropped})
+    study.set_user_attr("warm_start", {"source": shown(source), "taken": taken, "dropped": dropped})
     lines = []
     if not members:
         lines.append(f"warm start from {name!r}: none of its trials learned (complete and beyond noise of its trivial "
@@ -101,4 +109,4 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
     return lines
 
 
-__all__ = ["parse_source", "front_of", "seed_warm_start"]
+__all__ = ["parse_source", "shown", "front_of", "seed_warm_start"]

@@ -63,6 +63,18 @@ CASES = [
     ("model-without-tokenizer", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS}),
                                  "bert/model.safetensors": ""},
      ["--model", "bert"], "bert': the folder has no tokenizer files"),
+    ("model-weights-cut-short", "truncated-minilm", ["--model", "minilm"],
+     "minilm': model.safetensors is damaged ("),
+    ("max-length-beyond-positions", {"e.yaml": exp(fidelity={**BASE["fidelity"], "max_length": 100_000_000})}, [],
+     "fidelity.max_length 100,000,000 is more than the 514 positions this backbone (bert) can read: give at most 514"),
+    ("name-escapes-runs", {}, ["--name", "../../../escaped"],
+     "name: expected a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME), got "
+     "'../../../escaped'"),
+    ("name-absolute", {}, ["--name", "/tmp/elsewhere"], "name: expected a plain name"),
+    ("name-in-file", {"e.yaml": exp(name="a/b")}, [], "e.yaml: name: expected a plain name"),
+    ("budget-count-over-all", {}, ["--budget", "1e12"], "budget: '1e12' is more than the whole backbone ("),
+    ("experiment-latin-1", {"e.yaml": "name: caf\u00e9\n".encode("latin-1")}, [],
+     "e.yaml: not UTF-8 text (byte 0xe9 on line 1); save it as UTF-8"),
     ("task-file-on-the-command-line", {}, ["--task", "train.csv"],
      "a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., "),
     ("space-missing", {}, ["--space", "nope"], "space 'nope': no such file"),
@@ -162,6 +174,18 @@ def _snapshot(root) -> dict[str, str]:
             for p in sorted(root.rglob("*"))}
 
 
+def _truncated_minilm() -> dict[str, bytes]:
+    """The demo MiniLM's folder with its weights cut to half (a copy that stopped)."""
+    from pathlib import Path
+
+    from petl_nas.models import resolve_model
+
+    source = Path(resolve_model("all-MiniLM-L6-v2"))
+    files = {f"minilm/{p.name}": p.read_bytes() for p in source.iterdir() if p.is_file()}
+    files["minilm/model.safetensors"] = files["minilm/model.safetensors"][: len(files["minilm/model.safetensors"]) // 2]
+    return files
+
+
 def _make_other_study(root) -> None:
     """A study named like the experiment, made with another space (its hash differs)."""
     import optuna
@@ -182,10 +206,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
     if files == "other-study":
         _make_other_study(tmp_path)
         files = {}
+    elif files == "truncated-minilm":
+        files = _truncated_minilm()
     files = {"e.yaml": exp(), **files}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     before = _snapshot(tmp_path)
     argv = ["search"] + (["--experiment", "e.yaml"] if "--experiment" not in args else []) + args
     rc = main(argv)
@@ -211,18 +237,21 @@ RECORD = {"backbone": "no-such-model", "task": "demo_keyword", "petl_config": {}
     (["train", "--config", "negative.yaml"], "recipe.lr: expected a number > 0, got -0.001"),
     (["predict", "--model", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
     (["predict", "--model", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
-    (["predict", "--model", "nowhere", "--input", "blank.txt"], "input 'blank.txt', line 2: empty text (one text per line)"),
+    (["predict", "--model", "nowhere", "--input", "latin1.txt"], "latin1.txt: not UTF-8 text (byte 0xe9 on line 2); "
+                                                                "save it as UTF-8"),
     (["predict", "--model", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
     (["predict", "--model", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
     (["predict", "--model", "rec.yaml", "--input", "in.txt"], "rec.yaml: a file, not a trained run's folder "
                                                               "(petl-nas train --config FILE --out DIR"),
     (["predict", "--model", "out", "--input", "in.txt"], "out: a `petl-nas train` output folder; pass one of its runs: "
                                                          "out/seed_0 (or seed_1)"),
+    (["train", "--config", "rec.yaml", "--out", "out"], "output folder 'out' holds runs of another record "
+                                                         "(seed_0, seed_1); choose another --out, or pass --overwrite"),
     (["search", "--experiment", "."], ".: Is a directory"),
     (["search", "--experiment", "e.yaml", "--storage", "sqlite:///afile/study.db"], "afile is a file, not a folder"),
 ], ids=["seeds-zero", "out-under-a-file", "record-key-typo", "record-negative-lr", "predict-unknown-type",
-        "predict-folder", "predict-blank-line", "predict-empty-file", "predict-no-model", "predict-a-record",
-        "predict-train-out-folder",
+        "predict-folder", "predict-latin-1", "predict-empty-file", "predict-no-model", "predict-a-record",
+        "predict-train-out-folder", "train-out-of-another-record",
         "experiment-folder", "storage-under-a-file"])
 def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, capsys, argv, words):
     """Refused in one line with exit 2 before a model is loaded or a seed trained (the records'
@@ -236,7 +265,7 @@ def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, c
     (tmp_path / "afile").write_text("")
     (tmp_path / "in.md").write_text("a wonderful film\n")
     (tmp_path / "in.txt").write_text("a wonderful film\n\n\n")                 # blank lines at the end: fine
-    (tmp_path / "blank.txt").write_text("a wonderful film\n\nawful\n")
+    (tmp_path / "latin1.txt").write_bytes("a wonderful film\nun film rat\u00e9\n".encode("latin-1"))
     (tmp_path / "empty.txt").write_text("\n")
     for seed in (0, 1):                                                          # what `train --out out` writes
         (tmp_path / "out" / f"seed_{seed}").mkdir(parents=True)
@@ -372,3 +401,35 @@ def test_a_flag_argparse_refuses_is_one_line_too(capsys, argv, words):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("petl-nas: error: ") and err.count("\n") == 1, err
     assert words in err, err
+
+
+def test_blank_lines_of_a_text_input_are_skipped_and_said_once(tmp_path, monkeypatch, capsys):
+    """A blank line inside a .txt input is not a text: skipped with one warning, and every answer
+    carries its own text, so none is shifted."""
+    from petl_nas import deploy
+
+    monkeypatch.setattr(deploy, "load", lambda backbone, directory: type("M", (), {"petl": type("P", (), {
+        "info": {"task": "demo_sentiment", "labels": ["neg", "pos"]}})()})())
+    monkeypatch.setattr(deploy, "predict", lambda model, rows: [{"label": row[0][-3:]} for row in rows])
+    (tmp_path / "in.txt").write_text("a good film pos\n\n  \nawful neg\n\n")
+    assert main(["predict", "--model", "m", "--input", str(tmp_path / "in.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line) for line in out.splitlines()] == [{"text": "a good film pos", "label": "pos"},
+                                                               {"text": "awful neg", "label": "neg"}]
+    assert err == f"petl-nas: warning: input '{tmp_path / 'in.txt'}': 2 blank lines skipped (line 2, 3)\n"
+
+
+def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, monkeypatch, capsys):
+    """``--budget 50%`` (0.5% meant) runs, as a comparison with full fine-tuning may ask, and says
+    what it is; 5% of a tiny backbone is an ordinary PETL budget and says nothing."""
+    from petl_nas.experiment import large_budget_warning
+
+    assert large_budget_warning("5%", 500, 10_000) is None and large_budget_warning("1000", 1000, 10_000) is None
+    assert large_budget_warning("1001", 1001, 10_000) == ("budget 1001 is 1,001 parameters, 10% of the backbone; "
+                                                          "PETL configurations usually take under 5%")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "e.yaml").write_text(exp(trials=1))
+    assert main(["search", "--experiment", "e.yaml", "--budget", "50%"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: budget")]
+    assert len(said) == 1 and said[0].startswith("warning: budget 50% is ") and said[0].endswith(
+        " parameters, 50% of the backbone; PETL configurations usually take under 5% (did you mean 0.5%?)"), said

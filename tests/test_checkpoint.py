@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from petl_nas import PetlConfig, apply_petl, checkpoint
-from petl_nas.config import ModuleSpec
+from petl_nas.config import ConfigError, ModuleSpec
 from petl_nas.data import encode
 from petl_nas.tasks import load_splits, resolve_task
 from petl_nas.train import Recipe, train
@@ -191,3 +191,36 @@ def test_gradients_are_clipped_to_max_grad_norm():
         after = _trainable(model)
         moved.append(max(float((after[n] - before[n]).abs().max()) for n in before))
     assert moved[0] > 1e-3 and moved[1] < 1e-5
+
+
+class _RunsCode:
+    """What a crafted file holds: unpickling it calls ``Path.touch`` on the marker."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).touch, (self.marker,))
+
+
+def test_a_state_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    marker, path = tmp_path / "ran", tmp_path / "state.pt"
+    torch.save({"step": 1, "params": {}, "payload": _RunsCode(marker)}, path)
+    with pytest.raises(ConfigError, match=r"state\.pt: not a training state petl-nas can load safely"):
+        checkpoint.load(path)
+    assert not marker.exists()
+    path.write_bytes(b"not a zip archive")                     # nor a file of another format
+    with pytest.raises(ConfigError, match="nothing in it was run"):
+        checkpoint.load(path)
+
+
+def test_a_real_state_loads_weights_only(tmp_path):
+    """AdamW, the warm-up schedule, the loss scaler, the generators and the history all load with
+    ``weights_only=True``, so the safe load costs nothing."""
+    task, base, data, config = _setup()
+    path, saved = tmp_path / "state.pt", []
+    train(apply_petl(copy.deepcopy(base), config), data, task, Recipe(lr=3e-3, epochs=1, batch_size=16),
+          on_epoch=lambda state: (checkpoint.save(state, path), saved.append(state)))
+    state = checkpoint.load(path)
+    assert set(state) == set(saved[0]) and state["history"] == saved[0]["history"]
+    assert torch.equal(state["rng"], saved[0]["rng"]) and state["opt"]["state"]

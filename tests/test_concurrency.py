@@ -124,8 +124,7 @@ def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, 
     from petl_nas.experiment import Experiment
     from petl_nas.search import run_search
 
-    for k, v in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}.items():
-        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.chdir(tmp_path)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:

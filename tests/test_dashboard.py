@@ -143,6 +143,34 @@ def test_dashboard_errors_are_one_line(tmp_path, capsys):
     assert "not an SQLAlchemy URL" in capsys.readouterr().err
 
 
+NO_DRIVER = "postgresql+psycopg2://u:pw@127.0.0.1:9/petl"      # never reached: the missing driver is said first
+
+
+@pytest.mark.parametrize("args", [
+    ["search", "--experiment", "e.yaml", "--storage", NO_DRIVER],
+    ["search", "--experiment", "e.yaml", "--warm-start", NO_DRIVER + "#earlier"],
+    ["export", "--storage", NO_DRIVER, "-o", "best.yaml"],
+    ["report", "--storage", NO_DRIVER.replace("+psycopg2", ""), "-o", "report"],    # a bare URL: the same driver
+    ["dashboard", "--storage", NO_DRIVER, "--port", "0"],
+], ids=["search", "warm-start", "export", "report", "dashboard"])
+def test_a_missing_database_driver_is_named_with_its_extra(args, tmp_path, monkeypatch, capsys):
+    """Every command that opens a storage names psycopg2 and the extra that installs it, in one line,
+    and writes nothing (Optuna alone says "Failed to import DB access module")."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "psycopg2", None)           # a machine without the postgres extra
+    (tmp_path / "e.yaml").write_text(json.dumps({
+        "name": "s", "backbone": {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                           "intermediate_size": 64, "vocab_size": 400}},
+        "task": "demo_keyword", "budget": None, "space": "small", "trials": 1, "executor": "local",
+        "fidelity": {"k": 32, "epochs": 1, "search_dev": 16}}))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("petl-nas: error: ")
+    assert err.rstrip().endswith(":***@127.0.0.1:9/petl': the PostgreSQL driver psycopg2 is not installed: "
+                                 "pip install 'petl-nas[postgres]'"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["e.yaml"]
+
+
 def test_a_busy_port_is_a_clear_error(tmp_path):
     url = f"sqlite:///{tmp_path}/study.db"
     make_study(url, "s")

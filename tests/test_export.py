@@ -220,12 +220,18 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
     assert first["deployable"] == count_parameters(model_config_for(TINY, resolve_task("demo_sentiment")),
                                                    PetlConfig.from_dict(LORA), num_labels=2).deployable > 0
     changed = {**rec, "recipe": {**rec["recipe"], "lr": 1e-3}}             # another recipe is another run
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"output folder '.*out' holds runs of another record \(seed_0, seed_1\); "
+                                          r"choose another --out, or pass --overwrite to replace them"):
+        train_record(changed, out=tmp_path / "out", progress=False, printer=lambda *a: None)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
     lines.clear()
-    train_record(changed, out=tmp_path / "out", progress=False, printer=lines.append)
+    train_record(changed, out=tmp_path / "out", progress=False, printer=lines.append, overwrite=True)
     assert not any("already trained" in line for line in lines)
     assert sum("holds a run of another record" in line and "it is replaced" in line for line in lines) == 2
     lines.clear()                                # one seed of the first record: the other record's seed_1 goes
-    one = train_record({**rec, "seeds": 1}, out=tmp_path / "out", progress=False, printer=lines.append)
+    one = train_record({**rec, "seeds": 1}, out=tmp_path / "out", progress=False, printer=lines.append,
+                       overwrite=True)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metrics.json", "seed_0"]
     assert any("seed_1: a run of another record" in line and "removed" in line for line in lines)
     assert [r["dir"] for r in one["runs"]] == [str(tmp_path / "out" / "seed_0")]

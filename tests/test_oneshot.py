@@ -677,7 +677,6 @@ def test_with_the_ray_executor_the_supernet_is_a_ray_tune_trial(tmp_path, monkey
     from petl_nas.search import run_search
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     exp = _exp(tmp_path, strategy="oneshot", trials=3, executor="ray", scheduler="fifo")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     lines = []

@@ -124,7 +124,6 @@ def test_a_second_call_of_a_search_goes_on_from_the_packing_it_learned(tmp_path,
         def fit(self):
             pass
     monkeypatch.setattr(tune, "Tuner", KeepsTheSearcher)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     make_spec = lambda p: SimpleNamespace(to_dict=lambda: {"number": p.number})   # noqa: E731
     lines = []
     ray.init(num_cpus=8, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -154,7 +153,6 @@ def test_a_ray_search_on_a_gpu_node_asks_for_gpu_shares(tmp_path, monkeypatch):
     from test_search import experiment
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     import petl_nas.executors as executors
 
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)

@@ -252,15 +252,22 @@ def test_a_file_task_study_resumed_with_another_metric_or_files_is_refused(tmp_p
     assert sum(t.state == TrialState.COMPLETE for t in load(exp).trials) == 2
 
 
-@pytest.mark.parametrize("text, expected", [("0.5%", 500), ("120000", 120000), ("1.2e5", 120000), ("2%", 2000)])
+@pytest.mark.parametrize("text, expected", [("0.5%", 5000), ("120000", 120000), ("1.2e5", 120000), ("2%", 20000),
+                                            ("1000000", 1_000_000), ("100%", 1_000_000)])
 def test_budget_parsing(text, expected):
-    assert parse_budget(text, 100_000) == expected
+    assert parse_budget(text, 1_000_000) == expected
 
 
-@pytest.mark.parametrize("text", ["0.5 %", "5e", "-1", "1.5", "abc", "200%"])
+@pytest.mark.parametrize("text", ["0.5 %", "5e", "-1", "1.5", "abc", "200%", "1000001", "1e12"])
 def test_bad_budgets(text):
     with pytest.raises(ConfigError, match="budget"):
-        parse_budget(text, 100_000)
+        parse_budget(text, 1_000_000)
+
+
+def test_a_study_that_did_not_record_its_backbone_takes_counts_only():
+    assert parse_budget("1e12", None) == 10 ** 12
+    with pytest.raises(ConfigError, match="is a percentage, and this study did not record its backbone's size"):
+        parse_budget("0.5%", None)
 
 
 def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_handler(tmp_path, monkeypatch):
