@@ -33,7 +33,7 @@ def preset_jobs(args) -> list[dict]:
     from petl_nas.space import SearchSpace
     from petl_nas.study import preset_in_space
     from petl_nas.tasks import get_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
 
     task = get_task(args.task)
     model_config = model_config_for(args.model, task)

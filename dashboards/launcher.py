@@ -20,7 +20,7 @@ import warnings
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from ..config import ConfigError, PetlWarning
+from ..errors import ConfigError, PetlWarning
 from .readonly import LOCAL_NAMES, ReadOnly
 from .storage import open_storage, redact
 

@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..confirm import confirmed_text
 from ..costs import UNITS
-from ..inject import atomic_write
+from ..fileio import atomic_write
 from ..shift import shift_line
 from ..significance import mean_std
 from . import plots

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config import ConfigError, PetlConfig
+from ..config import PetlConfig
+from ..errors import ConfigError
 from ..confirm import confirmed_scores
 from ..costs import COSTS
 from ..fronts import group_of, hypervolume, reference_from, source_of, sweep_line

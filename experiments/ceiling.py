@@ -35,7 +35,8 @@ from petl_nas.config import PetlConfig
 from petl_nas.presets import preset, preset_lr
 from petl_nas.search import final_recipe, trial_recipe
 from petl_nas.train import evaluate, train
-from petl_nas.worker import TrainData, prepare, TrialSpec
+from petl_nas.loading import TrainData
+from petl_nas.worker import prepare, TrialSpec
 
 
 def run(experiment: str, what: str, lr: float, seed: int, threads: int) -> dict:

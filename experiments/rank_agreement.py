@@ -96,7 +96,8 @@ def run_job(job: dict) -> dict:
 
     from petl_nas.config import PetlConfig
     from petl_nas.train import Recipe, evaluate, train
-    from petl_nas.worker import TrainData, TrialSpec, petl_copy, prepare
+    from petl_nas.loading import TrainData, petl_copy
+    from petl_nas.worker import TrialSpec, prepare
 
     torch.set_num_threads(job.get("threads", 1))
     start = time.perf_counter()

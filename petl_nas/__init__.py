@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "ParameterCount": "budget", "count_model": "budget", "count_parameters": "budget",
-    "ConfigError": "config", "ModuleSpec": "config", "PetlConfig": "config",
+    "ConfigError": "errors", "ModuleSpec": "config", "PetlConfig": "config",
     "apply_petl": "inject", "load_petl": "inject", "petl_disabled": "inject", "petl_state_dict": "inject",
     "remove_petl": "inject", "save_petl": "inject", "merge_lora": "inject", "merge_and_unload": "convert",
     "preset": "presets", "preset_names": "presets",

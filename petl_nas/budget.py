@@ -28,7 +28,8 @@ import torch
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from .config import ConfigError, PetlConfig
+from .errors import ConfigError
+from .config import PetlConfig
 from .head import pooler_parameters
 from .inject import PetlRoot, apply_petl, petl_root, remove_petl
 from .modules import PrefixEncoder

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .config import ConfigError
+from .errors import ConfigError
 from .metrics import lm_metrics
 from .tiny import in_family_names
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import ConfigError
+from .errors import ConfigError
 
 
 def capture(model: nn.Module, opt, sched, scaler, step: int, epoch: int, history: list[dict]) -> dict:

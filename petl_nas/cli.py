@@ -20,7 +20,8 @@ from pathlib import Path
 
 from . import __version__
 from .compiling import COMPILE_MODES
-from .config import ConfigError, PetlConfig, PetlWarning, read_text, read_yaml
+from .errors import ConfigError, PetlWarning, read_text, read_yaml
+from .config import PetlConfig
 from .interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 
 EXAMPLES = {
@@ -206,7 +207,8 @@ def cmd_search(args) -> int:
 
 def cmd_export(args) -> int:
     from .experiment import parse_budget
-    from .export import LATENCY_TIE, choose, front_table, load_study, make_parent, preset_record, record, write_record
+    from .records import load_study
+    from .export import LATENCY_TIE, choose, front_table, make_parent, preset_record, record, write_record
     from .significance import mean_std
 
     choosing = [flag for flag, given in (("-o", args.output), ("--pick", args.pick != "best"),
@@ -263,7 +265,7 @@ def cmd_export(args) -> int:
             raise ConfigError(f"{what}: {e}") from None
         from pathlib import Path
 
-        from .inject import atomic_write
+        from .fileio import atomic_write
 
         make_parent(Path(args.output))
         atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2), encoding="utf-8"))
@@ -311,7 +313,7 @@ def _retimer(study, retimed: dict):
 def _backbone_of(study):
     """(transformers config of the study's backbone, task kind), for the AdapterHub/PEFT vocabularies."""
     from .tasks import resolve_task
-    from .worker import model_config_for
+    from .loading import model_config_for
 
     task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
     return model_config_for(json.loads(study.user_attrs["backbone"]), task), task.kind

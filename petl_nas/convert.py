@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from .config import ConfigError
+from .errors import ConfigError
 from .deploy import fresh_backbone, load
 from .head import native_pooling, stock_head_fields
 from .inject import lora_updates, merge_lora, petl_config_of, remove_petl

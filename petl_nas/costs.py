@@ -40,11 +40,11 @@ LATENCY_REPEATS = 10        # timed forward passes (after 2 warm-ups); the media
 
 def check_objectives(names) -> tuple[str, ...]:
     """The objectives as a tuple; ConfigError naming the first problem."""
-    from .config import ConfigError
+    from .errors import ConfigError
 
     if not isinstance(names, (list, tuple)) or list(names[:2]) != ["score", "params"]:
         raise ConfigError(f"objectives: expected [score, params] followed by any of {', '.join(COSTS)}, got {names!r}")
-    from .config import suggest
+    from .errors import suggest
 
     extra = list(names[2:])
     for name in extra:

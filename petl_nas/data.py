@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .config import ConfigError
+from .errors import ConfigError
 from .tasks import Split, Task, TaskSplits, cached
 
 

@@ -28,13 +28,15 @@ from pathlib import Path
 import torch
 
 from .budget import check_positions, count_parameters
-from .config import ConfigError, PetlConfig, PetlWarning, read_text
+from .errors import ConfigError, PetlWarning, read_text
+from .config import PetlConfig
 from .data import encode
-from .inject import CONFIG_FILE, atomic_folder, atomic_write, load_petl, save_petl
+from .fileio import atomic_folder, atomic_write
+from .inject import CONFIG_FILE, load_petl, save_petl
 from .precision import autocast_for
 from .tasks import load_splits, recorded_task, resolve_task
 from .train import Recipe, train
-from .worker import TrainData, load_backbone, petl_copy, tiny_model
+from .loading import TrainData, load_backbone, petl_copy, tiny_model
 
 TOKENIZER_DIR = "tokenizer"
 

@@ -185,7 +185,7 @@ def check_storage(url: str) -> Check:
 
 
 def check_glue(data_dir: str | None = None) -> Check:
-    from .quickstart import glue_candidates, glue_tasks
+    from .places import glue_candidates, glue_tasks
 
     places = [Path(data_dir)] if data_dir else glue_candidates()
     for p in places:
@@ -197,7 +197,7 @@ def check_glue(data_dir: str | None = None) -> Check:
 
 
 def check_hub() -> Check:
-    from .quickstart import hub_status
+    from .places import hub_status
 
     reachable, why = hub_status()
     if reachable:

@@ -31,7 +31,7 @@ from typing import Callable
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from .config import ConfigError
+from .errors import ConfigError
 from .costs import cost_values
 from .interrupts import caused_by_interrupt, raise_if_stopped
 from .packing import GpuPacking

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .compiling import COMPILE_MODES
-from .config import ConfigError, check_keys, read_text, read_yaml
+from .errors import ConfigError, check_keys, read_text, read_yaml
 from .costs import check_objectives
 from .presets import check_preset_names
 

@@ -41,13 +41,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__
 from .confirm import PREFIX as CONFIRMED, confirmed_now, confirmed_text, mean_score
-from .config import ConfigError, PetlConfig, read_text, read_yaml
+from .errors import ConfigError, read_text, read_yaml
+from .config import PetlConfig
 from .fronts import group_of, source_of
-from .inject import atomic_write
+from .fileio import atomic_write
 from .metrics import points_per_unit
 from .significance import mean_std
-from .storage import check_existing, redact, with_installed_driver
-from .study import KNOB_STUDY_SUFFIX
+from .records import trial_config
+from .storage import redact
 
 RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "search_dev", "petl_config",
                "recipe", "seeds", "counts", "provenance")
@@ -57,31 +58,6 @@ LATENCY_TIE = 0.10
 """Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
 on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
 (`experiments/sst2_latency.md`)."""
-
-
-def load_study(storage_url: str, study_name: str | None = None, naming: str = "--study {}") -> optuna.Study:
-    """The study at ``storage_url``; the name may be left out when the storage holds exactly one
-    search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count). ``naming``:
-    how the caller's user names a study, for the errors (``--study NAME``, or ``URL#NAME``)."""
-    check_existing(storage_url)
-    try:
-        storage = optuna.storages.RDBStorage(with_installed_driver(storage_url))
-        names = [s.study_name for s in storage.get_all_studies()]
-    except Exception as e:                                      # noqa: BLE001 - any driver error
-        raise ConfigError(f"storage {redact(storage_url)!r} cannot be opened: {str(e).splitlines()[0]}") from None
-    if study_name is None:
-        searches = [n for n in names if not n.endswith(KNOB_STUDY_SUFFIX)]
-        if len(searches) != 1:
-            raise ConfigError(f"storage {redact(storage_url)!r} holds {len(searches)} studies "
-                              f"({', '.join(searches) or 'none'}); name one with {naming.format('NAME')}")
-        study_name = searches[0]
-    if study_name not in names:
-        raise ConfigError(f"study {study_name!r} is not in {redact(storage_url)} (studies: {', '.join(names) or 'none'})")
-    if study_name.endswith(KNOB_STUDY_SUFFIX):      # one value per supernet run: no front, no configurations
-        search = study_name[:-len(KNOB_STUDY_SUFFIX)]
-        raise ConfigError(f"study {study_name!r} holds the supernet runs of {search!r}'s knob search, not its "
-                          f"trials; use {naming.format(search)}")
-    return optuna.load_study(study_name=study_name, storage=storage)
 
 
 def _final(study: optuna.Study, t: FrozenTrial) -> dict:
@@ -176,15 +152,6 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
                    **origin, **_measured_costs(u))
 
 
-def trial_config(trial: FrozenTrial) -> dict:
-    """The trial's PetlConfig as a dict, with the pooling ``auto`` chose on the study's backbone
-    written out."""
-    config = dict(trial.user_attrs["petl_config"])
-    if config.get("pooling", "auto") == "auto" and trial.user_attrs.get("pooling") not in (None, "native"):
-        config["pooling"] = trial.user_attrs["pooling"]
-    return config
-
-
 def _measured_costs(attrs: dict) -> dict:
     """What the trial measured of its costs (`costs.py`), for the record: ``{"costs": {...}}`` or nothing."""
     from .costs import COSTS
@@ -209,7 +176,7 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     from .budget import count_parameters
     from .presets import preset, preset_lr
     from .tasks import resolve_task
-    from .worker import model_config_for
+    from .loading import model_config_for
 
     trained = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                if t.user_attrs.get("preset") == name]
@@ -287,7 +254,7 @@ def read_record(path: str | Path) -> dict:
     rec = read_yaml(read_text(path), path)
     if not isinstance(rec, dict):
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
-    from .config import suggest
+    from .errors import suggest
     from .experiment import Experiment
 
     searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)
@@ -311,7 +278,7 @@ def read_record(path: str | Path) -> dict:
 def _check_recipe(path: Path, recipe) -> None:
     """A record's recipe: known keys only (a misspelt one would silently train at the default) and
     positive sizes and rates."""
-    from .config import suggest
+    from .errors import suggest
     from .train import Recipe
 
     if not isinstance(recipe, dict):
@@ -358,5 +325,5 @@ def front_table(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["load_study", "candidates", "choose", "record", "trial_config", "write_record", "make_parent", "read_record", "front_table",
+__all__ = ["candidates", "choose", "record", "write_record", "make_parent", "read_record", "front_table",
            "LATENCY_TIE"]

@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import POOLINGS, ConfigError, PetlWarning
+from .errors import ConfigError, PetlWarning
+from .config import POOLINGS
 
 
 _WARNED: set[str] = set()

@@ -19,12 +19,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -35,7 +32,9 @@ from torch import nn
 from transformers.initialization import no_init_weights
 
 from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for, stacks
-from .config import ConfigError, PetlConfig, PetlWarning
+from .fileio import atomic_write
+from .errors import ConfigError, PetlWarning
+from .config import PetlConfig
 from .head import (install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout,
                    stock_head_fields)
 from .precision import master_dtype
@@ -637,60 +636,5 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     return model
 
 
-def atomic_write(path: Path, write) -> None:
-    """``write(tmp)`` fills a temporary file beside ``path``, which is flushed to disk and then
-    renamed over ``path``: readers see the old file or the new one, never half of one."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:                         # name the file asked for, not the temporary one
-        raise OSError(e.errno, f"cannot write here ({e.strerror})", str(path)) from None
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        with _named_as(path):
-            write(tmp)
-            os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes 0600; keep the usual file mode
-            with open(tmp, "rb") as f:           # on disk before the rename, so a power cut cannot
-                os.fsync(f.fileno())             # leave an empty file under the final name
-            os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def atomic_folder(path: Path, write) -> None:
-    """``write(tmp)`` fills a temporary folder beside ``path``, which then replaces ``path``: a
-    failed write (a full disk) leaves no half-written folder under the final name."""
-    path = Path(path)
-    try:
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    except OSError as e:
-        raise OSError(e.errno, f"cannot write here ({e.strerror})", str(path)) from None
-    try:
-        with _named_as(path):
-            write(tmp)
-            if path.is_dir():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _named_as(path: Path):
-    """An error writing a temporary file comes out naming ``path``, the file asked for; a full disk
-    reported by a library in its own words (safetensors, tokenizers: "os error 28") as one too."""
-    try:
-        yield
-    except OSError as e:
-        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
-    except Exception as e:                      # noqa: BLE001 - re-raised as it is unless a full disk
-        if "os error 28" not in str(e) and "No space left on device" not in str(e):
-            raise
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
-
-
 __all__ = ["apply_petl", "norm_modules", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "petl_disabled",
-           "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot", "atomic_write",
-           "atomic_folder"]
+           "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot"]

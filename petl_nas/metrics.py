@@ -185,7 +185,7 @@ def _require(module: str, package: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        from .config import ConfigError
+        from .errors import ConfigError
 
         raise ConfigError(f"generation metrics need the {package} package: "
                           f"pip install 'petl-nas[generation]'") from None

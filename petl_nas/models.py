@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .config import ConfigError
+from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from .config import ConfigError, PetlConfig, suggest
+from .errors import ConfigError, suggest
+from .config import PetlConfig
 
 _RATIO = re.compile(r"^d\s*/\s*(\d+)$")
 

@@ -13,21 +13,18 @@ Running it again resumes the study (``--trials`` is the number of trained trials
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from .config import ConfigError
+from .errors import ConfigError
+from .places import glue_candidates, hub_status
 from .experiment import Experiment, Fidelity, FinalEval
 from .storage import redact
 
 BACKBONE = "all-MiniLM-L6-v2"
 HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
 SST2_FILES = ("SST-2/train.tsv", "SST-2/dev.tsv")
-GLUE_FOLDERS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE")
 DEMO_LABEL = ("DEMO: the built-in demo task (demo_sentiment, 2,000 synthetic sentences); its scores say "
               "nothing about real data")
 
@@ -53,27 +50,6 @@ def default_experiment() -> Experiment:
 
 # ---- what this machine has --------------------------------------------------------------------
 
-def glue_candidates() -> list[Path]:
-    """Where a GLUE directory is looked for, in order: $GLUE_DIR, ``../shared/data/glue`` next to
-    the source checkout and next to the working directory, ``./glue_data``, ``./data/glue``,
-    ``~/glue_data``."""
-    repo = Path(__file__).resolve().parent.parent
-    found = [Path(os.environ["GLUE_DIR"])] if os.environ.get("GLUE_DIR") else []
-    found += [repo.parent / "shared" / "data" / "glue", Path.cwd().parent / "shared" / "data" / "glue",
-              Path.cwd() / "glue_data", Path.cwd() / "data" / "glue", Path.home() / "glue_data"]
-    unique: list[Path] = []
-    for p in found:
-        if p.resolve() not in [u.resolve() for u in unique]:
-            unique.append(p)
-    return unique
-
-
-def glue_tasks(folder: Path) -> list[str]:
-    """The GLUE task folders (``SST-2``, ``CoLA``, ...) under ``folder`` that a search can use: a
-    train.tsv and a dev.tsv (a folder with only dev and test files trains nothing)."""
-    return [t for t in GLUE_FOLDERS if all((Path(folder) / t / f).is_file() for f in ("train.tsv", "dev.tsv"))]
-
-
 def find_glue_dir(explicit: str | None = None) -> Path | None:
     """The GLUE directory holding SST-2: ``explicit`` (an error if it does not), else the first
     candidate that does, else None."""
@@ -84,21 +60,6 @@ def find_glue_dir(explicit: str | None = None) -> Path | None:
                               f"<TASK>/train.tsv and <TASK>/dev.tsv, as glue_data from the GLUE site)")
         return Path(explicit)
     return next((p for p in glue_candidates() if all((p / f).is_file() for f in SST2_FILES)), None)
-
-
-def hub_status(timeout: float = 3.0) -> tuple[bool, str]:
-    """(reachable, why): offline when HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set, else one HEAD request."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
-            return False, f"offline ({var}={os.environ[var]})"
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    try:
-        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
-    except urllib.error.HTTPError:
-        return True, f"{endpoint} answers"
-    except (OSError, ValueError) as e:
-        return False, f"{endpoint} unreachable ({type(getattr(e, 'reason', e)).__name__})"
-    return True, f"{endpoint} answers"
 
 
 def demo_backbone_installed() -> bool:
@@ -224,5 +185,4 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
     return 0
 
 
-__all__ = ["default_experiment", "plan", "run", "find_glue_dir", "glue_candidates", "glue_tasks",
-           "hub_status", "next_steps", "activate_first", "DEMO_LABEL"]
+__all__ = ["default_experiment", "plan", "run", "find_glue_dir", "next_steps", "activate_first", "DEMO_LABEL"]

@@ -20,7 +20,8 @@ import copy
 import json
 import statistics
 
-from .config import ConfigError, PetlConfig
+from .errors import ConfigError
+from .config import PetlConfig
 
 __all__ = ["retime", "ROUNDS", "MAX_CANDIDATES"]
 
@@ -39,10 +40,10 @@ def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None,
 
     from .costs import LATENCY_BATCH, deployed_latency_ms
     from .data import encode
-    from .export import trial_config
+    from .records import trial_config
     from .inject import apply_petl
     from .tasks import load_splits, resolve_task
-    from .worker import load_backbone
+    from .loading import load_backbone
 
     a = study.user_attrs
     fidelity = a.get("fidelity", {})

@@ -28,13 +28,14 @@ from optuna.trial import TrialState
 from . import __version__
 from . import calibrate
 from .budget import check_positions, count_parameters
-from .config import ConfigError, PetlConfig
+from .errors import ConfigError
+from .config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
 from .confirm import confirm, confirmed_scores, confirmed_text
 from .costs import COSTS, UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, large_budget_warning, parse_budget
-from .inject import atomic_write
+from .fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
 from .metrics import LM_METRICS, TEXT_METRICS, points_per_unit
@@ -53,7 +54,8 @@ from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claime
 from .tasks import data_lines, load_splits, resolve_task
 from .train import Recipe, n_evaluations
 from .models import check_weight_files
-from .worker import TrialSpec, load_backbone, model_config_for, run_trial
+from .loading import load_backbone, model_config_for
+from .worker import TrialSpec, run_trial
 
 
 @dataclass

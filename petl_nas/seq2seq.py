@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .config import ConfigError
+from .errors import ConfigError
 
 __all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "check_languages", "language_start", "tiny_seq2seq",
            "SEQ2SEQ_FAMILIES"]

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import POOLINGS, ConfigError, ModuleSpec, PetlConfig, parse_blocks, read_text, read_yaml, suggest
+from .errors import ConfigError, read_text, read_yaml, suggest
+from .config import POOLINGS, ModuleSpec, PetlConfig, parse_blocks
 from .presets import space_dir
 
 SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),

@@ -41,7 +41,7 @@ import sqlalchemy
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
-from .config import ConfigError, PetlWarning
+from .errors import ConfigError, PetlWarning
 
 SQLITE_BUSY_TIMEOUT_S = 120        # how long a writer waits for the SQLite lock before giving up
 PG_CONNECT_TIMEOUT_S = 10

@@ -28,7 +28,8 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .budget import count_parameters, refusal
-from .config import ConfigError, PetlConfig, suggest
+from .errors import ConfigError, suggest
+from .config import PetlConfig
 from .costs import directions, metric_names
 from .describe import describe_config
 from .presets import check_preset_names, preset, preset_lr, preset_names

@@ -20,7 +20,8 @@ from __future__ import annotations
 from optuna.trial import FrozenTrial
 
 from .budget import count_parameters
-from .config import ConfigError, PetlConfig
+from .errors import ConfigError
+from .config import PetlConfig
 from .fronts import learned_trials, pareto
 from .storage import redact
 
@@ -41,7 +42,7 @@ def shown(source: str) -> str:
 
 def front_of(source: str) -> tuple[str, list[FrozenTrial]]:
     """The earlier study's name and its front: complete trials that learned, not dominated."""
-    from .export import load_study
+    from .records import load_study
 
     url, name = parse_source(source)
     try:

@@ -288,7 +288,7 @@ def test_a_text_file_with_a_byte_order_mark_is_read_without_it(tmp_path):
 
 
 def test_an_unwritable_file_is_named_not_its_temporary_file(tmp_path):
-    from petl_nas.inject import atomic_write
+    from petl_nas.fileio import atomic_write
 
     target = tmp_path / "no-such-folder" / "best.yaml"
     with pytest.raises(OSError) as raised:
@@ -326,7 +326,7 @@ def test_a_hub_dataset_while_the_hub_cannot_be_reached_reads_the_cache_only(monk
     import huggingface_hub.constants as hub_constants
 
     from petl_nas import models
-    from petl_nas.config import ConfigError
+    from petl_nas.errors import ConfigError
     from petl_nas.tasks import load_splits
 
     def load_dataset(*args, **kwargs):          # what the hub client would be told, then no network
@@ -368,7 +368,7 @@ def test_hub_reachable_asks_the_endpoint_and_respects_offline(monkeypatch):
 def test_texts_to_label_need_every_column_the_model_reads(tmp_path):
     """`predict` input for a sentence-pair model: a .txt file (one text a line) is refused, and an
     empty cell of a table is named by its row; numbers in a text column are read as written."""
-    from petl_nas.config import ConfigError
+    from petl_nas.errors import ConfigError
     from petl_nas.deploy import read_texts
 
     (tmp_path / "in.txt").write_text("a wonderful film\n")

@@ -193,7 +193,7 @@ def test_fidelity_auto_in_files_and_flags(tmp_path):
 
 def _config():
     from petl_nas.tasks import get_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
 
     return model_config_for(TINY, get_task("demo_keyword"))
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from petl_nas import PetlConfig, apply_petl, checkpoint
-from petl_nas.config import ConfigError, ModuleSpec
+from petl_nas.errors import ConfigError
+from petl_nas.config import ModuleSpec
 from petl_nas.data import encode
 from petl_nas.tasks import load_splits, resolve_task
 from petl_nas.train import Recipe, train
-from petl_nas.worker import TrainData, load_backbone
+from petl_nas.loading import TrainData, load_backbone
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}

@@ -105,7 +105,7 @@ def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypa
     import warnings
 
     from petl_nas import cli
-    from petl_nas.config import PetlWarning
+    from petl_nas.errors import PetlWarning
 
     def noisy(args):
         warnings.warn("bert: the frozen pooler looks untrained", PetlWarning)

@@ -16,7 +16,7 @@ from conftest import batch, tiny_config, tiny_model
 from test_precision import Rows
 from petl_nas import apply_petl, preset, preset_names
 from petl_nas.compiling import COMPILE_MODES, compiled
-from petl_nas.config import ConfigError
+from petl_nas.errors import ConfigError
 from petl_nas.experiment import Fidelity
 from petl_nas.tasks import get_task
 from petl_nas.train import LossWatch, NonFiniteLoss, Recipe, train

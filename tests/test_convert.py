@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelF
 
 from petl_nas import ModuleSpec, PetlConfig
 from petl_nas.cli import main
-from petl_nas.config import ConfigError
+from petl_nas.errors import ConfigError
 from petl_nas.data import encode
 from petl_nas.deploy import fresh_backbone, load, train_record
 from petl_nas.tasks import load_splits, resolve_task

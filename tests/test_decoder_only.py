@@ -18,7 +18,7 @@ from petl_nas.inject import apply_petl
 from petl_nas.tasks import load_splits, resolve_task
 from petl_nas.tiny import tiny_backbone, tiny_tokenizer
 from petl_nas.train import Recipe, train, training_loss
-from petl_nas.worker import TrainData, load_backbone
+from petl_nas.loading import TrainData, load_backbone
 
 WORDS = "red blue green fox dog cat sun moon".split()
 

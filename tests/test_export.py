@@ -188,7 +188,7 @@ def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
     from petl_nas.export import preset_record
     from petl_nas.presets import preset_lr
     from petl_nas.tasks import resolve_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
 
     study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     rec = preset_record(study, "pfeiffer", "sqlite:///x")
@@ -206,7 +206,7 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
     from petl_nas.budget import count_parameters
     from petl_nas.deploy import train_record
     from petl_nas.tasks import resolve_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
 
     rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
            "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},

@@ -12,7 +12,7 @@ import torch
 from conftest import batch, tiny_model
 
 from petl_nas import ModuleSpec, PetlConfig, frozen
-from petl_nas.config import ConfigError
+from petl_nas.errors import ConfigError
 from petl_nas.experiment import Fidelity
 from petl_nas.inject import apply_petl
 from petl_nas.worker import TrialSpec, prepare, run_trial
@@ -81,7 +81,7 @@ def test_reuse_trains_exactly_as_recomputing_the_frozen_layers(model_type):
 
 
 def test_layer_k_reads_from_the_cache_what_the_frozen_layers_compute():
-    from petl_nas.worker import petl_copy
+    from petl_nas.loading import petl_copy
 
     _, base, _, encoded = prepare(spec(TOP_LORA))
     model = petl_copy(base, TOP_LORA, 0)
@@ -108,7 +108,7 @@ def test_layer_k_reads_from_the_cache_what_the_frozen_layers_compute():
 
 def test_cached_layers_do_not_run_after_the_cache_is_filled():
     from petl_nas.train import Recipe, train
-    from petl_nas.worker import TrainData, petl_copy
+    from petl_nas.loading import TrainData, petl_copy
 
     task, base, _, encoded = prepare(spec(TOP_LORA))
     data = TrainData(encoded.train, encoded.search_dev)
@@ -150,7 +150,7 @@ def test_the_store_keeps_to_its_bound_by_dropping_the_oldest_states():
 
 def test_the_model_runs_every_layer_again_after_training():
     from petl_nas.train import Recipe, train
-    from petl_nas.worker import TrainData
+    from petl_nas.loading import TrainData
 
     task, base, _, encoded = prepare(spec(TOP_LORA))
     model = apply_petl(tiny_model(num_hidden_layers=4), TOP_LORA)
@@ -163,7 +163,8 @@ def test_the_model_runs_every_layer_again_after_training():
 
 def test_reuse_does_not_apply_where_nothing_below_is_frozen_or_to_generation():
     assert "frozen" not in run_trial(spec(dataclasses.replace(TOP_LORA, bitfit=True)))
-    from petl_nas.worker import load_backbone, resolve_task
+    from petl_nas.loading import load_backbone
+    from petl_nas.worker import resolve_task
 
     task = resolve_task("demo_sentiment")
     model, _ = load_backbone(TINY, task)
@@ -205,7 +206,7 @@ def test_a_search_on_upper_layers_records_what_each_trial_reused(tmp_path, monke
 def test_a_split_evicts_as_many_old_states_as_its_own_need_and_the_estimate_is_what_is_stored():
     """The bound holds whatever the order of sizes: a large split after two small ones evicts both
     (not just the oldest), and the size the bound is checked with is the size actually stored."""
-    from petl_nas.worker import petl_copy
+    from petl_nas.loading import petl_copy
 
     _, base, _, encoded = prepare(spec(TOP_LORA))
     model = petl_copy(base, TOP_LORA, 0)

@@ -19,7 +19,7 @@ from petl_nas.inject import apply_petl
 from petl_nas.metrics import bleu, rouge, text_metrics
 from petl_nas.seq2seq import Seq2SeqSettings, seq2seq_loss
 from petl_nas.tasks import Task, file_task, get_task, load_splits, resolve_task
-from petl_nas.worker import load_backbone
+from petl_nas.loading import load_backbone
 
 TINY_BART = {"tiny": {"model_type": "bart", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                       "intermediate_size": 64, "vocab_size": 100}}
@@ -118,7 +118,7 @@ def test_label_smoothed_loss_matches_torch_over_target_tokens(copy_task):
 
 def test_training_lowers_the_loss_and_moves_only_petl(copy_task):
     from petl_nas.train import Recipe, train, training_loss
-    from petl_nas.worker import TrainData
+    from petl_nas.loading import TrainData
 
     task, base, _, encoded = copy_task
     model = apply_petl(copy.deepcopy(base), LORA)
@@ -243,7 +243,7 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     from petl_nas.experiment import Experiment
     from petl_nas.export import front_table
     from petl_nas.tasks import get_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
     from petl_nas.search import run_search
 
     root = Path(__file__).resolve().parents[1]
@@ -362,7 +362,7 @@ def test_a_step_where_layerdrop_skipped_every_trained_layer_is_skipped_too():
     PETL modules, and then no loss term depends on a trained parameter. That step is skipped, not a
     crash ("element 0 of tensors does not require grad"); with LayerDrop at 1.0 every step is."""
     from petl_nas.train import Recipe, train
-    from petl_nas.worker import TrainData
+    from petl_nas.loading import TrainData
 
     task = get_task("demo_copy")
     splits = load_splits(task, k=32, search_dev_size=8)

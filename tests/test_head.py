@@ -221,7 +221,7 @@ def test_a_new_regression_head_starts_at_the_training_mean(tmp_path):
     from petl_nas.data import encode
     from petl_nas.tasks import load_splits
     from petl_nas.train import train
-    from petl_nas.worker import TrainData, load_backbone
+    from petl_nas.loading import TrainData, load_backbone
 
     task = _regression_files(tmp_path, offset=40.0)
     splits = load_splits(task, search_dev_size=16)

@@ -17,7 +17,8 @@ from petl_nas.oneshot.supernet import PROMPT, candidates, prompt_length_for
 from petl_nas.oneshot.train import train_supernet
 from petl_nas.space import SearchSpace
 from petl_nas.tasks import load_splits, resolve_task
-from petl_nas.worker import TrialSpec, load_backbone, model_config_for, run_trial
+from petl_nas.loading import load_backbone, model_config_for
+from petl_nas.worker import TrialSpec, run_trial
 
 HEAD = PetlConfig(pooling="mean")
 

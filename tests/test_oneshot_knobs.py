@@ -134,7 +134,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     assert record["cost_s"] >= sum(r["cost_s"] for r in search["runs"])
     assert sum(line.startswith("one-shot knobs: run") for line in lines) == 3
     assert any("the best of 3 runs" in line for line in lines)
-    from petl_nas.export import load_study                     # export's and report's way in: named, not a crash
+    from petl_nas.records import load_study                     # export's and report's way in: named, not a crash
     with pytest.raises(ConfigError, match=r"study 'o:oneshot-knobs' holds the supernet runs of 'o''s knob search, "
                                           r"not its trials; use --study o"):
         load_study(exp.storage_url, "o:oneshot-knobs")
@@ -145,7 +145,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
         page = write_report(exp.storage_url, None, tmp_path / "report")[-1].read_text()
         row = re.search(r"<th>one-shot supernet</th><td>(.*?)</td>", page).group(1)
         assert f"run {best['number']} (chosen)" in row and row.count("inherited hypervolume") == 3
-    from petl_nas.export import load_study
+    from petl_nas.records import load_study
 
     assert load_study(exp.storage_url).study_name == "o"
     n, k = len(study.trials), len(trials)

@@ -209,7 +209,7 @@ def test_precision_fp32_keeps_a_gpu_default_off_and_refuses_a_half_body(tmp_path
 def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
     import pytest
 
-    from petl_nas.config import ConfigError
+    from petl_nas.errors import ConfigError
     from petl_nas.experiment import Fidelity
     from petl_nas.precision import PRECISIONS
 

@@ -13,7 +13,7 @@ import pytest
 
 from petl_nas import quickstart
 from petl_nas.cli import build_parser, main
-from petl_nas.config import ConfigError
+from petl_nas.errors import ConfigError
 from petl_nas.experiment import Experiment
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -210,7 +210,7 @@ def test_weights_killed_mid_save_leave_the_old_weights(tmp_path):
 
 @pytest.mark.parametrize("fail_at", ["before", "after"])
 def test_atomic_write_keeps_the_old_file_when_the_writer_raises(tmp_path, fail_at):
-    from petl_nas.inject import atomic_write
+    from petl_nas.fileio import atomic_write
 
     path = tmp_path / "report.html"
     path.write_text("old report")

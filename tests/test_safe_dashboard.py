@@ -18,7 +18,7 @@ import optuna
 import pytest
 
 from petl_nas.cli import main
-from petl_nas.config import PetlWarning
+from petl_nas.errors import PetlWarning
 from petl_nas.dashboards import launcher
 from petl_nas.dashboards.launcher import is_loopback, make_dashboard
 from petl_nas.dashboards.readonly import hostname

@@ -633,7 +633,7 @@ def test_a_trial_killed_between_its_attribute_writes_is_drawn_again_from_its_par
     from petl_nas.space import SearchSpace
     from petl_nas.study import TrialSource
     from petl_nas.tasks import resolve_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
 
     model_config = model_config_for(TINY, resolve_task("demo_keyword"))
     space = SearchSpace.load("small")
@@ -915,7 +915,7 @@ def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
     from petl_nas.space import SearchSpace
     from petl_nas.study import INVALID, TrialSource, failure_kind
     from petl_nas.tasks import resolve_task
-    from petl_nas.worker import model_config_for
+    from petl_nas.loading import model_config_for
 
     space = SearchSpace.load("small")
     empty = {"lr": 1e-2, "attn.form": "none", "ffn.form": "none"}

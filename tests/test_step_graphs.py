@@ -20,7 +20,7 @@ from conftest import tiny_config, tiny_model
 from test_precision import Rows
 from test_search import experiment
 from petl_nas import apply_petl, checkpoint, preset
-from petl_nas.config import ConfigError
+from petl_nas.errors import ConfigError
 from petl_nas.data import EncodedSplit
 from petl_nas.experiment import Fidelity
 from petl_nas.export import record

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from petl_nas.config import ConfigError
+from petl_nas.errors import ConfigError
 from petl_nas.data import encode
 from petl_nas.tasks import (Task, clear_cache, file_task, get_task, load_splits, split_indices,
                             task_names)

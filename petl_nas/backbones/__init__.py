@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import nn
 
-from ..config import ConfigError, suggest
+from ..errors import ConfigError, suggest
 
 _SLICE = re.compile(r"^(?P<path>[\w.]+)\[(?P<part>\d+)/(?P<parts>\d+|\w+(?:\+\w+)+)(?: per (?P<groups>\w+))?\]$")
 

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from ..config import ConfigError, ModuleSpec
+from ..errors import ConfigError
+from ..config import ModuleSpec
 from .compose import ACTIVATIONS, Composition
 
 

@@ -38,7 +38,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..fronts import hypervolume
 from ..interrupts import interruptible
 from ..storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage

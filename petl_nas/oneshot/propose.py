@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..storage import as_stored
 from ..study import LR_FROM_SAMPLER
 from . import knobs

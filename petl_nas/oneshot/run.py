@@ -33,7 +33,7 @@ from ..data import encode
 from ..space import SearchSpace
 from ..tasks import load_splits, resolve_task
 from ..train import Recipe, evaluate
-from ..worker import load_backbone
+from ..loading import load_backbone
 from .derive import configuration, ladder, select
 from .gates import BETA
 from .inherit import inherited_score

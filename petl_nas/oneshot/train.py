@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..data import encode
 from ..tasks import resolve_task
 from ..train import Recipe, train
-from ..worker import TrainData, load_backbone
+from ..loading import TrainData, load_backbone
 from .gates import BETA
 
 

@@ -15,7 +15,7 @@ import difflib
 from pathlib import Path
 from typing import Sequence
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..seq2seq import Seq2SeqSettings
 from .registry import Split, Task, get_task, label_text, make_split, register_source
 
@@ -162,7 +162,7 @@ def _generation_file_task(files, kind, text_columns, label_column, name, metrics
     if kind == "seq2seq":
         text_columns, label_column = text_columns or ["source"], label_column or "target"
         if isinstance(generation, dict):
-            from ..config import check_keys
+            from ..errors import check_keys
 
             check_keys("task: generation", generation, list(Seq2SeqSettings.__dataclass_fields__))
             generation = Seq2SeqSettings(**generation)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..seq2seq import Seq2SeqSettings
 from .files import FORMATS, read_table
 from .registry import Split, Task, make_split, register_source, register_task

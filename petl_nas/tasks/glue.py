@@ -15,7 +15,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .registry import Split, Task, make_split, register_source, register_task
 
 __all__ = ["GLUE_TASKS", "load_glue"]

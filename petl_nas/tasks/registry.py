@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..config import ConfigError, suggest
+from ..errors import ConfigError, suggest
 from ..metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
 from ..seq2seq import Seq2SeqSettings
 

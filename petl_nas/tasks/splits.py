@@ -20,7 +20,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .registry import Split, Task, get_task, load_source
 
 __all__ = ["TaskSplits", "split_indices", "load_splits", "cached", "clear_cache"]
