@@ -25,8 +25,8 @@ from transformers import BertConfig
 
 from preset_trials import emit
 from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, timed_ms, training_step
-from petl_nas.compiling import COMPILE_MODES, compiled
-from petl_nas.train import adamw
+from petl_nas.training.compiling import COMPILE_MODES, compiled
+from petl_nas.training.loop import adamw
 
 
 def stepper(model: nn.Module, mode: str, device: str, batch: int, vocab: int):

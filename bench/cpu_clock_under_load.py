@@ -27,7 +27,7 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset
-from petl_nas.train import adamw
+from petl_nas.training.loop import adamw
 
 MINILM = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
                     vocab_size=30522, max_position_embeddings=512, num_labels=2)

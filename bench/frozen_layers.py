@@ -21,7 +21,7 @@ import statistics
 import optuna
 from optuna.trial import TrialState
 
-from petl_nas.config import PetlConfig
+from petl_nas.core.config import PetlConfig
 
 
 def lowest_trainable_layer(config: PetlConfig, n_layers: int) -> int:

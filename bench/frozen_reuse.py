@@ -53,7 +53,7 @@ def run(job: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from petl_nas.worker import TrialSpec, run_trial
+    from petl_nas.search.worker import TrialSpec, run_trial
 
     start = time.perf_counter()
     r = run_trial(TrialSpec(**job["spec"]))

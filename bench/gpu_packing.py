@@ -1,7 +1,7 @@
 """Trials per hour on one GPU: one trial at a time against `gpus_per_trial: auto`, side by side.
 
 A MiniLM trial leaves an H100 mostly idle (bound by Python and kernel launches), so the Ray
-executor packs trials onto a card by the first trial's measured memory (`petl_nas/packing.py`).
+executor packs trials onto a card by the first trial's measured memory (`petl_nas/search/packing.py`).
 This benchmark runs the same search twice through the product's own command, one layout after the
 other in one process: ``--gpus-per-trial 1`` (one trial at a time) and ``--gpus-per-trial auto``.
 The random sampler with one seed proposes the same configurations in the same order in both, so
@@ -42,7 +42,7 @@ def random_copy(source: str, target: Path) -> str:
     import torch
     from transformers import AutoConfig, AutoModel
 
-    from petl_nas.models import resolve_model
+    from petl_nas.core.models import resolve_model
 
     src = Path(resolve_model(source))
     target.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,10 @@ import argparse
 import datetime
 from pathlib import Path
 
-from petl_nas.data import encode
-from petl_nas.models import resolve_model
+from petl_nas.tasks.encoding import encode
+from petl_nas.core.models import resolve_model
 from petl_nas.tasks import get_task, load_splits
-from petl_nas.train import epoch_seed
+from petl_nas.training.loop import epoch_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 

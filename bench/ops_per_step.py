@@ -24,8 +24,8 @@ import torch
 from transformers import BertConfig
 
 from petl_nas import apply_petl, preset, preset_names
-from petl_nas.operations import Operations
-from petl_nas.train import adamw
+from petl_nas.training.operations import Operations
+from petl_nas.training.loop import adamw
 from preset_trials import emit
 from step_time import backbone, frozen_floor
 

@@ -3,7 +3,7 @@
 Owns one measurement: ms per optimizer step (gradients given) for the trainable tensors of a
 preset on a backbone config (default: UniPELT (APL) on all-MiniLM-L6-v2's shape, 6 layers, d=384),
 each variant measured back to back in one process, median of 50 steps after 10 warm-up steps.
-`petl_nas.train.adamw` uses the fused step where torch has it.
+`petl_nas.training.loop.adamw` uses the fused step where torch has it.
 
     python bench/optimizer_step.py [--preset unipelt_apl] [--layers 6] [--hidden 384] [--threads 1]
 """

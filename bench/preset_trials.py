@@ -30,10 +30,10 @@ def add_arguments(p, epochs: float, seeds: int) -> None:
 
 def preset_jobs(args) -> list[dict]:
     """One job per (preset, seed): its name, seed and trial spec (the recipe without path settings)."""
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import preset_in_space
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import preset_in_space
     from petl_nas.tasks import get_task
-    from petl_nas.loading import model_config_for
+    from petl_nas.training.loading import model_config_for
 
     task = get_task(args.task)
     model_config = model_config_for(args.model, task)
@@ -52,7 +52,7 @@ def preset_jobs(args) -> list[dict]:
 
 def run_job(job: dict) -> dict:
     """Train one job's trial in this worker: the job's labels with its score and times."""
-    from petl_nas.worker import TrialSpec, run_trial
+    from petl_nas.search.worker import TrialSpec, run_trial
 
     start = time.perf_counter()
     r = run_trial(TrialSpec(**job["spec"]))

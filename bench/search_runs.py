@@ -43,7 +43,7 @@ def run_search(label: str, flags: list[str], work: Path, during=None, limit_s: f
     import optuna
 
     storage = f"sqlite:///{work / label}.db"
-    cmd = [sys.executable, "-m", "petl_nas.cli", "search", *flags, "--storage", storage, "--name", label]
+    cmd = [sys.executable, "-m", "petl_nas.app.cli", "search", *flags, "--storage", storage, "--name", label]
     print(f"\n== {label}: {' '.join(cmd[2:])}", flush=True)
     start = time.perf_counter()
     with during or contextlib.nullcontext():

@@ -23,7 +23,7 @@ Run (the full table takes ~20 minutes on 2 cores; --tiny is a smoke run of a few
 
 ``--compile MODE`` compiles every row's model as ``fidelity.compile`` compiles a trial's, and adds
 the first step after compiling (compile time included) to the table. ``--graphs`` (a GPU) also
-times every row's step replayed as a CUDA graph (`petl_nas.step_graphs`, as ``fidelity.cuda_graphs``
+times every row's step replayed as a CUDA graph (`petl_nas.training.step_graphs`, as ``fidelity.cuda_graphs``
 runs a trial's), on the same model right after its eager steps, with the time its first recording
 took; the graphed ratios are to the graphed floor of the same run.
 
@@ -52,9 +52,9 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset, preset_names
-from petl_nas.compiling import COMPILE_MODES, fresh_compiled
-from petl_nas.step_graphs import WARMUP, GraphedSteps, prepare_optimizer
-from petl_nas.train import adamw
+from petl_nas.training.compiling import COMPILE_MODES, fresh_compiled
+from petl_nas.training.step_graphs import WARMUP, GraphedSteps, prepare_optimizer
+from petl_nas.training.loop import adamw
 
 SEED = 0
 SEQ_LEN = 128

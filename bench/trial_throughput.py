@@ -13,7 +13,7 @@ default the v3 SST-2 study's: K=1000, 10 epochs, batch 32, length 64, search-dev
   or ``default``; compiling is paid inside each trial (a GPU measurement: ``--paths new,graphs
   --workers 1`` on a machine with one).
 - **cudagraphs**: new, with ``fidelity.cuda_graphs: true``: each step recorded once per batch shape
-  and replayed as a CUDA graph, nothing compiled (`petl_nas.step_graphs`; a GPU measurement:
+  and replayed as a CUDA graph, nothing compiled (`petl_nas.training.step_graphs`; a GPU measurement:
   ``--paths new,cudagraphs --workers 1``).
 
 All paths evaluate in length-sorted batches (that change is older than this benchmark and has no

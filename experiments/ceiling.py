@@ -29,14 +29,14 @@ from pathlib import Path
 
 import torch
 
-from petl_nas.experiment import Experiment
-from petl_nas.inject import apply_petl
-from petl_nas.config import PetlConfig
-from petl_nas.presets import preset, preset_lr
-from petl_nas.search import final_recipe, trial_recipe
-from petl_nas.train import evaluate, train
-from petl_nas.loading import TrainData
-from petl_nas.worker import prepare, TrialSpec
+from petl_nas.search.experiment import Experiment
+from petl_nas.core.inject import apply_petl
+from petl_nas.core.config import PetlConfig
+from petl_nas.core.presets import preset, preset_lr
+from petl_nas.search.driver import final_recipe, trial_recipe
+from petl_nas.training.loop import evaluate, train
+from petl_nas.training.loading import TrainData
+from petl_nas.search.worker import prepare, TrialSpec
 
 
 def run(experiment: str, what: str, lr: float, seed: int, threads: int) -> dict:

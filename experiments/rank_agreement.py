@@ -41,8 +41,8 @@ def make_jobs(args) -> list[dict]:
     """One job per (learned trial, seed), with the study's trial recipe and the trial's own rate."""
     import optuna
 
-    from petl_nas.experiment import Experiment
-    from petl_nas.train import Recipe
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.training.loop import Recipe
 
     exp = Experiment.load(args.experiment)
     fid = exp.fidelity
@@ -84,7 +84,7 @@ def halves(n: int) -> tuple[list[int], list[int]]:
 
 def rows_of(split, index: list[int]):
     """The rows ``index`` of an encoded classification or regression split."""
-    from petl_nas.data import EncodedSplit
+    from petl_nas.tasks.encoding import EncodedSplit
 
     pick = lambda rows: tuple(rows[i] for i in index) if rows is not None else None   # noqa: E731
     return EncodedSplit(pick(split.input_ids), pick(split.token_type_ids), split.labels[index], split.pad_token_id)
@@ -94,10 +94,10 @@ def run_job(job: dict) -> dict:
     """Train one job in this worker process; its scores on search-dev, test, halves A and B."""
     import torch
 
-    from petl_nas.config import PetlConfig
-    from petl_nas.train import Recipe, evaluate, train
-    from petl_nas.loading import TrainData, petl_copy
-    from petl_nas.worker import TrialSpec, prepare
+    from petl_nas.core.config import PetlConfig
+    from petl_nas.training.loop import Recipe, evaluate, train
+    from petl_nas.training.loading import TrainData, petl_copy
+    from petl_nas.search.worker import TrialSpec, prepare
 
     torch.set_num_threads(job.get("threads", 1))
     start = time.perf_counter()
@@ -148,7 +148,7 @@ def _paired(a: list[dict], b: list[dict], key: str) -> tuple[float, float]:
 def report(runs: list[dict]) -> str:
     """Per ranking score: its Spearman correlation with half B (all trials, and the better half), its
     pick against the best preset by the same score, paired by seed on half B and on the whole test."""
-    from petl_nas.metrics import spearman
+    from petl_nas.tasks.metrics import spearman
 
     by_trial: dict[int, list[dict]] = {}
     for r in runs:

@@ -13,11 +13,12 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _HOMES = {
-    "ParameterCount": "budget", "count_model": "budget", "count_parameters": "budget",
-    "ConfigError": "errors", "ModuleSpec": "config", "PetlConfig": "config",
-    "apply_petl": "inject", "load_petl": "inject", "petl_disabled": "inject", "petl_state_dict": "inject",
-    "remove_petl": "inject", "save_petl": "inject", "merge_lora": "inject", "merge_and_unload": "convert",
-    "preset": "presets", "preset_names": "presets",
+    "ParameterCount": "core.budget", "count_model": "core.budget", "count_parameters": "core.budget",
+    "ConfigError": "errors", "ModuleSpec": "core.config", "PetlConfig": "core.config",
+    "apply_petl": "core.inject", "load_petl": "core.inject", "petl_disabled": "core.inject",
+    "petl_state_dict": "core.inject", "remove_petl": "core.inject", "save_petl": "core.inject",
+    "merge_lora": "core.inject", "merge_and_unload": "deploy.convert",
+    "preset": "core.presets", "preset_names": "core.presets",
 }
 
 __all__ = [
@@ -30,8 +31,8 @@ __all__ = [
 
 
 def load(backbone, directory):
-    """A fresh backbone with the trained PETL modules saved in ``directory`` (see `deploy.load`)."""
-    from .deploy import load as _load
+    """A fresh backbone with the trained PETL modules saved in ``directory`` (see `deploy.runs.load`)."""
+    from .deploy.runs import load as _load
 
     return _load(backbone, directory)
 

@@ -27,7 +27,7 @@ from transformers import (AttentionInterface, BertConfig, BertForSequenceClassif
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from petl_nas import ModuleSpec
-from petl_nas.modules.head_attention import edits_of
+from petl_nas.core.modules.head_attention import edits_of
 
 def pytest_unconfigure(config):
     if COMPILE_CACHE is not None:

@@ -17,8 +17,8 @@ import torch
 from conftest import REFERENCE_ATTENTION, ZERO_INIT
 from petl_nas import (ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, count_parameters, load_petl,
                       petl_disabled, preset, preset_names, remove_petl, save_petl)
-from petl_nas.backbones import spec_for, supported_model_types
-from petl_nas.tiny import tiny_backbone
+from petl_nas.core.backbones import spec_for, supported_model_types
+from petl_nas.core.tiny import tiny_backbone
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*frozen pooler looks untrained")   # random BERT poolers
 
@@ -205,8 +205,8 @@ def test_deberta_refuses_head_attention_forms_in_one_line(form):
 
 # ---- a search on a backbone that refuses some of the space -----------------------------------
 def test_the_supernet_leaves_out_what_a_backbone_refuses():
-    from petl_nas.oneshot.supernet import allows_bitfit, candidates, prompt_length_for
-    from petl_nas.space import SearchSpace
+    from petl_nas.search.oneshot.supernet import allows_bitfit, candidates, prompt_length_for
+    from petl_nas.search.space import SearchSpace
 
     space = SearchSpace.load("unified")
     deberta, modernbert, bert = (tiny(k).config for k in ("deberta-v2", "modernbert", "bert"))
@@ -224,8 +224,8 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.experiment import Experiment, Fidelity, FinalEval, OneShot
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     backbone = {"tiny": {"model_type": kind, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -256,7 +256,7 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
 
 
 def test_presets_with_a_model_lists_what_the_backbone_cannot_take(tmp_path, capsys):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     tiny("modernbert").save_pretrained(tmp_path / "mb")
     assert main(["presets", "--model", str(tmp_path / "mb")]) == 0
@@ -273,8 +273,8 @@ def test_a_deberta_v3_folder_with_only_its_sentencepiece_model_trains(tmp_path):
 
     import sentencepiece
 
-    from petl_nas.search import _check_backbone_files
-    from petl_nas.worker import TrialSpec, run_trial
+    from petl_nas.search.driver import _check_backbone_files
+    from petl_nas.search.worker import TrialSpec, run_trial
 
     tiny("deberta-v2").save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="no tokenizer files"):

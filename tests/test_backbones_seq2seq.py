@@ -23,9 +23,9 @@ from transformers.pytorch_utils import Conv1D
 from conftest import REFERENCE_ATTENTION, ZERO_INIT
 from petl_nas import (ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, count_parameters, load_petl,
                       petl_disabled, preset, preset_names, save_petl)
-from petl_nas.backbones import spec_for
-from petl_nas.modules.head_attention import edits_of
-from petl_nas.space import SearchSpace
+from petl_nas.core.backbones import spec_for
+from petl_nas.core.modules.head_attention import edits_of
+from petl_nas.search.space import SearchSpace
 
 V, D, F = 64, 16, 32
 
@@ -131,7 +131,7 @@ PRESETS = preset_names()
 
 # ---- every preset on every backbone ---------------------------------------------------------
 def test_every_decoder_and_encoder_decoder_family_is_covered_here():
-    from petl_nas.backbones import supported_model_types
+    from petl_nas.core.backbones import supported_model_types
 
     families = {t for t in supported_model_types() if spec_for(t).decoder_only or spec_for(t).encoder_decoder}
     assert families == (set(KINDS) - {"t5_gated"}) | set(LLAMA_FAMILY) | set(SOFT_CAPPED)
@@ -414,7 +414,7 @@ def test_a_gated_prompt_is_the_prompt_of_its_open_positions_or_none(kind):
     alone are inserted and every attention that reads them (an encoder's, a decoder's cross-attention,
     a decoder-only model's self-attention) adds their log g, so at g = 1 it is the shorter prompt and,
     with every position shut, the model without a prompt."""
-    from petl_nas.oneshot import build_supernet
+    from petl_nas.search.oneshot import build_supernet
 
     base, x = tiny(kind), batch(kind)
     net = build_supernet(copy.deepcopy(base), (), PetlConfig(), prompt_length=5)
@@ -455,7 +455,7 @@ def test_unit_costs_of_the_seq2seq_space_count_every_attention_kind():
     """`space show seq2seq --model`: one unit of LoRA rank on q and v costs 2 · 2d per attention kind
     and layer, in all three kinds (encoder, decoder, cross: the default), not only the first choice
     of the blocks dimension."""
-    from petl_nas.study import unit_costs
+    from petl_nas.search.study import unit_costs
 
     rows = {tuple(line.split()[:2]): line.split()[3:] for line in unit_costs(SearchSpace.load("seq2seq"),
                                                                             tiny("bart").config)}

@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from petl_nas.cli import main
+from petl_nas.app.cli import main
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -178,7 +178,7 @@ def _truncated_minilm() -> dict[str, bytes]:
     """The demo MiniLM's folder with its weights cut to half (a copy that stopped)."""
     from pathlib import Path
 
-    from petl_nas.models import resolve_model
+    from petl_nas.core.models import resolve_model
 
     source = Path(resolve_model("all-MiniLM-L6-v2"))
     files = {f"minilm/{p.name}": p.read_bytes() for p in source.iterdir() if p.is_file()}
@@ -190,7 +190,7 @@ def _make_other_study(root) -> None:
     """A study named like the experiment, made with another space (its hash differs)."""
     import optuna
 
-    from petl_nas.storage import close_storage, open_storage
+    from petl_nas.search.storage import close_storage, open_storage
 
     storage = open_storage(f"sqlite:///{root}/study.db")
     study = optuna.create_study(study_name="bad", storage=storage, directions=["maximize", "minimize"])
@@ -280,7 +280,7 @@ def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, c
 
 
 def test_a_text_file_with_a_byte_order_mark_is_read_without_it(tmp_path):
-    from petl_nas.deploy import read_texts
+    from petl_nas.deploy.runs import read_texts
 
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbfa wonderful film\nawful\n")
@@ -301,7 +301,7 @@ def test_a_hub_name_while_the_hub_cannot_be_reached_reads_the_cache_only(tmp_pat
     ~25 s first), and the error line says what happened and what to give instead."""
     import transformers
 
-    from petl_nas import models
+    from petl_nas.core import models
 
     asked = []
     real = transformers.AutoConfig.from_pretrained
@@ -325,7 +325,7 @@ def test_a_hub_dataset_while_the_hub_cannot_be_reached_reads_the_cache_only(monk
     import datasets
     import huggingface_hub.constants as hub_constants
 
-    from petl_nas import models
+    from petl_nas.core import models
     from petl_nas.errors import ConfigError
     from petl_nas.tasks import load_splits
 
@@ -346,7 +346,7 @@ def test_a_hub_dataset_while_the_hub_cannot_be_reached_reads_the_cache_only(monk
 def test_hub_reachable_asks_the_endpoint_and_respects_offline(monkeypatch):
     """True only when the endpoint (``HF_ENDPOINT``) accepts a connection: a real listening socket on
     this machine, then a closed port; never asked when ``HF_HUB_OFFLINE`` is set."""
-    from petl_nas.models import hub_reachable
+    from petl_nas.core.models import hub_reachable
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with socket.socket() as server:
@@ -369,7 +369,7 @@ def test_texts_to_label_need_every_column_the_model_reads(tmp_path):
     """`predict` input for a sentence-pair model: a .txt file (one text a line) is refused, and an
     empty cell of a table is named by its row; numbers in a text column are read as written."""
     from petl_nas.errors import ConfigError
-    from petl_nas.deploy import read_texts
+    from petl_nas.deploy.runs import read_texts
 
     (tmp_path / "in.txt").write_text("a wonderful film\n")
     with pytest.raises(ConfigError, match=r"the model reads 2 texts a row \(sentence1, sentence2\); give a \.csv"):
@@ -406,7 +406,7 @@ def test_a_flag_argparse_refuses_is_one_line_too(capsys, argv, words):
 def test_blank_lines_of_a_text_input_are_skipped_and_said_once(tmp_path, monkeypatch, capsys):
     """A blank line inside a .txt input is not a text: skipped with one warning, and every answer
     carries its own text, so none is shifted."""
-    from petl_nas import deploy
+    from petl_nas.deploy import runs as deploy
 
     monkeypatch.setattr(deploy, "load", lambda backbone, directory: type("M", (), {"petl": type("P", (), {
         "info": {"task": "demo_sentiment", "labels": ["neg", "pos"]}})()})())
@@ -422,7 +422,7 @@ def test_blank_lines_of_a_text_input_are_skipped_and_said_once(tmp_path, monkeyp
 def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, monkeypatch, capsys):
     """``--budget 50%`` (0.5% meant) runs, as a comparison with full fine-tuning may ask, and says
     what it is; 5% of a tiny backbone is an ordinary PETL budget and says nothing."""
-    from petl_nas.experiment import large_budget_warning
+    from petl_nas.search.experiment import large_budget_warning
 
     assert large_budget_warning("5%", 500, 10_000) is None and large_budget_warning("1000", 1000, 10_000) is None
     assert large_budget_warning("1001", 1001, 10_000) == ("budget 1001 is 1,001 parameters, 10% of the backbone; "

@@ -14,9 +14,9 @@ import dataclasses
 import optuna
 import pytest
 
-from petl_nas import calibrate
-from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search import run_search
+from petl_nas.search import calibrate
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search.driver import run_search
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -25,7 +25,7 @@ BASELINE = {"score": 0.5, "metric": "accuracy", "what": "constant"}
 
 def scripted(monkeypatch, table: dict[tuple[str, float], float], calls: list):
     """Replace the trainer: the score of preset ``name`` trained ``epochs`` comes from ``table``."""
-    from petl_nas.presets import preset
+    from petl_nas.core.presets import preset
 
     names = {}
 
@@ -173,7 +173,7 @@ def test_a_study_calibrates_once_and_its_trials_run_at_the_chosen_length(tmp_pat
 
 def test_a_fixed_length_study_resumed_with_auto_is_refused_a_calibrated_one_is_not():
     """`--epochs auto` on a study of 3-epoch trials would calibrate and train the next at another length."""
-    from petl_nas.study import changed_settings
+    from petl_nas.search.study import changed_settings
 
     auto, three = {"fidelity": {"epochs": "auto"}}, {"fidelity": {"epochs": 3}}
     assert changed_settings(three, auto) == ["fidelity.epochs 3 (now auto)"]
@@ -193,7 +193,7 @@ def test_fidelity_auto_in_files_and_flags(tmp_path):
 
 def _config():
     from petl_nas.tasks import get_task
-    from petl_nas.loading import model_config_for
+    from petl_nas.training.loading import model_config_for
 
     return model_config_for(TINY, get_task("demo_keyword"))
 
@@ -203,7 +203,7 @@ def test_presets_calibrated_at_the_trials_length_are_recorded_from_calibration_n
     """When the trials run at the final length, calibration already trained each preset with the
     trial's exact spec: the preset trials take those results (marked ``reused``), and they equal
     what training the trials again gives."""
-    import petl_nas.executors as executors
+    import petl_nas.search.executors as executors
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(calibrate, "pays", lambda *a: False)         # no shorter length: the final one
@@ -240,8 +240,8 @@ def test_a_calibration_preset_exactly_at_the_budget_is_used():
     """`calibration_presets`: the budget is a most, as for every preset; one that equals it calibrates."""
     from types import SimpleNamespace
 
-    from petl_nas.budget import count_parameters
-    from petl_nas.presets import preset
+    from petl_nas.core.budget import count_parameters
+    from petl_nas.core.presets import preset
     from test_warm_start import CFG
 
     exp = SimpleNamespace(presets=["lora", "bitfit"])
@@ -253,7 +253,7 @@ def test_a_calibration_preset_exactly_at_the_budget_is_used():
 def test_ranks_as_asks_every_pair_the_longer_length_separates_to_be_separated_the_same_way_round():
     """`ranks_as`: a pair apart beyond noise at the longer length must be apart beyond noise, in the
     same order, at the shorter one; a pair within noise there asks nothing."""
-    from petl_nas.calibrate import ranks_as
+    from petl_nas.search.calibrate import ranks_as
 
     def at(a, b, se=0.01):
         return {"scores": {"a": {"score": a, "se": se}, "b": {"score": b, "se": se}}}

@@ -7,13 +7,15 @@ import copy
 import pytest
 import torch
 
-from petl_nas import PetlConfig, apply_petl, checkpoint
+from petl_nas import PetlConfig, apply_petl
+
+from petl_nas.training import checkpoint
 from petl_nas.errors import ConfigError
-from petl_nas.config import ModuleSpec
-from petl_nas.data import encode
+from petl_nas.core.config import ModuleSpec
+from petl_nas.tasks.encoding import encode
 from petl_nas.tasks import load_splits, resolve_task
-from petl_nas.train import Recipe, train
-from petl_nas.loading import TrainData, load_backbone
+from petl_nas.training.loop import Recipe, train
+from petl_nas.training.loading import TrainData, load_backbone
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -81,7 +83,7 @@ def test_a_state_of_another_model_is_refused_before_anything_is_changed():
 
 def test_a_state_saved_with_more_gpus_visible_restores_the_generators_there_are(monkeypatch):
     """Saved on a 2-GPU machine, resumed where one is visible (Ray sets CUDA_VISIBLE_DEVICES)."""
-    from petl_nas import checkpoint
+    from petl_nas.training import checkpoint
 
     task, base, data, config = _setup()
     model = apply_petl(copy.deepcopy(base), config)
@@ -127,7 +129,7 @@ def test_the_progress_bar_ends_on_the_reported_score(capsys):
 def test_each_epoch_shuffles_with_its_own_seed():
     """`train.train`: epoch e of a run with seed s draws its order from ``epoch_seed(s, e)``, so no
     two epochs of a run repeat one order."""
-    from petl_nas.train import epoch_seed
+    from petl_nas.training.loop import epoch_seed
 
     task = resolve_task("demo_keyword")
     splits = load_splits(task, k=48, data_seed=111, search_dev_size=16)
@@ -160,7 +162,7 @@ def test_each_epoch_shuffles_with_its_own_seed():
 
 # ---- the recipe's schedule and clipping, as the loop applies them ------------------------------
 def test_the_learning_rate_warms_up_from_the_first_step_then_decays_linearly_to_zero():
-    from petl_nas.train import _linear_schedule
+    from petl_nas.training.loop import _linear_schedule
 
     assert [_linear_schedule(s, 10, 4) for s in range(11)] == pytest.approx(
         [0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])

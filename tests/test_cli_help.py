@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from petl_nas.cli import build_parser
+from petl_nas.app.cli import build_parser
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -46,8 +46,8 @@ def test_the_new_subcommands_are_there():
 
 def test_presets_list_every_name_apart_from_its_description(capsys):
     """The longest name (parallel_adapter, 16 letters) once ran into its description."""
-    from petl_nas.cli import main
-    from petl_nas.presets import preset_names
+    from petl_nas.app.cli import main
+    from petl_nas.core.presets import preset_names
 
     assert main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -66,11 +66,11 @@ def test_one_preset_shows_its_whole_description_and_the_configuration_it_builds(
 
     import yaml
 
-    from petl_nas.budget import count_parameters
-    from petl_nas.cli import main
-    from petl_nas.config import PetlConfig
-    from petl_nas.models import load_model_config
-    from petl_nas.presets import preset, preset_doc, preset_lr
+    from petl_nas.core.budget import count_parameters
+    from petl_nas.app.cli import main
+    from petl_nas.core.config import PetlConfig
+    from petl_nas.core.models import load_model_config
+    from petl_nas.core.presets import preset, preset_doc, preset_lr
 
     from conftest import tiny_config
 
@@ -95,7 +95,7 @@ def test_one_preset_shows_its_whole_description_and_the_configuration_it_builds(
 
 
 def test_an_unknown_preset_is_one_line(capsys):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     assert main(["presets", "hulsby"]) == 2
     assert capsys.readouterr().err.startswith("petl-nas: error: preset: unknown name 'hulsby' (did you mean 'houlsby'?)")
@@ -104,7 +104,7 @@ def test_an_unknown_preset_is_one_line(capsys):
 def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypatch, capsys):
     import warnings
 
-    from petl_nas import cli
+    from petl_nas.app import cli
     from petl_nas.errors import PetlWarning
 
     def noisy(args):
@@ -125,7 +125,7 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_reported_as_the_interrupt(monke
     """Ctrl-C during Ray's start-up once ended as "petl-nas: error: [Errno 2] No such file or
     directory" (a clean-up failing on the way out): an error raised while an interrupt unwinds is the
     interrupt, exit 130; the same error on its own is still an error, exit 2."""
-    from petl_nas import cli
+    from petl_nas.app import cli
 
     def cut_short(args):
         try:
@@ -155,8 +155,8 @@ def test_a_reader_that_stops_early_ends_the_listing_quietly():
 
     gone, stdout = os.pipe()
     os.close(gone)
-    run = subprocess.run([sys.executable, "-m", "petl_nas.cli", "presets"], stdout=stdout, stderr=subprocess.PIPE)
+    run = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "presets"], stdout=stdout, stderr=subprocess.PIPE)
     os.close(stdout)
     assert (run.returncode, run.stderr) == (141, b"")
-    kept = subprocess.run([sys.executable, "-m", "petl_nas.cli", "presets"], capture_output=True)
+    kept = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "presets"], capture_output=True)
     assert kept.returncode == 0 and kept.stderr == b"" and b"houlsby" in kept.stdout

@@ -15,11 +15,11 @@ from torch import nn
 from conftest import batch, tiny_config, tiny_model
 from test_precision import Rows
 from petl_nas import apply_petl, preset, preset_names
-from petl_nas.compiling import COMPILE_MODES, compiled
+from petl_nas.training.compiling import COMPILE_MODES, compiled
 from petl_nas.errors import ConfigError
-from petl_nas.experiment import Fidelity
+from petl_nas.search.experiment import Fidelity
 from petl_nas.tasks import get_task
-from petl_nas.train import LossWatch, NonFiniteLoss, Recipe, train
+from petl_nas.training.loop import LossWatch, NonFiniteLoss, Recipe, train
 
 ONE_GRAPH = [name for name in preset_names() if name != "prompt_tuning"]   # its input hook is a graph of its own
 
@@ -147,8 +147,8 @@ def test_a_run_whose_loss_turns_nan_stops_naming_its_step():
 def test_train_compiles_a_record_on_request_and_saves_the_same_weight_names(tmp_path, capsys):
     from safetensors.torch import load_file
 
-    from petl_nas.cli import main
-    from petl_nas.export import write_record
+    from petl_nas.app.cli import main
+    from petl_nas.deploy.export import write_record
     from test_export import LORA, TINY
 
     rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,

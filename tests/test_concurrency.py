@@ -22,7 +22,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from petl_nas.study import is_trained
+from petl_nas.search.study import is_trained
 
 PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -44,7 +44,7 @@ def _worker(argv: list[str], folder: str) -> None:
     fd = os.open("log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     sys.exit(main(argv))
 
@@ -53,7 +53,7 @@ def run_workers(tmp_path: Path, exp: dict, n: int = 4) -> list[set[int]]:
     """Run ``n`` workers on ``exp`` at once; returns the trial numbers each one trained."""
     (tmp_path / "exp.yaml").write_text(json.dumps(exp))
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["petl_nas.cli", "petl_nas.search"])
+    ctx.set_forkserver_preload(["petl_nas.app.cli", "petl_nas.search.driver"])
     folders = [tmp_path / f"worker{i}" for i in range(n)]
     procs = []
     for folder in folders:
@@ -121,8 +121,8 @@ def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, 
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    from petl_nas.experiment import Experiment
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.search.driver import run_search
 
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.chdir(tmp_path)
@@ -177,8 +177,8 @@ def test_a_postgresql_password_is_never_printed_or_written(tmp_path, monkeypatch
     URL with its password hidden."""
     import yaml
 
-    from petl_nas.cli import main
-    from petl_nas.storage import redact
+    from petl_nas.app.cli import main
+    from petl_nas.search.storage import redact
 
     monkeypatch.chdir(tmp_path)
     secret = PG.split("//", 1)[1].split("@", 1)[0]                       # user:password

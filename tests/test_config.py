@@ -3,7 +3,7 @@
 import pytest
 
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, preset, preset_names
-from petl_nas.presets import _raw_presets
+from petl_nas.core.presets import _raw_presets
 
 
 @pytest.mark.parametrize("name", preset_names())

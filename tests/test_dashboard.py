@@ -22,9 +22,9 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from petl_nas import ConfigError
-from petl_nas.cli import main
-from petl_nas.config import ModuleSpec, PetlConfig
-from petl_nas.describe import describe_config
+from petl_nas.app.cli import main
+from petl_nas.core.config import ModuleSpec, PetlConfig
+from petl_nas.core.describe import describe_config
 from petl_nas.dashboards.launcher import make_dashboard
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -81,7 +81,7 @@ def served(tmp_path_factory):
     url = f"sqlite:///{d}/study.db"
     make_study(url, "dash_study")
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "petl_nas.cli", "dashboard", "--storage", url, "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "petl_nas.app.cli", "dashboard", "--storage", url, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()

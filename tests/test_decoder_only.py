@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from petl_nas import ConfigError
-from petl_nas.causal_lm import encode_rows, ensure_pad_token, evaluate_lm, tiny_causal_lm
-from petl_nas.config import ModuleSpec, PetlConfig
-from petl_nas.data import encode
-from petl_nas.inject import apply_petl
+from petl_nas.tasks.causal_lm import encode_rows, ensure_pad_token, evaluate_lm, tiny_causal_lm
+from petl_nas.core.config import ModuleSpec, PetlConfig
+from petl_nas.tasks.encoding import encode
+from petl_nas.core.inject import apply_petl
 from petl_nas.tasks import load_splits, resolve_task
-from petl_nas.tiny import tiny_backbone, tiny_tokenizer
-from petl_nas.train import Recipe, train, training_loss
-from petl_nas.loading import TrainData, load_backbone
+from petl_nas.core.tiny import tiny_backbone, tiny_tokenizer
+from petl_nas.training.loop import Recipe, train, training_loss
+from petl_nas.training.loading import TrainData, load_backbone
 
 WORDS = "red blue green fox dog cat sun moon".split()
 
@@ -181,7 +181,7 @@ def test_causal_lm_file_columns(tmp_path):
 
 
 def test_train_record_and_predict_for_a_causal_lm(tmp_path, instruction_files):
-    from petl_nas.deploy import load, predict, train_record
+    from petl_nas.deploy.runs import load, predict, train_record
 
     config = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", size=4),))
     rec = {"backbone": {"tiny": {"model_type": "gpt2", "vocab_size": 120}}, "task": instruction_files,
@@ -204,7 +204,7 @@ def test_a_family_without_a_classifier_is_refused_before_anything_trains(tmp_pat
     every trial); as a causal LM it loads."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     tok = tiny_tokenizer(["a fine film", "a dull plot"], vocab_size=60)
     AutoModelForCausalLM.from_config(AutoConfig.for_model(

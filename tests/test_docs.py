@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from petl_nas.cli import build_parser
+from petl_nas.app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "docs" / "guide.md"]
@@ -73,8 +73,8 @@ def test_relative_links_resolve(doc):
 
 
 def test_guide_yaml_examples_load():
-    from petl_nas.config import PetlConfig
-    from petl_nas.experiment import Experiment
+    from petl_nas.core.config import PetlConfig
+    from petl_nas.search.experiment import Experiment
 
     experiment, preset = blocks(ROOT / "docs" / "guide.md", "yaml")
     Experiment.from_dict(yaml.safe_load(experiment), "guide")
@@ -104,7 +104,7 @@ def test_the_experiment_file_reference_lists_every_key_with_its_default():
     import dataclasses
     import math
 
-    from petl_nas.experiment import Experiment, Fidelity, FinalEval, OneShot
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
 
     rows = {}
     for line in (ROOT / "docs" / "experiment-file.md").read_text().splitlines():

@@ -6,8 +6,8 @@ import os
 import pytest
 from packaging.requirements import Requirement
 
-from petl_nas import doctor
-from petl_nas.cli import main
+from petl_nas.app import doctor
+from petl_nas.app.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def test_reports_this_machine_and_passes(capsys):
     assert "offline (HF_HUB_OFFLINE=1)" in out
     assert not os.path.exists("runs")                 # the storage check writes nothing
     if not torch.cuda.is_available():                 # says whether fidelity.precision: bf16 pays on this CPU
-        from petl_nas.precision import cpu_has_native_bf16
+        from petl_nas.core.precision import cpu_has_native_bf16
 
         assert ("computes bf16 natively" if cpu_has_native_bf16() else "no native bf16 on this CPU") in out
 
@@ -115,7 +115,7 @@ def test_a_torch_that_cannot_be_imported_fails_one_check_not_the_doctor():
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from petl_nas.cli import main; sys.exit(main(['doctor']))")
+            "from petl_nas.app.cli import main; sys.exit(main(['doctor']))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert run.returncode == 1, run.stderr[-2000:]

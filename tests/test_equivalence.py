@@ -13,8 +13,8 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from conftest import REFERENCE_ATTENTION, ZERO_INIT, batch, tiny_model
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset, remove_petl
-from petl_nas.modules import Bottleneck, LoRA
-from petl_nas.modules.head_attention import edits_of, petl_attention
+from petl_nas.core.modules import Bottleneck, LoRA
+from petl_nas.core.modules.head_attention import edits_of, petl_attention
 
 
 class AdapterAfter(torch.nn.Module):
@@ -281,7 +281,7 @@ def test_open_unipelt_adapter_and_lora_gates_match_the_formulas():
     x, mask = torch.randn(3, 7, 16), torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 2 + [0] * 5])
     adapter = ModuleSpec(form="adapter", position="ffn", insertion="sequential", size=4, gate=True)
     lora = ModuleSpec(form="lora", size=4, composition="add", gate=True)
-    from petl_nas.modules import Bottleneck, LoRA
+    from petl_nas.core.modules import Bottleneck, LoRA
 
     a, l = Bottleneck(adapter, 16), LoRA(lora, 16, 16)
     _perturb_module = lambda m: [p.data.add_(torch.randn(p.shape) * 0.5) for p in m.parameters()]  # noqa: E731
@@ -303,7 +303,7 @@ def test_fused_gates_equal_separate_ones_with_their_gradients(per):
     (`shared_read.read`); forward and every gradient equal the separate gate's."""
     from torch import nn
 
-    from petl_nas.modules import Bottleneck, LoRA
+    from petl_nas.core.modules import Bottleneck, LoRA
 
     torch.manual_seed(0)
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 2 + [0] * 5])
@@ -360,7 +360,7 @@ def test_closed_per_token_gates_leave_the_output_unchanged(kind):
 def test_gate_columns_padded_as_on_a_gpu_change_nothing(kind, hidden, monkeypatch):
     """On a GPU the log-gate feature is padded to a head dim that is a multiple of 8 (`gate_columns`,
     for cuDNN's attention kernel): the same logits as the one column a CPU uses."""
-    import petl_nas.modules.head_attention as attention
+    import petl_nas.core.modules.head_attention as attention
 
     base = tiny_model(kind, hidden_size=hidden)
     per_token = PetlConfig(modules=tuple(dataclasses.replace(m, gate_per="token")
@@ -382,7 +382,7 @@ def test_gate_columns_padded_as_on_a_gpu_change_nothing(kind, hidden, monkeypatc
 
 
 def test_gate_columns_reach_a_multiple_of_8_on_a_gpu_and_stay_one_on_a_cpu():
-    from petl_nas.modules.head_attention import gate_columns
+    from petl_nas.core.modules.head_attention import gate_columns
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert [d + gate_columns(d, cuda) for d in (64, 65, 71, 128)] == [72, 72, 72, 136]

@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 from transformers import BartConfig, BertConfig
 
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, preset
-from petl_nas.export import choose, read_record, record, write_record
-from petl_nas.interop import NotExpressible, to_adapters, to_peft
+from petl_nas.deploy.export import choose, read_record, record, write_record
+from petl_nas.deploy.interop import NotExpressible, to_adapters, to_peft
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -106,8 +106,8 @@ def test_record_round_trip_and_bad_files(tmp_path):
 
 
 def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
-    from petl_nas.data import encode
-    from petl_nas.deploy import load, predict, train_record
+    from petl_nas.tasks.encoding import encode
+    from petl_nas.deploy.runs import load, predict, train_record
     from petl_nas.tasks import load_splits
 
     config = PetlConfig(modules=(ModuleSpec(form="prefix", size=4, reparam=16),
@@ -140,9 +140,9 @@ def test_train_saves_deployable_weights_and_load_reproduces(tmp_path):
 def test_a_preset_the_study_trained_exports_as_that_trial(tmp_path, capsys):
     """The study trained BitFit (trial 3, at the space's learning rate 3e-3, not its paper rate):
     `export --preset bitfit` is that trial, the baseline the study measured and compared."""
-    from petl_nas.cli import main
-    from petl_nas.export import preset_record
-    from petl_nas.presets import preset_lr
+    from petl_nas.app.cli import main
+    from petl_nas.deploy.export import preset_record
+    from petl_nas.core.presets import preset_lr
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = make_study(url, ROWS, finals=[(3, 0.71)])
@@ -163,7 +163,7 @@ def test_export_says_what_it_picked_and_how(tmp_path, capsys):
     """A pick that is a preset is named as one; the record keeps the rule and budget that chose it;
     a test score measured at the final recipe says so beside a record at the search's; a PEFT
     file, which has no recipe, gets no note about the record's length."""
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = make_study(url, ROWS, finals=[(3, 0.71)])
@@ -184,11 +184,11 @@ def test_export_says_what_it_picked_and_how(tmp_path, capsys):
 
 
 def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
-    from petl_nas.budget import count_parameters
-    from petl_nas.export import preset_record
-    from petl_nas.presets import preset_lr
+    from petl_nas.core.budget import count_parameters
+    from petl_nas.deploy.export import preset_record
+    from petl_nas.core.presets import preset_lr
     from petl_nas.tasks import resolve_task
-    from petl_nas.loading import model_config_for
+    from petl_nas.training.loading import model_config_for
 
     study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     rec = preset_record(study, "pfeiffer", "sqlite:///x")
@@ -203,10 +203,10 @@ def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
 
 
 def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
-    from petl_nas.budget import count_parameters
-    from petl_nas.deploy import train_record
+    from petl_nas.core.budget import count_parameters
+    from petl_nas.deploy.runs import train_record
     from petl_nas.tasks import resolve_task
-    from petl_nas.loading import model_config_for
+    from petl_nas.training.loading import model_config_for
 
     rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
            "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},
@@ -254,7 +254,7 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
 
 
 def test_cli_train_and_predict(tmp_path, capsys):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     rec = {"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
            "petl_config": LORA, "recipe": {"lr": 3e-3, "epochs": 1, "batch_size": 32, "max_length": 24},
@@ -273,7 +273,7 @@ def test_a_run_on_files_predicts_after_its_files_are_gone(tmp_path, capsys):
     """A trained directory is what deploys: predict reads the classes it recorded, not the train file."""
     import shutil
 
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     data = tmp_path / "data"
     data.mkdir()
@@ -300,7 +300,7 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
     """A regression task has three metrics: the line and metrics.json give all of them, each the mean
     over seeds of its last evaluation; a recipe scoring the first eval_rows test rows says so; one
     seed has no standard deviation."""
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     words = "good great fine dull bad awful plot film".split()
     rows = [(f"{words[i % 8]} {words[(3 * i) % 8]} film", (i % 8) / 1.4) for i in range(80)]
@@ -358,7 +358,7 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
      "afile is a file, not a folder"),
 ])
 def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     optuna.create_study(study_name="e", storage=f"sqlite:///{tmp_path}/e.db", directions=["maximize", "minimize"])
@@ -378,7 +378,7 @@ def test_cli_errors_write_nothing(tmp_path, capsys, args, words):
 
 
 def test_an_output_that_is_a_folder_is_named_not_a_temporary_file(tmp_path, capsys):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     (tmp_path / "best.yaml").mkdir()
@@ -432,7 +432,7 @@ def test_a_failed_apply_or_load_leaves_the_model_as_it_was(tmp_path):
     """A user's backbone stays reusable: no PETL modules, nothing frozen, the same outputs."""
     from conftest import batch, tiny_model
     from petl_nas import apply_petl, load_petl, save_petl
-    from petl_nas.inject import ROOT
+    from petl_nas.core.inject import ROOT
 
     def state(model):
         with torch.no_grad():
@@ -541,7 +541,7 @@ def test_search_recipe_trains_at_the_length_the_trial_was_scored(tmp_path):
     assert (search["recipe"]["epochs"], search["k"], search["recipe"]["max_steps"]) == (5, 200, 40)
     assert search["recipe"]["lr"] == final["recipe"]["lr"] == 3e-3 and search["seeds"] == 3
     assert (final["provenance"]["recipe"], search["provenance"]["recipe"]) == ("final", "search")
-    from petl_nas.export import preset_record
+    from petl_nas.deploy.export import preset_record
     assert preset_record(study, "lora", recipe="search")["recipe"]["epochs"] == 5
     with pytest.raises(ConfigError, match="--recipe: expected one of final, search, got 'short'"):
         record(study, choose(study), recipe="short")
@@ -550,8 +550,8 @@ def test_search_recipe_trains_at_the_length_the_trial_was_scored(tmp_path):
 def test_records_compute_in_the_precision_the_trials_were_scored_in(tmp_path):
     """The pick and the presets it is compared with train their final runs in the study's
     ``fidelity.precision``; the default (auto) leaves the record as before."""
-    from petl_nas.export import preset_record
-    from petl_nas.train import Recipe
+    from petl_nas.deploy.export import preset_record
+    from petl_nas.training.loop import Recipe
 
     study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     assert "precision" not in record(study, choose(study))["recipe"]
@@ -563,8 +563,8 @@ def test_records_compute_in_the_precision_the_trials_were_scored_in(tmp_path):
 def test_records_compile_as_the_trials_did(tmp_path):
     """A study searched with ``fidelity.compile`` exports records whose runs compile the same way;
     the default (off) leaves the record as before."""
-    from petl_nas.export import preset_record
-    from petl_nas.train import Recipe
+    from petl_nas.deploy.export import preset_record
+    from petl_nas.training.loop import Recipe
 
     study = make_study(f"sqlite:///{tmp_path}/s.db", ROWS)
     assert "compile" not in record(study, choose(study))["recipe"]
@@ -577,7 +577,7 @@ def test_records_compile_as_the_trials_did(tmp_path):
 def test_an_empty_front_is_said_not_printed_as_a_bare_header():
     import optuna
 
-    from petl_nas.export import front_table
+    from petl_nas.deploy.export import front_table
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.set_user_attr("backbone_params", 1000)
@@ -594,7 +594,7 @@ def test_count_reads_an_export_record_and_a_trained_model(tmp_path, capsys):
     trained model's folder or its petl_config.json), not an error about the record's other keys."""
     from conftest import tiny_model
     from petl_nas import apply_petl, count_parameters, save_petl
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     tiny_model().save_pretrained(tmp_path / "m")
     write_record({"backbone": TINY, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
@@ -609,7 +609,7 @@ def test_count_reads_an_export_record_and_a_trained_model(tmp_path, capsys):
 
 
 def test_the_front_table_shows_each_trials_source_and_the_studys_own_costs(tmp_path):
-    from petl_nas.export import front_table
+    from petl_nas.deploy.export import front_table
 
     study = make_study(f"sqlite:///{tmp_path}/s.db", [])
     study.set_user_attr("objectives", ["score", "params", "step_time", "memory"])
@@ -633,9 +633,9 @@ def test_train_reproduces_the_final_reevaluation_when_the_search_dev_comes_out_o
     """120 training rows, K=100 and a search dev of 30: the search trains on 70 rows (the search dev
     comes out of the K). The record carries the search dev's size, so `petl-nas train` trains on
     the same 70 and scores what the final re-evaluation scored, seed for seed."""
-    from petl_nas.deploy import train_record
-    from petl_nas.experiment import Experiment, Fidelity, FinalEval
-    from petl_nas.search import run_search
+    from petl_nas.deploy.runs import train_record
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     words = "good great fine dull bad awful plot film".split()
@@ -652,7 +652,7 @@ def test_train_reproduces_the_final_reevaluation_when_the_search_dev_comes_out_o
     (lora,) = [t for t in study.trials if t.user_attrs.get("preset") == "lora"]
     rec = record(study, lora)
     assert rec["search_dev"] == 30
-    from petl_nas import deploy
+    from petl_nas.deploy import runs as deploy
 
     rows, real_train = [], deploy.train
     monkeypatch.setattr(deploy, "train", lambda model, data, *a, **kw: rows.append(len(data.train)) or

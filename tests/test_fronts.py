@@ -8,10 +8,10 @@ import pytest
 from optuna.distributions import FloatDistribution
 from transformers import BertConfig
 
-from petl_nas.baselines import lora_sweep, seed_sweep
-from petl_nas.budget import count_parameters
-from petl_nas.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
-from petl_nas.space import SearchSpace
+from petl_nas.search.baselines import lora_sweep, seed_sweep
+from petl_nas.core.budget import count_parameters
+from petl_nas.search.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
+from petl_nas.search.space import SearchSpace
 
 D, FF, L = 384, 1536, 6
 CFG = BertConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=6, intermediate_size=FF)

@@ -1,4 +1,4 @@
-"""Frozen-layer reuse (`petl_nas.frozen`): the lowest trainable layer, exactness against recomputing
+"""Frozen-layer reuse (`petl_nas.training.frozen`): the lowest trainable layer, exactness against recomputing
 the frozen layers, that cached layers really do not run, sharing across trials, and the memory bound."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import pytest
 import torch
 from conftest import batch, tiny_model
 
-from petl_nas import ModuleSpec, PetlConfig, frozen
+from petl_nas import ModuleSpec, PetlConfig
+
+from petl_nas.training import frozen
 from petl_nas.errors import ConfigError
-from petl_nas.experiment import Fidelity
-from petl_nas.inject import apply_petl
-from petl_nas.worker import TrialSpec, prepare, run_trial
+from petl_nas.search.experiment import Fidelity
+from petl_nas.core.inject import apply_petl
+from petl_nas.search.worker import TrialSpec, prepare, run_trial
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 64}}
 RECIPE = {"lr": 5e-3, "epochs": 3, "batch_size": 16, "max_length": 16, "seed": 3, "evals_per_epoch": 1}
@@ -81,7 +83,7 @@ def test_reuse_trains_exactly_as_recomputing_the_frozen_layers(model_type):
 
 
 def test_layer_k_reads_from_the_cache_what_the_frozen_layers_compute():
-    from petl_nas.loading import petl_copy
+    from petl_nas.training.loading import petl_copy
 
     _, base, _, encoded = prepare(spec(TOP_LORA))
     model = petl_copy(base, TOP_LORA, 0)
@@ -107,8 +109,8 @@ def test_layer_k_reads_from_the_cache_what_the_frozen_layers_compute():
 
 
 def test_cached_layers_do_not_run_after_the_cache_is_filled():
-    from petl_nas.train import Recipe, train
-    from petl_nas.loading import TrainData, petl_copy
+    from petl_nas.training.loop import Recipe, train
+    from petl_nas.training.loading import TrainData, petl_copy
 
     task, base, _, encoded = prepare(spec(TOP_LORA))
     data = TrainData(encoded.train, encoded.search_dev)
@@ -149,8 +151,8 @@ def test_the_store_keeps_to_its_bound_by_dropping_the_oldest_states():
 
 
 def test_the_model_runs_every_layer_again_after_training():
-    from petl_nas.train import Recipe, train
-    from petl_nas.loading import TrainData
+    from petl_nas.training.loop import Recipe, train
+    from petl_nas.training.loading import TrainData
 
     task, base, _, encoded = prepare(spec(TOP_LORA))
     model = apply_petl(tiny_model(num_hidden_layers=4), TOP_LORA)
@@ -163,8 +165,8 @@ def test_the_model_runs_every_layer_again_after_training():
 
 def test_reuse_does_not_apply_where_nothing_below_is_frozen_or_to_generation():
     assert "frozen" not in run_trial(spec(dataclasses.replace(TOP_LORA, bitfit=True)))
-    from petl_nas.loading import load_backbone
-    from petl_nas.worker import resolve_task
+    from petl_nas.training.loading import load_backbone
+    from petl_nas.search.worker import resolve_task
 
     task = resolve_task("demo_sentiment")
     model, _ = load_backbone(TINY, task)
@@ -179,8 +181,8 @@ def test_a_negative_cache_size_is_refused():
 def test_a_search_on_upper_layers_records_what_each_trial_reused(tmp_path, monkeypatch):
     import optuna
 
-    from petl_nas.experiment import Experiment, FinalEval
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import Experiment, FinalEval
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     space = tmp_path / "upper.yaml"
@@ -206,7 +208,7 @@ def test_a_search_on_upper_layers_records_what_each_trial_reused(tmp_path, monke
 def test_a_split_evicts_as_many_old_states_as_its_own_need_and_the_estimate_is_what_is_stored():
     """The bound holds whatever the order of sizes: a large split after two small ones evicts both
     (not just the oldest), and the size the bound is checked with is the size actually stored."""
-    from petl_nas.loading import petl_copy
+    from petl_nas.training.loading import petl_copy
 
     _, base, _, encoded = prepare(spec(TOP_LORA))
     model = petl_copy(base, TOP_LORA, 0)

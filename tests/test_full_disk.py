@@ -14,7 +14,7 @@ import uuid
 import pytest
 import yaml
 
-from petl_nas.cli import main
+from petl_nas.app.cli import main
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -58,7 +58,7 @@ def _files(root):
 
 def test_train_refuses_before_training_when_the_disk_cannot_hold_the_runs(tmp_path, small_disk, capsys, monkeypatch):
     (tmp_path / "rec.yaml").write_text(yaml.safe_dump(RECORD))
-    monkeypatch.setattr("petl_nas.deploy.train", lambda *a, **k: pytest.fail("trained before the check"))
+    monkeypatch.setattr("petl_nas.deploy.runs.train", lambda *a, **k: pytest.fail("trained before the check"))
     rc = main(["train", "--config", str(tmp_path / "rec.yaml"), "--out", str(small_disk / "o"), "--no-progress"])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and err[-1].startswith(f"petl-nas: error: output folder '{small_disk / 'o'}': 8 KiB free on its "
@@ -72,7 +72,7 @@ def test_a_write_that_fills_the_disk_names_its_file_and_leaves_no_half_file(tmp_
     """With the room check out of the way the disk fills while the first run is saved: one line
     naming the file, exit 2, and no empty or temporary file left under the output folder."""
     (tmp_path / "rec.yaml").write_text(yaml.safe_dump(RECORD))
-    monkeypatch.setattr("petl_nas.deploy._check_room", lambda *a: None)
+    monkeypatch.setattr("petl_nas.deploy.runs._check_room", lambda *a: None)
     rc = main(["train", "--config", str(tmp_path / "rec.yaml"), "--out", str(small_disk / "o"), "--no-progress"])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2, err
@@ -88,7 +88,7 @@ def test_a_search_whose_disk_fills_says_so_in_one_line_and_resumes_losing_nothin
     goes on and trains each trial once."""
     import optuna
 
-    from petl_nas import executors
+    from petl_nas.search import executors
 
     with _tmpfs(tmp_path, "2m") as disk:
         exp = {"name": "full", "backbone": TINY, "task": "demo_sentiment", "budget": "5%", "space": "small",

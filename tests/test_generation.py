@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from petl_nas import ConfigError
-from petl_nas.config import ModuleSpec, PetlConfig
-from petl_nas.data import encode
-from petl_nas.inject import apply_petl
-from petl_nas.metrics import bleu, rouge, text_metrics
-from petl_nas.seq2seq import Seq2SeqSettings, seq2seq_loss
+from petl_nas.core.config import ModuleSpec, PetlConfig
+from petl_nas.tasks.encoding import encode
+from petl_nas.core.inject import apply_petl
+from petl_nas.tasks.metrics import bleu, rouge, text_metrics
+from petl_nas.tasks.seq2seq import Seq2SeqSettings, seq2seq_loss
 from petl_nas.tasks import Task, file_task, get_task, load_splits, resolve_task
-from petl_nas.loading import load_backbone
+from petl_nas.training.loading import load_backbone
 
 TINY_BART = {"tiny": {"model_type": "bart", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                       "intermediate_size": 64, "vocab_size": 100}}
@@ -117,8 +117,8 @@ def test_label_smoothed_loss_matches_torch_over_target_tokens(copy_task):
 
 
 def test_training_lowers_the_loss_and_moves_only_petl(copy_task):
-    from petl_nas.train import Recipe, train, training_loss
-    from petl_nas.loading import TrainData
+    from petl_nas.training.loop import Recipe, train, training_loss
+    from petl_nas.training.loading import TrainData
 
     task, base, _, encoded = copy_task
     model = apply_petl(copy.deepcopy(base), LORA)
@@ -137,7 +137,7 @@ def test_training_lowers_the_loss_and_moves_only_petl(copy_task):
 
 
 def test_decoding_respects_the_length_limits(copy_task):
-    from petl_nas.decode import generate_ids
+    from petl_nas.tasks.decode import generate_ids
 
     _, model, tok, encoded = copy_task
     sources = list(encoded.search_dev.input_ids[:12])
@@ -239,12 +239,12 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.baselines import lora_sweep
-    from petl_nas.experiment import Experiment
-    from petl_nas.export import front_table
+    from petl_nas.search.baselines import lora_sweep
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.deploy.export import front_table
     from petl_nas.tasks import get_task
-    from petl_nas.loading import model_config_for
-    from petl_nas.search import run_search
+    from petl_nas.training.loading import model_config_for
+    from petl_nas.search.driver import run_search
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(tmp_path)
@@ -272,8 +272,8 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
 
 
 def test_train_record_saves_seq2seq_weights_and_reload_reproduces(tmp_path, copy_task):
-    from petl_nas.decode import generate_texts
-    from petl_nas.deploy import load, predict, train_record
+    from petl_nas.tasks.decode import generate_texts
+    from petl_nas.deploy.runs import load, predict, train_record
 
     task, _, _, _ = copy_task
     config = PetlConfig(modules=(ModuleSpec(form="prefix", size=3, reparam=8),
@@ -322,8 +322,8 @@ def test_decoding_starts_in_the_target_language_as_training_saw_it(family, sente
     the labels shifted right make it the decoder's start. Read off the tokenizer, not the family."""
     from transformers import (AutoConfig, AutoModelForSeq2SeqLM, M2M100Tokenizer, MBartTokenizer)
 
-    from petl_nas.decode import generate_ids
-    from petl_nas.seq2seq import language_start
+    from petl_nas.tasks.decode import generate_ids
+    from petl_nas.tasks.seq2seq import language_start
 
     folder = sentencepiece_files
     if family == "m2m_100":
@@ -346,8 +346,8 @@ def test_decoding_starts_in_the_target_language_as_training_saw_it(family, sente
     assert row[:2] == ([tok.eos_token_id, code] if family == "m2m_100" else [code, row[1]])
     with pytest.raises(ConfigError, match="target_lang 'xx'"):
         language_start(tok, Seq2SeqSettings(target_lang="xx"))
-    from petl_nas.seq2seq import check_languages
-    from petl_nas.tiny import tiny_tokenizer
+    from petl_nas.tasks.seq2seq import check_languages
+    from petl_nas.core.tiny import tiny_tokenizer
 
     check_languages(tok, settings)                                    # a tokenizer with these languages
     with pytest.raises(ConfigError, match="target_lang 'xx'"):
@@ -361,8 +361,8 @@ def test_a_step_where_layerdrop_skipped_every_trained_layer_is_skipped_too():
     """M2M100 trains with LayerDrop (0.05 in its checkpoints): a step may skip every layer that holds
     PETL modules, and then no loss term depends on a trained parameter. That step is skipped, not a
     crash ("element 0 of tensors does not require grad"); with LayerDrop at 1.0 every step is."""
-    from petl_nas.train import Recipe, train
-    from petl_nas.loading import TrainData
+    from petl_nas.training.loop import Recipe, train
+    from petl_nas.training.loading import TrainData
 
     task = get_task("demo_copy")
     splits = load_splits(task, k=32, search_dev_size=8)
@@ -378,8 +378,8 @@ def test_a_step_where_layerdrop_skipped_every_trained_layer_is_skipped_too():
 def test_a_tiny_t5_given_num_layers_alone_has_as_many_decoder_layers():
     """As T5Config reads it: num_layers alone sets both stacks (a 1-layer encoder beside a 2-layer
     decoder failed in every trial's decoding)."""
-    from petl_nas.seq2seq import tiny_seq2seq
-    from petl_nas.tiny import tiny_tokenizer
+    from petl_nas.tasks.seq2seq import tiny_seq2seq
+    from petl_nas.core.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer(["a b c d"], vocab_size=50)
     model = tiny_seq2seq("t5", tokenizer=tok, num_layers=1)
@@ -392,8 +392,8 @@ def test_a_tiny_t5_given_num_layers_alone_has_as_many_decoder_layers():
 def test_languages_a_tokenizer_cannot_write_are_refused_before_a_search(tmp_path, monkeypatch):
     import dataclasses
 
-    from petl_nas.experiment import Experiment
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     rows = [{"source": f"a b {i}", "target": f"{i} b a"} for i in range(400)]
@@ -412,7 +412,7 @@ def test_generation_scored_on_its_first_rows_reads_those_rows_references(monkeyp
     """With max_rows, the predictions for the first rows are scored against those rows' references."""
     from types import SimpleNamespace
 
-    from petl_nas import decode
+    from petl_nas.tasks import decode
 
     refs = ["a", "b", "c", "d"]
     monkeypatch.setattr(decode, "generate_texts", lambda model, split, settings, bs, device, max_rows=None:

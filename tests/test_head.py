@@ -14,10 +14,10 @@ from transformers import GPT2Config, GPT2ForSequenceClassification
 
 from conftest import batch, tiny_config, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, load_petl, save_petl
-from petl_nas import head
-from petl_nas.budget import count_parameters
-from petl_nas.models import load_classifier
-from petl_nas.train import Recipe, _param_groups
+from petl_nas.core import head
+from petl_nas.core.budget import count_parameters
+from petl_nas.core.models import load_classifier
+from petl_nas.training.loop import Recipe, _param_groups
 
 LORA = (ModuleSpec(form="lora", size=2),)
 
@@ -170,7 +170,7 @@ def test_bad_head_values_name_the_field():
 def test_interop_names_the_head_it_cannot_express(tmp_path):
     from transformers import AutoConfig
 
-    from petl_nas.interop import NotExpressible, to_adapters, to_peft
+    from petl_nas.deploy.interop import NotExpressible, to_adapters, to_peft
 
     lora = PetlConfig(modules=(ModuleSpec(form="lora", size=8, composition="scaled", scale=2.0),))
     bert = tiny_model().config
@@ -192,7 +192,7 @@ def test_export_writes_the_pooling_auto_resolved_to(tmp_path):
     import optuna
     from optuna.distributions import FloatDistribution
 
-    from petl_nas.export import record
+    from petl_nas.deploy.export import record
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.set_user_attr("backbone", json.dumps("x"))
@@ -218,10 +218,10 @@ def _regression_files(tmp_path, offset: float):
 
 
 def test_a_new_regression_head_starts_at_the_training_mean(tmp_path):
-    from petl_nas.data import encode
+    from petl_nas.tasks.encoding import encode
     from petl_nas.tasks import load_splits
-    from petl_nas.train import train
-    from petl_nas.loading import TrainData, load_backbone
+    from petl_nas.training.loop import train
+    from petl_nas.training.loading import TrainData, load_backbone
 
     task = _regression_files(tmp_path, offset=40.0)
     splits = load_splits(task, search_dev_size=16)

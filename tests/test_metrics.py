@@ -5,8 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from petl_nas import metrics
-from petl_nas.metrics import (accuracy, compute_metrics, evaluate_metric, f1, f1_accuracy, mcc, pearson,
+from petl_nas.tasks import metrics
+from petl_nas.tasks.metrics import (accuracy, compute_metrics, evaluate_metric, f1, f1_accuracy, mcc, pearson,
                               pearson_spearman, rankdata, spearman)
 
 
@@ -87,7 +87,7 @@ def test_rouge_reads_every_script_and_agrees_with_rouge_score_on_english():
     reference scored 0, and "été" read "t". ROUGE here tokenizes every script (each CJK character
     a token) and gives rouge_score's own figures on English."""
     rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
-    from petl_nas.metrics import rouge
+    from petl_nas.tasks.metrics import rouge
 
     assert rouge(["Это хороший день"], ["Это хороший день"]) == {"rouge1": 100.0, "rouge2": 100.0, "rougeL": 100.0}
     assert rouge(["un été chaud"], ["un hiver chaud"])["rouge1"] == pytest.approx(100 * 2 / 3)

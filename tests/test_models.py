@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel
 from transformers.utils import logging as hf_logging
 
-from petl_nas.models import load_classifier
+from petl_nas.core.models import load_classifier
 
 TINY = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100)
 
@@ -36,8 +36,8 @@ def test_a_new_head_loads_quietly_and_keeps_the_pretrained_body(tmp_path, caplog
 
 def test_body_weights_missing_from_the_checkpoint_are_named(tmp_path, caplog):
     saved_body(tmp_path, drop=("encoder.layer.1.output.dense.weight",))
-    with caplog.at_level(logging.WARNING, logger="petl_nas.models"):
+    with caplog.at_level(logging.WARNING, logger="petl_nas.core.models"):
         load_classifier(str(tmp_path), num_labels=2)
-    lines = [r.getMessage() for r in caplog.records if r.name == "petl_nas.models"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "petl_nas.core.models"]
     assert len(lines) == 1 and "1 backbone weights were not in the checkpoint" in lines[0]
     assert "bert.encoder.layer.1.output.dense.weight" in lines[0]

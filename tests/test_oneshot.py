@@ -11,14 +11,14 @@ import torch
 
 from conftest import batch, tiny_model
 from petl_nas import PetlConfig
-from petl_nas.budget import count_parameters
-from petl_nas.oneshot import HardConcrete, build_supernet, derive, ladder
-from petl_nas.oneshot.supernet import PROMPT, candidates, prompt_length_for
-from petl_nas.oneshot.train import train_supernet
-from petl_nas.space import SearchSpace
+from petl_nas.core.budget import count_parameters
+from petl_nas.search.oneshot import HardConcrete, build_supernet, derive, ladder
+from petl_nas.search.oneshot.supernet import PROMPT, candidates, prompt_length_for
+from petl_nas.search.oneshot.train import train_supernet
+from petl_nas.search.space import SearchSpace
 from petl_nas.tasks import load_splits, resolve_task
-from petl_nas.loading import load_backbone, model_config_for
-from petl_nas.worker import TrialSpec, run_trial
+from petl_nas.training.loading import load_backbone, model_config_for
+from petl_nas.search.worker import TrialSpec, run_trial
 
 HEAD = PetlConfig(pooling="mean")
 
@@ -112,7 +112,7 @@ def test_a_prefix_with_positions_shut_is_the_prefix_of_the_open_ones():
     """Gated positions at 0 leave the softmax exactly as a shorter prefix would; at 1 they are the
     plain prefix positions (log 1 = 0 on their logits)."""
     from petl_nas import ModuleSpec, apply_petl
-    from petl_nas.modules.prefix import PrefixEncoder
+    from petl_nas.core.modules.prefix import PrefixEncoder
 
     base, x = tiny_model(), batch()
     spec = ModuleSpec(form="prefix", position="attn", size=6, reparam=0, composition="gated", layers=(1,))
@@ -177,7 +177,7 @@ def test_compacter_columns_shut_are_the_smaller_compacter_of_the_open_ones():
     """A shut unit removes one column q of the fast matrices: n bottleneck dimensions (entries
     a·(size/n) + q of b_down); what stays is a Compacter of n·(open units), its rule unchanged."""
     from petl_nas import ModuleSpec, apply_petl
-    from petl_nas.modules.phm import CompacterAdapter
+    from petl_nas.core.modules.phm import CompacterAdapter
 
     base, x = tiny_model(), batch()
     spec = ModuleSpec(form="compacter", position="ffn", size=16, insertion="parallel", init="lora", phm_n=4,
@@ -221,7 +221,7 @@ def test_derived_compacters_pay_one_rule_per_distinct_size():
 
 def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positions():
     from petl_nas import ModuleSpec, apply_petl
-    from petl_nas.modules.mh_adapter import MultiHeadAdapter
+    from petl_nas.core.modules.mh_adapter import MultiHeadAdapter
 
     base, x = tiny_model(), batch()
     spec = ModuleSpec(form="mh_adapter", position="attn", size=6, insertion="parallel", composition="add", layers=(2,))
@@ -245,7 +245,7 @@ def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positio
 @pytest.mark.parametrize("gpu_width", [False, True])
 def test_key_gates_add_log_g_to_exactly_the_gated_logits(gpu_width, monkeypatch):
     """Also with the feature padded to a head dim that is a multiple of 8, as on a GPU (`gate_columns`)."""
-    import petl_nas.modules.head_attention as attention
+    import petl_nas.core.modules.head_attention as attention
 
     if gpu_width:
         monkeypatch.setattr(attention, "gate_columns", lambda head_dim, device: 8 - head_dim % 8)
@@ -262,7 +262,7 @@ def test_key_gates_add_log_g_to_exactly_the_gated_logits(gpu_width, monkeypatch)
 def test_a_gated_prompt_beside_a_gated_prefix_gates_its_own_keys():
     """An attention call's keys are the prefix's first, then the tokens; a gated prompt's log g lands
     on its own token keys (its start counted after the prefix), and the prefix's on the prefix's."""
-    import petl_nas.modules.head_attention as attention
+    import petl_nas.core.modules.head_attention as attention
 
     prompt = (1, torch.tensor([-0.5, -1.0]))                        # prompt tokens 1 and 2 of the input
     edits = attention.HeadEdits(is_enabled=lambda: True, key_gate=lambda: prompt)
@@ -290,7 +290,7 @@ def test_unit_costs_are_exact_deployable_counts():
 
 
 def test_the_bitfit_unit_is_every_bias_and_derives_to_bitfit():
-    from petl_nas.oneshot.supernet import BITFIT, allows_bitfit, bitfit_cost
+    from petl_nas.search.oneshot.supernet import BITFIT, allows_bitfit, bitfit_cost
 
     net, _ = _supernet()
     model_config = net.model.config
@@ -311,7 +311,7 @@ def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
     """Trained LayerNorms are one unit; their biases are also BitFit's, counted once when both are
     taken, whichever comes first; with only the norms' gate open, only the norms differ from the
     backbone, and with it shut too the supernet is the backbone again."""
-    from petl_nas.oneshot.supernet import BITFIT, LAYERNORMS, allows_layernorms, global_cost
+    from petl_nas.search.oneshot.supernet import BITFIT, LAYERNORMS, allows_layernorms, global_cost
 
     net, _ = _supernet()
     model_config = net.model.config
@@ -347,7 +347,7 @@ def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
             u.gate.sample()
         shut = net.model(**x).logits
         assert torch.equal(shut, ref(**x).logits) and not torch.allclose(norms_only, shut, atol=1e-4)
-        from petl_nas.inject import norm_modules
+        from petl_nas.core.inject import norm_modules
 
         norm = norm_modules(net.model)[1]
         for bitfit_open in (True, False):            # a norm's bias keeps its change while either gate is open
@@ -482,7 +482,7 @@ def test_hard_concrete_gates_are_exactly_zero_or_one_at_their_extremes():
 def _exp(tmp_path, **kw):
     import dataclasses
 
-    from petl_nas.experiment import Experiment, Fidelity, FinalEval, OneShot
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
 
     exp = Experiment(name="o", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=2,
                      presets=["lora"], executor="local", storage=f"sqlite:///{tmp_path}/study.db",
@@ -498,8 +498,8 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.fronts import group_of
-    from petl_nas.search import run_search
+    from petl_nas.search.fronts import group_of
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path)
@@ -539,9 +539,9 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
 def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkeypatch):
     import optuna
 
-    from petl_nas.experiment import OneShot
-    from petl_nas.fronts import group_of
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.fronts import group_of
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=0,                 # trials: only the sampler's, none here
@@ -555,7 +555,7 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
 
 def _killed_after_first_save(monkeypatch):
     """The process dies right after the first epoch's state is saved; returns the real `save`."""
-    from petl_nas import checkpoint
+    from petl_nas.training import checkpoint
 
     real = checkpoint.save
 
@@ -569,8 +569,8 @@ def _killed_after_first_save(monkeypatch):
 def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoch(tmp_path, monkeypatch):
     import optuna
 
-    from petl_nas import checkpoint
-    from petl_nas.search import run_search
+    from petl_nas.training import checkpoint
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=3)             # a 2-epoch supernet
@@ -596,7 +596,7 @@ def test_whether_a_supernet_run_is_still_training_elsewhere():
     import socket
     import time
 
-    from petl_nas.oneshot.propose import training_elsewhere
+    from petl_nas.search.oneshot.propose import training_elsewhere
 
     here, now = socket.gethostname(), time.time()
     assert not training_elsewhere(None, 60)
@@ -611,7 +611,7 @@ def test_whether_a_supernet_run_is_still_training_elsewhere():
 
 
 def test_a_supernet_whose_gates_stayed_over_the_budget_says_so():
-    from petl_nas.oneshot.propose import over_budget_note
+    from petl_nas.search.oneshot.propose import over_budget_note
 
     assert over_budget_note(8_000, 8_387) == over_budget_note(9_200, 8_387) == ""       # within 10%
     assert over_budget_note(66_057, 8_387).startswith("; its gates ended over the budget of 8,387")
@@ -626,8 +626,8 @@ def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, mo
 
     import optuna
 
-    from petl_nas.oneshot import propose as proposing
-    from petl_nas.storage import ClaimLock
+    from petl_nas.search.oneshot import propose as proposing
+    from petl_nas.search.storage import ClaimLock
 
     monkeypatch.chdir(tmp_path)
     exp = dataclasses.replace(_exp(tmp_path), heartbeat_interval=1, grace_period=30)
@@ -646,8 +646,8 @@ def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, mo
 
 
 def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
-    from petl_nas import checkpoint
-    from petl_nas.oneshot.run import SupernetSpec, run_supernet
+    from petl_nas.training import checkpoint
+    from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
 
     spec = SupernetSpec(backbone=TINY, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
                         space="unified", budget=3000, rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, init_open=0.9,
@@ -675,7 +675,7 @@ def test_with_the_ray_executor_the_supernet_is_a_ray_tune_trial(tmp_path, monkey
     ray = pytest.importorskip("ray")
     import optuna
 
-    from petl_nas.search import run_search
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=3, executor="ray", scheduler="fifo")
@@ -731,7 +731,7 @@ def test_a_supernet_that_diverges_is_one_line_and_the_rerun_says_why_it_trains_a
     import dataclasses
 
     from petl_nas import ConfigError
-    from petl_nas.search import run_search
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", presets=[])
@@ -749,7 +749,7 @@ def test_a_resume_with_other_oneshot_settings_is_refused(tmp_path, monkeypatch):
     import dataclasses
 
     from petl_nas import ConfigError
-    from petl_nas.search import run_search
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", presets=[])
@@ -771,8 +771,8 @@ def test_a_resume_with_other_oneshot_settings_is_refused(tmp_path, monkeypatch):
 
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
-    from petl_nas.experiment import Experiment
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.search.driver import run_search
 
     with pytest.raises(ConfigError, match="strategy: expected one of sampler, oneshot, both"):
         Experiment(strategy="supernet")

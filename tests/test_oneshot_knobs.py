@@ -1,4 +1,4 @@
-"""The supernet's knobs searched across a handful of runs (`petl_nas.oneshot.knobs`): a proposal
+"""The supernet's knobs searched across a handful of runs (`petl_nas.search.oneshot.knobs`): a proposal
 scored with the supernet's own weights has exactly its components open; the gates' temperature
 and the penalty's step do what they say; the search runs ``oneshot.runs`` supernets from the fixed
 knobs, proposes from the best by inherited hypervolume, records every run, survives a diverging
@@ -15,10 +15,10 @@ import torch
 from conftest import batch, tiny_model
 from test_oneshot import HEAD, _exp, _killed_after_first_save, _perturb, _supernet
 from petl_nas import ConfigError
-from petl_nas.oneshot import HardConcrete, ladder
-from petl_nas.oneshot.derive import configuration, select
-from petl_nas.oneshot.gates import CLOSED
-from petl_nas.oneshot.inherit import only
+from petl_nas.search.oneshot import HardConcrete, ladder
+from petl_nas.search.oneshot.derive import configuration, select
+from petl_nas.search.oneshot.gates import CLOSED
+from petl_nas.search.oneshot.inherit import only
 
 KNOBS_FAST = dict(rungs=3, lr=3e-3, gate_lr=0.05, epochs=3)
 
@@ -95,7 +95,7 @@ def test_the_penalty_step_sets_how_fast_the_multiplier_rises():
 
 
 def _knob_exp(tmp_path, **oneshot):
-    from petl_nas.experiment import Fidelity, OneShot
+    from petl_nas.search.experiment import Fidelity, OneShot
 
     return _exp(tmp_path, strategy="oneshot", trials=3, oneshot=OneShot(**{**KNOBS_FAST, **oneshot}),
                 fidelity=Fidelity(k=320, epochs=1, batch_size=16, max_length=24, search_dev=64))
@@ -104,8 +104,8 @@ def _knob_exp(tmp_path, **oneshot):
 def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_path, monkeypatch):
     import optuna
 
-    from petl_nas.fronts import hypervolume
-    from petl_nas.search import run_search
+    from petl_nas.search.fronts import hypervolume
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = _knob_exp(tmp_path, runs=3, search={"lr": [3e-3, 3e-2], "temperature": [0.3, 1.0]})
@@ -134,7 +134,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     assert record["cost_s"] >= sum(r["cost_s"] for r in search["runs"])
     assert sum(line.startswith("one-shot knobs: run") for line in lines) == 3
     assert any("the best of 3 runs" in line for line in lines)
-    from petl_nas.records import load_study                     # export's and report's way in: named, not a crash
+    from petl_nas.search.records import load_study                     # export's and report's way in: named, not a crash
     with pytest.raises(ConfigError, match=r"study 'o:oneshot-knobs' holds the supernet runs of 'o''s knob search, "
                                           r"not its trials; use --study o"):
         load_study(exp.storage_url, "o:oneshot-knobs")
@@ -145,7 +145,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
         page = write_report(exp.storage_url, None, tmp_path / "report")[-1].read_text()
         row = re.search(r"<th>one-shot supernet</th><td>(.*?)</td>", page).group(1)
         assert f"run {best['number']} (chosen)" in row and row.count("inherited hypervolume") == 3
-    from petl_nas.records import load_study
+    from petl_nas.search.records import load_study
 
     assert load_study(exp.storage_url).study_name == "o"
     n, k = len(study.trials), len(trials)
@@ -163,9 +163,9 @@ def test_the_worker_that_starts_a_study_keeps_the_runs_another_worker_claimed(tm
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.experiment import OneShot
-    from petl_nas.oneshot import knobs
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.oneshot import knobs
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = dataclasses.replace(_knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}),
@@ -191,10 +191,10 @@ def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, 
     from optuna.trial import TrialState
 
     from petl_nas import ConfigError
-    from petl_nas.experiment import OneShot
-    from petl_nas.oneshot import knobs
-    from petl_nas.oneshot.run import SupernetSpec, run_supernet
-    from petl_nas.search import run_search
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.oneshot import knobs
+    from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
+    from petl_nas.search.driver import run_search
     from test_oneshot import TINY
 
     monkeypatch.chdir(tmp_path)
@@ -225,10 +225,10 @@ def test_a_run_failed_as_lost_while_it_trained_is_dropped_and_trained_again(tmp_
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.experiment import OneShot
-    from petl_nas.oneshot import knobs
-    from petl_nas.oneshot.run import SupernetSpec, run_supernet
-    from petl_nas.storage import close_storage, fail_now, open_storage
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.oneshot import knobs
+    from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
+    from petl_nas.search.storage import close_storage, fail_now, open_storage
     from test_oneshot import TINY
 
     url = f"sqlite:///{tmp_path}/k.db"
@@ -260,8 +260,8 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
-    from petl_nas import checkpoint
-    from petl_nas.search import run_search
+    from petl_nas.training import checkpoint
+    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
     exp = dataclasses.replace(_knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}),
@@ -298,7 +298,7 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
 
 def test_knob_search_settings_are_checked_in_one_line():
     from petl_nas import ConfigError
-    from petl_nas.experiment import Experiment
+    from petl_nas.search.experiment import Experiment
 
     for oneshot, message in [({"search": {"lr": [1e-4, 1e-3]}}, "knob ranges need runs >= 2"),
                              ({"runs": 3, "search": {"lrr": [1, 2]}}, "unknown knob 'lrr'"),
@@ -319,8 +319,10 @@ def test_oneshot_runs_on_the_command_line(tmp_path, monkeypatch, capsys):
     import optuna
     import yaml
 
-    from petl_nas import ConfigError, cli
-    from petl_nas.experiment import Experiment
+    from petl_nas import ConfigError
+
+    from petl_nas.app import cli
+    from petl_nas.search.experiment import Experiment
     from test_oneshot import TINY
 
     monkeypatch.chdir(tmp_path)
@@ -345,7 +347,7 @@ def test_oneshot_runs_on_the_command_line(tmp_path, monkeypatch, capsys):
 
 def test_knob_settings_a_user_can_get_wrong_are_named():
     from petl_nas import ConfigError
-    from petl_nas.experiment import OneShot
+    from petl_nas.search.experiment import OneShot
 
     for kw, words in [({"lr": "1e-3"}, "oneshot: lr: expected a number > 0, got '1e-3' (YAML reads 1e-3 as "
                                        "text: write 1.0e-3)"),

@@ -16,9 +16,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from petl_nas.executors import OOM, _make_searcher
-from petl_nas.experiment import Experiment
-from petl_nas.packing import CONTEXT_MB, HEADROOM, USABLE, GpuPacking, fits, share
+from petl_nas.search.executors import OOM, _make_searcher
+from petl_nas.search.experiment import Experiment
+from petl_nas.search.packing import CONTEXT_MB, HEADROOM, USABLE, GpuPacking, fits, share
 
 H100_MB = 81_559                    # torch's total_memory of one H100 80GB, in MB
 
@@ -80,7 +80,7 @@ class Outcomes:
 
 def test_the_slots_count_as_ray_does():
     """1 // 0.2 is 4.0 in floats; Ray, counting in 1/10,000, fits 5 shares of 0.2 on one GPU."""
-    from petl_nas.executors import _slots
+    from petl_nas.search.executors import _slots
 
     assert _slots({"CPU": 16, "GPU": 1}, 1, 0.2) == 5 and _slots({"CPU": 160, "GPU": 8}, 1, 0.1) == 80
     assert _slots({"CPU": 16, "GPU": 1}, 1, 0.05) == 16 and _slots({"CPU": 16}, 0.5, 0) == 32
@@ -113,7 +113,7 @@ def test_a_second_call_of_a_search_goes_on_from_the_packing_it_learned(tmp_path,
     ray = pytest.importorskip("ray")
     from ray import tune
 
-    from petl_nas import executors
+    from petl_nas.search import executors
 
     searchers = []
 
@@ -148,12 +148,12 @@ def test_a_second_call_of_a_search_goes_on_from_the_packing_it_learned(tmp_path,
 
 def test_a_ray_search_on_a_gpu_node_asks_for_gpu_shares(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
-    from petl_nas.search import run_search
+    from petl_nas.search.driver import run_search
 
     from test_search import experiment
 
     monkeypatch.chdir(tmp_path)
-    import petl_nas.executors as executors
+    import petl_nas.search.executors as executors
 
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     lines, asked = [], {}
@@ -177,7 +177,7 @@ def test_a_ray_search_on_a_gpu_node_asks_for_gpu_shares(tmp_path, monkeypatch):
 
 def test_gpus_per_trial_in_files_and_flags():
     from petl_nas import ConfigError
-    from petl_nas.cli import build_parser
+    from petl_nas.app.cli import build_parser
 
     assert Experiment().gpus_per_trial == "auto" and Experiment.from_dict({"gpus_per_trial": 0.25}).gpus_per_trial == 0.25
     with pytest.raises(ConfigError, match="gpus_per_trial: expected auto or"):
@@ -198,7 +198,7 @@ def test_a_first_trial_out_of_memory_is_the_measurement_nothing_waits_after_it()
 
 def test_out_of_memory_is_told_apart_however_the_system_spells_it():
     """ENOMEM from the OS reads "Cannot allocate memory": an out-of-memory failure, which halves the packing."""
-    from petl_nas.executors import _kind
+    from petl_nas.search.executors import _kind
 
     assert _kind(OSError(12, "Cannot allocate memory")) == OOM
     assert _kind(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")) == OOM

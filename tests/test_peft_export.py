@@ -12,9 +12,9 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSequence
                           BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration)
 
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, count_model, preset
-from petl_nas.backbones import spec_for
-from petl_nas.interop import NotExpressible, to_peft
-from petl_nas.tiny import tiny_backbone
+from petl_nas.core.backbones import spec_for
+from petl_nas.deploy.interop import NotExpressible, to_peft
+from petl_nas.core.tiny import tiny_backbone
 
 peft = pytest.importorskip("peft")
 pytestmark = pytest.mark.filterwarnings("ignore:.*frozen pooler looks untrained")

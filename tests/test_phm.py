@@ -12,9 +12,9 @@ import torch
 
 from conftest import batch, tiny_config, tiny_model
 from petl_nas import PetlConfig, apply_petl
-from petl_nas.config import ModuleSpec
-from petl_nas.modules import PHMLinear
-from petl_nas.operations import Operations
+from petl_nas.core.config import ModuleSpec
+from petl_nas.core.modules import PHMLinear
+from petl_nas.training.operations import Operations
 
 COMPACTER = PetlConfig(modules=(ModuleSpec(form="compacter", position="ffn", size=8, phm_n=4),
                                 ModuleSpec(form="compacter", position="attn", size=8, phm_n=4)), pooling="mean")

@@ -9,10 +9,10 @@ import torch
 
 from conftest import batch, tiny_model
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, load_petl, preset, save_petl
-from petl_nas.models import load_classifier
-from petl_nas.precision import autocast_for
+from petl_nas.core.models import load_classifier
+from petl_nas.core.precision import autocast_for
 from petl_nas.tasks import get_task
-from petl_nas.train import Recipe, train
+from petl_nas.training.loop import Recipe, train
 
 
 def bf16_checkpoint(tmp_path):
@@ -77,7 +77,7 @@ def test_modules_follow_the_body_outside_autocast(tmp_path):
 
 
 def test_trials_step_with_fused_adamw_which_equals_the_per_tensor_loop():
-    from petl_nas.train import adamw
+    from petl_nas.training.loop import adamw
 
     torch.manual_seed(0)
     shapes = [(8, 16), (16,), (1, 16), (1,)]
@@ -132,7 +132,7 @@ def test_modules_under_autocast_cast_no_activation_the_body_does_not():
 
 
 def test_phm_layer_under_autocast_casts_only_its_weight_bias_and_input():
-    from petl_nas.modules import PHMLinear, SharedRule
+    from petl_nas.core.modules import PHMLinear, SharedRule
 
     torch.manual_seed(0)
     layer = PHMLinear(SharedRule(4), 32, 8, n=4, rank=2)
@@ -146,7 +146,7 @@ def test_phm_layer_under_autocast_casts_only_its_weight_bias_and_input():
 
 
 def test_per_example_gate_weights_follow_the_mask_they_were_computed_for():
-    from petl_nas.modules.compose import sequence_mean
+    from petl_nas.core.modules.compose import sequence_mean
 
     g = torch.rand(2, 4, 1)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
@@ -189,7 +189,7 @@ def test_recipe_precision_bf16_computes_in_bf16_on_a_cpu_and_keeps_fp32_masters(
 def test_precision_fp32_keeps_a_gpu_default_off_and_refuses_a_half_body(tmp_path, monkeypatch):
     import pytest
 
-    from petl_nas.precision import compute_dtype, use_precision
+    from petl_nas.core.precision import compute_dtype, use_precision
 
     model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
@@ -210,8 +210,8 @@ def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
     import pytest
 
     from petl_nas.errors import ConfigError
-    from petl_nas.experiment import Fidelity
-    from petl_nas.precision import PRECISIONS
+    from petl_nas.search.experiment import Fidelity
+    from petl_nas.core.precision import PRECISIONS
 
     for name in PRECISIONS:
         assert Fidelity(precision=name).precision == name
@@ -222,7 +222,7 @@ def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
 def test_the_body_dtype_is_the_frozen_tensors_not_a_trained_master():
     """`body_dtype` reads the frozen tensors: a half-precision body whose first parameter trains
     (an fp32 master, as `apply_petl` keeps it) still computes in its half precision."""
-    from petl_nas.precision import body_dtype, compute_dtype
+    from petl_nas.core.precision import body_dtype, compute_dtype
 
     model = tiny_model().to(torch.bfloat16)
     for p in model.parameters():

@@ -16,9 +16,9 @@ import numpy as np
 import optuna
 import pytest
 
-from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.export import choose
-from petl_nas.search import run_search
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.deploy.export import choose
+from petl_nas.search.driver import run_search
 from petl_nas.tasks import clear_cache
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

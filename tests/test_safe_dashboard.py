@@ -17,7 +17,7 @@ import time
 import optuna
 import pytest
 
-from petl_nas.cli import main
+from petl_nas.app.cli import main
 from petl_nas.errors import PetlWarning
 from petl_nas.dashboards import launcher
 from petl_nas.dashboards.launcher import is_loopback, make_dashboard

@@ -36,7 +36,7 @@ def start_search(tmp_path, env: dict | None = None, import_ray_first: bool = Fal
     write_experiment(tmp_path, exp, epochs=20, scheduler="fifo")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")} | (env or {})
     first = "import ray; " if import_ray_first else ""
-    program = f"{first}import sys; from petl_nas.cli import main; sys.exit(main(sys.argv[1:]))"
+    program = f"{first}import sys; from petl_nas.app.cli import main; sys.exit(main(sys.argv[1:]))"
     run = subprocess.Popen([sys.executable, "-c", program, "search", "--experiment", "e.yaml"], cwd=tmp_path,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
@@ -134,7 +134,7 @@ def test_sigterm_to_the_process_group_stops_a_ray_search_cleanly(tmp_path):
     within 60 seconds ... The program will terminate"), exit 1, trials left RUNNING. Now it stops as
     a SIGTERM to petl-nas alone does: exit 143, the one line, its running trials failed as
     interrupted, and no process of its Ray left."""
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search.study import INTERRUPTED
 
     run = start_search(tmp_path)
     seen: dict = {}
@@ -187,7 +187,7 @@ def test_nothing_ray_tune_writes_holds_the_storage_password(tmp_path, pg_url_wit
     runs/NAME/ray/tune/tuner.pkl (mode 0644): no file under the run folder holds the password."""
     import ray
 
-    from petl_nas.search import run_search
+    from petl_nas.search.driver import run_search
 
     url, secret = pg_url_with_secret
     name = f"secret-{uuid.uuid4().hex[:8]}"

@@ -20,11 +20,11 @@ import optuna
 import pytest
 import sqlalchemy
 
-from petl_nas import warm_start
-from petl_nas.cli import main
+from petl_nas.search import warm_start
+from petl_nas.app.cli import main
 from petl_nas.dashboards.launcher import make_dashboard
-from petl_nas.space import SearchSpace
-from petl_nas.storage import redact
+from petl_nas.search.space import SearchSpace
+from petl_nas.search.storage import redact
 
 PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

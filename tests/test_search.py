@@ -9,8 +9,8 @@ import pytest
 from optuna.trial import TrialState
 
 from petl_nas import ConfigError
-from petl_nas.experiment import Experiment, Fidelity, FinalEval, parse_budget
-from petl_nas.search import run_search
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, parse_budget
+from petl_nas.search.driver import run_search
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 64, "vocab_size": 400}}
@@ -77,7 +77,7 @@ def check_study_shape(study, budget, need_front: bool = True):
 
 
 def test_local_search_never_trains_over_budget(tmp_path, monkeypatch):
-    from petl_nas import executors
+    from petl_nas.search import executors
 
     calls = []
     real = executors.run_trial
@@ -99,8 +99,8 @@ def test_a_proposal_of_exactly_the_budget_is_trained_not_rejected():
     """A budget admits configurations up to and including its count (the TrialSource's check)."""
     from conftest import tiny_config
     from petl_nas import ModuleSpec, PetlConfig, count_parameters
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import TrialSource
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import TrialSource
 
     model_config = tiny_config("bert")
     config = PetlConfig(modules=(ModuleSpec(form="lora", size=2),))
@@ -116,8 +116,8 @@ def test_a_proposal_of_exactly_the_budget_is_trained_not_rejected():
 def test_a_preset_of_exactly_the_budget_fits():
     from conftest import tiny_config
     from petl_nas import count_parameters, preset
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import presets_within
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import presets_within
 
     model_config = tiny_config("bert")
     space = SearchSpace.load("small")
@@ -193,7 +193,7 @@ def test_infeasible_budget_fails_up_front(tmp_path):
 
 
 def test_cli_errors_are_one_line_and_write_nothing(tmp_path, capsys):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     url = f"sqlite:///{tmp_path}/cli.db"
     for args, words in [
@@ -273,11 +273,11 @@ def test_a_study_that_did_not_record_its_backbone_takes_counts_only():
 def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_handler(tmp_path, monkeypatch):
     """SIGTERM or Ctrl-C inside a trial's closing write: the trial is still this worker's (beating),
     so the interrupt handler fails it as interrupted; released, it stayed RUNNING (seen in CI)."""
-    from petl_nas.executors import Recorder
-    from petl_nas.space import SearchSpace
-    from petl_nas.storage import Heartbeat, open_storage
-    from petl_nas.study import TrialSource
-    from petl_nas.tiny import tiny_backbone
+    from petl_nas.search.executors import Recorder
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.storage import Heartbeat, open_storage
+    from petl_nas.search.study import TrialSource
+    from petl_nas.core.tiny import tiny_backbone
 
     storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=60, grace_period=120)
     study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
@@ -303,11 +303,11 @@ def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_ha
 # ---- the Ray searcher's state machine, without a cluster ------------------------------------
 def test_study_searcher_records_every_outcome(tmp_path):
     pytest.importorskip("ray")
-    from petl_nas.executors import Recorder, _make_searcher
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import TrialSource
-    from petl_nas.tiny import tiny_backbone
-    from petl_nas.worker import TrialSpec
+    from petl_nas.search.executors import Recorder, _make_searcher
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import TrialSource
+    from petl_nas.core.tiny import tiny_backbone
+    from petl_nas.search.worker import TrialSpec
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     model = tiny_backbone(vocab_size=50)
@@ -348,12 +348,12 @@ def test_a_trial_that_closes_while_a_dropped_ctrl_c_is_pending_is_still_written(
     import signal
 
     pytest.importorskip("ray")
-    from petl_nas.executors import Recorder, _make_searcher
-    from petl_nas.interrupts import raise_if_stopped, stops_on_signals
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import TrialSource
-    from petl_nas.tiny import tiny_backbone
-    from petl_nas.worker import TrialSpec
+    from petl_nas.search.executors import Recorder, _make_searcher
+    from petl_nas.search.interrupts import raise_if_stopped, stops_on_signals
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import TrialSource
+    from petl_nas.core.tiny import tiny_backbone
+    from petl_nas.search.worker import TrialSpec
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     source = TrialSource(study, SearchSpace.load("small"), tiny_backbone(vocab_size=50).config, budget=None,
@@ -466,7 +466,7 @@ def test_the_presets_sampler_trains_only_the_seeded_presets(tmp_path):
 
 def searched_study(monkeypatch, exp):
     """Run the search and return the study object it drove (its sampler is not stored in the database)."""
-    from petl_nas import search as search_module
+    from petl_nas.search import driver as search_module
 
     opened = []
     real = search_module.open_study
@@ -480,7 +480,7 @@ def replayed_params(trials, sampler_for, space="small", n_layers=2, flat=False):
     """The parameters the samplers ``sampler_for(n)`` propose (n: the trials the study holds at each
     draw), in a fresh in-memory study, for the same sequence of trials on the same space, told the
     same outcomes."""
-    from petl_nas.space import SearchSpace
+    from petl_nas.search.space import SearchSpace
 
     space = SearchSpace.load(space)
     replay = optuna.create_study(directions=["maximize", "minimize"])
@@ -526,8 +526,8 @@ def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_
     """The search selects on search_dev and never sees the test split: every TrialSpec it hands
     the executor's trainer says ``eval_split == "search_dev"``; only the final re-evaluation of the
     front (re-trained with each seed) says "test"."""
-    from petl_nas import executors
-    from petl_nas import search as search_module
+    from petl_nas.search import executors
+    from petl_nas.search import driver as search_module
 
     searched, final = [], []
 
@@ -552,7 +552,7 @@ def test_a_trial_starts_from_its_seed_alone_whatever_ran_before():
     import torch
 
     from petl_nas import ModuleSpec, PetlConfig
-    from petl_nas.worker import TrialSpec, run_trial
+    from petl_nas.search.worker import TrialSpec, run_trial
 
     config = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=4, init="bert"),)).to_dict()
     spec = TrialSpec(backbone=TINY, task="demo_sentiment", config=config, k=64,
@@ -567,7 +567,7 @@ def test_a_trial_starts_from_its_seed_alone_whatever_ran_before():
 
 def test_a_trial_scores_its_last_evaluation_unless_asked_for_its_best():
     from petl_nas import ModuleSpec, PetlConfig
-    from petl_nas.worker import TrialSpec, run_trial
+    from petl_nas.search.worker import TrialSpec, run_trial
 
     config = PetlConfig(modules=(ModuleSpec(form="lora", size=4, scale=2.0),)).to_dict()
     spec = TrialSpec(backbone=TINY, task="demo_sentiment", config=config, k=64, search_dev=64,
@@ -583,7 +583,7 @@ def test_a_trial_scores_its_last_evaluation_unless_asked_for_its_best():
 
 
 def test_the_final_reevaluation_reports_last_epochs_not_the_best_on_test(tmp_path, monkeypatch):
-    from petl_nas import search as search_module
+    from petl_nas.search import driver as search_module
 
     runs = []
     real = search_module.run_trial
@@ -611,7 +611,7 @@ def _proposals(sampler, n: int) -> list[tuple[float, float]]:
 def test_startup_trials_reach_the_model_based_samplers(name, startup):
     """With ``startup_trials`` N, TPE and GP propose exactly a seeded RandomSampler's first N points,
     then their model's (which differ from the random ones)."""
-    from petl_nas.study import make_sampler
+    from petl_nas.search.study import make_sampler
 
     model_based = _proposals(make_sampler(name, 5, startup), startup + 2)
     random = _proposals(optuna.samplers.RandomSampler(seed=5), startup + 2)
@@ -629,11 +629,11 @@ def test_startup_trials_default_and_bounds():
 def test_a_trial_killed_between_its_attribute_writes_is_drawn_again_from_its_parameters():
     """A driver killed after writing a trial's configuration but before its learning rate leaves a
     retry with ``petl_config`` and no ``recipe``: it is drawn from its parameters, not refused."""
-    from petl_nas.presets import preset, preset_lr
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import TrialSource
+    from petl_nas.core.presets import preset, preset_lr
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import TrialSource
     from petl_nas.tasks import resolve_task
-    from petl_nas.loading import model_config_for
+    from petl_nas.training.loading import model_config_for
 
     model_config = model_config_for(TINY, resolve_task("demo_keyword"))
     space = SearchSpace.load("small")
@@ -662,9 +662,9 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     """Ctrl-C during a trial: one line and exit 130; the running trial is failed as interrupted at
     once (not left RUNNING for the grace period) and queued again; running the command again trains
     that retry and the study ends with exactly the trials asked for."""
-    from petl_nas import executors
-    from petl_nas.cli import main
-    from petl_nas.study import INTERRUPTED, is_trained
+    from petl_nas.search import executors
+    from petl_nas.app.cli import main
+    from petl_nas.search.study import INTERRUPTED, is_trained
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%",
                      fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
@@ -698,8 +698,8 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
 def test_ctrl_c_before_the_study_exists_says_nothing_was_written(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the search reads its data (or imports torch) once said "the study is kept" of a
     study never made; and an error raised while that stop unwinds is the stop too."""
-    from petl_nas import search
-    from petl_nas.cli import main
+    from petl_nas.search import driver as search
+    from petl_nas.app.cli import main
 
     write_experiment(tmp_path, experiment(tmp_path))
     for stop in (KeyboardInterrupt(), None):
@@ -726,9 +726,9 @@ def test_a_second_ctrl_c_while_the_first_is_cleaned_up_still_marks_the_trial(tmp
     import os
     import signal
 
-    from petl_nas import executors, search
-    from petl_nas.cli import main
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search import executors, driver as search
+    from petl_nas.app.cli import main
+    from petl_nas.search.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%")
     write_experiment(tmp_path, exp)
@@ -762,9 +762,9 @@ def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one
     fail too (seen: SQLite's "database is locked" after an interrupt inside a TPE read, through Ray):
     the search still stops with exit 130, one warning saying when a resume retries those trials and
     the usual line, not a traceback."""
-    from petl_nas import executors, storage
-    from petl_nas.cli import main
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search import executors, storage
+    from petl_nas.app.cli import main
+    from petl_nas.search.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%", grace_period=45)
     write_experiment(tmp_path, exp)
@@ -792,9 +792,9 @@ def test_an_error_raised_while_ctrl_c_unwinds_still_marks_the_trial_interrupted(
     """A clean-up that fails while the interrupt unwinds (a storage call cut short) raises an error
     whose context is the interrupt: the search still marks its running trial interrupted, says what
     was raised in one warning, and exits 130 (it left the trial RUNNING, with no word)."""
-    from petl_nas import executors
-    from petl_nas.cli import main
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search import executors
+    from petl_nas.app.cli import main
+    from petl_nas.search.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%")
     write_experiment(tmp_path, exp)
@@ -822,11 +822,11 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
     interrupted, so the mark lands and the retry is queued."""
     import gc
 
-    from petl_nas import executors
-    from petl_nas.cli import main
-    from petl_nas import storage
-    from petl_nas.storage import open_storage
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search import executors
+    from petl_nas.app.cli import main
+    from petl_nas.search import storage
+    from petl_nas.search.storage import open_storage
+    from petl_nas.search.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%")
     write_experiment(tmp_path, exp)
@@ -860,11 +860,11 @@ def test_sigterm_stops_a_ray_search_as_ctrl_c_does(tmp_path):
     import time
 
     pytest.importorskip("ray")
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search.study import INTERRUPTED
 
     exp = experiment(tmp_path, executor="ray", trials=40, presets="none", budget="20%")
     write_experiment(tmp_path, exp, epochs=20, ray_address="local", scheduler="fifo")
-    run = subprocess.Popen([sys.executable, "-m", "petl_nas.cli", "search", "--experiment", "e.yaml"],
+    run = subprocess.Popen([sys.executable, "-m", "petl_nas.app.cli", "search", "--experiment", "e.yaml"],
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def running_after_one_complete() -> list[int]:
@@ -893,8 +893,8 @@ def test_the_summary_counts_interrupted_trials_apart_from_failed_ones():
     not failed (it said 2 failed here)."""
     from optuna.trial import create_trial
 
-    from petl_nas.search import summarize
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search.driver import summarize
+    from petl_nas.search.study import INTERRUPTED
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.add_trial(create_trial(values=[0.8, 100.0]))
@@ -912,10 +912,10 @@ def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
     """No module on a generation backbone (its LM head frozen) trains nothing: recorded as an invalid
     configuration, never trained and never counted (it once failed in the optimizer and took a
     trial's place); on a classifier the same draw still trains its head."""
-    from petl_nas.space import SearchSpace
-    from petl_nas.study import INVALID, TrialSource, failure_kind
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.search.study import INVALID, TrialSource, failure_kind
     from petl_nas.tasks import resolve_task
-    from petl_nas.loading import model_config_for
+    from petl_nas.training.loading import model_config_for
 
     space = SearchSpace.load("small")
     empty = {"lr": 1e-2, "attn.form": "none", "ffn.form": "none"}
@@ -956,7 +956,7 @@ def test_sigterm_stops_a_search_as_ctrl_c_does():
     import os
     import signal
 
-    from petl_nas.interrupts import exit_status, interruptible, stops_on_signals
+    from petl_nas.search.interrupts import exit_status, interruptible, stops_on_signals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     for s, status in zip(before, (143, 130)):
@@ -995,9 +995,9 @@ def test_a_ctrl_c_that_python_drops_in_a_finaliser_still_stops_the_search(tmp_pa
     is remembered and raised again at the trial's next report: exit 130, the trial interrupted."""
     import signal
 
-    from petl_nas import executors
-    from petl_nas.cli import main
-    from petl_nas.study import INTERRUPTED
+    from petl_nas.search import executors
+    from petl_nas.app.cli import main
+    from petl_nas.search.study import INTERRUPTED
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%")
     write_experiment(tmp_path, exp, epochs=2)
@@ -1022,7 +1022,7 @@ def test_a_ctrl_c_that_python_drops_in_a_finaliser_still_stops_the_search(tmp_pa
 
 
 def test_export_of_a_preset_over_the_budget_says_so(tmp_path, capsys):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     exp = experiment(tmp_path, trials=1, presets="none", fidelity=Fidelity(k=64, epochs=1, batch_size=16,
                                                                            max_length=16, search_dev=32))
@@ -1066,8 +1066,8 @@ def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_
 def test_a_search_whose_every_trial_failed_exits_non_zero(tmp_path, monkeypatch, capsys):
     import json
 
-    from petl_nas import executors
-    from petl_nas.cli import main
+    from petl_nas.search import executors
+    from petl_nas.app.cli import main
 
     def broken(spec, **kw):
         raise RuntimeError("a worker that cannot train")
@@ -1089,7 +1089,7 @@ def test_progress_of_workers_sharing_a_study_counts_the_study_trials():
     started, and trials over the budget (never trained), are not counted."""
     from types import SimpleNamespace
 
-    from petl_nas.search import Progress
+    from petl_nas.search.driver import Progress
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.tell(study.ask(), [0.5, 10])                  # from an earlier run
@@ -1111,7 +1111,7 @@ def test_progress_never_counts_past_its_total_nor_below_zero_minutes():
     """A lost trial trained again on resume comes on top of the announced count: [3/3], not [3/2]."""
     from types import SimpleNamespace
 
-    from petl_nas.search import Progress
+    from petl_nas.search.driver import Progress
 
     lines = []
     progress = Progress(optuna.create_study(directions=["maximize", "minimize"]), 2, lines.append)
@@ -1127,7 +1127,7 @@ def test_a_dropped_stop_is_raised_again_once():
     at the next call, and only at that one."""
     import signal
 
-    from petl_nas.interrupts import raise_if_stopped, stops_on_signals
+    from petl_nas.search.interrupts import raise_if_stopped, stops_on_signals
 
     with stops_on_signals():
         try:
@@ -1147,7 +1147,7 @@ def test_an_invalid_configuration_never_counts_toward_the_trials():
     trial's place: the study goes on drawing until it holds the trials asked for."""
     from optuna.trial import create_trial
 
-    from petl_nas.study import INVALID, claimed, is_trained
+    from petl_nas.search.study import INVALID, claimed, is_trained
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_kind": INVALID,
@@ -1160,7 +1160,7 @@ def test_an_invalid_configuration_never_counts_toward_the_trials():
 def test_a_resume_with_another_value_of_any_scoring_fidelity_setting_is_refused():
     """Every fidelity field changes what a trained trial's score means, except those that only
     change how trials execute; a resume with another value of one of them is refused."""
-    from petl_nas.study import changed_settings
+    from petl_nas.search.study import changed_settings
 
     execution_only = {"evals_per_epoch", "frozen_cache_mb", "compile", "cuda_graphs"}
     for f in dataclasses.fields(Fidelity):

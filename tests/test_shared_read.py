@@ -18,9 +18,9 @@ from transformers import BartConfig, BartForConditionalGeneration
 
 from conftest import batch, tiny_model
 from petl_nas import PetlConfig, apply_petl
-from petl_nas.config import ModuleSpec
-from petl_nas.inject import merge_lora
-from petl_nas.operations import Operations
+from petl_nas.core.config import ModuleSpec
+from petl_nas.core.inject import merge_lora
+from petl_nas.training.operations import Operations
 
 MODULES = (
     ModuleSpec(form="lora", position="attn", targets=("q", "k", "v"), size=4, composition="scaled", scale=2.0,
@@ -171,7 +171,7 @@ def test_products_padded_to_a_multiple_of_8_compute_the_same(monkeypatch):
     """On a GPU a joined product is padded with zero rows to a multiple of 8 columns (cuBLAS's
     aligned kernels); forced here on a CPU, grouped and alone: the same outputs and gradients, and
     the products are as wide as the padding says."""
-    from petl_nas.modules import shared_read
+    from petl_nas.core.modules import shared_read
 
     x = batch()
     plain = [step(perturbed(), x), step(ungrouped(perturbed()), x)]

@@ -9,9 +9,9 @@ import numpy as np
 import optuna
 import pytest
 
-from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search import run_search
-from petl_nas.shift import input_shift, words_per_row
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search.driver import run_search
+from petl_nas.tasks.shift import input_shift, words_per_row
 from petl_nas.tasks import Split, load_splits
 
 GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"

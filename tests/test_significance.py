@@ -11,9 +11,9 @@ import numpy as np
 import optuna
 import pytest
 
-from petl_nas.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search import run_search, summarize
-from petl_nas.significance import (clearly_better, did_not_learn, has_error_bar, paired_difference, standard_error,
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.search.driver import run_search, summarize
+from petl_nas.tasks.significance import (clearly_better, did_not_learn, has_error_bar, paired_difference, standard_error,
                                    trivial_baseline)
 from petl_nas.tasks import Split, get_task
 
@@ -82,7 +82,7 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
     """One epoch of 160 demo rows at a tiny learning rate: no trial gets off the floor."""
     monkeypatch.chdir(tmp_path)
     space = tmp_path / "still.yaml"
-    space.write_text((__import__("petl_nas.presets", fromlist=["space_dir"]).space_dir() / "small.yaml")
+    space.write_text((__import__("petl_nas.core.presets", fromlist=["space_dir"]).space_dir() / "small.yaml")
                      .read_text().replace("lr: {low: 3.0e-3, high: 3.0e-2, log: true}", "lr: 1.0e-7"))
     exp = Experiment(name="flat", backbone=TINY, task="demo_sentiment", budget=None, space=str(space), trials=4,
                      presets=["pfeiffer", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
@@ -112,7 +112,7 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
 def test_every_seed_and_epoch_has_its_own_data_order():
     """Seeds are paired across configurations, so they must differ from each other in every epoch
     (with seed + epoch, seed k's epoch 1 was seed k+1's epoch 0: 9 of 10 orders shared)."""
-    from petl_nas.train import epoch_seed
+    from petl_nas.training.loop import epoch_seed
 
     seeds = {(s, e): epoch_seed(s, e) for s in range(5) for e in range(10)}
     assert len(set(seeds.values())) == len(seeds)
@@ -120,13 +120,13 @@ def test_every_seed_and_epoch_has_its_own_data_order():
 
 
 def test_one_seed_shows_no_spread():
-    from petl_nas.significance import mean_std
+    from petl_nas.tasks.significance import mean_std
 
     assert mean_std(0.7661, 0.0, 1) == "0.7661 (1 seed)"            # not "± 0.0000": nothing was measured
     assert mean_std(0.7913, 0.0049, 2) == "0.7913 ± 0.0049"
     one = paired_difference([0.55], [0.30])
     assert one["std"] is None and one["n"] == 1                     # one difference has no spread either
-    from petl_nas.search import SearchSummary
+    from petl_nas.search.driver import SearchSummary
 
     row = {"number": 3, "preset": "-", "score": 0.29, "se": 0.06, "test_mean": 0.55, "test_std": None, "test_n": 1,
            "paired": one, "dominates": [], "deployable": 65608, "pct": 0.29}
@@ -155,7 +155,7 @@ def test_a_preset_relates_to_the_others_alike_on_the_front_and_among_the_presets
     """BitFit within noise of LoRA with half its parameters: "~lora" in both rows it has."""
     from optuna.distributions import FloatDistribution
 
-    from petl_nas.search import summarize
+    from petl_nas.search.driver import summarize
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     for score, n, name in [(0.80, 1000, "lora"), (0.795, 500, "bitfit"), (0.70, 100, None)]:

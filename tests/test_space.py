@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from petl_nas import ConfigError, preset
-from petl_nas.presets import preset_lr, preset_names
-from petl_nas.space import SearchSpace
+from petl_nas.core.presets import preset_lr, preset_names
+from petl_nas.search.space import SearchSpace
 
 SHIPPED = ["unified", "small", "mam", "unipelt"]
 
@@ -98,7 +98,7 @@ def test_a_configuration_off_the_spaces_layers_is_named():
 
 
 def test_seeding_places_presets_as_points_and_says_how(tmp_path):
-    from petl_nas.study import seed_presets
+    from petl_nas.search.study import seed_presets
     from transformers import BertConfig
 
     cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536)
@@ -165,7 +165,7 @@ def test_unknown_space_name_suggests():
 
 
 def test_cli_space_show_and_validate(capsys, tmp_path):
-    from petl_nas.cli import main
+    from petl_nas.app.cli import main
 
     assert main(["space", "show", "unified"]) == 0
     out = capsys.readouterr().out
@@ -194,8 +194,8 @@ def test_space_show_counts_every_parameter_a_study_holds():
 def test_space_show_with_a_model_says_what_one_unit_of_each_size_costs(tmp_path, capsys):
     """`space show --model`: per slot and form, the deployable parameters of one unit of its size on
     one layer and on all of them (tiny BERT, d=32, FFN 64, 2 layers), or why the backbone refuses it."""
-    from petl_nas.cli import main
-    from petl_nas.tiny import tiny_backbone
+    from petl_nas.app.cli import main
+    from petl_nas.core.tiny import tiny_backbone
 
     d, f, layers = 32, 64, 2
     for kind in ("bert", "deberta-v2"):

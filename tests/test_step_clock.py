@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from petl_nas.step_clock import StepClock, clock_for, first_of_each_shape
+from petl_nas.training.step_clock import StepClock, clock_for, first_of_each_shape
 
 
 class FakeClock:

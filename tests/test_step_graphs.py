@@ -19,15 +19,16 @@ import torch
 from conftest import tiny_config, tiny_model
 from test_precision import Rows
 from test_search import experiment
-from petl_nas import apply_petl, checkpoint, preset
+from petl_nas import apply_petl, preset
+from petl_nas.training import checkpoint
 from petl_nas.errors import ConfigError
-from petl_nas.data import EncodedSplit
-from petl_nas.experiment import Fidelity
-from petl_nas.export import record
-from petl_nas.search import run_search
-from petl_nas.step_graphs import LENGTH_MULTIPLE, prepare_optimizer, why_not
+from petl_nas.tasks.encoding import EncodedSplit
+from petl_nas.search.experiment import Fidelity
+from petl_nas.deploy.export import record
+from petl_nas.search.driver import run_search
+from petl_nas.training.step_graphs import LENGTH_MULTIPLE, prepare_optimizer, why_not
 from petl_nas.tasks import get_task
-from petl_nas.train import Recipe, _param_groups, _linear_schedule, adamw, train
+from petl_nas.training.loop import Recipe, _param_groups, _linear_schedule, adamw, train
 
 
 def split(lengths=(3, 9, 5, 17, 12, 1, 8, 6), seed=0) -> EncodedSplit:
@@ -90,7 +91,7 @@ def test_why_not_names_what_keeps_a_step_from_being_recorded():
 def test_a_model_with_layerdrop_is_not_recorded(monkeypatch):
     """LayerDrop (BART, M2M100, Marian, ...: ``encoder_layerdrop``) picks the layers on the host at
     every step; a graph would replay one pick forever. The run tells `why_not` so."""
-    import petl_nas.train as training
+    import petl_nas.training.loop as training
 
     asked = []
     monkeypatch.setattr(training, "why_not", lambda device, **kw: asked.append(kw["layerdrop"]) or "no CUDA device")

@@ -16,9 +16,9 @@ from torch import nn
 from conftest import tiny_config, tiny_model
 from test_step_graphs import optimizer_and_schedule, split
 from petl_nas import apply_petl, preset, preset_names
-from petl_nas.step_graphs import LENGTH_MULTIPLE, WARMUP, GraphedSteps, prepare_optimizer
+from petl_nas.training.step_graphs import LENGTH_MULTIPLE, WARMUP, GraphedSteps, prepare_optimizer
 from petl_nas.tasks import get_task
-from petl_nas.train import Recipe, train
+from petl_nas.training.loop import Recipe, train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")

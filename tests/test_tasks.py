@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from petl_nas.errors import ConfigError
-from petl_nas.data import encode
+from petl_nas.tasks.encoding import encode
 from petl_nas.tasks import (Task, clear_cache, file_task, get_task, load_splits, split_indices,
                             task_names)
-from petl_nas.tiny import SPECIAL_TOKENS, tiny_backbone, tiny_tokenizer
+from petl_nas.core.tiny import SPECIAL_TOKENS, tiny_backbone, tiny_tokenizer
 
 GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 GLUE_NAMES = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
@@ -422,7 +422,7 @@ def test_tiny_tokenizer_is_the_same_in_every_process():
     """A tiny backbone's vocabulary decides its embeddings, so a search rerun (or a Ray worker)
     reproduces a trial only if every process builds the same one (a trained WordPiece vocabulary
     tie-breaks its merges in hash order and did not)."""
-    build = ("from petl_nas.tasks import get_task, load_splits; from petl_nas.tiny import tiny_tokenizer; "
+    build = ("from petl_nas.tasks import get_task, load_splits; from petl_nas.core.tiny import tiny_tokenizer; "
              "s = load_splits(get_task('demo_keyword'), k=400); "
              "tok = tiny_tokenizer([t for col in s.train.texts for t in col], vocab_size=600); "
              "print(tok.name_or_path, len(tok))")
@@ -522,7 +522,7 @@ def test_length_buckets_see_every_row_once_reproducibly_and_pad_less():
     """`bucketed_order`: a permutation of the rows (every row once per epoch), the same for a seed,
     another for another seed, batches of similar lengths (less padding than a uniform shuffle), and
     only the last batch short."""
-    from petl_nas.data import EncodedSplit
+    from petl_nas.tasks.encoding import EncodedSplit
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(3, 64, size=1000).tolist()
@@ -549,8 +549,8 @@ def test_training_with_length_buckets_is_reproducible_and_another_order(tokenize
     """`Recipe.length_buckets` reaches the training loop: the same seed trains the same weights
     twice, and the bucketed order trains other weights than the uniform shuffle."""
     from petl_nas import PetlConfig, apply_petl
-    from petl_nas.config import ModuleSpec
-    from petl_nas.train import Recipe, train
+    from petl_nas.core.config import ModuleSpec
+    from petl_nas.training.loop import Recipe, train
 
     encoded = encode(load_splits("demo_sentiment", k=96), tokenizer, max_length=24)
     data = type("Data", (), {"train": encoded.train, "dev": encoded.search_dev})()

@@ -3,7 +3,7 @@
 A `Task` says what to read and how to score it; `load_splits` reads its rows into the three
 splits of the honest protocol (search trains on ``train`` and scores on ``search_dev``, carved out
 of the training data; the task's own dev set is ``test``, touched only by final re-evaluation);
-`petl_nas.data.encode` tokenises them once per worker. What lives where:
+`petl_nas.tasks.encoding.encode` tokenises them once per worker. What lives where:
 
 ==============  ===========================================================================
 registry.py     `Task`, `Split`, `make_split`; task names (`register_task`, `get_task`); the

@@ -3,7 +3,7 @@
 `file_task` builds a (classification, regression, seq2seq or causal-LM) task from file paths;
 `resolve_task` turns what an experiment file or the CLI names (a registered name, a `Task`, or a
 file-task mapping) into a task; `read_table` reads one table and checks its columns (also used to
-read texts to label, `petl_nas.deploy.read_texts`, and the generation tasks' local files).
+read texts to label, `petl_nas.deploy.runs.read_texts`, and the generation tasks' local files).
 
 Example:
     >>> task = resolve_task({"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"]})  # doctest: +SKIP
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ConfigError
-from ..seq2seq import Seq2SeqSettings
+from .seq2seq import Seq2SeqSettings
 from .registry import Split, Task, get_task, label_text, make_split, register_source
 
 __all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "recorded_task", "load_files"]

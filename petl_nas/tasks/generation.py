@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..seq2seq import Seq2SeqSettings
+from .seq2seq import Seq2SeqSettings
 from .files import FORMATS, read_table
 from .registry import Split, Task, make_split, register_source, register_task
 
@@ -131,7 +131,7 @@ def _from_hub(task: Task) -> dict[str, Split]:
     try:
         import datasets
 
-        from ..models import hub_datasets_offline_when_unreachable
+        from ..core.models import hub_datasets_offline_when_unreachable
 
         with hub_datasets_offline_when_unreachable():
             hub = datasets.load_dataset(name, config)

@@ -94,7 +94,7 @@ def load_glue(task: Task, data_dir=None) -> dict[str, Split]:
     try:
         import datasets
 
-        from ..models import hub_datasets_offline_when_unreachable
+        from ..core.models import hub_datasets_offline_when_unreachable
 
         with hub_datasets_offline_when_unreachable():
             hub = datasets.load_dataset("nyu-mll/glue", fmt.hub_config)

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, suggest
-from ..metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
-from ..seq2seq import Seq2SeqSettings
+from .metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
+from .seq2seq import Seq2SeqSettings
 
 __all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split", "label_text", "checked_texts",
            "register_source", "source_names", "load_source"]
@@ -45,7 +45,7 @@ class Task:
             ``causal_lm`` (decoder-only fine-tuning, loss on the response).
         labels: the label values as they appear in the data, in class-id order; empty for regression.
         main_metric: the one figure the search maximises; one of ``metrics``.
-        metrics: every metric reported (names from `petl_nas.metrics.METRICS`).
+        metrics: every metric reported (names from `petl_nas.tasks.metrics.METRICS`).
         source: where the data comes from, the name of a registered loader: ``glue``, ``files``,
             ``demo`` or ``generation`` (see `register_source`).
         data_files: ``(split, path)`` pairs for a ``files`` task (splits ``train``, ``dev``, ``test``).

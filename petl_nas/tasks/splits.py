@@ -3,7 +3,7 @@
 `load_splits` reads a task's rows through its registered source and splits them by the honest
 protocol: search trains on ``train`` and scores on ``search_dev``, carved out of the training
 data; the task's own dev set is ``test``, touched only by final re-evaluation. `split_indices` is
-the rule. Splits are cached by `cached` (as are `petl_nas.data.encode`'s encodings); `clear_cache`
+the rule. Splits are cached by `cached` (as are `petl_nas.tasks.encoding.encode`'s encodings); `clear_cache`
 forgets both.
 
 Example:

@@ -1,0 +1,1 @@
+"""The command line: `petl-nas` and its commands, `doctor` and the quickstart."""

@@ -1,0 +1,688 @@
+"""petl-nas: search the design space of parameter-efficient fine-tuning under a parameter budget.
+
+The ``petl-nas`` command line: ``quickstart``, ``search``, ``dashboard``, ``report``, ``export``, ``train``,
+``predict``, ``convert``, ``space``, ``count``, ``presets``, ``doctor``.
+
+Errors print one line, ``petl-nas: error: ...``, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+from .. import __version__
+from ..training.compiling import COMPILE_MODES
+from ..errors import ConfigError, PetlWarning, read_text, read_yaml
+from ..core.config import PetlConfig
+from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
+
+EXAMPLES = {
+    "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
+              "  petl-nas search --experiment experiments/sst2_minilm.yaml --budget 0.5% --trials 24",
+    "space": "petl-nas space show unified --model all-MiniLM-L6-v2\n  petl-nas space validate my_space.yaml",
+    "export": "petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml\n"
+              "  petl-nas export --storage sqlite:///runs/sst2_minilm/study.db --budget 0.3% "
+              "--pick smallest-within=0.5 -o best.yaml --format peft\n"
+              "  petl-nas export --storage sqlite:///runs/smoke/study.db --list\n"
+              "  petl-nas export --storage sqlite:///runs/smoke/study.db --preset lora -o lora.yaml",
+    "train": "petl-nas train --config best.yaml --seeds 3 --out runs/best",
+    "predict": "petl-nas predict --model runs/best/seed_0 --input sentences.txt",
+    "convert": "petl-nas convert --model runs/best/seed_0 --to peft -o runs/best/peft\n"
+               "  petl-nas convert --model runs/best/seed_0 --to merged -o runs/best/merged",
+    "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
+             "  petl-nas count --model ./my-bert --config best.yaml --json",
+    "presets": "petl-nas presets --model all-MiniLM-L6-v2\n  petl-nas presets houlsby",
+    "dashboard": "petl-nas dashboard --storage sqlite:///runs/smoke/study.db\n"
+                 "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --port 8081\n"
+                 "  ssh -L 8081:127.0.0.1:8081 gpu-box    # on your laptop, for a dashboard on gpu-box: open http://127.0.0.1:8081/",
+    "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
+              "  petl-nas report --storage sqlite:///runs/sst2_minilm/study.db --study sst2_minilm -o report/",
+    "quickstart": "petl-nas quickstart\n"
+                  "  petl-nas quickstart --data-dir ~/glue_data --trials 12\n"
+                  "  petl-nas quickstart --demo --trials 4 --k 200 --epochs 1",
+    "doctor": "petl-nas doctor\n"
+              "  petl-nas doctor --storage postgresql+psycopg2://petl:petl@127.0.0.1:5432/petl_nas --start-ray",
+}
+TOP_EXAMPLES = """examples:
+  petl-nas quickstart                                   a real, small search (MiniLM, SST-2 or a demo task)
+  petl-nas search --experiment experiments/smoke.yaml   a search from an experiment file
+  petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml
+  petl-nas train --config best.yaml --out runs/best
+  petl-nas doctor                                       what this environment has and lacks
+
+Each command's --help has its own examples; the user guide is docs/guide.md."""
+
+
+
+def _number_or_auto(what: str):
+    """An argparse type: a number of ``what``, or ``auto`` (``--epochs``, ``--gpus-per-trial``)."""
+    def parse(text: str):
+        if text == "auto":
+            return text
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of {what} or auto, got {text!r}") from None
+    return parse
+
+
+def _config_from_args(args, model_config) -> tuple[str, PetlConfig]:
+    from ..core.presets import preset
+
+    if bool(args.preset) == bool(args.config):
+        raise ConfigError("give exactly one of --preset NAME or --config FILE")
+    if args.preset:
+        return args.preset, preset(args.preset, model_config)
+    return args.config, _read_petl_config(args.config)
+
+
+def _read_petl_config(path: str) -> PetlConfig:
+    """A PetlConfig file, or the configuration inside an export record (``export -o``) or a trained
+    model's ``petl_config.json`` (the file or its folder)."""
+    from ..core.inject import CONFIG_FILE
+
+    file = Path(path) / CONFIG_FILE if Path(path).is_dir() else Path(path)
+    data = read_yaml(read_text(file), file)
+    if isinstance(data, dict) and isinstance(data.get("petl_config"), dict):
+        try:
+            return PetlConfig.from_dict(data["petl_config"])
+        except ConfigError as e:
+            raise ConfigError(f"{file}: petl_config: {e}") from None
+    return PetlConfig.from_yaml(file)
+
+
+def cmd_count(args) -> int:
+    from ..core.budget import count_parameters
+    from ..core.models import load_model_config
+
+    model_config = load_model_config(args.model, args.num_labels)
+    label, config = _config_from_args(args, model_config)
+    count = count_parameters(model_config, config)
+    if args.json:
+        print(json.dumps({"config": label, "model": args.model, "trainable": count.trainable,
+                          "deployable": count.deployable, "backbone": count.backbone, "head": count.head,
+                          "rows": [r.__dict__ for r in count.rows]}, indent=2))
+    else:
+        print(f"{label} on {args.model} ({model_config.model_type}, d={model_config.hidden_size}, "
+              f"{model_config.num_hidden_layers} layers)")
+        print(count.table())
+    return 0
+
+
+def cmd_presets(args) -> int:
+    from ..core.presets import preset, preset_doc, preset_entry, preset_names
+
+    if args.name:
+        preset_entry(args.name)                   # an unknown name is said before any model is read
+    model_config = None
+    if args.model:
+        from ..core.budget import count_parameters, refusal
+        from ..core.models import load_model_config
+
+        model_config = load_model_config(args.model)
+    if args.name:
+        return _one_preset(args.name, model_config, args.model)
+    width = max(map(len, preset_names())) + 2
+    if model_config is not None:                  # what the two numbers are: the counts of the budget
+        print(f"{'preset':<{width}}{'deployable':>12}  {'% model':>7}  description (counts on {args.model}, "
+              f"head excluded)")
+    for name in preset_names():
+        line = f"{name:<{width}}"
+        if model_config is not None:
+            if (why := refusal(model_config, preset(name, model_config))) is not None:
+                print(f"{line}{'-':>12}  {'':7}  not for this backbone: {why}")
+                continue
+            c = count_parameters(model_config, preset(name, model_config))
+            line += f"{c.deployable:>12,}  {c.deployable_pct:6.3f}%  "
+        doc = " ".join(preset_doc(name).split())
+        print(line + (doc if len(doc) <= 90 else doc[:87] + "..."))
+    print("\none in full, with its configuration: petl-nas presets NAME")
+    return 0
+
+
+def _one_preset(name: str, model_config, model: str | None) -> int:
+    """A preset's whole description, learning rate and configuration (and its counts on ``model``)."""
+    import textwrap
+
+    import yaml
+
+    from ..core.budget import count_parameters, refusal
+    from ..core.presets import preset, preset_doc, preset_entry, preset_lr
+
+    entry = preset_entry(name)
+    print(name)
+    print(textwrap.fill(" ".join(preset_doc(name).split()), width=100, initial_indent="  ", subsequent_indent="  "))
+    print(f"  learning rate when a study trains it: {preset_lr(name):g}")
+    print("  configuration (search_space/presets.yaml; size d/N is the backbone's hidden size // N,\n"
+          "  at least 1, rounded up to a multiple of phm_n for compacter):")
+    print(textwrap.indent(yaml.safe_dump(entry, sort_keys=False, allow_unicode=True).rstrip(), "    "))
+    if model_config is not None:
+        config = preset(name, model_config)
+        if (why := refusal(model_config, config)) is not None:
+            print(f"  on {model}: not for this backbone: {why}")
+        else:
+            c = count_parameters(model_config, config)
+            print(f"  on {model}: {c.deployable:,} deployable parameters ({c.deployable_pct:.3f}% of the model, "
+                  f"head excluded)")
+    return 0
+
+
+def cmd_search(args) -> int:
+    from ..search.interrupts import before_writing, stops_on_signals
+
+    with before_writing():                    # a stop while the search loads (torch, its inputs) wrote nothing
+        from ..search.experiment import Experiment
+        from ..search.driver import run_search
+        from ..search.storage import redact
+
+        exp = Experiment.load(args.experiment) if args.experiment else Experiment()
+        exp = exp.override(
+            name=args.name, backbone=args.model, task=args.task, data_dir=args.data_dir, budget=args.budget,
+            space=args.space, trials=args.trials, sampler=args.sampler, executor=args.executor,
+            ray_address=args.ray_address, storage=args.storage, study=args.study, seed=args.seed,
+            cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, scheduler=args.scheduler,
+            presets=(args.presets.split(",") if args.presets and args.presets not in ("auto", "none")
+                     else args.presets),
+            fidelity_k=args.k, fidelity_epochs=args.epochs, warm_start=args.warm_start,
+            objectives=args.objectives.split(",") if args.objectives is not None else None, strategy=args.strategy,
+            oneshot_runs=args.oneshot_runs)
+    with stops_on_signals():                  # Ctrl-C and SIGTERM: running trials failed and queued again
+        summary = run_search(exp, force_new_study=args.force_new_study)
+    print(summary.table())
+    print(f"\nbrowse:  petl-nas dashboard --storage {redact(exp.storage_url)}")
+    if not summary.counts.get("complete") and summary.counts.get("failed"):
+        print(f"petl-nas: error: every trial of the study failed ({summary.counts['failed']}); their reasons are "
+              f"above and in {exp.run_dir / 'trials'}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_export(args) -> int:
+    from ..search.experiment import parse_budget
+    from ..search.records import load_study
+    from ..deploy.export import LATENCY_TIE, choose, front_table, make_parent, preset_record, record, write_record
+    from ..tasks.significance import mean_std
+
+    choosing = [flag for flag, given in (("-o", args.output), ("--pick", args.pick != "best"),
+                                         ("--preset", args.preset), ("--budget", args.budget),
+                                         ("--no-retime", args.no_retime), ("--recipe", args.recipe != "final"),
+                                         ("--format", args.format != "petl-nas")) if given]
+    if args.list and choosing:
+        raise ConfigError(f"--list prints the whole front and writes nothing; give {', '.join(choosing)} without "
+                          f"--list (what an export writes)")
+    if args.preset and args.pick != "best":
+        raise ConfigError("give --pick or --preset, not both (--preset exports that preset, whatever the front holds)")
+    if args.preset and args.budget:
+        raise ConfigError("give --budget or --preset, not both (--preset exports that preset, whatever its size)")
+    if args.no_retime and not args.pick.startswith("fastest"):
+        raise ConfigError("--no-retime is for --pick fastest-within=X (the other picks time nothing)")
+    study = load_study(args.storage, args.study)
+    if args.list:
+        print(front_table(study))
+        return 0
+    if not args.output:
+        raise ConfigError("give -o FILE (or --list to print the front)")
+    if args.preset:
+        rec = preset_record(study, args.preset, args.storage, args.recipe)
+        budget = study.user_attrs.get("budget")
+        if budget is not None and rec["counts"]["deployable"] > budget:
+            print(f"note: preset {args.preset} takes {rec['counts']['deployable']:,} deployable parameters, over the "
+                  f"study's budget of {budget:,} (exported as asked, as a baseline)")
+    else:
+        budget = parse_budget(args.budget, study.user_attrs.get("backbone_params")) if args.budget else None
+        retimed: dict[int, float] = {}
+        again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
+        rec = record(study, choose(study, budget, args.pick, retime=again), args.storage, args.recipe)
+        if retimed:
+            rec["provenance"]["costs"] = {**rec["provenance"].get("costs", {}),
+                                          "latency_ms_retimed": retimed[rec["provenance"]["trial"]]}
+    rec["provenance"]["pick"] = f"preset {args.preset}" if args.preset else args.pick   # how it was chosen
+    if budget is not None and not args.preset:
+        rec["provenance"]["pick_budget"] = budget
+    trial = f"trial {rec['provenance']['trial']}"
+    what = trial + (f", preset {rec['provenance']['preset']}" if rec["provenance"].get("preset") else "")
+    if args.preset:
+        what = (f"preset {args.preset} at its paper learning rate {rec['recipe']['lr']:g} (the study did not train it)"
+                if rec["provenance"]["trial"] is None else
+                f"preset {args.preset} as the study trained it ({trial}, lr {rec['recipe']['lr']:g})")
+    if args.format != "petl-nas":
+        from ..deploy.interop import NotExpressible, to_adapters, to_peft
+
+        config = PetlConfig.from_dict(rec["petl_config"])
+        model_config, task_kind = _backbone_of(study)
+        try:
+            converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
+                         if args.format == "adapters" else to_peft(config, model_config, task_kind))
+        except NotExpressible as e:
+            raise ConfigError(f"{what}: {e}") from None
+        from pathlib import Path
+
+        from ..fileio import atomic_write
+
+        make_parent(Path(args.output))
+        atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2), encoding="utf-8"))
+    else:
+        write_record(rec, args.output)
+    p = rec["provenance"]
+    at = " at the final recipe" if args.recipe == "search" else ""   # the final re-evaluation measured it
+    test = (f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}{at}" if p.get("test_mean") is not None
+            else "")
+    search = f"{p['metric']} {p['search_score']:.4f} on search dev{test}; " if p.get("search_score") is not None else ""
+    if p.get("confirmed_scores"):                # what decided: the mean over its seeds, not its first score
+        s = p["confirmed_scores"]
+        search = (f"{p['metric']} {statistics.fmean(s):.4f} on search dev, the mean over {len(s)} seeds "
+                  f"(final.confirm; its trial scored {s[0]:.4f}){test}; ")
+    decided = "latency_ms_retimed" if "latency_ms_retimed" in p.get("costs", {}) else "latency_ms"
+    if args.pick.startswith("fastest") and not args.preset and decided in p.get("costs", {}):
+        search += (f"latency {p['costs'][decided]:.2f} ms deployed{' (timed here)' if 'retimed' in decided else ''}, "
+                   f"the best score of those within {LATENCY_TIE:.0%} of the fastest; ")
+    print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
+    scored = study.user_attrs.get("fidelity", {}).get("epochs")
+    if (args.recipe == "final" and args.format == "petl-nas" and isinstance(scored, (int, float))   # a PEFT or
+            and scored != rec["recipe"]["epochs"]):                               # adapters file has no recipe
+        trains = rec["recipe"]["epochs"]
+        print(f"note: the record trains {trains:g} epoch{'s' * (trains != 1)}, the search scored {scored:g}; "
+              f"--recipe search trains at the length its ranking was measured")
+    return 0
+
+
+def _retimer(study, retimed: dict):
+    """`export.choose`'s ``retime``: times the candidates again here (`petl_nas.search.retime`), says what it
+    measured, and keeps it in ``retimed``."""
+    from ..search.retime import MAX_CANDIDATES, ROUNDS, retime
+
+    def again(trials):
+        retimed.update(retime(study, trials))
+        left = len(trials) - len(retimed)
+        print(f"timed again here, side by side ({ROUNDS} interleaved rounds): "
+              + ", ".join(f"trial {n} {ms:.2f} ms" for n, ms in sorted(retimed.items(), key=lambda i: i[1]))
+              + (f" ({left} more within the margin, timed slowest by the study, left out: at most {MAX_CANDIDATES} "
+                 f"are timed, as many as copies of the backbone fit in memory)" if left else ""))
+        return retimed
+    return again
+
+
+def _backbone_of(study):
+    """(transformers config of the study's backbone, task kind), for the AdapterHub/PEFT vocabularies."""
+    from ..tasks import resolve_task
+    from ..training.loading import model_config_for
+
+    task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
+    return model_config_for(json.loads(study.user_attrs["backbone"]), task), task.kind
+
+
+def cmd_train(args) -> int:
+    from ..deploy.runs import train_record
+    from ..deploy.export import read_record
+    from ..tasks.significance import mean_std
+
+    rec = read_record(args.config)
+    summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile,
+                           cuda_graphs=args.cuda_graphs, overwrite=args.overwrite)
+    n = len(summary["runs"])
+    others = ", ".join(f"{name} {value:.4f}" for name, value in summary["metrics"].items() if name != summary["metric"])
+    rows = (f" on the first {summary['test_rows']:,} of {summary['test_rows_of']:,} test rows (recipe.eval_rows)"
+            if summary["test_rows"] < summary["test_rows_of"] else "")
+    print(f"test {summary['metric']}: {mean_std(summary['mean'], summary['std'], n)}"
+          f"{f' over {n} seeds' if n != 1 else ''}{f' ({others})' if others else ''}{rows}; "
+          f"PETL weights and metrics.json in {args.out}")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from ..deploy.runs import check_input, load, predict, read_texts
+    from ..tasks import recorded_task
+
+    check_input(args.input)                    # before the model loads
+    backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
+    model = load(backbone, args.model)
+    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
+    for row, pred in zip(rows := read_texts(args.input, task.text_columns), predict(model, rows)):
+        print(json.dumps({"text": row if len(row) > 1 else row[0], **pred}, ensure_ascii=False))
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from ..deploy.convert import convert
+
+    backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
+    done = convert(args.model, args.output, args.to, backbone=backbone, base_name=args.base_name)
+    what = (f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
+            if args.to == "peft" and done["peft_config"]["peft_type"] == "PROMPT_TUNING" else
+            f"a PEFT LoRA adapter ({done['lora_updates']} updates)" if args.to == "peft" else
+            f"a merged transformers model ({done['lora_updates']} LoRA updates folded into the weights)")
+    answer = " and its greedy answer to the probe" if done["answer_checked"] else ""
+    print(f"wrote {what} and the tokenizer to {done['out']}; load it with {done['load_with']}; checked: "
+          f"its outputs equal the trained model's on a probe batch (max |difference| {done['max_abs_diff']:.1e})"
+          f"{answer}")
+    if args.to == "peft":
+        named = done["base_name"]
+        print("adapter_config.json names no base model (the backbone was built in memory)" if named is None else
+              f"adapter_config.json names its base by a path on this machine, {named}; --base-name NAME writes the "
+              f"name to load it by elsewhere" if Path(named).is_absolute() else
+              f"adapter_config.json names its base {named!r}")
+    return 0
+
+
+def cmd_quickstart(args) -> int:
+    from .quickstart import run
+
+    return run(data_dir=args.data_dir, demo=args.demo, name=args.name, trials=args.trials, k=args.k,
+               epochs=args.epochs, final_seeds=args.final_seeds, storage=args.storage, executor=args.executor)
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import run
+
+    return run(storage=args.storage, start_ray=args.start_ray, data_dir=args.data_dir)
+
+
+def cmd_dashboard(args) -> int:
+    from ..dashboards.launcher import serve
+
+    try:
+        serve(args.storage, host=args.host, port=args.port, allow_writes=args.allow_writes,
+              allowed_hosts=args.allowed_host or ())
+    except KeyboardInterrupt:                  # Ctrl-C before the server was up: stop quietly too
+        pass
+    return 0
+
+
+def cmd_report(args) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("petl-nas report draws with matplotlib, which is not installed: "
+                          "pip install 'petl-nas[dashboard]'")
+    from ..dashboards.report import write_report
+
+    written = write_report(args.storage, args.study, args.output)
+    print(f"wrote {written[-1]} and {', '.join(p.name for p in written[:-1])}")
+    return 0
+
+
+def cmd_space(args) -> int:
+    from ..search.space import SearchSpace
+
+    space = SearchSpace.load(args.file)
+    if args.action == "validate":
+        print(f"{space.source}: ok (space {space.name}, version {space.version}, "
+              f"{len([d for d in space.dimensions() if d.kind != 'fixed'])} searched dimensions)")
+    else:
+        model_config = None
+        if args.model:
+            from ..core.models import load_model_config
+
+            model_config = load_model_config(args.model)
+        print(space.describe(model_config.num_hidden_layers if model_config is not None else None))
+        if model_config is not None:
+            from ..search.study import unit_costs
+
+            print(f"\nwhat one unit of each size costs on {args.model} (deployable parameters):")
+            print("\n".join(unit_costs(space, model_config)))
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other error of the command is
+    (its subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("petl-nas").strip()
+        sys.stderr.write(f"petl-nas: error: {command + ': ' if command else ''}{message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with its example (and whose usage errors name it)."""
+    parser = sub.add_parser(name, help=help, epilog="example:\n  " + EXAMPLES[name],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(command_parser=parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"petl-nas {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = _command(sub, "search", "search the design space under a parameter budget")
+    p.add_argument("--experiment", help="an experiment YAML (flags override it)")
+    p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
+    p.add_argument("--model", help="backbone: local directory or hub name")
+    p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, or a built-in demo: "
+                                   "demo_sentiment, demo_keyword, demo_copy or demo_reverse "
+                                   "(a task over your own files is written in the experiment file: task: {train: ...})")
+    p.add_argument("--data-dir", help="the folder of a built-in task's files: GLUE (<dir>/<TASK>/{train,dev}.tsv), "
+                                      "XSum or WMT16 en-ro (docs/generation.md)")
+    p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
+    p.add_argument("--space", help="a space file or a name from search_space/: unified (the default), unified_short "
+                                   "(shorter trials, for CPUs: the quickstart's), small, mam, unipelt, seq2seq")
+    p.add_argument("--trials", type=int, help="trained trials the study should hold")
+    p.add_argument("--sampler", help="tpe (default), nsga2, random, gp, presets")
+    p.add_argument("--strategy", choices=["sampler", "oneshot", "both"],
+                   help="sampler (default); oneshot: a supernet's proposals; both: those, then the sampler's")
+    p.add_argument("--oneshot-runs", type=int, metavar="N",
+                   help="supernet runs; above 1, Optuna searches the supernet's knobs across them (oneshot.search)")
+    p.add_argument("--presets", help="auto (every preset that fits), none, or a comma-separated list")
+    p.add_argument("--executor", help="ray (default) or local (no Ray: trials in this process; several local "
+                                       "workers can share one study, docs/cluster.md)")
+    p.add_argument("--scheduler", help="asha (default) or fifo")
+    p.add_argument("--ray-address", help="an existing Ray cluster")
+    p.add_argument("--cpus-per-trial", type=float, help="CPU cores Ray reserves for each trial")
+    p.add_argument("--gpus-per-trial", type=_number_or_auto("GPUs"),
+                   help="a share of a GPU per trial (fractions share a card), or auto (the default): "
+                        "none without GPUs, else as many trials per GPU as the first one's memory allows")
+    p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
+    p.add_argument("--study", help="study name (default: the experiment name)")
+    p.add_argument("--warm-start", metavar="URL[#STUDY]",
+                   help="enqueue an earlier study's front first (another task or backbone), re-counted and filtered")
+    p.add_argument("--objectives", help="score,params (default), then any of step_time, memory, latency "
+                                        "(measured costs, minimised too)")
+    p.add_argument("--force-new-study", action="store_true",
+                   help="replace a study made with another space or other scoring settings (task, budget, K, ...)")
+    p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
+    p.add_argument("--epochs", type=_number_or_auto("epochs"), help="epochs per search trial, or auto (calibrated before the search)")
+    p.add_argument("--seed", type=int, help="the seed of the sampler and of each trial's training (default 0)")
+    p.set_defaults(func=cmd_search)
+
+    p = _command(sub, "export", "choose a configuration from a study's Pareto front and write it")
+    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
+    p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
+    p.add_argument("--budget", help="only front members at or under this budget (0.3%% or a count)")
+    p.add_argument("--pick", default="best", help="best (default), smallest-within=X or fastest-within=X "
+                                                  "(X metric points; fastest: the deployed form's latency, "
+                                                  "the candidates timed again here side by side)")
+    p.add_argument("--no-retime", action="store_true", help="fastest-within: rank by the latencies the trials "
+                                                            "measured, without timing the candidates again here")
+    p.add_argument("--format", default="petl-nas", choices=["petl-nas", "adapters", "peft"],
+                   help="petl-nas record (default), AdapterHub ConfigUnion JSON or a PEFT config JSON")
+    p.add_argument("-o", "--output", help="the file to write")
+    p.add_argument("--list", action="store_true", help="print the front instead")
+    p.add_argument("--preset", help="write this preset on the study's backbone, task and final recipe "
+                                    "instead (the baseline to train beside the exported trial)")
+    p.add_argument("--recipe", default="final", choices=["final", "search"],
+                   help="train with the study's final recipe (default) or with the length and data the "
+                        "search scored the trial at, where its ranking was measured")
+    p.set_defaults(func=cmd_export)
+
+    p = _command(sub, "train", "train an exported configuration; save only its PETL weights")
+    p.add_argument("--config", required=True, help="a record written by petl-nas export")
+    p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's, at least 1)")
+    p.add_argument("--out", default="petl_out", help="output folder: seed_N/ per run, and metrics.json")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the runs another record left in --out (without it they are kept and the "
+                        "command refuses; the same record's runs are always kept and resumed)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--compile", choices=COMPILE_MODES,
+                   help="torch.compile the runs in this mode (default: the record's, else off); "
+                        "reduce-overhead pays on a GPU for runs of thousands of steps")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="on a GPU, replay each training step as a CUDA graph (default: the record's, else off)")
+    p.set_defaults(func=cmd_train)
+
+    p = _command(sub, "predict", "label texts with a trained PETL directory")
+    p.add_argument("--model", required=True, help="a directory written by petl-nas train")
+    p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
+    p.add_argument("--backbone", help="override the recorded backbone (name, path)")
+    p.set_defaults(func=cmd_predict)
+
+    p = _command(sub, "convert", "write a trained directory as a HF PEFT adapter or a merged transformers model")
+    p.add_argument("--model", required=True, help="a directory written by petl-nas train (e.g. runs/best/seed_0)")
+    p.add_argument("--to", required=True, choices=["peft", "merged"],
+                   help="peft: a PEFT LoRA adapter folder (PeftModel.from_pretrained); merged: a plain transformers "
+                        "model with the LoRA updates folded into its weights (AutoModelFor...from_pretrained)")
+    p.add_argument("-o", "--output", required=True, help="a new (or empty) folder to write")
+    p.add_argument("--backbone", help="override the recorded backbone (name, path)")
+    p.add_argument("--base-name", help="with --to peft: the base model's name to write in adapter_config.json "
+                                       "(default: the backbone's hub name, or its path when the run was given a folder)")
+    p.set_defaults(func=cmd_convert)
+
+    p = _command(sub, "space", "validate or show a search space file")
+    p.add_argument("action", choices=["validate", "show"])
+    p.add_argument("file", help="a space YAML or a name from search_space/")
+    p.add_argument("--model", help="show: this backbone's per-layer parameters, and what one unit of each "
+                                   "size costs on it")
+    p.set_defaults(func=cmd_space)
+
+    p = _command(sub, "count", "exact trainable and deployable parameter counts")
+    p.add_argument("--model", required=True, help="local transformers directory or hub name")
+    p.add_argument("--preset", help="a named preset (see `petl-nas presets`)")
+    p.add_argument("--config", help="a PetlConfig YAML or JSON file, an export record (export -o), or a "
+                                    "trained model's folder or petl_config.json")
+    p.add_argument("--num-labels", type=int, default=2, help="size of the task head (1 = regression)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_count)
+
+    p = _command(sub, "presets", "list the named presets (with counts if --model is given), or show one")
+    p.add_argument("name", nargs="?", help="one preset in full: description, learning rate, configuration")
+    p.add_argument("--model", help="local transformers directory or hub name")
+    p.set_defaults(func=cmd_presets)
+
+    p = _command(sub, "dashboard", "browse a study in optuna-dashboard, read-only (until Ctrl-C)")
+    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL (SQLite or PostgreSQL)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only). The dashboard has no "
+                        "authentication: from another machine, forward the port over SSH rather than listen "
+                        "on a public address")
+    p.add_argument("--allow-writes", action="store_true",
+                   help="let the dashboard change the study as optuna-dashboard itself does (delete or rename "
+                        "studies, write notes, tell trials); by default it is read-only")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a host name that reaches this machine, accepted in requests beside localhost and IP "
+                        "addresses (others are refused against DNS rebinding); repeat for several")
+    p.set_defaults(func=cmd_dashboard)
+
+    p = _command(sub, "report", "write a study's Pareto plot, hypervolume, importances and front table (HTML + PNG)")
+    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
+    p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
+    p.add_argument("-o", "--output", required=True, help="folder for report.html and the PNGs")
+    p.set_defaults(func=cmd_report)
+
+    p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), about 11 min on 2 CPU cores")
+    p.add_argument("--data-dir", help="a GLUE directory with SST-2/{train,dev}.tsv (default: look in the usual places)")
+    p.add_argument("--demo", action="store_true", help="search the built-in demo task even when SST-2 is there")
+    p.add_argument("--name", help="run name: runs/NAME and the study (default quickstart, or quickstart_demo)")
+    p.add_argument("--trials", type=int, help="trained trials the study should hold (default 8)")
+    p.add_argument("--k", type=int, help="training examples per trial (default 500)")
+    p.add_argument("--epochs", type=float, help="epochs per trial (default 3)")
+    p.add_argument("--final-seeds", type=int, help="seeds of the front's final re-evaluation (default 2; 0 skips it)")
+    p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
+    p.add_argument("--executor", help="ray (default: local Ray) or local (no Ray)")
+    p.set_defaults(func=cmd_quickstart)
+
+    p = _command(sub, "doctor", "check this environment: versions, GPUs, Ray, storage, extras, data, hub")
+    p.add_argument("--storage", default="sqlite:///runs/quickstart/study.db",
+                   help="the SQLAlchemy URL to check (default the quickstart's SQLite file)")
+    p.add_argument("--start-ray", action="store_true", help="also start a local Ray instance and run a task")
+    p.add_argument("--data-dir", help="a GLUE directory to check instead of the usual places")
+    p.set_defaults(func=cmd_doctor)
+    return parser
+
+
+@contextlib.contextmanager
+def _own_warnings_as_lines():
+    """petl-nas's own warnings (`PetlWarning`) as one ``petl-nas: warning: ...`` line each; other
+    libraries' as Python shows them."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, PetlWarning):
+            print(f"petl-nas: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = default
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                       # said by the subcommand's parser: "see petl-nas search --help"
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        with _own_warnings_as_lines():
+            return args.func(args)
+    except KeyboardInterrupt as e:    # Ctrl-C: a search has failed its running trials, to be retried first
+        return _interrupted(args, e)
+    except Exception as e:
+        if caused_by_interrupt(e):    # an error while the interrupt unwound: the interrupt, and that error
+            print(f"petl-nas: warning: stopping raised {one_line(e)}", file=sys.stderr)
+            return _interrupted(args, e)
+        if isinstance(e, BrokenPipeError) and _stdout_closed():   # `petl-nas presets | head`: the reader has
+            return 141                                    # what it wanted; quiet, and 128 + SIGPIPE as C tools
+        if isinstance(e, ConfigError):
+            print(f"petl-nas: error: {e}", file=sys.stderr)
+        elif isinstance(e, OSError):  # a path that cannot be read or written (a folder for a file, ...)
+            print(f"petl-nas: error: {f'{e.filename}: {e.strerror}' if e.filename else e}", file=sys.stderr)
+        else:
+            raise
+        return 2
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader is gone (a pipe's reader has closed it); if so, what is left
+    to write goes nowhere, else Python fails again flushing it on the way out."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):            # not a file: captured, replaced
+        return False
+    if not hasattr(select, "poll"):          # Windows: no poll; the error is said as any other
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
+
+
+def _interrupted(args, stop: BaseException) -> int:
+    cause = stop.__cause__ if isinstance(stop, StoppedBeforeWriting) else None
+    if cause is not None and not isinstance(cause, KeyboardInterrupt):   # an error while the stop unwound
+        print(f"petl-nas: warning: stopping raised {one_line(cause)}", file=sys.stderr)
+    if isinstance(stop, StoppedBeforeWriting):
+        after = " before the study was made: nothing was written" if args.func is cmd_search else ""
+    else:
+        after = "; the study is kept: run the same command again to go on" if args.func is cmd_search else ""
+    print("petl-nas: interrupted" + after, file=sys.stderr)
+    return exit_status(stop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

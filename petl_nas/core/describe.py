@@ -1,0 +1,65 @@
+"""A `PetlConfig` as one short line of text: the trial attribute ``config_text`` the dashboard
+shows, and the report's tables.
+
+Example:
+    >>> from petl_nas.core.config import ModuleSpec, PetlConfig
+    >>> describe_config(PetlConfig(modules=(ModuleSpec(form="lora", size=8, scale=2.0),)))
+    'attn LoRA r=8 on q,v scaled s=2'
+    >>> describe_config(PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=16, blocks=("decoder",)),)))
+    'ffn adapter r=16 parallel relu in decoder'
+"""
+
+from __future__ import annotations
+
+from .config import ModuleSpec, PetlConfig
+
+FORM_NAMES = {"adapter": "adapter", "lora": "LoRA", "prefix": "prefix", "mh_adapter": "MH adapter",
+              "compacter": "Compacter"}
+
+
+def _layers(layers: tuple[int, ...] | None) -> str:
+    if layers is None:
+        return ""
+    if len(layers) > 1 and layers == tuple(range(layers[0], layers[-1] + 1)):
+        return f" layers {layers[0]}-{layers[-1]}"
+    return " layers " + ",".join(map(str, layers))
+
+
+def describe_module(m: ModuleSpec) -> str:
+    """E.g. ``ffn Compacter r=52 n=4 sequential relu σ-gate layers 0,3,4`` (σ-gate: UniPELT's
+    learned gate; λ-gated: prefix tuning's own gate)."""
+    size = {"prefix": "l", "mh_adapter": "l"}.get(m.form, "r")
+    parts = [m.position, FORM_NAMES[m.form], f"{size}={m.size}"]
+    if m.form == "compacter":
+        parts.append(f"n={m.phm_n}")
+    if m.form == "lora":
+        parts.append("on " + ",".join(m.targets))
+    if m.form in ("adapter", "compacter"):
+        parts += [m.insertion, m.nonlinearity]
+    if m.form == "prefix":
+        parts.append(f"MLP {m.reparam}" if m.reparam else "flat")
+    if m.composition == "scaled":
+        parts.append(f"scaled s={m.scale:.3g}" + (" learned" if m.learn_scale else ""))
+    elif m.form == "prefix":
+        parts.append("λ-gated" if m.composition == "gated" else "add")
+    if m.gate:
+        parts.append("σ-gate" if m.gate_per == "example" else "σ-gate per token")
+    blocks = f" in {'+'.join(m.blocks)}" if m.blocks is not None else ""
+    return " ".join(parts) + blocks + _layers(m.layers)
+
+
+def describe_config(config: PetlConfig | dict) -> str:
+    """The modules joined by `` + ``, then BitFit / prompt / LayerNorm switches."""
+    if isinstance(config, dict):
+        config = PetlConfig.from_dict(config)
+    parts = [describe_module(m) for m in config.modules]
+    if config.bitfit:
+        parts.append("BitFit")
+    if config.prompt_length:
+        parts.append(f"prompt {config.prompt_length} tokens")
+    if config.train_layernorms:
+        parts.append("LayerNorms")
+    return " + ".join(parts) or "no PETL module (head only)"
+
+
+__all__ = ["describe_config", "describe_module"]

@@ -1,0 +1,308 @@
+"""Hand a trained run (a `petl-nas train` folder) to tools that do not know petl-nas.
+
+- ``peft``: a HF PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) for a
+  LoRA configuration whose design PEFT expresses (`interop.to_peft`): the trained A and B of every
+  update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``);
+  or a decoder-only language model's soft prompt, as PEFT's prompt tuning.
+  ``PeftModel.from_pretrained(base, folder)`` gives the trained model; serving stacks that load
+  PEFT LoRA adapters read it. Its ``base_model_name_or_path`` (what ``AutoPeftModel...`` and
+  serving stacks load as the base) is the backbone's hub name when the run named one, its local path
+  when the run was given a folder, or the name the user passes (``base_name``).
+- ``merged``: a plain transformers model folder (weights and tokenizer) with every LoRA update folded
+  into the weight it updates, BitFit biases, trained LayerNorms and the head in place:
+  ``AutoModelFor...from_pretrained(folder)``, no petl-nas, no adapter, the backbone's speed. Only
+  what folds into the weights can be merged: adapters, prefixes, prompts and gated LoRA compute
+  beside them.
+
+Each conversion is checked before it is published: the written folder is loaded back the way a user
+would load it, and its outputs on a probe batch (and, for a language model, the logits of each step
+of its greedy answer to the probe, generated with its cache) must equal the trained model's, or
+nothing is written.
+
+Example:
+    >>> convert("runs/best/seed_0", "runs/best/peft", to="peft")        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..errors import ConfigError
+from .runs import fresh_backbone, load
+from ..core.head import native_pooling, stock_head_fields
+from ..core.inject import lora_updates, merge_lora, petl_config_of, remove_petl
+from .interop import NotExpressible, to_peft
+from ..core.models import (DEMO_NAMES, auto_class_name, hub_options, load_for_task, load_model_config, resolve_model,
+                           transformers_quiet)
+from ..tasks import recorded_task
+
+TARGETS = ("peft", "merged")
+_PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
+
+
+def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base_name: str | None = None) -> dict:
+    """Write the trained run ``directory`` as ``to`` (``peft`` or ``merged``) into the new folder
+    ``out``; returns what was written and the largest output difference the check measured.
+    ``base_name``: what a PEFT adapter names as its base (a hub name, for a run trained on a local copy)."""
+    if to not in TARGETS:
+        raise ConfigError(f"convert: --to {to!r}: expected one of {', '.join(TARGETS)}")
+    if base_name is not None and to != "peft":
+        raise ConfigError("convert: --base-name names the base model of a PEFT adapter; a merged model has no "
+                          "separate base (use it with --to peft)")
+    if base_name is not None and not base_name.strip():
+        raise ConfigError("convert: --base-name is empty; give the base model's hub name or path")
+    directory, out = Path(directory), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"output {str(out)!r} exists and is not an empty folder; choose another -o")
+    model = load(backbone, directory)
+    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))   # its files may be gone
+    probe = _probe(model.petl_tokenizer, task)
+    expected = _outputs(model, probe)
+    with transformers_quiet():
+        answer = _greedy(model, probe) if task.kind == "causal_lm" else None
+    prompt = petl_config_of(model).prompt_length if to == "peft" else 0    # PEFT's logits begin with the prompt's
+    backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
+    named = base_name if base_name is not None else _base_name(backbone_name)
+    write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
+    overrides = _base_overrides(model, backbone_name)
+    created = [p for p in out.parents if not p.exists()]        # innermost first: removed again if refused
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:                          # name the folder asked for, not a temporary one
+        raise ConfigError(f"output {str(out)!r} cannot be created ({e.strerror})") from None
+    written = False
+    try:
+        with transformers_quiet(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+            what = write(model, directory, task, staging, named)  # (transformers' save reads a property it deprecated)
+            model.petl_tokenizer.save_pretrained(str(staging))
+            reloaded = reload(staging, directory, backbone_name, task, overrides)
+            got = _outputs(reloaded, probe)[:, prompt:]
+            generated = _greedy(reloaded, probe) if answer is not None else None
+        diff = _gap(got, expected)
+        if not _close(got, expected):
+            raise ConfigError(f"convert: the {to} model's outputs differ from the trained model's by up to "
+                              f"{diff:.2e}; nothing written")
+        if answer is not None and not _close(generated, answer):
+            raise ConfigError(f"convert: the {to} model's outputs equal the trained model's, but its own generate() "
+                              f"answers otherwise (step logits differ by up to {_gap(generated, answer):.2e}"
+                              f"{_PEFT_PROMPT_GENERATION if prompt else ''}); nothing written (petl-nas predict "
+                              f"--model {directory} generates with it)")
+        _usual_modes(staging)
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+        written = True
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        for folder in [] if written else created:             # nothing written: nothing left behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    return {"to": to, "out": str(out), "max_abs_diff": diff, "answer_checked": answer is not None, **what,
+            "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
+
+
+def _base_name(backbone) -> str | None:
+    """What a PEFT adapter names as its base when the user does not say: the hub name of the
+    backbone the run named (the demo package is a copy of the hub's all-MiniLM-L6-v2), the absolute
+    path of a folder, nothing for a tiny backbone built in memory."""
+    if not isinstance(backbone, str):
+        return None
+    if Path(backbone).is_dir():
+        return str(Path(backbone).resolve())
+    return DEMO_NAMES[-1] if backbone in DEMO_NAMES else backbone
+
+
+def _gap(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got - expected).abs().max()) if got.shape == expected.shape else float("inf")
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    return _gap(got, expected) <= 1e-4 * (1.0 + float(expected.abs().max()))
+
+
+# peft 0.21.2 with transformers 5.24: PEFT's generation looks for the cache under its old name,
+# past_key_values (peft_model.py), where transformers' generate() now keeps it as cache
+# (generation/utils.py); its prompt-tuning answers then differ from its own forward pass (measured).
+_PEFT_PROMPT_GENERATION = ("; PEFT's prompt tuning generates from its cache under the name past_key_values, "
+                           "which transformers 5.24 renamed")
+
+
+def _greedy(model, batch: dict, new_tokens: int = 6) -> torch.Tensor:
+    """The logits of each step of the greedy continuation of the probe's first row (its real tokens),
+    generated with the model's cache: [steps, vocabulary]."""
+    real = batch["attention_mask"][0].bool()
+    ids = batch["input_ids"][:1, real].to(next(model.parameters()).device)
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                    min_new_tokens=new_tokens, do_sample=False, output_logits=True,
+                                    return_dict_in_generate=True)
+    return torch.cat(out.logits).float().cpu()
+
+
+def _usual_modes(folder: Path) -> None:
+    """The folder and its files readable as any other (mkdtemp makes the folder 0700, and transformers'
+    save_pretrained writes its weights 0600): a serving account must be able to read them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for path in folder.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def _base_overrides(model, backbone) -> dict:
+    """Config values the trained model runs with that its checkpoint lacks, which a PEFT user must
+    pass when loading the base: the pad token petl-nas gave a decoder without one (its end token);
+    without it the stock head refuses any batch of more than one row."""
+    if not isinstance(backbone, str) or model.config.pad_token_id is None:
+        return {}
+    return {"pad_token_id": model.config.pad_token_id} if load_model_config(backbone).pad_token_id is None else {}
+
+
+def _base_arguments(task, overrides: dict) -> dict:
+    return {**({"num_labels": task.num_labels} if not task.generative else {}), **overrides}
+
+
+def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
+    """The line of Python that loads what was written."""
+    if to == "merged":
+        return f"{auto_class_name(task)}.from_pretrained({out!r})"
+    base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
+    arguments = "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
+    return f"PeftModel.from_pretrained({auto_class_name(task)}.from_pretrained({base}{arguments}), {out!r})"
+
+
+def _probe(tok, task) -> dict:
+    """A padded batch of two texts (pairs for a sentence-pair task), as the model reads its rows."""
+    columns = [list(_PROBE)] * (1 if task.generative else max(1, len(task.text_columns)))
+    batch = dict(tok(*columns, padding=True, truncation=True, max_length=32, return_tensors="pt"))
+    if task.kind == "seq2seq":
+        batch["decoder_input_ids"] = batch["input_ids"][:, :4]
+    return batch
+
+
+def _outputs(model, batch: dict) -> torch.Tensor:
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        return model.eval()(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+
+
+# ---- PEFT -----------------------------------------------------------------------------------------
+def _peft():
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("convert --to peft needs the peft package: pip install peft") from None
+    return peft
+
+
+def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
+    peft = _peft()
+    config = petl_config_of(model)
+    loras = [(name, m.A.detach().clone(), m.B.detach().clone()) for name, m, _ in lora_updates(model)]
+    prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
+    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
+                                                  # (to_peft refuses a pooling the stock head cannot read)
+    try:
+        exported = to_peft(config, base.config, task.kind)
+    except NotExpressible as e:
+        raise ConfigError(f"{directory}: {e}") from None
+    wrapped = peft.get_peft_model(base, peft.get_peft_config(exported))
+    with torch.no_grad():
+        for name, a, b in loras:
+            layer = wrapped.base_model.model.get_submodule(name)
+            layer.lora_A["default"].weight.copy_(a)
+            layer.lora_B["default"].weight.copy_(b)
+        if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
+            wrapped.prompt_encoder["default"].embedding.weight.copy_(prompt)
+    wrapped.peft_config["default"].base_model_name_or_path = base_name   # PEFT's would be the path loaded here
+    wrapped.save_pretrained(str(staging), save_embedding_layers=False)   # nothing trains them; and PEFT would ask
+                                                                       # the hub about the base named above
+    return {"lora_updates": len(loras), "peft_config": exported, "base_name": base_name}
+
+
+def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict):
+    """As the printed line loads it: the checkpoint by transformers alone (a tiny backbone, which has
+    no checkpoint, as petl-nas builds it), then the adapter by PEFT."""
+    if isinstance(backbone, str):
+        import transformers
+
+        path = resolve_model(backbone)
+        base = getattr(transformers, auto_class_name(task)).from_pretrained(
+            path, **_base_arguments(task, overrides), **hub_options(path))
+    else:
+        base, _, _ = fresh_backbone(directory, backbone)
+    return _peft().PeftModel.from_pretrained(base, str(staging))
+
+
+# ---- merged ---------------------------------------------------------------------------------------
+def _merge_refusals(model) -> list[str]:
+    config = petl_config_of(model)
+    reasons = []
+    for i, m in enumerate(config.modules):
+        where = f"modules[{i}] ({m.form} at {m.position})"
+        if m.form != "lora":
+            reasons.append(f"{where} computes beside the weights")
+        elif m.gate:
+            reasons.append(f"{where}: its gate depends on the input")
+    if config.prompt_length:
+        reasons.append("a soft prompt computes beside the weights")
+    if stock_head_fields(model, model.petl.pooling) is None:
+        native = native_pooling(model)
+        reasons.append(f"pooling: {model.petl.pooling} (the stock {type(model).__name__} head reads "
+                       f"{'[CLS] through the pooler' if native == 'pooler' else native}; trained with pooling: "
+                       f"{'pooler_trained' if native == 'pooler' else native}, it merges)")
+    return reasons
+
+
+def merge_and_unload(model):
+    """``model`` (a transformers model with petl-nas applied) as a plain transformers model, in place,
+    as PEFT's ``merge_and_unload``: every LoRA update folded into the weight it updates, the PETL
+    edits removed, the head's config set to read as the configuration's pooling did (ModernBERT's
+    ``classifier_pooling``); trained biases, LayerNorms and the head stay. What does not fold is a
+    `ConfigError` naming each part, and the model is left as it was: adapters, Compacters, prefixes,
+    prompts and gated LoRA compute beside the weights, and a pooling the architecture's own head cannot
+    read (mean pooling into BERT's [CLS] head) would change the outputs.
+
+    Example:
+        >>> plain = merge_and_unload(model); plain.save_pretrained("merged")   # doctest: +SKIP
+    """
+    if reasons := _merge_refusals(model):
+        raise ConfigError("cannot be merged into a plain transformers model: " + "; ".join(reasons))
+    fields = stock_head_fields(model, model.petl.pooling)
+    merge_lora(model)
+    remove_petl(model)
+    for name, value in fields.items():
+        setattr(model.config, name, value)
+    return model
+
+
+def _write_merged(model, directory: Path, task, staging: Path, base_name: None = None) -> dict:
+    labels = model.petl.info.get("labels") or []
+    folded = len(lora_updates(model))
+    try:
+        merge_and_unload(model)
+    except ConfigError as e:
+        raise ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)") from None
+    if task.kind == "classification" and labels:
+        model.config.id2label = dict(enumerate(labels))
+        model.config.label2id = {label: i for i, label in enumerate(labels)}
+    if task.kind == "seq2seq":                    # a plain generate() decodes as petl-nas predict does
+        for key, value in task.seq2seq.generate_kwargs().items():
+            setattr(model.generation_config, key, value)
+    model.save_pretrained(str(staging))
+    return {"lora_updates": folded}
+
+
+def _reload_merged(staging: Path, directory: Path, backbone, task, overrides: dict):
+    return load_for_task(str(staging), task)
+
+
+__all__ = ["convert", "merge_and_unload", "TARGETS"]

@@ -1,0 +1,329 @@
+"""Choose a configuration from a study's Pareto front and write it as a self-contained record.
+
+A record (YAML) holds everything `petl-nas train` needs and where it came from: the PetlConfig,
+backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
+study, trial, metric ± std, petl-nas version, space hash).
+
+Choice rules (`choose`): candidates are the front's members at or under the budget, and the
+trials `final.confirm` re-scored over extra seeds (on the front or not, as the search's own pick),
+ranked by their search score (measured on the search-dev split carved from the training data; the
+mean over seeds where confirmed). The held-out
+test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
+the number `petl-nas train` reports on that split is not inflated by having picked on it.
+``best`` takes the highest search score, ties to fewer parameters (with ``final.confirm``, the
+search's own pick, the best mean of the trials it confirmed, where the budget admits it);
+``smallest-within=X`` takes
+the fewest parameters among those within X points (×100 of a 0-1 metric; ROUGE and BLEU are
+already in points) of the
+best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
+trial, `costs.py`; or, as `petl-nas export` does, timed again side by side here, `petl_nas.search.retime`)
+among them, where latencies within `LATENCY_TIE` (10%) of the lowest count as equal: of those, the
+highest search score. With ``objectives: [score, params, latency]`` the front holds the
+fast configurations too; with two objectives, the fastest of the (score, parameters) front.
+
+Example:
+    >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
+    >>> write_record(record(study, trial), "best.yaml")                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from .. import __version__
+from ..search.confirm import PREFIX as CONFIRMED, confirmed_now, confirmed_text, mean_score
+from ..errors import ConfigError, read_text, read_yaml
+from ..core.config import PetlConfig
+from ..search.fronts import group_of, source_of
+from ..fileio import atomic_write
+from ..tasks.metrics import points_per_unit
+from ..tasks.significance import mean_std
+from ..search.records import trial_config
+from ..search.storage import redact
+
+RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "search_dev", "petl_config",
+               "recipe", "seeds", "counts", "provenance")
+_WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
+PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
+LATENCY_TIE = 0.10
+"""Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
+on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
+(`experiments/sst2_latency.md`)."""
+
+
+def _final(study: optuna.Study, t: FrozenTrial) -> dict:
+    return study.user_attrs.get(f"final:{t.number}", {})
+
+
+def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float]]:
+    """(trial, search score) for the front members within ``budget``, and the trials ``final.confirm``
+    re-scored (`petl_nas.search.confirm`): the mean over seeds where it re-scored them. Test-split scores
+    play no part."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
+    front = [t for t in study.best_trials if budget is None or t.values[1] <= budget]
+    if not study.best_trials:
+        raise ConfigError(f"study {study.study_name!r} has no feasible trial: every complete trial is over its "
+                          f"budget or did not learn (within noise of the trivial baseline)")
+    if not front:
+        smallest = min(t.values[1] for t in study.best_trials)
+        raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
+                          f"(the smallest has {int(smallest):,} deployable parameters)")
+    # A trial final.confirm re-scored is a candidate even off the front: the search's own pick is the
+    # best confirmed mean wherever it lies, and export must not disagree with it. Only the trials the
+    # study's current setting confirms count: an earlier run's (with a larger N) are not its pick.
+    seen, now = {t.number for t in front}, confirmed_now(study)
+    confirmed = [t for t in complete if t.number not in seen and t.number in now
+                 and (budget is None or t.values[1] <= budget)]
+    return [(t, mean_score(study, t) if t.number in now else t.values[0]) for t in front + confirmed]
+
+
+def _search_pick(study: optuna.Study) -> int | None:
+    """The trial the search re-evaluated as its pick under ``final.confirm``: the best mean of those
+    it confirmed (None without confirm). A trial it did not confirm can show a higher single score
+    than that mean (single scores of the best draws run high: that is why they were confirmed)."""
+    now = confirmed_now(study)
+    trials = [t for t in study.get_trials(deepcopy=False) if t.number in now]
+    return max(trials, key=lambda t: (mean_score(study, t), -t.values[1])).number if trials else None
+
+
+def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
+           retime: Callable[[list[FrozenTrial]], dict[int, float]] | None = None) -> FrozenTrial:
+    """The trial to export (see the module docstring for the rules). With ``retime``,
+    ``fastest-within`` ranks the candidates within the margin by ``retime(candidates)``, ``{trial
+    number: ms}`` (`petl_nas.search.retime`), instead of the latencies the trials measured; a candidate it
+    leaves out is not chosen."""
+    m = _WITHIN.match(pick)
+    if pick != "best" and not m:                        # the flag first: before the study is read
+        raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
+    pool = candidates(study, budget)
+    best = max(pool, key=lambda c: (c[1], -c[0].values[1]))
+    picked = _search_pick(study)
+    if picked is not None and any(c[0].number == picked for c in pool):     # within the budget: the
+        best = next(c for c in pool if c[0].number == picked)             # search's own pick, by its mean
+    if pick == "best":
+        return best[0]
+    floor = best[1] - float(m.group(2)) / points_per_unit(study.user_attrs.get("metric", "accuracy"))
+    within = [c for c in pool if c[1] >= floor]
+    if m.group(1) == "smallest":
+        return min(within, key=lambda c: (c[0].values[1], -c[1]))[0]
+    if retime is not None:
+        latency = retime([c[0] for c in within])
+        within = [c for c in within if c[0].number in latency]
+    else:
+        unmeasured = [c[0].number for c in within if c[0].user_attrs.get("latency_ms") is None]
+        if unmeasured:
+            raise ConfigError(f"--pick {pick}: trial {unmeasured[0]} of study {study.study_name!r} has no latency "
+                              f"measured (a study from before petl-nas measured it); use best or smallest-within")
+        latency = {c[0].number: c[0].user_attrs["latency_ms"] for c in within}
+    fastest = min(latency[c[0].number] for c in within)
+    tied = [c for c in within if latency[c[0].number] <= fastest * (1 + LATENCY_TIE)]
+    return max(tied, key=lambda c: (c[1], -c[0].values[1]))[0]
+
+
+RECIPES = ("final", "search")
+
+
+def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = None,
+           recipe: str = "final") -> dict:
+    """The self-contained export record of ``trial``: trained with the study's final recipe, or with
+    ``recipe="search"`` the length and data its search score was measured at."""
+    u, final = trial.user_attrs, _final(study, trial)
+    counts = {"deployable": u["deployable"], "trainable": u["trainable"], "pct_of_backbone": u.get("pct_of_backbone")}
+    config = trial_config(trial)
+    origin = {"source": group_of(trial)}             # preset, sweep, oneshot or searched
+    if u.get("oneshot"):                             # which supernet run proposed it, at which budget
+        origin.update(oneshot=u["oneshot"], oneshot_budget=u.get("oneshot_budget"))
+    if trial.number in confirmed_now(study):         # its search score, then one per extra seed
+        origin.update(confirmed_scores=study.user_attrs[CONFIRMED + str(trial.number)])
+    return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
+                   trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
+                   test_mean=final.get("mean"), test_std=final.get("std"), test_n=len(final.get("scores", [])) or None,
+                   **origin, **_measured_costs(u))
+
+
+def _measured_costs(attrs: dict) -> dict:
+    """What the trial measured of its costs (`costs.py`), for the record: ``{"costs": {...}}`` or nothing."""
+    from ..training.costs import COSTS
+
+    costs = {attr: attrs[attr] for _, attr in COSTS.values() if attrs.get(attr) is not None}
+    return {"costs": costs} if costs else {}
+
+
+def _study_space(study: optuna.Study):
+    """The study's search space: its file if it is still there, else the shipped space of that name."""
+    from ..search.space import SearchSpace
+
+    source, name = study.user_attrs.get("space"), study.user_attrs.get("space_name")
+    return SearchSpace.load(source if source and Path(source).exists() else name)
+
+
+def preset_record(study: optuna.Study, name: str, storage_url: str | None = None, recipe: str = "final") -> dict:
+    """A record of preset ``name`` on the study's backbone, task and final recipe: the fair
+    hand-designed baseline to train beside an exported trial. A preset the study trained is that
+    trial (its configuration and learning rate, at the space's nearest point where it was mapped:
+    what the study measured and compared); one it did not train is the preset at its paper rate."""
+    from ..core.budget import count_parameters
+    from ..core.presets import preset, preset_lr
+    from ..tasks import resolve_task
+    from ..training.loading import model_config_for
+
+    trained = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+               if t.user_attrs.get("preset") == name]
+    if trained:
+        return record(study, trained[0], storage_url, recipe)
+    a = study.user_attrs
+    task = resolve_task(a.get("task_spec") or a["task"])
+    model_config = model_config_for(json.loads(a["backbone"]), task)
+    config = _study_space(study).with_head(preset(name, model_config))   # the head the trials had
+    n = count_parameters(model_config, config, num_labels=task.num_labels)
+    counts = {"deployable": n.deployable, "trainable": n.trainable,
+              "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}
+    return _record(study, config.to_dict(), preset_lr(name), counts, storage_url, recipe,
+                   trial=None, preset=name, search_score=None, test_mean=None, test_std=None,
+                   test_n=None)
+
+
+def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, recipe_source: str,
+            **provenance) -> dict:
+    if recipe_source not in RECIPES:
+        raise ConfigError(f"--recipe: expected one of {', '.join(RECIPES)}, got {recipe_source!r}")
+    a = study.user_attrs
+    fidelity, final_cfg = a.get("fidelity", {}), a.get("final", {})
+    # "search": the trial's own length and data, where its score says it is good; "final": the study's
+    # final recipe, where the search's ranking may not hold (a longer run can overfit a high rate)
+    length = fidelity if recipe_source == "search" else final_cfg
+    recipe = {"lr": lr, "epochs": length.get("epochs", 10.0),
+              "batch_size": fidelity.get("batch_size", 32), "max_length": fidelity.get("max_length", 128),
+              "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1,
+              **{key: length[key] for key in ("max_steps", "eval_rows") if length.get(key)},
+              **{key: fidelity[key] for key in ("length_buckets", "frozen_cache_mb") if fidelity.get(key)},
+              **({"precision": fidelity["precision"]} if fidelity.get("precision", "auto") != "auto" else {}),
+              **({"compile": fidelity["compile"]} if fidelity.get("compile", "off") != "off" else {}),
+              **({"cuda_graphs": True} if fidelity.get("cuda_graphs") else {})}
+    k = fidelity.get("k") if recipe_source == "search" or final_cfg.get("k", -1) == -1 else final_cfg.get("k")
+    return {
+        "petl_nas_version": __version__,
+        "backbone": json.loads(a["backbone"]) if "backbone" in a else None,
+        "task": a.get("task_spec", a.get("task")),
+        "data_dir": a.get("data_dir"),
+        "data_seed": a.get("data_seed", 111),
+        "k": k,
+        "search_dev": fidelity.get("search_dev"),      # with K, the rows carved beside (or out of) it
+        "petl_config": petl_config,
+        "recipe": recipe,
+        "seeds": final_cfg.get("seeds", 3),
+        "counts": {**counts, "backbone": a.get("backbone_params")},
+        "provenance": {"storage": redact(storage_url), "study": study.study_name, "recipe": recipe_source, **provenance,
+                       "metric": a.get("metric"),
+                       "space": a.get("space_name"), "space_hash": a.get("space_hash"),
+                       "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+    }
+
+
+def make_parent(path: Path) -> None:
+    """Create the folder ``path`` is written to; one clear line where a file stands in its way."""
+    blocking = next((p for p in path.parents if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ConfigError(f"output {str(path)!r} cannot be written: {blocking} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def write_record(rec: dict, path: str | Path) -> Path:
+    path = Path(path)
+    make_parent(path)
+    atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False), encoding="utf-8"))
+    return path
+
+
+def read_record(path: str | Path) -> dict:
+    """Read and check an export record; unknown keys and bad configs name the file and key."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config {str(path)!r}: no such file")
+    rec = read_yaml(read_text(path), path)
+    if not isinstance(rec, dict):
+        raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
+    from ..errors import suggest
+    from ..search.experiment import Experiment
+
+    searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)
+    for key in rec:
+        if key in searched and not {"petl_config", "recipe"} & set(rec):
+            raise ConfigError(f"{path}: this is an experiment file (key {key!r}): petl-nas search --experiment "
+                              f"runs it; train takes a record that petl-nas export writes")
+        if key not in RECORD_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}{suggest(key, RECORD_KEYS)}")
+    for key in ("backbone", "task", "petl_config", "recipe"):
+        if rec.get(key) is None:
+            raise ConfigError(f"{path}: {key}: missing")
+    try:
+        PetlConfig.from_dict(rec["petl_config"])
+    except ConfigError as e:
+        raise ConfigError(f"{path}: petl_config.{e}") from None
+    _check_recipe(path, rec["recipe"])
+    return rec
+
+
+def _check_recipe(path: Path, recipe) -> None:
+    """A record's recipe: known keys only (a misspelt one would silently train at the default) and
+    positive sizes and rates."""
+    from ..errors import suggest
+    from ..training.loop import Recipe
+
+    if not isinstance(recipe, dict):
+        raise ConfigError(f"{path}: recipe: expected a mapping of {', '.join(Recipe.__dataclass_fields__)}")
+    for key in recipe:
+        if key not in Recipe.__dataclass_fields__:
+            raise ConfigError(f"{path}: recipe.{key}: unknown key{suggest(key, Recipe.__dataclass_fields__)}")
+    for key in ("lr", "epochs", "batch_size", "max_length"):
+        value = recipe.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{path}: recipe.{key}: expected a number > 0, got {value!r}")
+
+
+def _confirmed_note(study: optuna.Study, t: FrozenTrial, on_front: bool) -> str:
+    return "  " + confirmed_text(study.user_attrs[CONFIRMED + str(t.number)], on_front)
+
+
+def front_table(study: optuna.Study) -> str:
+    """The front as text: trial, source, scores, counts and the study's cost objectives (what
+    ``export --list`` prints), and the trials ``final.confirm`` re-scored with their means (export
+    candidates even off the front)."""
+    from ..training.costs import COSTS, UNITS
+
+    backbone = study.user_attrs.get("backbone_params") or 1
+    costs = [o for o in study.user_attrs.get("objectives", ["score", "params"])[2:] if o in COSTS]
+    lines = [f"{'trial':>5}  {'source':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"
+             + "".join(f"{f'{o} {UNITS[o]}':>16}" for o in costs)]
+    now = confirmed_now(study)
+    on_front = {t.number for t in study.best_trials}
+    off = [t for t in study.get_trials(deepcopy=False) if t.number in now and t.number not in on_front]
+    for t in sorted(study.best_trials + off, key=lambda t: t.values[1]):
+        f = _final(study, t)
+        test = mean_std(f["mean"], f["std"], len(f.get("scores", []))) if f else "-"
+        values = [t.user_attrs.get(COSTS[o][1]) for o in costs]
+        lines.append(f"{t.number:>5}  {source_of(t):<14}{t.values[0]:>9.4f}{test:>20}"
+                     f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"
+                     + "".join(f"{f'{v:.1f}' if v is not None else '-':>16}" for v in values)
+                     + (_confirmed_note(study, t, t.number in on_front) if t.number in now else ""))
+    if len(lines) == 1:                     # the header alone would read as a silent success
+        complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        lines.append("(no trial on the front: " + ("no trial has completed yet)" if not complete else
+                     f"none of the {complete} complete trials learned: each scored within noise of the "
+                     f"trivial baseline)"))
+    return "\n".join(lines)
+
+
+__all__ = ["candidates", "choose", "record", "write_record", "make_parent", "read_record", "front_table",
+           "LATENCY_TIE"]

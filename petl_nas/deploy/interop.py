@@ -1,0 +1,238 @@
+"""The same configuration for AdapterHub (`adapters` ConfigUnion JSON) and HF PEFT, where it is
+expressible there; where it is not, `NotExpressible` lists the dimensions instead of writing
+something different.
+
+Both are written as plain JSON in the libraries' own config vocabulary (neither library is
+imported): ``adapters.ConfigUnion.load(d)`` / ``peft.get_peft_config(d)`` read them.
+AdapterHub reference: its ``adapter_config.py`` (bottleneck, lora, prefix_tuning, prompt_tuning,
+union); PEFT: LoraConfig. PEFT's prefix tuning is not this prefix on any family under transformers
+5 (measured with peft 0.21, `tests/test_peft_export.py`): BERT-style encoders take no past key
+values, so it cannot run there; on decoders it moves the real tokens' positions by the prefix
+length, a different model (equal to this prefix with the positions shifted).
+"""
+
+from __future__ import annotations
+
+import re
+
+from torch import nn
+
+from ..core.backbones import spec_for
+from ..core.budget import meta_model
+from ..core.config import ModuleSpec, PetlConfig
+from ..core.head import checkpoint_pooling, native_pooling
+
+class NotExpressible(ValueError):
+    """The configuration has dimensions the target library cannot express."""
+
+    def __init__(self, library: str, reasons: list[str]):
+        self.library, self.reasons = library, reasons
+        super().__init__(f"not expressible in {library}: " + "; ".join(reasons))
+
+
+def _leave_out(m: ModuleSpec, n_layers: int) -> list[int]:
+    return [] if m.layers is None else [i for i in range(n_layers) if i not in m.layers]
+
+
+def _scaling(m: ModuleSpec):
+    if m.learn_scale:
+        return "learned"
+    return m.scale if m.composition == "scaled" else 1.0
+
+
+def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int, task_kind: str = "classification") -> dict:
+    """An AdapterHub config dict (``{"architecture": "union", "configs": [...]}`` when several)."""
+    reasons, out = [], []
+    if config.bitfit:
+        reasons.append("bitfit (AdapterHub has no BitFit)")
+    if config.train_layernorms:
+        reasons.append("train_layernorms (AdapterHub trains no backbone LayerNorms)")
+    if config.prompt_length:
+        reasons.append("prompt tokens after the first token (AdapterHub's prompt tuning prepends them)")
+    if config.pooling in ("mean", "pooler", "pooler_trained") and task_kind in ("classification", "regression"):
+        reasons.append(f"pooling: {config.pooling} (AdapterHub's classification heads read [CLS] into a new "
+                       f"dense layer)")
+    for i, m in enumerate(config.modules):
+        where = f"modules[{i}] ({m.form} at {m.position})"
+        if m.blocks is not None:
+            reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
+        if m.gate and m.gate_per == "token":
+            reasons.append(f"{where}: a per-token gate (AdapterHub's gates are UniPELT's, one per example)")
+        if m.form in ("adapter", "compacter"):
+            c = {"architecture": "bottleneck", "mh_adapter": m.position == "attn",
+                 "output_adapter": m.position == "ffn", "reduction_factor": hidden_size / m.size,
+                 "non_linearity": m.nonlinearity, "is_parallel": m.insertion == "parallel",
+                 "scaling": _scaling(m), "use_gating": m.gate,
+                 "init_weights": "mam_adapter" if m.init == "lora" else "bert",
+                 "original_ln_before": True, "original_ln_after": True, "residual_before_ln": True,
+                 "leave_out": _leave_out(m, n_layers)}
+            if m.form == "compacter":
+                c.update(phm_layer=True, phm_dim=m.phm_n, phm_rank=m.phm_rank, shared_phm_rule=True,
+                         factorized_phm_rule=False, learn_phm=True)
+            if m.nonlinearity == "identity":
+                reasons.append(f"{where}: identity nonlinearity")
+            out.append(c)
+        elif m.form == "lora":
+            attn = [t for t in m.targets if t in ("q", "k", "v")]
+            if "o" in m.targets:
+                reasons.append(f"{where}: LoRA on the attention output weight o")
+            if m.learn_scale:
+                reasons.append(f"{where}: learned LoRA scale")
+            out.append({"architecture": "lora", "selfattn_lora": bool(attn), "attn_matrices": attn,
+                        "intermediate_lora": "ffn_in" in m.targets, "output_lora": "ffn_out" in m.targets,
+                        "r": m.size, "alpha": m.size * (m.scale if m.composition == "scaled" else 1.0),
+                        "use_gating": m.gate, "composition_mode": "add", "dropout": m.dropout,
+                        "leave_out": _leave_out(m, n_layers)})
+        elif m.form == "prefix":
+            if m.composition != "gated":
+                reasons.append(f"{where}: {m.composition} composition (AdapterHub's prefix is the "
+                               f"concatenation, He et al.'s gated form)")
+            out.append({"architecture": "prefix_tuning", "prefix_length": m.size, "flat": m.reparam == 0,
+                        "bottleneck_size": m.reparam or 512, "non_linearity": "tanh",
+                        "use_gating": m.gate, "shared_gating": True, "leave_out": _leave_out(m, n_layers)})
+        elif m.form == "mh_adapter":
+            reasons.append(f"{where}: the multi-head parallel adapter")
+    archs = [c["architecture"] for c in out]
+    for a in set(archs):
+        if archs.count(a) > 1 and a != "bottleneck":
+            reasons.append(f"two {a} modules (ConfigUnion takes one per architecture)")
+    if reasons:
+        raise NotExpressible("AdapterHub adapters", reasons)
+    return out[0] if len(out) == 1 else {"architecture": "union", "configs": out}
+
+
+def _head_modules(config: PetlConfig, model: nn.Module, task_kind: str) -> dict:
+    """What trains beside the tuner, as PEFT's ``modules_to_save``: every module of a sequence
+    classifier's head outside the base model that has weights (BERT's ``classifier``, DeBERTa's
+    ``pooler`` and ``classifier``, ModernBERT's ``head`` and ``classifier``, DistilBERT's
+    ``pre_classifier``, a decoder's ``score``), and a trained pooler inside it (``pooler_trained``).
+    PEFT's own default for SEQ_CLS is only ``classifier`` and ``score``."""
+    if task_kind not in ("classification", "regression"):
+        return {}
+    head = [name for name, child in model.named_children()
+            if child is not model.base_model and any(True for _ in child.parameters())]
+    if config.pooling == "pooler_trained":
+        head.append("pooler")
+    return {"modules_to_save": sorted(set(head))}
+
+
+def _resolved_pooling(config: PetlConfig, model_config) -> tuple[str, str]:
+    """(what the configuration's head reads, what the stock model's head reads)."""
+    model = meta_model(model_config)
+    native = native_pooling(model)
+    if config.pooling != "auto":
+        return config.pooling, native
+    return checkpoint_pooling(getattr(model_config, "_name_or_path", None)) or native, native
+
+
+def _lora_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) -> tuple[str, list[str], list[nn.Module]]:
+    """A regular expression naming exactly the weights ``m`` adapts (its layers written in), their
+    names without the layer (to check overlaps) and their layer-0 modules; a fused slice is a reason
+    instead."""
+    names, alternatives, modules = [], [], []
+    blocks = [b for b in spec.blocks if m.blocks is None or b.name in m.blocks]
+    for block in blocks:
+        if m.position == "ffn" and not block.ffn_in:
+            continue
+        depth = len(model.base_model.get_submodule(block.layers))
+        layers = "|".join(str(i) for i in (m.layers if m.layers is not None else range(depth)))
+        for t in m.targets:
+            for site in block.sites(t):
+                if site.parts > 1:
+                    reasons.append(f"{where}: {t} is one of {site.parts} slices of the fused {site.path} "
+                                   f"(PEFT adapts whole modules)")
+                    continue
+                alternatives.append(rf"{re.escape(block.layers)}\.(?:{layers})\.{re.escape(site.path)}")
+                names.append(f"{block.layers}.{site.path}")
+                modules.append(model.base_model.get_submodule(block.layers)[0].get_submodule(site.path))
+    return r"(?:.*\.)?(?:" + "|".join(alternatives) + ")", names, modules
+
+
+def _peft_task_type(spec, task_kind: str) -> str:
+    if task_kind in ("classification", "regression"):
+        return "SEQ_CLS"
+    return "SEQ_2_SEQ_LM" if spec.encoder_decoder else "CAUSAL_LM"
+
+
+def to_peft(config: PetlConfig, model_config, task_kind: str = "classification") -> dict:
+    """A PEFT config dict for the backbone ``model_config`` (a transformers config). LoRA's
+    ``target_modules`` is a regular expression over the backbone's own module names with the layers
+    written in, so it applies to any family whose adapted weights are whole modules; several LoRA
+    modules with different ranks or scales become ``rank_pattern`` / ``alpha_pattern`` entries. A
+    decoder-only language model's soft prompt is PEFT's prompt tuning (both prepend it)."""
+    model_type = model_config.model_type
+    spec = spec_for(model_config)
+    model = meta_model(model_config)
+    reasons = []
+    forms = [m.form for m in config.modules] + (["prompt"] if config.prompt_length else [])
+    for i, m in enumerate(config.modules):
+        where = f"modules[{i}] ({m.form} at {m.position})"
+        if m.form in ("adapter", "compacter", "mh_adapter"):
+            reasons.append(f"{where}: PEFT has no {'bottleneck' if m.form != 'mh_adapter' else 'multi-head'} adapters")
+        if m.gate:
+            reasons.append(f"{where}: UniPELT gate")
+        if m.learn_scale:
+            reasons.append(f"{where}: learned scale")
+        if m.form == "prefix":
+            reasons.append(f"{where}: PEFT's prefix tuning passes past key values, which transformers' "
+                           f"{model_type} models do not take" if not (spec.decoder_only or spec.encoder_decoder) else
+                           f"{where}: PEFT's prefix tuning on the {model_type} backbone moves the real tokens' "
+                           f"positions by the prefix length (a different model)")
+    if config.train_layernorms:
+        reasons.append("train_layernorms")
+    if task_kind in ("classification", "regression") and not (spec.decoder_only or spec.encoder_decoder):
+        pooling, native = _resolved_pooling(config, model_config)
+        if pooling not in {native} | ({"pooler_trained"} if native == "pooler" else set()):
+            reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
+                           f"{'[CLS] through the pooler' if native == 'pooler' else native}; a space or "
+                           f"configuration with pooling: {'pooler_trained' if native == 'pooler' else native} "
+                           f"exports)")
+    prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"     # both prepend: the same model
+    if config.prompt_length and not prompt_as_peft:
+        reasons.append("a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "
+                       "a pad token wherever a row is right-padded)" if spec.decoder_only else
+                       "prompt tokens after the first token (PEFT prepends them)")
+    if len({f for f in forms if f in ("lora", "prefix", "prompt")}) > 1:
+        reasons.append("several methods at once (a PEFT config holds one tuner)")
+    lora = [m for m in config.modules if m.form == "lora"]
+    if config.bitfit and not lora:
+        reasons.append("bitfit without LoRA (PEFT trains biases only beside a LoRA tuner, bias='all')")
+    patterns, seen, adapted = [], set(), []
+    for i, m in ((i, m) for i, m in enumerate(config.modules) if m.form == "lora"):
+        where = f"modules[{i}] (lora at {m.position})"
+        pattern, names, modules = _lora_pattern(spec, model, m, where, reasons)
+        adapted += modules
+        layers = set(m.layers) if m.layers is not None else None
+        for name in names:
+            for other_layers, other in seen:
+                if other == name and (layers is None or other_layers is None or layers & other_layers):
+                    reasons.append(f"{where}: a second LoRA on {name} (PEFT puts one LoRA on a weight)")
+        seen |= {(frozenset(layers) if layers is not None else None, n) for n in names}
+        patterns.append(pattern)
+    if len({m.dropout for m in lora}) > 1:
+        reasons.append("LoRA modules with different dropouts (PEFT takes one lora_dropout)")
+    if reasons:
+        raise NotExpressible("HF PEFT", reasons)
+    base = {"task_type": _peft_task_type(spec, task_kind), "inference_mode": False}
+    if lora:
+        alpha = [m.size * (m.scale if m.composition == "scaled" else 1.0) for m in lora]
+        first = lora[0]
+        out = {**base, "peft_type": "LORA", "r": first.size, "lora_alpha": alpha[0], "lora_dropout": first.dropout,
+               "target_modules": patterns[0] if len(patterns) == 1 else r"(?:" + "|".join(patterns) + ")",
+               "bias": "all" if config.bitfit else "none", **_head_modules(config, model, task_kind)}
+        ranks = {p: m.size for p, m in zip(patterns[1:], lora[1:]) if m.size != first.size}
+        alphas = {p: a for p, a in zip(patterns[1:], alpha[1:]) if a != alpha[0]}
+        if ranks:
+            out["rank_pattern"] = ranks
+        if alphas:
+            out["alpha_pattern"] = alphas
+        if not all(isinstance(module, nn.Linear) for module in adapted):
+            out["fan_in_fan_out"] = True                  # GPT-2's Conv1D keeps its weight as [in, out]
+        return out
+    if config.prompt_length:                              # PEFT's logits begin with the prompt positions'
+        return {**base, "peft_type": "PROMPT_TUNING", "num_virtual_tokens": config.prompt_length,
+                "token_dim": model.get_input_embeddings().embedding_dim}
+    raise NotExpressible("HF PEFT", ["an empty configuration"])
+
+
+__all__ = ["to_adapters", "to_peft", "NotExpressible"]

@@ -1,0 +1,66 @@
+"""The LoRA rank sweep: the baseline front a searched front must rise above.
+
+The most common objection to a PEFT search is that its front is not above a plain LoRA rank sweep.
+With ``final: {baselines: true}`` (the default; ``false`` leaves it out) a study also trains LoRA at r = 1, 2, 4, ... 32 on q,v
+and on every linear layer (q, k, v, o and both FFN matrices), s = 2 as the LoRA preset, with the
+space's head, at every rank whose deployable count fits the budget. Each sweep point is enqueued as a
+point of the space with its learning rate left to the sampler, so it is chosen the same way as every
+searched trial's, trained and scored the same way, and marked ``baseline: lora_<targets>_r<r>``.
+Sweep trials come on top of ``trials``. `fronts.py` compares the fronts.
+"""
+
+from __future__ import annotations
+
+from ..core.budget import count_parameters
+from ..core.config import ModuleSpec, PetlConfig
+
+RANKS = (1, 2, 4, 8, 16, 32)
+
+
+def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]:
+    """(name, configuration) of every sweep point within ``budget``, smallest first."""
+    points = []
+    for r in RANKS:
+        qv = PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=r, composition="scaled", scale=2.0),))
+        every = PetlConfig(modules=(
+            ModuleSpec(form="lora", targets=("q", "k", "v", "o"), size=r, composition="scaled", scale=2.0),
+            ModuleSpec(form="lora", position="ffn", size=r, composition="scaled", scale=2.0)))
+        for name, config in ((f"lora_qv_r{r}", qv), (f"lora_all_r{r}", every)):
+            n = count_parameters(model_config, config).deployable
+            if budget is None or n <= budget:
+                points.append((n, name, config))
+    return [(name, config) for _, name, config in sorted(points, key=lambda p: p[0])]
+
+
+def sweep_trials(study) -> set[str]:
+    """Names of the sweep points already in the study (whatever their state)."""
+    return {t.user_attrs["baseline"] for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")}
+
+
+def seed_sweep(study, space, model_config, budget: int | None, n_layers: int) -> tuple[int, list[str]]:
+    """Enqueue the sweep points the study lacks; returns (sweep trials in the study, lines to print).
+
+    A point the space cannot hold (a rank past its range, targets it lacks) is skipped and named.
+    """
+    have = sweep_trials(study)
+    queued, skipped = [], []
+    for name, config in lora_sweep(model_config, budget):
+        if name in have:
+            continue
+        config = space.with_head(config)
+        params = space.params_for(config, space.globals["lr"].low, n_layers) if "lr" in space.globals else None
+        if params is None:
+            skipped.append(name)
+            continue
+        params.pop("lr", None)                     # the sampler chooses it, as for every searched trial
+        study.enqueue_trial(params, user_attrs={"baseline": name}, skip_if_exists=False)
+        queued.append(name)
+    lines = []
+    if queued:
+        lines.append(f"LoRA rank sweep queued (on top of the trials; learning rates from the sampler): {', '.join(queued)}")
+    if skipped:
+        lines.append(f"LoRA rank sweep: not points of space {space.name!r}, skipped: {', '.join(skipped)}")
+    return len(have) + len(queued), lines
+
+
+__all__ = ["lora_sweep", "seed_sweep", "sweep_trials", "RANKS"]

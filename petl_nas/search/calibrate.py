@@ -1,0 +1,217 @@
+"""`fidelity: auto`: measure how long a trial must train before its score ranks configurations.
+
+Short trials measure "has it started learning" rather than quality: on SST-2 with MiniLM's
+untrained pooler every method sat at the majority class after 3 epochs, and the order of
+configurations changed again between 5 and 10 epochs. Before the search, a few presets that fit
+the budget are trained at the final recipe's length (the reference) and then at growing lengths
+(1, 2, 4, ... epochs), scored on search-dev like any trial. The chosen length is the shortest at
+which every one of them is clear of the trivial baseline (beyond noise), which already tells apart,
+the same way round, every pair of them the final length tells apart beyond noise (`ranks_as`), and
+at which none of them still scores beyond noise below where it ends (`settled`); if no shorter
+length does, the trials run at the final length. A length is tried only while it can repay what
+calibration will have cost by then (`pays`): near the final length, trials save too little.
+
+The last rule is what was learned from the v4 studies: a length at which a preset is still
+climbing ranks learning rates by how fast they learn, not by where they end. On SST-2 the previous
+rule (rank as at the *next* length) chose 2 epochs, where LoRA at its paper rate scored 70.8 and
+fast-learning trials at 3x its rate 81; at 10 epochs the search's pick and LoRA tied. On STS-B the
+4-epoch pick ended 1.2 points behind the preset. The rule before that ("the same order as the next
+length") chose 1 epoch on SST-2 from an order decided by 0.1 points that then became 11 points.
+What was tried, what it cost and what was chosen is stored on the study (``fidelity_calibration``)
+and printed; a resumed study reuses it. The final-length runs are kept whole (`known_results`):
+when the trials run at the final length, the presets are recorded from them instead of being
+trained a second time. ASHA's first rung is never earlier than the first length
+at which calibration saw every preset learn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ..core.budget import count_parameters
+from ..core.presets import preset
+from ..tasks.significance import clearly_better, did_not_learn
+from .storage import as_stored
+from .study import CALIBRATION_ATTR, preset_in_space
+from ..training.loop import Recipe
+from .worker import TrialSpec, free_memory, run_trial
+
+# Presets that calibrate a trial's length, in order of preference: the common anchors of three
+# functional forms (low-rank, bottleneck, Kronecker) and the smallest, BitFit.
+CALIBRATION_PRESETS = ("lora", "parallel_adapter", "compacter_pp", "pfeiffer", "bitfit")
+ATTR = CALIBRATION_ATTR
+
+
+def ladder(final_epochs: float) -> list[float]:
+    """1, 2, 4, ... epochs, capped at (and ending with) the final recipe's length."""
+    out, e = [], 1.0
+    while e < final_epochs:
+        out.append(e)
+        e *= 2
+    return out + [float(final_epochs)]
+
+
+def calibration_presets(exp, model_config, budget: int | None, n: int = 3) -> list[str]:
+    """Up to ``n`` presets that fit the budget: the experiment's own list first, then the anchors."""
+    named = list(exp.presets) if isinstance(exp.presets, (list, tuple)) else []
+    chosen = []
+    for name in named + [p for p in CALIBRATION_PRESETS if p not in named]:
+        try:
+            count = count_parameters(model_config, preset(name, model_config)).deployable
+        except Exception:                                    # noqa: BLE001 - not for this backbone
+            continue
+        if budget is None or count <= budget:
+            chosen.append(name)
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+def ranks_as(short: dict, long: dict) -> bool:
+    """Does the shorter length already show the ranking the longer one shows? Every pair of presets
+    that the longer length tells apart beyond noise must be told apart, the same way round, at the
+    shorter one. (Pairs within noise at the longer length ask nothing; an order decided by a
+    difference within noise is a coin flip, not a ranking.)"""
+    a, b = short["scores"], long["scores"]
+    for x in b:
+        for y in b:
+            if clearly_better(b[x]["score"], b[x]["se"], b[y]["score"], b[y]["se"]) and not \
+                    clearly_better(a[x]["score"], a[x]["se"], a[y]["score"], a[y]["se"]):
+                return False
+    return True
+
+
+def settled(short: dict, long: dict) -> bool:
+    """Has every preset stopped climbing by the shorter length? None may score beyond noise higher
+    at the longer one: a length at which some still climb measures how fast they learn."""
+    a, b = short["scores"], long["scores"]
+    return not any(clearly_better(b[n]["score"], b[n]["se"], a[n]["score"], a[n]["se"]) for n in b)
+
+
+def pays(cost: float, trials: int, final_epochs: float, epochs: float) -> bool:
+    """Is a length worth calibrating? Only while what calibration will have cost with it (in
+    preset-epochs, final-length runs included) is less than what ``trials`` trials at that length
+    would save against the final length. Near the final length it cannot be."""
+    return cost < trials * (final_epochs - epochs)
+
+
+def calibrate(exp, baseline: dict | None, model_config, budget: int | None, printer) -> dict:
+    """Train the calibration presets at the final length, then at growing lengths until one ranks
+    and scores as the final length does; returns the record stored on the study."""
+    from .space import SearchSpace
+
+    start = time.perf_counter()
+    space = SearchSpace.load(exp.space)
+    names = calibration_presets(exp, model_config, budget)
+    fid = exp.fidelity
+    *shorter, longest = ladder(exp.final.epochs)
+    if not names:                                     # nothing to rank: the final length, and why
+        printer(f"  calibration: no preset fits the budget{f' of {budget:,}' if budget is not None else ''}, so "
+                f"nothing can show a shorter length ranks as the final one")
+        return {"presets": [], "steps": [], "epochs": longest, "stable": False, "rule": "final", "skipped": shorter,
+                "final_learned": None, "first_learned_epochs": None, "no_presets": True,
+                "cost_s": round(time.perf_counter() - start, 1)}
+
+    def measure(epochs: float, keep: bool = False) -> dict:
+        recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
+                        evals_per_epoch=0, seed=exp.seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows,
+                        length_buckets=fid.length_buckets, frozen_cache_mb=fid.frozen_cache_mb,
+                        precision=fid.precision, compile=fid.compile, cuda_graphs=fid.cuda_graphs)
+        scores, results = {}, {}
+        for name in names:
+            config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
+            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=config.to_dict(),
+                             recipe=recipe.with_overrides(lr=lr).to_dict(), data_dir=exp.data_dir,
+                             k=fid.k, data_seed=exp.data_seed, search_dev=fid.search_dev, score=fid.score)
+            r = run_trial(spec)
+            scores[name] = {"score": r["score"], "se": r.get("score_se"),
+                            "learned": not did_not_learn(r["score"], r.get("score_se"), baseline)}
+            if keep:
+                results[name] = as_stored({"spec": spec.to_dict(), "result": {k: v for k, v in r.items() if k != "history"}})
+        step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
+                "all_learned": all(s["learned"] for s in scores.values()), **({"results": results} if keep else {})}
+        printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
+                + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}"
+                            for n, s in scores.items()))
+        return step
+
+    final = measure(longest, keep=True)
+    steps, chosen, skipped = [final], None, []
+    spent = len(names) * longest                      # preset-epochs trained so far
+    if not final["all_learned"]:
+        printer("  calibration stops: not every preset learned at the final length, so no shorter length "
+                "can rank them as it does")
+        skipped, shorter = shorter, []                # nothing shorter is tried
+    for epochs in shorter:
+        if not pays(spent + len(names) * epochs, exp.trials, longest, epochs):
+            skipped = [e for e in shorter if e >= epochs]
+            printer(f"  calibration stops before {epochs:g} epochs: with {exp.trials} trials it could save at "
+                    f"most {exp.trials * (longest - epochs):g} trial-epochs, less than calibrating it costs")
+            break
+        spent += len(names) * epochs
+        step = measure(epochs)
+        steps.append(step)
+        if step["all_learned"] and ranks_as(step, final) and settled(step, final):
+            chosen = epochs
+            break
+    steps.sort(key=lambda s: s["epochs"])
+    learned = [s["epochs"] for s in steps if s["all_learned"]]
+    return {"presets": names, "steps": steps, "epochs": chosen or longest, "stable": chosen is not None,
+            "rule": "final", "skipped": skipped, "final_learned": final["all_learned"],
+            "first_learned_epochs": learned[0] if learned else None,
+            "cost_s": round(time.perf_counter() - start, 1)}
+
+
+def known_results(record: dict | None) -> list[tuple[dict, dict]]:
+    """(trial spec, result) of every calibration run at the final length: a trial with the same
+    spec (a preset, when the trials run at the final length) is recorded from it, not trained
+    again, and marked ``reused: calibration``."""
+    steps = (record or {}).get("steps", [])
+    return [(r["spec"], {**r["result"], "reused": "calibration"}) for s in steps for r in s.get("results", {}).values()]
+
+
+def describe(record: dict) -> str:
+    """One line: what calibration chose and why, and what it cost."""
+    if record.get("rule") != "final":             # recorded by an older version: compared with the next length
+        why = ("the presets cleared the baseline and ranked as at the next length" if record["stable"]
+               else "no length up to the final recipe's gave a stable order of presets clear of the baseline")
+    elif record.get("no_presets"):
+        why = "no preset fits the budget, so none could calibrate a shorter length"
+    elif record["stable"]:
+        why = "the presets cleared the baseline, ranked as at the final length and scored within noise of it"
+    elif record.get("final_learned") is False:
+        why = ("not every preset learned even at the final length, so no shorter length can rank them; "
+               "more training rows (k), more epochs or other learning rates may be needed")
+    elif record.get("skipped"):
+        why = (f"no shorter length ranked and scored as the final length did up to "
+               f"{max([s['epochs'] for s in record['steps']][:-1] or [0]):g} epochs; "
+               f"{', '.join(f'{e:g}' for e in record['skipped'])} could not repay calibrating them")
+    else:
+        why = "no shorter length ranked and scored as the final length did"
+    return (f"fidelity auto: {record['epochs']:g} epochs per trial, the final length ({why})" if record.get("no_presets")
+            else f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
+                 f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)")
+
+
+def resolve(study, exp, baseline: dict | None, model_config, budget: int | None, printer):
+    """The experiment with a numeric trial length: calibrated now, or as a resumed study recorded."""
+    if exp.fidelity.epochs != "auto":
+        return exp, None
+    record = study.user_attrs.get(ATTR)
+    if record is None:
+        names = calibration_presets(exp, model_config, budget)
+        if names:
+            printer(f"fidelity auto: calibrating the trial length on {', '.join(names)} ...")
+        record = calibrate(exp, baseline, model_config, budget, printer)
+        free_memory()              # the presets trained here: their GPU memory is the trials' again
+        # Another worker of the same study may have finished first: every worker uses one record.
+        record = study.user_attrs.get(ATTR) or record
+        study.set_user_attr(ATTR, record)
+    printer(describe(record))
+    resolved = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, epochs=record["epochs"]))
+    study.set_user_attr("fidelity", resolved.fidelity.__dict__)
+    return resolved, record
+
+
+__all__ = ["calibrate", "resolve", "known_results", "ladder", "calibration_presets", "describe", "settled", "ranks_as", "pays", "CALIBRATION_PRESETS"]

@@ -1,0 +1,601 @@
+"""A search from start to finish: validate everything, open the study, seed presets, run trials,
+re-evaluate the Pareto front on the held-out test split, and print the front.
+
+Everything that can be wrong with the input (backbone, data, space, budget, storage) is checked
+before the study is touched. Running the same experiment again resumes its study: ``trials`` is the
+number of trained trials the study should hold, so a second run trains only what is missing, and
+several runs of it at once (processes or machines on one storage) fill the study together. A run
+ends when the study is full and no other worker's trial is still running; a trial whose worker died
+is failed once its heartbeat lapses and trained again (see storage.py and docs/cluster.md).
+
+Example:
+    >>> summary = run_search(Experiment.load("experiments/smoke.yaml"))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optuna.exceptions import StorageInternalError
+from optuna.trial import TrialState
+
+from .. import __version__
+from . import calibrate
+from ..core.budget import check_positions, count_parameters
+from ..errors import ConfigError
+from ..core.config import PetlConfig
+from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
+from .confirm import confirm, confirmed_scores, confirmed_text
+from ..training.costs import COSTS, UNITS
+from .executors import EXECUTORS, Recorder, check_ray_address
+from .experiment import Experiment, large_budget_warning, parse_budget
+from ..fileio import atomic_write
+from .interrupts import before_writing, interruptible, raise_if_stopped
+from .packing import GpuPacking
+from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
+from .space import SearchSpace
+from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
+                      running_without_heartbeat, sqlite_path)
+from .baselines import seed_sweep, sweep_trials
+from .warm_start import front_of, seed_warm_start
+from .fronts import source_of, sweep_line
+from ..tasks.significance import clearly_better, has_error_bar, mean_std, paired_difference, trivial_baseline
+from ..tasks.seq2seq import check_languages
+from ..tasks.shift import input_shift, shift_line
+from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front, is_trained,
+                    make_sampler, open_study, presets_within, seed_presets, seeded_sampler, smallest_count,
+                    smallest_module, state_counts)
+from ..tasks import data_lines, load_splits, resolve_task
+from ..training.loop import Recipe, n_evaluations
+from ..core.models import check_weight_files
+from ..training.loading import load_backbone, model_config_for
+from .worker import TrialSpec, run_trial
+
+
+@dataclass
+class SearchSummary:
+    study_name: str
+    storage: str
+    metric: str
+    budget: int | None
+    counts: dict
+    front: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+    presets: list[dict] = field(default_factory=list)
+    failures: dict = field(default_factory=dict)      # failed (and NaN-pruned) trials by kind
+    baseline: dict | None = None                      # the trivial baseline on search-dev
+    did_not_learn: int = 0                            # complete trials within noise of it
+    reference: str | None = None                      # the preset the paired comparisons are against
+    sweep: str | None = None                          # the searched front against the LoRA rank sweep
+    shift: dict | None = None                         # search-dev's inputs against the test split's (shift.py)
+    calibrated_epochs: float | None = None            # the trial length `fidelity: auto` chose, when it did
+    confirmed: list[dict] = field(default_factory=list)   # trials final.confirm re-scored, off the front
+
+    def _row(self, r: dict) -> str:
+        test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
+        search = f"{r['score']:.4f}" + (f" ± {r['se']:.4f}" if r.get("se") is not None else "")
+        paired, pts = r.get("paired"), points_per_unit(self.metric)
+        vs = (f"{pts * paired['mean']:+.2f}" + (f" ± {pts * paired['std']:.2f}" if paired["std"] is not None
+                                                 else " (1 seed)")) if paired else "-"
+        relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
+        flag = ("  did not learn" if r.get("did_not_learn") else "") + ("  head only (no PETL module)"
+                                                                        if r["deployable"] == 0 else "")
+        costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
+                        if value is not None)
+        confirmed = f"  {confirmed_text(r['confirmed'], r.get('on_front', True))}" if r.get("confirmed") else ""
+        return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>17}"
+                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}{confirmed}")
+
+    def table(self) -> str:
+        against = ["deployable parameters", *dict.fromkeys(c for r in self.front for c in (r.get("costs") or {}))]
+        against = " and ".join([", ".join(against[:-1]), against[-1]] if len(against) > 1 else against)
+        lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs {against}"
+                 + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
+        head = (f"{'trial':>5}  {'source':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
+                f"{'paired Δ pts':>17}{'deployable':>12}{'%':>8}  dominates")
+        lines.append(head)
+        lines += [self._row(r) for r in self.front]
+        if self.presets:
+            lines.append("presets measured in this study:")
+            lines += [self._row(r) for r in self.presets]
+        if self.confirmed:
+            lines.append("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
+            lines += [self._row(r) for r in self.confirmed]
+        shown = self.front + self.presets + self.confirmed
+        measured = any(r.get("se") is not None for r in shown)
+        lines.append(("dominates: fewer or equal parameters and a search score higher by more than two standard "
+                      "errors; ~name: within noise of it with fewer parameters" if measured else
+                      "dominates: fewer or equal parameters and a higher search score (this metric has no standard "
+                      "error here: differences are not tested against noise); ~name: the same score with fewer "
+                      "parameters")
+                     + (f"; paired Δ: per-seed test difference to {self.reference} (same seeds)"
+                        if self.reference and any(r.get("paired") for r in shown) else ""))
+        if self.baseline is not None:
+            on_test = self.baseline.get("test_score")
+            lines.append(f"trivial baseline: {self.baseline['what']} scores {self.baseline['score']:.4f} on search-dev"
+                         + (f" and {on_test:.4f} on the test split (beside the test column)" if on_test is not None else ""))
+        if self.sweep:
+            lines.append(self.sweep)
+        if self.shift and self.shift["shifted"]:
+            lines.append(shift_line(self.shift))
+        c = self.counts
+        stopped = f", {c['interrupted']} interrupted" if c.get("interrupted") else ""     # Ctrl-C: not failures
+        lines.append(f"trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed{stopped}, "
+                     f"{c['rejected']} over budget (never trained); this run took {self.wall_s:.0f}s")
+        if self.failures:
+            lines.append("failures by kind: " + ", ".join(f"{k} {n}" for k, n in self.failures.items()))
+        if self.did_not_learn and self.did_not_learn * 2 >= max(1, c["complete"]):
+            longer = ("fidelity epochs, or fidelity: auto" if self.calibrated_epochs is None else
+                      f"fidelity: auto chose {self.calibrated_epochs:g} epochs; give fidelity epochs above that")
+            head = ("" if self.metric in TEXT_METRICS + LM_METRICS else    # a generation task reads no pooled head
+                    ", or check the head (pooling: mean for sentence-transformers checkpoints)")
+            near = "within noise of" if measured else "no better than"     # a metric without an error bar
+            lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn ({near} "
+                         f"the baseline): train longer ({longer}), raise the learning rate range{head}")
+        return "\n".join(lines)
+
+
+class Progress:
+    """A live line per trial this worker finishes: states so far, the front's size and an ETA.
+
+    ``[i/N]`` counts the study's trials trained since this worker started, by every worker (N: what
+    was left to train then), so workers sharing a study count to the same end, and the ETA is the
+    study's."""
+
+    def __init__(self, study, total: int, printer):
+        self.study, self.total, self.print = study, total, printer
+        self.start, self.done, self.reused = time.time(), 0, 0
+        self.before = {t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING}
+
+    def __call__(self, p, state: str, info: dict) -> None:
+        finished = sum(1 for t in self.study.get_trials(deepcopy=False)      # over budget or invalid: no line
+                       if is_trained(t) and t.number not in self.before)
+        self.done = max(self.done + 1, finished)
+        self.total = max(self.total, self.done)   # a lost trial trained again comes on top of the count
+        self.reused += bool(info.get("reused"))
+        elapsed = time.time() - self.start
+        eta = elapsed / max(1, self.done - self.reused) * (self.total - self.done)
+        c = state_counts(self.study)
+        what = f"score {info['score']:.4f}" if state == "complete" else info.get("reason", "")
+        if state == "complete" and info.get("score_se") is not None:
+            what += f" ± {info['score_se']:.4f}"
+        if info.get("did_not_learn"):
+            what += (" (did not learn: within noise of the baseline)" if info.get("score_se") is not None
+                     else " (did not learn: no better than the baseline)")     # a metric without an error bar
+        if info.get("reused"):
+            what += f" (the {info['reused']} run of this spec, not trained again)"
+        tag = f" [{p.preset}]" if p.preset else " [one-shot]" if p.trial.user_attrs.get(ONESHOT) else ""
+        self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
+                   f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
+                   f"pruned {c['pruned']} failed {c['failed']} "
+                   f"rejected {c['rejected']} | front {len(front(self.study))} | ETA {eta / 60:.1f} min")
+
+
+def _absolute_paths(exp: Experiment) -> Experiment:
+    """Local paths made absolute: Ray runs each trial in its own working directory."""
+    def fix(p):
+        return str(Path(p).resolve()) if isinstance(p, str) and Path(p).exists() else p
+
+    task = exp.task
+    if isinstance(task, dict):
+        task = {k: fix(v) if k in ("train", "dev", "test") else v for k, v in task.items()}
+    data_dir = str(Path(exp.data_dir).resolve()) if exp.data_dir else None
+    return dataclasses.replace(exp, task=task, data_dir=data_dir, backbone=fix(exp.backbone))
+
+
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+_TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+              "tokenizer.model", "spm.model")          # spm.model: DeBERTa v2/v3's only tokenizer file
+
+
+def _check_backbone_files(backbone) -> None:
+    """A backbone folder must hold weights and a tokenizer (every worker loads both; a folder with
+    only config.json would otherwise fail each trial, after the study was made)."""
+    if not isinstance(backbone, str):
+        return
+    from ..core.models import resolve_model
+
+    path = Path(resolve_model(backbone))
+    if not path.is_dir():
+        return                                  # a hub name: its config was found, the rest follows
+    if not any(any(path.glob(g)) for g in _WEIGHTS):
+        raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
+    if not any((path / f).is_file() for f in _TOKENIZER):
+        raise ConfigError(f"model {backbone!r}: the folder has no tokenizer files ({', '.join(_TOKENIZER)})")
+    check_weight_files(path)
+
+
+def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
+    start = time.time()
+    printer = printer or (lambda line: print(line, flush=True))     # live even when piped to a file
+    exp = _absolute_paths(exp)
+    # ---- validate the inputs before touching the study --------------------------------------
+    with before_writing():                       # a stop here has written nothing: the CLI says so
+        task = resolve_task(exp.task)
+        task.check_max_length(exp.fidelity.max_length, "fidelity.max_length")
+        if exp.sampler not in SAMPLERS:
+            make_sampler(exp.sampler, exp.seed)                      # raises with the names
+        if exp.executor not in EXECUTORS:
+            raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
+        splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
+                             search_dev_size=exp.fidelity.search_dev)
+        model_config = model_config_for(exp.backbone, task, splits)
+        check_positions(model_config, exp.fidelity.max_length, "fidelity.max_length")
+        if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
+            check_languages(load_backbone(exp.backbone, task, splits)[1], task.seq2seq)
+        space = SearchSpace.load(exp.space)
+        n_layers = model_config.num_hidden_layers
+        backbone_params = count_parameters(model_config, PetlConfig()).backbone
+        budget = parse_budget(exp.budget, backbone_params)
+        smallest = smallest_count(space, model_config, n_layers)
+        if budget is not None and budget < smallest:
+            raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
+                              f"({smallest:,} deployable parameters on this backbone)")
+        fewest = smallest_module(space, model_config, n_layers)
+        if budget is not None and fewest is not None and budget < fewest:
+            raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
+                              f"{fewest:,} deployable parameters on this backbone (only the head would train)")
+        _check_backbone_files(exp.backbone)
+        if exp.sampler == "presets" and exp.strategy == "sampler" and not exp.warm_start and not exp.final.baselines:
+            _check_some_preset_fits(exp.presets, space, model_config, budget)
+        if exp.strategy != "sampler" and budget is None:
+            raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
+        if exp.executor == "ray":
+            check_ray_address(exp.ray_address)
+        if exp.warm_start:
+            front_of(exp.warm_start)                 # a source that cannot be read is said before a study exists
+
+    # ---- the study ------------------------------------------------------------------------------
+    baseline = trivial_baseline(task, splits)
+    attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
+             "input_shift": input_shift(splits.search_dev, splits.test),
+             "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name, "task_spec": exp.task,
+             "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
+             "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
+             "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
+    study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed, exp.startup_trials),
+                       task.main_metric, attrs, force_new=force_new_study,
+                       heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
+                       retries=exp.stale_retries, objectives=exp.objectives)
+    try:
+        summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
+    finally:
+        close_storage(study._storage)
+    summary.wall_s = time.time() - start
+    return summary
+
+
+def _check_some_preset_fits(names, space, model_config, budget: int | None) -> None:
+    """``sampler: presets`` trains presets only: one error, before a study exists, when none can train."""
+    fitting, over, refused = presets_within(names, space, model_config, budget)
+    if fitting:
+        return
+    whys = ([f"over the budget of {budget:,} deployable parameters: "
+             + ", ".join(f"{name} ({count:,})" for name, count in over)] if over else [])
+    whys += [f"the backbone cannot take {name} ({why})" for name, why in refused]
+    raise ConfigError(f"sampler: presets trains only presets, and none can train here: "
+                      f"{'; '.join(whys) if whys else 'presets: none'}")
+
+
+def _proposals(study) -> int:
+    """The supernet's proposals the study holds (trained or waiting)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ONESHOT))
+
+
+def _supernet_line(exp: Experiment, budget: int) -> str:
+    """What the search does next, said before the minutes it takes."""
+    o = exp.oneshot
+    epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
+    runs = f"{o.runs} supernet runs (a search over their knobs)" if o.runs > 1 else "a supernet"
+    epochs = epochs if isinstance(epochs, str) else f"{epochs:g}"
+    return (f"one-shot: training {runs} over space {exp.space!r} toward {budget:,} deployable parameters, "
+            f"{epochs} epochs each on the trials' data (a line when it ends; each epoch is saved, so a stopped run "
+            f"goes on from there)")
+
+
+FEW_SEARCH_DEV_ROWS = 30      # below this one score's standard error is 9 points or more (accuracy near 0.5)
+
+
+def _search(study, exp: Experiment, task, splits, space, model_config, budget, backbone_params: int,
+            printer) -> SearchSummary:
+    n_layers = model_config.num_hidden_layers
+    if exp.strategy != "sampler":
+        check_resumable(study, exp)                  # before presets or warm starts are queued
+    lock = ClaimLock(study, exp.study_name)
+    with lock():                                     # two workers never enqueue the same preset twice
+        over_budget: list[str] = []
+        refused: list[str] = []
+        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers, over_budget, refused)
+        warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url)
+                      if exp.warm_start else [])
+        n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers) if exp.final.baselines
+                                else (len(sweep_trials(study)), []))
+        fail_stale(study)
+        target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
+        queued = sum(1 for t in study.get_trials(deepcopy=False)   # they count toward trials, and all train
+                     if (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")) and t.state != TrialState.FAIL)
+        target += max(0, queued - exp.trials)
+        proposals = _proposals(study)              # a supernet's, when one ran: on top of trials (both)
+        if exp.strategy == "both":
+            target += proposals
+        if exp.sampler == "presets" or exp.strategy == "oneshot":
+            target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+        waiting = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING
+                      and (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")))
+        target = max(target, claimed(study) + waiting)   # queued on a study already at its count: they train too
+        remaining = max(0, target - claimed(study))
+    trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
+    later = (" besides the supernet's proposals (it trains first)"
+             if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else "")
+    printer(f"study {exp.study_name!r} at {redact(exp.storage_url)}: {trained} trained so far; "
+            f"{remaining} to train{later}; presets queued: {', '.join(seeded) or 'none new'}")
+    if queued >= exp.trials and exp.sampler != "presets" and exp.strategy != "oneshot":
+        printer(f"trials: {exp.trials} is no more than the {queued} presets and warm starts queued: all of them "
+                f"train, and the sampler proposes nothing (raise trials to search beyond them)")
+    if over_budget:
+        printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
+    if refused:
+        printer(f"presets this backbone cannot take, not trained: {'; '.join(refused)}")
+    for line in warm_lines + sweep_lines:
+        printer(line)
+    head = ("the task head is counted beside it" if not task.generative else
+            "the language-model head is pretrained and frozen")
+    printer(f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
+            f"{backbone_params:,}; {head})" if budget is not None else "budget: none")
+    if large := large_budget_warning(exp.budget, budget, backbone_params):
+        printer(f"warning: {large}")
+    for line in data_lines(splits, exp.fidelity.k):
+        printer(line)
+    baseline = study.user_attrs.get("baseline")
+    if baseline is not None:
+        near = "within noise of" if has_error_bar(task) else "no better than"
+        printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "
+                f"{baseline['score']:.4f}; a trial {near} it did not learn")
+    if len(splits.search_dev) < FEW_SEARCH_DEV_ROWS:
+        printer(f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
+                f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)")
+    if study.user_attrs.get("input_shift"):
+        printer(shift_line(study.user_attrs["input_shift"]))
+
+    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
+    if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
+        if ONESHOT not in study.user_attrs:
+            printer(_supernet_line(exp, budget))
+        for line in propose(study, exp, budget, lock, printer):
+            printer(line)
+        if exp.strategy == "oneshot":
+            target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+        else:
+            target += _proposals(study) - proposals
+        in_all = max(0, target - claimed(study))
+        if in_all != remaining:
+            printer(f"{in_all} to train in all, the supernet's proposals included")
+        remaining = in_all
+
+    # ---- trials ---------------------------------------------------------------------------------
+    recipe = trial_recipe(exp)
+    heartbeat = Heartbeat(study, exp.heartbeat_interval)
+    said: set[str] = set()
+
+    def invalid(number: int, reason: str) -> None:     # each reason once: a refused form is drawn often
+        if reason not in said:
+            said.add(reason)
+            printer(f"trial {number} not trained, invalid configuration: {reason} (draws refused for the "
+                    f"same reason are counted as failed, not said again)")
+
+    source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
+                         target=target, lock=lock, heartbeat=heartbeat,
+                         sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials),
+                         head_trains=not task.generative, on_invalid=invalid)
+    progress = Progress(study, remaining, printer)
+    trial_dir = exp.run_dir / "trials"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_done(p, state, info):
+        text = json.dumps({"number": p.number, "state": state, "preset": p.preset, "config": p.config.to_dict(),
+                           "lr": p.lr, "deployable": p.deployable, "trainable": p.trainable,
+                           **{k: v for k, v in info.items() if k != "history"}}, indent=2, default=str)
+        atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text, encoding="utf-8"))
+        progress(p, state, info)
+
+    def make_spec(p) -> TrialSpec:
+        return TrialSpec(backbone=exp.backbone, task=exp.task, config=p.config.to_dict(),
+                         recipe=recipe.with_overrides(lr=p.lr).to_dict(), data_dir=exp.data_dir,
+                         k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
+                         number=p.number, score=exp.fidelity.score)
+
+    recorder = Recorder(source, on_done, baseline=baseline, objectives=exp.objectives,
+                        known=calibrate.known_results(calibration))
+    # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
+    learned_at = (calibration or {}).get("first_learned_epochs")
+    first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
+
+    learned: GpuPacking | None = None     # gpus_per_trial auto: what one call of Ray learned, for the next
+
+    def execute(n: int) -> None:
+        nonlocal learned
+        if exp.executor == "ray":
+            learned = EXECUTORS["ray"](
+                source, n, make_spec, recorder, n_evals=n_evaluations(len(splits.train), recipe),
+                run_dir=str(exp.run_dir), first_rung=first_rung,
+                cpus_per_trial=exp.cpus_per_trial, gpus_per_trial=exp.gpus_per_trial,
+                concurrent=exp.concurrent, scheduler=exp.scheduler, address=exp.ray_address,
+                reserved_mb=exp.fidelity.frozen_cache_mb or 0.0,              # a worker's cache: on its GPU
+                packing=learned, printer=printer)
+        else:
+            EXECUTORS["local"](source, n, make_spec, recorder)
+
+    def stopped(masked: str | None) -> None:        # Ctrl-C: this worker's running trials are retried first
+        fail_interrupted(study, lambda: {*heartbeat.live, *running_without_heartbeat(study)}, lock,   # asked for,
+                         {"fail_kind": INTERRUPTED}, exp.grace_period, masked)                  # not beating: ours
+    try:
+        interruptible(lambda: fill(study, source, execute, printer, poll_s=exp.heartbeat_interval,
+                                   grace_s=exp.grace_period), stopped)
+    except (StorageInternalError, OSError) as e:
+        if isinstance(e, OSError) and e.errno != errno.ENOSPC:
+            raise
+        stopped(None)                                # if the storage still takes it: retried first, at once
+        raise _cannot_write(exp.storage_url, e) from None
+    finally:
+        heartbeat.stop()
+
+    # ---- final re-evaluation of the front on the held-out test split ------------------------
+    if exp.final.seeds > 0:
+        reevaluate_front(study, exp, task, recipe, printer)
+    return summarize(study, exp, budget, backbone_params)
+
+
+def _cannot_write(storage_url: str, e: BaseException) -> OSError:
+    """A search that can no longer write (a full disk; Optuna says "e.g. exceeding max length" of
+    any failed commit) as one line naming the study's file and what to do."""
+    cause = e
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    said = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    full = isinstance(e, OSError) or "full" in said or "No space" in said
+    where = e.filename if isinstance(e, OSError) and e.filename else str(sqlite_path(storage_url) or redact(storage_url))
+    return OSError(errno.ENOSPC if full else errno.EIO,
+                   f"{'the disk is full' if full else 'the study cannot be written'} ({said}); "
+                   f"{'free some space' if full else 'fix the storage'}, then run the same command again to go on "
+                   f"(nothing finished is lost)", where)
+
+
+def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: float) -> None:
+    """Train until the study holds ``source.target`` trained trials and none runs anywhere.
+
+    Trials running in other workers count toward the target; if one of them is lost (its worker
+    died, its heartbeat lapses), it is failed and re-queued, and this worker trains the difference.
+    """
+    said = None
+    while True:
+        with source.lock():
+            fail_stale(study)
+            have = claimed(study)
+            running = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING)
+        if have < source.target:
+            execute(source.target - have)
+            continue
+        if not running:
+            return
+        if said != running:
+            printer(f"waiting for {running} trial(s) running in other workers (or lost with a stopped "
+                    f"one: failed and trained again here once its heartbeat is {grace_s:g}s old)")
+            said = running
+        time.sleep(poll_s)
+        raise_if_stopped()
+
+
+def trial_recipe(exp: Experiment) -> Recipe:
+    """How the experiment's trials train (its fidelity; the sampler sets ``lr``). Only evaluations
+    whose score is read are computed: ASHA reads every one, a trial scored by its best needs them
+    all; otherwise only the last is read (multi-objective TPE cannot use intermediate values)."""
+    reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or exp.fidelity.score == "best"
+    f = exp.fidelity
+    return Recipe(epochs=f.epochs, batch_size=f.batch_size, max_length=f.max_length,
+                  evals_per_epoch=f.evals_per_epoch if reads_all else 0, seed=exp.seed, max_steps=f.max_steps,
+                  eval_rows=f.eval_rows, length_buckets=f.length_buckets, frozen_cache_mb=f.frozen_cache_mb,
+                  precision=f.precision, compile=f.compile, cuda_graphs=f.cuda_graphs)
+
+
+def final_recipe(exp: Experiment, recipe: Recipe, lr: float, seed: int) -> Recipe:
+    """The final re-evaluation's recipe: the trials' ``recipe`` at ``final.epochs`` (and its step
+    and row caps), ``lr`` and ``seed``, evaluated once, at the end (only that score is reported)."""
+    return dataclasses.replace(recipe.with_overrides(lr=lr, seed=seed, epochs=exp.final.epochs),
+                               max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows, evals_per_epoch=0)
+
+
+def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
+    """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
+    scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
+    if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
+        members = confirm(study, exp, recipe, printer)[: exp.final.max_front]
+    else:
+        members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
+    presets = sorted((t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE
+                      and t.user_attrs.get("preset")), key=lambda t: -t.values[0])
+    if exp.final.presets == "best":
+        presets = presets[:1]
+    elif exp.final.presets == "none":
+        presets = []
+    k = exp.fidelity.k if exp.final.k == -1 else exp.final.k
+    for t in members + [p for p in presets if p.number not in {m.number for m in members}]:
+        key = f"final:{t.number}"
+        if key in study.user_attrs:
+            continue
+        scores = []
+        for seed in range(exp.final.seeds):
+            final = final_recipe(exp, recipe, t.user_attrs["recipe"]["lr"], seed)
+            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
+                             recipe=final.to_dict(),
+                             data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
+                             search_dev=exp.fidelity.search_dev, eval_split="test", number=t.number)
+            scores.append(run_trial(spec)["last_score"])       # on the test split: no checkpoint picking
+        mean = statistics.fmean(scores)
+        std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
+        study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
+                                  "epochs": exp.final.epochs, "k": k, "split": "test"})
+        tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""
+        floor = (study.user_attrs.get("baseline") or {}).get("test_score")
+        printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
+                + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
+                + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else ""))
+
+
+def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:
+    """The front and the presets with noise-aware relations, and the trials ``final.confirm`` re-scored
+    that are off the front (export's candidates too); a confirmed row carries its scores over seeds.
+    Paired test differences are to the preset with the best search score among those re-evaluated
+    (the test split decides nothing here)."""
+    members = front(study)
+    on_front = {t.number for t in members}
+    trials = study.get_trials(deepcopy=False)
+    presets = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("preset")]
+    finals = {t.number: study.user_attrs.get(f"final:{t.number}") for t in trials}
+    confirmed = confirmed_scores(study)             # final.confirm's: the search score, then one per seed
+    evaluated = [p for p in presets if finals.get(p.number)]
+    reference = max(evaluated, key=lambda t: t.values[0]) if evaluated else None
+
+    def row(t) -> dict:
+        u, final = t.user_attrs, finals.get(t.number) or {}
+        se = u.get("score_se")
+        dominates, matches = [], []
+        for p in presets:
+            if p.number == t.number or t.values[1] > p.values[1] or u.get("did_not_learn"):
+                continue
+            if clearly_better(t.values[0], se, p.values[0], p.user_attrs.get("score_se")):
+                dominates.append(p.user_attrs["preset"])
+            elif t.values[1] < p.values[1] and not clearly_better(p.values[0], p.user_attrs.get("score_se"),
+                                                                    t.values[0], se):
+                matches.append(p.user_attrs["preset"])
+        paired = None
+        if reference is not None and final and t.number != reference.number:
+            paired = paired_difference(final["scores"], finals[reference.number]["scores"])
+        return {"number": t.number, "preset": source_of(t), "score": t.values[0], "se": se,
+                "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
+                "test_mean": final.get("mean"), "test_std": final.get("std"), "test_n": len(final.get("scores", [])),
+                "dominates": dominates,
+                "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
+                "confirmed": confirmed.get(t.number), "on_front": t.number in on_front,
+                "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
+
+    rows = [row(t) for t in members]
+    anchors = [row(p) for p in sorted(presets, key=lambda t: t.values[1])]   # to each other too, as on the front
+    off = [t for t in trials if t.number in confirmed and t.number not in on_front and not t.user_attrs.get("preset")]
+    off_rows = [row(t) for t in sorted(off, key=lambda t: t.values[1])]
+    flat = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("did_not_learn"))
+    return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
+                         budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
+                         baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
+                         reference=reference.user_attrs["preset"] if reference is not None else None,
+                         sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"),
+                         calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"),
+                         confirmed=off_rows)
+
+
+__all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

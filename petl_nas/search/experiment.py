@@ -1,0 +1,446 @@
+"""Experiment files: one YAML per search (backbone, task, data, budget, space, trials, fidelity).
+
+Files list only what differs from the defaults below; command-line flags override the file.
+
+Example (``experiments/smoke.yaml``)::
+
+    name: smoke
+    backbone: {tiny: {hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: 64, vocab_size: 600}}
+    task: demo_keyword
+    budget: 5%
+    space: small
+    trials: 8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..training.compiling import COMPILE_MODES
+from ..errors import ConfigError, check_keys, read_text, read_yaml
+from ..training.costs import check_objectives
+from ..core.presets import check_preset_names
+
+def _whole(low: int):
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low), f"a whole number >= {low}"
+
+
+def _number(low: float, strict: bool):
+    ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+          and (v > low if strict else v >= low))
+    return ok, f"a number {'>' if strict else '>='} {low:g}"       # finite: inf and nan are refused too
+
+
+# a trial trains on one device: more than one GPU would be reserved and idle (and Ray takes no 1.5 GPUs)
+_ONE_GPU_AT_MOST = ((lambda v: _number(0, False)[0](v) and v <= 1),
+                    "a number from 0 to 1 (a trial trains on one GPU; a fraction shares a card)")
+
+
+def _optional(rule):
+    ok, what = rule
+    return (lambda v: v is None or ok(v)), f"{what} or null"
+
+
+def _auto_or(rule):
+    ok, what = rule
+    return (lambda v: v == "auto" or ok(v)), f"auto or {what}"
+
+
+def _one_of(*names):
+    return (lambda v: v in names), "one of " + ", ".join(names)
+
+
+_TEXT = (lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"
+# A search's name is also its folder, runs/NAME: one plain path component, so no name writes elsewhere.
+_RUN_NAME = ((lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v) is not None),
+             "a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME)")
+
+
+def _check_fields(obj, where: str, rules: dict) -> None:
+    """ConfigError naming the first field whose value breaks its rule (wrong type or range)."""
+    for name, (ok, what) in rules.items():
+        value = getattr(obj, name)
+        if not ok(value):
+            raise ConfigError(f"{where}{name}: expected {what}, got {value!r}{_yaml_hint(value)}")
+
+
+def _yaml_hint(value) -> str:
+    """YAML 1.1 reads ``1e-3`` (no dot) as text: say how to write it as a number."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        if math.isfinite(number) and "e" in value.lower():
+            mantissa, _, exponent = value.lower().partition("e")
+            return f" (YAML reads {value} as text: write {float(mantissa):.1f}e{exponent})"
+    return ""
+
+
+_BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
+
+
+def parse_budget(text: str | int | float | None, backbone_params: int | None) -> int | None:
+    """``"0.5%"`` of the backbone or an absolute count (``120000``, ``1.2e5``) -> parameters; neither
+    may exceed the whole backbone (``backbone_params``; None: an older study that did not record it,
+    where only a count is accepted)."""
+    if text is None or text == "":
+        return None
+    raw = str(text).strip()
+    m = _BUDGET.match(raw)
+    if not m:
+        raise ConfigError(f"budget: {text!r} is not a count (120000, 1.2e5) or a percentage of the "
+                          f"backbone (0.5%); no spaces, no sign")
+    value = float(m.group(1))
+    if m.group(2):
+        if value > 100:
+            raise ConfigError(f"budget: {text!r} is more than the whole backbone")
+        if backbone_params is None:
+            raise ConfigError(f"budget: {text!r} is a percentage, and this study did not record its backbone's "
+                              f"size; give a count of parameters")
+        return int(value / 100 * backbone_params)
+    if not value.is_integer():
+        raise ConfigError(f"budget: {text!r} is a fraction of a parameter; write a whole count or add %")
+    if backbone_params is not None and value > backbone_params:
+        raise ConfigError(f"budget: {text!r} is more than the whole backbone ({backbone_params:,} parameters)")
+    return int(value)
+
+
+LARGE_BUDGET = 0.10     # of the backbone: PETL methods train well under 5% (Houlsby's adapters 3.6%)
+
+
+def large_budget_warning(text, budget: int | None, backbone_params: int) -> str | None:
+    """What to say when a budget is a large share of the backbone (``50%`` typed for ``0.5%``): a
+    budget that big is allowed (a comparison with full fine-tuning), never taken in silence."""
+    if budget is None or budget <= LARGE_BUDGET * backbone_params:
+        return None
+    raw = str(text).strip()
+    meant = f" (did you mean {float(raw[:-1]) / 100:g}%?)" if raw.endswith("%") else ""
+    return (f"budget {raw} is {budget:,} parameters, {budget / backbone_params:.0%} of the backbone; PETL "
+            f"configurations usually take under 5%{meant}")
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How cheaply each search trial is trained and scored.
+
+    Attributes:
+        k: training examples per trial (UniPELT's low-resource protocol; None = all).
+        epochs: epochs per trial, or ``auto`` (the default): calibrated before the search on a
+            few presets, the shortest length at which they clear the trivial baseline, rank as at
+            the final length and score within noise of it (`petl_nas.search.calibrate`). ``fidelity: auto`` is short for it.
+        batch_size, max_length, evals_per_epoch: the rest of the trial recipe.
+        length_buckets: 0 (the default) shuffles training rows uniformly; N > 0 batches rows of
+            similar lengths, drawn from pools of N batches of shuffled rows: less padding to compute.
+        frozen_cache_mb: 0 (the default) runs every layer at every step; N > 0 runs the layers
+            below a trial's lowest trainable one without dropout and reuses their output across
+            epochs and trials, kept in memory up to N MiB per worker (`petl_nas.training.frozen`).
+        precision: ``auto`` (the default: bf16 on a GPU, full precision on a CPU), ``bf16`` (also on
+            a CPU: about twice as fast where it has native bf16, AVX512-BF16 or AMX), or ``fp32``;
+            the exported record's final runs compute the same way (`petl_nas.core.precision`).
+        compile: ``off`` (the default) or a ``torch.compile`` mode for every trial's steps:
+            ``default``, ``reduce-overhead`` (CUDA graphs on a GPU) or ``max-autotune``
+            (`petl_nas.training.compiling`). Compiling costs time in every trial: it pays for long trials
+            on a GPU; not with ``frozen_cache_mb``.
+        cuda_graphs: false (the default) or true: on a GPU, each trial records its training step
+            once per batch shape and replays it as a CUDA graph (`petl_nas.training.step_graphs`): no
+            compilation, a fraction of the host's work per step. Ignored on a CPU; not with
+            ``compile`` or ``frozen_cache_mb``.
+        search_dev: examples carved (at random, by the data seed) from the training data to
+            score trials on.
+        max_steps: cap on each trial's optimiser steps (None: ``epochs`` decide).
+        eval_rows: score each evaluation on the first rows of the search dev only (None: all);
+            beam search makes this the main cost of a generation trial.
+        score: a trial's score is its ``last`` evaluation (as the final runs report) or its
+            ``best`` one. The best of several noisy evaluations favours unstable configurations,
+            which the final recipe then does not reproduce.
+    """
+
+    k: int | None = 1000
+    epochs: float | str = "auto"
+    batch_size: int = 32
+    max_length: int = 64
+    evals_per_epoch: int = 1
+    length_buckets: int = 0     # 0: uniform shuffle; N: batches of similar lengths from pools of N batches
+    frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
+    precision: str = "auto"     # auto (bf16 on a GPU), bf16 (also on a CPU), fp32
+    compile: str = "off"        # off, or a torch.compile mode (petl_nas.training.compiling)
+    cuda_graphs: bool = False   # on a GPU: replay each step as a CUDA graph (petl_nas.training.step_graphs)
+    search_dev: int = 500
+    max_steps: int | None = None
+    eval_rows: int | None = None
+    score: str = "last"
+
+    def __post_init__(self):
+        if self.compile is False:             # YAML 1.1 reads a bare ``off`` as false
+            object.__setattr__(self, "compile", "off")
+        if self.compile is True:
+            raise ConfigError("fidelity: compile: expected one of " + ", ".join(COMPILE_MODES) + ", got true (YAML "
+                              "reads on and yes as true: name a mode, such as default)")
+        _check_fields(self, "fidelity: ", {"score": _one_of("last", "best"),
+            "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
+            "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
+            "length_buckets": _whole(0), "frozen_cache_mb": _whole(0), "precision": _one_of("auto", "bf16", "fp32"),
+            "compile": _one_of(*COMPILE_MODES), "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
+            "cuda_graphs": ((lambda v: isinstance(v, bool)), "true or false")})
+        if self.compile != "off" and self.frozen_cache_mb:
+            raise ConfigError("fidelity: compile and frozen_cache_mb cannot be combined (the cached layers' "
+                              "per-batch feeding would recompile every step); set one of them to its default")
+        if self.cuda_graphs and (self.compile != "off" or self.frozen_cache_mb):
+            raise ConfigError("fidelity: cuda_graphs cannot be combined with compile (it records its own graphs) "
+                              "or frozen_cache_mb (fed batch by batch); set one of them to its default")
+
+
+@dataclass(frozen=True)
+class FinalEval:
+    """The re-evaluation of the Pareto front on the held-out test split (the task's dev set)."""
+
+    seeds: int = 3
+    epochs: float = 10.0
+    k: int | None = -1          # -1: the same K as the search; None: the full training set
+    max_front: int = 8          # re-evaluate at most this many front members (best search scores first)
+    presets: str = "best"       # also re-evaluate the best preset within budget ("all", "none")
+    max_steps: int | None = None  # cap on optimiser steps per run (the search's cap does not apply)
+    eval_rows: int | None = None  # score on the first rows of the test split only (None: all of it)
+    baselines: bool = True      # the LoRA rank sweep within budget (baselines.py), trained in the search on top of trials
+    confirm: int = 0            # re-score this many top trials over extra seeds on search-dev before choosing (confirm.py)
+    confirm_seeds: int = 2      # the extra seeds of each confirmed trial
+
+    def __post_init__(self):
+        _check_fields(self, "final: ", {
+            "seeds": _whole(0), "epochs": _number(0, True), "k": _optional(_whole(-1)),
+            "max_front": _whole(1), "presets": _one_of("best", "all", "none"),
+            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
+            "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
+            "confirm": _whole(0), "confirm_seeds": _whole(1)})
+
+
+@dataclass(frozen=True)
+class OneShot:
+    """The one-shot supernet run of ``strategy: oneshot`` or ``both`` (`petl_nas.search.oneshot`).
+
+    Attributes:
+        rungs: budgets on the ladder (from the smallest one-unit count to the budget), each read off
+            the trained supernet as one proposal (identical ones are proposed once).
+        lr: the supernet's learning rate.
+        proposal_lr: the proposals' learning rate when they are trained as trials: ``supernet``
+            (the default: ``lr``), ``sampler`` (the study's sampler draws it from the space's ``lr``
+            range, as for the LoRA rank sweep; before the sampler has seen trials that is a random
+            draw), or a number.
+        gate_lr: the gates' learning rate (they must decide within a short run).
+        epochs: the supernet's training length (None: the trials' fidelity epochs).
+        init_open: every gate's starting chance of being open.
+        penalty_step: how fast the count's Lagrange multiplier rises while the expected count is
+            over the budget (the penalty's strength).
+        temperature: the hard-concrete gates' β (lower: samples nearer a coin flip of 0 and 1).
+        runs: supernet runs. With more than one, Optuna searches the knobs named in ``search``
+            across them (`petl_nas.search.oneshot.knobs`: the first run at the values above) and the
+            run whose proposals score best with the supernet's own weights proposes.
+        search: ``{knob: [low, high]}`` for any of `KNOBS` (the others stay at the values above);
+            None with ``runs`` > 1: `DEFAULT_SEARCH`.
+    """
+
+    KNOBS = {"lr": "log", "gate_lr": "log", "penalty_step": "log", "temperature": "linear", "init_open": "linear"}
+    DEFAULT_SEARCH = {"lr": (3e-4, 3e-3), "gate_lr": (0.01, 0.2), "penalty_step": (0.005, 0.08),
+                      "temperature": (1 / 3, 1.0)}
+
+    rungs: int = 10
+    lr: float = 1e-3
+    proposal_lr: str | float = "supernet"
+    gate_lr: float = 0.05
+    epochs: float | None = None
+    init_open: float = 0.9
+    penalty_step: float = 0.02
+    temperature: float = 2 / 3
+    runs: int = 1
+    search: dict | None = None
+
+    def __post_init__(self):
+        _check_fields(self, "oneshot: ", {"rungs": _whole(1), "lr": _number(0, True), "gate_lr": _number(0, True),
+                                          "proposal_lr": ((lambda v: v in ("sampler", "supernet") or (
+                                              isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)),
+                                              "sampler, supernet or a positive number"),
+                                          "epochs": _optional(_number(0, True)),
+                                          "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
+                                                        "a number between 0 and 1"),
+                                          "penalty_step": _number(0, True), "temperature": _number(0, True),
+                                          "runs": _whole(1)})
+        if self.search is not None:
+            if not isinstance(self.search, dict) or not self.search:
+                raise ConfigError(f"oneshot: search: expected a mapping of knob: [low, high], got {self.search!r}")
+            if self.runs < 2:
+                raise ConfigError("oneshot: search: knob ranges need runs >= 2 (runs: 1 trains one supernet "
+                                  "at the fixed knobs)")
+            for name, bounds in self.search.items():
+                if name not in self.KNOBS:
+                    raise ConfigError(f"oneshot: search: unknown knob {name!r} (knobs: {', '.join(self.KNOBS)})")
+                ok = (isinstance(bounds, (list, tuple)) and len(bounds) == 2
+                      and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+                      and 0 < bounds[0] < bounds[1] and (name != "init_open" or bounds[1] < 1))
+                if not ok:
+                    raise ConfigError(f"oneshot: search: {name}: expected [low, high] with 0 < low < high"
+                                      f"{' < 1' if name == 'init_open' else ''}, got {bounds!r}"
+                                      + (next((h for h in map(_yaml_hint, bounds) if h), "")
+                                         if isinstance(bounds, (list, tuple)) else ""))
+        for name, (low, high) in self.knob_ranges().items():     # the knob search's first run takes them
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ConfigError(f"oneshot: {name} {value:g} is outside the knob search's range [{low:g}, {high:g}] "
+                                  f"(its first run trains at the fixed knobs): widen oneshot.search.{name} or "
+                                  f"change {name}")
+
+    def knob_ranges(self) -> dict[str, tuple[float, float]]:
+        """What the knob search varies: ``search``, else `DEFAULT_SEARCH`; nothing for one run."""
+        if self.runs < 2:
+            return {}
+        return {k: tuple(v) for k, v in (self.search or self.DEFAULT_SEARCH).items()}
+
+    def knobs(self) -> dict[str, float]:
+        """The fixed value of every knob (the first run's)."""
+        return {k: getattr(self, k) for k in self.KNOBS}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str = "search"
+    backbone: Any = "all-MiniLM-L6-v2"
+    task: Any = "sst2"          # a name, or {train, dev, text_columns, label_column, ...} files
+    data_dir: str | None = None
+    budget: str | int | None = "0.5%"
+    space: str = "unified"
+    trials: int = 24
+    sampler: str = "tpe"
+    startup_trials: int = 10    # TPE/GP: proposals drawn at random before the model takes over
+    presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
+    warm_start: str | None = None  # URL[#STUDY]: an earlier study's front as the first proposals (warm_start.py)
+    objectives: tuple = ("score", "params")  # then any of step_time, memory, latency (costs.py), all minimised
+    strategy: str = "sampler"   # sampler, oneshot (a supernet's proposals, petl_nas.search.oneshot) or both
+    oneshot: OneShot = field(default_factory=OneShot)
+    seed: int = 0
+    data_seed: int = 111
+    executor: str = "ray"
+    ray_address: str | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float | str = "auto"   # auto: none without GPUs, else packed by measured memory
+    concurrent: int | None = None
+    scheduler: str = "asha"
+    storage: str | None = None
+    study: str | None = None
+    fidelity: Fidelity = field(default_factory=Fidelity)
+    final: FinalEval = field(default_factory=FinalEval)
+    heartbeat_interval: int = 20    # seconds between heartbeats of each running trial
+    grace_period: int = 60          # a RUNNING trial silent this long lost its worker: FAIL, then retried
+    stale_retries: int = 1          # how many times a lost trial is enqueued again
+    source: str = "<flags>"
+
+    def __post_init__(self):
+        where = "" if self.source == "<flags>" else f"{self.source}: "
+        _check_fields(self, where, {
+            "name": _RUN_NAME, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT,
+            "trials": (_whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
+            "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
+            "gpus_per_trial": _auto_or(_ONE_GPU_AT_MOST), "concurrent": _optional(_whole(1)),
+            "scheduler": _one_of("asha", "fifo"), "strategy": _one_of("sampler", "oneshot", "both"),
+            "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
+            "study": _optional(_TEXT), "ray_address": _optional(_TEXT), "warm_start": _optional(_TEXT),
+            "budget": ((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
+                       "a count or a percentage such as 0.5%"),
+            "presets": ((lambda v: v in ("auto", "none") or (isinstance(v, (list, tuple)) and
+                                                            all(isinstance(n, str) for n in v))),
+                        "auto, none or a list of preset names"),
+            "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
+        if isinstance(self.presets, (list, tuple)):
+            try:
+                check_preset_names(self.presets)
+            except ConfigError as e:
+                raise ConfigError(f"{where}{e}") from None
+        if self.trials == 0 and self.strategy != "oneshot":     # oneshot trains its proposals, not `trials`
+            raise ConfigError(f"{where}trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot)")
+        try:
+            object.__setattr__(self, "objectives", check_objectives(self.objectives))
+        except ConfigError as e:
+            raise ConfigError(f"{where}{e}") from None
+        if self.grace_period <= self.heartbeat_interval:
+            raise ConfigError(f"{where}grace_period: must be longer than heartbeat_interval "
+                              f"({self.heartbeat_interval}s), got {self.grace_period}s")
+
+    @property
+    def study_name(self) -> str:
+        return self.study or self.name
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or f"sqlite:///runs/{self.name}/study.db"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("runs") / self.name
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<experiment>") -> Experiment:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: an experiment file is a mapping of fields")
+        check_keys(source, data, [f.name for f in dataclasses.fields(cls) if f.name != "source"], sep=": ")
+        kw = dict(data)
+        if kw.get("fidelity") == "auto":
+            kw["fidelity"] = {"epochs": "auto"}
+        for key, sub in (("fidelity", Fidelity), ("final", FinalEval), ("oneshot", OneShot)):
+            if key in kw:
+                kw[key] = _sub(sub, kw[key], f"{source}: {key}")
+        return cls(**kw, source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Experiment:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"experiment {str(path)!r}: no such file")
+        data = read_yaml(read_text(path), path)
+        if data is None:                  # an empty file is a mistake, not "every default"
+            raise ConfigError(f"{path}: the file is empty (an experiment names at least its task and backbone)")
+        return cls.from_dict(data, str(path))
+
+    def override(self, **kw) -> Experiment:
+        """Flags win over the file; ``None`` means "not given"."""
+        kw = {k: v for k, v in kw.items() if v is not None}
+        fid = {k[len("fidelity_"):]: kw.pop(k) for k in list(kw) if k.startswith("fidelity_")}
+        one = {k[len("oneshot_"):]: kw.pop(k) for k in list(kw) if k.startswith("oneshot_")}
+        try:
+            out = dataclasses.replace(self, **kw)
+        except ConfigError as e:          # the file's values were checked when it loaded: a flag's is wrong
+            raise ConfigError(str(e).removeprefix(f"{self.source}: ") + " (from the command line)") from None
+        if fid:
+            out = dataclasses.replace(out, fidelity=dataclasses.replace(out.fidelity, **fid))
+        if one:
+            try:
+                out = dataclasses.replace(out, oneshot=dataclasses.replace(out.oneshot, **one))
+            except ConfigError as e:
+                raise ConfigError(f"--oneshot-{next(iter(one))}: {e}") from None
+            if out.strategy == "sampler":          # it would be ignored: no supernet trains
+                raise ConfigError(f"--oneshot-{next(iter(one))}: applies to strategy oneshot or both, and this "
+                                  f"search's strategy is sampler (add --strategy both)")
+        return out
+
+
+def _sub(cls, data, where):
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    check_keys(where, data, [f.name for f in dataclasses.fields(cls)])
+    try:
+        return cls(**data)
+    except ConfigError as e:
+        raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
+
+
+__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "parse_budget", "large_budget_warning"]

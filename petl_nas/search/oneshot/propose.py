@@ -1,0 +1,256 @@
+"""One-shot proposals in a study: train the supernet once, enqueue what it suggests per budget.
+
+`propose` runs before the sampler's trials (``strategy: oneshot`` or ``both``): one supernet run
+(`run.run_supernet`: a Ray Tune trial with the Ray executor, in-process with the local one) builds
+the supernet from the study's space, trains it with the trial recipe toward the budget
+(`train.train_supernet`) and derives a configuration for each budget of a ladder from the smallest
+one-unit count to the budget (`derive`); `propose` enqueues each distinct one as a proposal with
+its configuration given whole (it is generally not a point of the space: sizes differ per layer)
+and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked
+``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with the trial recipe
+and scored like every trial, so the front mixes one-shot, sampler and preset points measured the
+same way.
+
+The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
+count, what it proposed, where it ran and how many attempts it took). Its start is recorded too
+(``oneshot_started``: when, on which host and process, and a beat its worker renews every
+``heartbeat_interval``). Another worker of the study that finds the run beating waits for its
+proposals instead of training a second supernet; a study killed while the supernet trains (its
+process gone, or its beat older than ``grace_period``) says so when it resumes, and
+trains the supernet again, going on from the training state it saved after its last whole epoch
+(``<run dir>/oneshot/<run>.pt``; the record says from which epoch); one killed later resumes with
+the proposals queued. The state file is removed once the record is stored.
+
+With ``oneshot.runs`` > 1 the supernet's knobs are searched first (`knobs.py`: an Optuna study of
+supernet runs beside this one); the best run by its proposals' inherited scores proposes, the
+record names it and keeps every run (``knob_search``), and its cost is that of all the runs.
+Several workers join one knob search, each training the runs no other worker has claimed. The
+worker that starts a study's first attempt removes, before it records that start, the runs a
+deleted or replaced study of the same name left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import socket
+import threading
+import time
+
+from ...errors import ConfigError
+from ..storage import as_stored
+from ..study import LR_FROM_SAMPLER
+from . import knobs
+from .run import SupernetSpec, run_on_ray, run_supernet
+
+ATTR = "oneshot"
+STARTED = "oneshot_started"
+
+
+def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
+    """Train the supernet and enqueue its proposals unless the study already has them; lines to print.
+    Training runs outside ``lock`` (the study's `ClaimLock`: held for minutes it would block the
+    other workers); the enqueueing inside it, so two workers never both enqueue. ``printer`` gets
+    a line per supernet run of a knob search as it ends."""
+    settings = as_stored(dataclasses.asdict(exp.oneshot))
+    if ATTR in study.user_attrs:
+        _check_same_settings(study, settings)
+        return []
+    lines = []
+    say = printer if printer is not None else lines.append
+    o = exp.oneshot
+    waited = False
+    while True:
+        with lock():                               # one worker of several is the first to start it
+            if ATTR in study.user_attrs:           # the one it waited for stored its proposals
+                return []
+            earlier = study.user_attrs.get(STARTED)
+            elsewhere = training_elsewhere(earlier, exp.grace_period)
+            if o.runs > 1 or not elsewhere:        # a knob search's runs are claimed apart: workers join it
+                joining = o.runs > 1 and elsewhere
+                attempt = earlier["attempt"] + (0 if joining else 1) if earlier else 1
+                if earlier is None and o.runs > 1:
+                    knobs.forget_runs(study)          # before any other worker can add runs
+                mine = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt,
+                        "host": socket.gethostname(), "pid": os.getpid(), "beat": time.time()}
+                study.set_user_attr(STARTED, mine)
+                break
+        if not waited:
+            say(f"one-shot: another worker ({earlier['host']}, process {earlier['pid']}) is training the supernet "
+                f"since {earlier['at']}; waiting for its proposals")
+            waited = True
+        time.sleep(min(5.0, exp.heartbeat_interval))
+    if joining:
+        say(f"one-shot: joining the knob search another worker ({earlier['host']}, process {earlier['pid']}) "
+            f"started at {earlier['at']}: each supernet run is trained by one worker")
+    elif earlier and earlier.get("diverged"):
+        say(f"one-shot: the supernet run started {earlier['at']} diverged ({earlier['diverged']}); "
+            f"training it again (attempt {attempt})")
+    elif earlier:
+        say(f"one-shot: the supernet run started {earlier['at']} left no result (its worker stopped); "
+            f"training it again from its last saved epoch, if any (attempt {attempt})")
+    with _beating(study, mine, exp.heartbeat_interval):   # (a knob search's runs also beat as its own trials)
+        return lines + _train_and_enqueue(study, exp, budget, lock, say, settings, attempt)
+
+
+def over_budget_note(expected_count: float, budget: int) -> str:
+    """What to say when the supernet's gates ended well over the budget ("" when they did not)."""
+    if expected_count <= 1.1 * budget:
+        return ""
+    return (f"; its gates ended over the budget of {budget:,} (the proposals are cut to each budget exactly, "
+            f"from gates that had not decided: more oneshot.epochs or a larger oneshot.penalty_step let them)")
+
+
+def training_elsewhere(started: dict | None, grace_period: float) -> bool:
+    """Whether the supernet run that ``started`` records is still training in another process: its
+    beat is younger than ``grace_period`` and, on this host, its process is alive (a process of this
+    host that is gone, or this one, trains nothing; a run from before beats were kept is taken over)."""
+    if not started or "beat" not in started or started.get("diverged"):
+        return False
+    if started.get("host") == socket.gethostname():
+        if started.get("pid") == os.getpid():
+            return False
+        try:
+            os.kill(started["pid"], 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, OSError, TypeError):
+            pass
+    return time.time() - started["beat"] < grace_period
+
+
+@contextlib.contextmanager
+def _beating(study, started: dict, interval: float):
+    """While the block runs, a thread renews the run's beat every ``interval`` seconds, so that other
+    workers wait for it instead of training a second supernet."""
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(interval):
+            try:
+                current = study.user_attrs.get(STARTED)
+                if current and current.get("pid") == started["pid"] and current.get("host") == started["host"]:
+                    study.set_user_attr(STARTED, {**current, "beat": time.time()})
+            except Exception:                      # noqa: BLE001 - a database hiccup: the next beat retries
+                pass
+
+    thread = threading.Thread(target=beat, name="petl-nas-supernet-beat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 5)
+
+
+def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attempt: int) -> list[str]:
+    """Train the supernet (or search its knobs) and enqueue its proposals; lines to print."""
+    start = time.perf_counter()
+    o = exp.oneshot
+    epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
+    state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
+    spec = SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
+                        data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
+                        budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
+                        init_open=o.init_open, batch_size=exp.fidelity.batch_size,
+                        max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
+                        seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
+                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature)
+
+    def run_one(s: SupernetSpec) -> dict:
+        if exp.executor == "ray":                  # a Ray Tune trial: the driver may have no GPU
+            return run_on_ray(s, str(exp.run_dir), exp.ray_address)
+        return run_supernet(s)
+
+    knob_runs = None
+    if o.runs > 1:
+        baseline = study.user_attrs.get("baseline")
+        reference = (baseline["score"] if baseline else 0.0, float(budget))
+        number, result, knob_runs = knobs.search(exp.storage_url, study.study_name, o, spec, run_one, state_dir,
+                                                 reference, exp.seed, say, lock=lock,
+                                                 heartbeat_interval=exp.heartbeat_interval,
+                                                 grace_period=exp.grace_period)
+        run = f"oneshot-{exp.seed}-knobs-{number}"
+        chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
+    else:
+        run = f"oneshot-{exp.seed}"
+        try:
+            result = run_one(spec)
+        except Exception as e:                     # noqa: BLE001 - a loss gone non-finite is the user's to fix
+            if not knobs.diverged(e):
+                raise
+            why = _first_line(e)
+            with lock():
+                study.set_user_attr(STARTED, {**study.user_attrs[STARTED], "diverged": why})
+            raise ConfigError(f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
+                              f"then run the same command again") from None
+        chosen = o.knobs()
+    proposed = result["proposed"]
+    record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
+              "layernorms": result.get("layernorms", False),
+              "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
+              "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"],
+              "init_open": chosen["init_open"], "proposal_lr": o.proposal_lr,
+              "epochs": epochs, "target": budget, "score": result["score"],
+              "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
+              "supernet_params": result["supernet_params"], "proposed": proposed,
+              "where": {"executor": exp.executor, "device": result["device"], "host": result["host"],
+                        **({"resources": result["resources"]} if "resources" in result else {})},
+              "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt,
+              "resumed_from": result["resumed_from"], "settings": settings}
+    if knob_runs is not None:
+        record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
+    with lock():
+        if ATTR in study.user_attrs:                   # another worker got there first
+            return []
+        for p in proposed:
+            attrs = {"petl_config": p.pop("config"), ATTR: run, "oneshot_budget": p["budget"]}
+            if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
+                attrs[LR_FROM_SAMPLER] = True
+            else:
+                attrs["recipe"] = {"lr": chosen["lr"] if o.proposal_lr == "supernet" else float(o.proposal_lr)}
+            study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
+        study.set_user_attr(ATTR, record)
+    if os.path.exists(spec.checkpoint):
+        os.remove(spec.checkpoint)
+    resumed = record["resumed_from"]
+    went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
+    if knob_runs is not None:
+        went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
+                    + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
+    over = over_budget_note(record["expected_count"], budget)
+    return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
+            f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
+            f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
+            + ", ".join(f"{p['deployable']:,}" for p in proposed) + over]
+
+
+def check_resumable(study, exp) -> None:
+    """Refuse, before anything is queued, to resume a study whose supernet was trained with other
+    ``oneshot`` settings (`propose` would refuse it later, after presets and warm starts were added)."""
+    if ATTR in study.user_attrs:
+        _check_same_settings(study, as_stored(dataclasses.asdict(exp.oneshot)))
+
+
+def _check_same_settings(study, settings: dict) -> None:
+    """A resumed study whose supernet was trained with other ``oneshot`` settings: refused, since its
+    proposals are those of the old settings (a study from before settings were stored is not checked)."""
+    stored = study.user_attrs[ATTR].get("settings")
+    if stored is None or stored == settings:
+        return
+    changed = [f"{k} {stored.get(k)!r} -> {settings.get(k)!r}" for k in settings if stored.get(k) != settings.get(k)]
+    raise ConfigError(f"study {study.study_name!r} trained its supernet with other oneshot settings "
+                      f"({'; '.join(changed)}); its proposals are those of the first: to train another supernet, "
+                      f"name a new study (--study NAME)")
+
+
+def _first_line(error: BaseException) -> str:
+    """The message of the innermost cause (a Ray trial wraps the worker's error)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+__all__ = ["propose", "check_resumable", "ATTR", "STARTED"]

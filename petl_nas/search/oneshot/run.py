@@ -1,0 +1,177 @@
+"""One supernet run as a job any worker can take: what it needs, where it runs, what it returns.
+
+`SupernetSpec` holds plain values, so it travels to a Ray worker as a `TrialSpec` does.
+`run_supernet` does the whole run in the process that takes it: it loads the data and the cached
+backbone, builds the supernet from the space, trains it toward the budget on that process's device
+(a GPU when it has one), and derives one configuration per budget of the ladder (with
+``rate_proposals``, each also scored on search-dev with the supernet's own weights:
+`inherit.inherited_score`, what the knob search compares runs by). With the Ray
+executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
+gets a whole GPU where the cluster has one, else every CPU of the largest node (no trial runs
+beside it). The local executor calls `run_supernet` in-process.
+
+With ``checkpoint`` set, the run saves its training state there after every epoch
+(`petl_nas.training.checkpoint`), and a later run of the same spec (the same settings, data and candidates:
+its fingerprint) goes on from it instead of starting again; a state of any other run is left
+unused. The file is on the machine that trains, so on a cluster without a shared file system a
+run resumed on another node starts from scratch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import socket
+import time
+
+from ...training import checkpoint
+from ...core.budget import count_parameters
+from ...core.config import PetlConfig
+from ...tasks.encoding import encode
+from ..space import SearchSpace
+from ...tasks import load_splits, resolve_task
+from ...training.loop import Recipe, evaluate
+from ...training.loading import load_backbone
+from .derive import configuration, ladder, select
+from .gates import BETA
+from .inherit import inherited_score
+from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates, prompt_length_for
+from .train import train_supernet
+
+
+@dataclasses.dataclass(frozen=True)
+class SupernetSpec:
+    """Everything a supernet run needs, as plain values."""
+
+    backbone: object
+    task: object
+    data_dir: str | None
+    k: int | None
+    data_seed: int
+    search_dev: int | None
+    space: str
+    budget: int
+    rungs: int
+    lr: float
+    gate_lr: float
+    epochs: float
+    init_open: float
+    batch_size: int
+    max_length: int
+    length_buckets: int
+    seed: int
+    checkpoint: str | None = None     # the file of its per-epoch training state (None: no resuming)
+    precision: str = "auto"           # what its forward passes compute in (`precision.use_precision`)
+    penalty_step: float = 0.02        # how fast the count's Lagrange multiplier rises (`Supernet.penalty`)
+    temperature: float = BETA         # the hard-concrete gates' β
+    rate_proposals: bool = False      # score each proposal with the supernet's weights (`inherit.py`)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
+    """Train the supernet of ``spec`` and derive its proposals, in this process."""
+    import torch
+
+    spec = spec if isinstance(spec, SupernetSpec) else SupernetSpec(**spec)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    task = resolve_task(spec.task)
+    splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
+                         search_dev_size=spec.search_dev)             # cached per process, as a trial's
+    base, tok = load_backbone(spec.backbone, task, splits)
+    space = SearchSpace.load(spec.space)
+    head = space.with_head(PetlConfig())
+    specs = candidates(space, base.config, spec.budget)
+    bitfit = allows_bitfit(space, base.config, spec.budget, head)
+    layernorms = allows_layernorms(space, base.config, spec.budget, head)
+    prompt_length = prompt_length_for(space, base.config, spec.budget, head)
+    torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
+    net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit,
+                         layernorms=layernorms, prompt_length=prompt_length)
+    fingerprint = {**spec.to_dict(), "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
+                   "layernorms": layernorms, "prompt_length": prompt_length}
+    state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
+    trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
+    if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
+        state = None                                        # another run's state: start from scratch
+    save = None if not spec.checkpoint else (
+        lambda s: checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint))
+    result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
+                            epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
+                            seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
+                            resume=state, on_epoch=save, penalty_step=spec.penalty_step,
+                            temperature=spec.temperature)
+    smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
+                   for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
+    score_on_dev = None
+    if spec.rate_proposals:
+        dev = encode(splits, tok, max_length=spec.max_length).search_dev
+        batch = Recipe(batch_size=spec.batch_size).eval_batch_size
+        score_on_dev = lambda model: evaluate(model, dev, task, batch, device)[task.main_metric]  # noqa: E731
+    seen, proposed = set(), []
+    for rung in ladder(smallest, spec.budget, spec.rungs):
+        selection = select(net, rung)
+        config, n = configuration(net, base.config, selection, head, num_labels=task.num_labels)
+        key = repr(config.to_dict())
+        if n > 0 and key not in seen:
+            seen.add(key)
+            proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
+            if score_on_dev is not None:
+                proposed[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
+    return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
+            "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
+            "layernorms": layernorms, "prompt_length": prompt_length,
+            "proposed": proposed,
+            "supernet_params": count_parameters(base.config, PetlConfig(
+                modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)).deployable,
+            "device": str(device), "host": socket.gethostname(),
+            "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
+
+
+def supernet_trainable(config: dict) -> None:
+    """The Ray Tune trainable of a supernet run: one report carrying the whole result."""
+    import ray
+    from ray import tune
+
+    result = run_supernet(config["spec"])
+    result["host"] += "/" + ray.get_runtime_context().get_node_id()[:8]
+    tune.report({"run": json.dumps(result), "score": result["score"]})
+
+
+def _resources(ray) -> dict:
+    """A whole GPU where the cluster has one; else every CPU of the largest node."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    if any(r.get("GPU", 0) >= 1 for r in nodes):
+        return {"cpu": 1, "gpu": 1}
+    return {"cpu": max((int(r.get("CPU", 1)) for r in nodes), default=1), "gpu": 0}
+
+
+def run_on_ray(spec: SupernetSpec, run_dir: str, address: str | None = None) -> dict:
+    """Run ``spec`` as one Ray Tune trial (local Ray, or the cluster at ``address``)."""
+    from ray import tune
+
+    from ..executors import init_ray
+
+    ray = init_ray(address)
+    resources = _resources(ray)
+    tuner = tune.Tuner(
+        tune.with_resources(supernet_trainable, resources),
+        param_space={"spec": spec.to_dict()},
+        tune_config=tune.TuneConfig(num_samples=1),
+        run_config=tune.RunConfig(name="supernet", storage_path=os.path.abspath(os.path.join(run_dir, "ray")),
+                                  verbose=0, failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    start = time.perf_counter()
+    outcome = tuner.fit()[0]
+    if outcome.error is not None:
+        raise RuntimeError(f"the supernet run failed in its Ray trial: {outcome.error}") from outcome.error
+    if "run" not in (outcome.metrics or {}):
+        raise RuntimeError("the supernet run ended in its Ray trial without a result")
+    result = json.loads(outcome.metrics["run"])
+    return {**result, "resources": resources, "ray_s": round(time.perf_counter() - start, 1)}
+
+
+__all__ = ["SupernetSpec", "run_supernet", "run_on_ray", "supernet_trainable"]

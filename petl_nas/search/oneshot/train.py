@@ -1,0 +1,46 @@
+"""Training a supernet: the trial trainer, plus the count penalty that holds its expected size.
+
+`train_supernet` trains every candidate and its gates together on the training rows (one level,
+as L0 pruning does; S3Delta's bi-level search would need a second held-out split), adding
+`Supernet.penalty` to each step's loss, and scores the supernet on search-dev with its gates at
+their deterministic values.
+"""
+
+from __future__ import annotations
+
+from ...tasks.encoding import encode
+from ...tasks import resolve_task
+from ...training.loop import Recipe, train
+from ...training.loading import TrainData, load_backbone
+from .gates import BETA
+
+
+def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3, gate_lr: float = 0.05,
+                   epochs: float = 2, batch_size: int = 32, max_length: int = 64, seed: int = 0,
+                   length_buckets: int = 0, precision: str = "auto", device: str = "cpu", resume: dict | None = None,
+                   on_epoch=None, penalty_step: float = 0.02, temperature: float = BETA) -> dict:
+    """Train ``net`` (built on ``backbone`` for ``task``) toward ``target`` expected deployable
+    parameters; the gates learn at ``gate_lr`` (they were built with speed ``gate_lr / lr``, or
+    are rescaled here) and sample at ``temperature``; the count's multiplier rises by
+    ``penalty_step`` × log(expected / target) each step. Returns the score, the expected count and
+    the Lagrange multiplier.
+
+    ``on_epoch`` gets the training state after every epoch, with the multiplier in it (key
+    ``multiplier``); ``resume`` is such a state to go on from."""
+    task = resolve_task(task)
+    _, tok = load_backbone(backbone, task, splits)
+    encoded = encode(splits, tok, max_length=max_length)
+    for g in net.gates():                                  # gate speed: gate_lr / lr (Adam steps ~ lr)
+        g.retune(speed=gate_lr / lr, temperature=temperature)
+    recipe = Recipe(lr=lr, epochs=epochs, batch_size=batch_size, max_length=max_length, seed=seed,
+                    evals_per_epoch=0, length_buckets=length_buckets, precision=precision)
+    if resume is not None:
+        net.multiplier = resume["multiplier"]
+    saver = None if on_epoch is None else (lambda state: on_epoch({**state, "multiplier": net.multiplier}))
+    result = train(net.model, TrainData(encoded.train, encoded.search_dev), task, recipe, device,
+                   regularizer=lambda: net.penalty(target, penalty_step), resume=resume, on_epoch=saver)
+    return {"score": result.last_score, "expected_count": float(net.expected_count().detach()),
+            "multiplier": net.multiplier, "steps": result.steps, "train_s": result.wall_s}
+
+
+__all__ = ["train_supernet"]
