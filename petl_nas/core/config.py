@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml, suggest
+from .forms import COMMON_KEYS, all_forms, form_named, form_names
 
-FORMS = ("adapter", "lora", "prefix", "mh_adapter", "compacter")
 POSITIONS = ("attn", "ffn")
 INSERTIONS = ("sequential", "parallel")
 COMPOSITIONS = ("add", "scaled", "gated")
@@ -30,24 +30,15 @@ NONLINEARITIES = ("relu", "gelu", "tanh", "swish", "identity")
 INITS = ("bert", "lora")
 GATE_SCOPES = ("example", "token")
 POOLINGS = ("auto", "cls", "mean", "pooler", "pooler_trained")   # see head.py
-LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
 # Attention kinds of a backbone (He et al.'s N_attn): an encoder-decoder has all three, an encoder
 # only `encoder`, a decoder-only model only `decoder`. FFNs live in the encoder and decoder blocks.
 BLOCKS = ("encoder", "decoder", "cross")
 
-# Which keys each form reads; a key outside its form's set is a mistake worth reporting.
-_COMMON = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "gate_per",
-           "layers", "blocks")
-FORM_KEYS = {
-    "adapter": _COMMON + ("nonlinearity", "init", "dropout"),
-    "compacter": _COMMON + ("nonlinearity", "init", "phm_n", "phm_rank"),
-    "lora": _COMMON + ("targets", "init", "dropout"),
-    "prefix": _COMMON + ("reparam",),
-    "mh_adapter": _COMMON,
-}
-# Parallel-only forms: He et al. show LoRA, prefix tuning and the multi-head adapter all read x.
-_PARALLEL_ONLY = ("lora", "prefix", "mh_adapter")
-_HEAD_FORMS = ("prefix", "mh_adapter")
+
+
+def form_keys(form: str) -> tuple[str, ...]:
+    """The `ModuleSpec` fields ``form`` reads; a key outside them is a mistake worth reporting."""
+    return COMMON_KEYS + form_named(form).keys
 
 
 def parse_blocks(value, where: str = "blocks") -> tuple[str, ...] | None:
@@ -153,22 +144,24 @@ class ModuleSpec:
                 raise ConfigError(f"{where}.{name}: expected a list of {what}, got {value!r}")
         if self.targets is not None and len(set(self.targets)) != len(self.targets):
             raise ConfigError(f"{where}.targets: {list(self.targets)} names a weight twice")
-        if self.form in FORM_KEYS:
+        if self.form in form_names():
             filled = {"init": "bert"}                       # what `_normalise` fills in for these forms
+            keys = form_keys(self.form)
             for f in dataclasses.fields(self):
-                unused = f.name not in FORM_KEYS[self.form]
+                unused = f.name not in keys
                 if unused and getattr(self, f.name) not in (f.default, filled.get(f.name)):
                     raise ConfigError(f"{where}.{f.name}: {self.form} does not use it")
 
     def _normalise(self) -> None:
         # Fill form-dependent defaults so that equal designs are equal values.
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        form = form_named(self.form, "module.form") if self.form in form_names() else None   # else: `check` says
         if self.composition is None:
-            set_("composition", {"prefix": "gated", "lora": "scaled"}.get(self.form, "add"))
+            set_("composition", form.composition if form else "add")
         if self.init is None:
-            set_("init", "lora" if self.form == "lora" else "bert")
-        if self.form == "lora" and self.targets is None and self.position in LORA_TARGETS:
-            set_("targets", ("q", "v") if self.position == "attn" else LORA_TARGETS["ffn"])
+            set_("init", form.init if form else "bert")
+        if form and self.targets is None and self.position in form.positions:
+            set_("targets", form.default_targets(self.position))
         if self.targets is not None:
             set_("targets", tuple(self.targets))
         if self.layers is not None:
@@ -179,7 +172,7 @@ class ModuleSpec:
 
     def check(self, where: str) -> None:
         """Raise ConfigError naming ``where.field`` for the first invalid field."""
-        _check_choice(f"{where}.form", self.form, FORMS)
+        form = form_named(self.form, f"{where}.form")
         _check_choice(f"{where}.position", self.position, POSITIONS)
         _check_choice(f"{where}.insertion", self.insertion, INSERTIONS)
         _check_choice(f"{where}.composition", self.composition, COMPOSITIONS)
@@ -188,14 +181,15 @@ class ModuleSpec:
         _check_choice(f"{where}.gate_per", self.gate_per, GATE_SCOPES)
         if self.gate_per != "example" and not self.gate:
             raise ConfigError(f"{where}.gate_per: {self.gate_per!r} needs gate: true")
-        if self.form in _HEAD_FORMS and self.position != "attn":
+        if self.position not in form.positions:
             raise ConfigError(
                 f"{where}.position: {self.form} modifies head attention, so position must be 'attn', "
-                f"got {self.position!r}")
-        if self.form in _PARALLEL_ONLY and self.insertion != "parallel":
+                f"got {self.position!r}" if form.head_attention else
+                f"{where}.position: {self.form} sits at {', '.join(form.positions)}, got {self.position!r}")
+        if form.parallel_only and self.insertion != "parallel":
             raise ConfigError(f"{where}.insertion: {self.form} is a parallel insertion by construction, "
                               f"got {self.insertion!r}")
-        if self.composition == "gated" and self.form != "prefix":
+        if self.composition == "gated" and not form.gated_composition:
             raise ConfigError(f"{where}.composition: 'gated' is prefix tuning's λ gate; for UniPELT's "
                               f"learned gate on a {self.form} set gate: true (accepted: add, scaled)")
         if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size <= 0:
@@ -218,17 +212,17 @@ class ModuleSpec:
             if self.position == "ffn" and "cross" in self.blocks:
                 raise ConfigError(f"{where}.blocks: cross-attention has no FFN; position 'ffn' takes "
                                   f"encoder, decoder")
-        if self.form == "lora":
-            if not self.targets:
-                raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
-            for t in self.targets:
-                _check_choice(f"{where}.targets", t, LORA_TARGETS[self.position])
+        if form.targets(self.position):
+            for t in self.targets or ():
+                _check_choice(f"{where}.targets", t, form.targets(self.position))
         elif self.targets is not None:
-            raise ConfigError(f"{where}.targets: only lora uses targets")
+            takers = [f.name for f in all_forms() if "targets" in f.keys]
+            raise ConfigError(f"{where}.targets: only {', '.join(takers)} use{'s' if len(takers) == 1 else ''} targets")
         if self.reparam < 0:
             raise ConfigError(f"{where}.reparam: must be >= 0 (0 = flat prefix), got {self.reparam}")
         if self.phm_n <= 0 or self.phm_rank <= 0:
             raise ConfigError(f"{where}.phm_n/phm_rank: must be positive")
+        form.check(self, where)
 
     @property
     def key(self) -> str:
@@ -237,7 +231,7 @@ class ModuleSpec:
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
-        for k in FORM_KEYS[self.form]:
+        for k in form_keys(self.form):
             v = getattr(self, k)
             if k == "blocks" and v is None:               # the default; written only when restricted
                 continue
@@ -252,9 +246,9 @@ class ModuleSpec:
             raise ConfigError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
         form = data.get("form")
         if form is None:
-            raise ConfigError(f"{where}.form: missing; accepted: {', '.join(FORMS)}")
-        _check_choice(f"{where}.form", form, FORMS)
-        allowed = FORM_KEYS[form]
+            raise ConfigError(f"{where}.form: missing; accepted: {', '.join(form_names())}")
+        form_named(form, f"{where}.form")
+        allowed = form_keys(form)
         for k in data:
             if k not in allowed:
                 known = {f.name for f in dataclasses.fields(cls)}
@@ -331,7 +325,7 @@ class PetlConfig:
     def _check_head_overlap(self) -> None:
         # One attention function serves each attention module: one prefix and one mh_adapter at most.
         overlap = lambda a, b: a is None or b is None or bool(set(a) & set(b))  # noqa: E731
-        for form in _HEAD_FORMS:
+        for form in (f.name for f in all_forms() if f.head_attention):
             seen: dict[int, ModuleSpec] = {}
             for i, m in enumerate(self.modules):
                 if m.form != form:
@@ -427,5 +421,4 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "parse_blocks", "FORMS", "POSITIONS", "LORA_TARGETS", "BLOCKS", "GATE_SCOPES",
-           "POOLINGS"]
+__all__ = ["PetlConfig", "ModuleSpec", "parse_blocks", "form_keys", "POSITIONS", "BLOCKS", "GATE_SCOPES", "POOLINGS"]

@@ -12,9 +12,7 @@ Example:
 from __future__ import annotations
 
 from .config import ModuleSpec, PetlConfig
-
-FORM_NAMES = {"adapter": "adapter", "lora": "LoRA", "prefix": "prefix", "mh_adapter": "MH adapter",
-              "compacter": "Compacter"}
+from .forms import form_named
 
 
 def _layers(layers: tuple[int, ...] | None) -> str:
@@ -28,20 +26,10 @@ def _layers(layers: tuple[int, ...] | None) -> str:
 def describe_module(m: ModuleSpec) -> str:
     """E.g. ``ffn Compacter r=52 n=4 sequential relu σ-gate layers 0,3,4`` (σ-gate: UniPELT's
     learned gate; λ-gated: prefix tuning's own gate)."""
-    size = {"prefix": "l", "mh_adapter": "l"}.get(m.form, "r")
-    parts = [m.position, FORM_NAMES[m.form], f"{size}={m.size}"]
-    if m.form == "compacter":
-        parts.append(f"n={m.phm_n}")
-    if m.form == "lora":
-        parts.append("on " + ",".join(m.targets))
-    if m.form in ("adapter", "compacter"):
-        parts += [m.insertion, m.nonlinearity]
-    if m.form == "prefix":
-        parts.append(f"MLP {m.reparam}" if m.reparam else "flat")
+    form = form_named(m.form)
+    parts = [m.position, form.title, *([f"{form.size_letter}={m.size}"] if form.sized else []), *form.describe(m)]
     if m.composition == "scaled":
         parts.append(f"scaled s={m.scale:.3g}" + (" learned" if m.learn_scale else ""))
-    elif m.form == "prefix":
-        parts.append("λ-gated" if m.composition == "gated" else "add")
     if m.gate:
         parts.append("σ-gate" if m.gate_per == "example" else "σ-gate per token")
     blocks = f" in {'+'.join(m.blocks)}" if m.blocks is not None else ""

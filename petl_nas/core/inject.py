@@ -38,8 +38,8 @@ from .config import PetlConfig
 from .head import (install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout,
                    stock_head_fields)
 from .precision import master_dtype
-from .modules import (ATTENTION_NAME, Bottleneck, CompacterAdapter, Composition, HeadEdits, LoRA, MultiHeadAdapter,
-                      PrefixEncoder, SharedRead, SharedRule, SoftPrompt, as_param_dtype)
+from .forms import form_named
+from .modules import ATTENTION_NAME, HeadEdits, LoRA, PrefixEncoder, SharedRead, SharedRule, SoftPrompt, as_param_dtype
 from .modules import head_attention
 
 ROOT = "petl"
@@ -147,9 +147,6 @@ def _head_dims(config, block: Block, layer: nn.Module) -> tuple[int, int, int]:
     return heads, head_dim, kv_heads
 
 
-HEAD_FORMS = ("prefix", "mh_adapter")      # forms that edit attention through the ``petl`` function
-
-
 def head_attention_refusal(model_config) -> str | None:
     """Why the ``petl`` attention function cannot serve this backbone (None when it can): a family
     whose attention does not call transformers' interface, or logits SDPA would compute otherwise
@@ -178,6 +175,64 @@ class _Site:
 
     def add(self, kind: str, module: nn.Module, extra=None):
         self.edits.append((0 if kind == "lora" else 1, kind, module, extra))
+
+
+class Placement:
+    """One module spec on one block of a backbone: what a form's `place` builds its layers from and
+    puts them on (`petl_nas.core.forms.Form.place`).
+
+    Attributes:
+        block_name, block: the block (``encoder``, ``decoder``, ``cross``) and its `Block` spec.
+        covered: the layer indices of the block the module applies to.
+        modules: a `ModuleDict` for this block's layers of the module (its parameters' names).
+        shared: the form's module shared by every layer (`Form.shared`), or None.
+        d, heads, head_dim, kv_heads: the hidden width, and the attention's query heads, head width
+            and key/value heads; causal: whether tokens must not see later ones here.
+        flat_prefix, root: build prefixes flat (as loaded); the model's `PetlRoot`.
+    """
+
+    def __init__(self, model, root, block_name: str, block: Block, layers, covered, modules, shared, causal: bool,
+                 heads: tuple[int, int, int], flat_prefix: bool, sites, captures, readers, head_edits, new_edits):
+        self.model_config, self.root = model.config, root
+        self.block_name, self.block, self._layers, self.covered = block_name, block, layers, covered
+        self.modules, self.shared, self.causal, self.flat_prefix = modules, shared, causal, flat_prefix
+        self.d = model.config.hidden_size
+        self.heads, self.head_dim, self.kv_heads = heads
+        self._sites, self._captures, self._readers = sites, captures, readers
+        self._head_edits, self._new_edits = head_edits, new_edits
+
+    def linear(self, layer: int, site) -> nn.Module:
+        return self._layers[layer].get_submodule(site.path)
+
+    def features(self, layer: int, site) -> tuple[int, int]:
+        """(in, out) features of a site's weight (of its slice, for a fused projection)."""
+        return features(self.linear(layer, site), site, self.model_config)
+
+    def out_slice(self, layer: int, site) -> OutSlice | None:
+        """Where a fused projection's slice sits in its output (None: a whole weight)."""
+        return site.out_slice(features(self.linear(layer, site))[1], self.model_config)
+
+    def edit(self, layer: int, path: str, kind: str, module: nn.Module, extra=None) -> None:
+        """Add ``module``'s update to the output of the linear at ``path``: ``lora`` reads the linear's
+        input (``extra``: its `OutSlice`), ``sequential`` its output, ``parallel`` the sublayer input
+        ``extra`` (``attn``/``ffn``, kept by `read_sublayer_input`). LoRA updates come first."""
+        self._sites[(self.block_name, layer, path)].add(kind, module, extra)
+
+    def read_sublayer_input(self, layer: int, position: str) -> None:
+        """Keep the input x of a layer's attention or FFN sublayer for the forward (`PetlRoot.input_of`)."""
+        self._captures.add((self.block_name, layer, position))
+
+    def share_read(self, layer: int, source: str, module: nn.Module) -> None:
+        """``module`` reads input ``source`` of the layer: readers of one input share one read (`SharedRead`)."""
+        self._readers[(self.block_name, layer, source)].append(module)
+
+    def input_source(self, target: str) -> str | None:
+        """Which input a weight reads, for `share_read` (None: one no other weight reads)."""
+        return _input_of(target, self.block_name)
+
+    def head_edits(self, layer: int) -> HeadEdits:
+        """The edits of a layer's attention heads (prefix, multi-head adapter), made on first use."""
+        return self._head_edits.setdefault((self.block_name, layer), self._new_edits())
 
 
 def petl_root(model: nn.Module, caller: str) -> PetlRoot:
@@ -210,7 +265,6 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     if config.bitfit and not any(n.endswith("bias") for n, _ in model.base_model.named_parameters()):
         raise ConfigError(f"bitfit: the {model.config.model_type} backbone has no bias terms, so BitFit "
                           f"would train nothing; use another method")
-    d = model.config.hidden_size
     ref = next(model.parameters())
     root = PetlRoot(config, flat_prefix)
     root_edits = functools.partial(HeadEdits, is_enabled=root.is_enabled, pad_mask=root.pad_mask)
@@ -226,66 +280,21 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
         for i, m in enumerate(config.modules):
             group = nn.ModuleDict()
             root.groups[f"{i}_{m.key}"] = group
-            rule = SharedRule(m.phm_n) if m.form == "compacter" else None   # one per module, shared
-            if rule is not None:
-                group["rule"] = rule
+            form = form_named(m.form)
+            shared = form.shared(m)                                     # one per module, every layer's
+            if shared is not None:
+                group["rule"] = shared
             for name in config.blocks_of(m, available[m.position]):
                 block, layers = spec.block(name), layer_lists[name]
                 if not single:
                     group[name] = nn.ModuleDict()
-                sub = group if single else group[name]
-                covered = config.layers_of(m, len(layers))
-                heads, head_dim, kv_heads = _head_dims(model.config, block, layers[0])
-                causal = spec.decoder_only or name in ("decoder", "cross")   # tokens must not see later ones
-                if m.form in HEAD_FORMS:
+                if form.head_attention:
                     _check_head_attention(model.config, i, m.form)
-                if m.form in ("adapter", "compacter"):
-                    (out_site,) = block.sites("o" if m.position == "attn" else "ffn_out")
-                    for l in covered:
-                        adapter = sub[str(l)] = (Bottleneck(m, d, causal) if rule is None
-                                                 else CompacterAdapter(m, d, rule, causal))
-                        if m.insertion == "parallel":
-                            captures.add((name, l, m.position))
-                            if rule is None and not m.dropout:
-                                readers[(name, l, m.position)].append(adapter)
-                            sites[(name, l, out_site.path)].add("parallel", adapter, m.position)
-                        else:
-                            sites[(name, l, out_site.path)].add("sequential", adapter)
-                elif m.form == "lora":
-                    for l in covered:
-                        for t in m.targets:
-                            targets = block.sites(t)
-                            for j, site in enumerate(targets):
-                                linear = layers[l].get_submodule(site.path)
-                                fan_in, fan_out = features(linear, site, model.config)
-                                key = f"{l}_{t}" if len(targets) == 1 else f"{l}_{t}_{j}"
-                                lora = sub[key] = LoRA(m, fan_in, fan_out, causal)
-                                out_slice = site.out_slice(features(linear)[1], model.config)
-                                sites[(name, l, site.path)].add("lora", lora, out_slice)
-                                source = _input_of(t, name)
-                                if source is not None and not m.dropout:
-                                    readers[(name, l, source)].append(lora)
-                elif m.form == "prefix":
-                    enc = sub["encoder"] = PrefixEncoder(len(covered), kv_heads, head_dim, m.size, m.reparam, d,
-                                                         flat=flat_prefix)
-                    # UniPELT's prefix gate (per example) reads the sublayer input x (width d); the
-                    # per-token gate reads the projected query (width H·D).
-                    reads_x = m.gate and m.gate_per == "example" and not causal and m.composition == "gated"
-                    for slot, l in enumerate(covered):
-                        comp = None
-                        if m.gate or m.composition == "scaled":
-                            comp = sub[str(l)] = Composition(m, d if reads_x else heads * head_dim, causal)
-                        e = head_edits.setdefault((name, l), root_edits())
-                        e.prefix, e.prefix_index = enc, slot
-                        e.prefix_composition, e.prefix_compose = m.composition, comp
-                        if reads_x:
-                            captures.add((name, l, "attn"))
-                            readers[(name, l, "attn")].append(comp.gate)
-                            e.sublayer_input = functools.partial(root.input_of, (name, l, "attn"))
-                elif m.form == "mh_adapter":
-                    for l in covered:
-                        mh = sub[str(l)] = MultiHeadAdapter(m, heads, head_dim, causal)
-                        head_edits.setdefault((name, l), root_edits()).mh = mh
+                form.place(m, Placement(model, root, name, block, layers, config.layers_of(m, len(layers)),
+                                        group if single else group[name], shared,
+                                        spec.decoder_only or name in ("decoder", "cross"),   # tokens must not see later ones
+                                        _head_dims(model.config, block, layers[0]), flat_prefix, sites, captures,
+                                        readers, head_edits, root_edits))
         for group in (rs for rs in readers.values() if len(rs) > 1):
             root._shared_reads.append(SharedRead())
             for reader in group:

@@ -211,7 +211,8 @@ def forms(rows_by_position: dict[str, list[dict]], metric: str) -> bytes:
     hi = hi if hi > lo else lo + 1e-6
     sc = None
     for ax, (pos, rows) in zip(axes, rows_by_position.items()):
-        order = [f for f in FORM_ORDER if any(r["form"] == f for r in rows)] or ["none"]
+        seen = {r["form"] for r in rows}
+        order = [f for f in FORM_ORDER if f in seen] + sorted(seen - set(FORM_ORDER)) or ["none"]   # new forms last
         labels = []
         for i, form in enumerate(order):
             these = [r for r in rows if r["form"] == form]

@@ -20,6 +20,7 @@ from torch import nn
 from ..core.backbones import spec_for
 from ..core.budget import meta_model
 from ..core.config import ModuleSpec, PetlConfig
+from ..core.forms import form_named
 from ..core.head import checkpoint_pooling, native_pooling
 
 class NotExpressible(ValueError):
@@ -58,40 +59,9 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int, task_kind: 
             reasons.append(f"{where}: restricted to the {'+'.join(m.blocks)} blocks")
         if m.gate and m.gate_per == "token":
             reasons.append(f"{where}: a per-token gate (AdapterHub's gates are UniPELT's, one per example)")
-        if m.form in ("adapter", "compacter"):
-            c = {"architecture": "bottleneck", "mh_adapter": m.position == "attn",
-                 "output_adapter": m.position == "ffn", "reduction_factor": hidden_size / m.size,
-                 "non_linearity": m.nonlinearity, "is_parallel": m.insertion == "parallel",
-                 "scaling": _scaling(m), "use_gating": m.gate,
-                 "init_weights": "mam_adapter" if m.init == "lora" else "bert",
-                 "original_ln_before": True, "original_ln_after": True, "residual_before_ln": True,
-                 "leave_out": _leave_out(m, n_layers)}
-            if m.form == "compacter":
-                c.update(phm_layer=True, phm_dim=m.phm_n, phm_rank=m.phm_rank, shared_phm_rule=True,
-                         factorized_phm_rule=False, learn_phm=True)
-            if m.nonlinearity == "identity":
-                reasons.append(f"{where}: identity nonlinearity")
+        c = form_named(m.form).adapters_config(m, hidden_size, _leave_out(m, n_layers), _scaling(m), where, reasons)
+        if c is not None:
             out.append(c)
-        elif m.form == "lora":
-            attn = [t for t in m.targets if t in ("q", "k", "v")]
-            if "o" in m.targets:
-                reasons.append(f"{where}: LoRA on the attention output weight o")
-            if m.learn_scale:
-                reasons.append(f"{where}: learned LoRA scale")
-            out.append({"architecture": "lora", "selfattn_lora": bool(attn), "attn_matrices": attn,
-                        "intermediate_lora": "ffn_in" in m.targets, "output_lora": "ffn_out" in m.targets,
-                        "r": m.size, "alpha": m.size * (m.scale if m.composition == "scaled" else 1.0),
-                        "use_gating": m.gate, "composition_mode": "add", "dropout": m.dropout,
-                        "leave_out": _leave_out(m, n_layers)})
-        elif m.form == "prefix":
-            if m.composition != "gated":
-                reasons.append(f"{where}: {m.composition} composition (AdapterHub's prefix is the "
-                               f"concatenation, He et al.'s gated form)")
-            out.append({"architecture": "prefix_tuning", "prefix_length": m.size, "flat": m.reparam == 0,
-                        "bottleneck_size": m.reparam or 512, "non_linearity": "tanh",
-                        "use_gating": m.gate, "shared_gating": True, "leave_out": _leave_out(m, n_layers)})
-        elif m.form == "mh_adapter":
-            reasons.append(f"{where}: the multi-head parallel adapter")
     archs = [c["architecture"] for c in out]
     for a in set(archs):
         if archs.count(a) > 1 and a != "bottleneck":
@@ -167,8 +137,8 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
     forms = [m.form for m in config.modules] + (["prompt"] if config.prompt_length else [])
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
-        if m.form in ("adapter", "compacter", "mh_adapter"):
-            reasons.append(f"{where}: PEFT has no {'bottleneck' if m.form != 'mh_adapter' else 'multi-head'} adapters")
+        if (refusal := form_named(m.form).peft_refusal(m, where)) is not None:
+            reasons.append(refusal)
         if m.gate:
             reasons.append(f"{where}: UniPELT gate")
         if m.learn_scale:

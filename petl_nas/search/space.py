@@ -25,12 +25,12 @@ from typing import Any
 
 from ..errors import ConfigError, read_text, read_yaml, suggest
 from ..core.config import POOLINGS, ModuleSpec, PetlConfig, parse_blocks
+from ..core.forms import all_forms, form_named
+from ..core.forms.lora import SPACE_TARGETS
 from ..core.presets import space_dir
 
-SLOT_FORMS = {"attn": ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter"),
-              "ffn": ("none", "adapter", "lora", "compacter")}
-LORA_TARGETS = {"qv": ("q", "v"), "qkvo": ("q", "k", "v", "o"), "q": ("q",), "v": ("v",),
-                "ffn": ("ffn_in", "ffn_out")}
+SITES = ("attn", "ffn")
+LORA_TARGETS = SPACE_TARGETS          # a slot's `lora_targets` choices and the weights each names
 # Where in the model a slot's module goes: every block, or a '+'-joined subset (encoder-decoders).
 BLOCK_CHOICES = ("all", "encoder", "decoder", "cross", "encoder+decoder", "encoder+cross", "decoder+cross")
 # dimension -> (kind, allowed values for categorical/fixed); ranges are int or float
@@ -60,14 +60,19 @@ GLOBAL_DIMENSIONS = {
     "head_lr_mult": ("float", None),         # the head's learning rate / the PETL rate
 }
 # Which slot dimensions each form reads (a form ignores the rest).
-FORM_DIMENSIONS = {
-    "adapter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "blocks"),
-    "compacter": ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "phm_n", "blocks"),
-    "lora": ("composition", "rank", "scale", "lora_targets", "blocks"),
-    "prefix": ("prefix_composition", "length", "scale", "prefix_reparam", "blocks"),
-    "mh_adapter": ("composition", "length", "scale", "blocks"),
-    "none": (),
-}
+
+
+def slot_forms(site: str) -> tuple[str, ...]:
+    """The forms a slot at ``site`` may hold: ``none`` and every registered form that sits there and
+    names its search dimensions (`petl_nas.core.forms`)."""
+    return ("none", *(f.name for f in all_forms() if site in f.positions and f.dimensions))
+
+
+def form_dimensions(form: str) -> tuple[str, ...]:
+    """Which slot dimensions ``form`` reads (a form ignores the rest)."""
+    return () if form == "none" else form_named(form).dimensions
+
+
 DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
             "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
             "init": "lora", "gates": False, "layers": "all", "bitfit": False, "blocks": "all",
@@ -200,12 +205,12 @@ class SearchSpace:
             if k not in ("site", "forms") and k not in SLOT_DIMENSIONS:
                 raise ConfigError(f"{where}: unknown key {k!r}{suggest(k, ['site', 'forms', *SLOT_DIMENSIONS])}")
         site = body.get("site")
-        if site not in SLOT_FORMS:
+        if site not in SITES:
             raise ConfigError(f"{where}.site: must be one of attn, ffn; got {site!r}")
-        forms = _parse_dimension(f"{name}.form", body.get("forms", []), "choice", SLOT_FORMS[site],
+        forms = _parse_dimension(f"{name}.form", body.get("forms", []), "choice", slot_forms(site),
                                  f"{where}.forms")
         dims = {}
-        used = {d for f in (forms.choices or (forms.value,)) for d in FORM_DIMENSIONS[f]}
+        used = {d for f in (forms.choices or (forms.value,)) for d in form_dimensions(f)}
         for dim, (kind, allowed) in SLOT_DIMENSIONS.items():
             raw = body.get(dim, top.get(dim, DEFAULTS.get(dim)))
             if raw is None:
@@ -252,7 +257,7 @@ class SearchSpace:
         for slot in self.slots:
             form = slot.forms.suggest(trial)
             vals = {}
-            for d in (SLOT_DIMENSIONS if flat else FORM_DIMENSIONS[form]):
+            for d in (SLOT_DIMENSIONS if flat else form_dimensions(form)):
                 if d not in slot.dims:
                     continue
                 if d == "scale" and not flat and "scaled" not in (vals.get("composition"),
@@ -294,24 +299,13 @@ class SearchSpace:
         """The ModuleSpec of ``form`` at ``slot`` with dimension values ``v``."""
         kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated), "layers": layers,
                               "blocks": parse_blocks(v.get("blocks", "all"))}
-        comp = v.get("prefix_composition") if form == "prefix" else v.get("composition", "add")
+        shape = form_named(form)
+        comp = (v.get("prefix_composition") if "prefix_composition" in shape.dimensions
+                else v.get("composition", shape.composition))
         kw["composition"] = comp
         if comp == "scaled":
             kw["scale"] = float(v["scale"])
-        if form in ("adapter", "compacter"):
-            kw.update(insertion=v["insertion"], nonlinearity=v["nonlinearity"], init=v["init"])
-            size = int(v["bottleneck"])
-            if form == "compacter":             # PHM layers need n | size: round up
-                n = int(v["phm_n"])
-                kw["phm_n"], size = n, -(-size // n) * n
-            kw["size"] = size
-        elif form == "lora":
-            targets = v["lora_targets"] if slot.site == "attn" else "ffn"
-            kw.update(size=int(v["rank"]), targets=LORA_TARGETS[targets])
-        elif form == "prefix":
-            kw.update(size=int(v["length"]), reparam=int(v["prefix_reparam"]))
-        elif form == "mh_adapter":
-            kw["size"] = int(v["length"])
+        kw.update(shape.spec_fields(slot.site, v))
         return ModuleSpec(**kw)
 
     # ---- presets as points of the space -------------------------------------------------------
@@ -453,21 +447,9 @@ class SearchSpace:
 
     @staticmethod
     def _module_values(m: ModuleSpec) -> dict:
-        v = {"scale": m.scale, "init": m.init, "nonlinearity": m.nonlinearity,
-             "blocks": "all" if m.blocks is None else "+".join(m.blocks)}
-        if m.form == "prefix":
-            v.update(prefix_composition=m.composition, length=m.size, prefix_reparam=m.reparam)
-        else:
-            v["composition"] = m.composition
-        if m.form in ("adapter", "compacter"):
-            v.update(insertion=m.insertion, bottleneck=m.size, phm_n=m.phm_n)
-        elif m.form == "lora":
-            v["rank"] = m.size
-            if m.position == "attn":
-                v["lora_targets"] = next((k for k, t in LORA_TARGETS.items() if t == m.targets), None)
-        elif m.form == "mh_adapter":
-            v["length"] = m.size
-        keep = set(FORM_DIMENSIONS[m.form]) - ({"scale"} if m.composition != "scaled" else set())
+        v = {"scale": m.scale, "init": m.init, "nonlinearity": m.nonlinearity, "composition": m.composition,
+             "blocks": "all" if m.blocks is None else "+".join(m.blocks), **form_named(m.form).space_values(m)}
+        keep = set(form_dimensions(m.form)) - ({"scale"} if m.composition != "scaled" else set())
         return {k: val for k, val in v.items() if k in keep}
 
     def _dimension(self, param: str) -> Dimension | None:
@@ -484,7 +466,7 @@ class SearchSpace:
         out = [slot.forms for slot in self.slots]
         for slot in self.slots:
             forms = slot.forms.choices or (slot.forms.value,)
-            used = {d for f in forms for d in FORM_DIMENSIONS[f]} - ({"lora_targets"} if slot.site == "ffn" else set())
+            used = {d for f in forms for d in form_dimensions(f)} - ({"lora_targets"} if slot.site == "ffn" else set())
             out += [slot.dims[d] for d in SLOT_DIMENSIONS if d in used and d in slot.dims
                     and not (d == "blocks" and slot.dims[d].value == "all")]   # the default says nothing
         return out + list(self.globals.values())

@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from ..core.budget import count_parameters, refusal
 from ..errors import ConfigError, suggest
 from ..core.config import PetlConfig
+from ..core.forms import form_named
 from ..training.costs import directions, metric_names
 from ..core.describe import describe_config
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
@@ -323,10 +324,10 @@ def _deployable(model_config, config: PetlConfig) -> int | None:
 def _smallest_values(slot, form: str) -> dict:
     """The value of each of ``form``'s dimensions at ``slot``: fixed, the low end of a range, or the
     first choice."""
-    from .space import FORM_DIMENSIONS
+    from .space import form_dimensions
 
     vals = {}
-    for d in FORM_DIMENSIONS[form]:
+    for d in form_dimensions(form):
         dim = slot.dims.get(d)
         if dim is not None:
             vals[d] = dim.value if dim.kind == "fixed" else dim.low if dim.kind in ("int", "float") else dim.choices[0]
@@ -335,8 +336,6 @@ def _smallest_values(slot, form: str) -> dict:
     return vals
 
 
-SIZE_DIMENSIONS = {"adapter": "bottleneck", "compacter": "bottleneck", "lora": "rank", "prefix": "length",
-                   "mh_adapter": "length"}
 
 
 def unit_costs(space: SearchSpace, model_config) -> list[str]:
@@ -348,10 +347,13 @@ def unit_costs(space: SearchSpace, model_config) -> list[str]:
     for slot in space.slots:
         blocks = slot.dims.get("blocks")
         for form in (f for f in slot.forms.choices or (slot.forms.value,) if f != "none"):
-            size, vals = SIZE_DIMENSIONS[form], _smallest_values(slot, form)
+            size, vals = form_named(form).size_dimension, _smallest_values(slot, form)
+            if size is None:                                                 # a form of one fixed size
+                lines.append(f"{slot.name:<12}{form:<12}{'-':<14}  no size dimension")
+                continue
             if blocks is not None and "all" in (blocks.choices or ()):       # in every attention kind, not
                 vals["blocks"] = "all"                                       # the first choice's (cross)
-            step = int(vals.get("phm_n", 1)) if form == "compacter" else 1      # PHM sizes are multiples of n
+            step = form_named(form).size_step(vals)                              # PHM sizes are multiples of n
             low = -(-int(vals[size]) // step) * step
 
             def count(n: int, layers) -> int:

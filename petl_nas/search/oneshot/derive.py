@@ -122,7 +122,7 @@ def _modules(net, kept: dict[int, int], gated: set[int]) -> tuple[ModuleSpec, ..
     out = []
     for (c, target, k, gate), layers in sorted(layers_by.items(), key=lambda x: (x[0][0], x[0][1] or "", x[0][2], x[0][3])):
         spec = net.specs[c]
-        extra = {"targets": (target,)} if spec.form == "lora" else {}
+        extra = {"targets": (target,)} if spec.targets is not None else {}     # a unit per targeted weight
         out.append(dataclasses.replace(spec, size=k * _unit_size(net, c), layers=tuple(sorted(layers)), gate=gate, **extra))
     return tuple(out)
 

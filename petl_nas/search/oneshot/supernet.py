@@ -57,10 +57,11 @@ from ...core.modules.mh_adapter import MultiHeadAdapter
 from ...core.modules.phm import CompacterAdapter
 from ...core.modules.prefix import PrefixEncoder
 from ..space import DEFAULTS, LORA_TARGETS as SPACE_LORA_TARGETS
+from ...core.forms import all_forms
+from ...core.forms.lora import WEIGHTS as LORA_TARGETS
 from .gates import HardConcrete
 
 GATES = "oneshot_gates"
-LORA_TARGETS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
 BITFIT = -1                                      # the candidate index of the BitFit unit (not a ModuleSpec)
 LAYERNORMS = -2                                  # ... and of the trained-LayerNorms unit
 GLOBAL = (BITFIT, LAYERNORMS)                    # units that switch a whole-backbone option of the configuration
@@ -190,20 +191,16 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
         forms.setdefault(slot.site, set()).update(slot.forms.choices or (slot.forms.value,))
     gated = {"gate": True} if _allows_true(space, "gates") else {}
     specs = []
+    ranked = sorted((f for f in all_forms() if f.supernet_rank is not None), key=lambda f: f.supernet_rank)
     for site in ("attn", "ffn"):
-        for form, dim in (("lora", "rank"), ("adapter", "bottleneck"), ("compacter", "bottleneck"),
-                          ("prefix", "length"), ("mh_adapter", "length")):
+        for shape in ranked:
+            form, dim = shape.name, shape.size_dimension
             if form not in forms.get(site, ()):
                 continue
             size = _largest(space, site, dim)
-            extra = {"lora": {"targets": _lora_targets(space, site), **gated},
-                     "adapter": {"insertion": "parallel", "init": "lora", **gated},
-                     "compacter": {"insertion": "parallel", "init": "lora", "phm_n": _smallest(space, site, "phm_n") or 4,
-                                   **gated},
-                     "prefix": {"reparam": _smallest(space, site, "prefix_reparam"), "composition": "gated"},
-                     "mh_adapter": {"insertion": "parallel", "composition": "add", **gated}}[form]
+            extra = shape.supernet_fields(site, _SpaceAt(space, site), gated)
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
-            step = extra.get("phm_n", 1)                   # Compacter: sizes divisible by n
+            step = shape.size_step(extra)                  # Compacter: sizes divisible by n
             size = max(step, size - size % step)
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
             if not applies(model_config, PetlConfig(modules=(spec,))):   # a form this backbone refuses
@@ -265,6 +262,19 @@ def _largest(space, site: str, dim: str) -> int:
             return int(d.high if d.kind == "int" else max(d.choices) if d.choices else d.value)
     d = space.globals.get(dim)
     return int(d.high) if d is not None and d.kind == "int" else 8
+
+
+class _SpaceAt:
+    """What a form's one-shot candidate may read of the space at one site (`Form.supernet_fields`)."""
+
+    def __init__(self, space, site: str):
+        self.space, self.site = space, site
+
+    def smallest(self, dim: str) -> int:
+        return _smallest(self.space, self.site, dim)
+
+    def targets(self, site: str) -> tuple[str, ...]:
+        return _lora_targets(self.space, site)
 
 
 def _lora_targets(space, site: str) -> tuple[str, ...]:

@@ -1,0 +1,158 @@
+"""What the design space knows of one functional form, in one object: the `Form` contract and the
+registry every layer reads forms from (`form_named`, `all_forms`).
+
+A form says which `ModuleSpec` fields it reads and their defaults, which positions and insertions
+it takes, how its modules are placed on a backbone (`place`, through the `Placement` that
+`apply_petl` hands it), the search-space dimensions it reads and how they map onto its fields,
+how it reads in one line, and what the PEFT and AdapterHub mappings make of it. Every default
+below is what a new form gets without saying more: not searchable until it names its
+dimensions, not a one-shot candidate, and "not expressible" in PEFT and AdapterHub.
+
+Example:
+    >>> form_named("lora").parallel_only
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ...errors import ConfigError, suggest
+
+# The fields every form reads (`ModuleSpec`); a form adds its own in `keys`.
+COMMON_KEYS = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "gate_per",
+               "layers", "blocks")
+
+
+class Form:
+    """One functional form. Subclass it, set the attributes, override what differs, and register an
+    instance: ``register(MyForm())`` (the whole of a new form: `docs/guide.md`, "Adding a PETL method").
+
+    Attributes:
+        name: the ``form:`` value of a module spec (``lora``).
+        title: how it reads in a configuration's one-line description (``LoRA``).
+        keys: the `ModuleSpec` fields it reads besides `COMMON_KEYS` (a field outside them set away
+            from its default is refused, so every design round-trips).
+        positions: where it can sit: ``attn``, ``ffn``.
+        parallel_only: it reads the sublayer's input x by construction (He et al.: LoRA, prefix).
+        head_attention: it edits attention heads through transformers' attention interface.
+        gated_composition: it takes composition ``gated`` (prefix tuning's λ).
+        composition, init: its defaults for those fields.
+        size_letter: what its size is called in a description (``r``, ``l``).
+        sized: whether ``size`` means anything to it (IA3's vectors are as wide as their weights: no).
+        dimensions: the search-space dimensions a slot of this form reads (none: not searchable).
+        size_dimension: which of them is its size.
+        supernet_rank: its place among the one-shot supernet's candidates (None: not a candidate).
+    """
+
+    name: str = ""
+    title: str = ""
+    keys: tuple[str, ...] = ()
+    positions: tuple[str, ...] = ("attn", "ffn")
+    parallel_only: bool = False
+    head_attention: bool = False
+    gated_composition: bool = False
+    composition: str = "add"
+    init: str = "bert"
+    size_letter: str = "r"
+    sized: bool = True
+    dimensions: tuple[str, ...] = ()
+    size_dimension: str | None = None
+    supernet_rank: int | None = None
+
+    # ---- the genotype ------------------------------------------------------------------------
+    def targets(self, position: str) -> tuple[str, ...]:
+        """The weights its ``targets`` may name at ``position`` (empty: it takes no targets)."""
+        return ()
+
+    def default_targets(self, position: str) -> tuple[str, ...] | None:
+        return None
+
+    def check(self, spec, where: str) -> None:
+        """Refuse what only this form cannot take (after the common checks), naming ``where.field``."""
+
+    # ---- on a backbone -----------------------------------------------------------------------
+    def shared(self, spec):
+        """A module shared by every layer of one module spec (Compacter's PHM rule), or None."""
+        return None
+
+    def place(self, spec, at) -> None:
+        """Build this module's layers for one block of the backbone and put them on it, through
+        ``at`` (`petl_nas.core.inject.Placement`: the block, its covered layers, where to edit)."""
+        raise NotImplementedError(f"form {self.name!r} does not say how it is placed")
+
+    # ---- the search space --------------------------------------------------------------------
+    def spec_fields(self, site: str, values: dict) -> dict[str, Any]:
+        """The `ModuleSpec` fields of a point of the space, from its dimension ``values``."""
+        return {}
+
+    def space_values(self, spec) -> dict[str, Any]:
+        """The inverse of `spec_fields`: the dimension values that give ``spec``."""
+        return {}
+
+    def size_step(self, values: dict) -> int:
+        """Sizes are multiples of this (Compacter: n)."""
+        return 1
+
+    def supernet_fields(self, site: str, space, gate: dict) -> dict[str, Any]:
+        """The fields of its one-shot candidate at ``site`` (only with a `supernet_rank`), beside its
+        size: ``space.smallest(dim)`` is a dimension's smallest value there, ``space.targets(site)``
+        the weights it allows there; ``gate`` is ``{"gate": True}`` where the space allows gates."""
+        return dict(gate)
+
+    # ---- text and other libraries ------------------------------------------------------------
+    def describe(self, spec) -> list[str]:
+        """What a description says after ``<position> <title> <letter>=<size>``."""
+        return []
+
+    def adapters_config(self, spec, hidden_size: int, leave_out: list[int], scaling: float, where: str,
+                        reasons: list[str]) -> dict | None:
+        """Its AdapterHub config, or None with a reason appended when it has none."""
+        reasons.append(f"{where}: AdapterHub has no {self.title}")
+        return None
+
+    def peft_refusal(self, spec, where: str) -> str | None:
+        """Why PEFT cannot express it (None: PEFT's LoRA can; `deploy.interop` maps it)."""
+        return f"{where}: PEFT has no {self.title}"
+
+
+_FORMS: dict[str, Form] = {}
+
+
+def register(form: Form) -> Form:
+    """Add ``form`` to the registry (a name taken twice is an error) and return it."""
+    if not form.name or not form.title:
+        raise ValueError("a form needs a name and a title")
+    if form.name in _FORMS and type(_FORMS[form.name]) is not type(form):
+        raise ValueError(f"form {form.name!r} is registered already")
+    _FORMS[form.name] = form
+    return form
+
+
+@contextlib.contextmanager
+def registered(form: Form):
+    """``form`` registered within the block only (a plugin's test, a form tried out in a notebook)."""
+    register(form)
+    try:
+        yield form
+    finally:
+        _FORMS.pop(form.name, None)
+
+
+def form_named(name: str, where: str = "form") -> Form:
+    """The registered form called ``name``, or one `ConfigError` naming the ones there are."""
+    if name not in _FORMS:
+        raise ConfigError(f"{where}: unknown value {name!r}{suggest(name, form_names())}")
+    return _FORMS[name]
+
+
+def form_names() -> tuple[str, ...]:
+    return tuple(_FORMS)
+
+
+def all_forms() -> tuple[Form, ...]:
+    return tuple(_FORMS.values())
+
+
+__all__ = ["Form", "COMMON_KEYS", "register", "registered", "form_named", "form_names", "all_forms"]

@@ -1,0 +1,80 @@
+"""LoRA (Hu et al., 2021): a low-rank update s·x A B beside each targeted weight (q, k, v, o of the
+attention; W1, W2 of the FFN), reading that weight's own input."""
+
+from __future__ import annotations
+
+from .base import Form, register
+
+WEIGHTS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
+# A space's `lora_targets` choices and the weights each names.
+SPACE_TARGETS = {"qv": ("q", "v"), "qkvo": ("q", "k", "v", "o"), "q": ("q",), "v": ("v",), "ffn": ("ffn_in", "ffn_out")}
+
+
+class LoRAForm(Form):
+    name, title = "lora", "LoRA"
+    keys = ("targets", "init", "dropout")
+    parallel_only = True
+    composition, init = "scaled", "lora"
+    dimensions = ("composition", "rank", "scale", "lora_targets", "blocks")
+    size_dimension = "rank"
+    supernet_rank = 0
+
+    def targets(self, position):
+        return WEIGHTS[position]
+
+    def default_targets(self, position):
+        return ("q", "v") if position == "attn" else WEIGHTS["ffn"]
+
+    def check(self, spec, where):
+        from ...errors import ConfigError
+
+        if not spec.targets:
+            raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
+
+    def place(self, spec, at) -> None:
+        from ..modules import LoRA
+
+        for layer in at.covered:
+            for target in spec.targets:
+                sites = at.block.sites(target)
+                for j, site in enumerate(sites):
+                    fan_in, fan_out = at.features(layer, site)
+                    key = f"{layer}_{target}" if len(sites) == 1 else f"{layer}_{target}_{j}"
+                    lora = at.modules[key] = LoRA(spec, fan_in, fan_out, at.causal)
+                    at.edit(layer, site.path, "lora", lora, at.out_slice(layer, site))
+                    source = at.input_source(target)
+                    if source is not None and not spec.dropout:
+                        at.share_read(layer, source, lora)
+
+    def spec_fields(self, site, values):
+        targets = values["lora_targets"] if site == "attn" else "ffn"
+        return {"size": int(values["rank"]), "targets": SPACE_TARGETS[targets]}
+
+    def space_values(self, spec):
+        out = {"rank": spec.size}
+        if spec.position == "attn":
+            out["lora_targets"] = next((k for k, t in SPACE_TARGETS.items() if t == spec.targets), None)
+        return out
+
+    def supernet_fields(self, site, space, gate):
+        return {"targets": space.targets(site), **gate}
+
+    def describe(self, spec):
+        return ["on " + ",".join(spec.targets)]
+
+    def adapters_config(self, spec, hidden_size, leave_out, scaling, where, reasons):
+        attn = [t for t in spec.targets if t in ("q", "k", "v")]
+        if "o" in spec.targets:
+            reasons.append(f"{where}: LoRA on the attention output weight o")
+        if spec.learn_scale:
+            reasons.append(f"{where}: learned LoRA scale")
+        return {"architecture": "lora", "selfattn_lora": bool(attn), "attn_matrices": attn,
+                "intermediate_lora": "ffn_in" in spec.targets, "output_lora": "ffn_out" in spec.targets,
+                "r": spec.size, "alpha": spec.size * (spec.scale if spec.composition == "scaled" else 1.0),
+                "use_gating": spec.gate, "composition_mode": "add", "dropout": spec.dropout, "leave_out": leave_out}
+
+    def peft_refusal(self, spec, where):
+        return None                                    # PEFT's LoRA: `deploy.interop` maps it
+
+
+LORA = register(LoRAForm())
