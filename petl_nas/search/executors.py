@@ -18,6 +18,7 @@ With ``gpus_per_trial: auto`` the Ray executor packs trials onto GPUs by their m
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import signal
@@ -423,6 +424,12 @@ def private_ray():
     from ray._private import ray_constants, services
 
     popen, cluster = services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER
+    # Token authentication is Ray's default for a new local cluster; Ray says so in a warning line
+    # that would open every search's output. Ray still turns it on (a RAY_AUTH_MODE the user set
+    # wins: `disabled` turns it off on purpose); only the line is left out.
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notice.level
+    notice.setLevel(logging.ERROR)
 
     class InOwnSession(popen):
         def __init__(self, *args, **kwargs):
@@ -435,6 +442,7 @@ def private_ray():
         yield
     finally:
         services.ConsolePopen, ray_constants.ENABLE_RAY_CLUSTER = popen, cluster
+        notice.setLevel(level)
 
 
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,

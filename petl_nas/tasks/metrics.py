@@ -42,8 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["accuracy", "f1", "mcc", "pearson", "spearman", "f1_accuracy", "pearson_spearman",
-           "rankdata", "METRICS", "compute_metrics", "evaluate_metric", "rouge", "bleu",
+__all__ = ["accuracy", "f1", "mcc", "pearson", "spearman", "f1_accuracy", "pearson_spearman", "METRICS", "compute_metrics", "evaluate_metric", "rouge", "bleu",
            "TEXT_METRICS", "text_metrics", "points_per_unit", "LM_METRICS", "LOWER_IS_BETTER", "lm_metrics"]
 
 
@@ -95,36 +94,24 @@ def mcc(predictions, references) -> float:
 
 
 def pearson(predictions, references) -> float:
-    """Pearson's r; 0.0 when either side is constant."""
+    """Pearson's r (`scipy.stats.pearsonr`); 0.0 when either side is constant."""
     p, r = _pair(predictions, references)
-    p, r = p.astype(np.float64) - p.mean(), r.astype(np.float64) - r.mean()
-    denom = np.sqrt((p @ p) * (r @ r))
-    return float(np.clip((p @ r) / denom, -1.0, 1.0)) if denom else 0.0
+    if np.ptp(p) == 0 or np.ptp(r) == 0:
+        return 0.0
+    from scipy import stats                       # here: importing scipy costs a worker that never scores a pair
 
-
-def rankdata(values) -> np.ndarray:
-    """1-based ranks, ties sharing the average of the ranks they span (scipy's ``average``).
-
-    Example:
-        >>> rankdata([10, 20, 20, 5]).tolist()
-        [2.0, 3.5, 3.5, 1.0]
-    """
-    v = np.asarray(values).ravel()
-    order = np.argsort(v, kind="mergesort")
-    sorted_v = v[order]
-    # Each run of equal values gets the mean of its first and last 1-based positions.
-    starts = np.flatnonzero(np.r_[True, sorted_v[1:] != sorted_v[:-1]])
-    ends = np.r_[starts[1:], v.size]
-    run_rank = (starts + 1 + ends) / 2.0
-    ranks = np.empty(v.size, dtype=np.float64)
-    ranks[order] = np.repeat(run_rank, ends - starts)
-    return ranks
+    return float(np.clip(stats.pearsonr(p.astype(np.float64), r.astype(np.float64)).statistic, -1.0, 1.0))
 
 
 def spearman(predictions, references) -> float:
-    """Spearman's ρ: Pearson's r of the average-tie ranks."""
+    """Spearman's ρ (`scipy.stats.spearmanr`: Pearson's r of the average-tie ranks); 0.0 when either
+    side is constant."""
     p, r = _pair(predictions, references)
-    return pearson(rankdata(p), rankdata(r))
+    if np.ptp(p) == 0 or np.ptp(r) == 0:
+        return 0.0
+    from scipy import stats
+
+    return float(stats.spearmanr(p, r).statistic)
 
 
 def f1_accuracy(predictions, references) -> float:
@@ -157,7 +144,8 @@ def compute_metrics(names, predictions, references) -> dict[str, float]:
 
 
 def evaluate_metric(name: str, config_name: str | None = None):
-    """``evaluate.load(name, config_name)``, or None when it cannot be had (offline, not installed).
+    """``evaluate.load(name, config_name)``, or None when it cannot be had (offline, or the
+    ``evaluate`` extra not installed: ``pip install 'petl-nas[evaluate]'``; nothing else needs it).
 
     Useful to cross-check the numpy metrics where the hub is reachable; never raises, and imports
     ``evaluate`` only when called because that import takes seconds.
