@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml, suggest
+from ..rules import BOOL, NUMBER, WHOLE, check_fields, list_of
 from .forms import COMMON_KEYS, all_forms, form_named, form_names
 
 POSITIONS = ("attn", "ffn")
@@ -128,20 +129,10 @@ class ModuleSpec:
         """Before anything is converted: each field's type (a quoted "no" is no boolean, "qv" no list
         of targets), and no field this form does not use set away from its default (``to_dict``
         would drop it, so the design would not round-trip)."""
-        is_number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-        is_whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-        for name, ok, what in (("scale", is_number, "a number"), ("dropout", is_number, "a number"),
-                               ("learn_scale", lambda v: isinstance(v, bool), "true or false"),
-                               ("gate", lambda v: isinstance(v, bool), "true or false"),
-                               ("reparam", is_whole, "a whole number"), ("phm_n", is_whole, "a whole number"),
-                               ("phm_rank", is_whole, "a whole number")):
-            if not ok(getattr(self, name)):
-                raise ConfigError(f"{where}.{name}: expected {what}, got {getattr(self, name)!r}")
-        for name, ok, what in (("layers", is_whole, "layer indices"), ("targets", lambda v: isinstance(v, str),
-                                                                         "weight names such as [q, v]")):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, (list, tuple)) or not all(ok(v) for v in value)):
-                raise ConfigError(f"{where}.{name}: expected a list of {what}, got {value!r}")
+        check_fields(self, f"{where}.", {
+            "scale": NUMBER, "dropout": NUMBER, "learn_scale": BOOL, "gate": BOOL, "reparam": WHOLE, "phm_n": WHOLE,
+            "phm_rank": WHOLE, "layers": list_of(WHOLE, "layer indices"),
+            "targets": list_of(((lambda v: isinstance(v, str)), ""), "weight names such as [q, v]")})
         if self.targets is not None and len(set(self.targets)) != len(self.targets):
             raise ConfigError(f"{where}.targets: {list(self.targets)} names a weight twice")
         if self.form in form_names():

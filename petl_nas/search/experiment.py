@@ -15,7 +15,6 @@ Example (``experiments/smoke.yaml``)::
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,63 +22,16 @@ from typing import Any
 
 from ..training.compiling import COMPILE_MODES
 from ..errors import ConfigError, check_keys, read_text, read_yaml
+from ..rules import TEXT, auto_or, check_fields, number, one_of, optional, whole, yaml_hint
 from ..training.costs import check_objectives
 from ..core.presets import check_preset_names
 
-def _whole(low: int):
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low), f"a whole number >= {low}"
-
-
-def _number(low: float, strict: bool):
-    ok = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-          and (v > low if strict else v >= low))
-    return ok, f"a number {'>' if strict else '>='} {low:g}"       # finite: inf and nan are refused too
-
-
 # a trial trains on one device: more than one GPU would be reserved and idle (and Ray takes no 1.5 GPUs)
-_ONE_GPU_AT_MOST = ((lambda v: _number(0, False)[0](v) and v <= 1),
+_ONE_GPU_AT_MOST = ((lambda v: number(0, False)[0](v) and v <= 1),
                     "a number from 0 to 1 (a trial trains on one GPU; a fraction shares a card)")
-
-
-def _optional(rule):
-    ok, what = rule
-    return (lambda v: v is None or ok(v)), f"{what} or null"
-
-
-def _auto_or(rule):
-    ok, what = rule
-    return (lambda v: v == "auto" or ok(v)), f"auto or {what}"
-
-
-def _one_of(*names):
-    return (lambda v: v in names), "one of " + ", ".join(names)
-
-
-_TEXT = (lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string"
 # A search's name is also its folder, runs/NAME: one plain path component, so no name writes elsewhere.
 _RUN_NAME = ((lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v) is not None),
              "a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME)")
-
-
-def _check_fields(obj, where: str, rules: dict) -> None:
-    """ConfigError naming the first field whose value breaks its rule (wrong type or range)."""
-    for name, (ok, what) in rules.items():
-        value = getattr(obj, name)
-        if not ok(value):
-            raise ConfigError(f"{where}{name}: expected {what}, got {value!r}{_yaml_hint(value)}")
-
-
-def _yaml_hint(value) -> str:
-    """YAML 1.1 reads ``1e-3`` (no dot) as text: say how to write it as a number."""
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return ""
-        if math.isfinite(number) and "e" in value.lower():
-            mantissa, _, exponent = value.lower().partition("e")
-            return f" (YAML reads {value} as text: write {float(mantissa):.1f}e{exponent})"
-    return ""
 
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
@@ -182,11 +134,11 @@ class Fidelity:
         if self.compile is True:
             raise ConfigError("fidelity: compile: expected one of " + ", ".join(COMPILE_MODES) + ", got true (YAML "
                               "reads on and yes as true: name a mode, such as default)")
-        _check_fields(self, "fidelity: ", {"score": _one_of("last", "best"),
-            "k": _optional(_whole(1)), "epochs": _auto_or(_number(0, True)), "batch_size": _whole(1),
-            "max_length": _whole(1), "evals_per_epoch": _whole(1), "search_dev": _whole(1),
-            "length_buckets": _whole(0), "frozen_cache_mb": _whole(0), "precision": _one_of("auto", "bf16", "fp32"),
-            "compile": _one_of(*COMPILE_MODES), "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
+        check_fields(self, "fidelity: ", {"score": one_of("last", "best"),
+            "k": optional(whole(1)), "epochs": auto_or(number(0, True)), "batch_size": whole(1),
+            "max_length": whole(1), "evals_per_epoch": whole(1), "search_dev": whole(1),
+            "length_buckets": whole(0), "frozen_cache_mb": whole(0), "precision": one_of("auto", "bf16", "fp32"),
+            "compile": one_of(*COMPILE_MODES), "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "cuda_graphs": ((lambda v: isinstance(v, bool)), "true or false")})
         if self.compile != "off" and self.frozen_cache_mb:
             raise ConfigError("fidelity: compile and frozen_cache_mb cannot be combined (the cached layers' "
@@ -212,12 +164,12 @@ class FinalEval:
     confirm_seeds: int = 2      # the extra seeds of each confirmed trial
 
     def __post_init__(self):
-        _check_fields(self, "final: ", {
-            "seeds": _whole(0), "epochs": _number(0, True), "k": _optional(_whole(-1)),
-            "max_front": _whole(1), "presets": _one_of("best", "all", "none"),
-            "max_steps": _optional(_whole(1)), "eval_rows": _optional(_whole(1)),
+        check_fields(self, "final: ", {
+            "seeds": whole(0), "epochs": number(0, True), "k": optional(whole(-1)),
+            "max_front": whole(1), "presets": one_of("best", "all", "none"),
+            "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
-            "confirm": _whole(0), "confirm_seeds": _whole(1)})
+            "confirm": whole(0), "confirm_seeds": whole(1)})
 
 
 @dataclass(frozen=True)
@@ -261,15 +213,15 @@ class OneShot:
     search: dict | None = None
 
     def __post_init__(self):
-        _check_fields(self, "oneshot: ", {"rungs": _whole(1), "lr": _number(0, True), "gate_lr": _number(0, True),
+        check_fields(self, "oneshot: ", {"rungs": whole(1), "lr": number(0, True), "gate_lr": number(0, True),
                                           "proposal_lr": ((lambda v: v in ("sampler", "supernet") or (
                                               isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)),
                                               "sampler, supernet or a positive number"),
-                                          "epochs": _optional(_number(0, True)),
+                                          "epochs": optional(number(0, True)),
                                           "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
                                                         "a number between 0 and 1"),
-                                          "penalty_step": _number(0, True), "temperature": _number(0, True),
-                                          "runs": _whole(1)})
+                                          "penalty_step": number(0, True), "temperature": number(0, True),
+                                          "runs": whole(1)})
         if self.search is not None:
             if not isinstance(self.search, dict) or not self.search:
                 raise ConfigError(f"oneshot: search: expected a mapping of knob: [low, high], got {self.search!r}")
@@ -285,7 +237,7 @@ class OneShot:
                 if not ok:
                     raise ConfigError(f"oneshot: search: {name}: expected [low, high] with 0 < low < high"
                                       f"{' < 1' if name == 'init_open' else ''}, got {bounds!r}"
-                                      + (next((h for h in map(_yaml_hint, bounds) if h), "")
+                                      + (next((h for h in map(yaml_hint, bounds) if h), "")
                                          if isinstance(bounds, (list, tuple)) else ""))
         for name, (low, high) in self.knob_ranges().items():     # the knob search's first run takes them
             value = getattr(self, name)
@@ -340,20 +292,20 @@ class Experiment:
 
     def __post_init__(self):
         where = "" if self.source == "<flags>" else f"{self.source}: "
-        _check_fields(self, where, {
-            "name": _RUN_NAME, "space": _TEXT, "sampler": _TEXT, "executor": _TEXT,
-            "trials": (_whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
-            "startup_trials": _whole(1), "seed": _whole(0), "data_seed": _whole(0), "cpus_per_trial": _number(0, True),
-            "gpus_per_trial": _auto_or(_ONE_GPU_AT_MOST), "concurrent": _optional(_whole(1)),
-            "scheduler": _one_of("asha", "fifo"), "strategy": _one_of("sampler", "oneshot", "both"),
-            "data_dir": _optional(_TEXT), "storage": _optional(_TEXT),
-            "study": _optional(_TEXT), "ray_address": _optional(_TEXT), "warm_start": _optional(_TEXT),
+        check_fields(self, where, {
+            "name": _RUN_NAME, "space": TEXT, "sampler": TEXT, "executor": TEXT,
+            "trials": (whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
+            "startup_trials": whole(1), "seed": whole(0), "data_seed": whole(0), "cpus_per_trial": number(0, True),
+            "gpus_per_trial": auto_or(_ONE_GPU_AT_MOST), "concurrent": optional(whole(1)),
+            "scheduler": one_of("asha", "fifo"), "strategy": one_of("sampler", "oneshot", "both"),
+            "data_dir": optional(TEXT), "storage": optional(TEXT),
+            "study": optional(TEXT), "ray_address": optional(TEXT), "warm_start": optional(TEXT),
             "budget": ((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
                        "a count or a percentage such as 0.5%"),
             "presets": ((lambda v: v in ("auto", "none") or (isinstance(v, (list, tuple)) and
                                                             all(isinstance(n, str) for n in v))),
                         "auto, none or a list of preset names"),
-            "heartbeat_interval": _whole(1), "grace_period": _whole(2), "stale_retries": _whole(0)})
+            "heartbeat_interval": whole(1), "grace_period": whole(2), "stale_retries": whole(0)})
         if isinstance(self.presets, (list, tuple)):
             try:
                 check_preset_names(self.presets)

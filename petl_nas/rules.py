@@ -1,0 +1,96 @@
+"""One validation dialect for every file and value petl-nas reads (experiment files, module specs,
+export records): a rule is ``(ok, what)``, a test and the words for what it accepts, and
+`check_fields` raises the first field that breaks its rule as one line,
+``where.field: expected <what>, got <value>``, with a hint where YAML read a number as text.
+
+Example:
+    >>> try:
+    ...     check_fields({"trials": "many"}, "e.yaml: ", {"trials": whole(1)})
+    ... except ConfigError as e:
+    ...     print(e)
+    e.yaml: trials: expected a whole number >= 1, got 'many'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+Rule = tuple[Callable[[Any], bool], str]
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+NUMBER: Rule = (_is_number, "a number")
+WHOLE: Rule = (_is_whole, "a whole number")
+BOOL: Rule = ((lambda v: isinstance(v, bool)), "true or false")
+TEXT: Rule = ((lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string")
+
+
+def whole(low: int) -> Rule:
+    return (lambda v: _is_whole(v) and v >= low), f"a whole number >= {low}"
+
+
+def number(low: float, strict: bool) -> Rule:
+    """A finite number above ``low`` (``strict``) or at least ``low``: inf and nan are refused too."""
+    ok = lambda v: _is_number(v) and math.isfinite(v) and (v > low if strict else v >= low)  # noqa: E731
+    return ok, f"a number {'>' if strict else '>='} {low:g}"
+
+
+def optional(rule: Rule) -> Rule:
+    ok, what = rule
+    return (lambda v: v is None or ok(v)), f"{what} or null"
+
+
+def auto_or(rule: Rule) -> Rule:
+    ok, what = rule
+    return (lambda v: v == "auto" or ok(v)), f"auto or {what}"
+
+
+def one_of(*names) -> Rule:
+    return (lambda v: v in names), "one of " + ", ".join(names)
+
+
+def list_of(rule: Rule, what: str) -> Rule:
+    """A list (or tuple) whose every item keeps ``rule``; None passes (the field's default)."""
+    ok = rule[0]
+    return (lambda v: v is None or (isinstance(v, (list, tuple)) and all(ok(x) for x in v))), f"a list of {what}"
+
+
+def check_fields(obj, where: str, rules: dict[str, Rule]) -> None:
+    """`ConfigError` naming the first field of ``obj`` (attributes, or the keys a mapping has) whose
+    value breaks its rule; ``where`` prefixes the field's name (``"e.yaml: "``, ``"module."``)."""
+    for name, (ok, what) in rules.items():
+        if isinstance(obj, dict):
+            if name not in obj:
+                continue
+            value = obj[name]
+        else:
+            value = getattr(obj, name)
+        if not ok(value):
+            raise ConfigError(f"{where}{name}: expected {what}, got {value!r}{yaml_hint(value)}")
+
+
+def yaml_hint(value) -> str:
+    """YAML 1.1 reads ``1e-3`` (no dot) as text: say how to write it as a number."""
+    if isinstance(value, str):
+        try:
+            n = float(value)
+        except ValueError:
+            return ""
+        if math.isfinite(n) and "e" in value.lower():
+            mantissa, _, exponent = value.lower().partition("e")
+            return f" (YAML reads {value} as text: write {float(mantissa):.1f}e{exponent})"
+    return ""
+
+
+__all__ = ["Rule", "NUMBER", "WHOLE", "BOOL", "TEXT", "whole", "number", "optional", "auto_or", "one_of", "list_of",
+           "check_fields", "yaml_hint"]
