@@ -11,7 +11,7 @@ end to the next's (`between`), the trials' own wall time split into set-up (mode
 fresh process the backbone's load and the tokenising), training, and what follows training
 (scoring's last pieces, the GPU footprint, the deployed-latency measurement), and the difference
 between `between` and a trial's own wall time: the executor's share. The default search is
-`experiments/smoke.yaml` (a tiny random BERT: trials of about a second, so the overhead is what is
+`experiments/examples/smoke.yaml` (a tiny random BERT: trials of about a second, so the overhead is what is
 measured), with its finals off; arguments after ``--`` go to both searches (``--model DIR
 --data-dir DIR`` for a real backbone).
 

@@ -248,7 +248,7 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(tmp_path)
-    exp = Experiment.load(root / "experiments" / "tiny_bart_copy.yaml")
+    exp = Experiment.load(root / "experiments" / "examples" / "tiny_bart_copy.yaml")
     exp = dataclasses.replace(exp, storage=f"sqlite:///{tmp_path}/study.db")
     lines = []
     summary = run_search(exp, printer=lines.append)
@@ -399,7 +399,7 @@ def test_languages_a_tokenizer_cannot_write_are_refused_before_a_search(tmp_path
     rows = [{"source": f"a b {i}", "target": f"{i} b a"} for i in range(400)]
     _jsonl(tmp_path / "train.jsonl", rows)
     _jsonl(tmp_path / "dev.jsonl", rows[:8])
-    exp = Experiment.load(Path(__file__).resolve().parents[1] / "experiments" / "tiny_bart_copy.yaml")
+    exp = Experiment.load(Path(__file__).resolve().parents[1] / "experiments" / "examples" / "tiny_bart_copy.yaml")
     task = {"train": str(tmp_path / "train.jsonl"), "dev": str(tmp_path / "dev.jsonl"), "kind": "seq2seq",
             "generation": {"source_lang": "en_XX", "target_lang": "ro_RO"}}
     exp = dataclasses.replace(exp, task=task, storage=f"sqlite:///{tmp_path}/study.db")

@@ -27,7 +27,7 @@ def _glue(folder: Path) -> Path:
 
 
 def test_the_experiment_file_is_the_builtin_default():
-    from_file = Experiment.load(ROOT / "experiments" / "quickstart.yaml")
+    from_file = Experiment.load(ROOT / "experiments" / "examples" / "quickstart.yaml")
     builtin = quickstart.default_experiment()
     assert dataclasses.replace(from_file, data_dir=None, source="") == dataclasses.replace(builtin, source="")
 

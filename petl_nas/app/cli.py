@@ -25,8 +25,8 @@ from ..core.config import PetlConfig
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 
 EXAMPLES = {
-    "search": "petl-nas search --experiment experiments/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
-              "  petl-nas search --experiment experiments/sst2_minilm.yaml --budget 0.5% --trials 24",
+    "search": "petl-nas search --experiment experiments/examples/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
+              "  petl-nas search --experiment experiments/sst2_minilm/v1/experiment.yaml --budget 0.5% --trials 24",
     "space": "petl-nas space show unified --model all-MiniLM-L6-v2\n  petl-nas space validate my_space.yaml",
     "export": "petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml\n"
               "  petl-nas export --storage sqlite:///runs/sst2_minilm/study.db --budget 0.3% "
@@ -53,7 +53,7 @@ EXAMPLES = {
 }
 TOP_EXAMPLES = """examples:
   petl-nas quickstart                                   a real, small search (MiniLM, SST-2 or a demo task)
-  petl-nas search --experiment experiments/smoke.yaml   a search from an experiment file
+  petl-nas search --experiment experiments/examples/smoke.yaml   a search from an experiment file
   petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml
   petl-nas train --config best.yaml --out runs/best
   petl-nas doctor                                       what this environment has and lacks

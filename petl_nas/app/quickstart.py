@@ -5,7 +5,7 @@ extra), and SST-2 from a GLUE directory given with ``--data-dir`` or found in a 
 (or the Hugging Face hub when it is reachable). With no data and no hub it says so and searches the
 built-in demo task instead, in ``runs/quickstart_demo/``, labelled a demo everywhere it prints.
 It ends with the front, the command to browse the study and the commands to export and train the
-best configuration. ``experiments/quickstart.yaml`` is the same search as an experiment file.
+best configuration. ``experiments/examples/quickstart.yaml`` is the same search as an experiment file.
 
 Running it again resumes the study (``--trials`` is the number of trained trials it should hold).
 """

@@ -57,7 +57,7 @@ PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.
 LATENCY_TIE = 0.10
 """Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
 on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
-(`experiments/sst2_latency.md`)."""
+(`experiments/sst2_latency/README.md`)."""
 
 
 def _final(study: optuna.Study, t: FrozenTrial) -> dict:

@@ -9,7 +9,7 @@ ends when the study is full and no other worker's trial is still running; a tria
 is failed once its heartbeat lapses and trained again (see storage.py and docs/cluster.md).
 
 Example:
-    >>> summary = run_search(Experiment.load("experiments/smoke.yaml"))   # doctest: +SKIP
+    >>> summary = run_search(Experiment.load("experiments/examples/smoke.yaml"))   # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Files list only what differs from the defaults below; command-line flags override the file.
 
-Example (``experiments/smoke.yaml``)::
+Example (``experiments/examples/smoke.yaml``)::
 
     name: smoke
     backbone: {tiny: {hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: 64, vocab_size: 600}}

@@ -2,7 +2,7 @@
 
 A trial times its deployed form once, beside whatever else runs then: on 2 CPU cores, with the
 other trial running, one configuration measured 20-60% above its quiet time and the order of
-configurations that do the same work was noise (`experiments/sst2_latency.md`). `retime` rebuilds
+configurations that do the same work was noise (`experiments/sst2_latency/README.md`). `retime` rebuilds
 each candidate's configuration on the study's backbone in this process, deploys it as the trial
 did (`costs.deployed_latency_ms`: LoRA merged where it can be), and times one batch of the same
 search-dev rows in interleaved rounds, each round timing every candidate once, so that drift hits

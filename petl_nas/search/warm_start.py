@@ -11,7 +11,7 @@ stored in the study (user attribute ``warm_start``, its source with the password
 dashboard serves it), and a resumed study does not take them twice.
 
 Example:
-    petl-nas search --experiment experiments/cola_minilm_v4.yaml \\
+    petl-nas search --experiment experiments/cola_minilm/v4/experiment.yaml \\
         --warm-start sqlite:///runs/sst2_minilm_v4/study.db#sst2_minilm_v4
 """
 

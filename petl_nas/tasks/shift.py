@@ -4,7 +4,7 @@ The search ranks trials on search-dev (carved from the training data); the final
 the test split (the task's own dev set). Where the two hold different kinds of input, a ranking on
 one need not hold on the other: SST-2's training file is mostly phrases of the treebank (median 6
 words) and its dev file whole sentences (19), and there one prompt token scored within noise of
-LoRA r=8 on search-dev and 3.4 points below it on test (experiments/oneshot_sst2.md, v8).
+LoRA r=8 on search-dev and 3.4 points below it on test (experiments/oneshot/README.md, v8).
 
 `input_shift` compares the words per row (every text column together) of the two splits with the
 two-sample Kolmogorov-Smirnov statistic D, the largest gap between their cumulative distributions.
