@@ -22,7 +22,7 @@ weights = load_file(".gpu/minilm_fp16.safetensors")
 save_file({k: v.float().contiguous() for k, v in weights.items()}, "/tmp/minilm/model.safetensors")
 print("torch", torch.__version__, "| transformers", transformers.__version__, "|", torch.cuda.get_device_name())
 PY
-[ "${PYTEST_S:-60}" = 0 ] || timeout "${PYTEST_S:-60}" python3 -m pytest -q -p no:cacheprovider tests/test_step_graphs_cuda.py tests/test_step_graphs.py \
+[ "${PYTEST_S:-60}" = 0 ] || timeout "${PYTEST_S:-60}" python3 -m pytest -q -p no:cacheprovider tests/training/test_step_graphs_cuda.py tests/training/test_step_graphs.py \
     2>&1 | tee "$OUT/pytest.log" | tail -25
 [ "${AB_S:-40}" = 0 ] || timeout "${AB_S:-40}" python3 bench/gpu_kernels_ab.py --only "${AB_ONLY:-fp32 weights,LoRA update,joined read}" \
     --out "$OUT/gpu_kernels_ab.md" 2>&1 | tee "$OUT/gpu_kernels_ab.log" | tail -12

@@ -1,13 +1,19 @@
 """Shared fixtures: tiny random BERT and RoBERTa classifiers (built from configs, CPU, milliseconds),
-and a textbook prefix attention registered as `REFERENCE_ATTENTION` to compare the ``petl`` one with.
-The suite runs offline, with torch.compile's cache in a folder of its own that it removes."""
+the tiny backbone experiments name (`TINY_BACKBONE`), an experiment builder (`tiny_experiment`),
+one small real study that tests which only read a study share (`small_study`), the repository's
+folders (`REPO`, `SHARED_GLUE`), and a textbook prefix attention registered as `REFERENCE_ATTENTION`
+to compare the ``petl`` one with. Tests mirror the package's folders (tests/core, tests/search,
+...). The suite runs offline, with torch.compile's cache in a folder of its own that it removes.
+``pytest -m "not slow"`` is the fast lane; `.ci/run` runs everything."""
 
 from __future__ import annotations
 
 import copy
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -33,6 +39,17 @@ def pytest_unconfigure(config):
     if COMPILE_CACHE is not None:
         shutil.rmtree(COMPILE_CACHE, ignore_errors=True)
 
+
+REPO = Path(__file__).resolve().parent.parent
+# Tests mirror the package's folders; a test reuses another's helpers by module name
+# (`from test_search import experiment`) wherever either lives.
+for _folder in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.is_dir() and p.name != "__pycache__"):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+SHARED_GLUE = REPO.parent / "shared" / "data" / "glue"      # real GLUE rows, when ../shared is there
+# The tiny random BERT an experiment or a record names as its backbone (built from a config).
+TINY_BACKBONE = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "intermediate_size": 64, "vocab_size": 400}}
 
 TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64, num_labels=2)
@@ -111,3 +128,40 @@ ZERO_INIT = {
     "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
     "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
 }
+
+
+def tiny_experiment(**changes):
+    """A real experiment small enough for a test (~2 s a trial): the tiny backbone on the sentiment
+    demo task, the small space, the local executor, no final re-evaluation; ``changes`` override
+    any field (``fidelity=Fidelity(...)`` replaces the whole fidelity)."""
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+
+    fields = dict(name="tiny", backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=2,
+                  presets="none", executor="local",
+                  fidelity=Fidelity(k=80, epochs=1, batch_size=16, max_length=16, search_dev=32),
+                  final=FinalEval(seeds=0, baselines=False))
+    return Experiment(**{**fields, **changes})
+
+
+@pytest.fixture(scope="session")
+def small_study(tmp_path_factory):
+    """One real tiny search (local executor, ~10 s) with presets and a 2-seed re-evaluation, shared
+    by the tests that only read a study: (storage URL, the study, its folder). Do not write to it."""
+    import optuna
+
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+
+    d = tmp_path_factory.mktemp("small_study")
+    exp = Experiment(name="rep", backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=6,
+                     presets=["pfeiffer", "bitfit", "prefix"], executor="local", storage=f"sqlite:///{d}/study.db",
+                     fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2, search_dev=64),
+                     final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False))
+    cwd = os.getcwd()
+    os.chdir(d)                                       # runs/rep goes here
+    try:
+        run_search(exp, printer=lambda *a: None)
+    finally:
+        os.chdir(cwd)
+    return exp.storage_url, optuna.load_study(study_name="rep", storage=exp.storage_url), d
+

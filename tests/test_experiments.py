@@ -34,7 +34,7 @@ def test_every_yaml_file_loads_as_what_it_is(path, monkeypatch):
     monkeypatch.chdir(ROOT)                          # paths in the files are the repository's
     kind = kind_of(path)
     if kind == "record":
-        assert read_record(path)["petl_config"] is not None
+        assert read_record(path).petl_config is not None
     elif kind == "space":
         SearchSpace.load(path)
     else:

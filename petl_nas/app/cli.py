@@ -233,8 +233,8 @@ def cmd_export(args) -> int:
     if args.preset:
         rec = preset_record(study, args.preset, args.storage, args.recipe)
         budget = study.user_attrs.get("budget")
-        if budget is not None and rec["counts"]["deployable"] > budget:
-            print(f"note: preset {args.preset} takes {rec['counts']['deployable']:,} deployable parameters, over the "
+        if budget is not None and rec.counts["deployable"] > budget:
+            print(f"note: preset {args.preset} takes {rec.counts['deployable']:,} deployable parameters, over the "
                   f"study's budget of {budget:,} (exported as asked, as a baseline)")
     else:
         budget = parse_budget(args.budget, study.user_attrs.get("backbone_params")) if args.budget else None
@@ -242,21 +242,22 @@ def cmd_export(args) -> int:
         again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
         rec = record(study, choose(study, budget, args.pick, retime=again), args.storage, args.recipe)
         if retimed:
-            rec["provenance"]["costs"] = {**rec["provenance"].get("costs", {}),
-                                          "latency_ms_retimed": retimed[rec["provenance"]["trial"]]}
-    rec["provenance"]["pick"] = f"preset {args.preset}" if args.preset else args.pick   # how it was chosen
+            rec.provenance["costs"] = {**rec.provenance.get("costs", {}),
+                                       "latency_ms_retimed": retimed[rec.provenance["trial"]]}
+    p = rec.provenance
+    p["pick"] = f"preset {args.preset}" if args.preset else args.pick   # how it was chosen
     if budget is not None and not args.preset:
-        rec["provenance"]["pick_budget"] = budget
-    trial = f"trial {rec['provenance']['trial']}"
-    what = trial + (f", preset {rec['provenance']['preset']}" if rec["provenance"].get("preset") else "")
+        p["pick_budget"] = budget
+    trial = f"trial {p['trial']}"
+    what = trial + (f", preset {p['preset']}" if p.get("preset") else "")
     if args.preset:
-        what = (f"preset {args.preset} at its paper learning rate {rec['recipe']['lr']:g} (the study did not train it)"
-                if rec["provenance"]["trial"] is None else
-                f"preset {args.preset} as the study trained it ({trial}, lr {rec['recipe']['lr']:g})")
+        what = (f"preset {args.preset} at its paper learning rate {rec.recipe['lr']:g} (the study did not train it)"
+                if p["trial"] is None else
+                f"preset {args.preset} as the study trained it ({trial}, lr {rec.recipe['lr']:g})")
     if args.format != "petl-nas":
         from ..deploy.interop import NotExpressible, to_adapters, to_peft
 
-        config = PetlConfig.from_dict(rec["petl_config"])
+        config = rec.config()
         model_config, task_kind = _backbone_of(study)
         try:
             converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
@@ -271,7 +272,6 @@ def cmd_export(args) -> int:
         atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2), encoding="utf-8"))
     else:
         write_record(rec, args.output)
-    p = rec["provenance"]
     at = " at the final recipe" if args.recipe == "search" else ""   # the final re-evaluation measured it
     test = (f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}{at}" if p.get("test_mean") is not None
             else "")
@@ -284,11 +284,11 @@ def cmd_export(args) -> int:
     if args.pick.startswith("fastest") and not args.preset and decided in p.get("costs", {}):
         search += (f"latency {p['costs'][decided]:.2f} ms deployed{' (timed here)' if 'retimed' in decided else ''}, "
                    f"the best score of those within {LATENCY_TIE:.0%} of the fastest; ")
-    print(f"{what} ({search}{rec['counts']['deployable']:,} deployable parameters) -> {args.output}")
+    print(f"{what} ({search}{rec.counts['deployable']:,} deployable parameters) -> {args.output}")
     scored = study.user_attrs.get("fidelity", {}).get("epochs")
     if (args.recipe == "final" and args.format == "petl-nas" and isinstance(scored, (int, float))   # a PEFT or
-            and scored != rec["recipe"]["epochs"]):                               # adapters file has no recipe
-        trains = rec["recipe"]["epochs"]
+            and scored != rec.recipe["epochs"]):                                  # adapters file has no recipe
+        trains = rec.recipe["epochs"]
         print(f"note: the record trains {trains:g} epoch{'s' * (trains != 1)}, the search scored {scored:g}; "
               f"--recipe search trains at the length its ranking was measured")
     return 0

@@ -18,13 +18,13 @@ import warnings
 from dataclasses import dataclass, field
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from ..core.config import PetlConfig
 from ..errors import ConfigError
 from ..search.confirm import confirmed_scores
 from ..training.costs import COSTS
 from ..search.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
+from ..search.records import StoredTrial
 from ..search.study import state_counts
 from ..core.describe import describe_config
 
@@ -54,6 +54,7 @@ class Point:
     costs: dict = field(default_factory=dict)   # measured costs by objective name (costs.py): latency, ...
     source: str = "-"                 # what proposed it, as the summary names it (fronts.source_of)
     confirmed: list | None = None     # final.confirm's scores: the search score, then one per extra seed
+    trial: StoredTrial | None = field(default=None, compare=False, repr=False)   # all the study holds of it
 
 
 @dataclass
@@ -122,22 +123,21 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
         name=study.study_name, storage=storage_url, metric=a.get("metric") or names[0],
         budget=a.get("budget"), backbone_params=a.get("backbone_params"), attrs=a,
         counts=state_counts(study),
-        points=[_point(t, a, t0, t.number in front, confirmed.get(t.number)) for t in complete],
+        points=[_point(StoredTrial.of(t, a), t.datetime_complete, t0, t.number in front, confirmed.get(t.number))
+                for t in complete],
         sweep_line=sweep_line(study))
 
 
-def _point(t: FrozenTrial, attrs: dict, t0, on_front: bool, confirmed: list | None) -> Point:
-    u = t.user_attrs
-    config = u.get("petl_config")
-    text = u.get("config_text") or (describe_config(config) if config is not None else "?")
-    finished = (t.datetime_complete - t0).total_seconds() if t.datetime_complete else math.nan
+def _point(t: StoredTrial, completed, t0, on_front: bool, confirmed: list | None) -> Point:
+    config = t.petl_config
+    text = t.config_text or (describe_config(config) if config is not None else "?")
+    finished = (completed - t0).total_seconds() if completed else math.nan
     return Point(number=t.number, score=float(t.values[0]), deployable=int(t.values[1]),
-                 trainable=u.get("trainable"), preset=u.get("preset"), config=config, config_text=text,
-                 lr=(u.get("recipe") or {}).get("lr"), final=attrs.get(f"final:{t.number}"),
-                 on_front=on_front, finished_s=finished, train_s=u.get("train_s"), se=u.get("score_se"),
-                 did_not_learn=bool(u.get("did_not_learn")), group=group_of(t), baseline=u.get("baseline"),
-                 costs={name: u[key] for name, (_, key) in COSTS.items() if u.get(key) is not None},
-                 source=source_of(t), confirmed=confirmed)
+                 trainable=t.trainable, preset=t.preset, config=config, config_text=text,
+                 lr=t.lr, final=t.final, on_front=on_front, finished_s=finished, train_s=t.train_s, se=t.score_se,
+                 did_not_learn=t.did_not_learn, group=group_of(t), baseline=t.sweep,
+                 costs={name: t.cost(name) for name in COSTS if t.cost(name) is not None},
+                 source=source_of(t), confirmed=confirmed, trial=t)
 
 
 # ---- hypervolume ----------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def modules_by_position(view: StudyView) -> dict[str, list[dict]]:
     for p in view.points:
         if p.config is None:
             continue
-        config = PetlConfig.from_dict(p.config)
+        config = p.trial.config(resolved=False)
         for pos, rows in out.items():
             mods = [m for m in config.modules if m.position == pos]
             for m in mods or [None]:

@@ -21,6 +21,9 @@ among them, where latencies within `LATENCY_TIE` (10%) of the lowest count as eq
 highest search score. With ``objectives: [score, params, latency]`` the front holds the
 fast configurations too; with two objectives, the fastest of the (score, parameters) front.
 
+The record itself, its reading and writing, is `petl_nas.deploy.record`; its recipe's defaults are
+`training.loop.Recipe`'s and the experiment's (`search.experiment`), never typed here again.
+
 Example:
     >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
     >>> write_record(record(study, trial), "best.yaml")                     # doctest: +SKIP
@@ -28,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import re
@@ -36,32 +38,25 @@ from pathlib import Path
 from typing import Callable
 
 import optuna
-import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from .. import __version__
-from ..search.confirm import PREFIX as CONFIRMED, confirmed_now, confirmed_text, mean_score
-from ..errors import ConfigError, read_text, read_yaml
-from ..core.config import PetlConfig
+from ..search.confirm import confirmed_now, confirmed_text, mean_score
+from ..errors import ConfigError
+from ..search.experiment import Experiment, FinalEval
 from ..search.fronts import group_of, source_of
-from ..fileio import atomic_write
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import mean_std
-from ..search.records import trial_config
+from ..search.records import StoredTrial
 from ..search.storage import redact
+from .record import RECORD_KEYS, ExportRecord, make_parent, read_record, write_record
 
-RECORD_KEYS = ("petl_nas_version", "backbone", "task", "data_dir", "data_seed", "k", "search_dev", "petl_config",
-               "recipe", "seeds", "counts", "provenance")
 _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
 PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
 LATENCY_TIE = 0.10
 """Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
 on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
 (`experiments/sst2_latency/README.md`)."""
-
-
-def _final(study: optuna.Study, t: FrozenTrial) -> dict:
-    return study.user_attrs.get(f"final:{t.number}", {})
 
 
 def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float]]:
@@ -121,11 +116,11 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
         latency = retime([c[0] for c in within])
         within = [c for c in within if c[0].number in latency]
     else:
-        unmeasured = [c[0].number for c in within if c[0].user_attrs.get("latency_ms") is None]
+        latency = {c[0].number: StoredTrial.of(c[0]).latency_ms for c in within}
+        unmeasured = [n for n, ms in latency.items() if ms is None]
         if unmeasured:
             raise ConfigError(f"--pick {pick}: trial {unmeasured[0]} of study {study.study_name!r} has no latency "
                               f"measured (a study from before petl-nas measured it); use best or smallest-within")
-        latency = {c[0].number: c[0].user_attrs["latency_ms"] for c in within}
     fastest = min(latency[c[0].number] for c in within)
     tied = [c for c in within if latency[c[0].number] <= fastest * (1 + LATENCY_TIE)]
     return max(tied, key=lambda c: (c[1], -c[0].values[1]))[0]
@@ -135,29 +130,22 @@ RECIPES = ("final", "search")
 
 
 def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = None,
-           recipe: str = "final") -> dict:
+           recipe: str = "final") -> ExportRecord:
     """The self-contained export record of ``trial``: trained with the study's final recipe, or with
     ``recipe="search"`` the length and data its search score was measured at."""
-    u, final = trial.user_attrs, _final(study, trial)
-    counts = {"deployable": u["deployable"], "trainable": u["trainable"], "pct_of_backbone": u.get("pct_of_backbone")}
-    config = trial_config(trial)
-    origin = {"source": group_of(trial)}             # preset, sweep, oneshot or searched
-    if u.get("oneshot"):                             # which supernet run proposed it, at which budget
-        origin.update(oneshot=u["oneshot"], oneshot_budget=u.get("oneshot_budget"))
-    if trial.number in confirmed_now(study):         # its search score, then one per extra seed
-        origin.update(confirmed_scores=study.user_attrs[CONFIRMED + str(trial.number)])
-    return _record(study, config, u["recipe"]["lr"], counts, storage_url, recipe,
-                   trial=trial.number, preset=u.get("preset"), search_score=trial.values[0],
+    t = StoredTrial.of(trial, study.user_attrs)
+    final = t.final or {}
+    counts = {"deployable": t.deployable, "trainable": t.trainable, "pct_of_backbone": t.pct_of_backbone}
+    origin = {"source": group_of(t)}                 # preset, sweep, oneshot or searched
+    if t.oneshot:                                    # which supernet run proposed it, at which budget
+        origin.update(oneshot=t.oneshot, oneshot_budget=t.oneshot_budget)
+    if t.number in confirmed_now(study):             # its search score, then one per extra seed
+        origin.update(confirmed_scores=t.confirmed)
+    costs = t.measured_costs()                       # what it measured (`costs.py`), if anything
+    return _record(study, t.config_dict(), t.lr, counts, storage_url, recipe,
+                   trial=t.number, preset=t.preset, search_score=t.values[0],
                    test_mean=final.get("mean"), test_std=final.get("std"), test_n=len(final.get("scores", [])) or None,
-                   **origin, **_measured_costs(u))
-
-
-def _measured_costs(attrs: dict) -> dict:
-    """What the trial measured of its costs (`costs.py`), for the record: ``{"costs": {...}}`` or nothing."""
-    from ..training.costs import COSTS
-
-    costs = {attr: attrs[attr] for _, attr in COSTS.values() if attrs.get(attr) is not None}
-    return {"costs": costs} if costs else {}
+                   **origin, **({"costs": costs} if costs else {}))
 
 
 def _study_space(study: optuna.Study):
@@ -168,7 +156,8 @@ def _study_space(study: optuna.Study):
     return SearchSpace.load(source if source and Path(source).exists() else name)
 
 
-def preset_record(study: optuna.Study, name: str, storage_url: str | None = None, recipe: str = "final") -> dict:
+def preset_record(study: optuna.Study, name: str, storage_url: str | None = None,
+                  recipe: str = "final") -> ExportRecord:
     """A record of preset ``name`` on the study's backbone, task and final recipe: the fair
     hand-designed baseline to train beside an exported trial. A preset the study trained is that
     trial (its configuration and learning rate, at the space's nearest point where it was mapped:
@@ -179,7 +168,7 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     from ..training.loading import model_config_for
 
     trained = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-               if t.user_attrs.get("preset") == name]
+               if StoredTrial.of(t).preset == name]
     if trained:
         return record(study, trained[0], storage_url, recipe)
     a = study.user_attrs
@@ -195,7 +184,7 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
 
 
 def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, recipe_source: str,
-            **provenance) -> dict:
+            **provenance) -> ExportRecord:
     if recipe_source not in RECIPES:
         raise ConfigError(f"--recipe: expected one of {', '.join(RECIPES)}, got {recipe_source!r}")
     a = study.user_attrs
@@ -203,97 +192,47 @@ def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, reci
     # "search": the trial's own length and data, where its score says it is good; "final": the study's
     # final recipe, where the search's ranking may not hold (a longer run can overfit a high rate)
     length = fidelity if recipe_source == "search" else final_cfg
-    recipe = {"lr": lr, "epochs": length.get("epochs", 10.0),
-              "batch_size": fidelity.get("batch_size", 32), "max_length": fidelity.get("max_length", 128),
-              "warmup_ratio": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0, "evals_per_epoch": 1,
-              **{key: length[key] for key in ("max_steps", "eval_rows") if length.get(key)},
-              **{key: fidelity[key] for key in ("length_buckets", "frozen_cache_mb") if fidelity.get(key)},
-              **({"precision": fidelity["precision"]} if fidelity.get("precision", "auto") != "auto" else {}),
-              **({"compile": fidelity["compile"]} if fidelity.get("compile", "off") != "off" else {}),
-              **({"cuda_graphs": True} if fidelity.get("cuda_graphs") else {})}
-    k = fidelity.get("k") if recipe_source == "search" or final_cfg.get("k", -1) == -1 else final_cfg.get("k")
-    return {
-        "petl_nas_version": __version__,
-        "backbone": json.loads(a["backbone"]) if "backbone" in a else None,
-        "task": a.get("task_spec", a.get("task")),
-        "data_dir": a.get("data_dir"),
-        "data_seed": a.get("data_seed", 111),
-        "k": k,
-        "search_dev": fidelity.get("search_dev"),      # with K, the rows carved beside (or out of) it
-        "petl_config": petl_config,
-        "recipe": recipe,
-        "seeds": final_cfg.get("seeds", 3),
-        "counts": {**counts, "backbone": a.get("backbone_params")},
-        "provenance": {"storage": redact(storage_url), "study": study.study_name, "recipe": recipe_source, **provenance,
-                       "metric": a.get("metric"),
-                       "space": a.get("space_name"), "space_hash": a.get("space_hash"),
-                       "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
-    }
+    k = fidelity.get("k") if recipe_source == "search" or final_cfg.get("k", FinalEval.k) == -1 else final_cfg.get("k")
+    return ExportRecord(
+        petl_nas_version=__version__,
+        backbone=json.loads(a["backbone"]) if "backbone" in a else None,
+        task=a.get("task_spec", a.get("task")),
+        data_dir=a.get("data_dir"),
+        data_seed=a.get("data_seed", Experiment.data_seed),
+        k=k,
+        search_dev=fidelity.get("search_dev"),      # with K, the rows carved beside (or out of) it
+        petl_config=petl_config,
+        recipe=record_recipe(lr, fidelity, length),
+        seeds=final_cfg.get("seeds", FinalEval.seeds),
+        counts={**counts, "backbone": a.get("backbone_params")},
+        provenance={"storage": redact(storage_url), "study": study.study_name, "recipe": recipe_source, **provenance,
+                    "metric": a.get("metric"),
+                    "space": a.get("space_name"), "space_hash": a.get("space_hash"),
+                    "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
 
 
-def make_parent(path: Path) -> None:
-    """Create the folder ``path`` is written to; one clear line where a file stands in its way."""
-    blocking = next((p for p in path.parents if p.exists()), None)
-    if blocking is not None and not blocking.is_dir():
-        raise ConfigError(f"output {str(path)!r} cannot be written: {blocking} is a file, not a folder")
-    path.parent.mkdir(parents=True, exist_ok=True)
+# Written only where the study set them to something other than `Recipe`'s default: a record reads as
+# short as the experiment file that made it, and as records written before these settings existed.
+_LENGTH_CAPS = ("max_steps", "eval_rows")                                  # of the length trained: final or search
+_HOW_IT_RUNS = ("length_buckets", "frozen_cache_mb", "precision", "compile", "cuda_graphs")   # the trials'
 
 
-def write_record(rec: dict, path: str | Path) -> Path:
-    path = Path(path)
-    make_parent(path)
-    atomic_write(path, lambda p: Path(p).write_text(yaml.safe_dump(rec, sort_keys=False), encoding="utf-8"))
-    return path
-
-
-def read_record(path: str | Path) -> dict:
-    """Read and check an export record; unknown keys and bad configs name the file and key."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config {str(path)!r}: no such file")
-    rec = read_yaml(read_text(path), path)
-    if not isinstance(rec, dict):
-        raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
-    from ..errors import suggest
-    from ..search.experiment import Experiment
-
-    searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)
-    for key in rec:
-        if key in searched and not {"petl_config", "recipe"} & set(rec):
-            raise ConfigError(f"{path}: this is an experiment file (key {key!r}): petl-nas search --experiment "
-                              f"runs it; train takes a record that petl-nas export writes")
-        if key not in RECORD_KEYS:
-            raise ConfigError(f"{path}: unknown key {key!r}{suggest(key, RECORD_KEYS)}")
-    for key in ("backbone", "task", "petl_config", "recipe"):
-        if rec.get(key) is None:
-            raise ConfigError(f"{path}: {key}: missing")
-    try:
-        PetlConfig.from_dict(rec["petl_config"])
-    except ConfigError as e:
-        raise ConfigError(f"{path}: petl_config.{e}") from None
-    _check_recipe(path, rec["recipe"])
-    return rec
-
-
-def _check_recipe(path: Path, recipe) -> None:
-    """A record's recipe: known keys only (a misspelt one would silently train at the default) and
-    positive sizes and rates."""
-    from ..errors import suggest
+def record_recipe(lr: float, fidelity: dict, length: dict) -> dict:
+    """A record's recipe: ``lr``; the epochs and caps of ``length`` (the study's stored ``final``, or
+    its ``fidelity`` for ``--recipe search``); the trials' batch size and token length; AdamW's and
+    the schedule's settings and one evaluation per epoch as `Recipe` has them; and how the trials ran
+    where that is not `Recipe`'s default. What a study did not store takes `Recipe`'s default
+    (`FinalEval`'s for the epochs)."""
     from ..training.loop import Recipe
 
-    if not isinstance(recipe, dict):
-        raise ConfigError(f"{path}: recipe: expected a mapping of {', '.join(Recipe.__dataclass_fields__)}")
-    for key in recipe:
-        if key not in Recipe.__dataclass_fields__:
-            raise ConfigError(f"{path}: recipe.{key}: unknown key{suggest(key, Recipe.__dataclass_fields__)}")
-    for key in ("lr", "epochs", "batch_size", "max_length"):
-        value = recipe.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"{path}: recipe.{key}: expected a number > 0, got {value!r}")
-
-
-def _confirmed_note(study: optuna.Study, t: FrozenTrial, on_front: bool) -> str:
-    return "  " + confirmed_text(study.user_attrs[CONFIRMED + str(t.number)], on_front)
+    default = Recipe()
+    recipe = {"lr": lr, "epochs": length.get("epochs", FinalEval.epochs),
+              "batch_size": fidelity.get("batch_size", default.batch_size),
+              "max_length": fidelity.get("max_length", default.max_length),
+              **{key: getattr(default, key) for key in ("warmup_ratio", "weight_decay", "max_grad_norm",
+                                                        "evals_per_epoch")}}
+    chosen = {**{key: length.get(key) for key in _LENGTH_CAPS}, **{key: fidelity.get(key) for key in _HOW_IT_RUNS}}
+    return {**recipe, **{k: v for k, v in chosen.items() if v is not None and v != getattr(default, k)}}
 
 
 def front_table(study: optuna.Study) -> str:
@@ -306,17 +245,17 @@ def front_table(study: optuna.Study) -> str:
     costs = [o for o in study.user_attrs.get("objectives", ["score", "params"])[2:] if o in COSTS]
     lines = [f"{'trial':>5}  {'source':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"
              + "".join(f"{f'{o} {UNITS[o]}':>16}" for o in costs)]
-    now = confirmed_now(study)
+    now, attrs = confirmed_now(study), study.user_attrs
     on_front = {t.number for t in study.best_trials}
     off = [t for t in study.get_trials(deepcopy=False) if t.number in now and t.number not in on_front]
-    for t in sorted(study.best_trials + off, key=lambda t: t.values[1]):
-        f = _final(study, t)
+    for t in sorted((StoredTrial.of(t, attrs) for t in study.best_trials + off), key=lambda t: t.values[1]):
+        f = t.final or {}
         test = mean_std(f["mean"], f["std"], len(f.get("scores", []))) if f else "-"
-        values = [t.user_attrs.get(COSTS[o][1]) for o in costs]
+        values = [t.cost(o) for o in costs]
+        confirmed = f"  {confirmed_text(t.confirmed, t.number in on_front)}" if t.number in now else ""
         lines.append(f"{t.number:>5}  {source_of(t):<14}{t.values[0]:>9.4f}{test:>20}"
                      f"{int(t.values[1]):>12,}{100 * t.values[1] / backbone:>8.3f}"
-                     + "".join(f"{f'{v:.1f}' if v is not None else '-':>16}" for v in values)
-                     + (_confirmed_note(study, t, t.number in on_front) if t.number in now else ""))
+                     + "".join(f"{f'{v:.1f}' if v is not None else '-':>16}" for v in values) + confirmed)
     if len(lines) == 1:                     # the header alone would read as a silent success
         complete = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
         lines.append("(no trial on the front: " + ("no trial has completed yet)" if not complete else
@@ -325,5 +264,5 @@ def front_table(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["candidates", "choose", "record", "write_record", "make_parent", "read_record", "front_table",
-           "LATENCY_TIE"]
+__all__ = ["candidates", "choose", "record", "record_recipe", "preset_record", "write_record", "make_parent",
+           "read_record", "front_table", "ExportRecord", "RECORD_KEYS", "LATENCY_TIE"]

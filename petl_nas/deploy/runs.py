@@ -29,28 +29,30 @@ import torch
 
 from ..core.budget import check_positions, count_parameters
 from ..errors import ConfigError, PetlWarning, read_text
-from ..core.config import PetlConfig
 from ..tasks.encoding import encode
 from ..fileio import atomic_folder, atomic_write
 from ..core.inject import CONFIG_FILE, load_petl, save_petl
 from ..core.precision import autocast_for
 from ..tasks import load_splits, recorded_task, resolve_task
-from ..training.loop import Recipe, train
+from ..search.experiment import Experiment
+from ..training.loop import train
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
+from .record import ExportRecord
 
 TOKENIZER_DIR = "tokenizer"
 
 
-def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
+def train_record(rec: ExportRecord | dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
                  progress: bool = True, printer=print, keep_models: bool = False, compile: str | None = None,
                  cuda_graphs: bool | None = None, overwrite: bool = False) -> dict:
-    """Train ``rec`` once per seed; save each run's PETL weights; return (and write) the metrics.
+    """Train ``rec`` (a record, or a mapping of its keys) once per seed; save each run's PETL weights;
+    return (and write) the metrics.
     With ``keep_models`` the trained models come back too, under ``"models"`` (not written).
     ``compile`` overrides the record's ``torch.compile`` mode (`petl_nas.training.compiling`), ``cuda_graphs``
     its CUDA graphs (`petl_nas.training.step_graphs`); they change how the runs compute, not what they train,
     so a run already trained without them is kept. Runs another record left in ``out`` are
     refused before anything trains, or replaced with ``overwrite``."""
-    out = Path(out)
+    out, rec = Path(out), ExportRecord.of(rec)
     if seeds is not None and seeds < 1:
         raise ConfigError(f"seeds: expected a whole number >= 1, got {seeds}")
     others = runs_of_other_records(out, rec)
@@ -76,28 +78,29 @@ def train_record(rec: dict, seeds: int | None = None, out: str | Path = "petl_ou
         raise
 
 
-def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_models, compile, cuda_graphs) -> dict:
-    task = resolve_task(rec["task"])
-    config = PetlConfig.from_dict(rec["petl_config"])
-    recipe_fields = {k: v for k, v in rec["recipe"].items() if k in Recipe.__dataclass_fields__}
-    base_recipe = Recipe(**recipe_fields).with_overrides(compile=compile, cuda_graphs=cuda_graphs)
+def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer, keep_models, compile,
+                 cuda_graphs) -> dict:
+    task = resolve_task(rec.task)
+    config = rec.config()
+    base_recipe = rec.training_recipe(compile=compile, cuda_graphs=cuda_graphs)
     task.check_max_length(base_recipe.max_length, "recipe.max_length")
-    splits = load_splits(task, data_dir=rec.get("data_dir"), k=rec.get("k"), data_seed=rec.get("data_seed", 111),
-                         search_dev_size=1 if rec.get("k") is None else rec.get("search_dev"))
-    model, tok = load_backbone(rec["backbone"], task, splits)
+    data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed     # a record may leave it out
+    splits = load_splits(task, data_dir=rec.data_dir, k=rec.k, data_seed=data_seed,
+                         search_dev_size=1 if rec.k is None else rec.search_dev)
+    model, tok = load_backbone(rec.backbone, task, splits)
     check_positions(model.config, base_recipe.max_length, "recipe.max_length")
     counts = count_parameters(model.config, config, task.num_labels)
     deployable = counts.deployable                                                  # as trained
-    _check_room(out, seeds or rec.get("seeds") or 1, counts)
-    recorded = (rec.get("counts") or {}).get("deployable")
+    _check_room(out, seeds or rec.seeds or 1, counts)
+    recorded = (rec.counts or {}).get("deployable")
     if recorded is not None and recorded != deployable:     # a record edited onto another backbone or task
         printer(f"note: on this backbone the configuration has {deployable:,} deployable parameters; the record's "
                 f"counts say {recorded:,} (it was exported for another backbone or task)")
-    if rec.get("k") is None:
+    if rec.k is None:
         splits = splits.for_final_training()
     encoded = encode(splits, tok, max_length=base_recipe.max_length)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    n = seeds or rec.get("seeds") or 1
+    n = seeds or rec.seeds or 1
     runs, models = [], []
     for seed in range(n):
         run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --model OUT/seed_0)
@@ -116,10 +119,10 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
         run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
                "train_s": result.wall_s,               # and every metric of the task at its last evaluation
                "metrics": {m: result.history[-1][m] for m in task.metrics if m in result.history[-1]}}
-        info = {"backbone": rec["backbone"], "task": rec["task"], "kind": task.kind, "labels": list(task.labels),
+        info = {"backbone": rec.backbone, "task": rec.task, "kind": task.kind, "labels": list(task.labels),
                 "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
-                "data_dir": rec.get("data_dir"), "run_key": key, "run": run}
-        if isinstance(rec["backbone"], dict):              # tiny backbones: keep their tokenizer too
+                "data_dir": rec.data_dir, "run_key": key, "run": run}
+        if isinstance(rec.backbone, dict):              # tiny backbones: keep their tokenizer too
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_folder(run_dir / TOKENIZER_DIR, lambda folder: tok.save_pretrained(str(folder)))
         save_petl(trained.cpu(), run_dir, info=info)       # last: its config file marks the run finished
@@ -137,13 +140,13 @@ def _train_seeds(rec: dict, seeds, out: Path, device, progress, printer, keep_mo
                            if len(scored) == len(runs) else {}),
                "test_rows": test_rows, "test_rows_of": len(encoded.test),
                "deployable": deployable,
-               "provenance": rec.get("provenance")}
+               "provenance": rec.provenance}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
     return {**summary, "models": models} if keep_models else summary
 
 
-def _remove_other_records(out: Path, rec: dict, n: int, printer) -> None:
+def _remove_other_records(out: Path, rec: ExportRecord, n: int, printer) -> None:
     """Remove the runs beyond seed ``n - 1`` that another record left in ``out`` (a folder reused
     for another configuration), so that every run in it is one that its metrics.json describes or a
     further seed of the same record."""
@@ -170,7 +173,7 @@ def _check_room(out: Path, n: int, counts) -> None:
                           f"choose another --out")
 
 
-def runs_of_other_records(out: Path, rec: dict) -> list[str]:
+def runs_of_other_records(out: Path, rec: ExportRecord) -> list[str]:
     """The finished runs in ``out`` that another record (configuration, recipe, backbone, data)
     trained; a run of ``rec`` itself, of any seed, is not one."""
     others = []
@@ -187,9 +190,10 @@ def runs_of_other_records(out: Path, rec: dict) -> list[str]:
     return others
 
 
-def run_key(rec: dict, seed: int) -> str:
-    """What makes two runs the same: configuration, recipe, backbone, data and seed."""
-    what = {k: rec.get(k) for k in ("backbone", "task", "data_dir", "data_seed", "k", "petl_config", "recipe")}
+def run_key(rec: ExportRecord, seed: int) -> str:
+    """What makes two runs the same: configuration, recipe, backbone, data and seed (a field the record
+    leaves out as None, as the runs of earlier versions were keyed)."""
+    what = {k: getattr(rec, k) for k in ("backbone", "task", "data_dir", "data_seed", "k", "petl_config", "recipe")}
     return hashlib.sha256(json.dumps({**what, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

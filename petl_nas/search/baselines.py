@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..core.budget import count_parameters
 from ..core.config import ModuleSpec, PetlConfig
+from .records import StoredTrial
 
 RANKS = (1, 2, 4, 8, 16, 32)
 
@@ -34,7 +35,7 @@ def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]
 
 def sweep_trials(study) -> set[str]:
     """Names of the sweep points already in the study (whatever their state)."""
-    return {t.user_attrs["baseline"] for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")}
+    return {s.sweep for s in map(StoredTrial.of, study.get_trials(deepcopy=False)) if s.sweep}
 
 
 def seed_sweep(study, space, model_config, budget: int | None, n_layers: int) -> tuple[int, list[str]]:

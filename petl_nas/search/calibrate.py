@@ -33,9 +33,10 @@ from ..core.budget import count_parameters
 from ..core.presets import preset
 from ..tasks.significance import clearly_better, did_not_learn
 from .storage import as_stored
+from .results import TrialResult
+from .specs import trial_recipe, trial_spec
 from .study import CALIBRATION_ATTR, preset_in_space
-from ..training.loop import Recipe
-from .worker import TrialSpec, free_memory, run_trial
+from .worker import free_memory, run_trial
 
 # Presets that calibrate a trial's length, in order of preference: the common anchors of three
 # functional forms (low-rank, bottleneck, Kronecker) and the smallest, BitFit.
@@ -104,7 +105,6 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     start = time.perf_counter()
     space = SearchSpace.load(exp.space)
     names = calibration_presets(exp, model_config, budget)
-    fid = exp.fidelity
     *shorter, longest = ladder(exp.final.epochs)
     if not names:                                     # nothing to rank: the final length, and why
         printer(f"  calibration: no preset fits the budget{f' of {budget:,}' if budget is not None else ''}, so "
@@ -114,21 +114,17 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
                 "cost_s": round(time.perf_counter() - start, 1)}
 
     def measure(epochs: float, keep: bool = False) -> dict:
-        recipe = Recipe(epochs=epochs, batch_size=fid.batch_size, max_length=fid.max_length,
-                        evals_per_epoch=0, seed=exp.seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows,
-                        length_buckets=fid.length_buckets, frozen_cache_mb=fid.frozen_cache_mb,
-                        precision=fid.precision, compile=fid.compile, cuda_graphs=fid.cuda_graphs)
+        recipe = trial_recipe(exp).with_overrides(epochs=epochs, evals_per_epoch=0)   # one evaluation, at the end
         scores, results = {}, {}
         for name in names:
             config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
-            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=config.to_dict(),
-                             recipe=recipe.with_overrides(lr=lr).to_dict(), data_dir=exp.data_dir,
-                             k=fid.k, data_seed=exp.data_seed, search_dev=fid.search_dev, score=fid.score)
+            spec = trial_spec(exp, config, recipe.with_overrides(lr=lr))
             r = run_trial(spec)
-            scores[name] = {"score": r["score"], "se": r.get("score_se"),
-                            "learned": not did_not_learn(r["score"], r.get("score_se"), baseline)}
+            scores[name] = {"score": r.score, "se": r.score_se,
+                            "learned": not did_not_learn(r.score, r.score_se, baseline)}
             if keep:
-                results[name] = as_stored({"spec": spec.to_dict(), "result": {k: v for k, v in r.items() if k != "history"}})
+                result = {k: v for k, v in r.to_dict().items() if k != "history"}
+                results[name] = as_stored({"spec": spec.to_dict(), "result": result})
         step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
                 "all_learned": all(s["learned"] for s in scores.values()), **({"results": results} if keep else {})}
         printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
@@ -163,12 +159,13 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             "cost_s": round(time.perf_counter() - start, 1)}
 
 
-def known_results(record: dict | None) -> list[tuple[dict, dict]]:
+def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
     """(trial spec, result) of every calibration run at the final length: a trial with the same
     spec (a preset, when the trials run at the final length) is recorded from it, not trained
     again, and marked ``reused: calibration``."""
     steps = (record or {}).get("steps", [])
-    return [(r["spec"], {**r["result"], "reused": "calibration"}) for s in steps for r in s.get("results", {}).values()]
+    return [(r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
+            for s in steps for r in s.get("results", {}).values()]
 
 
 def describe(record: dict) -> str:

@@ -20,41 +20,39 @@ import statistics
 
 from optuna.trial import TrialState
 
-
-PREFIX = "confirm:"
+from .records import CONFIRMED as PREFIX, StoredTrial
 
 
 def candidates(study, n: int) -> list:
     """The ``n`` completed trials that learned with the highest search scores (front membership is
     itself decided by single scores, so it does not limit them)."""
     done = [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.COMPLETE and not t.user_attrs.get("did_not_learn")]
+            if t.state == TrialState.COMPLETE and not StoredTrial.of(t).did_not_learn]
     return sorted(done, key=lambda t: -t.values[0])[:n]
 
 
 def confirm(study, exp, recipe, printer) -> list:
     """Re-score the top ``exp.final.confirm`` trials over extra seeds; returns them, best mean first."""
-    from .worker import TrialSpec, run_trial       # torch: only where trials are trained
+    from .specs import trial_spec                 # torch: only where trials are trained
+    from .worker import run_trial
 
     n, extra = exp.final.confirm, exp.final.confirm_seeds
     top = candidates(study, n)
     for t in top:
-        if PREFIX + str(t.number) in study.user_attrs:
+        stored = StoredTrial.of(t, study.user_attrs)
+        if stored.confirmed is not None:
             continue
         scores = [t.values[0]]
         for i in range(1, extra + 1):
-            run = recipe.with_overrides(lr=t.user_attrs["recipe"]["lr"], seed=exp.seed + i)
+            run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
             if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
                 run = dataclasses.replace(run, evals_per_epoch=0)
-            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
-                             recipe=run.to_dict(), data_dir=exp.data_dir, k=exp.fidelity.k,
-                             data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, number=t.number,
-                             score=exp.fidelity.score)
-            scores.append(run_trial(spec)["score"])
+            scores.append(run_trial(trial_spec(exp, stored.petl_config, run, number=t.number)).score)
         study.set_user_attr(PREFIX + str(t.number), scores)
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
+    attrs = study.user_attrs
     for t in ranked:
-        s = study.user_attrs[PREFIX + str(t.number)]
+        s = StoredTrial.of(t, attrs).confirmed
         seeds = f"{len(s)} seed{'s' if len(s) != 1 else ''}"
         printer(f"confirmed trial {t.number}: search score {s[0]:.4f}, mean over {seeds} "
                 f"{statistics.fmean(s):.4f} (" + ", ".join(f"{v:.4f}" for v in s) + ")")
@@ -64,13 +62,15 @@ def confirm(study, exp, recipe, printer) -> list:
 def confirmed_now(study) -> set[int]:
     """The trials the study's current ``final.confirm`` (the last run's setting) re-scored: its top N
     that learned. Scores an earlier run stored for others (with a larger N) are not the search's."""
-    n = (study.user_attrs.get("final") or {}).get("confirm") or 0
-    return {t.number for t in candidates(study, n) if PREFIX + str(t.number) in study.user_attrs} if n else set()
+    return set(confirmed_scores(study))
 
 
 def confirmed_scores(study) -> dict[int, list[float]]:
     """{trial number: its search score, then one per extra seed} for the trials `confirmed_now` names."""
-    return {n: study.user_attrs[PREFIX + str(n)] for n in confirmed_now(study)}
+    attrs = study.user_attrs
+    n = (attrs.get("final") or {}).get("confirm") or 0
+    stored = [StoredTrial.of(t, attrs) for t in candidates(study, n)] if n else []
+    return {s.number: s.confirmed for s in stored if s.confirmed is not None}
 
 
 def confirmed_text(scores: list[float], on_front: bool = True) -> str:
@@ -82,7 +82,7 @@ def confirmed_text(scores: list[float], on_front: bool = True) -> str:
 
 def mean_score(study, trial) -> float:
     """A trial's confirmed mean search score (its single score when it was not confirmed)."""
-    scores = study.user_attrs.get(PREFIX + str(trial.number))
+    scores = StoredTrial.of(trial, study.user_attrs).confirmed
     return statistics.fmean(scores) if scores else trial.values[0]
 
 

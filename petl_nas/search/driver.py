@@ -32,12 +32,13 @@ from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
 from .confirm import confirm, confirmed_scores, confirmed_text
-from ..training.costs import COSTS, UNITS
+from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, large_budget_warning, parse_budget
 from ..fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
+from .records import FINAL, StoredTrial, stored_trials
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
 from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
@@ -53,9 +54,10 @@ from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claime
                     smallest_module, state_counts)
 from ..tasks import data_lines, load_splits, resolve_task
 from ..training.loop import Recipe, n_evaluations
+from .specs import final_k, final_recipe, trial_recipe, trial_spec
 from ..core.models import check_weight_files
 from ..training.loading import load_backbone, model_config_for
-from .worker import TrialSpec, run_trial
+from .worker import run_trial
 
 
 @dataclass
@@ -170,7 +172,7 @@ class Progress:
                      else " (did not learn: no better than the baseline)")     # a metric without an error bar
         if info.get("reused"):
             what += f" (the {info['reused']} run of this spec, not trained again)"
-        tag = f" [{p.preset}]" if p.preset else " [one-shot]" if p.trial.user_attrs.get(ONESHOT) else ""
+        tag = f" [{p.preset}]" if p.preset else " [one-shot]" if StoredTrial.of(p.trial).oneshot else ""
         self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
                    f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
                    f"pruned {c['pruned']} failed {c['failed']} "
@@ -285,7 +287,7 @@ def _check_some_preset_fits(names, space, model_config, budget: int | None) -> N
 
 def _proposals(study) -> int:
     """The supernet's proposals the study holds (trained or waiting)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ONESHOT))
+    return sum(1 for t in stored_trials(study) if t.oneshot)
 
 
 def _supernet_line(exp: Experiment, budget: int) -> str:
@@ -318,16 +320,15 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                                 else (len(sweep_trials(study)), []))
         fail_stale(study)
         target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
-        queued = sum(1 for t in study.get_trials(deepcopy=False)   # they count toward trials, and all train
-                     if (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")) and t.state != TrialState.FAIL)
+        queued = sum(1 for t in stored_trials(study)             # they count toward trials, and all train
+                     if (t.preset or t.warm_start) and t.state != TrialState.FAIL)
         target += max(0, queued - exp.trials)
         proposals = _proposals(study)              # a supernet's, when one ran: on top of trials (both)
         if exp.strategy == "both":
             target += proposals
         if exp.sampler == "presets" or exp.strategy == "oneshot":
             target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
-        waiting = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING
-                      and (t.user_attrs.get("preset") or t.user_attrs.get("warm_start")))
+        waiting = sum(1 for t in stored_trials(study, (TrialState.WAITING,)) if t.preset or t.warm_start)
         target = max(target, claimed(study) + waiting)   # queued on a study already at its count: they train too
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
@@ -404,11 +405,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text, encoding="utf-8"))
         progress(p, state, info)
 
-    def make_spec(p) -> TrialSpec:
-        return TrialSpec(backbone=exp.backbone, task=exp.task, config=p.config.to_dict(),
-                         recipe=recipe.with_overrides(lr=p.lr).to_dict(), data_dir=exp.data_dir,
-                         k=exp.fidelity.k, data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev,
-                         number=p.number, score=exp.fidelity.score)
+    def make_spec(p):
+        return trial_spec(exp, p.config, recipe.with_overrides(lr=p.lr), number=p.number)
 
     recorder = Recorder(source, on_done, baseline=baseline, objectives=exp.objectives,
                         known=calibrate.known_results(calibration))
@@ -491,25 +489,6 @@ def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: f
         raise_if_stopped()
 
 
-def trial_recipe(exp: Experiment) -> Recipe:
-    """How the experiment's trials train (its fidelity; the sampler sets ``lr``). Only evaluations
-    whose score is read are computed: ASHA reads every one, a trial scored by its best needs them
-    all; otherwise only the last is read (multi-objective TPE cannot use intermediate values)."""
-    reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or exp.fidelity.score == "best"
-    f = exp.fidelity
-    return Recipe(epochs=f.epochs, batch_size=f.batch_size, max_length=f.max_length,
-                  evals_per_epoch=f.evals_per_epoch if reads_all else 0, seed=exp.seed, max_steps=f.max_steps,
-                  eval_rows=f.eval_rows, length_buckets=f.length_buckets, frozen_cache_mb=f.frozen_cache_mb,
-                  precision=f.precision, compile=f.compile, cuda_graphs=f.cuda_graphs)
-
-
-def final_recipe(exp: Experiment, recipe: Recipe, lr: float, seed: int) -> Recipe:
-    """The final re-evaluation's recipe: the trials' ``recipe`` at ``final.epochs`` (and its step
-    and row caps), ``lr`` and ``seed``, evaluated once, at the end (only that score is reported)."""
-    return dataclasses.replace(recipe.with_overrides(lr=lr, seed=seed, epochs=exp.final.epochs),
-                               max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows, evals_per_epoch=0)
-
-
 def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
     scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
@@ -517,30 +496,25 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         members = confirm(study, exp, recipe, printer)[: exp.final.max_front]
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
-    presets = sorted((t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE
-                      and t.user_attrs.get("preset")), key=lambda t: -t.values[0])
+    members = [StoredTrial.of(t) for t in members]
+    presets = sorted((t for t in stored_trials(study, (TrialState.COMPLETE,)) if t.preset), key=lambda t: -t.values[0])
     if exp.final.presets == "best":
         presets = presets[:1]
     elif exp.final.presets == "none":
         presets = []
-    k = exp.fidelity.k if exp.final.k == -1 else exp.final.k
     for t in members + [p for p in presets if p.number not in {m.number for m in members}]:
-        key = f"final:{t.number}"
+        key = f"{FINAL}{t.number}"
         if key in study.user_attrs:
             continue
         scores = []
         for seed in range(exp.final.seeds):
-            final = final_recipe(exp, recipe, t.user_attrs["recipe"]["lr"], seed)
-            spec = TrialSpec(backbone=exp.backbone, task=exp.task, config=t.user_attrs["petl_config"],
-                             recipe=final.to_dict(),
-                             data_dir=exp.data_dir, k=k, data_seed=exp.data_seed,
-                             search_dev=exp.fidelity.search_dev, eval_split="test", number=t.number)
-            scores.append(run_trial(spec)["last_score"])       # on the test split: no checkpoint picking
+            spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
+            scores.append(run_trial(spec).last_score)       # on the test split: no checkpoint picking
         mean = statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
         study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
-                                  "epochs": exp.final.epochs, "k": k, "split": "test"})
-        tag = f" [{t.user_attrs['preset']}]" if t.user_attrs.get("preset") else ""
+                                  "epochs": exp.final.epochs, "k": final_k(exp), "split": "test"})
+        tag = f" [{t.preset}]" if t.preset else ""
         floor = (study.user_attrs.get("baseline") or {}).get("test_score")
         printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
                 + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
@@ -552,47 +526,44 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     that are off the front (export's candidates too); a confirmed row carries its scores over seeds.
     Paired test differences are to the preset with the best search score among those re-evaluated
     (the test split decides nothing here)."""
-    members = front(study)
+    trials = {t.number: t for t in stored_trials(study)}
+    members = [trials[t.number] for t in front(study)]
     on_front = {t.number for t in members}
-    trials = study.get_trials(deepcopy=False)
-    presets = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("preset")]
-    finals = {t.number: study.user_attrs.get(f"final:{t.number}") for t in trials}
+    presets = [t for t in trials.values() if t.state == TrialState.COMPLETE and t.preset]
     confirmed = confirmed_scores(study)             # final.confirm's: the search score, then one per seed
-    evaluated = [p for p in presets if finals.get(p.number)]
+    evaluated = [p for p in presets if p.final]
     reference = max(evaluated, key=lambda t: t.values[0]) if evaluated else None
 
-    def row(t) -> dict:
-        u, final = t.user_attrs, finals.get(t.number) or {}
-        se = u.get("score_se")
+    def row(t: StoredTrial) -> dict:
+        final, se = t.final or {}, t.score_se
         dominates, matches = [], []
         for p in presets:
-            if p.number == t.number or t.values[1] > p.values[1] or u.get("did_not_learn"):
+            if p.number == t.number or t.values[1] > p.values[1] or t.did_not_learn:
                 continue
-            if clearly_better(t.values[0], se, p.values[0], p.user_attrs.get("score_se")):
-                dominates.append(p.user_attrs["preset"])
-            elif t.values[1] < p.values[1] and not clearly_better(p.values[0], p.user_attrs.get("score_se"),
-                                                                    t.values[0], se):
-                matches.append(p.user_attrs["preset"])
+            if clearly_better(t.values[0], se, p.values[0], p.score_se):
+                dominates.append(p.preset)
+            elif t.values[1] < p.values[1] and not clearly_better(p.values[0], p.score_se, t.values[0], se):
+                matches.append(p.preset)
         paired = None
         if reference is not None and final and t.number != reference.number:
-            paired = paired_difference(final["scores"], finals[reference.number]["scores"])
+            paired = paired_difference(final["scores"], reference.final["scores"])
         return {"number": t.number, "preset": source_of(t), "score": t.values[0], "se": se,
                 "deployable": int(t.values[1]), "pct": 100 * t.values[1] / backbone_params,
                 "test_mean": final.get("mean"), "test_std": final.get("std"), "test_n": len(final.get("scores", [])),
                 "dominates": dominates,
-                "matches": matches, "paired": paired, "did_not_learn": bool(u.get("did_not_learn")),
+                "matches": matches, "paired": paired, "did_not_learn": t.did_not_learn,
                 "confirmed": confirmed.get(t.number), "on_front": t.number in on_front,
-                "config": u.get("petl_config"), "costs": {o: u.get(COSTS[o][1]) for o in exp.objectives[2:]}}
+                "config": t.petl_config, "costs": {o: t.cost(o) for o in exp.objectives[2:]}}
 
     rows = [row(t) for t in members]
     anchors = [row(p) for p in sorted(presets, key=lambda t: t.values[1])]   # to each other too, as on the front
-    off = [t for t in trials if t.number in confirmed and t.number not in on_front and not t.user_attrs.get("preset")]
+    off = [t for t in trials.values() if t.number in confirmed and t.number not in on_front and not t.preset]
     off_rows = [row(t) for t in sorted(off, key=lambda t: t.values[1])]
-    flat = sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("did_not_learn"))
+    flat = sum(1 for t in trials.values() if t.state == TrialState.COMPLETE and t.did_not_learn)
     return SearchSummary(exp.study_name, exp.storage_url, study.user_attrs.get("metric", "score"),
                          budget, state_counts(study), rows, wall_s, anchors, failure_counts(study),
                          baseline=study.user_attrs.get("baseline"), did_not_learn=flat,
-                         reference=reference.user_attrs["preset"] if reference is not None else None,
+                         reference=reference.preset if reference is not None else None,
                          sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"),
                          calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"),
                          confirmed=off_rows)

@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..training.costs import cost_values
 from .interrupts import caused_by_interrupt, raise_if_stopped
 from .packing import GpuPacking
+from .results import TrialResult
 from ..tasks.significance import Z, did_not_learn
 from .storage import as_stored
 from .study import Proposal, TrialSource
@@ -50,14 +51,15 @@ _OOM_WORDS = (OOM, "not enough memory", "can't allocate memory", "cannot allocat
 
 @dataclass
 class Recorder:
-    """Writes trial outcomes to the study and tells the progress view."""
+    """Writes trial outcomes to the study (a complete trial's attributes from its `TrialResult`,
+    here only) and tells the progress view."""
 
     source: TrialSource
     on_done: Callable[[Proposal, str, dict], None] = lambda p, state, info: None
     intermediate: dict[int, list[float]] = field(default_factory=dict)
     baseline: dict | None = None        # the task's trivial baseline on search-dev (significance.py)
     objectives: tuple = ("score", "params")   # the study's; costs after the first two (costs.py)
-    known: list = field(default_factory=list)  # (trial spec as stored, result) already trained elsewhere
+    known: list = field(default_factory=list)  # (trial spec as stored, TrialResult) already trained elsewhere
 
     def reuse(self, p: Proposal, spec: TrialSpec) -> bool:
         """Record ``p`` from a known result of the same spec (its number aside); False when none."""
@@ -80,25 +82,28 @@ class Recorder:
         # Multi-objective studies cannot store Trial.report values: keep them as a user attribute.
         p.trial.set_user_attr("intermediate_scores", list(scores))
 
-    def complete(self, p: Proposal, info: dict) -> None:
-        score = float(info["score"])
+    def complete(self, p: Proposal, result: TrialResult) -> None:
+        score = float(result.score)
         if not math.isfinite(score):
             return self.failed(p, f"the trial's score is {score}", "non-finite score")
-        flat = did_not_learn(score, info.get("score_se"), self.baseline)
-        info = {**info, "did_not_learn": flat}
+        flat = did_not_learn(score, result.score_se, self.baseline)
+        info = {**result.to_dict(), "did_not_learn": flat}
 
         def write():
-            self._attrs(p, info)
+            self._attrs(p, result.attributes())
             p.trial.set_user_attr("did_not_learn", flat)
             if self.baseline is not None:     # infeasible when flat: never on the front, never dominates
-                margin = score - self.baseline["score"] - Z * (info.get("score_se") or 0.0)
+                margin = score - self.baseline["score"] - Z * (result.score_se or 0.0)
                 p.trial.set_constraint("learned", 0.0 if margin > 0 else float(-margin) + 1e-9)
             self.source.study.tell(p.trial, [score, float(p.deployable), *cost_values(self.objectives, info)])
 
         if self._finish(p, write):
             self.on_done(p, "complete", info)
 
-    def pruned(self, p: Proposal, info: dict, reason: str) -> None:
+    def pruned(self, p: Proposal, reason: str, last_score: float | None = None, node: str | None = None) -> None:
+        """A trial stopped before its end: by the scheduler (its ``last_score``), or by a non-finite loss."""
+        info = {k: v for k, v in (("last_score", last_score), ("node", node)) if v is not None}
+
         def write():
             self._attrs(p, info)
             p.trial.set_user_attr("pruned_reason", reason)
@@ -140,13 +145,9 @@ class Recorder:
         self.source.release(p)
         return True
 
-    def _attrs(self, p: Proposal, info: dict) -> None:
-        for key in ("metrics", "train_s", "setup_s", "wall_s", "peak_mem_mb", "train_step_ms", "latency_ms", "steps",
-                    "last_score", "best_score",
-                    "score_se", "pooling", "epochs", "k", "node", "gpu_reserved_mb", "gpu_share", "reused", "frozen",
-                    "graphs"):
-            if key in info:
-                p.trial.set_user_attr(key, info[key])
+    def _attrs(self, p: Proposal, attributes: dict) -> None:
+        for key, value in attributes.items():
+            p.trial.set_user_attr(key, value)
 
 
 def _reason(e: BaseException) -> str:
@@ -171,8 +172,8 @@ def _kind(e: BaseException) -> str:
     return f"error: {type(e).__name__}"
 
 
-def attempt(spec: TrialSpec, report=None) -> tuple[str, dict]:
-    """Run one trial and never raise: ``("complete", result)``, ``("nan", {reason})`` for a
+def attempt(spec: TrialSpec, report=None) -> tuple[str, TrialResult | dict]:
+    """Run one trial and never raise: ``("complete", TrialResult)``, ``("nan", {reason})`` for a
     non-finite loss, or ``("failed", {reason, kind})`` for any other error."""
     try:
         return "complete", run_trial(spec, report=report)
@@ -210,7 +211,7 @@ def run_local(source: TrialSource, n_trials: int, make_spec: Callable[[Proposal]
         if outcome == "complete":
             recorder.complete(p, info)
         elif outcome == "nan":
-            recorder.pruned(p, {}, info["reason"])
+            recorder.pruned(p, info["reason"])
         else:
             recorder.failed(p, info["reason"], info["kind"], info.get("traceback"))
 
@@ -241,8 +242,7 @@ def ray_trainable(config: dict) -> None:
     # One more report carries the whole result; `final` tells it from a scheduler's stop.
     granted = ray.get_runtime_context().get_assigned_resources()       # what Ray gave this trial
     shared = {"gpu_share": round(granted.get("GPU", 0.0), 4)} if "gpu" in config else {}   # gpus_per_trial: auto
-    tune.report({**{k: v for k, v in info.items() if k != "history"}, "score": info["score"], "final": True,
-                 "node": node, **shared})
+    tune.report({**{k: v for k, v in info.to_dict().items() if k != "history"}, "final": True, "node": node, **shared})
 
 
 def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Recorder,
@@ -293,18 +293,18 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                                 "worker crashed")
             elif "failed" in result:
                 if result.get("nan"):
-                    recorder.pruned(p, {"node": result.get("node")}, result["failed"])
+                    recorder.pruned(p, result["failed"], node=result.get("node"))
                 else:
                     recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
             elif result.get("final"):
                 if result.get("last_score") is not None:            # its last evaluation, reported here only
                     self._record(p, result.get("training_iteration", 0), result["last_score"])
-                recorder.complete(p, result)
+                recorder.complete(p, TrialResult.from_dict(result))
             else:
                 evaluations = result.get("training_iteration", 0)
                 self._record(p, evaluations, result["score"])
-                recorder.pruned(p, {"last_score": result.get("score")},
-                                f"stopped early by the scheduler after {evaluations} evaluations")
+                recorder.pruned(p, f"stopped early by the scheduler after {evaluations} evaluations",
+                                last_score=result.get("score"))
 
         def _record(self, p: Proposal, evaluations: int, score: float) -> None:
             """The score of evaluation ``evaluations``, unless recorded: Ray shows the searcher no
@@ -352,6 +352,19 @@ def check_ray_address(address: str | None) -> None:
     except OSError as e:
         raise ConfigError(f"ray_address {address!r}: nothing answers there ({e.strerror or e}); start the "
                           f"head with `ray start --head` or check the address") from None
+    _check_not_connected_elsewhere(address)
+
+
+def _check_not_connected_elsewhere(address: str | None) -> None:
+    """ConfigError when this process is already connected to another Ray than ``address`` (an
+    earlier search in the same Python session): its trials would silently run there instead."""
+    ray = sys.modules.get("ray")
+    if address in (None, "", "auto", "local") or ray is None or not ray.is_initialized():
+        return
+    current = ray.get_runtime_context().gcs_address
+    if current != address.split("://", 1)[-1]:
+        raise ConfigError(f"ray_address {address!r}: this process is already connected to the Ray at {current} "
+                          f"(an earlier search); call ray.shutdown() first, or search in a new process")
 
 
 def _slots(resources: dict, cpus_per_trial: float, gpus_per_trial: float) -> int:
@@ -383,6 +396,7 @@ def init_ray(address: str | None = None):
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     import ray
 
+    _check_not_connected_elsewhere(address)
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or "local"
         sigterm = signal.getsignal(signal.SIGTERM)
@@ -418,7 +432,7 @@ def private_ray():
     still die with it (Ray's kernel fate-sharing, ``PR_SET_PDEATHSIG``; elsewhere Ray's reaper needs
     them in its group). Ray starts its workers in groups of their own already.
 
-    Both are Ray's private names (no public setting exists); tests/test_safe_ray.py reads the
+    Both are Ray's private names (no public setting exists); tests/search/test_safe_ray.py reads the
     sockets and signals a real search's group, so a Ray that renames them fails there.
     """
     from ray._private import ray_constants, services

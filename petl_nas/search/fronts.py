@@ -21,32 +21,37 @@ from collections import Counter
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tasks.significance import clearly_better
+from .records import StoredTrial, stored_trials
 
 GROUPS = ("searched", "oneshot", "preset", "sweep")
 FOUND = ("searched", "oneshot")            # what the tool proposed, against its baselines
 
 
-def group_of(t: FrozenTrial) -> str:
+def _stored(t: FrozenTrial | StoredTrial) -> StoredTrial:
+    return t if isinstance(t, StoredTrial) else StoredTrial.of(t)
+
+
+def group_of(t: FrozenTrial | StoredTrial) -> str:
     """``sweep``, ``preset``, ``oneshot`` or ``searched``."""
-    if t.user_attrs.get("baseline"):
+    s = _stored(t)
+    if s.sweep:
         return "sweep"
-    if t.user_attrs.get("preset"):
+    if s.preset:
         return "preset"
-    return "oneshot" if t.user_attrs.get("oneshot") else "searched"
+    return "oneshot" if s.oneshot else "searched"
 
 
-def source_of(t: FrozenTrial) -> str:
+def source_of(t: FrozenTrial | StoredTrial) -> str:
     """What proposed a trial, as the tables show it: the preset's or sweep point's name, ``one-shot``,
     ``warm start`` (a front member of an earlier study), or ``-`` for the sampler."""
-    u = t.user_attrs
-    return (u.get("preset") or u.get("baseline") or ("one-shot" if u.get("oneshot") else None)
-            or ("warm start" if u.get("warm_start") else "-"))
+    s = _stored(t)
+    return s.preset or s.sweep or ("one-shot" if s.oneshot else None) or ("warm start" if s.warm_start else "-")
 
 
 def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:
     """Complete trials that learned (not within noise of the trivial baseline), of one group or all."""
     return [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.COMPLETE and t.values is not None and not t.user_attrs.get("did_not_learn")
+            if t.state == TrialState.COMPLETE and t.values is not None and not StoredTrial.of(t).did_not_learn
             and (group is None or group_of(t) == group)]
 
 
@@ -103,18 +108,17 @@ def group_hypervolumes(study) -> dict[str, float]:
 def compare_to_sweep(study) -> list[dict]:
     """At each sweep point's size: the best searched trial no larger, and whether it is higher
     (and beyond noise). Sweep points that did not learn are compared too: beating those is easy."""
-    searched = [t for t in learned_trials(study) if group_of(t) in FOUND]
+    searched = [StoredTrial.of(t) for t in learned_trials(study) if group_of(t) in FOUND]
     rows = []
-    sweep = [t for t in study.get_trials(deepcopy=False)
-             if t.state == TrialState.COMPLETE and t.values is not None and group_of(t) == "sweep"]
+    sweep = [t for t in stored_trials(study, (TrialState.COMPLETE,)) if t.values is not None and group_of(t) == "sweep"]
     for s in sorted(sweep, key=lambda t: t.values[1]):
         fits = [t for t in searched if t.values[1] <= s.values[1]]
         best = max(fits, key=lambda t: t.values[0]) if fits else None
-        rows.append({"sweep": s.user_attrs["baseline"], "params": int(s.values[1]), "sweep_score": s.values[0],
+        rows.append({"sweep": s.sweep, "params": int(s.values[1]), "sweep_score": s.values[0],
                      "searched": best.number if best else None, "searched_score": best.values[0] if best else None,
                      "higher": bool(best and best.values[0] > s.values[0]),
-                     "beyond_noise": bool(best and clearly_better(best.values[0], best.user_attrs.get("score_se"),
-                                                                  s.values[0], s.user_attrs.get("score_se")))})
+                     "beyond_noise": bool(best and clearly_better(best.values[0], best.score_se,
+                                                                  s.values[0], s.score_se))})
     return rows
 
 

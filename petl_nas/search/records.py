@@ -1,20 +1,155 @@
-"""Reading a study as a search wrote it: finding it in its storage by name, and a trial's
-configuration as it trained. Search-time code (warm start, retiming, the dashboards) and export
-read studies through here.
+"""Reading a study as a search wrote it: finding it in its storage by name (`load_study`), and each
+trial's user attributes as one typed view (`StoredTrial`): how it was proposed, what it trains, its
+counts, costs and outcome, and what the study stored about it afterwards (its final re-evaluation,
+its confirmation). The search, warm start, retiming, export and the dashboards read trials through
+here, never an attribute by its name.
+
+Studies written by older versions lack some attributes: each field then takes the value the readers
+always gave it (None, False, no scores), so an old study reads as it did.
 
 Example:
     >>> study = load_study("sqlite:///runs/smoke/study.db")              # doctest: +SKIP
-    >>> trial_config(study.best_trials[0])["modules"]                     # doctest: +SKIP
+    >>> StoredTrial.of(study.best_trials[0]).config().modules              # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import optuna
-from optuna.trial import FrozenTrial
+from dataclasses import dataclass, field
 
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ..core.config import PetlConfig
 from ..errors import ConfigError
-from .storage import check_existing, redact, with_installed_driver
-from .study import KNOB_STUDY_SUFFIX
+from ..training.costs import COSTS
+from .storage import LOST, check_existing, redact, with_installed_driver
+
+KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
+FINAL = "final:"                       # study attribute final:<trial number>: its re-evaluation on test
+CONFIRMED = "confirm:"                 # study attribute confirm:<trial number>: its scores over seeds
+ONESHOT = "oneshot"                    # trial attribute: the supernet run that proposed it
+LR_FROM_SAMPLER = "lr_from_sampler"    # trial attribute: a configuration given whole whose rate the sampler draws
+INTERRUPTED = "interrupted (trained again on resume)"   # failure kinds: stopped by Ctrl-C, ...
+INVALID = "invalid configuration"                        # ... or drawn and refused before training
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """A trial's user attributes, typed (``StoredTrial.of(trial, study.user_attrs)``).
+
+    Attributes:
+        number, state, values, params: the Optuna trial's own.
+        preset, sweep, oneshot, warm_start: what proposed it (``sweep`` is stored as ``baseline``:
+            the LoRA rank sweep point's name); ``oneshot_budget`` the rung it was read off at;
+            ``lr_from_sampler``: a configuration given whole whose learning rate the sampler draws.
+        petl_config: its PetlConfig as drawn (``to_dict``); pooling: what ``auto`` chose on the
+            study's backbone, once trained; config_text: how the tables describe it; lr: its recipe's.
+        deployable, trainable, pct_of_backbone: its counts (set when drawn).
+        score_se, last_score, best_score, did_not_learn: how it scored (`results.TrialResult`).
+        train_s, peak_mem_mb, train_step_ms, latency_ms: what it measured.
+        rejected, fail_kind, fail_reason, pruned_reason: why it did not complete.
+        final: the study's re-evaluation of it on the test split (``mean``, ``std``, ``scores``, ...);
+            confirmed: its search score, then one per extra seed (``final.confirm``). Read from the
+            study's attributes when they are given to `of`.
+    """
+
+    number: int
+    state: TrialState = TrialState.RUNNING
+    values: tuple | None = None
+    params: dict = field(default_factory=dict)
+    preset: str | None = None
+    sweep: str | None = None
+    oneshot: str | None = None
+    oneshot_budget: int | None = None
+    warm_start: str | None = None
+    lr_from_sampler: bool = False
+    petl_config: dict | None = None
+    pooling: str | None = None
+    config_text: str | None = None
+    lr: float | None = None
+    deployable: int | None = None
+    trainable: int | None = None
+    pct_of_backbone: float | None = None
+    score_se: float | None = None
+    last_score: float | None = None
+    best_score: float | None = None
+    did_not_learn: bool = False
+    train_s: float | None = None
+    peak_mem_mb: float | None = None
+    train_step_ms: float | None = None
+    latency_ms: float | None = None
+    rejected: str | None = None
+    fail_kind: str | None = None
+    fail_reason: str | None = None
+    pruned_reason: str | None = None
+    final: dict | None = None
+    confirmed: list | None = None
+
+    @classmethod
+    def of(cls, trial, study_attrs: dict | None = None) -> StoredTrial:
+        """The view of ``trial`` (a FrozenTrial, or a live Trial while it is drawn); with the
+        study's ``user_attrs``, its final and confirmed scores too."""
+        u, attrs = trial.user_attrs, study_attrs or {}
+        values, number = getattr(trial, "values", None), getattr(trial, "number", -1)
+        return cls(
+            number=number, state=getattr(trial, "state", TrialState.RUNNING),
+            values=tuple(values) if values is not None else None, params=dict(getattr(trial, "params", {})),
+            preset=u.get("preset"), sweep=u.get("baseline"), oneshot=u.get(ONESHOT),
+            oneshot_budget=u.get("oneshot_budget"), warm_start=u.get("warm_start"),
+            lr_from_sampler=bool(u.get(LR_FROM_SAMPLER)), petl_config=u.get("petl_config"),
+            pooling=u.get("pooling"), config_text=u.get("config_text"), lr=(u.get("recipe") or {}).get("lr"),
+            deployable=u.get("deployable"), trainable=u.get("trainable"), pct_of_backbone=u.get("pct_of_backbone"),
+            score_se=u.get("score_se"), last_score=u.get("last_score"), best_score=u.get("best_score"),
+            did_not_learn=bool(u.get("did_not_learn")), train_s=u.get("train_s"), peak_mem_mb=u.get("peak_mem_mb"),
+            train_step_ms=u.get("train_step_ms"), latency_ms=u.get("latency_ms"), rejected=u.get("rejected"),
+            fail_kind=u.get("fail_kind"), fail_reason=u.get("fail_reason"), pruned_reason=u.get("pruned_reason"),
+            final=attrs.get(FINAL + str(number)), confirmed=attrs.get(CONFIRMED + str(number)))
+
+    @property
+    def given_whole(self) -> bool:
+        """Queued with its configuration and learning rate (an off-space preset, a one-shot proposal,
+        the retry of a drawn trial): nothing left to sample."""
+        return self.petl_config is not None and self.lr is not None
+
+    def config_dict(self) -> dict:
+        """Its PetlConfig as a dict, with the pooling ``auto`` chose on the study's backbone written
+        out (what export records and retiming rebuilds)."""
+        config = dict(self.petl_config)
+        if config.get("pooling", "auto") == "auto" and self.pooling not in (None, "native"):
+            config["pooling"] = self.pooling
+        return config
+
+    def config(self, resolved: bool = True) -> PetlConfig:
+        """Its PetlConfig: with the pooling ``auto`` chose (`config_dict`), or as drawn."""
+        return PetlConfig.from_dict(self.config_dict() if resolved else self.petl_config)
+
+    def cost(self, objective: str) -> float | None:
+        """What it measured of a cost objective (``latency``, ``memory``, ``step_time``), None if nothing."""
+        return getattr(self, COSTS[objective][1])
+
+    def measured_costs(self) -> dict:
+        """``{attribute: value}`` of the costs it measured (`training.costs.COSTS`), in their order."""
+        return {attr: getattr(self, attr) for _, attr in COSTS.values() if getattr(self, attr) is not None}
+
+    @property
+    def failure(self) -> str | None:
+        """Why it failed, in a few words (None when it did not): ``out of memory``, ``non-finite
+        loss``, ``error: ValueError``, ``lost: ...``, ``invalid configuration``..."""
+        if self.state == TrialState.FAIL:
+            if self.fail_kind is not None:
+                return self.fail_kind
+            if not self.fail_reason:
+                return LOST               # failed by a heartbeat check: the only FAIL without a reason
+            return INVALID if self.fail_reason.startswith("invalid") else "error"
+        if self.state == TrialState.PRUNED and str(self.pruned_reason or "").startswith("non-finite"):
+            return "non-finite loss"
+        return None
+
+
+def stored_trials(study: optuna.Study, states=None) -> list[StoredTrial]:
+    """Every trial of ``study`` (of ``states``, if given) as a `StoredTrial`, its study attributes read once."""
+    attrs = study.user_attrs
+    return [StoredTrial.of(t, attrs) for t in study.get_trials(deepcopy=False, states=states)]
 
 
 def load_study(storage_url: str, study_name: str | None = None, naming: str = "--study {}") -> optuna.Study:
@@ -44,11 +179,9 @@ def load_study(storage_url: str, study_name: str | None = None, naming: str = "-
 
 def trial_config(trial: FrozenTrial) -> dict:
     """The trial's PetlConfig as a dict, with the pooling ``auto`` chose on the study's backbone
-    written out."""
-    config = dict(trial.user_attrs["petl_config"])
-    if config.get("pooling", "auto") == "auto" and trial.user_attrs.get("pooling") not in (None, "native"):
-        config["pooling"] = trial.user_attrs["pooling"]
-    return config
+    written out (`StoredTrial.config_dict`)."""
+    return StoredTrial.of(trial).config_dict()
 
 
-__all__ = ["load_study", "trial_config"]
+__all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED",
+           "ONESHOT", "LR_FROM_SAMPLER", "INTERRUPTED", "INVALID"]

@@ -21,7 +21,6 @@ import json
 import statistics
 
 from ..errors import ConfigError
-from ..core.config import PetlConfig
 
 __all__ = ["retime", "ROUNDS", "MAX_CANDIDATES"]
 
@@ -40,7 +39,7 @@ def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None,
 
     from ..training.costs import LATENCY_BATCH, deployed_latency_ms
     from ..tasks.encoding import encode
-    from .records import trial_config
+    from .records import StoredTrial
     from ..core.inject import apply_petl
     from ..tasks import load_splits, resolve_task
     from ..training.loading import load_backbone
@@ -58,12 +57,13 @@ def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None,
                           f"latencies the trials measured") from None
     batch = next(iter(encode(splits, tok, fidelity.get("max_length", 128)).search_dev.batches(LATENCY_BATCH,
                                                                                                shuffle=False)))
-    ordered = sorted(trials, key=lambda t: t.user_attrs.get("latency_ms", float("inf")))
+    stored = [StoredTrial.of(t) for t in trials]
+    ordered = sorted(stored, key=lambda t: t.latency_ms if t.latency_ms is not None else float("inf"))
     ordered = ordered[:min(limit, _copies_that_fit(base, device))]
     models = {}
     for t in ordered:
         torch.manual_seed(0)
-        model = apply_petl(copy.deepcopy(base).to(device), PetlConfig.from_dict(trial_config(t)))
+        model = apply_petl(copy.deepcopy(base).to(device), t.config())
         deployed_latency_ms(model, batch, device, repeats=1)           # merges; warms up
         models[t.number] = model
     times: dict[int, list[float]] = {n: [] for n in models}

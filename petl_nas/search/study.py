@@ -34,18 +34,15 @@ from ..core.forms import form_named
 from ..training.costs import directions, metric_names
 from ..core.describe import describe_config
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
+from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial
 from .space import SearchSpace
 from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
-KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
 # `group=True` and `set_metric_names` are marked experimental; we rely on them knowingly.
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_CONSECUTIVE_REJECTIONS = 500
-INTERRUPTED = "interrupted (trained again on resume)"   # ... and of one whose search was stopped (Ctrl-C)
-INVALID = "invalid configuration"
-LR_FROM_SAMPLER = "lr_from_sampler"   # a configuration given whole whose learning rate the sampler draws
 
 
 def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
@@ -228,15 +225,14 @@ class TrialSource:
 
     def _decide(self, trial: Trial) -> Proposal | None:
         """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""
-        name = trial.user_attrs.get("preset")
+        queued = StoredTrial.of(trial)
         try:
-            if "petl_config" in trial.user_attrs and "recipe" in trial.user_attrs:   # given whole: an off-space
-                # preset, a one-shot proposal, or the retry of a trial whose worker died once decided
-                config = PetlConfig.from_dict(trial.user_attrs["petl_config"])
-                lr = float(trial.user_attrs["recipe"]["lr"])
-            elif trial.user_attrs.get(LR_FROM_SAMPLER) and "petl_config" in trial.user_attrs:
-                config = PetlConfig.from_dict(trial.user_attrs["petl_config"])   # given whole, its
-                lr = self.space.sample_lr(trial)                                 # rate the sampler's
+            if queued.given_whole:              # an off-space preset, a one-shot proposal, or the retry
+                config = queued.config(resolved=False)      # of a trial whose worker died once decided
+                lr = float(queued.lr)
+            elif queued.lr_from_sampler and queued.petl_config is not None:
+                config = queued.config(resolved=False)      # given whole, its rate the sampler's
+                lr = self.space.sample_lr(trial)
             else:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
                 lr = recipe["lr"]
@@ -265,7 +261,7 @@ class TrialSource:
                 self.study.tell(trial, state=TrialState.PRUNED)
                 self.rejected += 1
                 return None
-        return Proposal(trial, config, lr, count.deployable, count.trainable, name)
+        return Proposal(trial, config, lr, count.deployable, count.trainable, queued.preset)
 
 
 def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
@@ -382,7 +378,7 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     to ``over_budget`` as "name (count)", and one the backbone cannot take (BitFit without biases, a
     prefix on DeBERTa) to ``refused`` as "name (reason)", so the search can say why it did not train it.
     """
-    seen = {t.user_attrs.get("preset") for t in study.get_trials(deepcopy=False)}
+    seen = {StoredTrial.of(t).preset for t in study.get_trials(deepcopy=False)}
     explicit = names not in ("auto", None)
     fitting, over, refusals = presets_within(names, space, model_config, budget)
     if explicit and over_budget is not None:
@@ -454,7 +450,7 @@ def is_trained(t: FrozenTrial) -> bool:
     if t.state == TrialState.COMPLETE:
         return True
     if t.state == TrialState.PRUNED:
-        return not t.user_attrs.get("rejected")
+        return not StoredTrial.of(t).rejected
     if t.state == TrialState.FAIL:
         return failure_kind(t) not in (LOST, INTERRUPTED, INVALID)
     return False
@@ -467,18 +463,8 @@ def claimed(study: optuna.Study) -> int:
 
 
 def failure_kind(t: FrozenTrial) -> str | None:
-    """Why a trial failed, in a few words (None when it did not): ``out of memory``,
-    ``non-finite loss``, ``error: ValueError``, ``lost: ...``, ``invalid configuration``..."""
-    if t.state == TrialState.FAIL:
-        if "fail_kind" in t.user_attrs:
-            return t.user_attrs["fail_kind"]
-        reason = t.user_attrs.get("fail_reason")
-        if not reason:
-            return LOST                  # failed by a heartbeat check: the only FAIL without a reason
-        return INVALID if reason.startswith("invalid") else "error"
-    if t.state == TrialState.PRUNED and str(t.user_attrs.get("pruned_reason", "")).startswith("non-finite"):
-        return "non-finite loss"
-    return None
+    """Why a trial failed, in a few words (None when it did not): `StoredTrial.failure`."""
+    return StoredTrial.of(t).failure if t.state in (TrialState.FAIL, TrialState.PRUNED) else None
 
 
 def failure_counts(study: optuna.Study) -> dict[str, int]:
@@ -492,7 +478,7 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
     again on resume) apart from the pruned and failed ones."""
     counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "interrupted": 0, "rejected": 0, "waiting": 0}
     for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.PRUNED and t.user_attrs.get("rejected"):
+        if t.state == TrialState.PRUNED and StoredTrial.of(t).rejected:
             counts["rejected"] += 1
         elif failure_kind(t) == INTERRUPTED:
             counts["interrupted"] += 1

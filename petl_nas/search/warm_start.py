@@ -23,6 +23,7 @@ from ..core.budget import count_parameters
 from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .fronts import learned_trials, pareto
+from .records import StoredTrial
 from .storage import redact
 
 
@@ -70,14 +71,14 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
     done = study.user_attrs.get("warm_start", {}).get("source")
     if done is not None and shown(done) == shown(source):    # older studies stored the URL as given
         return []                                   # done when the study began; a resume takes nothing twice
-    have = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
+    have = {StoredTrial.of(t).warm_start for t in study.get_trials(deepcopy=False)}
     taken, dropped = [], []
-    for t in members:
+    for t in map(StoredTrial.of, members):
         tag = f"{name} trial {t.number}"
         if tag in have:
             continue
-        config = space.with_head(PetlConfig.from_dict(t.user_attrs["petl_config"]))
-        lr = t.user_attrs.get("recipe", {}).get("lr", t.params.get("lr"))
+        config = space.with_head(t.config(resolved=False))
+        lr = t.lr if t.lr is not None else t.params.get("lr")
         why = _fits(config, n_layers)
         if why is None:
             try:

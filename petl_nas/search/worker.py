@@ -20,6 +20,7 @@ from ..tasks.encoding import encode
 from ..training.loading import TrainData, load_backbone, petl_copy
 from ..tasks import Task, load_splits, resolve_task
 from ..training.loop import Recipe, train
+from .results import TrialResult
 
 _WARMED: set[str] = set()          # device types this process has warmed up (`_warm_up`)
 
@@ -66,8 +67,8 @@ def _warm_up(base, config: PetlConfig, train_split, scored, task: Task, recipe: 
 
 
 def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None = None,
-              device: str | None = None) -> dict:
-    """Train and score one configuration; returns the result as plain values."""
+              device: str | None = None) -> TrialResult:
+    """Train and score one configuration."""
     start = time.perf_counter()
     task, base, _, encoded = prepare(spec)
     evaluated = encoded.test if spec.eval_split == "test" else encoded.search_dev
@@ -83,13 +84,12 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
     scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
-    return {"score": score, "score_se": scored.get("se"), "pooling": model.petl.pooling, "last_score": result.last_score, "best_score": result.score, "metrics": result.metrics,
-            "history": result.history, "steps": result.steps, "train_s": result.wall_s,
-            "setup_s": setup_s, "peak_mem_mb": result.peak_mem_mb,
-            "train_step_ms": result.train_step_ms, "latency_ms": latency_ms, "metric": task.main_metric,
-            "wall_s": time.perf_counter() - start, "epochs": spec.recipe.get("epochs"), "k": spec.k, **gpu,
-            **({"frozen": result.frozen} if result.frozen is not None else {}),
-            **({"graphs": result.graphs} if result.graphs is not None else {})}
+    return TrialResult(score=score, score_se=scored.get("se"), pooling=model.petl.pooling,
+                       last_score=result.last_score, best_score=result.score, metrics=result.metrics,
+                       history=result.history, steps=result.steps, train_s=result.wall_s, setup_s=setup_s,
+                       peak_mem_mb=result.peak_mem_mb, train_step_ms=result.train_step_ms, latency_ms=latency_ms,
+                       metric=task.main_metric, wall_s=time.perf_counter() - start, epochs=spec.recipe.get("epochs"),
+                       k=spec.k, **gpu, frozen=result.frozen, graphs=result.graphs)
 
 
 def free_memory() -> None:

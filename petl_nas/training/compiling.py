@@ -65,7 +65,7 @@ def compiled(model: nn.Module, mode: str) -> nn.Module:
     # Dynamo shares compiled code between instances of one model class and by default does not
     # guard on module hooks, which is where PETL modules live: a second model of the same class
     # compiled in one process ran the first one's graph (a MAM model computed as the frozen floor).
-    # Guarding on hooks gives each configuration its own graph (tests/test_compiling.py).
+    # Guarding on hooks gives each configuration its own graph (tests/training/test_compiling.py).
     torch._dynamo.config.skip_nnmodule_hook_guards = False
     return torch.compile(model, mode=None if mode == "default" else mode)
 

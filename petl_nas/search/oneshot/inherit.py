@@ -2,7 +2,7 @@
 
 With exactly a selection's components open (`derive.Selection`) and every other shut, the
 supernet computes that configuration with the weights it learned (a gate at 1 or 0 is the larger
-or smaller module exactly: `tests/test_oneshot.py`). Its search-dev score is the weight-sharing
+or smaller module exactly: `tests/search/test_oneshot.py`). Its search-dev score is the weight-sharing
 estimate of one-shot NAS: one evaluation instead of a training run. The knob search
 (`knobs.py`) compares supernet runs by it; a proposal entering a study is still trained from
 scratch and scored like every trial.

@@ -42,7 +42,7 @@ from ...errors import ConfigError
 from ..fronts import hypervolume
 from ..interrupts import interruptible
 from ..storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage
-from ..study import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
+from ..records import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
 from ...training.loop import NonFiniteLoss
 
 

@@ -41,11 +41,11 @@ import time
 
 from ...errors import ConfigError
 from ..storage import as_stored
-from ..study import LR_FROM_SAMPLER
+from ..records import LR_FROM_SAMPLER, ONESHOT
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
 
-ATTR = "oneshot"
+ATTR = ONESHOT        # the study attribute of its supernet run, and the tag of each trial it proposed
 STARTED = "oneshot_started"
 
 

@@ -1,0 +1,184 @@
+"""final.confirm: the pick is chosen by the mean over extra seeds on search-dev, never by test.
+
+The search trains real tiny trials; only the confirmation runs are scripted, so that the trial
+with the best single score does badly on its extra seeds and must lose the pick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from petl_nas.search import confirm, worker
+from petl_nas.search.experiment import FinalEval
+from petl_nas.deploy.export import choose
+from petl_nas.search.driver import run_search
+from petl_nas.search.results import TrialResult
+
+from test_search import experiment
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkeypatch, capsys):
+    exp = experiment(tmp_path, trials=8)
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    first, second = confirm.candidates(study, 2)
+    assert first.values[0] >= second.values[0]
+
+    calls = []
+
+    def scripted(spec, report=None, device=None):
+        calls.append((spec.number, spec.recipe["seed"], spec.eval_split))
+        return TrialResult(score=0.0 if spec.number == first.number else 1.0)
+    monkeypatch.setattr(worker, "run_trial", scripted)
+
+    confirmed = dataclasses.replace(exp, final=FinalEval(seeds=1, epochs=1, max_front=1, presets="none",
+                                                         confirm=2, confirm_seeds=2, baselines=False))
+    lines = []
+    run_search(confirmed, printer=lines.append)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert sorted(calls) == sorted((t.number, exp.seed + i, "search_dev") for t in (first, second) for i in (1, 2))
+    assert study.user_attrs[f"confirm:{first.number}"] == [first.values[0], 0.0, 0.0]
+    assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
+    assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
+    assert choose(study).number == second.number                # export reads the confirmed mean too
+    from petl_nas.app.cli import main
+
+    capsys.readouterr()
+    assert main(["export", "--storage", exp.storage_url, "--study", exp.study_name, "-o", str(tmp_path / "x.yaml")]) == 0
+    mean = sum(study.user_attrs[f"confirm:{second.number}"]) / 3
+    assert (f"trial {second.number} (accuracy {mean:.4f} on search dev, the mean over 3 seeds (final.confirm; its "
+            f"trial scored {second.values[0]:.4f})") in capsys.readouterr().out
+    n = len(calls)
+    run_search(confirmed, printer=lambda *a: None)              # resumed: nothing confirmed twice
+    assert len(calls) == n
+
+
+def confirmed_study(storage: str | None = None) -> optuna.Study:
+    """Trials 0 (the lucky draw: 0.9, 100 parameters), 1 (steady: 0.8, 200, off the front) and 2
+    (small: 0.7, 50); ``final.confirm: 2`` re-scored 0 (mean 0.6333) and 1 (mean 0.8267, the pick,
+    re-evaluated on test as the search does)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(study_name="confirmed", storage=storage, directions=["maximize", "minimize"])
+    study.set_user_attr("metric", "accuracy")
+    for score, params in ((0.9, 100.0), (0.8, 200.0), (0.7, 50.0)):
+        study.add_trial(create_trial(values=[score, params], params={"x": 0.5},
+                                     distributions={"x": FloatDistribution(0, 1)}))
+    study.set_user_attr("final", {"confirm": 2})
+    study.set_user_attr("confirm:0", [0.9, 0.5, 0.5])
+    study.set_user_attr("confirm:1", [0.8, 0.85, 0.83])
+    study.set_user_attr("final:1", {"mean": 0.81, "std": 0.01, "scores": [0.8, 0.82], "seeds": 2})
+    return study
+
+
+def test_export_chooses_a_confirmed_trial_off_the_front():
+    """Confirmation may prefer a trial its single score put off the front; export follows it."""
+    study = confirmed_study()
+    lucky, steady, small = study.trials
+    assert steady.number not in {t.number for t in study.best_trials}    # dominated by the lucky draw
+    assert choose(study).number == steady.number
+    assert choose(study, budget=150).number == small.number   # the steady one is over it; the lucky one's mean 0.63
+    from petl_nas.deploy.export import front_table
+
+    listed = front_table(study).splitlines()                   # export --list shows the candidates and their means
+    assert any(line.startswith(f"{steady.number:>5}") and line.endswith("confirmed: mean 0.8267 over 3 seeds, off the "
+                                                                         "front") for line in listed)
+    assert any(line.startswith(f"{lucky.number:>5}") and line.endswith("confirmed: mean 0.6333 over 3 seeds")
+               for line in listed)
+
+
+def test_the_summary_shows_confirmed_means_and_keeps_an_off_front_trial_off_the_front():
+    """The search's summary gives a confirmed trial the mean export ranks it by, in export --list's
+    words, and lists a confirmed trial its single score left off the front in its own section (it
+    was listed as a front member, with its single score only)."""
+    from petl_nas.search.experiment import Experiment
+    from petl_nas.deploy.export import front_table
+    from petl_nas.search.driver import summarize
+
+    study = confirmed_study()
+    summary = summarize(study, Experiment(), None, 10_000)
+    assert [r["number"] for r in summary.front] == [2, 0] and [r["number"] for r in summary.confirmed] == [1]
+    lines = summary.table().splitlines()
+    section = lines.index("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
+    rows = {int(line.split()[0]): (i, line) for i, line in enumerate(lines) if line[:5].strip().isdigit()}
+    assert rows[0][0] < section < rows[1][0]
+    assert rows[0][1].endswith("  confirmed: mean 0.6333 over 3 seeds")
+    assert rows[1][1].endswith("  confirmed: mean 0.8267 over 3 seeds, off the front") and "0.8100 ± 0.0100" in rows[1][1]
+    assert not rows[2][1].endswith("seeds")
+    listed = {int(line.split()[0]): line for line in front_table(study).splitlines()[1:]}
+    assert all(listed[n].endswith(line.split("  confirmed: ")[1]) for n, (_, line) in rows.items() if n != 2)
+
+
+def test_export_follows_the_current_confirm_not_an_earlier_runs():
+    """A search resumed with confirm: 1 after confirm: 2 confirmed (and re-evaluated) its top trial
+    only; the scores the earlier run stored for the second are not its pick. A trial it did not
+    confirm may show a single score above the pick's mean: best is still the search's pick."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for score, params in ((0.9, 100.0), (0.85, 80.0), (0.8, 50.0)):
+        study.add_trial(create_trial(values=[score, params], params={"x": 0.5},
+                                     distributions={"x": FloatDistribution(0, 1)}))
+    top, second, third = study.trials
+    study.set_user_attr("final", {"confirm": 2})
+    study.set_user_attr(f"confirm:{top.number}", [0.9, 0.7, 0.7])
+    study.set_user_attr(f"confirm:{second.number}", [0.85, 0.84, 0.86])
+    assert choose(study).number == second.number
+    study.set_user_attr("final", {"confirm": 1})                     # resumed: only the top trial confirmed
+    assert confirm.confirmed_now(study) == {top.number}
+    assert choose(study).number == top.number                       # its mean 0.767 < third's single 0.8
+    assert choose(study, pick="smallest-within=5").number == third.number     # 0.8 is within 5 of 0.767
+
+
+def test_confirm_in_files():
+    from petl_nas import ConfigError
+    from petl_nas.search.experiment import Experiment
+
+    assert Experiment.from_dict({"final": {"confirm": 3}}).final.confirm == 3
+    assert Experiment().final.confirm == 0
+    with pytest.raises(ConfigError, match="confirm_seeds"):
+        Experiment.from_dict({"final": {"confirm": 3, "confirm_seeds": 0}}, "e.yaml")
+
+
+@pytest.mark.parametrize("score, evals", [("best", 2), ("last", 0)])
+@pytest.mark.slow
+def test_confirmation_runs_are_scored_as_the_search_scored(tmp_path, monkeypatch, score, evals):
+    """Under score: best a trial's score is its best evaluation: its confirmation runs evaluate as
+    often as it did, or their "best" would be their last and their mean would mix two rules."""
+    from petl_nas.training.loop import Recipe
+
+    exp = experiment(tmp_path, trials=3, presets=[], fidelity=dataclasses.replace(experiment(tmp_path).fidelity,
+                                                                                    score=score))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    seen = []
+    monkeypatch.setattr(worker, "run_trial", lambda spec, **kw: seen.append(spec.recipe["evals_per_epoch"]) or
+                        TrialResult(score=0.5))
+    confirmed = dataclasses.replace(exp, final=FinalEval(seeds=0, confirm=1, confirm_seeds=1, baselines=False))
+    confirm.confirm(study, confirmed, Recipe(evals_per_epoch=2), printer=lambda *a: None)
+    assert seen == [evals]
+
+
+def test_trials_that_did_not_learn_are_never_confirmation_candidates():
+    """`candidates`: the top N by search score among completed trials that learned, not the top N."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from petl_nas.search import confirm
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for score, dnl in ((0.9, True), (0.8, False), (0.7, False), (0.6, False)):
+        study.add_trial(create_trial(values=[score, 10.0], params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={"did_not_learn": True} if dnl else {}))
+    assert [t.number for t in confirm.candidates(study, 2)] == [1, 2]
