@@ -449,12 +449,7 @@ def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"petl-nas {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _search_command(sub) -> None:
     p = _command(sub, "search", "search the design space under a parameter budget")
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
     p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
@@ -495,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="the seed of the sampler and of each trial's training (default 0)")
     p.set_defaults(func=cmd_search)
 
+
+def _export_command(sub) -> None:
     p = _command(sub, "export", "choose a configuration from a study's Pareto front and write it")
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
@@ -515,6 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "search scored the trial at, where its ranking was measured")
     p.set_defaults(func=cmd_export)
 
+
+def _train_command(sub) -> None:
     p = _command(sub, "train", "train an exported configuration; save only its PETL weights")
     p.add_argument("--config", required=True, help="a record written by petl-nas export")
     p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's, at least 1)")
@@ -530,12 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on a GPU, replay each training step as a CUDA graph (default: the record's, else off)")
     p.set_defaults(func=cmd_train)
 
+
+def _predict_command(sub) -> None:
     p = _command(sub, "predict", "label texts with a trained PETL directory")
     p.add_argument("--model", required=True, help="a directory written by petl-nas train")
     p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
     p.set_defaults(func=cmd_predict)
 
+
+def _convert_command(sub) -> None:
     p = _command(sub, "convert", "write a trained directory as a HF PEFT adapter or a merged transformers model")
     p.add_argument("--model", required=True, help="a directory written by petl-nas train (e.g. runs/best/seed_0)")
     p.add_argument("--to", required=True, choices=["peft", "merged"],
@@ -547,6 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(default: the backbone's hub name, or its path when the run was given a folder)")
     p.set_defaults(func=cmd_convert)
 
+
+def _space_command(sub) -> None:
     p = _command(sub, "space", "validate or show a search space file")
     p.add_argument("action", choices=["validate", "show"])
     p.add_argument("file", help="a space YAML or a name from search_space/")
@@ -554,6 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "size costs on it")
     p.set_defaults(func=cmd_space)
 
+
+def _count_command(sub) -> None:
     p = _command(sub, "count", "exact trainable and deployable parameter counts")
     p.add_argument("--model", required=True, help="local transformers directory or hub name")
     p.add_argument("--preset", help="a named preset (see `petl-nas presets`)")
@@ -563,11 +570,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_count)
 
+
+def _presets_command(sub) -> None:
     p = _command(sub, "presets", "list the named presets (with counts if --model is given), or show one")
     p.add_argument("name", nargs="?", help="one preset in full: description, learning rate, configuration")
     p.add_argument("--model", help="local transformers directory or hub name")
     p.set_defaults(func=cmd_presets)
 
+
+def _dashboard_command(sub) -> None:
     p = _command(sub, "dashboard", "browse a study in optuna-dashboard, read-only (until Ctrl-C)")
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL (SQLite or PostgreSQL)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
@@ -583,12 +594,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "addresses (others are refused against DNS rebinding); repeat for several")
     p.set_defaults(func=cmd_dashboard)
 
+
+def _report_command(sub) -> None:
     p = _command(sub, "report", "write a study's Pareto plot, hypervolume, importances and front table (HTML + PNG)")
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
     p.add_argument("-o", "--output", required=True, help="folder for report.html and the PNGs")
     p.set_defaults(func=cmd_report)
 
+
+def _quickstart_command(sub) -> None:
     p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), about 11 min on 2 CPU cores")
     p.add_argument("--data-dir", help="a GLUE directory with SST-2/{train,dev}.tsv (default: look in the usual places)")
     p.add_argument("--demo", action="store_true", help="search the built-in demo task even when SST-2 is there")
@@ -601,12 +616,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", help="ray (default: local Ray) or local (no Ray)")
     p.set_defaults(func=cmd_quickstart)
 
+
+def _doctor_command(sub) -> None:
     p = _command(sub, "doctor", "check this environment: versions, GPUs, Ray, storage, extras, data, hub")
     p.add_argument("--storage", default="sqlite:///runs/quickstart/study.db",
                    help="the SQLAlchemy URL to check (default the quickstart's SQLite file)")
     p.add_argument("--start-ray", action="store_true", help="also start a local Ray instance and run a task")
     p.add_argument("--data-dir", help="a GLUE directory to check instead of the usual places")
     p.set_defaults(func=cmd_doctor)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The petl-nas command line: each subcommand's arguments are its own `_<name>_command`."""
+    parser = _Parser(prog="petl-nas", description=__doc__.splitlines()[0], epilog=TOP_EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"petl-nas {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for add in (_search_command, _export_command, _train_command, _predict_command, _convert_command,
+                _space_command, _count_command, _presets_command, _dashboard_command, _report_command,
+                _quickstart_command, _doctor_command):
+        add(sub)
     return parser
 
 

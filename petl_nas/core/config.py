@@ -277,6 +277,11 @@ class PetlConfig:
             ``cls``, ``mean``, ``pooler`` (frozen) or ``pooler_trained``.
         head_dropout: dropout before the classifier (None: the checkpoint's own).
         head_lr_mult: the head's learning rate as a multiple of the PETL learning rate.
+        lr_mults: a learning rate of their own for families of trained parameters, as multiples of the
+            recipe's (``{"adapter": 0.3, "lora": 1.5}``): a functional form's name (every module of
+            that form), ``prompt``, ``bitfit`` or ``layernorms`` (`LR_FAMILIES`); a family left out
+            trains at the recipe's rate. Adapters, LoRA, Compacter and prefixes train best at rates
+            up to 10x apart, so one shared rate is a compromise for a mixed configuration.
 
     The head is part of the design, but budgets count PETL parameters only, as the papers do; the
     head's count (and a trained pooler's) is shown beside it.
@@ -289,6 +294,7 @@ class PetlConfig:
     pooling: str = "auto"
     head_dropout: float | None = None
     head_lr_mult: float = 1.0
+    lr_mults: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
         if isinstance(self.modules, ModuleSpec) or not isinstance(self.modules, (list, tuple)):
@@ -311,7 +317,12 @@ class PetlConfig:
                 or self.head_lr_mult <= 0:
             raise ConfigError(f"head_lr_mult: must be a positive number, got {self.head_lr_mult!r}")
         object.__setattr__(self, "head_lr_mult", float(self.head_lr_mult))
+        object.__setattr__(self, "lr_mults", _checked_lr_mults(self.lr_mults))
         self._check_head_overlap()
+
+    def lr_mult(self, family: str) -> float:
+        """The learning-rate multiple of a family of trained parameters (``head``: `head_lr_mult`)."""
+        return self.head_lr_mult if family == "head" else dict(self.lr_mults).get(family, 1.0)
 
     def _check_head_overlap(self) -> None:
         # One attention function serves each attention module: one prefix and one mh_adapter at most.
@@ -364,6 +375,7 @@ class PetlConfig:
             "pooling": self.pooling,
             "head_dropout": self.head_dropout,
             "head_lr_mult": self.head_lr_mult,
+            **({"lr_mults": dict(self.lr_mults)} if self.lr_mults else {}),   # absent: as configs always read
         }
 
     @classmethod
@@ -384,7 +396,7 @@ class PetlConfig:
                    prompt_length=data.get("prompt_length", 0),
                    train_layernorms=data.get("train_layernorms", False),
                    pooling=data.get("pooling", "auto"), head_dropout=data.get("head_dropout"),
-                   head_lr_mult=data.get("head_lr_mult", 1.0))
+                   head_lr_mult=data.get("head_lr_mult", 1.0), lr_mults=data.get("lr_mults") or ())
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=False)
@@ -412,4 +424,27 @@ def _looks_like_path(x: str | Path) -> bool:
     return isinstance(x, Path) or ("\n" not in x and x.endswith((".yaml", ".yml", ".json")))
 
 
-__all__ = ["PetlConfig", "ModuleSpec", "parse_blocks", "form_keys", "POSITIONS", "BLOCKS", "GATE_SCOPES", "POOLINGS"]
+def lr_families() -> tuple[str, ...]:
+    """The families `PetlConfig.lr_mults` may name: every registered form, then the prompt, BitFit's
+    biases and the backbone's LayerNorms (the head has `PetlConfig.head_lr_mult`)."""
+    return (*form_names(), "prompt", "bitfit", "layernorms")
+
+
+def _checked_lr_mults(value) -> tuple[tuple[str, float], ...]:
+    """``lr_mults`` as sorted (family, multiple) pairs; one line for an unknown family or a bad multiple."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, (tuple, list)):
+        raise ConfigError(f"lr_mults: expected a mapping of family: multiple, got {type(value).__name__}")
+    checked = {}
+    for pair in pairs:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ConfigError(f"lr_mults: expected a mapping of family: multiple, got {value!r}")
+        family, mult = pair
+        if family not in lr_families():
+            raise ConfigError(f"lr_mults.{family}: unknown family{suggest(family, lr_families())}")
+        if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not mult > 0:
+            raise ConfigError(f"lr_mults.{family}: must be a positive number, got {mult!r}")
+        checked[family] = float(mult)
+    return tuple(sorted(checked.items()))
+
+__all__ = ["PetlConfig", "ModuleSpec", "lr_families", "parse_blocks", "form_keys", "POSITIONS", "BLOCKS", "GATE_SCOPES", "POOLINGS"]

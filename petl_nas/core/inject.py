@@ -35,8 +35,8 @@ from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for
 from ..fileio import atomic_write
 from ..errors import ConfigError, PetlWarning
 from .config import PetlConfig
-from .head import (install_pooling, native_pooling, pooler_parameters, resolve_pooling, set_head_dropout,
-                   stock_head_fields)
+from .head import (head_parameters, install_pooling, native_pooling, pooler_parameters, resolve_pooling,
+                   set_head_dropout, stock_head_fields)
 from .precision import master_dtype
 from .forms import form_named
 from .modules import ATTENTION_NAME, HeadEdits, LoRA, PrefixEncoder, SharedRead, SharedRule, SoftPrompt, as_param_dtype
@@ -350,6 +350,27 @@ def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
     _upcast_trained(model, root)
 
 
+def parameter_families(model: nn.Module) -> dict[int, str]:
+    """Each trained parameter's family, by ``id``: its module's form (``lora``, ``adapter``, ...),
+    ``prompt``, ``layernorms``, ``bitfit`` (the backbone's other trained biases) or ``head``; what
+    `PetlConfig.lr_mult` gives a learning rate of its own."""
+    root: PetlRoot = getattr(model, ROOT)
+    families: dict[int, str] = {}
+    for key, group in root.groups.items():            # "<i>_<key>": module spec i
+        form = root.config.modules[int(key.split("_", 1)[0])].form
+        families.update((id(p), form) for p in group.parameters())
+    if root.prompt is not None:
+        families.update((id(p), "prompt") for p in root.prompt.parameters())
+    for p in head_parameters(model, root.pooling):
+        families.setdefault(id(p), "head")
+    for mod in norm_modules(model) if root.config.train_layernorms else ():
+        families.update((id(p), "layernorms") for p in mod.parameters() if p.requires_grad)
+    for p in model.parameters():
+        if p.requires_grad and id(p) not in families:
+            families[id(p)] = "bitfit"                   # what is left trains because of BitFit
+    return families
+
+
 def norm_modules(model: nn.Module) -> list[nn.Module]:
     """The backbone's LayerNorms (and RMSNorms): what ``train_layernorms`` trains."""
     return [mod for mod in model.base_model.modules()
@@ -645,5 +666,5 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     return model
 
 
-__all__ = ["apply_petl", "norm_modules", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "petl_disabled",
+__all__ = ["apply_petl", "norm_modules", "parameter_families", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "petl_disabled",
            "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot"]

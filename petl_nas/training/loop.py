@@ -28,7 +28,8 @@ from . import checkpoint
 from .compiling import check_mode, fresh_compiled, graphs_compiled
 from .costs import MemoryProbe
 from .frozen import FrozenReuse
-from ..core.head import head_parameters, start_regression_at_mean
+from ..core.head import start_regression_at_mean
+from ..core.inject import parameter_families
 from ..tasks.significance import standard_error
 from ..core.precision import autocast_for, grad_scaler_for, use_precision
 from .step_clock import StepClock, first_of_each_shape
@@ -180,19 +181,24 @@ def training_loss(model: nn.Module, batch: dict, task) -> torch.Tensor:
     return model(**batch).loss                 # [] cross-entropy, MSE (num_labels=1) or next-token CE
 
 
-def _param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
-    """AdamW groups: weight decay on matrices only (not biases, LayerNorms, gates' scalars); the
-    head at ``head_lr_mult`` × the PETL rate when the configuration says so."""
-    config, head_ids = getattr(getattr(model, "petl", None), "config", None), set()
-    mult = config.head_lr_mult if config is not None else 1.0
-    if mult != 1.0:
-        head_ids = {id(p) for p in head_parameters(model, model.petl.pooling)}
+def param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
+    """AdamW groups: weight decay on matrices only (not biases, LayerNorms, gates' scalars); each
+    family of parameters at its multiple of the recipe's rate (`PetlConfig.lr_mult`: the head's
+    ``head_lr_mult``, the others' ``lr_mults``). A configuration at one rate has the two groups it
+    always had (a saved optimizer state resumes), the head after the rest."""
+    config = getattr(getattr(model, "petl", None), "config", None)
+    families = parameter_families(model) if config is not None else {}
+    mult_of = {id(p): config.lr_mult(families.get(id(p), "head")) if config is not None else 1.0 for p in params}
+    head = {id(p) for p in params if families.get(id(p)) == "head"}
+    mults = list(dict.fromkeys([mult_of[id(p)] for p in params if id(p) not in head]
+                               + [mult_of[id(p)] for p in params if id(p) in head]))
     groups = []
-    for in_head, lr in ((False, recipe.lr), (True, recipe.lr * mult)):
+    for mult in mults:
         for decays in (True, False):
-            members = [p for p in params if (id(p) in head_ids) == in_head and (p.ndim >= 2) == decays]
+            members = [p for p in params if mult_of[id(p)] == mult and (p.ndim >= 2) == decays]
             if members:
-                groups.append({"params": members, "lr": lr, "weight_decay": recipe.weight_decay if decays else 0.0})
+                groups.append({"params": members, "lr": recipe.lr * mult,
+                               "weight_decay": recipe.weight_decay if decays else 0.0})
     return groups
 
 
@@ -274,7 +280,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     use_precision(model, recipe.precision)
     net = fresh_compiled(model, recipe.compile)   # what the steps and evaluations call; ``model`` stays eager
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = adamw(_param_groups(model, params, recipe), recipe.lr)
+    opt = adamw(param_groups(model, params, recipe), recipe.lr)
 
     steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
     total = _total_steps(steps_per_epoch, recipe)

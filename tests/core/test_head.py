@@ -17,7 +17,7 @@ from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_mode
 from petl_nas.core import head
 from petl_nas.core.budget import count_parameters
 from petl_nas.core.models import load_classifier
-from petl_nas.training.loop import Recipe, _param_groups
+from petl_nas.training.loop import Recipe, param_groups
 
 LORA = (ModuleSpec(form="lora", size=2),)
 
@@ -136,7 +136,7 @@ def test_resolved_pooling_is_saved_and_old_saves_keep_their_head(tmp_path):
 def test_head_learning_rate_and_dropout():
     model = apply_petl(tiny_model(), config(head_lr_mult=10.0, head_dropout=0.3))
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = _param_groups(model, params, Recipe(lr=1e-3))
+    groups = param_groups(model, params, Recipe(lr=1e-3))
     head = {id(p) for p in model.classifier.parameters()}
     for g in groups:
         in_head = {id(p) in head for p in g["params"]}
@@ -270,7 +270,7 @@ def test_weight_decay_falls_on_matrices_only():
     """AdamW's decay applies to weight matrices, never to biases, LayerNorms or a gate's scalars."""
     model = apply_petl(tiny_model(), config(head_lr_mult=10.0, pooling="mean"))
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = _param_groups(model, params, Recipe(lr=1e-3, weight_decay=0.05))
+    groups = param_groups(model, params, Recipe(lr=1e-3, weight_decay=0.05))
     for g in groups:
         assert {p.ndim >= 2 for p in g["params"]} == {g["weight_decay"] == 0.05}
     assert {g["weight_decay"] for g in groups} == {0.05, 0.0}

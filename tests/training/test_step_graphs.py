@@ -28,7 +28,7 @@ from petl_nas.deploy.export import record
 from petl_nas.search.driver import run_search
 from petl_nas.training.step_graphs import LENGTH_MULTIPLE, prepare_optimizer, why_not
 from petl_nas.tasks import get_task
-from petl_nas.training.loop import Recipe, _param_groups, _linear_schedule, adamw, train
+from petl_nas.training.loop import Recipe, param_groups, _linear_schedule, adamw, train
 
 
 def split(lengths=(3, 9, 5, 17, 12, 1, 8, 6), seed=0) -> EncodedSplit:
@@ -107,7 +107,7 @@ def test_a_model_with_layerdrop_is_not_recorded(monkeypatch):
 
 def optimizer_and_schedule(model, lr=1e-2, total=10, warmup=3):
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = adamw(_param_groups(model, params, Recipe(lr=lr)), lr)
+    opt = adamw(param_groups(model, params, Recipe(lr=lr)), lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _linear_schedule(s, total, warmup))
     return opt, sched
 
