@@ -130,15 +130,24 @@ ZERO_INIT = {
 }
 
 
+def _no_rates():
+    from petl_nas.search.experiment import Rates
+
+    return Rates(calibrate="off")
+
+
+NO_RATES = _no_rates()      # one rate per trial, drawn from the space (tests not about measured rates)
+
+
 def tiny_experiment(**changes):
     """A real experiment small enough for a test (~2 s a trial): the tiny backbone on the sentiment
     demo task, the small space, the local executor, no final re-evaluation; ``changes`` override
-    any field (``fidelity=Fidelity(...)`` replaces the whole fidelity)."""
+    any field (``fidelity=Fidelity(length_buckets=0, ...)`` replaces the whole fidelity)."""
     from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 
-    fields = dict(name="tiny", backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=2,
+    fields = dict(name="tiny", rates=NO_RATES, backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=2,
                   presets="none", executor="local",
-                  fidelity=Fidelity(k=80, epochs=1, batch_size=16, max_length=16, search_dev=32),
+                  fidelity=Fidelity(length_buckets=0, k=80, epochs=1, batch_size=16, max_length=16, search_dev=32),
                   final=FinalEval(seeds=0, baselines=False))
     return Experiment(**{**fields, **changes})
 
@@ -153,9 +162,9 @@ def small_study(tmp_path_factory):
     from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 
     d = tmp_path_factory.mktemp("small_study")
-    exp = Experiment(name="rep", backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=6,
+    exp = Experiment(rates=NO_RATES, name="rep", backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=6,
                      presets=["pfeiffer", "bitfit", "prefix"], executor="local", storage=f"sqlite:///{d}/study.db",
-                     fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2, search_dev=64),
+                     fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2, search_dev=64),
                      final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False))
     cwd = os.getcwd()
     os.chdir(d)                                       # runs/rep goes here

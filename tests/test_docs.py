@@ -105,7 +105,7 @@ def test_the_experiment_file_reference_lists_every_key_with_its_default():
     import dataclasses
     import math
 
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot, Rates
 
     rows = {}
     for line in (ROOT / "docs" / "experiment-file.md").read_text().splitlines():
@@ -113,9 +113,10 @@ def test_the_experiment_file_reference_lists_every_key_with_its_default():
         if line.startswith("| `") and len(cells) == 3:
             rows[cells[0].strip("`")] = yaml.safe_load(cells[1].strip("`"))
     seen = []
-    for prefix, cls in (("", Experiment), ("fidelity.", Fidelity), ("final.", FinalEval), ("oneshot.", OneShot)):
+    for prefix, cls in (("", Experiment), ("fidelity.", Fidelity), ("final.", FinalEval), ("oneshot.", OneShot),
+                        ("rates.", Rates)):
         for f in dataclasses.fields(cls):
-            if f.name in ("source", "fidelity", "final", "oneshot"):      # where it came from; the sections
+            if f.name in ("source", "fidelity", "final", "oneshot", "rates"):   # where it came from; the sections
                 continue
             key = prefix + f.name
             seen.append(key)

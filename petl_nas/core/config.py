@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml, suggest
-from ..rules import BOOL, NUMBER, WHOLE, check_fields, list_of
+from ..rules import BOOL, NUMBER, WHOLE, check_fields, list_of, number
 from .forms import COMMON_KEYS, all_forms, form_named, form_names
 
 POSITIONS = ("attn", "ffn")
@@ -442,8 +442,7 @@ def _checked_lr_mults(value) -> tuple[tuple[str, float], ...]:
         family, mult = pair
         if family not in lr_families():
             raise ConfigError(f"lr_mults.{family}: unknown family{suggest(family, lr_families())}")
-        if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not mult > 0:
-            raise ConfigError(f"lr_mults.{family}: must be a positive number, got {mult!r}")
+        check_fields({family: mult}, "lr_mults.", {family: number(0, True)})    # finite too: not inf
         checked[family] = float(mult)
     return tuple(sorted(checked.items()))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
+from ..search import rates
 from ..search.confirm import confirmed_text
 from ..training.costs import UNITS
 from ..fileio import atomic_write
@@ -126,6 +127,15 @@ def _calibration(record: dict | None) -> str:
               f"{record['cost_s'] / 60:.1f} min). {tried}")
 
 
+def _rates(record: dict | None, setting: dict | None) -> str:
+    """Each family's measured rate and how it was found, or why the trials drew one rate each."""
+    if not record:
+        return ("– (one learning rate per trial, drawn from the space's lr range)" if not (setting or {}).get("calibrated")
+                else "– (not measured yet)")
+    return "<br>".join(map(_e, rates.lines(record))) + _e(f"; trials draw lr_scale in [1/{setting['spread']:g}, "
+                                                           f"{setting['spread']:g}] of them")
+
+
 def _oneshot(record: dict | None) -> str:
     """The supernet run behind the one-shot proposals; with a knob search, every run and the chosen one."""
     if not record:
@@ -173,9 +183,10 @@ def _facts(view: StudyView) -> str:
                              if view.baseline else "–"),
         "inputs: search-dev vs test": _e(shift_line(a["input_shift"])) if a.get("input_shift") else "–",
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),
+        "learning rates": _rates(a.get(rates.ATTR), a.get(rates.SETTING)),
         "one-shot supernet": _oneshot(a.get("oneshot")),
         "fronts": _fronts(view),
-        "final.confirm": _confirmed(view),
+        "final.confirm": _confirmed(view) + (f"<br>{_e(view.verdict_line)}" if view.verdict_line else ""),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
                    + (f"{c['interrupted']} interrupted (trained again on resume), " if c.get("interrupted") else "")
                    + f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),

@@ -3,7 +3,8 @@
 `StudyView` holds the complete trials as `Point`s (search score, counts, preset, configuration,
 the held-out re-evaluation stored as study attribute ``final:<trial number>``) and the study's
 facts. `hypervolume_history`, `importances` and `modules_by_position` derive the report's other
-views from it.
+views from it; `importances` ranks parameters only where the trials can support a ranking (enough
+of them, scores spread beyond their noise: `importance_refusal`), and otherwise says why not.
 
 Hypervolume is measured in the Pareto plot's own coordinates: metric (up) against log10 deployable
 parameters (left), from the reference point (the trivial baseline's score, else the worst
@@ -14,6 +15,7 @@ unit is "metric × decades of parameters".
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import dataclass, field
 
@@ -21,14 +23,15 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import ConfigError
-from ..search.confirm import confirmed_scores
+from ..search.confirm import confirmed_scores, verdict
 from ..training.costs import COSTS
 from ..search.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
 from ..search.records import StoredTrial
 from ..search.study import state_counts
 from ..core.describe import describe_config
 
-MIN_TRIALS_FOR_IMPORTANCE = 5
+MIN_TRIALS_FOR_IMPORTANCE = 20   # complete sampled trials before importances are shown (`importance_refusal`)
+NOISE_MULTIPLE = 2.0             # the scores' sd must exceed this many median standard errors
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class StudyView:
     counts: dict
     points: list[Point] = field(default_factory=list)
     sweep_line: str | None = None     # the searched front against the LoRA rank sweep (fronts.py)
+    verdict_line: str | None = None   # what confirmation concluded against the best baseline (confirm.py)
 
     @property
     def cost_objectives(self) -> list[str]:
@@ -125,7 +129,7 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
         counts=state_counts(study),
         points=[_point(StoredTrial.of(t, a), t.datetime_complete, t0, t.number in front, confirmed.get(t.number))
                 for t in complete],
-        sweep_line=sweep_line(study))
+        sweep_line=sweep_line(study), verdict_line=said.line if (said := verdict(study)) is not None else None)
 
 
 def _point(t: StoredTrial, completed, t0, on_front: bool, confirmed: list | None) -> Point:
@@ -168,16 +172,14 @@ def importances(study: optuna.Study) -> tuple[list[tuple[str, float]], str]:
     """(parameter, importance) for reaching a high search score, largest first, and a note.
 
     Uses Optuna's default evaluator (PED-ANOVA), which handles conditional (define-by-run)
-    parameters. Presets outside the space carry no parameters and are left out. With too few
-    trials, or no spread in the scores, the list is empty and the note says why.
+    parameters. Presets outside the space carry no parameters and are left out. The list is empty,
+    and the note says why, unless the trials can support a ranking (`importance_refusal`).
     """
     trials = [t for t in study.get_trials(deepcopy=False)
               if t.state == TrialState.COMPLETE and t.values is not None and t.params]
-    if len(trials) < MIN_TRIALS_FOR_IMPORTANCE:
-        return [], (f"not computed: {len(trials)} complete trials with sampled parameters "
-                    f"(at least {MIN_TRIALS_FOR_IMPORTANCE} are needed)")
-    if len({t.values[0] for t in trials}) < 2:
-        return [], f"not computed: all {len(trials)} complete trials have the same score"
+    refusal = importance_refusal(trials)
+    if refusal:
+        return [], f"not shown: {refusal}"
     sub = optuna.create_study(directions=study.directions)
     sub.add_trials(trials)
     try:
@@ -186,11 +188,47 @@ def importances(study: optuna.Study) -> tuple[list[tuple[str, float]], str]:
             # PED-ANOVA ranks parameters by how they set apart *low* targets: negate the score.
             found = optuna.importance.get_param_importances(sub, target=lambda t: -t.values[0])
     except (ValueError, RuntimeError) as e:
-        return [], f"not computed: {str(e).splitlines()[0]}"
+        return [], f"not shown: {str(e).splitlines()[0]}"
     ranked = [(k, float(v)) for k, v in found.items() if v == v]
+    unchecked = "" if _median_se(trials) is not None else "; no standard errors stored: noise not ruled out"
     return ranked, (f"PED-ANOVA (Optuna's default evaluator; conditional parameters included) over "
                     f"{len(trials)} complete trials: how much each parameter sets apart the top 10% "
-                    f"by search score")
+                    f"by search score{unchecked}")
+
+
+def importance_refusal(trials: list) -> str | None:
+    """Why these complete trials (with sampled parameters) cannot support an importance ranking, or None.
+
+    Two conditions, each against a way a ranking would report chance:
+    - at least `MIN_TRIALS_FOR_IMPORTANCE` (20) trials. PED-ANOVA contrasts the top 10% of the
+      trials (rounded up) with all of them: with 10 or fewer that top set is one trial, whose
+      parameter values would be ranked as importance. Optuna advises five in the top set (50
+      trials); 20, two in it, is the least taken here, so that a study of a few dozen trials can
+      show a ranking, and the note names the count for the reader to weigh.
+    - scores spread beyond their noise: the standard deviation of the trials' search scores above
+      `NOISE_MULTIPLE` (2) times the median standard error of one score. Equally good trials would
+      still spread by about one standard error; a spread of twice that leaves at least three
+      quarters of the variance (sd² − se² ≥ 3·se²) to real differences between configurations.
+      The standard error counts the evaluation rows' sampling, not the seed's, so this is the
+      least noise there is. Scores without standard errors are checked only for ties.
+    """
+    if len(trials) < MIN_TRIALS_FOR_IMPORTANCE:
+        return (f"{len(trials)} complete trials with sampled parameters; importance needs at least "
+                f"{MIN_TRIALS_FOR_IMPORTANCE}")
+    scores = [t.values[0] for t in trials]
+    if len(set(scores)) < 2:
+        return f"all {len(trials)} complete trials have the same score"
+    spread, se = statistics.stdev(scores), _median_se(trials)
+    if se is not None and spread <= NOISE_MULTIPLE * se:
+        return (f"the scores' spread (sd {spread:.4g}) is within {NOISE_MULTIPLE:g}x the noise of one "
+                f"score (median se {se:.4g}), so a ranking would rank noise")
+    return None
+
+
+def _median_se(trials: list) -> float | None:
+    """The median standard error of the trials' search scores, over those that stored one."""
+    ses = [se for se in (StoredTrial.of(t).score_se for t in trials) if se is not None]
+    return statistics.median(ses) if ses else None
 
 
 # ---- forms per position ---------------------------------------------------------------------
@@ -214,4 +252,5 @@ def modules_by_position(view: StudyView) -> dict[str, list[dict]]:
 
 
 __all__ = ["Point", "StudyView", "study_view", "reference_point", "hypervolume", "hypervolume_history",
-           "importances", "modules_by_position"]
+           "importances", "importance_refusal", "modules_by_position", "MIN_TRIALS_FOR_IMPORTANCE",
+           "NOISE_MULTIPLE"]

@@ -41,7 +41,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .. import __version__
-from ..search.confirm import confirmed_now, confirmed_text, mean_score
+from ..search.confirm import confirmed_now, confirmed_text, mean_score, verdict
 from ..errors import ConfigError
 from ..search.experiment import Experiment, FinalEval
 from ..search.fronts import group_of, source_of
@@ -84,12 +84,13 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
 
 
 def _search_pick(study: optuna.Study) -> int | None:
-    """The trial the search re-evaluated as its pick under ``final.confirm``: the best mean of those
-    it confirmed (None without confirm). A trial it did not confirm can show a higher single score
-    than that mean (single scores of the best draws run high: that is why they were confirmed)."""
-    now = confirmed_now(study)
-    trials = [t for t in study.get_trials(deepcopy=False) if t.number in now]
-    return max(trials, key=lambda t: (mean_score(study, t), -t.values[1])).number if trials else None
+    """The search's pick under ``final.confirm`` (`petl_nas.search.confirm.verdict`):
+    the best confirmed mean when it beats the best baseline beyond noise, else the smallest
+    configuration within noise of the best (None without confirm). A trial it did not confirm can
+    show a higher single score than that mean (single scores of the best draws run high: that is
+    why they were confirmed)."""
+    said = verdict(study)
+    return said.pick if said is not None else None
 
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",

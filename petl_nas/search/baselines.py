@@ -38,10 +38,13 @@ def sweep_trials(study) -> set[str]:
     return {s.sweep for s in map(StoredTrial.of, study.get_trials(deepcopy=False)) if s.sweep}
 
 
-def seed_sweep(study, space, model_config, budget: int | None, n_layers: int) -> tuple[int, list[str]]:
+def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
+               calibrated: bool = False) -> tuple[int, list[str]]:
     """Enqueue the sweep points the study lacks; returns (sweep trials in the study, lines to print).
 
     A point the space cannot hold (a rank past its range, targets it lacks) is skipped and named.
+    In a study whose families train at measured rates (``calibrated``), every point trains at
+    LoRA's measured rate (``lr_scale`` 1), as the LoRA preset does.
     """
     have = sweep_trials(study)
     queued, skipped = [], []
@@ -49,16 +52,19 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int) ->
         if name in have:
             continue
         config = space.with_head(config)
-        params = space.params_for(config, space.globals["lr"].low, n_layers) if "lr" in space.globals else None
+        lr = 1.0 if calibrated else space.globals["lr"].low
+        params = space.params_for(config, lr, n_layers) if "lr" in space.globals else None
         if params is None:
             skipped.append(name)
             continue
-        params.pop("lr", None)                     # the sampler chooses it, as for every searched trial
+        if not calibrated:
+            params.pop("lr", None)                 # the sampler chooses it, as for every searched trial
         study.enqueue_trial(params, user_attrs={"baseline": name}, skip_if_exists=False)
         queued.append(name)
     lines = []
     if queued:
-        lines.append(f"LoRA rank sweep queued (on top of the trials; learning rates from the sampler): {', '.join(queued)}")
+        rates = "at LoRA's measured rate" if calibrated else "learning rates from the sampler"
+        lines.append(f"LoRA rank sweep queued (on top of the trials; {rates}): {', '.join(queued)}")
     if skipped:
         lines.append(f"LoRA rank sweep: not points of space {space.name!r}, skipped: {', '.join(skipped)}")
     return len(have) + len(queued), lines

@@ -8,6 +8,15 @@ N trials with the highest search scores that learned are trained again with
 with the trial recipe and scored on search-dev. The final re-evaluation then takes the one with
 the best mean over all its seeds, not the best single score. Nothing here reads the test split.
 
+The best baseline (the preset or LoRA rank sweep point with the highest search score that
+learned) is confirmed beside them with the same seeds, so every comparison with it is paired.
+`verdict` then asks whether any searched configuration beats it beyond noise (the mean of the
+per-seed differences above twice its standard error). When none does, the search says so in one
+line, and its pick (what ``export`` takes by default) is the configuration with the fewest
+deployable parameters among those confirmed within noise of the best confirmed mean, baselines
+included: never one that trails the best beyond noise, and never a larger one for a gain that
+is only noise. When one does, the pick is the best confirmed mean.
+
 The scores are stored on the study (``confirm:<trial number>``: the search score first, then one
 per extra seed; a finished trial's own attributes cannot change); a resumed study does not train
 them again.
@@ -20,15 +29,33 @@ import statistics
 
 from optuna.trial import TrialState
 
+from ..tasks.significance import paired_difference
 from .records import CONFIRMED as PREFIX, StoredTrial
 
 
 def candidates(study, n: int) -> list:
     """The ``n`` completed trials that learned with the highest search scores (front membership is
-    itself decided by single scores, so it does not limit them)."""
-    done = [t for t in study.get_trials(deepcopy=False)
+    itself decided by single scores, so it does not limit them), and the best baseline if it is not
+    among them."""
+    done = sorted(_learned(study), key=lambda t: -t.values[0])
+    top, baseline = done[:n], best_baseline(study)
+    return top + ([baseline] if n and baseline is not None and baseline.number not in {t.number for t in top} else [])
+
+
+def _learned(study) -> list:
+    return [t for t in study.get_trials(deepcopy=False)
             if t.state == TrialState.COMPLETE and not StoredTrial.of(t).did_not_learn]
-    return sorted(done, key=lambda t: -t.values[0])[:n]
+
+
+def is_baseline(trial) -> bool:
+    """A preset or a point of the LoRA rank sweep: what a searched configuration must beat."""
+    stored = StoredTrial.of(trial)
+    return bool(stored.preset or stored.sweep)
+
+
+def best_baseline(study):
+    """The baseline that learned with the highest search score (None: no baseline learned)."""
+    return max((t for t in _learned(study) if is_baseline(t)), key=lambda t: t.values[0], default=None)
 
 
 def confirm(study, exp, recipe, printer) -> list:
@@ -54,8 +81,10 @@ def confirm(study, exp, recipe, printer) -> list:
     for t in ranked:
         s = StoredTrial.of(t, attrs).confirmed
         seeds = f"{len(s)} seed{'s' if len(s) != 1 else ''}"
-        printer(f"confirmed trial {t.number}: search score {s[0]:.4f}, mean over {seeds} "
-                f"{statistics.fmean(s):.4f} (" + ", ".join(f"{v:.4f}" for v in s) + ")")
+        printer(f"confirmed trial {t.number}{' [' + _name(t) + ']' if is_baseline(t) else ''}: search score "
+                f"{s[0]:.4f}, mean over {seeds} {statistics.fmean(s):.4f} (" + ", ".join(f"{v:.4f}" for v in s) + ")")
+    if (said := verdict(study)) is not None:
+        printer(said.line)
     return ranked
 
 
@@ -80,10 +109,63 @@ def confirmed_text(scores: list[float], on_front: bool = True) -> str:
     return f"confirmed: mean {statistics.fmean(scores):.4f} over {seeds}" + ("" if on_front else ", off the front")
 
 
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What confirmation concluded: the search's ``pick`` (a trial number), the best baseline's,
+    and whether a searched configuration beat it beyond noise (``beaten``)."""
+
+    pick: int
+    baseline: int | None
+    beaten: bool
+    line: str
+
+
+def beyond_noise(a: list[float], b: list[float]) -> bool:
+    """Is ``a`` higher than ``b`` beyond noise, seed by seed: the mean per-seed difference above
+    twice its standard error (equal differences on every seed count as beyond it)."""
+    d = paired_difference(a, b)
+    if d["std"] is None:
+        return False                                      # one seed tells nothing apart
+    return d["mean"] > 2 * d["std"] / d["n"] ** 0.5
+
+
+def verdict(study) -> Verdict | None:
+    """The search's pick among the trials confirmation re-scored; None when it re-scored none. See
+    the module docstring."""
+    scores = {n: s for n, s in confirmed_scores(study).items() if len(s) > 1}
+    trials = {t.number: t for t in study.get_trials(deepcopy=False) if t.number in scores}
+    if not trials:
+        return None
+    best = max(trials, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
+    baselines = [n for n in trials if is_baseline(trials[n])]
+    baseline = max(baselines, key=lambda n: statistics.fmean(scores[n])) if baselines else None
+    searched = [n for n in trials if n not in baselines]
+    if baseline is None:
+        return Verdict(best, None, False, f"search's pick: trial {best}, the best confirmed mean (no baseline "
+                                          f"learned to compare it with)")
+    winners = [n for n in searched if beyond_noise(scores[n], scores[baseline])]
+    if winners:
+        pick = max(winners, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
+        return Verdict(pick, baseline, True, f"search's pick: trial {pick} beats the best baseline "
+                       f"({_name(trials[baseline])}) beyond noise on search-dev "
+                       f"({statistics.fmean(scores[pick]):.4f} against {statistics.fmean(scores[baseline]):.4f})")
+    near = [n for n in trials if not beyond_noise(scores[best], scores[n])]
+    pick = min(near, key=lambda n: (trials[n].values[1], -statistics.fmean(scores[n])))
+    return Verdict(pick, baseline, False, f"no searched configuration beats the best baseline "
+                   f"({_name(trials[baseline])}, mean {statistics.fmean(scores[baseline]):.4f}) beyond noise on "
+                   f"search-dev: the pick is trial {pick} ({_name(trials[pick])}, {int(trials[pick].values[1]):,} "
+                   f"deployable parameters), the smallest within noise of the best confirmed mean")
+
+
+def _name(trial) -> str:
+    stored = StoredTrial.of(trial)
+    return stored.preset or stored.sweep or f"trial {trial.number}"
+
+
 def mean_score(study, trial) -> float:
     """A trial's confirmed mean search score (its single score when it was not confirmed)."""
     scores = StoredTrial.of(trial, study.user_attrs).confirmed
     return statistics.fmean(scores) if scores else trial.values[0]
 
 
-__all__ = ["confirm", "candidates", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]
+__all__ = ["confirm", "candidates", "best_baseline", "is_baseline", "verdict", "Verdict", "beyond_noise", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]

@@ -26,12 +26,12 @@ from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 
 from .. import __version__
-from . import calibrate
+from . import calibrate, rates
 from ..core.budget import check_positions, count_parameters
 from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
-from .confirm import confirm, confirmed_scores, confirmed_text
+from .confirm import confirm, confirmed_scores, confirmed_text, verdict
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, large_budget_warning, parse_budget
@@ -78,6 +78,7 @@ class SearchSummary:
     shift: dict | None = None                         # search-dev's inputs against the test split's (shift.py)
     calibrated_epochs: float | None = None            # the trial length `fidelity: auto` chose, when it did
     confirmed: list[dict] = field(default_factory=list)   # trials final.confirm re-scored, off the front
+    verdict: str | None = None                        # what confirmation concluded against the best baseline
 
     def _row(self, r: dict) -> str:
         test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
@@ -109,6 +110,8 @@ class SearchSummary:
         if self.confirmed:
             lines.append("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
             lines += [self._row(r) for r in self.confirmed]
+        if self.verdict:
+            lines.append(self.verdict)
         shown = self.front + self.presets + self.confirmed
         measured = any(r.get("se") is not None for r in shown)
         lines.append(("dominates: fewer or equal parameters and a search score higher by more than two standard "
@@ -265,6 +268,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
                        task.main_metric, attrs, force_new=force_new_study,
                        heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
                        retries=exp.stale_retries, objectives=exp.objectives)
+    buckets = study.user_attrs["fidelity"]["length_buckets"]        # auto: as the study records it
+    exp = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, length_buckets=buckets))
     try:
         summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
     finally:
@@ -311,13 +316,18 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         check_resumable(study, exp)                  # before presets or warm starts are queued
     lock = ClaimLock(study, exp.study_name)
     with lock():                                     # two workers never enqueue the same preset twice
+        setting = rates.mode(study, exp)             # measured rates per family, or one drawn per trial
+        scale = 1.0 if setting["calibrated"] else None       # presets, warm starts and the sweep: the rates
+        if scale is not None:
+            space = space.with_rate_scale(setting["spread"])
         over_budget: list[str] = []
         refused: list[str] = []
-        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers, over_budget, refused)
-        warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url)
-                      if exp.warm_start else [])
-        n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers) if exp.final.baselines
-                                else (len(sweep_trials(study)), []))
+        seeded = seed_presets(study, space, exp.presets, model_config, budget, n_layers, over_budget, refused,
+                              scale=scale)
+        warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url,
+                                      scale=scale) if exp.warm_start else [])
+        n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers, calibrated=scale is not None)
+                                if exp.final.baselines else (len(sweep_trials(study)), []))
         fail_stale(study)
         target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
         queued = sum(1 for t in stored_trials(study)             # they count toward trials, and all train
@@ -365,6 +375,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         printer(shift_line(study.user_attrs["input_shift"]))
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
+    measured = rates.resolve(study, exp, space, model_config, budget, printer)     # None: one rate per trial
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
         if ONESHOT not in study.user_attrs:
             printer(_supernet_line(exp, budget))
@@ -393,7 +404,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     source = TrialSource(study, space, model_config, budget, n_layers, flat=exp.sampler == "gp",
                          target=target, lock=lock, heartbeat=heartbeat,
                          sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials),
-                         head_trains=not task.generative, on_invalid=invalid)
+                         head_trains=not task.generative, on_invalid=invalid,
+                         rates=(measured or {}).get("rates") or None)
     progress = Progress(study, remaining, printer)
     trial_dir = exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -409,7 +421,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         return trial_spec(exp, p.config, recipe.with_overrides(lr=p.lr), number=p.number)
 
     recorder = Recorder(source, on_done, baseline=baseline, objectives=exp.objectives,
-                        known=calibrate.known_results(calibration))
+                        known=calibrate.known_results(calibration) + rates.known_results(measured))
     # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
     learned_at = (calibration or {}).get("first_learned_epochs")
     first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
@@ -493,7 +505,10 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
     scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
     if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
-        members = confirm(study, exp, recipe, printer)[: exp.final.max_front]
+        ranked = confirm(study, exp, recipe, printer)
+        members = ranked[: exp.final.max_front]
+        said = verdict(study)              # its pick is re-evaluated, wherever its mean ranks it
+        members += [t for t in ranked[exp.final.max_front:] if said is not None and t.number == said.pick]
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
     members = [StoredTrial.of(t) for t in members]
@@ -566,7 +581,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                          reference=reference.preset if reference is not None else None,
                          sweep=sweep_line(study), shift=study.user_attrs.get("input_shift"),
                          calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"),
-                         confirmed=off_rows)
+                         confirmed=off_rows, verdict=said.line if (said := verdict(study)) is not None else None)
 
 
 __all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]

@@ -63,6 +63,9 @@ def parse_budget(text: str | int | float | None, backbone_params: int | None) ->
     return int(value)
 
 
+NEW_STUDY_LENGTH_BUCKETS = 16    # `fidelity.length_buckets: auto` in a new study: 0.36x the tokens on SST-2
+
+
 LARGE_BUDGET = 0.10     # of the backbone: PETL methods train well under 5% (Houlsby's adapters 3.6%)
 
 
@@ -87,8 +90,11 @@ class Fidelity:
             few presets, the shortest length at which they clear the trivial baseline, rank as at
             the final length and score within noise of it (`petl_nas.search.calibrate`). ``fidelity: auto`` is short for it.
         batch_size, max_length, evals_per_epoch: the rest of the trial recipe.
-        length_buckets: 0 (the default) shuffles training rows uniformly; N > 0 batches rows of
-            similar lengths, drawn from pools of N batches of shuffled rows: less padding to compute.
+        length_buckets: 0 shuffles training rows uniformly; N > 0 batches rows of similar lengths,
+            drawn from pools of N batches of shuffled rows: less padding to compute. ``auto`` (the
+            default): `NEW_STUDY_LENGTH_BUCKETS` for a new study (a 10-epoch MiniLM trial about 3x
+            cheaper at equal scores, ``bench/results/trial_throughput_sst2.md``), and what a
+            resumed study recorded (0 for one made before it was the default).
         frozen_cache_mb: 0 (the default) runs every layer at every step; N > 0 runs the layers
             below a trial's lowest trainable one without dropout and reuses their output across
             epochs and trials, kept in memory up to N MiB per worker (`petl_nas.training.frozen`).
@@ -118,7 +124,7 @@ class Fidelity:
     batch_size: int = 32
     max_length: int = 64
     evals_per_epoch: int = 1
-    length_buckets: int = 0     # 0: uniform shuffle; N: batches of similar lengths from pools of N batches
+    length_buckets: int | str = "auto"   # 0: uniform shuffle; N: similar lengths from pools of N batches
     frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
     precision: str = "auto"     # auto (bf16 on a GPU), bf16 (also on a CPU), fp32
     compile: str = "off"        # off, or a torch.compile mode (petl_nas.training.compiling)
@@ -137,7 +143,7 @@ class Fidelity:
         check_fields(self, "fidelity: ", {"score": one_of("last", "best"),
             "k": optional(whole(1)), "epochs": auto_or(number(0, True)), "batch_size": whole(1),
             "max_length": whole(1), "evals_per_epoch": whole(1), "search_dev": whole(1),
-            "length_buckets": whole(0), "frozen_cache_mb": whole(0), "precision": one_of("auto", "bf16", "fp32"),
+            "length_buckets": auto_or(whole(0)), "frozen_cache_mb": whole(0), "precision": one_of("auto", "bf16", "fp32"),
             "compile": one_of(*COMPILE_MODES), "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "cuda_graphs": ((lambda v: isinstance(v, bool)), "true or false")})
         if self.compile != "off" and self.frozen_cache_mb:
@@ -160,7 +166,7 @@ class FinalEval:
     max_steps: int | None = None  # cap on optimiser steps per run (the search's cap does not apply)
     eval_rows: int | None = None  # score on the first rows of the test split only (None: all of it)
     baselines: bool = True      # the LoRA rank sweep within budget (baselines.py), trained in the search on top of trials
-    confirm: int = 0            # re-score this many top trials over extra seeds on search-dev before choosing (confirm.py)
+    confirm: int = 3            # re-score this many top trials and the best baseline over extra seeds on search-dev (confirm.py)
     confirm_seeds: int = 2      # the extra seeds of each confirmed trial
 
     def __post_init__(self):
@@ -170,6 +176,44 @@ class FinalEval:
             "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
             "confirm": whole(0), "confirm_seeds": whole(1)})
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Each family's learning rate, measured before the search (`petl_nas.search.rates`).
+
+    Attributes:
+        calibrate: ``auto`` (the default for a new study): before the trials, each family of
+            modules the space holds (LoRA, adapters, Compacter, prefixes, ...) is trained on one
+            of its presets at the trial recipe, climbing from its paper rate in steps of 3 while
+            the search-dev score rises; every trial then trains each family at its measured rate,
+            and the sampler draws one multiplier ``lr_scale`` of all of them. ``off``: one rate per
+            trial, drawn from the space's ``lr`` range (what studies did before). A resumed study
+            keeps what it recorded.
+        file: a ``rates.json`` an earlier calibration wrote (``runs/NAME/rates.json``) to reuse
+            instead of measuring again: the same backbone; another task is allowed and said.
+        spread: ``lr_scale`` ranges over [1/spread, spread] (log); 1 trains every trial at exactly
+            the measured rates.
+        share: calibration may take at most this share of ``trials`` in runs; the families it
+            cannot afford to measure take their paper rate times the factor measured on the others.
+    """
+
+    calibrate: str = "auto"
+    file: str | None = None
+    spread: float = 2.0
+    share: float = 0.15
+
+    def __post_init__(self):
+        check_fields(self, "rates: ", {"calibrate": one_of("auto", "off"), "file": optional(TEXT),
+                                       "spread": number(1, False),
+                                       "share": ((lambda v: number(0, True)[0](v) and v < 1),
+                                                 "a number between 0 and 1")})
+        if self.file is not None and self.calibrate == "off":
+            raise ConfigError("rates: file gives measured rates, and calibrate: off asks for none; drop one of them")
+
+    @property
+    def on(self) -> bool:
+        return self.calibrate != "off"
 
 
 @dataclass(frozen=True)
@@ -183,7 +227,8 @@ class OneShot:
         proposal_lr: the proposals' learning rate when they are trained as trials: ``supernet``
             (the default: ``lr``), ``sampler`` (the study's sampler draws it from the space's ``lr``
             range, as for the LoRA rank sweep; before the sampler has seen trials that is a random
-            draw), or a number.
+            draw), or a number. In a study whose families train at measured rates (``rates``),
+            ``sampler`` draws ``lr_scale`` and the others train every family at its measured rate.
         gate_lr: the gates' learning rate (they must decide within a short run).
         epochs: the supernet's training length (None: the trials' fidelity epochs).
         init_open: every gate's starting chance of being open.
@@ -280,11 +325,12 @@ class Experiment:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | str = "auto"   # auto: none without GPUs, else packed by measured memory
     concurrent: int | None = None
-    scheduler: str = "asha"
+    scheduler: str = "fifo"     # asha stops trials by how fast they learn (docs/guide.md)
     storage: str | None = None
     study: str | None = None
     fidelity: Fidelity = field(default_factory=Fidelity)
     final: FinalEval = field(default_factory=FinalEval)
+    rates: Rates = field(default_factory=Rates)
     heartbeat_interval: int = 20    # seconds between heartbeats of each running trial
     grace_period: int = 60          # a RUNNING trial silent this long lost its worker: FAIL, then retried
     stale_retries: int = 1          # how many times a lost trial is enqueued again
@@ -346,7 +392,9 @@ class Experiment:
         kw = dict(data)
         if kw.get("fidelity") == "auto":
             kw["fidelity"] = {"epochs": "auto"}
-        for key, sub in (("fidelity", Fidelity), ("final", FinalEval), ("oneshot", OneShot)):
+        if kw.get("rates") in ("auto", "off", False):          # YAML 1.1 reads a bare off as false
+            kw["rates"] = {"calibrate": kw["rates"] or "off"}
+        for key, sub in (("fidelity", Fidelity), ("final", FinalEval), ("oneshot", OneShot), ("rates", Rates)):
             if key in kw:
                 kw[key] = _sub(sub, kw[key], f"{source}: {key}")
         return cls(**kw, source=source)
@@ -395,4 +443,4 @@ def _sub(cls, data, where):
         raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
 
 
-__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "parse_budget", "large_budget_warning"]
+__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "Rates", "parse_budget", "large_budget_warning"]

@@ -28,6 +28,8 @@ KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knob
 FINAL = "final:"                       # study attribute final:<trial number>: its re-evaluation on test
 CONFIRMED = "confirm:"                 # study attribute confirm:<trial number>: its scores over seeds
 ONESHOT = "oneshot"                    # trial attribute: the supernet run that proposed it
+RATES_SETTING = "rates"                 # study attribute: {calibrated, spread}: how its trials' rates are set
+RATE_CALIBRATION = "rate_calibration"   # study attribute: each family's measured rate (search/rates.py)
 LR_FROM_SAMPLER = "lr_from_sampler"    # trial attribute: a configuration given whole whose rate the sampler draws
 INTERRUPTED = "interrupted (trained again on resume)"   # failure kinds: stopped by Ctrl-C, ...
 INVALID = "invalid configuration"                        # ... or drawn and refused before training
@@ -43,7 +45,8 @@ class StoredTrial:
             the LoRA rank sweep point's name); ``oneshot_budget`` the rung it was read off at;
             ``lr_from_sampler``: a configuration given whole whose learning rate the sampler draws.
         petl_config: its PetlConfig as drawn (``to_dict``); pooling: what ``auto`` chose on the
-            study's backbone, once trained; config_text: how the tables describe it; lr: its recipe's.
+            study's backbone, once trained; config_text: how the tables describe it; lr: its recipe's; lr_scale: in a calibrated
+            study, the multiplier of the measured rates it trains at (`petl_nas.search.rates`).
         deployable, trainable, pct_of_backbone: its counts (set when drawn).
         score_se, last_score, best_score, did_not_learn: how it scored (`results.TrialResult`).
         train_s, peak_mem_mb, train_step_ms, latency_ms: what it measured.
@@ -67,6 +70,7 @@ class StoredTrial:
     pooling: str | None = None
     config_text: str | None = None
     lr: float | None = None
+    lr_scale: float | None = None
     deployable: int | None = None
     trainable: int | None = None
     pct_of_backbone: float | None = None
@@ -98,6 +102,7 @@ class StoredTrial:
             oneshot_budget=u.get("oneshot_budget"), warm_start=u.get("warm_start"),
             lr_from_sampler=bool(u.get(LR_FROM_SAMPLER)), petl_config=u.get("petl_config"),
             pooling=u.get("pooling"), config_text=u.get("config_text"), lr=(u.get("recipe") or {}).get("lr"),
+            lr_scale=(u.get("recipe") or {}).get("lr_scale"),
             deployable=u.get("deployable"), trainable=u.get("trainable"), pct_of_backbone=u.get("pct_of_backbone"),
             score_se=u.get("score_se"), last_score=u.get("last_score"), best_score=u.get("best_score"),
             did_not_learn=bool(u.get("did_not_learn")), train_s=u.get("train_s"), peak_mem_mb=u.get("peak_mem_mb"),

@@ -273,6 +273,15 @@ class SearchSpace:
                             prompt_length=int(g["prompt_length"]))
         return config, {"lr": float(g["lr"])}
 
+    def with_rate_scale(self, spread: float) -> SearchSpace:
+        """This space for a study whose families train at measured rates (`petl_nas.search.rates`):
+        its ``lr`` dimension becomes ``lr_scale`` in [1/spread, spread] (log), one multiplier of them
+        all (fixed at 1 for a spread of 1). The space file, and so its hash, are the same."""
+        scaled = copy.copy(self)
+        scaled.globals = {**self.globals, "lr": (Dimension("lr_scale", "fixed", value=1.0) if spread == 1 else
+                                                 Dimension("lr_scale", "float", low=1 / spread, high=spread, log=True))}
+        return scaled
+
     def sample_lr(self, trial) -> float:
         """Only the learning rate, for a configuration given whole (a one-shot proposal)."""
         if "lr" not in self.globals:
@@ -399,7 +408,7 @@ class SearchSpace:
         for placement, order in itertools.product(placements, itertools.permutations(range(len(self.slots)),
                                                                                      len(mods))):
             params = {"gates": gates.pop() if gates else False, "bitfit": config.bitfit,
-                      "lr": lr, "pooling": config.pooling, "head_lr_mult": config.head_lr_mult,
+                      self.globals["lr"].name: lr, "pooling": config.pooling, "head_lr_mult": config.head_lr_mult,
                       "train_layernorms": config.train_layernorms, "prompt_length": config.prompt_length,
                       **placement}
             gates = {params["gates"]}
@@ -455,6 +464,8 @@ class SearchSpace:
     def _dimension(self, param: str) -> Dimension | None:
         if param in self.globals:
             return self.globals[param]
+        if param == self.globals["lr"].name:               # lr_scale, in a calibrated study
+            return self.globals["lr"]
         slot_name, _, dim = param.partition(".")
         for slot in self.slots:
             if slot.name == slot_name:

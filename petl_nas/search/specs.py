@@ -13,18 +13,21 @@ import dataclasses
 
 from ..core.config import PetlConfig
 from ..training.loop import Recipe
+from .experiment import NEW_STUDY_LENGTH_BUCKETS
 from .worker import TrialSpec
 
 
 def trial_recipe(exp) -> Recipe:
     """How the experiment's trials train (its fidelity; the sampler sets ``lr``). Only evaluations
     whose score is read are computed: ASHA reads every one, a trial scored by its best needs them
-    all; otherwise only the last is read (multi-objective TPE cannot use intermediate values)."""
+    all; otherwise only the last is read (multi-objective TPE cannot use intermediate values).
+    ``length_buckets: auto`` is what a new study takes; a search resolves it from its study first."""
     f = exp.fidelity
     reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or f.score == "best"
+    buckets = NEW_STUDY_LENGTH_BUCKETS if f.length_buckets == "auto" else f.length_buckets
     return Recipe(epochs=f.epochs, batch_size=f.batch_size, max_length=f.max_length,
                   evals_per_epoch=f.evals_per_epoch if reads_all else 0, seed=exp.seed, max_steps=f.max_steps,
-                  eval_rows=f.eval_rows, length_buckets=f.length_buckets, frozen_cache_mb=f.frozen_cache_mb,
+                  eval_rows=f.eval_rows, length_buckets=buckets, frozen_cache_mb=f.frozen_cache_mb,
                   precision=f.precision, compile=f.compile, cuda_graphs=f.cuda_graphs)
 
 

@@ -32,7 +32,9 @@ from ..errors import ConfigError, suggest
 from ..core.config import PetlConfig
 from ..core.forms import form_named
 from ..training.costs import directions, metric_names
+from ..core.canonical import canonical
 from ..core.describe import describe_config
+from ..core.family_rates import at_rates as apply_rates
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
 from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial
 from .space import SearchSpace
@@ -71,7 +73,7 @@ def seeded_sampler(name: str, seed: int, n_startup_trials: int = 10) -> Callable
 # would mix trials measured two ways (and another budget would hide trained front members).
 # The sampler, the strategy, `final:` and how trials execute (compile, CUDA graphs, the frozen
 # cache, evaluations per epoch) may change on resume.
-SCORE_ATTRS = ("task", "backbone", "budget", "data_seed")
+SCORE_ATTRS = ("task", "metric", "backbone", "budget", "data_seed")   # metric: MRPC ranked by f1 before
 CALIBRATION_ATTR = "fidelity_calibration"             # the study attribute `calibrate` records its choice in
 SCORE_FIDELITY = ("k", "epochs", "batch_size", "max_length", "length_buckets", "precision", "search_dev",
                   "max_steps", "eval_rows", "score")
@@ -94,6 +96,19 @@ def changed_settings(stored: dict, attrs: dict) -> list[str]:
                       and not (k == "epochs" and _same_length(stored, old[k], new[k]))]
 
 
+def with_fidelity_resolved(attrs: dict, stored: dict | None) -> dict:
+    """``attrs`` with ``fidelity.length_buckets: auto`` made a number: what the study recorded when
+    it exists (``stored``; 0 if it recorded none, from before ``auto``), else the new studies'
+    default (`NEW_STUDY_LENGTH_BUCKETS`): a resumed study keeps its trials' recipe."""
+    from .experiment import NEW_STUDY_LENGTH_BUCKETS
+
+    fidelity = attrs.get("fidelity") or {}
+    if fidelity.get("length_buckets") != "auto":
+        return attrs
+    value = NEW_STUDY_LENGTH_BUCKETS if stored is None else stored.get("length_buckets", 0)
+    return {**attrs, "fidelity": {**fidelity, "length_buckets": 0 if value == "auto" else value}}
+
+
 def _same_length(stored: dict, old, new) -> bool:
     """``epochs: auto`` against a number: the same length when the study calibrated it (then the
     number stored is its choice), or when it has not calibrated yet; a study of a fixed length
@@ -113,8 +128,9 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
     try:
         with ClaimLock(storage, name)():          # one worker at a time checks, replaces or creates it
             existing = {s.study_name for s in storage.get_all_studies()}
-            if name in existing:
-                old = optuna.load_study(study_name=name, storage=storage)
+            old = optuna.load_study(study_name=name, storage=storage) if name in existing else None
+            attrs = with_fidelity_resolved(attrs, old.user_attrs.get("fidelity") or {} if old is not None else None)
+            if old is not None:
                 stored = old.user_attrs.get("space_hash")
                 if stored and stored != attrs["space_hash"]:
                     if not force_new:
@@ -185,11 +201,12 @@ class TrialSource:
                  n_layers: int, flat: bool = False, target: int | None = None, lock=None,
                  heartbeat: Heartbeat | None = None,
                  sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None, head_trains: bool = True,
-                 on_invalid: Callable[[int, str], None] | None = None):
+                 on_invalid: Callable[[int, str], None] | None = None, rates: dict[str, float] | None = None):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
         self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
         self.sampler_for, self.head_trains, self.on_invalid = sampler_for, head_trains, on_invalid
+        self.rates = rates
         self.backbone = count_parameters(model_config, PetlConfig()).backbone
         self.rejected = 0
 
@@ -226,16 +243,22 @@ class TrialSource:
     def _decide(self, trial: Trial) -> Proposal | None:
         """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""
         queued = StoredTrial.of(trial)
+        scale = None
         try:
             if queued.given_whole:              # an off-space preset, a one-shot proposal, or the retry
                 config = queued.config(resolved=False)      # of a trial whose worker died once decided
                 lr = float(queued.lr)
-            elif queued.lr_from_sampler and queued.petl_config is not None:
-                config = queued.config(resolved=False)      # given whole, its rate the sampler's
-                lr = self.space.sample_lr(trial)
+            elif queued.petl_config is not None and (queued.lr_from_sampler or queued.lr_scale is not None):
+                config = queued.config(resolved=False)      # given whole, its rate the sampler's or set
+                scale = lr = self.space.sample_lr(trial) if queued.lr_scale is None else float(queued.lr_scale)
             else:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
-                lr = recipe["lr"]
+                scale = lr = recipe["lr"]
+                config = canonical(config)              # two LoRAs on one sublayer: one of their summed rank
+            if self.rates is not None and scale is not None:    # lr is a multiplier of the measured rates
+                config, lr = apply_rates(self.rates, config, scale)
+            else:
+                scale = None
             count = count_parameters(self.model_config, config)
             if count.trainable == 0 and not self.head_trains:    # no module on a generation model
                 raise ConfigError("nothing to train: no PETL module, and the task's head (the LM head) stays frozen")
@@ -249,7 +272,7 @@ class TrialSource:
         trial.set_user_attr("deployable", count.deployable)
         trial.set_user_attr("trainable", count.trainable)
         trial.set_user_attr("pct_of_backbone", round(count.deployable_pct, 4))
-        trial.set_user_attr("recipe", {"lr": lr})          # before petl_config: a retry of a trial killed
+        trial.set_user_attr("recipe", {"lr": lr, **({"lr_scale": scale} if scale is not None else {})})  # before petl_config: a retry of a trial killed
         trial.set_user_attr("config_text", describe_config(config))      # between the two writes is drawn
         trial.set_user_attr("petl_config", config.to_dict())             # again from its parameters
         if self.budget is not None:
@@ -366,7 +389,8 @@ def unit_costs(space: SearchSpace, model_config) -> list[str]:
 
 
 def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
-                 n_layers: int, over_budget: list[str] | None = None, refused: list[str] | None = None) -> list[str]:
+                 n_layers: int, over_budget: list[str] | None = None, refused: list[str] | None = None,
+                 scale: float | None = None) -> list[str]:
     """Enqueue the presets that fit the budget and are not in the study yet, each as a point of the
     space so the sampler learns from it; returns what was queued, with how each was placed.
 
@@ -377,6 +401,8 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     which the sampler cannot learn from. A preset named explicitly that is over the budget is added
     to ``over_budget`` as "name (count)", and one the backbone cannot take (BitFit without biases, a
     prefix on DeBERTa) to ``refused`` as "name (reason)", so the search can say why it did not train it.
+    In a study whose families train at measured rates (``scale``: the ``lr_scale`` they train at, 1),
+    a preset takes its families' measured rates, not its paper's.
     """
     seen = {StoredTrial.of(t).preset for t in study.get_trials(deepcopy=False)}
     explicit = names not in ("auto", None)
@@ -389,7 +415,7 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
     for name, config in fitting:
         if name in seen:
             continue
-        lr = preset_lr(name)
+        lr = preset_lr(name) if scale is None else scale
         near = space.nearest_point(config, lr, n_layers)
         if near is not None:
             params, changes = near
@@ -399,7 +425,8 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
         elif explicit:
             why = space.why_not(config)
             study.enqueue_trial({}, user_attrs={"preset": name, "petl_config": config.to_dict(),
-                                                "recipe": {"lr": lr}, "off_space": why})
+                                                "recipe": {"lr" if scale is None else "lr_scale": lr},
+                                                "off_space": why})
             queued.append(f"{name} (off the space: {why})")
     return queued
 
@@ -427,10 +454,12 @@ def presets_within(names, space: SearchSpace, model_config, budget: int | None
     return fitting, over, refused
 
 
-def preset_in_space(space: SearchSpace, name: str, model_config, n_layers: int) -> tuple[PetlConfig, float]:
+def preset_in_space(space: SearchSpace, name: str, model_config, n_layers: int,
+                    lr: float | None = None) -> tuple[PetlConfig, float]:
     """Preset ``name`` as a study trains it in ``space``: with the space's head, at the space's nearest
-    point when it has one (else as the preset is), and the learning rate that goes with it."""
-    config, lr = space.with_head(preset(name, model_config)), preset_lr(name)
+    point when it has one (else as the preset is), and the learning rate that goes with it (``lr``,
+    else its paper's; in a calibrated study the ``lr_scale``)."""
+    config, lr = space.with_head(preset(name, model_config)), preset_lr(name) if lr is None else lr
     near = space.nearest_point(config, lr, n_layers)
     if near is None:
         return config, lr

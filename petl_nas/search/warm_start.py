@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+
 from optuna.trial import FrozenTrial
 
 from ..core.budget import count_parameters
@@ -62,8 +64,10 @@ def _fits(config: PetlConfig, n_layers: int) -> str | None:
 
 
 def seed_warm_start(study, source: str, space, model_config, budget: int | None, n_layers: int,
-                    storage_url: str) -> list[str]:
-    """Enqueue the earlier front's members this study lacks; returns the lines to print."""
+                    storage_url: str, scale: float | None = None) -> list[str]:
+    """Enqueue the earlier front's members this study lacks; returns the lines to print. Their
+    structure is taken; their rates per family are not (the space has no such dimension): in a
+    study whose families train at measured rates they train at this study's (``scale``: 1)."""
     url, _ = parse_source(source)
     name, members = front_of(source)
     if url == storage_url and name == study.study_name:
@@ -77,8 +81,8 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
         tag = f"{name} trial {t.number}"
         if tag in have:
             continue
-        config = space.with_head(t.config(resolved=False))
-        lr = t.lr if t.lr is not None else t.params.get("lr")
+        config = dataclasses.replace(space.with_head(t.config(resolved=False)), lr_mults=())
+        lr = scale if scale is not None else t.lr if t.lr is not None else t.params.get("lr")
         why = _fits(config, n_layers)
         if why is None:
             try:

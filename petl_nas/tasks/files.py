@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ConfigError
+from .metrics import ranking_metric
 from .seq2seq import Seq2SeqSettings
 from .registry import Split, Task, get_task, label_text, make_split, register_source
 
@@ -105,6 +106,9 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
     A ``seq2seq`` task reads ``source`` -> ``target`` columns unless told otherwise, with
     ``generation`` settings (`Seq2SeqSettings` fields); a ``causal_lm`` task reads
     ``prompt``/``response`` columns, or a ``text`` column alone, whichever the train file has.
+    ``main_metric`` is the figure reported (the task's ``customary_metric``); trials rank by it,
+    except a classification task's ``f1``, reported beside accuracy, which ranks in its place and
+    is added to ``metrics`` if missing (`petl_nas.tasks.metrics.ranking_metric`).
 
     Example:
         >>> task = file_task("train.csv", "dev.csv", text_columns=["text"])  # doctest: +SKIP
@@ -141,9 +145,13 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
     if metrics is None:
         metrics = (("pearson", "spearman", "pearson_spearman") if kind == "regression"
                    else ("accuracy", "f1", "mcc") if len(labels) == 2 else ("accuracy",))
-    main_metric = main_metric or ("pearson_spearman" if kind == "regression" else "accuracy")
+    customary = main_metric or ("pearson_spearman" if kind == "regression" else "accuracy")
+    ranks, metrics = customary, tuple(metrics)
+    if customary in metrics:                        # else the Task's error says what is missing
+        ranks = ranking_metric(customary, kind)
+        metrics += (ranks,) if ranks not in metrics else ()
     return Task(name or f"files:{Path(train).stem}", tuple(text_columns), label_column, kind, labels,
-                main_metric, tuple(metrics), "files", tuple((s, str(p)) for s, p in files.items()))
+                ranks, metrics, "files", tuple((s, str(p)) for s, p in files.items()), customary_metric=customary)
 
 
 def _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation,

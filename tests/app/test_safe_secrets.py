@@ -36,8 +36,9 @@ def experiment(name: str, executor: str) -> dict:
     password on disk would be one petl-nas wrote."""
     return {"name": name, "backbone": TINY_BACKBONE, "task": "demo_keyword", "budget": "5%", "space": "small", "trials": 2,
             "presets": ["lora"], "executor": executor, "scheduler": "fifo", "startup_trials": 1, "seed": 3,
-            "fidelity": {"k": 320, "epochs": 5, "batch_size": 16, "max_length": 24, "search_dev": 128},
-            "final": {"seeds": 0, "epochs": 1, "baselines": False}}
+            "fidelity": {"k": 320, "epochs": 5, "batch_size": 16, "max_length": 24, "search_dev": 128,
+                         "length_buckets": 0},
+            "final": {"seeds": 0, "epochs": 1, "baselines": False}, "rates": "off"}
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from petl_nas import (ConfigError, ModuleSpec, PetlConfig, apply_petl, count_mod
                       petl_disabled, preset, preset_names, remove_petl, save_petl)
 from petl_nas.core.backbones import spec_for, supported_model_types
 from petl_nas.core.tiny import tiny_backbone
+from conftest import NO_RATES
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*frozen pooler looks untrained")   # random BERT poolers
 
@@ -231,11 +232,11 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
     monkeypatch.chdir(tmp_path)
     backbone = {"tiny": {"model_type": kind, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                          "intermediate_size": 64, "vocab_size": 400}}
-    exp = Experiment(name="r", backbone=backbone, task="demo_keyword", budget="5%", space="unified", trials=3, seed=3,
+    exp = Experiment(rates=NO_RATES, name="r", backbone=backbone, task="demo_keyword", budget="5%", space="unified", trials=3, seed=3,
                      presets=[refused, "pfeiffer"], executor="local",
                      storage=f"sqlite:///{tmp_path}/study.db", strategy="both",
                      oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1),
-                     fidelity=Fidelity(k=160, epochs=1, batch_size=16, max_length=24, search_dev=64),
+                     fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=16, max_length=24, search_dev=64),
                      final=FinalEval(seeds=0, baselines=False))
     lines = []
     run_search(exp, printer=lines.append)

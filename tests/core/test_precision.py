@@ -214,9 +214,9 @@ def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
     from petl_nas.core.precision import PRECISIONS
 
     for name in PRECISIONS:
-        assert Fidelity(precision=name).precision == name
+        assert Fidelity(length_buckets=0, precision=name).precision == name
     with pytest.raises(ConfigError, match="fidelity: precision"):
-        Fidelity(precision="half")
+        Fidelity(length_buckets=0, precision="half")
 
 
 def test_the_body_dtype_is_the_frozen_tensors_not_a_trained_master():

@@ -13,7 +13,7 @@ from transformers import BartConfig, BertConfig
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, preset
 from petl_nas.deploy.export import choose, read_record, record, write_record
 from petl_nas.deploy.interop import NotExpressible, to_adapters, to_peft
-from conftest import TINY_BACKBONE
+from conftest import TINY_BACKBONE, NO_RATES
 
 LORA = PetlConfig(modules=(ModuleSpec(form="lora", size=2, scale=2.0),)).to_dict()
 
@@ -644,9 +644,9 @@ def test_train_reproduces_the_final_reevaluation_when_the_search_dev_comes_out_o
         (tmp_path / name).write_text("text,label\n" + "".join(f"{words[i % 8]} {words[(3 * i) % 8]} {i},{'ab'[i % 3 == 0]}\n"
                                                               for i in range(n)))
     task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "text_columns": ["text"]}
-    exp = Experiment(name="cut", backbone=TINY_BACKBONE, task=task, budget=None, space="small", trials=1, presets=["lora"],
+    exp = Experiment(rates=NO_RATES, name="cut", backbone=TINY_BACKBONE, task=task, budget=None, space="small", trials=1, presets=["lora"],
                      executor="local", storage=f"sqlite:///{tmp_path}/s.db",
-                     fidelity=Fidelity(k=100, epochs=1, batch_size=16, max_length=16, search_dev=30),
+                     fidelity=Fidelity(length_buckets=0, k=100, epochs=1, batch_size=16, max_length=16, search_dev=30),
                      final=FinalEval(seeds=1, epochs=1, presets="all", baselines=False))
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="cut", storage=exp.storage_url)

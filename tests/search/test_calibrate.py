@@ -18,7 +18,7 @@ from petl_nas.search import calibrate
 from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search.driver import run_search
 from petl_nas.search.results import TrialResult
-from conftest import TINY_BACKBONE
+from conftest import TINY_BACKBONE, NO_RATES
 
 BASELINE = {"score": 0.5, "metric": "accuracy", "what": "constant"}
 
@@ -43,9 +43,9 @@ def scripted(monkeypatch, table: dict[tuple[str, float], float], calls: list):
 
 def experiment(tmp_path, **kw) -> Experiment:
     kw = {"trials": 30, **kw}          # enough trials that every shorter length is worth calibrating
-    return Experiment(name="cal", backbone=TINY_BACKBONE, task="demo_keyword", budget=None, space="small",
+    return Experiment(rates=NO_RATES, name="cal", backbone=TINY_BACKBONE, task="demo_keyword", budget=None, space="small",
                       presets=["lora", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
-                      fidelity=Fidelity(k=64, epochs="auto", batch_size=16, max_length=16, search_dev=32),
+                      fidelity=Fidelity(length_buckets=0, k=64, epochs="auto", batch_size=16, max_length=16, search_dev=32),
                       final=FinalEval(seeds=0, epochs=8, baselines=False), **kw)
 
 

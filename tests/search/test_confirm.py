@@ -146,7 +146,7 @@ def test_confirm_in_files():
     from petl_nas.search.experiment import Experiment
 
     assert Experiment.from_dict({"final": {"confirm": 3}}).final.confirm == 3
-    assert Experiment().final.confirm == 0
+    assert Experiment().final.confirm == 3
     with pytest.raises(ConfigError, match="confirm_seeds"):
         Experiment.from_dict({"final": {"confirm": 3, "confirm_seeds": 0}}, "e.yaml")
 
@@ -182,3 +182,62 @@ def test_trials_that_did_not_learn_are_never_confirmation_candidates():
         study.add_trial(create_trial(values=[score, 10.0], params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
                                      user_attrs={"did_not_learn": True} if dnl else {}))
     assert [t.number for t in confirm.candidates(study, 2)] == [1, 2]
+
+
+def _verdict_study(scores: dict) -> optuna.Study:
+    """Trials of ``{(name, params, kind): confirmed scores}`` (kind: preset, baseline or searched),
+    all confirmed (``final.confirm`` covers them)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_user_attr("metric", "accuracy")
+    for (name, params, kind), s in scores.items():
+        attrs = {"preset": name} if kind == "preset" else {"baseline": name} if kind == "baseline" else {}
+        study.add_trial(create_trial(values=[s[0], float(params)], params={"x": 0.5}, user_attrs=attrs,
+                                     distributions={"x": FloatDistribution(0, 1)}))
+    study.set_user_attr("final", {"confirm": len(scores)})
+    for t, s in zip(study.trials, scores.values()):
+        study.set_user_attr(f"confirm:{t.number}", s)
+    return study
+
+
+def test_when_nothing_beats_the_best_baseline_the_pick_is_the_smallest_within_noise_of_the_best():
+    """A searched trial 0.4 points above LoRA on the mean, but not on every seed, does not beat it:
+    the pick is the smallest configuration within noise of the best, here a searched one with fewer
+    parameters; a searched trial that trails the best beyond noise is never the pick, however small."""
+    study = _verdict_study({("big", 9000, "searched"): [0.830, 0.820, 0.834],
+                            ("lora", 5000, "preset"): [0.826, 0.824, 0.822],
+                            ("small", 3000, "searched"): [0.828, 0.822, 0.826],
+                            ("tiny", 500, "searched"): [0.800, 0.790, 0.802]})
+    said = confirm.verdict(study)
+    assert (said.pick, said.baseline, said.beaten) == (2, 1, False)
+    assert said.line.startswith("no searched configuration beats the best baseline (lora, mean 0.8240) beyond noise")
+    assert choose(study).number == 2                                      # export's default follows it
+
+
+def test_a_searched_configuration_that_beats_the_best_baseline_on_every_seed_is_the_pick():
+    study = _verdict_study({("big", 9000, "searched"): [0.850, 0.845, 0.852],
+                            ("lora_all_r8", 5000, "baseline"): [0.826, 0.824, 0.822],
+                            ("small", 3000, "searched"): [0.828, 0.818, 0.826]})
+    said = confirm.verdict(study)
+    assert (said.pick, said.baseline, said.beaten) == (0, 1, True)
+    assert "beats the best baseline (lora_all_r8) beyond noise" in said.line
+    assert choose(study).number == 0
+
+
+def test_the_best_baseline_is_confirmed_beside_the_top_trials():
+    study = _verdict_study({("a", 9000, "searched"): [0.9], ("b", 8000, "searched"): [0.88],
+                            ("lora", 5000, "preset"): [0.85], ("bitfit", 100, "preset"): [0.80]})
+    assert [t.number for t in confirm.candidates(study, 2)] == [0, 1, 2]
+    assert [t.number for t in confirm.candidates(study, 3)] == [0, 1, 2]      # already among them
+    assert confirm.candidates(study, 0) == []
+
+
+def test_beyond_noise_is_the_mean_paired_difference_above_twice_its_standard_error():
+    base = [0.80, 0.81, 0.82]
+    assert confirm.beyond_noise([b + d for b, d in zip(base, (0.01, 0.02, 0.035))], base)   # 0.0217 > 0.0145
+    assert not confirm.beyond_noise([b + d for b, d in zip(base, (0.00, 0.02, 0.035))], base)   # 0.0183 < 0.0202
+    assert confirm.beyond_noise([b + 0.001 for b in base], base)          # the same gain on every seed
+    assert not confirm.beyond_noise([0.9], [0.8])                         # one seed tells nothing apart
+    assert not confirm.beyond_noise(base, base)

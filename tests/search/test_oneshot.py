@@ -484,7 +484,7 @@ def _exp(tmp_path, **kw):
     return tiny_experiment(**{"name": "o", "task": "demo_keyword", "presets": ["lora"],
                               "storage": f"sqlite:///{tmp_path}/study.db", "strategy": "both",
                               "oneshot": OneShot(rungs=4, lr=3e-3, proposal_lr="sampler", gate_lr=0.05, epochs=2),
-                              "fidelity": Fidelity(k=320, epochs=2, batch_size=16, max_length=24, search_dev=64), **kw})
+                              "fidelity": Fidelity(length_buckets=0, k=320, epochs=2, batch_size=16, max_length=24, search_dev=64), **kw})
 
 
 @pytest.mark.slow

@@ -98,7 +98,7 @@ def _knob_exp(tmp_path, **oneshot):
     from petl_nas.search.experiment import Fidelity, OneShot
 
     return _exp(tmp_path, strategy="oneshot", trials=3, oneshot=OneShot(**{**KNOBS_FAST, **oneshot}),
-                fidelity=Fidelity(k=320, epochs=1, batch_size=16, max_length=24, search_dev=64))
+                fidelity=Fidelity(length_buckets=0, k=320, epochs=1, batch_size=16, max_length=24, search_dev=64))
 
 
 @pytest.mark.slow

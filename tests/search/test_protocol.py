@@ -20,7 +20,7 @@ from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.deploy.export import choose
 from petl_nas.search.driver import run_search
 from petl_nas.tasks import clear_cache
-from conftest import TINY_BACKBONE
+from conftest import TINY_BACKBONE, NO_RATES
 
 
 
@@ -59,10 +59,10 @@ def two_test_splits(tmp_path):
 
 def search(tmp_path, name: str, train_file: str, test_file: str) -> optuna.Study:
     task = {"train": train_file, "dev": test_file, "text_columns": ["sentence"], "labels": ["negative", "positive"]}
-    exp = Experiment(name=name, backbone=TINY_BACKBONE, task=task, budget="5%", space="small", trials=5,
+    exp = Experiment(rates=NO_RATES, name=name, backbone=TINY_BACKBONE, task=task, budget="5%", space="small", trials=5,
                      presets=["pfeiffer", "bitfit"], executor="local", sampler="tpe", startup_trials=2,
                      storage=f"sqlite:///{tmp_path}/{name}.db",
-                     fidelity=Fidelity(k=None, epochs=4, batch_size=16, max_length=24, search_dev=100),
+                     fidelity=Fidelity(length_buckets=0, k=None, epochs=4, batch_size=16, max_length=24, search_dev=100),
                      final=FinalEval(seeds=1, epochs=4, max_front=3, presets="best", baselines=False))
     clear_cache()
     run_search(dataclasses.replace(exp), printer=lambda line: None)

@@ -117,7 +117,7 @@ def test_every_run_of_an_experiment_is_built_by_one_builder():
     from petl_nas.search.specs import final_recipe, trial_recipe, trial_spec
     from petl_nas.training.loop import Recipe
 
-    exp = tiny_experiment(fidelity=Fidelity(k=80, epochs=2, batch_size=16, max_length=16, search_dev=32, score="best",
+    exp = tiny_experiment(fidelity=Fidelity(length_buckets=0, k=80, epochs=2, batch_size=16, max_length=16, search_dev=32, score="best",
                                             max_steps=50),
                           final=FinalEval(seeds=2, epochs=5, k=None, max_steps=400, baselines=False))
     recipe = trial_recipe(exp)

@@ -12,7 +12,7 @@ from petl_nas import ConfigError
 from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, parse_budget
 from petl_nas.search.driver import run_search
 from petl_nas.search.results import TrialResult
-from conftest import SHARED_GLUE, TINY_BACKBONE
+from conftest import SHARED_GLUE, TINY_BACKBONE, NO_RATES
 
 
 
@@ -20,10 +20,10 @@ def experiment(tmp_path, **kw) -> Experiment:
     """A search the tiny model learns something in (demo_keyword, ~100 steps a trial): a front of
     trials that did not learn would be empty, and these tests are about the front's shape. (The
     presets here do not learn in 5 epochs; with seed 3 the sampler's first draws do.)"""
-    base = Experiment(name="t", backbone=TINY_BACKBONE, task="demo_keyword", budget="5%", space="small", trials=6, seed=3,
+    base = Experiment(rates=NO_RATES, name="t", backbone=TINY_BACKBONE, task="demo_keyword", budget="5%", space="small", trials=6, seed=3,
                       presets=["pfeiffer", "bitfit", "lora"], executor="local",
                       storage=f"sqlite:///{tmp_path}/study.db",
-                      fidelity=Fidelity(k=320, epochs=5, batch_size=16, max_length=24, evals_per_epoch=2,
+                      fidelity=Fidelity(length_buckets=0, k=320, epochs=5, batch_size=16, max_length=24, evals_per_epoch=2,
                                         search_dev=128),
                       final=FinalEval(seeds=0, baselines=False))
     return dataclasses.replace(base, **kw)
@@ -130,7 +130,7 @@ def test_a_preset_of_exactly_the_budget_fits():
 @pytest.mark.slow
 def test_ray_search_then_resume(tmp_path):
     ray = pytest.importorskip("ray")
-    exp = experiment(tmp_path, executor="ray", trials=6)
+    exp = experiment(tmp_path, executor="ray", scheduler="asha", trials=6)
     try:
         first = run_search(exp, printer=lambda *a: None)
         study = load(exp)
@@ -154,8 +154,8 @@ def test_asha_never_stops_a_trial_at_its_last_evaluation(tmp_path):
     to the end and was lost (PRUNED, off the front). The last evaluation now comes with the closing
     report, which a stop cannot lose; every trial's intermediate scores end where it ended."""
     ray = pytest.importorskip("ray")
-    exp = experiment(tmp_path, executor="ray", trials=8, fidelity=dataclasses.replace(experiment(tmp_path).fidelity,
-                                                                                        epochs=4))
+    exp = experiment(tmp_path, executor="ray", scheduler="asha", trials=8,
+                     fidelity=dataclasses.replace(experiment(tmp_path).fidelity, epochs=4))
     try:
         run_search(exp, printer=lambda *a: None)
     finally:
@@ -249,7 +249,7 @@ def test_a_file_task_study_resumed_with_another_metric_or_files_is_refused(tmp_p
                                                                for i in range(n)))
     task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "text_columns": ["text"]}
     exp = experiment(tmp_path, trials=1, presets=[], task=task,
-                     fidelity=Fidelity(k=40, epochs=1, batch_size=16, max_length=16, search_dev=16))
+                     fidelity=Fidelity(length_buckets=0, k=40, epochs=1, batch_size=16, max_length=16, search_dev=16))
     run_search(exp, printer=lambda *a: None)
     for changed, words_ in [({"main_metric": "f1"}, "task.main_metric None (now f1)"),
                             ({"dev": str(tmp_path / "other.csv")}, f"task.dev {tmp_path / 'dev.csv'} (now ")]:
@@ -401,7 +401,7 @@ def test_search_on_a_local_csv_task_through_ray(tmp_path):
     task = {"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"],    # relative to tmp_path
             "label_column": "label", "name": "my_csv"}
     exp = experiment(tmp_path, task=task, trials=2, presets="none", executor="ray",
-                     fidelity=Fidelity(k=None, epochs=6, batch_size=16, max_length=16, search_dev=30))
+                     fidelity=Fidelity(length_buckets=0, k=None, epochs=6, batch_size=16, max_length=16, search_dev=30))
     try:
         summary = run_search(exp, printer=lambda *a: None)
     finally:
@@ -434,7 +434,7 @@ def test_a_search_runs_on_byte_order_marked_copies_of_the_shared_glue_folder(tmp
             continue
         exp = experiment(tmp_path, name=name, task=name, data_dir=str(marked), trials=1, presets=["bitfit"],
                          storage=f"sqlite:///{tmp_path}/{name}.db",
-                         fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=24, search_dev=32))
+                         fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16, max_length=24, search_dev=32))
         if not (marked / folder / "train.tsv").exists():
             with pytest.raises(ConfigError, match="train.tsv"):
                 run_search(exp, printer=lambda *a: None)
@@ -592,7 +592,7 @@ def test_a_trial_scores_its_last_evaluation_unless_asked_for_its_best():
     assert last.score == last.last_score == scores[-1]
     assert best.score == best.best_score == max(scores)
     with pytest.raises(ConfigError, match="fidelity: score: expected one of"):
-        Fidelity(score="mean")
+        Fidelity(length_buckets=0, score="mean")
 
 
 @pytest.mark.slow
@@ -665,7 +665,7 @@ def test_a_resumed_study_draws_new_proposals(tmp_path, sampler):
     another's parameters (one sampler seeded once per process drew its first proposals again in
     every process, so a resumed study, or a second worker, trained copies)."""
     exp = experiment(tmp_path, sampler=sampler, trials=3, budget="20%", presets="none", seed=3,
-                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
+                     fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
     run_search(exp, printer=lambda *a: None)
     run_search(dataclasses.replace(exp, trials=6), printer=lambda *a: None)
     sampled = [repr(sorted(t.params.items())) for t in load(exp).trials if t.params]
@@ -683,7 +683,7 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     from petl_nas.search.study import INTERRUPTED, is_trained
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%",
-                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
+                     fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
     write_experiment(tmp_path, exp)
     real, calls = executors.run_trial, []
 
@@ -955,12 +955,12 @@ def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
 def test_a_search_dev_too_small_to_rank_is_said(tmp_path):
     lines = []
     exp = experiment(tmp_path, trials=1, presets="none", budget="20%",
-                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=8))
+                     fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16, max_length=16, search_dev=8))
     run_search(exp, printer=lines.append)
     assert any(line.startswith("warning: search-dev has only 8 rows, too few to tell trials apart") for line in lines)
     assert any(line.startswith("data: train 64 rows (K=64 of 2,000), search-dev 8 (carved") for line in lines)
     lines.clear()
-    run_search(dataclasses.replace(exp, name="t2", fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16,
+    run_search(dataclasses.replace(exp, name="t2", fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16, max_length=16,
                                                                       search_dev=32)), printer=lines.append)
     assert not any(line.startswith("warning: search-dev") for line in lines)
 
@@ -1041,7 +1041,7 @@ def test_a_ctrl_c_that_python_drops_in_a_finaliser_still_stops_the_search(tmp_pa
 def test_export_of_a_preset_over_the_budget_says_so(tmp_path, capsys):
     from petl_nas.app.cli import main
 
-    exp = experiment(tmp_path, trials=1, presets="none", fidelity=Fidelity(k=64, epochs=1, batch_size=16,
+    exp = experiment(tmp_path, trials=1, presets="none", fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16,
                                                                            max_length=16, search_dev=32))
     run_search(exp, printer=lambda *a: None)                   # budget 5%: about 1,860; LoRA takes 2,048
     capsys.readouterr()
@@ -1062,7 +1062,7 @@ def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_
     """More presets than ``trials``: every preset and every LoRA sweep point trains (the sweep comes on
     top), the sampler proposes nothing, and the search says so; a resume has nothing left to train."""
     exp = experiment(tmp_path, trials=1, budget="20%", final=FinalEval(seeds=0, baselines=True),
-                     fidelity=Fidelity(k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
+                     fidelity=Fidelity(length_buckets=0, k=64, epochs=1, batch_size=16, max_length=16, search_dev=32))
     lines = []
     run_search(exp, printer=lines.append)
     study = load(exp)

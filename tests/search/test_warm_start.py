@@ -17,6 +17,7 @@ from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search.driver import run_search
 from petl_nas.search.space import SearchSpace
 from petl_nas.search.warm_start import front_of, parse_source, seed_warm_start
+from conftest import NO_RATES
 
 D, L = 32, 2
 CFG = BertConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=4, intermediate_size=64, vocab_size=400)
@@ -124,10 +125,10 @@ def test_bad_sources_are_one_clear_error(tmp_path):
 def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatch):
     """Two real tiny searches: the second (another task) starts from the first one's front."""
     monkeypatch.chdir(tmp_path)
-    base = Experiment(name="a", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=3,
+    base = Experiment(rates=NO_RATES, name="a", backbone=TINY, task="demo_keyword", budget="5%", space="small", trials=3,
                       presets=["lora"], executor="local", startup_trials=1, seed=3,   # its first draws learn
                       storage=f"sqlite:///{tmp_path}/a.db",
-                      fidelity=Fidelity(k=320, epochs=5, batch_size=16, max_length=24, search_dev=128),
+                      fidelity=Fidelity(length_buckets=0, k=320, epochs=5, batch_size=16, max_length=24, search_dev=128),
                       final=FinalEval(seeds=0, baselines=False))
     run_search(base, printer=lambda line: None)
     members = front_of(base.storage_url)[1]

@@ -13,7 +13,7 @@ from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search.driver import run_search
 from petl_nas.tasks.shift import input_shift, words_per_row
 from petl_nas.tasks import Split, load_splits
-from conftest import SHARED_GLUE, TINY_BACKBONE
+from conftest import SHARED_GLUE, TINY_BACKBONE, NO_RATES
 
 GLUE = SHARED_GLUE
 
@@ -63,9 +63,9 @@ def test_a_search_whose_search_dev_is_shorter_than_its_test_rows_says_so(tmp_pat
                 y = rng.choice("01")
                 w.writerow([" ".join(rng.choice(words[y]) for _ in range(length)), y])
     task = {"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"], "label_column": "label"}
-    exp = Experiment(name="shift", backbone=TINY_BACKBONE, task=task, budget="5%", space="small", trials=1, presets=["bitfit"],
+    exp = Experiment(rates=NO_RATES, name="shift", backbone=TINY_BACKBONE, task=task, budget="5%", space="small", trials=1, presets=["bitfit"],
                      executor="local", storage=f"sqlite:///{tmp_path}/study.db",
-                     fidelity=Fidelity(k=None, epochs=1, batch_size=16, max_length=16, search_dev=60),
+                     fidelity=Fidelity(length_buckets=0, k=None, epochs=1, batch_size=16, max_length=16, search_dev=60),
                      final=FinalEval(seeds=0, baselines=False))
     out = []
     summary = run_search(exp, printer=out.append)

@@ -16,7 +16,7 @@ from petl_nas.search.driver import run_search, summarize
 from petl_nas.tasks.significance import (clearly_better, did_not_learn, has_error_bar, paired_difference, standard_error,
                                    trivial_baseline)
 from petl_nas.tasks import Split, get_task
-from conftest import TINY_BACKBONE
+from conftest import TINY_BACKBONE, NO_RATES
 
 
 def splits(task, train_labels, dev_labels, dev_texts=None, test_labels=None):
@@ -29,9 +29,14 @@ def test_classification_baseline_is_the_best_constant_class():
     sst2 = get_task("sst2")                                        # accuracy: the majority class
     base = trivial_baseline(sst2, splits(sst2, [1, 1, 0], [1, 0, 0, 0]))
     assert base["score"] == 0.75 and base["what"] == "constant '0' (the best constant class)"
-    mrpc = get_task("mrpc")                                        # F1 of the positive class: all-positive
-    base = trivial_baseline(mrpc, splits(mrpc, [1, 1, 0], [1, 1, 0, 0, 0]))
-    assert math.isclose(base["score"], 2 * 0.4 / 1.4) and "majority class" in base["what"]
+    by_f1 = get_task("mrpc").ranked_by("f1")                       # F1 of the positive class: all-positive
+    base = trivial_baseline(by_f1, splits(by_f1, [1, 1, 0], [1, 1, 0, 0, 0]))
+    assert math.isclose(base["score"], 2 * 0.4 / 1.4) and "majority class" in base["what"] and "customary" not in base
+    mrpc = get_task("mrpc")                                        # ranks by accuracy; F1 of the same predictor beside
+    base = trivial_baseline(mrpc, splits(mrpc, [1, 1, 0], [1, 1, 0, 0, 0], test_labels=[1, 1, 1, 0]))
+    assert (base["metric"], base["score"], base["what"], base["test_score"]) == (
+        "accuracy", 0.6, "constant '0' (the best constant class)", 0.25)
+    assert base["customary"] == {"metric": "f1", "score": 0.0, "test_score": 0.0}
     # on the test split, reported beside test scores: the predictor chosen on search-dev, not test's best constant
     base = trivial_baseline(sst2, splits(sst2, [1, 1, 0], [1, 0, 0, 0], test_labels=[1, 1, 1, 0]))
     assert base["score"] == 0.75 and base["test_score"] == 0.25
@@ -66,6 +71,32 @@ def test_standard_errors():
     assert not has_error_bar(get_task("demo_copy")) and has_error_bar(cola)    # what the search's lines say
 
 
+def test_a_learner_is_beyond_noise_of_always_positive_by_what_mrpc_ranks_by_not_by_f1():
+    """A pair task 68% positive, 400 search-dev rows: "always positive" scores F1 0.81. A predictor 5
+    points more accurate with the same F1 (232 of 272 positives kept, 60 of 128 negatives found) is
+    within noise of it by F1 and by GLUE's mean of F1 and accuracy, and beyond noise by accuracy,
+    which MRPC ranks by; F1 is reported beside it."""
+    mrpc = get_task("mrpc")
+    refs = np.array([1] * 272 + [0] * 128)
+    learner = np.array([1] * 232 + [0] * 40 + [1] * 68 + [0] * 60)
+    base = trivial_baseline(mrpc, splits(mrpc, refs, refs))
+    assert (base["metric"], base["score"], base["what"]) == ("accuracy", 0.68, "constant '1' (the majority class)")
+    assert base["customary"]["metric"] == "f1" and base["customary"]["score"] == pytest.approx(0.8095, abs=1e-4)
+    constant = mrpc.compute_metrics(np.ones(400, dtype=np.int64), refs)
+    scores = mrpc.compute_metrics(learner, refs)
+    assert (constant["accuracy"], scores["accuracy"]) == (0.68, 0.73)
+    assert scores["f1"] == pytest.approx(constant["f1"], abs=0.002) and constant["f1"] > 0.80
+    assert constant["f1_accuracy"] == pytest.approx((0.8095 + 0.68) / 2, abs=1e-4)
+    learned = {}
+    for metric in mrpc.metrics:
+        ranked = mrpc.ranked_by(metric)
+        se = standard_error(ranked, learner, refs)
+        assert 0.015 < se < 0.025                                  # ~2 points on 400 rows, whichever metric
+        learned[metric] = not did_not_learn(scores[metric], se, {"score": constant[metric]})
+    assert learned == {"f1": False, "f1_accuracy": False, "accuracy": True}
+    assert learned[mrpc.main_metric] and mrpc.customary_metric == "f1"
+
+
 def test_noise_decides_learning_and_dominance():
     assert did_not_learn(0.80, 0.012, {"score": 0.7988})           # within 2 se of the floor
     assert not did_not_learn(0.83, 0.012, {"score": 0.7988})
@@ -84,9 +115,9 @@ def test_a_search_of_constant_predictors_says_so_and_nothing_dominates(tmp_path,
     space = tmp_path / "still.yaml"
     space.write_text((__import__("petl_nas.core.presets", fromlist=["space_dir"]).space_dir() / "small.yaml")
                      .read_text().replace("lr: {low: 3.0e-3, high: 3.0e-2, log: true}", "lr: 1.0e-7"))
-    exp = Experiment(name="flat", backbone=TINY_BACKBONE, task="demo_sentiment", budget=None, space=str(space), trials=4,
+    exp = Experiment(rates=NO_RATES, name="flat", backbone=TINY_BACKBONE, task="demo_sentiment", budget=None, space=str(space), trials=4,
                      presets=["pfeiffer", "bitfit"], executor="local", storage=f"sqlite:///{tmp_path}/s.db",
-                     fidelity=Fidelity(k=160, epochs=1, batch_size=32, max_length=24, search_dev=64),
+                     fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=32, max_length=24, search_dev=64),
                      final=FinalEval(seeds=0, baselines=False))
     printed = []
     summary = run_search(exp, printer=printed.append)
@@ -162,7 +193,7 @@ def test_a_preset_relates_to_the_others_alike_on_the_front_and_among_the_presets
         study.add_trial(optuna.trial.create_trial(
             params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)}, values=[score, n],
             user_attrs={"deployable": n, "score_se": 0.01, **({"preset": name} if name else {})}))
-    summary = summarize(study, Experiment(name="r", backbone="x", task="demo_sentiment", budget=None), None, 100_000)
+    summary = summarize(study, Experiment(rates=NO_RATES, name="r", backbone="x", task="demo_sentiment", budget=None), None, 100_000)
     on_front = next(r for r in summary.front if r["preset"] == "bitfit")
     among = next(r for r in summary.presets if r["preset"] == "bitfit")
     assert on_front["matches"] == among["matches"] == ["lora"]

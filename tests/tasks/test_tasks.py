@@ -42,8 +42,42 @@ def test_registry_lists_glue_and_demo():
     assert set(task_names()) >= {*GLUE_NAMES, "demo_sentiment"}
     assert get_task("SST-2") is get_task("sst2")
     assert (get_task("cola").main_metric, get_task("mrpc").main_metric, get_task("stsb").main_metric) == (
-        "mcc", "f1", "pearson_spearman")
+        "mcc", "accuracy", "pearson_spearman")
     assert get_task("stsb").num_labels == 1 and get_task("mnli").num_labels == 3
+
+
+@pytest.mark.parametrize("name", ["mrpc", "qqp"])
+def test_mrpc_and_qqp_rank_by_accuracy_and_report_f1_beside_it(name):
+    """F1 of their positive class barely separates a learner from "always positive" (see
+    test_significance); both figures, and GLUE's mean of them, are still recorded for each trial."""
+    task = get_task(name)
+    assert (task.main_metric, task.customary_metric) == ("accuracy", "f1")
+    assert set(task.compute_metrics([1, 1, 0], [1, 0, 0])) == {"f1", "accuracy", "f1_accuracy"}
+    assert (get_task("sst2").customary_metric, get_task("cola").customary_metric) == ("accuracy", "mcc")
+    old = task.ranked_by("f1")                           # a study that recorded F1 keeps ranking by it
+    assert (old.main_metric, old.customary_metric, task.ranked_by(None)) == ("f1", "f1", task)
+    with pytest.raises(ConfigError, match=f"task '{name}': cannot rank by 'mcc', which it does not compute; "
+                                          f"its metrics: f1, accuracy, f1_accuracy"):
+        task.ranked_by("mcc")
+
+
+def test_a_file_task_reporting_f1_ranks_by_accuracy_and_says_so(tmp_path):
+    from petl_nas.tasks import data_lines
+
+    (tmp_path / "train.csv").write_text("a,b,label\n" + "".join(f"x{i},y{i},{'ny'[i % 3 > 0]}\n" for i in range(30)))
+    files = (tmp_path / "train.csv", tmp_path / "train.csv")
+    task = file_task(*files, text_columns=["a", "b"], main_metric="f1")
+    assert (task.main_metric, task.customary_metric, task.metrics) == ("accuracy", "f1", ("accuracy", "f1", "mcc"))
+    only_f1 = file_task(*files, text_columns=["a", "b"], main_metric="f1", metrics=["f1"])
+    assert (only_f1.main_metric, only_f1.metrics) == ("accuracy", ("f1", "accuracy"))      # what ranks is computed
+    assert data_lines(load_splits(task), k=None)[0].endswith("; trials rank by accuracy, f1 is reported beside it")
+    plain = file_task(*files, text_columns=["a", "b"], main_metric="mcc")
+    assert (plain.main_metric, plain.customary_metric) == ("mcc", "mcc")
+    assert "trials rank by" not in data_lines(load_splits(plain), k=None)[0]
+    with pytest.raises(ConfigError, match=r"main_metric 'f1' is not among metrics \['mcc'\]"):
+        file_task(*files, text_columns=["a", "b"], main_metric="f1", metrics=["mcc"])
+    with pytest.raises(ConfigError, match=r"customary_metric 'f1' is not among metrics \['accuracy'\]"):
+        Task("t", ("text",), "label", labels=("a", "b"), customary_metric="f1")
 
 
 def test_unknown_task_suggests_and_lists():

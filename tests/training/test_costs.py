@@ -147,7 +147,7 @@ def test_objectives_are_checked_in_one_line():
 def _search(tmp_path, **kw):
     return tiny_experiment(**{"name": "c", "task": "demo_keyword", "trials": 3, "presets": ["lora"],
                               "storage": f"sqlite:///{tmp_path}/study.db",
-                              "fidelity": Fidelity(k=160, epochs=2, batch_size=16, max_length=24, search_dev=64), **kw})
+                              "fidelity": Fidelity(length_buckets=0, k=160, epochs=2, batch_size=16, max_length=24, search_dev=64), **kw})
 
 
 @pytest.mark.slow

@@ -92,8 +92,9 @@ def test_the_multiples_travel_with_the_configuration(tmp_path):
 @pytest.mark.parametrize("mults, message", [
     ({"lorra": 2.0}, r"lr_mults\.lorra: unknown family \(did you mean 'lora'\?\)"),
     ({"head": 2.0}, r"lr_mults\.head: unknown family"),
-    ({"adapter": 0}, r"lr_mults\.adapter: must be a positive number, got 0"),
-    ({"adapter": True}, r"lr_mults\.adapter: must be a positive number"),
+    ({"adapter": 0}, r"lr_mults\.adapter: expected a number > 0, got 0"),
+    ({"adapter": True}, r"lr_mults\.adapter: expected a number > 0"),
+    ({"adapter": float("inf")}, r"lr_mults\.adapter: expected a number > 0, got inf"),
     ([0.5], r"lr_mults: expected a mapping of family: multiple"),
 ])
 def test_a_bad_multiple_is_one_line_naming_it(mults, message):

@@ -18,6 +18,7 @@ from petl_nas.errors import ConfigError
 from petl_nas.search.experiment import Fidelity
 from petl_nas.core.inject import apply_petl
 from petl_nas.search.worker import TrialSpec, prepare, run_trial
+from conftest import NO_RATES
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 64}}
 RECIPE = {"lr": 5e-3, "epochs": 3, "batch_size": 16, "max_length": 16, "seed": 3, "evals_per_epoch": 1}
@@ -179,7 +180,7 @@ def test_reuse_does_not_apply_where_nothing_below_is_frozen_or_to_generation():
 
 def test_a_negative_cache_size_is_refused():
     with pytest.raises(ConfigError, match="frozen_cache_mb"):
-        Fidelity(frozen_cache_mb=-1)
+        Fidelity(length_buckets=0, frozen_cache_mb=-1)
 
 
 @pytest.mark.slow
@@ -195,9 +196,9 @@ def test_a_search_on_upper_layers_records_what_each_trial_reused(tmp_path, monke
                      "rank: {low: 1, high: 4}\nscale: 2.0\ncomposition: scaled\ninsertion: parallel\ninit: lora\ngates: false\n"
                      "lora_targets: qv\nlayers: top\nbitfit: false\npooling: mean\n"
                      "lr: {low: 3.0e-3, high: 3.0e-2, log: true}\n")
-    exp = Experiment(name="upper", backbone=TINY, task="demo_keyword", budget=None, space=str(space), trials=3,
+    exp = Experiment(rates=NO_RATES, name="upper", backbone=TINY, task="demo_keyword", budget=None, space=str(space), trials=3,
                      presets=[], executor="local", storage=f"sqlite:///{tmp_path}/study.db",
-                     fidelity=Fidelity(k=96, epochs=1, batch_size=16, max_length=16, search_dev=48,
+                     fidelity=Fidelity(length_buckets=0, k=96, epochs=1, batch_size=16, max_length=16, search_dev=48,
                                        frozen_cache_mb=64),
                      final=FinalEval(seeds=0, baselines=False))
     run_search(exp, printer=lambda *a: None)

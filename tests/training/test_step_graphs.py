@@ -151,11 +151,11 @@ def test_a_state_saved_by_a_graphed_run_resumes_in_an_eager_one(tmp_path):
 def test_the_setting_is_checked_and_reaches_a_searchs_trials(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="fidelity: cuda_graphs: expected true or false"):
-        Fidelity(cuda_graphs="yes")
+        Fidelity(length_buckets=0, cuda_graphs="yes")
     with pytest.raises(ConfigError, match="cuda_graphs cannot be combined with compile"):
-        Fidelity(cuda_graphs=True, compile="default")
+        Fidelity(length_buckets=0, cuda_graphs=True, compile="default")
     with pytest.raises(ConfigError, match="cuda_graphs cannot be combined"):
-        Fidelity(cuda_graphs=True, frozen_cache_mb=64)
+        Fidelity(length_buckets=0, cuda_graphs=True, frozen_cache_mb=64)
     exp = experiment(tmp_path, trials=1, presets=["bitfit"])
     exp = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, cuda_graphs=True))
     run_search(exp, printer=lambda *a: None)

@@ -44,6 +44,10 @@ class Form:
         dimensions: the search-space dimensions a slot of this form reads (none: not searchable).
         size_dimension: which of them is its size.
         supernet_rank: its place among the one-shot supernet's candidates (None: not a candidate).
+        sums_by_size: two of its modules that differ only in size, ungated, with a fixed scale and no
+            dropout, are one module of the summed size: the same function family with as many
+            parameters (LoRA: s·B₁A₁x + s·B₂A₂x = s·[B₁ B₂][A₁; A₂]x). `petl_nas.core.canonical`
+            merges them. Not the bottleneck adapter: two output biases become one.
     """
 
     name: str = ""
@@ -60,6 +64,7 @@ class Form:
     dimensions: tuple[str, ...] = ()
     size_dimension: str | None = None
     supernet_rank: int | None = None
+    sums_by_size: bool = False
 
     # ---- the genotype ------------------------------------------------------------------------
     def targets(self, position: str) -> tuple[str, ...]:

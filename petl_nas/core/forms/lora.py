@@ -18,6 +18,7 @@ class LoRAForm(Form):
     dimensions = ("composition", "rank", "scale", "lora_targets", "blocks")
     size_dimension = "rank"
     supernet_rank = 0
+    sums_by_size = True                        # no bias, r·(in + out) per weight: linear in r
 
     def targets(self, position):
         return WEIGHTS[position]

@@ -41,7 +41,7 @@ import time
 
 from ...errors import ConfigError
 from ..storage import as_stored
-from ..records import LR_FROM_SAMPLER, ONESHOT
+from ..records import LR_FROM_SAMPLER, ONESHOT, RATES_SETTING
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
 
@@ -209,6 +209,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
             attrs = {"petl_config": p.pop("config"), ATTR: run, "oneshot_budget": p["budget"]}
             if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
                 attrs[LR_FROM_SAMPLER] = True
+            elif (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
+                attrs["recipe"] = {"lr_scale": 1.0}     # each family at its measured rate, as presets
             else:
                 attrs["recipe"] = {"lr": chosen["lr"] if o.proposal_lr == "supernet" else float(o.proposal_lr)}
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)

@@ -1,0 +1,296 @@
+"""Each family's learning rate, measured once before the search, so trials differ by structure.
+
+What decided a trial's score was its learning rate: in a random search on SST-2 every trial at
+lr <= 5.4e-4 scored 0.59-0.75 and every one at lr >= 9.8e-4 scored 0.79-0.82, whatever its modules,
+and a mixed configuration trained its adapters and its LoRA at one compromise rate although their
+good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the trials:
+
+- every family of modules the space can draw (LoRA, bottleneck adapters, Compacter, prefixes,
+  multi-head adapters, soft prompts, BitFit; `FAMILY_PROBES`) is trained on one of its presets
+  that fits the budget, with the trial recipe, scored on search-dev like a trial;
+- each climbs from its paper rate (brought into the space's ``lr`` range, where the space's author
+  said good rates lie) in steps of `STEP`: up while the score rises, else down, at most
+  `MAX_STEPS` runs; then the runs left take each family whose best is still at an edge of the
+  rates it tried one step further that way while it rises (`extend`); the best score's rate is
+  the family's;
+- calibration takes at most ``rates.share`` of ``trials`` in runs; a family it cannot afford keeps
+  its paper rate times the factor measured on the others (the trial recipe moves every rate
+  alike), and says so. LayerNorms train at the rate of the module they come with.
+
+Every trial then trains each family at its rate (`at_rates`: the configuration's first family sets
+the recipe's rate, the others are `PetlConfig.lr_mults` of it; the head follows the first family,
+times the space's ``head_lr_mult``), and the sampler draws only ``lr_scale`` in [1/spread, spread]
+(`SCALE`), one multiplier of them all. Presets and the LoRA rank sweep train at ``lr_scale`` 1:
+the rates measured for their own families. The record (``rate_calibration``) is stored on the
+study, printed a line per family, shown in the report, and written to ``runs/NAME/rates.json`` for
+``rates: {file: ...}`` to reuse on the same backbone. Each family's best run is kept whole: the
+preset trained at its measured rate is recorded from it, not trained again. Nothing here reads
+the test split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+from ..core.budget import count_parameters
+from ..core.config import PetlConfig
+from ..core.family_rates import at_rates as apply, families_of
+from ..core.presets import preset_lr
+from ..errors import ConfigError, read_text
+from ..fileio import atomic_write
+from .records import RATE_CALIBRATION, RATES_SETTING
+from .results import TrialResult
+from .baselines import lora_sweep
+from .space import SearchSpace
+from .storage import as_stored
+from .study import preset_in_space
+
+ATTR = RATE_CALIBRATION          # the study attribute holding the record
+SETTING = RATES_SETTING          # the study attribute holding the mode it searches in
+SCALE = "lr_scale"               # the study parameter the sampler draws in a calibrated study
+STEP = 3.0                       # one step of the climb: a factor of 3
+MAX_STEPS = 3                    # runs per family at most
+# family -> presets that measure it, in order of preference (the first that fits the budget)
+FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
+                 "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
+                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",)}
+
+
+def space_families(space) -> list[str]:
+    """The families the space can draw, in `FAMILY_PROBES` order."""
+    def values(dim) -> tuple:
+        return dim.choices or (dim.value,)
+
+    forms = {f for s in space.slots for f in values(s.forms)}
+    if any(values(space.globals["prompt_length"])):
+        forms.add("prompt")
+    if True in values(space.globals["bitfit"]):
+        forms.add("bitfit")
+    return [f for f in FAMILY_PROBES if f in forms]
+
+
+def probe(family: str, space, model_config, budget: int | None) -> tuple[str, PetlConfig] | None:
+    """The first preset of ``family`` that fits the budget, as the study trains it (lr_scale 1);
+    for LoRA under a budget no preset fits, the smallest point of the rank sweep."""
+    for name in FAMILY_PROBES[family]:
+        found = probe_fits(name, space, model_config, budget)
+        if found is not None:
+            return name, found
+    sweep = lora_sweep(model_config, budget) if family == "lora" else []
+    return (sweep[0][0], space.with_head(sweep[0][1])) if sweep else None
+
+
+def probe_fits(name: str, space, model_config, budget: int | None) -> PetlConfig | None:
+    """Preset ``name`` as the study trains it, if the backbone takes it within the budget."""
+    try:
+        config, _ = preset_in_space(space, name, model_config, model_config.num_hidden_layers, lr=1.0)
+        count = count_parameters(model_config, config).deployable
+    except ConfigError:                                   # a form this backbone refuses
+        return None
+    return config if budget is None or count <= budget else None
+
+
+def within(rate: float, lr) -> float:
+    """``rate`` brought into the space's ``lr`` dimension (a range or a fixed value)."""
+    if lr.kind == "fixed":
+        return float(lr.value)
+    return min(max(rate, float(lr.low)), float(lr.high)) if lr.kind == "float" else rate
+
+
+def allowance(trials: int, share: float) -> int:
+    """Calibration runs a study of ``trials`` affords: its share of them, and never fewer than 2
+    (one climb step of one family)."""
+    return max(2, math.floor(share * trials))
+
+
+def climb(measure, start: float, runs: int) -> list[tuple[float, float]]:
+    """(rate, score) of each run: ``start``, then up by `STEP` while the score rises, else down from
+    ``start``; at most ``runs`` runs."""
+    tried = [(start, measure(start))]
+    for direction in (STEP, 1 / STEP):
+        rate = start
+        while len(tried) < runs:
+            rate *= direction
+            tried.append((rate, measure(rate)))
+            if tried[-1][1] <= max(s for r, s in tried[:-1]):
+                break
+        if len(tried) >= runs or max(tried, key=lambda t: t[1])[0] > start:
+            break                                         # it rose going up: no reason to go down
+    return tried
+
+
+def extend(measure, tried: list[tuple[float, float]], runs: int) -> list[tuple[float, float]]:
+    """``tried`` climbed on past its edge: while the best rate is the highest (lowest) tried, one
+    more step up (down) while the score rises, at most ``runs`` runs."""
+    tried = list(tried)
+    while runs > 0 and len(tried) > 1:
+        best = max(tried, key=lambda t: t[1])
+        rates_tried = [r for r, _ in tried]
+        if best[0] not in (max(rates_tried), min(rates_tried)):
+            break                                          # a peak inside the rates tried
+        rate = best[0] * (STEP if best[0] == max(rates_tried) else 1 / STEP)
+        tried.append((rate, measure(rate)))
+        runs -= 1
+        if tried[-1][1] <= best[1]:
+            break
+    return tried
+
+
+def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
+    """Measure each family's rate (see the module docstring); returns the record stored on the study.
+    Every family climbs first; the runs left then take the families whose best is at an edge of
+    the rates they tried further that way (`extend`)."""
+    from .specs import trial_recipe                      # torch: only where runs are trained
+    from .worker import free_memory
+
+    start = time.perf_counter()
+    left = allowance(exp.trials, exp.rates.share)
+    order, skipped, climbs = space_families(space), {}, {}
+    for family in order:
+        found = probe(family, space, model_config, budget)
+        prior = within(preset_lr(FAMILY_PROBES[family][0]), SearchSpace.load(exp.space).globals["lr"])
+        if found is None or left < 2:
+            skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
+                               else "not measured: calibration's share of the trials is spent"}
+            continue
+        measure, runs = _measurer(exp, family, *found, printer)
+        climbs[family] = (measure, runs, found[0], prior, climb(measure, prior, min(MAX_STEPS, left)))
+        left -= len(climbs[family][-1])
+    measured, results = {}, {}
+    for family, (measure, runs, name, prior, tried) in climbs.items():
+        more = extend(measure, tried, left)
+        left -= len(more) - len(tried)
+        rate = max(more, key=lambda t: t[1])[0]
+        measured[family] = rate
+        spec, r = runs[rate]
+        results[family] = as_stored({"spec": spec.to_dict(),
+                                     "result": {k: v for k, v in r.to_dict().items() if k != "history"}})
+        climbs[family] = {"prior": prior, "probe": name, "rate": rate, "tried": [[t, s] for t, s in more],
+                          "edge": len(more) > 1 and rate in (max(t for t, _ in more), min(t for t, _ in more))}
+    free_memory()
+    factor = (math.exp(statistics.fmean(math.log(measured[f] / climbs[f]["prior"]) for f in measured))
+              if measured else 1.0)
+    families = {f: climbs.get(f) or {**skipped[f], "rate": skipped[f]["prior"] * factor} for f in order}
+    return {"rates": {f: families[f]["rate"] for f in order}, "families": families, "factor": factor,
+            "runs": sum(len(v.get("tried", ())) for v in families.values()),
+            "allowed": allowance(exp.trials, exp.rates.share), "trials": exp.trials, "results": results,
+            "epochs": trial_recipe(exp).epochs, "k": exp.fidelity.k, "backbone": json.dumps(exp.backbone),
+            "task": str(exp.task), "cost_s": round(time.perf_counter() - start, 1)}
+
+
+def _measurer(exp, family: str, name: str, config: PetlConfig, printer):
+    """(measure, runs): ``measure(rate)`` trains ``config`` with ``family`` at ``rate`` as a trial
+    of the study would be, prints the run, and returns its search score (-inf when it diverged);
+    ``runs`` keeps each rate's (spec, result)."""
+    from .specs import trial_recipe, trial_spec
+    from .worker import run_trial
+
+    recipe, runs = trial_recipe(exp), {}
+
+    def measure(rate: float) -> float:
+        trained, lr = apply({family: rate}, config, 1.0)
+        spec = trial_spec(exp, trained, recipe.with_overrides(lr=lr))
+        r = run_trial(spec)
+        score = r.score if r.score is not None and math.isfinite(r.score) else -math.inf
+        runs[rate] = (spec, r)
+        shown = f"{score:.4f}" + (f" ± {r.score_se:.4f}" if r.score_se is not None else "") if score > -math.inf \
+            else "diverged"
+        printer(f"  rates: {family} ({name}) at {rate:.1e}: {shown}")
+        return score
+
+    return measure, runs
+
+
+def lines(record: dict) -> list[str]:
+    """One line per family: its rate and how it was found; then what calibration cost."""
+    out = []
+    for family, f in record["families"].items():
+        if "tried" in f:
+            how = ", ".join(f"{r:.1e} {s:.4f}" if s > -math.inf else f"{r:.1e} diverged" for r, s in f["tried"])
+            edge = ("; the best is at the edge of the rates tried: more runs (rates.share) may find a better one"
+                    if f.get("edge") else "")
+            out.append(f"rate {family}: {f['rate']:.1e} (measured on {f['probe']}: {how}{edge})")
+        else:
+            out.append(f"rate {family}: {f['rate']:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
+                       f"the factor measured on the others; {f['why']})")
+    if record.get("source"):
+        out.append(f"rates: from {record['source']}, not measured again")
+    else:
+        out.append(f"rates: calibration took {record['runs']} runs ({record['runs'] / max(1, record['trials']):.0%} of "
+                   f"{record['trials']} trials) and {record['cost_s'] / 60:.1f} min")
+    return out
+
+
+def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
+    """(trial spec, result) of each family's best run: the preset trained at its family's rate is
+    recorded from it, not trained again (``reused: calibration``)."""
+    return [(r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
+            for r in (record or {}).get("results", {}).values()]
+
+
+def write_file(record: dict, path: Path) -> None:
+    """``rates.json``: what a later study reuses (no runs: their specs name this study's paths)."""
+    text = json.dumps({k: v for k, v in record.items() if k != "results"}, indent=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
+
+
+def read_file(path: str, exp) -> tuple[dict, list[str]]:
+    """A ``rates.json`` to reuse, and what to say of it; one line when it cannot be (another backbone,
+    not such a file)."""
+    try:
+        record = json.loads(read_text(Path(path)))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"rates.file {path!r}: cannot be read as a rates file ({str(e).splitlines()[0]})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("rates"), dict) or not record["rates"] or not all(
+            isinstance(v, (int, float)) and v > 0 for v in record["rates"].values()):
+        raise ConfigError(f"rates.file {path!r}: not a rates file (no rates of families in it)")
+    if record.get("backbone") != json.dumps(exp.backbone):
+        raise ConfigError(f"rates.file {path!r}: measured on backbone {record.get('backbone')}, not "
+                          f"{json.dumps(exp.backbone)}; rates do not carry across backbones (calibrate again)")
+    notes = []
+    if record.get("task") != str(exp.task):
+        notes.append(f"rates: {path} was measured on task {record.get('task')}, reused for {exp.task}")
+    return {**record, "source": str(path)}, notes
+
+
+def mode(study, exp) -> dict:
+    """What the study searches with: ``{"calibrated": bool, "spread": s}``. A new study takes the
+    experiment's; a study that holds trials keeps what it recorded (before rates existed: off)."""
+    stored = study.user_attrs.get(SETTING)
+    if stored is None:
+        fresh = not study.get_trials(deepcopy=False)
+        stored = {"calibrated": exp.rates.on and fresh, "spread": exp.rates.spread}
+        study.set_user_attr(SETTING, stored)
+    return stored
+
+
+def resolve(study, exp, space, model_config, budget: int | None, printer) -> dict | None:
+    """The study's rates: recorded, read from ``rates.file`` or measured now (and stored and
+    written); None for a study that draws one rate per trial."""
+    if not mode(study, exp)["calibrated"]:
+        return None
+    record = study.user_attrs.get(ATTR)
+    if record is None:
+        if exp.rates.file:
+            record, notes = read_file(exp.rates.file, exp)
+            for note in notes:
+                printer(note)
+        else:
+            printer(f"rates auto: measuring the rate of each family ({', '.join(space_families(space))}) on "
+                    f"search-dev, at most {allowance(exp.trials, exp.rates.share)} runs ...")
+            record = calibrate(exp, space, model_config, budget, printer)
+            write_file(record, exp.run_dir / "rates.json")
+        record = study.user_attrs.get(ATTR) or record        # another worker may have finished first
+        study.set_user_attr(ATTR, record)
+    for line in lines(record):
+        printer(line)
+    return record
+
+
+__all__ = ["apply", "calibrate", "climb", "families_of", "space_families", "known_results", "lines", "mode",
+           "resolve", "read_file", "write_file", "allowance", "ATTR", "SCALE", "SETTING", "FAMILY_PROBES"]

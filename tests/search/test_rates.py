@@ -1,0 +1,218 @@
+"""Measured rates per family (`petl_nas.search.rates`): each family trains at its own measured
+rate, the sampler draws only a narrow multiplier, presets and the LoRA sweep train at the measured
+rates, and the calibration is stored, printed, written and reused."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import optuna
+import pytest
+
+from petl_nas import ConfigError, ModuleSpec, PetlConfig
+from petl_nas.core.family_rates import at_rates, families_of
+from petl_nas.search import rates
+from petl_nas.search.experiment import Experiment, FinalEval, Rates
+from petl_nas.search.space import SearchSpace
+
+from conftest import tiny_experiment, tiny_model
+
+LORA = ModuleSpec(form="lora", targets=("q", "v"), size=2)
+ADAPTER = ModuleSpec(form="adapter", position="ffn", size=4, insertion="parallel")
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def test_each_family_of_a_configuration_trains_at_its_measured_rate_times_the_scale():
+    from petl_nas import apply_petl
+    from petl_nas.core.inject import parameter_families
+    from petl_nas.training.loop import Recipe, param_groups
+
+    config = PetlConfig(modules=(LORA, ADAPTER), bitfit=True)
+    assert families_of(config) == ["lora", "adapter", "bitfit"]
+    measured = {"adapter": 1e-4, "lora": 1e-3, "bitfit": 3e-4, "prefix": 2e-4}
+    trained, lr = at_rates(measured, config, 0.5)
+    assert lr == pytest.approx(0.5e-3) and dict(trained.lr_mults) == pytest.approx({"adapter": 0.1, "bitfit": 0.3})
+    model = apply_petl(tiny_model(), trained)
+    params = [p for p in model.parameters() if p.requires_grad]
+    families = parameter_families(model)
+    by_family: dict[str, set] = {}
+    for group in param_groups(model, params, Recipe(lr=lr)):
+        for p in group["params"]:
+            by_family.setdefault(families[id(p)], set()).add(round(group["lr"], 12))
+    assert by_family == {"lora": {5e-4}, "adapter": {5e-5}, "bitfit": {1.5e-4},
+                         "head": {5e-4}}                                # the head follows the first family
+
+
+def test_a_configuration_with_one_family_needs_no_multiples_and_a_head_alone_takes_the_first_rate():
+    one, lr = at_rates({"lora": 2e-3, "adapter": 1e-4}, PetlConfig(modules=(LORA,)), 1.0)
+    assert one.lr_mults == () and lr == 2e-3
+    head, lr = at_rates({"lora": 2e-3, "adapter": 1e-4}, PetlConfig(), 2.0)
+    assert head.lr_mults == () and lr == 4e-3
+
+
+def test_the_climb_goes_up_while_the_score_rises_then_down_from_the_start():
+    peak = lambda best: (lambda rate: -abs(math.log(rate / best)))      # noqa: E731 - a score peaking at `best`
+    assert [r for r, _ in rates.climb(peak(9e-4), 1e-4, 5)] == pytest.approx([1e-4, 3e-4, 9e-4, 2.7e-3])
+    assert [r for r, _ in rates.climb(peak(1e-5), 1e-4, 5)] == pytest.approx([1e-4, 3e-4, 1e-4 / 3, 1e-4 / 9,
+                                                                              1e-4 / 27])
+    assert len(rates.climb(peak(1e-9), 1e-4, 3)) == 3                  # never past the runs it may take
+    assert [r for r, _ in rates.climb(peak(1e-4), 1e-4, 5)] == pytest.approx([1e-4, 3e-4, 1e-4 / 3])
+
+
+def test_a_calibrated_space_draws_one_narrow_multiplier_and_holds_presets_at_one():
+    space = SearchSpace.load("small")
+    scaled = space.with_rate_scale(2.0)
+    assert scaled.hash == space.hash
+    study = optuna.create_study()
+    for _ in range(20):
+        trial = study.ask()
+        _, recipe = scaled.sample(trial, 2)
+        assert 0.5 <= recipe["lr"] <= 2.0 and "lr_scale" in trial.params and "lr" not in trial.params
+        study.tell(trial, 0.0)
+    config = space.with_head(PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=2),)))
+    params = scaled.params_for(config, 1.0, 2)
+    assert params["lr_scale"] == 1.0 and "lr" not in params
+    assert scaled.params_for(config, 3.0, 2) is None                   # beyond the spread: not a point
+    assert "lr_scale" not in space.with_rate_scale(1.0).params_for(config, 1.0, 2)    # fixed at 1
+
+
+def test_rates_in_experiment_files():
+    assert Experiment.from_dict({"rates": "off"}).rates.on is False
+    assert Experiment.from_dict({"rates": False}).rates.on is False      # YAML 1.1 reads a bare off as false
+    assert Experiment().rates == Rates(calibrate="auto", file=None, spread=2.0, share=0.15)
+    for bad, what in (({"spread": 0.5}, "spread"), ({"share": 1.5}, "share"), ({"calibrate": "on"}, "calibrate"),
+                      ({"calibrate": "off", "file": "r.json"}, "file")):
+        with pytest.raises(ConfigError, match=what):
+            Experiment.from_dict({"rates": bad}, "e.yaml")
+
+
+def _calibrated(tmp_path, **changes):
+    fields = dict(name="rates", trials=12, presets=["pfeiffer"], storage=f"sqlite:///{tmp_path}/study.db",
+                  budget=None, rates=Rates(share=0.5, spread=2.0))
+    return tiny_experiment(**{**fields, **changes})
+
+
+@pytest.mark.slow
+def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_measured_rates(tmp_path):
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.records import stored_trials
+
+    exp = _calibrated(tmp_path)
+    lines = []
+    run_search(exp, printer=lines.append)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    record = study.user_attrs[rates.ATTR]
+    assert set(record["rates"]) == {"lora", "adapter", "prefix"}       # the small space's families
+    assert record["runs"] == sum(line.startswith("  rates: ") for line in lines)
+    assert record["runs"] <= rates.allowance(exp.trials, exp.rates.share) == 6
+    assert [line.split(":")[0] for line in lines if line.startswith("rate ")] == ["rate lora", "rate adapter",
+                                                                                  "rate prefix"]
+    for family, f in record["families"].items():
+        if "tried" in f:                                                # the best score's rate is the family's
+            assert f["rate"] == max(f["tried"], key=lambda t: t[1])[0]
+    assert json.loads((exp.run_dir / "rates.json").read_text())["rates"] == record["rates"]
+
+    trials = [t for t in stored_trials(study) if t.state.name == "COMPLETE"]
+    for t in trials:
+        config = t.config(resolved=False)
+        assert 0.5 <= t.lr_scale <= 2.0
+        expected, lr = at_rates(record["rates"], dataclasses.replace(config, lr_mults=()), t.lr_scale)
+        assert (config, t.lr) == (expected, pytest.approx(lr))
+    preset = next(t for t in trials if t.preset == "pfeiffer")
+    assert preset.lr_scale == 1.0 and preset.lr == record["rates"]["adapter"]   # at the measured rate, and
+    assert study.trials[preset.number].user_attrs.get("reused") == "calibration"   # from calibration's own run
+
+    lines.clear()
+    run_search(dataclasses.replace(exp, trials=13), printer=lines.append)    # resumed: not measured again
+    assert not any(line.startswith("  rates: ") for line in lines)
+    assert optuna.load_study(study_name=exp.study_name, storage=exp.storage_url).user_attrs[rates.ATTR] == record
+
+
+@pytest.mark.slow
+def test_a_rates_file_is_reused_on_the_same_backbone_and_refused_on_another(tmp_path, monkeypatch):
+    from petl_nas.search.driver import run_search
+
+    first = _calibrated(tmp_path, trials=4, presets="none")
+    run_search(first, printer=lambda *a: None)
+    path = str(first.run_dir / "rates.json")
+    second = _calibrated(tmp_path, name="again", trials=2, presets="none", storage=f"sqlite:///{tmp_path}/b.db",
+                         task="demo_keyword", rates=Rates(file=path))
+    lines = []
+    run_search(second, printer=lines.append)
+    assert f"rates: from {path}, not measured again" in lines
+    assert any(line.startswith("rates: ") and "measured on task demo_sentiment, reused for demo_keyword" in line
+               for line in lines)
+    assert not any(line.startswith("  rates: ") for line in lines)     # no calibration run
+    other = dataclasses.replace(second, name="other", storage=f"sqlite:///{tmp_path}/c.db",
+                                backbone={"tiny": {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                   "intermediate_size": 64, "vocab_size": 600}})
+    with pytest.raises(ConfigError, match="rates do not carry across backbones"):
+        run_search(other, printer=lambda *a: None)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ConfigError, match="not a rates file"):
+        rates.read_file(str(tmp_path / "bad.json"), second)
+
+
+@pytest.mark.slow
+def test_a_study_made_without_rates_keeps_one_rate_per_trial_when_resumed(tmp_path):
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.records import stored_trials
+
+    exp = _calibrated(tmp_path, trials=2, presets="none", rates=Rates(calibrate="off"))
+    run_search(exp, printer=lambda *a: None)
+    run_search(dataclasses.replace(exp, trials=3, rates=Rates()), printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert rates.ATTR not in study.user_attrs
+    assert all(t.lr_scale is None and "lr" in t.params for t in stored_trials(study) if t.params)
+
+
+@pytest.mark.slow
+def test_the_lora_sweep_trains_at_loras_measured_rate(tmp_path):
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.records import stored_trials
+
+    exp = _calibrated(tmp_path, trials=2, presets="none", budget="5%",
+                      final=FinalEval(seeds=0, baselines=True))
+    lines = []
+    run_search(exp, printer=lines.append)
+    assert any("LoRA rank sweep queued (on top of the trials; at LoRA's measured rate)" in line for line in lines)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    lora = study.user_attrs[rates.ATTR]["rates"]["lora"]
+    sweep = [t for t in stored_trials(study) if t.sweep]
+    assert sweep and all(t.lr_scale == 1.0 and t.lr == lora for t in sweep)
+
+
+def test_each_family_is_one_line_saying_how_its_rate_was_found():
+    record = {"families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 4.5e-3, "edge": True,
+                                    "tried": [[5e-4, 0.737], [1.5e-3, 0.813], [4.5e-3, 0.817]]},
+                           "adapter": {"prior": 1e-4, "probe": "pfeiffer", "rate": 3e-4, "edge": False,
+                                       "tried": [[1e-4, 0.61], [3e-4, 0.65], [9e-4, -math.inf]]},
+                           "prefix": {"prior": 2e-4, "rate": 6e-4, "why": "not measured: calibration's share of the "
+                                                                             "trials is spent"}},
+              "factor": 3.0, "runs": 6, "trials": 40, "cost_s": 252.0}
+    assert rates.lines(record) == [
+        "rate lora: 4.5e-03 (measured on lora: 5.0e-04 0.7370, 1.5e-03 0.8130, 4.5e-03 0.8170; the best is at the "
+        "edge of the rates tried: more runs (rates.share) may find a better one)",
+        "rate adapter: 3.0e-04 (measured on pfeiffer: 1.0e-04 0.6100, 3.0e-04 0.6500, 9.0e-04 diverged)",
+        "rate prefix: 6.0e-04 (its starting rate 2.0e-04 x 3.00, the factor measured on the others; not measured: "
+        "calibration's share of the trials is spent)",
+        "rates: calibration took 6 runs (15% of 40 trials) and 4.2 min"]
+
+
+def test_runs_left_take_a_family_at_the_edge_of_its_rates_further_while_it_rises():
+    peak = lambda best: (lambda rate: -abs(math.log(rate / best)))      # noqa: E731
+    up = [(1e-4, peak(8.1e-3)(1e-4)), (3e-4, peak(8.1e-3)(3e-4)), (9e-4, peak(8.1e-3)(9e-4))]
+    assert [r for r, _ in rates.extend(peak(8.1e-3), up, 5)] == pytest.approx([1e-4, 3e-4, 9e-4, 2.7e-3, 8.1e-3,
+                                                                               2.43e-2])
+    assert len(rates.extend(peak(8.1e-3), up, 1)) == 4                    # no more than the runs left
+    inside = [(1e-4, 0.5), (3e-4, 0.7), (9e-4, 0.6)]
+    assert rates.extend(peak(8.1e-3), inside, 5) == inside                # a peak inside: nothing to extend
+    down = [(1e-4, 0.5), (3e-4, 0.4)]
+    assert [r for r, _ in rates.extend(lambda r: 0.6 if r > 2e-5 else 0.55, down, 5)] == pytest.approx(
+        [1e-4, 3e-4, 1e-4 / 3, 1e-4 / 9])
