@@ -166,6 +166,8 @@ def test_a_study_made_without_rates_keeps_one_rate_per_trial_when_resumed(tmp_pa
 
     exp = _calibrated(tmp_path, trials=2, presets="none", rates=Rates(calibrate="off"))
     run_search(exp, printer=lambda *a: None)
+    older = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    older.set_user_attr(rates.SETTING, None)               # as a study made before rates existed
     run_search(dataclasses.replace(exp, trials=3, rates=Rates()), printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     assert rates.ATTR not in study.user_attrs
