@@ -7,7 +7,8 @@ good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the t
 
 - every family of modules the space can draw (LoRA, bottleneck adapters, Compacter, prefixes,
   multi-head adapters, soft prompts, BitFit; `FAMILY_PROBES`) is trained on one of its presets
-  that fits the budget, with the trial recipe, scored on search-dev like a trial;
+  that fits the budget (else one with its sizes halved until it fits, `shrunk`), with the trial
+  recipe, scored on search-dev like a trial;
 - each climbs from its paper rate (brought into the space's ``lr`` range, where the space's author
   said good rates lie) in steps of `STEP`: up while the score rises, else down, at most
   `MAX_STEPS` runs; then the runs left take each family whose best is still at an edge of the
@@ -44,7 +45,6 @@ from ..errors import ConfigError, read_text
 from ..fileio import atomic_write
 from .records import RATE_CALIBRATION, RATES_SETTING
 from .results import TrialResult
-from .baselines import lora_sweep
 from .space import SearchSpace
 from .storage import as_stored
 from .study import preset_in_space
@@ -75,23 +75,44 @@ def space_families(space) -> list[str]:
 
 def probe(family: str, space, model_config, budget: int | None) -> tuple[str, PetlConfig] | None:
     """The first preset of ``family`` that fits the budget, as the study trains it (lr_scale 1);
-    for LoRA under a budget no preset fits, the smallest point of the rank sweep."""
+    when none does, the first one the backbone takes with its modules' sizes halved until it fits
+    (`shrunk`): a family is measured whenever one of its modules fits at all."""
+    taken = []
     for name in FAMILY_PROBES[family]:
-        found = probe_fits(name, space, model_config, budget)
-        if found is not None:
-            return name, found
-    sweep = lora_sweep(model_config, budget) if family == "lora" else []
-    return (sweep[0][0], space.with_head(sweep[0][1])) if sweep else None
+        config = as_trained(name, space, model_config)
+        if config is None:
+            continue
+        if budget is None or count_parameters(model_config, config).deployable <= budget:
+            return name, config
+        taken.append((name, config))
+    for name, config in taken:
+        small = shrunk(config, model_config, budget)
+        if small is not None:
+            return f"{name}, sizes {'/'.join(str(m.size) for m in small.modules)} to fit", small
+    return None
 
 
-def probe_fits(name: str, space, model_config, budget: int | None) -> PetlConfig | None:
-    """Preset ``name`` as the study trains it, if the backbone takes it within the budget."""
+def as_trained(name: str, space, model_config) -> PetlConfig | None:
+    """Preset ``name`` as the study trains it (lr_scale 1); None if the backbone refuses it."""
     try:
         config, _ = preset_in_space(space, name, model_config, model_config.num_hidden_layers, lr=1.0)
-        count = count_parameters(model_config, config).deployable
+        count_parameters(model_config, config)
     except ConfigError:                                   # a form this backbone refuses
         return None
-    return config if budget is None or count <= budget else None
+    return config
+
+
+def shrunk(config: PetlConfig, model_config, budget: int) -> PetlConfig | None:
+    """``config`` with every module's size halved until it fits ``budget``; None if even size 1
+    does not (or it has no module to shrink)."""
+    import dataclasses
+
+    while count_parameters(model_config, config).deployable > budget:
+        if not config.modules or all(m.size <= 1 for m in config.modules):
+            return None
+        config = dataclasses.replace(config, modules=tuple(dataclasses.replace(m, size=max(1, m.size // 2))
+                                                           for m in config.modules))
+    return config
 
 
 def within(rate: float, lr) -> float:

@@ -218,3 +218,19 @@ def test_runs_left_take_a_family_at_the_edge_of_its_rates_further_while_it_rises
     down = [(1e-4, 0.5), (3e-4, 0.4)]
     assert [r for r, _ in rates.extend(lambda r: 0.6 if r > 2e-5 else 0.55, down, 5)] == pytest.approx(
         [1e-4, 3e-4, 1e-4 / 3, 1e-4 / 9])
+
+
+def test_a_family_whose_presets_are_over_the_budget_is_measured_on_one_shrunk_to_fit():
+    """On MiniLM's shape at 0.5% (113,566) the prefix preset (l=30) is over the budget: the family is
+    measured on it with its length halved until it fits, not left to a factor measured on others."""
+    from transformers import BertConfig
+
+    from petl_nas.core.budget import count_parameters
+
+    minilm = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    space = SearchSpace.load("unified").with_rate_scale(2.0)
+    name, config = rates.probe("prefix", space, minilm, 113_566)
+    assert name == "prefix, sizes 15 to fit" and [m.size for m in config.modules] == [15]
+    assert count_parameters(minilm, config).deployable <= 113_566
+    assert rates.probe("lora", space, minilm, None)[0] == "lora"          # a preset that fits is taken as it is
+    assert rates.probe("bitfit", space, minilm, 100) is None              # nothing to shrink
