@@ -9,8 +9,9 @@ good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the t
   multi-head adapters, soft prompts, BitFit; `FAMILY_PROBES`) is trained on one of its presets
   that fits the budget (else one with its sizes halved until it fits, `shrunk`), with the trial
   recipe, scored on search-dev like a trial;
-- each climbs from its paper rate (brought into the space's ``lr`` range, where the space's author
-  said good rates lie) in steps of `STEP`: up while the score rises, else down, at most
+- each climbs from its paper rate times the factor measured so far on the families before it
+  (the first: its paper rate), brought into the space's ``lr`` range where the space's author
+  said good rates lie, in steps of `STEP`: up while the score rises, else down, at most
   `MAX_STEPS` runs; then the runs left take each family whose best is still at an edge of the
   rates it tried one step further that way while it rises (`extend`); the best score's rate is
   the family's;
@@ -173,13 +174,15 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
     order, skipped, climbs = space_families(space), {}, {}
     for family in order:
         found = probe(family, space, model_config, budget)
-        prior = within(preset_lr(FAMILY_PROBES[family][0]), SearchSpace.load(exp.space).globals["lr"])
+        lr_range = SearchSpace.load(exp.space).globals["lr"]
+        prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
         if found is None or left < 2:
             skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
                                else "not measured: calibration's share of the trials is spent"}
             continue
         measure, runs = _measurer(exp, family, *found, printer)
-        climbs[family] = (measure, runs, found[0], prior, climb(measure, prior, min(MAX_STEPS, left)))
+        start = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
+        climbs[family] = (measure, runs, found[0], prior, climb(measure, start, min(MAX_STEPS, left)))
         left -= len(climbs[family][-1])
     measured, results = {}, {}
     for family, (measure, runs, name, prior, tried) in climbs.items():
@@ -201,6 +204,13 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
             "allowed": allowance(exp.trials, exp.rates.share), "trials": exp.trials, "results": results,
             "epochs": trial_recipe(exp).epochs, "k": exp.fidelity.k, "backbone": json.dumps(exp.backbone),
             "task": str(exp.task), "cost_s": round(time.perf_counter() - start, 1)}
+
+
+def factor_so_far(climbs: dict) -> float:
+    """The geometric mean of best rate / starting rate over the families climbed so far (1 before
+    any): where the next family's climb starts, from its own paper rate."""
+    ratios = [max(tried, key=lambda t: t[1])[0] / prior for *_, prior, tried in climbs.values()]
+    return math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else 1.0
 
 
 def _measurer(exp, family: str, name: str, config: PetlConfig, printer):

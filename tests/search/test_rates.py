@@ -116,6 +116,10 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
     for family, f in record["families"].items():
         if "tried" in f:                                                # the best score's rate is the family's
             assert f["rate"] == max(f["tried"], key=lambda t: t[1])[0]
+    lora, adapter = record["families"]["lora"], record["families"]["adapter"]
+    assert lora["tried"][0][0] == lora["prior"]                         # the first climbs from its paper rate,
+    factor = max(lora["tried"][:3], key=lambda t: t[1])[0] / lora["prior"]     # the next from its own times the
+    assert adapter["tried"][0][0] == pytest.approx(min(max(adapter["prior"] * factor, 3e-3), 3e-2))  # factor
     assert json.loads((exp.run_dir / "rates.json").read_text())["rates"] == record["rates"]
 
     trials = [t for t in stored_trials(study) if t.state.name == "COMPLETE"]
@@ -234,3 +238,39 @@ def test_a_family_whose_presets_are_over_the_budget_is_measured_on_one_shrunk_to
     assert count_parameters(minilm, config).deployable <= 113_566
     assert rates.probe("lora", space, minilm, None)[0] == "lora"          # a preset that fits is taken as it is
     assert rates.probe("bitfit", space, minilm, 100) is None              # nothing to shrink
+
+
+def test_a_family_climbs_from_its_paper_rate_times_the_factor_measured_before_it():
+    lora = (None, None, "lora", 5e-4, [(5e-4, 0.737), (1.5e-3, 0.813), (4.5e-3, 0.817)])       # best: 9x
+    compacter = (None, None, "compacter_pp", 1e-3, [(1e-3, 0.80), (3e-3, 0.82), (9e-3, 0.81)])  # best: 3x
+    assert rates.factor_so_far({}) == 1.0
+    assert rates.factor_so_far({"lora": lora}) == pytest.approx(9.0)
+    assert rates.factor_so_far({"lora": lora, "compacter": compacter}) == pytest.approx(math.sqrt(27))
+
+
+def test_calibration_starts_each_family_from_what_the_families_before_it_measured(monkeypatch):
+    """Scripted runs (a score peaking at each family's own rate) on MiniLM's shape: LoRA climbs from
+    its paper rate 5e-4 to its peak 4.5e-3 (9x); the adapter then starts at 1e-4 x 9 = 9e-4, not at
+    1e-4, and reaches its peak 8.1e-3 with the runs it saved."""
+    from transformers import BertConfig
+
+    from petl_nas.core.family_rates import families_of
+    from petl_nas.search import worker
+    from petl_nas.search.results import TrialResult
+
+    peaks = {"lora": 4.5e-3, "adapter": 8.1e-3, "compacter": 3e-3, "prefix": 6e-4, "mh_adapter": 1.8e-3,
+             "prompt": 3e-3, "bitfit": 2.7e-3}
+
+    def scripted(spec, **kw):
+        family = families_of(PetlConfig.from_dict(spec.config))[0]
+        return TrialResult(score=0.9 - abs(math.log(spec.recipe["lr"] / peaks[family])) / 10, score_se=0.01)
+
+    monkeypatch.setattr(worker, "run_trial", scripted)
+    minilm = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    exp = tiny_experiment(space="unified", trials=100, rates=Rates(share=0.5))
+    space = SearchSpace.load("unified").with_rate_scale(2.0)
+    record = rates.calibrate(exp, space, minilm, None, printer=lambda *a: None)
+    lora, adapter = record["families"]["lora"], record["families"]["adapter"]
+    assert [r for r, _ in lora["tried"]] == pytest.approx([5e-4, 1.5e-3, 4.5e-3, 1.35e-2])
+    assert [r for r, _ in adapter["tried"]] == pytest.approx([9e-4, 2.7e-3, 8.1e-3, 2.43e-2])
+    assert record["rates"]["lora"] == pytest.approx(4.5e-3) and record["rates"]["adapter"] == pytest.approx(8.1e-3)
