@@ -181,8 +181,8 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
                                else "not measured: calibration's share of the trials is spent"}
             continue
         measure, runs = _measurer(exp, family, *found, printer)
-        start = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
-        climbs[family] = (measure, runs, found[0], prior, climb(measure, start, min(MAX_STEPS, left)))
+        first = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
+        climbs[family] = (measure, runs, found[0], prior, climb(measure, first, min(MAX_STEPS, left)))
         left -= len(climbs[family][-1])
     measured, results = {}, {}
     for family, (measure, runs, name, prior, tried) in climbs.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 
 import optuna
 import pytest
@@ -105,9 +106,12 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
 
     exp = _calibrated(tmp_path)
     lines = []
+    began = time.perf_counter()
     run_search(exp, printer=lines.append)
+    took = time.perf_counter() - began
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     record = study.user_attrs[rates.ATTR]
+    assert 0 < record["cost_s"] <= took                               # a part of the search, not the clock
     assert set(record["rates"]) == {"lora", "adapter", "prefix"}       # the small space's families
     assert record["runs"] == sum(line.startswith("  rates: ") for line in lines)
     assert record["runs"] <= rates.allowance(exp.trials, exp.rates.share) == 6
