@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..places import glue_candidates, hub_status
 from ..search.experiment import Experiment, Fidelity, FinalEval
 from ..search.storage import redact
+from ..search.study import with_fidelity_resolved
 
 BACKBONE = "all-MiniLM-L6-v2"
 HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
@@ -116,7 +117,7 @@ def _check_resumable(exp: Experiment) -> None:
     if old is None:
         return
     task, fidelity = old.user_attrs.get("task"), old.user_attrs.get("fidelity") or {}
-    now = dataclasses.asdict(exp.fidelity)
+    now = with_fidelity_resolved({"fidelity": dataclasses.asdict(exp.fidelity)}, fidelity)["fidelity"]   # auto: as stored
     changed = [f"{k} {v} (now {now[k]})" for k, v in fidelity.items() if k in now and now[k] != v]
     if task is not None and task != exp.task:
         changed.insert(0, f"task {task} (now {exp.task})")
