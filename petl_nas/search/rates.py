@@ -36,7 +36,9 @@ import json
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..core.budget import count_parameters
 from ..core.config import PetlConfig
@@ -162,6 +164,18 @@ def extend(measure, tried: list[tuple[float, float]], runs: int) -> list[tuple[f
     return tried
 
 
+@dataclass
+class Climb:
+    """One family's climb: how to measure a rate (``measure``; ``runs`` keeps each rate's spec and
+    result), the preset it is measured on, its paper rate and the (rate, score) pairs tried."""
+
+    measure: Callable[[float], float]
+    runs: dict
+    probe: str
+    prior: float
+    tried: list
+
+
 def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
     """Measure each family's rate (see the module docstring); returns the record stored on the study.
     Every family climbs first; the runs left then take the families whose best is at an edge of
@@ -171,10 +185,10 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
 
     start = time.perf_counter()
     left = allowance(exp.trials, exp.rates.share)
+    lr_range = SearchSpace.load(exp.space).globals["lr"]
     order, skipped, climbs = space_families(space), {}, {}
     for family in order:
         found = probe(family, space, model_config, budget)
-        lr_range = SearchSpace.load(exp.space).globals["lr"]
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
         if found is None or left < 2:
             skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
@@ -182,23 +196,23 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
             continue
         measure, runs = _measurer(exp, family, *found, printer)
         first = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
-        climbs[family] = (measure, runs, found[0], prior, climb(measure, first, min(MAX_STEPS, left)))
-        left -= len(climbs[family][-1])
-    measured, results = {}, {}
-    for family, (measure, runs, name, prior, tried) in climbs.items():
-        more = extend(measure, tried, left)
-        left -= len(more) - len(tried)
+        climbs[family] = Climb(measure, runs, found[0], prior, climb(measure, first, min(MAX_STEPS, left)))
+        left -= len(climbs[family].tried)
+    measured, results, records = {}, {}, {}
+    for family, c in climbs.items():
+        more = extend(c.measure, c.tried, left)
+        left -= len(more) - len(c.tried)
         rate = max(more, key=lambda t: t[1])[0]
         measured[family] = rate
-        spec, r = runs[rate]
+        spec, r = c.runs[rate]
         results[family] = as_stored({"spec": spec.to_dict(),
                                      "result": {k: v for k, v in r.to_dict().items() if k != "history"}})
-        climbs[family] = {"prior": prior, "probe": name, "rate": rate, "tried": [[t, s] for t, s in more],
-                          "edge": len(more) > 1 and rate in (max(t for t, _ in more), min(t for t, _ in more))}
+        records[family] = {"prior": c.prior, "probe": c.probe, "rate": rate, "tried": [[t, s] for t, s in more],
+                           "edge": len(more) > 1 and rate in (max(t for t, _ in more), min(t for t, _ in more))}
     free_memory()
-    factor = (math.exp(statistics.fmean(math.log(measured[f] / climbs[f]["prior"]) for f in measured))
+    factor = (math.exp(statistics.fmean(math.log(measured[f] / records[f]["prior"]) for f in measured))
               if measured else 1.0)
-    families = {f: climbs.get(f) or {**skipped[f], "rate": skipped[f]["prior"] * factor} for f in order}
+    families = {f: records.get(f) or {**skipped[f], "rate": skipped[f]["prior"] * factor} for f in order}
     return {"rates": {f: families[f]["rate"] for f in order}, "families": families, "factor": factor,
             "runs": sum(len(v.get("tried", ())) for v in families.values()),
             "allowed": allowance(exp.trials, exp.rates.share), "trials": exp.trials, "results": results,
@@ -206,10 +220,10 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
             "task": str(exp.task), "cost_s": round(time.perf_counter() - start, 1)}
 
 
-def factor_so_far(climbs: dict) -> float:
-    """The geometric mean of best rate / starting rate over the families climbed so far (1 before
+def factor_so_far(climbs: dict[str, Climb]) -> float:
+    """The geometric mean of best rate / paper rate over the families climbed so far (1 before
     any): where the next family's climb starts, from its own paper rate."""
-    ratios = [max(tried, key=lambda t: t[1])[0] / prior for *_, prior, tried in climbs.values()]
+    ratios = [max(c.tried, key=lambda t: t[1])[0] / c.prior for c in climbs.values()]
     return math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else 1.0
 
 

@@ -245,8 +245,8 @@ def test_a_family_whose_presets_are_over_the_budget_is_measured_on_one_shrunk_to
 
 
 def test_a_family_climbs_from_its_paper_rate_times_the_factor_measured_before_it():
-    lora = (None, None, "lora", 5e-4, [(5e-4, 0.737), (1.5e-3, 0.813), (4.5e-3, 0.817)])       # best: 9x
-    compacter = (None, None, "compacter_pp", 1e-3, [(1e-3, 0.80), (3e-3, 0.82), (9e-3, 0.81)])  # best: 3x
+    lora = rates.Climb(None, {}, "lora", 5e-4, [(5e-4, 0.737), (1.5e-3, 0.813), (4.5e-3, 0.817)])       # best: 9x
+    compacter = rates.Climb(None, {}, "compacter_pp", 1e-3, [(1e-3, 0.80), (3e-3, 0.82), (9e-3, 0.81)])  # best: 3x
     assert rates.factor_so_far({}) == 1.0
     assert rates.factor_so_far({"lora": lora}) == pytest.approx(9.0)
     assert rates.factor_so_far({"lora": lora, "compacter": compacter}) == pytest.approx(math.sqrt(27))
