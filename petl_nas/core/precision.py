@@ -9,7 +9,9 @@ gradients land on the fp32 masters; fp16 adds loss scaling (`grad_scaler_for`).
 
 A run may ask for a precision (`use_precision`, from ``Recipe.precision``): ``auto`` is the above
 (bf16 on a GPU that computes it natively, Ampere or newer; full precision for an fp32 body on a CPU
-or an older GPU); ``bf16`` computes the matmuls in bf16 on
+or an older GPU); ``native`` is bf16 wherever the device computes it natively, a CPU with
+AVX512-BF16 or AMX too (a new study's default: `search.experiment.NEW_STUDY_PRECISION`), full
+precision elsewhere; ``bf16`` computes the matmuls in bf16 on
 any device (on a CPU with native bf16, AVX512-BF16 or AMX, a training step is about twice as fast;
 elsewhere it is emulated and slower); ``fp32`` keeps an fp32 body in full precision on a GPU too.
 """
@@ -17,11 +19,12 @@ elsewhere it is emulated and slower); ``fp32`` keeps an fp32 body in full precis
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
 HALF = (torch.float16, torch.bfloat16)
-PRECISIONS = ("auto", "bf16", "fp32")
+PRECISIONS = ("auto", "native", "bf16", "fp32")
 _ATTR = "petl_nas_precision"        # where `use_precision` leaves a model's choice for `compute_dtype`
 
 
@@ -47,6 +50,7 @@ def use_precision(model: torch.nn.Module, precision: str) -> None:
     setattr(model, _ATTR, precision)
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 matmuls natively (AVX512-BF16 or AMX; Linux's CPU flags).
     Where it does not, ``precision: bf16`` still runs, emulated and slower than fp32."""
@@ -60,8 +64,9 @@ def cpu_has_native_bf16() -> bool:
 
 def compute_dtype(model: torch.nn.Module, device) -> torch.dtype | None:
     """The autocast dtype for ``model`` on ``device``: the body's half precision wherever it runs;
-    bf16 when `use_precision` asked for it, or by default for an fp32 body on a GPU that supports
-    it; None (full precision) otherwise."""
+    bf16 when `use_precision` asked for it, for ``native`` on a CPU that computes it natively, or
+    (``auto`` and ``native``) for an fp32 body on a GPU that supports it; None (full precision)
+    otherwise."""
     body = body_dtype(model)
     if body in HALF:
         return body
@@ -70,6 +75,8 @@ def compute_dtype(model: torch.nn.Module, device) -> torch.dtype | None:
         return torch.bfloat16
     if chosen == "fp32":
         return None
+    if chosen == "native" and torch.device(device).type == "cpu" and cpu_has_native_bf16():
+        return torch.bfloat16
     if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False):
         return torch.bfloat16                     # native only: a pre-Ampere GPU (V100, T4) emulates it, slower
     return None

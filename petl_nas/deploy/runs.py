@@ -37,6 +37,7 @@ from ..tasks import load_splits, recorded_task, resolve_task
 from ..search.experiment import Experiment
 from ..training.loop import train
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
+from ..training.threads import use_threads
 from .record import ExportRecord
 
 TOKENIZER_DIR = "tokenizer"
@@ -129,7 +130,8 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
         runs.append(run)
         if keep_models:
             models.append(trained)
-        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s -> {run_dir}")
+        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s "
+                f"({result.threads} CPU thread{'s' * (result.threads != 1)}) -> {run_dir}")
     _remove_other_records(out, rec, n, printer)
     last = [r["last"] for r in runs]
     scored = [r["metrics"] for r in runs if "metrics" in r]            # (runs an earlier petl-nas saved lack them)
@@ -311,6 +313,7 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
         return [{"generated": text} for text in _generate(model, [r[0] if r else "" for r in rows], info, batch_size)]
     out = []
     device = next(model.parameters()).device
+    use_threads()
     with torch.no_grad(), autocast_for(model, device):
         for i in range(0, len(rows), batch_size):
             chunk = rows[i:i + batch_size]

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 
 from optuna.trial import TrialState
 
 from ..tasks.significance import paired_difference
+from ..training.threads import use_threads
 from .records import CONFIRMED as PREFIX, StoredTrial
 
 
@@ -65,10 +67,14 @@ def confirm(study, exp, recipe, printer) -> list:
 
     n, extra = exp.final.confirm, exp.final.confirm_seeds
     top = candidates(study, n)
-    for t in top:
+    todo = [t for t in top if StoredTrial.of(t, study.user_attrs).confirmed is None]
+    if todo and extra:
+        threads = use_threads()
+        printer(f"confirming {len(todo)} candidate(s) with {extra} more seed(s) each on search-dev, in this process "
+                f"with {threads.threads} CPU thread(s) ...")
+    started = time.perf_counter()
+    for done, t in enumerate(todo, 1):
         stored = StoredTrial.of(t, study.user_attrs)
-        if stored.confirmed is not None:
-            continue
         scores = [t.values[0]]
         for i in range(1, extra + 1):
             run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
@@ -76,6 +82,8 @@ def confirm(study, exp, recipe, printer) -> list:
                 run = dataclasses.replace(run, evals_per_epoch=0)
             scores.append(run_trial(trial_spec(exp, stored.petl_config, run, number=t.number)).score)
         study.set_user_attr(PREFIX + str(t.number), scores)
+        if extra:
+            printer(f"  confirming: trial {t.number} done ({countdown(time.perf_counter() - started, done, len(todo))})")
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
     attrs = study.user_attrs
     for t in ranked:
@@ -86,6 +94,12 @@ def confirm(study, exp, recipe, printer) -> list:
     if (said := verdict(study)) is not None:
         printer(said.line)
     return ranked
+
+
+def countdown(spent_s: float, done: int, total: int) -> str:
+    """``i of n, about M min left`` after the i-th of n jobs of about equal length took ``spent_s``."""
+    left = spent_s / done * (total - done)
+    return f"{done} of {total}" + (f", about {max(1, round(left / 60))} min left" if done < total else "")
 
 
 def confirmed_now(study) -> set[int]:

@@ -31,7 +31,7 @@ from ..core.budget import check_positions, count_parameters
 from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
-from .confirm import confirm, confirmed_scores, confirmed_text, verdict
+from .confirm import confirm, confirmed_scores, confirmed_text, countdown, verdict
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, large_budget_warning, parse_budget
@@ -57,6 +57,7 @@ from ..training.loop import Recipe, n_evaluations
 from .specs import final_k, final_recipe, trial_recipe, trial_spec
 from ..core.models import check_weight_files
 from ..training.loading import load_backbone, model_config_for
+from ..training.threads import use_threads
 from .worker import run_trial
 
 
@@ -268,8 +269,9 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
                        task.main_metric, attrs, force_new=force_new_study,
                        heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
                        retries=exp.stale_retries, objectives=exp.objectives)
-    buckets = study.user_attrs["fidelity"]["length_buckets"]        # auto: as the study records it
-    exp = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, length_buckets=buckets))
+    recorded = study.user_attrs["fidelity"]                         # auto: as the study records it
+    exp = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, length_buckets=recorded["length_buckets"],
+                                                                precision=recorded.get("precision", "auto")))
     try:
         summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
     finally:
@@ -517,23 +519,36 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         presets = presets[:1]
     elif exp.final.presets == "none":
         presets = []
-    for t in members + [p for p in presets if p.number not in {m.number for m in members}]:
+    todo = [t for t in members + [p for p in presets if p.number not in {m.number for m in members}]
+            if f"{FINAL}{t.number}" not in study.user_attrs]
+    if todo:
+        threads = use_threads()
+        printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, in this "
+                f"process with {threads.threads} CPU thread(s) ({threads.reason})")
+    started = time.perf_counter()
+    for done, t in enumerate(todo):
         key = f"{FINAL}{t.number}"
-        if key in study.user_attrs:
-            continue
-        scores = []
+        scores, customary = [], []
+        beside = task.customary_metric if task.customary_metric != task.main_metric else None
         for seed in range(exp.final.seeds):
             spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
-            scores.append(run_trial(spec).last_score)       # on the test split: no checkpoint picking
+            result = run_trial(spec)
+            scores.append(result.last_score)                # on the test split: no checkpoint picking
+            if beside is not None and beside in result.history[-1]:
+                customary.append(result.history[-1][beside])
         mean = statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
+        reported = {beside: customary} if customary and len(customary) == len(scores) else {}
         study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
-                                  "epochs": exp.final.epochs, "k": final_k(exp), "split": "test"})
+                                  "epochs": exp.final.epochs, "k": final_k(exp), "split": "test",
+                                  **({"customary": reported} if reported else {})})
         tag = f" [{t.preset}]" if t.preset else ""
         floor = (study.user_attrs.get("baseline") or {}).get("test_score")
         printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
                 + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
-                + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else ""))
+                + "".join(f" ({name} {statistics.fmean(v):.4f}, as papers report it)" for name, v in reported.items())
+                + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else "")
+                + f"; {countdown(time.perf_counter() - started, done + 1, len(todo))}")
 
 
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:

@@ -63,6 +63,7 @@ def parse_budget(text: str | int | float | None, backbone_params: int | None) ->
     return int(value)
 
 
+NEW_STUDY_PRECISION = "native"    # `fidelity.precision: auto` in a new study: bf16 where computed natively
 NEW_STUDY_LENGTH_BUCKETS = 16    # `fidelity.length_buckets: auto` in a new study: 0.36x the tokens on SST-2
 
 
@@ -98,9 +99,13 @@ class Fidelity:
         frozen_cache_mb: 0 (the default) runs every layer at every step; N > 0 runs the layers
             below a trial's lowest trainable one without dropout and reuses their output across
             epochs and trials, kept in memory up to N MiB per worker (`petl_nas.training.frozen`).
-        precision: ``auto`` (the default: bf16 on a GPU, full precision on a CPU), ``bf16`` (also on
-            a CPU: about twice as fast where it has native bf16, AVX512-BF16 or AMX), or ``fp32``;
-            the exported record's final runs compute the same way (`petl_nas.core.precision`).
+        precision: ``native`` (bf16 wherever the device computes it natively: a GPU from Ampere
+            on, a CPU with AVX512-BF16 or AMX, where a trial is 1.6x faster at equal scores,
+            ``bench/results/trial_throughput_sst2.md``; full precision elsewhere), ``bf16`` (on any
+            device, emulated where not native), ``fp32``, or ``auto`` (the default):
+            `NEW_STUDY_PRECISION` for a new study and what a resumed study recorded (one made
+            before ``native`` recorded ``auto``: bf16 on a GPU, full precision on a CPU). The
+            exported record's final runs compute the same way (`petl_nas.core.precision`).
         compile: ``off`` (the default) or a ``torch.compile`` mode for every trial's steps:
             ``default``, ``reduce-overhead`` (CUDA graphs on a GPU) or ``max-autotune``
             (`petl_nas.training.compiling`). Compiling costs time in every trial: it pays for long trials
@@ -126,7 +131,7 @@ class Fidelity:
     evals_per_epoch: int = 1
     length_buckets: int | str = "auto"   # 0: uniform shuffle; N: similar lengths from pools of N batches
     frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
-    precision: str = "auto"     # auto (bf16 on a GPU), bf16 (also on a CPU), fp32
+    precision: str = "auto"     # auto (new study: native), native, bf16, fp32
     compile: str = "off"        # off, or a torch.compile mode (petl_nas.training.compiling)
     cuda_graphs: bool = False   # on a GPU: replay each step as a CUDA graph (petl_nas.training.step_graphs)
     search_dev: int = 500
@@ -143,7 +148,7 @@ class Fidelity:
         check_fields(self, "fidelity: ", {"score": one_of("last", "best"),
             "k": optional(whole(1)), "epochs": auto_or(number(0, True)), "batch_size": whole(1),
             "max_length": whole(1), "evals_per_epoch": whole(1), "search_dev": whole(1),
-            "length_buckets": auto_or(whole(0)), "frozen_cache_mb": whole(0), "precision": one_of("auto", "bf16", "fp32"),
+            "length_buckets": auto_or(whole(0)), "frozen_cache_mb": whole(0), "precision": one_of("auto", "native", "bf16", "fp32"),
             "compile": one_of(*COMPILE_MODES), "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "cuda_graphs": ((lambda v: isinstance(v, bool)), "true or false")})
         if self.compile != "off" and self.frozen_cache_mb:

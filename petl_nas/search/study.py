@@ -97,16 +97,22 @@ def changed_settings(stored: dict, attrs: dict) -> list[str]:
 
 
 def with_fidelity_resolved(attrs: dict, stored: dict | None) -> dict:
-    """``attrs`` with ``fidelity.length_buckets: auto`` made a number: what the study recorded when
-    it exists (``stored``; 0 if it recorded none, from before ``auto``), else the new studies'
-    default (`NEW_STUDY_LENGTH_BUCKETS`): a resumed study keeps its trials' recipe."""
-    from .experiment import NEW_STUDY_LENGTH_BUCKETS
+    """``attrs`` with the new studies' defaults made concrete: ``fidelity.length_buckets: auto``
+    a number and ``fidelity.precision: auto`` a precision: what the study recorded when it exists
+    (``stored``; from before these defaults: 0 buckets and precision ``auto``, bf16 on a GPU only),
+    else `NEW_STUDY_LENGTH_BUCKETS` and `NEW_STUDY_PRECISION`: a resumed study keeps its trials'
+    recipe."""
+    from .experiment import NEW_STUDY_LENGTH_BUCKETS, NEW_STUDY_PRECISION
 
-    fidelity = attrs.get("fidelity") or {}
-    if fidelity.get("length_buckets") != "auto":
-        return attrs
-    value = NEW_STUDY_LENGTH_BUCKETS if stored is None else stored.get("length_buckets", 0)
-    return {**attrs, "fidelity": {**fidelity, "length_buckets": 0 if value == "auto" else value}}
+    fidelity = dict(attrs.get("fidelity") or {})
+    if fidelity.get("length_buckets") == "auto":
+        value = NEW_STUDY_LENGTH_BUCKETS if stored is None else stored.get("length_buckets", 0)
+        fidelity["length_buckets"] = 0 if value == "auto" else value
+    if fidelity.get("precision") == "auto" and stored is None:
+        fidelity["precision"] = NEW_STUDY_PRECISION
+    elif fidelity.get("precision") == "auto":
+        fidelity["precision"] = stored.get("precision", "auto")
+    return {**attrs, "fidelity": fidelity} if fidelity != (attrs.get("fidelity") or {}) else attrs
 
 
 def _same_length(stored: dict, old, new) -> bool:
@@ -129,39 +135,44 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
         with ClaimLock(storage, name)():          # one worker at a time checks, replaces or creates it
             existing = {s.study_name for s in storage.get_all_studies()}
             old = optuna.load_study(study_name=name, storage=storage) if name in existing else None
-            attrs = with_fidelity_resolved(attrs, old.user_attrs.get("fidelity") or {} if old is not None else None)
+            requested, recorded = attrs, old.user_attrs if old is not None else {}    # read once
+            attrs = with_fidelity_resolved(attrs, recorded.get("fidelity") or {} if old is not None else None)
             if old is not None:
-                stored = old.user_attrs.get("space_hash")
+                stored = recorded.get("space_hash")
                 if stored and stored != attrs["space_hash"]:
                     if not force_new:
-                        was, now = old.user_attrs.get("space_name"), attrs.get("space_name")
+                        was, now = recorded.get("space_name"), attrs.get("space_name")
                         names = (f"{was!r}, now {now!r}" if was and now and was != now else
                                  f"{was or now!r}, edited since")       # the same name: its file changed
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with another space "
                                           f"({names}; hash {stored}, now {attrs['space_hash']}); use a new --study "
                                           f"name or --force-new-study to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
-                elif changed := changed_settings(old.user_attrs, attrs):
+                    attrs = with_fidelity_resolved(requested, None)      # a new study: new defaults
+                elif changed := changed_settings(recorded, attrs):
                     if not force_new:
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with other settings: "
                                           f"{', '.join(changed)}; use a new --study name or --force-new-study "
                                           f"to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
-                elif (had := old.user_attrs.get("objectives", ["score", "params"])) != list(objectives) \
+                    attrs = with_fidelity_resolved(requested, None)      # a new study: new defaults
+                elif (had := recorded.get("objectives", ["score", "params"])) != list(objectives) \
                         or len(old.directions) != len(objectives):   # the values stored are of the old ones
                     if not force_new:
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
                                           f"not [{', '.join(objectives)}]; use a new --study name or "
                                           f"--force-new-study to replace it")
                     optuna.delete_study(study_name=name, storage=storage)
+                    attrs = with_fidelity_resolved(requested, None)      # a new study: new defaults
             study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                         directions=directions(objectives), load_if_exists=True)
+            have = study.user_attrs          # written under the lock: a worker starting beside this one
+            for k, v in {**attrs, "objectives": list(objectives)}.items():       # reads them whole
+                if have.get(k, ()) != v:
+                    study.set_user_attr(k, v)
     except ConfigError:
         close_storage(storage)
         raise
-    for k, v in {**attrs, "objectives": list(objectives)}.items():
-        if study.user_attrs.get(k, ()) != v:
-            study.set_user_attr(k, v)
     if study.metric_names != metric_names(objectives, metric):
         study.set_metric_names(metric_names(objectives, metric))
     return study

@@ -89,7 +89,8 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
                        history=result.history, steps=result.steps, train_s=result.wall_s, setup_s=setup_s,
                        peak_mem_mb=result.peak_mem_mb, train_step_ms=result.train_step_ms, latency_ms=latency_ms,
                        metric=task.main_metric, wall_s=time.perf_counter() - start, epochs=spec.recipe.get("epochs"),
-                       k=spec.k, **gpu, frozen=result.frozen, graphs=result.graphs)
+                       k=spec.k, **gpu, frozen=result.frozen, graphs=result.graphs,
+                       threads=result.threads)
 
 
 def free_memory() -> None:

@@ -9,7 +9,8 @@ It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands eac
 ``report`` (the search's intermediate values, where a scheduler may stop the trial),
 and returns the best and last scores, wall time and peak memory. A non-finite loss stops the trial
 with `NonFiniteLoss`. On a GPU, ``Recipe.cuda_graphs`` replays each training step as a CUDA graph
-recorded once per batch shape (`step_graphs`).
+recorded once per batch shape (`step_graphs`). Its CPU thread count is chosen from the cores
+other processes leave free (`threads`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..core.inject import parameter_families
 from ..tasks.significance import standard_error
 from ..core.precision import autocast_for, grad_scaler_for, use_precision
 from .step_clock import StepClock, first_of_each_shape
+from .threads import use_threads
 from .step_graphs import LENGTH_MULTIPLE, GraphedSteps, GraphInfo, prepare_optimizer, why_not
 
 
@@ -107,6 +109,7 @@ class TrainResult:
     steps_timed: int = 0          # the steps that mean is over (this call's: not a checkpoint's before it)
     frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
     graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
+    threads: int = 0              # torch's CPU threads for this run (`threads.use_threads`)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -268,6 +271,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         on_epoch: called with the training state (`checkpoint.capture`) after every epoch.
     """
     start = time.perf_counter()
+    threads = use_threads()                       # chosen from the free cores, not torch's one per core
     device = torch.device(device)
     memory = MemoryProbe(device).start()
     torch.manual_seed(recipe.seed)
@@ -379,7 +383,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        peak_mem_mb=memory.peak_mb(), train_step_ms=clock.ms_per_step(),
                        steps_timed=clock.steps_timed(),
                        frozen=reuse.info.to_dict() if reuse is not None else None,
-                       graphs=graph_info.to_dict() if graph_info is not None else None)
+                       graphs=graph_info.to_dict() if graph_info is not None else None,
+                       threads=threads.threads)
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):

@@ -202,8 +202,29 @@ def test_precision_fp32_keeps_a_gpu_default_off_and_refuses_a_half_body(tmp_path
     assert compute_dtype(model, "cpu") is None and compute_dtype(model, "cuda") == torch.bfloat16
     with pytest.raises(ValueError, match="fp32 needs an fp32 checkpoint"):
         use_precision(apply_petl(bf16_checkpoint(tmp_path), preset("lora", hidden_size=32)), "fp32")
-    with pytest.raises(ValueError, match="expected one of auto, bf16, fp32, got 'fp16'"):
+    with pytest.raises(ValueError, match="expected one of auto, native, bf16, fp32, got 'fp16'"):
         use_precision(model, "fp16")
+
+
+def test_native_is_bf16_wherever_the_device_computes_it_natively(monkeypatch):
+    """``native`` (a new study's default): bf16 on a CPU with AVX512-BF16 or AMX and on a GPU from
+    Ampere on; full precision on a CPU without it, where bf16 would be emulated and slower."""
+    from petl_nas.core import precision
+    from petl_nas.core.precision import compute_dtype, use_precision
+
+    model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
+    use_precision(model, "native")
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert compute_dtype(model, "cpu") == torch.bfloat16
+    use_precision(model, "auto")
+    assert compute_dtype(model, "cpu") is None                            # auto stays as it was: a GPU's only
+    use_precision(model, "native")
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    assert compute_dtype(model, "cpu") is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert compute_dtype(model, "cuda") is None                           # emulated on an older GPU: not native
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert compute_dtype(model, "cuda") == torch.bfloat16
 
 
 def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():

@@ -2,6 +2,7 @@
 size of the deployable count, identical logits after loading, and clear errors that write nothing."""
 
 import json
+import re
 
 import optuna
 import pytest
@@ -253,7 +254,9 @@ def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
         train_record(rec, out=tmp_path / "merged", progress=False, printer=lambda *a: None)
 
 
-def test_cli_train_and_predict(tmp_path, capsys):
+def test_cli_train_and_predict(tmp_path, capsys, monkeypatch):
+    from petl_nas.training import threads
+
     from petl_nas.app.cli import main
 
     rec = {"backbone": TINY_BACKBONE, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 120,
@@ -262,9 +265,12 @@ def test_cli_train_and_predict(tmp_path, capsys):
     write_record(rec, tmp_path / "best.yaml")
     assert main(["train", "--config", str(tmp_path / "best.yaml"), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
     assert (tmp_path / "o" / "seed_1" / "petl_weights.safetensors").exists()
+    seeds = [line for line in capsys.readouterr().out.splitlines() if line.startswith("seed ")]
+    assert len(seeds) == 2 and all(re.search(r" \(\d+ CPU threads?\) -> ", line) for line in seeds)   # chosen, said
     (tmp_path / "in.txt").write_text("a great film\nawful dull movie\n")
-    capsys.readouterr()
+    monkeypatch.setattr(threads, "_kept", None)
     assert main(["predict", "--model", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
+    assert threads._kept is not None                                   # predicting chose its threads too
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["text"] for line in lines] == ["a great film", "awful dull movie"]
 

@@ -49,6 +49,10 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert study.user_attrs[f"confirm:{first.number}"] == [first.values[0], 0.0, 0.0]
     assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
     assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
+    progress = [line for line in lines if line.startswith(("confirming", "  confirming"))]   # said as it goes
+    assert progress[0].startswith("confirming 2 candidate(s) with 2 more seed(s) each on search-dev, in this process")
+    assert [line.split("(")[1].split(",")[0].rstrip(")") for line in progress[1:]] == ["1 of 2", "2 of 2"]
+    assert "min left" in progress[1] and "min left" not in progress[2]
     assert choose(study).number == second.number                # export reads the confirmed mean too
     from petl_nas.app.cli import main
 

@@ -259,6 +259,29 @@ def test_a_file_task_study_resumed_with_another_metric_or_files_is_refused(tmp_p
     assert sum(t.state == TrialState.COMPLETE for t in load(exp).trials) == 2
 
 
+@pytest.mark.slow
+def test_the_final_runs_report_the_customary_metric_beside_the_one_trials_rank_by(tmp_path):
+    """A task reported by F1 ranks by accuracy (F1 does not separate a learner from "always
+    positive"); its final re-evaluation stores and prints F1 beside accuracy, over the same seeds."""
+    words = "good great fine dull bad awful plot film".split()
+    for name, n in (("train.csv", 80), ("dev.csv", 24)):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{words[i % 8]} {words[(3 * i) % 8]},{'ab'[i % 2]}\n"
+                                                               for i in range(n)))
+    task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "text_columns": ["text"],
+            "main_metric": "f1"}
+    exp = experiment(tmp_path, trials=1, presets=["bitfit"], task=task,
+                     fidelity=Fidelity(length_buckets=0, k=40, epochs=1, batch_size=16, max_length=16, search_dev=16),
+                     final=FinalEval(seeds=2, epochs=1, max_front=1, presets="best", baselines=False))
+    said = []
+    run_search(exp, printer=said.append)
+    finals = {k: v for k, v in load(exp).user_attrs.items() if k.startswith("final:")}
+    assert finals and all(len(f["customary"]["f1"]) == len(f["scores"]) == 2 for f in finals.values())
+    number, f = next(iter(finals.items()))
+    line = next(x for x in said if x.startswith(f"re-evaluated trial {number.split(':')[1]}"))
+    assert f"test accuracy {f['mean']:.4f}" in line
+    assert f"(f1 {sum(f['customary']['f1']) / 2:.4f}, as papers report it)" in line
+
+
 @pytest.mark.parametrize("text, expected", [("0.5%", 5000), ("120000", 120000), ("1.2e5", 120000), ("2%", 20000),
                                             ("1000000", 1_000_000), ("100%", 1_000_000)])
 def test_budget_parsing(text, expected):
@@ -551,8 +574,15 @@ def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_
     # One preset and one sampled trial; the preset is re-evaluated (final presets: best) even when
     # the front is empty, so the final re-evaluation always trains something.
     exp = experiment(tmp_path, trials=2, presets=["bitfit"], final=FinalEval(seeds=2, epochs=1, max_front=1, baselines=False))
-    run_search(exp, printer=lambda *a: None)
+    said = []
+    run_search(exp, printer=said.append)
     study = load(exp)
+    n = sum(1 for k in study.user_attrs if k.startswith("final:"))
+    # The final stage says what it will train and with how many threads (chosen: `threads`), then
+    # counts its configurations down.
+    assert any(line.startswith(f"final: {n} configuration(s) x 2 seed(s) on the test split, in this process with ")
+               and "CPU thread(s) (" in line for line in said)
+    assert [line.split("; ")[-1] for line in said if line.startswith("re-evaluated trial")][-1] == f"{n} of {n}"
     assert sorted(s.number for s in searched) == sorted(t.number for t in trained(study))
     assert [s.eval_split for s in searched] == ["search_dev"] * 2
     marked = sorted(int(k.split(":")[1]) for k in study.user_attrs if k.startswith("final:"))

@@ -1,0 +1,128 @@
+"""CPU threads chosen, not inherited (`training.threads`): the free cores after what other processes
+keep busy, at least one; ``OMP_NUM_THREADS`` wins; a cgroup quota lowers the cores; the load is
+measured on the real machine (a competing process counts, this process's own work does not); every
+training run and the doctor use the choice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from conftest import TINY_BACKBONE
+from petl_nas import PetlConfig, apply_petl
+from petl_nas.app.cli import main
+from petl_nas.core.config import ModuleSpec
+from petl_nas.tasks import load_splits, resolve_task
+from petl_nas.tasks.encoding import encode
+from petl_nas.training import threads
+from petl_nas.training.loading import TrainData, load_backbone
+from petl_nas.training.loop import Recipe, train
+
+
+@pytest.mark.parametrize("cores, busy, want", [
+    (2, 0.0, 2), (2, 0.3, 2), (2, 0.5, 1), (2, 1.0, 1), (2, 1.9, 1), (2, 6.0, 1),
+    (8, 2.2, 6), (8, 0.0, 8), (1, 0.0, 1),
+])
+def test_the_free_cores_at_least_one(cores, busy, want):
+    choice = threads.choose(cores=cores, busy=busy, env={})
+    assert choice.threads == want
+    assert f"{cores} usable core" in choice.reason and f"{busy:.1f} kept busy" in choice.reason
+
+
+def test_the_environment_wins_and_an_unknown_load_takes_every_core():
+    assert threads.choose(cores=2, busy=2.0, env={"OMP_NUM_THREADS": "3"}).threads == 3
+    assert threads.choose(cores=2, busy=2.0, env={"OMP_NUM_THREADS": "x"}).threads == 1     # not a count: ignored
+    unknown = threads.choose(cores=4, busy=None, env={})
+    assert unknown.threads == 4 and "not known" in unknown.reason
+
+
+@pytest.mark.parametrize("files, want", [
+    ({"cpu.max": "150000 100000\n"}, 1.5),                                  # cgroup v2
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),   # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),
+])
+def test_a_cgroup_quota_is_read_in_both_versions(tmp_path, files, want):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert threads._quota_cores(tmp_path) == want
+
+
+def test_a_quota_below_the_affinity_lowers_the_cores(monkeypatch):
+    monkeypatch.setattr(threads, "_affinity", lambda: set(range(16)))
+    monkeypatch.setattr(threads, "_quota_cores", lambda root=threads.CGROUP: 2.5)
+    assert threads.usable_cores() == (3, True)
+    monkeypatch.setattr(threads, "_quota_cores", lambda root=threads.CGROUP: None)
+    assert threads.usable_cores() == (16, False)
+
+
+def _spin_elsewhere():
+    return subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
+def test_a_competing_process_counts_and_this_ones_own_work_does_not():
+    spinner = _spin_elsewhere()
+    try:
+        time.sleep(0.5)
+        assert threads.busy_elsewhere(1.0) >= 0.7               # one core spun by another process
+    finally:
+        spinner.kill()
+        spinner.wait()
+    time.sleep(0.3)
+    quiet = threads.busy_elsewhere(1.0)                        # whatever else this machine runs now
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+
+    own = threading.Thread(target=spin)
+    own.start()
+    try:
+        mine = threads.busy_elsewhere(1.0)                     # this process spins a core: not "elsewhere"
+    finally:
+        stop.set()
+        own.join()
+    assert mine < quiet + 0.5
+
+
+def test_every_training_run_applies_the_choice(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "_kept", None)
+    monkeypatch.setattr(threads, "usable_cores", lambda: (2, False))
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda window=threads.SAMPLE_S: 1.2)
+    task = resolve_task("demo_keyword")
+    splits = load_splits(task, k=32, data_seed=1, search_dev_size=16)
+    base, tok = load_backbone(TINY_BACKBONE, task, splits)
+    encoded = encode(splits, tok, max_length=16)
+    model = apply_petl(base, PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=2),)))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = train(model, TrainData(encoded.train, encoded.search_dev), task, Recipe(lr=1e-3, epochs=1, batch_size=16))
+        assert result.threads == 1 and torch.get_num_threads() == 1
+        monkeypatch.setattr(threads, "busy_elsewhere", lambda window=threads.SAMPLE_S: 0.0)
+        assert threads.use_threads().threads == 1                # kept for a minute: no new sample
+        monkeypatch.setattr(threads, "_kept", None)
+        assert threads.use_threads().threads == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_doctor_says_what_it_chose_and_why(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda window=threads.SAMPLE_S: 0.0)
+    main(["doctor"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if " cpu threads " in x)
+    cores = threads.usable_cores()[0]
+    assert f" {cores} for a process that trains or predicts now ({cores} usable core" in line
