@@ -56,9 +56,9 @@ def run_job(job: dict) -> dict:
 
     start = time.perf_counter()
     r = run_trial(TrialSpec(**job["spec"]))
-    return {**{k: v for k, v in job.items() if k != "spec"}, "score": r["score"], "se": r.get("score_se"),
-            "wall_s": time.perf_counter() - start, "train_s": r["train_s"], "setup_s": r["setup_s"],
-            "step_ms": r["train_step_ms"], "evals": len(r["history"]), "steps": r["steps"], "graphs": r.get("graphs")}
+    return {**{k: v for k, v in job.items() if k != "spec"}, "score": r.score, "se": r.score_se,
+            "wall_s": time.perf_counter() - start, "train_s": r.train_s, "setup_s": r.setup_s,
+            "step_ms": r.train_step_ms, "evals": len(r.history), "steps": r.steps, "graphs": r.graphs}
 
 
 def emit(text: str, out: str | None) -> None:

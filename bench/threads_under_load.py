@@ -40,7 +40,7 @@ from petl_nas.search.worker import TrialSpec, run_trial
 from petl_nas.training.threads import choose
 spec = TrialSpec(**json.loads(sys.argv[1]))
 r = run_trial(spec)
-print(json.dumps({"train_s": r["train_s"], "steps": r["steps"], "score": r["score"], "threads": r.get("threads"),
+print(json.dumps({"train_s": r.train_s, "steps": r.steps, "score": r.score, "threads": r.threads,
                   "reason": choose().reason}))
 """
 
@@ -75,9 +75,10 @@ def _run(spec: dict, inherited: bool, cores: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if inherited:
         env["OMP_NUM_THREADS"] = str(cores)
-    out = subprocess.run([sys.executable, "-c", RUN, json.dumps(spec)], env=env, cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    run = subprocess.run([sys.executable, "-c", RUN, json.dumps(spec)], env=env, cwd=ROOT, capture_output=True, text=True)
+    if run.returncode:
+        raise SystemExit(f"the training run failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
