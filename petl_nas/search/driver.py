@@ -526,10 +526,10 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, in this "
                 f"process with {threads.threads} CPU thread(s) ({threads.reason})")
     started = time.perf_counter()
+    beside = task.customary_metric if task.customary_metric != task.main_metric else None   # F1 beside accuracy
     for done, t in enumerate(todo):
         key = f"{FINAL}{t.number}"
         scores, customary = [], []
-        beside = task.customary_metric if task.customary_metric != task.main_metric else None
         for seed in range(exp.final.seeds):
             spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
             result = run_trial(spec)

@@ -137,6 +137,7 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
             old = optuna.load_study(study_name=name, storage=storage) if name in existing else None
             requested, recorded = attrs, old.user_attrs if old is not None else {}    # read once
             attrs = with_fidelity_resolved(attrs, recorded.get("fidelity") or {} if old is not None else None)
+            replaced = False
             if old is not None:
                 stored = recorded.get("space_hash")
                 if stored and stored != attrs["space_hash"]:
@@ -147,23 +148,23 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with another space "
                                           f"({names}; hash {stored}, now {attrs['space_hash']}); use a new --study "
                                           f"name or --force-new-study to replace it")
-                    optuna.delete_study(study_name=name, storage=storage)
-                    attrs = with_fidelity_resolved(requested, None)      # a new study: new defaults
+                    replaced = True
                 elif changed := changed_settings(recorded, attrs):
                     if not force_new:
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with other settings: "
                                           f"{', '.join(changed)}; use a new --study name or --force-new-study "
                                           f"to replace it")
-                    optuna.delete_study(study_name=name, storage=storage)
-                    attrs = with_fidelity_resolved(requested, None)      # a new study: new defaults
+                    replaced = True
                 elif (had := recorded.get("objectives", ["score", "params"])) != list(objectives) \
                         or len(old.directions) != len(objectives):   # the values stored are of the old ones
                     if not force_new:
                         raise ConfigError(f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
                                           f"not [{', '.join(objectives)}]; use a new --study name or "
                                           f"--force-new-study to replace it")
-                    optuna.delete_study(study_name=name, storage=storage)
-                    attrs = with_fidelity_resolved(requested, None)      # a new study: new defaults
+                    replaced = True
+            if replaced:                              # --force-new-study: a new study, with new defaults
+                optuna.delete_study(study_name=name, storage=storage)
+                attrs = with_fidelity_resolved(requested, None)
             study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                         directions=directions(objectives), load_if_exists=True)
             have = study.user_attrs          # written under the lock: a worker starting beside this one

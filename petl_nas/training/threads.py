@@ -116,7 +116,7 @@ def busy_elsewhere(window: float = SAMPLE_S) -> float | None:
         after = _cgroup_usage_s()
         if before is None or after is None:
             return None
-        used = after - before
+        cores_busy = (after - before) / (time.perf_counter() - start)
     else:
         cpus = _affinity()
         before = _cpu_ticks(cpus)
@@ -124,9 +124,9 @@ def busy_elsewhere(window: float = SAMPLE_S) -> float | None:
         after = _cpu_ticks(cpus)
         if before is None or after is None or after[1] == before[1]:
             return None
-        used = (after[0] - before[0]) / (after[1] - before[1]) * len(cpus) * (time.perf_counter() - start)
-    elapsed = time.perf_counter() - start
-    return max(0.0, (used - (time.process_time() - own)) / elapsed)
+        cores_busy = (after[0] - before[0]) / (after[1] - before[1]) * len(cpus)    # busy share x cores
+    mine = (time.process_time() - own) / (time.perf_counter() - start)
+    return max(0.0, cores_busy - mine)
 
 
 def choose(cores: int | None = None, busy: float | None = -1.0, env=os.environ) -> ThreadChoice:
