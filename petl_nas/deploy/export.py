@@ -12,6 +12,8 @@ test split never decides: its scores (the final re-evaluation) are reported besi
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
 ``best`` takes the highest search score, ties to fewer parameters (with ``final.confirm``, the
 search's own pick, the best mean of the trials it confirmed, where the budget admits it);
+``smallest-within-noise`` (``final.confirm`` only) the confirmed trial with the fewest deployable
+parameters within noise of the best confirmed mean over paired seeds (`confirm.verdict`);
 ``smallest-within=X`` takes
 the fewest parameters among those within X points (×100 of a 0-1 metric; ROUGE and BLEU are
 already in points) of the
@@ -52,7 +54,8 @@ from ..search.storage import redact
 from .record import RECORD_KEYS, ExportRecord, make_parent, read_record, write_record
 
 _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
-PICKS = "'best', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
+PICKS = "'best', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
+WITHIN_NOISE = "smallest-within-noise"
 LATENCY_TIE = 0.10
 """Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
 on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
@@ -84,13 +87,26 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
 
 
 def _search_pick(study: optuna.Study) -> int | None:
-    """The search's pick under ``final.confirm`` (`petl_nas.search.confirm.verdict`):
-    the best confirmed mean when it beats the best baseline beyond noise, else the smallest
-    configuration within noise of the best (None without confirm). A trial it did not confirm can
-    show a higher single score than that mean (single scores of the best draws run high: that is
-    why they were confirmed)."""
+    """The search's pick under ``final.confirm`` (`petl_nas.search.confirm.verdict`): the best
+    confirmed mean (None without confirm). A trial it did not confirm can show a higher single
+    score than that mean (single scores of the best draws run high: that is why they were
+    confirmed)."""
     said = verdict(study)
     return said.pick if said is not None else None
+
+
+def _smallest_within_noise(study: optuna.Study, pool: list[tuple[FrozenTrial, float]]) -> FrozenTrial:
+    """``--pick smallest-within-noise``: the verdict's smallest confirmed trial within noise of the
+    best confirmed mean, which must be within the budget."""
+    said = verdict(study)
+    if said is None:
+        raise ConfigError(f"--pick {WITHIN_NOISE}: study {study.study_name!r} confirmed no trial over extra seeds "
+                          f"(final.confirm); use smallest-within=X")
+    chosen = [c[0] for c in pool if c[0].number == said.smallest]
+    if not chosen:
+        raise ConfigError(f"--pick {WITHIN_NOISE}: trial {said.smallest}, the smallest within noise, is over "
+                          f"--budget")
+    return chosen[0]
 
 
 def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
@@ -100,9 +116,11 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
     number: ms}`` (`petl_nas.search.retime`), instead of the latencies the trials measured; a candidate it
     leaves out is not chosen."""
     m = _WITHIN.match(pick)
-    if pick != "best" and not m:                        # the flag first: before the study is read
+    if pick not in ("best", WITHIN_NOISE) and not m:    # the flag first: before the study is read
         raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
     pool = candidates(study, budget)
+    if pick == WITHIN_NOISE:
+        return _smallest_within_noise(study, pool)
     best = max(pool, key=lambda c: (c[1], -c[0].values[1]))
     picked = _search_pick(study)
     if picked is not None and any(c[0].number == picked for c in pool):     # within the budget: the

@@ -18,9 +18,10 @@ fast-learning trials at 3x its rate 81; at 10 epochs the search's pick and LoRA 
 4-epoch pick ended 1.2 points behind the preset. The rule before that ("the same order as the next
 length") chose 1 epoch on SST-2 from an order decided by 0.1 points that then became 11 points.
 What was tried, what it cost and what was chosen is stored on the study (``fidelity_calibration``)
-and printed; a resumed study reuses it. The final-length runs are kept whole (`known_results`):
-when the trials run at the final length, the presets are recorded from them instead of being
-trained a second time. ASHA's first rung is never earlier than the first length
+and printed, with a line per run and, while a run trains, one at least every 30 s
+(`progress.Stage`); a resumed study reuses it. Every run is kept whole (`known_results`): a preset
+whose trial is a calibration run (same configuration, rate, seed and length: the length chosen)
+is recorded from it instead of being trained a second time. ASHA's first rung is never earlier than the first length
 at which calibration saw every preset learn.
 """
 
@@ -33,6 +34,7 @@ from ..core.budget import count_parameters
 from ..core.presets import preset
 from ..tasks.significance import clearly_better, did_not_learn
 from .storage import as_stored
+from .progress import Stage
 from .results import TrialResult
 from .specs import trial_recipe, trial_spec
 from .study import CALIBRATION_ATTR, preset_in_space
@@ -113,26 +115,28 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
                 "final_learned": None, "first_learned_epochs": None, "no_presets": True,
                 "cost_s": round(time.perf_counter() - start, 1)}
 
-    def measure(epochs: float, keep: bool = False) -> dict:
+    def measure(epochs: float) -> dict:
         recipe = trial_recipe(exp).with_overrides(epochs=epochs, evals_per_epoch=0)   # one evaluation, at the end
-        scores, results = {}, {}
+        scores, results, stage = {}, {}, Stage(printer, len(names))
         for name in names:
             config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
             spec = trial_spec(exp, config, recipe.with_overrides(lr=lr))
-            r = run_trial(spec)
+            with stage.run(f"calibration: {name} at {epochs:g} epochs"):
+                r = run_trial(spec)
             scores[name] = {"score": r.score, "se": r.score_se,
                             "learned": not did_not_learn(r.score, r.score_se, baseline)}
-            if keep:
-                result = {k: v for k, v in r.to_dict().items() if k != "history"}
-                results[name] = as_stored({"spec": spec.to_dict(), "result": result})
+            result = {k: v for k, v in r.to_dict().items() if k != "history"}
+            results[name] = as_stored({"spec": spec.to_dict(), "result": result})
+            if len(names) > 1:
+                printer(f"  calibration: {name} at {epochs:g} epochs: {r.score:.4f} ({stage.left()})")
         step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
-                "all_learned": all(s["learned"] for s in scores.values()), **({"results": results} if keep else {})}
+                "all_learned": all(s["learned"] for s in scores.values()), "results": results}
         printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
                 + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}"
                             for n, s in scores.items()))
         return step
 
-    final = measure(longest, keep=True)
+    final = measure(longest)
     steps, chosen, skipped = [final], None, []
     spent = len(names) * longest                      # preset-epochs trained so far
     if not final["all_learned"]:
@@ -160,9 +164,9 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
 
 
 def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
-    """(trial spec, result) of every calibration run at the final length: a trial with the same
-    spec (a preset, when the trials run at the final length) is recorded from it, not trained
-    again, and marked ``reused: calibration``."""
+    """(trial spec, result) of every calibration run (of a study recorded before 2026-11-29: those
+    at the final length): a trial with the same spec (a preset, at the length chosen) is recorded
+    from it, not trained again, and marked ``reused: calibration``."""
     steps = (record or {}).get("steps", [])
     return [(r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
             for s in steps for r in s.get("results", {}).values()]

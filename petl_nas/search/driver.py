@@ -26,12 +26,13 @@ from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 
 from .. import __version__
-from . import calibrate, rates
+from . import calibrate, rates, study_note
 from ..core.budget import check_positions, count_parameters
 from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
-from .confirm import confirm, confirmed_scores, confirmed_text, countdown, verdict
+from .confirm import confirm, confirmed_scores, confirmed_text, verdict
+from .progress import Stage
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, large_budget_warning, parse_budget
@@ -377,7 +378,9 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         printer(shift_line(study.user_attrs["input_shift"]))
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
-    measured = rates.resolve(study, exp, space, model_config, budget, printer)     # None: one rate per trial
+    measured = rates.resolve(study, exp, space, model_config, budget, printer,     # None: one rate per trial
+                             known=calibrate.known_results(calibration))      # a run already trained: taken
+    study_note.write(study)                         # the calibration runs, on the dashboard's study page
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
         if ONESHOT not in study.user_attrs:
             printer(_supernet_line(exp, budget))
@@ -525,14 +528,15 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         threads = use_threads()
         printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, in this "
                 f"process with {threads.threads} CPU thread(s) ({threads.reason})")
-    started = time.perf_counter()
+    stage = Stage(printer, len(todo) * exp.final.seeds)
     beside = task.customary_metric if task.customary_metric != task.main_metric else None   # F1 beside accuracy
-    for done, t in enumerate(todo):
+    for t in todo:
         key = f"{FINAL}{t.number}"
         scores, customary = [], []
         for seed in range(exp.final.seeds):
             spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
-            result = run_trial(spec)
+            with stage.run(f"final: trial {t.number}, seed {seed}, on the test split"):
+                result = run_trial(spec)
             scores.append(result.last_score)                # on the test split: no checkpoint picking
             if beside is not None and beside in result.history[-1]:
                 customary.append(result.history[-1][beside])
@@ -548,7 +552,7 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
                 + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
                 + "".join(f" ({name} {statistics.fmean(v):.4f}, as papers report it)" for name, v in reported.items())
                 + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else "")
-                + f"; {countdown(time.perf_counter() - started, done + 1, len(todo))}")
+                + f"; {stage.left()}")
 
 
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:

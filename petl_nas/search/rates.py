@@ -46,6 +46,7 @@ from ..core.family_rates import at_rates as apply, families_of
 from ..core.presets import preset_lr
 from ..errors import ConfigError, read_text
 from ..fileio import atomic_write
+from .progress import Stage
 from .records import RATE_CALIBRATION, RATES_SETTING
 from .results import TrialResult
 from .space import SearchSpace
@@ -176,10 +177,11 @@ class Climb:
     tried: list
 
 
-def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
+def calibrate(exp, space, model_config, budget: int | None, printer, known=()) -> dict:
     """Measure each family's rate (see the module docstring); returns the record stored on the study.
     Every family climbs first; the runs left then take the families whose best is at an edge of
-    the rates they tried further that way (`extend`)."""
+    the rates they tried further that way (`extend`). A run whose spec is in ``known`` ((spec as
+    stored, TrialResult) pairs: the trial length's calibration runs) is taken from it, not trained."""
     from .specs import trial_recipe                      # torch: only where runs are trained
     from .worker import free_memory
 
@@ -187,6 +189,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
     left = allowance(exp.trials, exp.rates.share)
     lr_range = SearchSpace.load(exp.space).globals["lr"]
     order, skipped, climbs = space_families(space), {}, {}
+    stage = Stage(printer, left, at_most=True)
     for family in order:
         found = probe(family, space, model_config, budget)
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
@@ -194,7 +197,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer) -> dict:
             skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
                                else "not measured: calibration's share of the trials is spent"}
             continue
-        measure, runs = _measurer(exp, family, *found, printer)
+        measure, runs = _measurer(exp, family, *found, printer, stage, known)
         first = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
         climbs[family] = Climb(measure, runs, found[0], prior, climb(measure, first, min(MAX_STEPS, left)))
         left -= len(climbs[family].tried)
@@ -227,10 +230,11 @@ def factor_so_far(climbs: dict[str, Climb]) -> float:
     return math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else 1.0
 
 
-def _measurer(exp, family: str, name: str, config: PetlConfig, printer):
+def _measurer(exp, family: str, name: str, config: PetlConfig, printer, stage: Stage, known=()):
     """(measure, runs): ``measure(rate)`` trains ``config`` with ``family`` at ``rate`` as a trial
-    of the study would be, prints the run, and returns its search score (-inf when it diverged);
-    ``runs`` keeps each rate's (spec, result)."""
+    of the study would be (a run of ``stage``), or takes the result of the same spec from
+    ``known``, prints the run, and returns its search score (-inf when it diverged); ``runs`` keeps
+    each rate's (spec, result)."""
     from .specs import trial_recipe, trial_spec
     from .worker import run_trial
 
@@ -239,12 +243,18 @@ def _measurer(exp, family: str, name: str, config: PetlConfig, printer):
     def measure(rate: float) -> float:
         trained, lr = apply({family: rate}, config, 1.0)
         spec = trial_spec(exp, trained, recipe.with_overrides(lr=lr))
-        r = run_trial(spec)
+        stored = as_stored(spec.to_dict())
+        r = next((result for s, result in known if {**s, "number": stored["number"]} == stored), None)
+        if r is None:
+            with stage.run(f"rates: {family} ({name}) at {rate:.1e}"):
+                r = run_trial(spec)
         score = r.score if r.score is not None and math.isfinite(r.score) else -math.inf
         runs[rate] = (spec, r)
         shown = f"{score:.4f}" + (f" ± {r.score_se:.4f}" if r.score_se is not None else "") if score > -math.inf \
             else "diverged"
-        printer(f"  rates: {family} ({name}) at {rate:.1e}: {shown}")
+        done = ("the trial length's calibration run of this spec, not trained again" if r.reused
+                else stage.left())
+        printer(f"  rates: {family} ({name}) at {rate:.1e}: {shown} ({done})")
         return score
 
     return measure, runs
@@ -314,7 +324,7 @@ def mode(study, exp) -> dict:
     return stored
 
 
-def resolve(study, exp, space, model_config, budget: int | None, printer) -> dict | None:
+def resolve(study, exp, space, model_config, budget: int | None, printer, known=()) -> dict | None:
     """The study's rates: recorded, read from ``rates.file`` or measured now (and stored and
     written); None for a study that draws one rate per trial."""
     if not mode(study, exp)["calibrated"]:
@@ -328,7 +338,7 @@ def resolve(study, exp, space, model_config, budget: int | None, printer) -> dic
         else:
             printer(f"rates auto: measuring the rate of each family ({', '.join(space_families(space))}) on "
                     f"search-dev, at most {allowance(exp.trials, exp.rates.share)} runs ...")
-            record = calibrate(exp, space, model_config, budget, printer)
+            record = calibrate(exp, space, model_config, budget, printer, known)
             write_file(record, exp.run_dir / "rates.json")
         record = study.user_attrs.get(ATTR) or record        # another worker may have finished first
         study.set_user_attr(ATTR, record)

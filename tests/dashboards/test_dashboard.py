@@ -26,12 +26,18 @@ from petl_nas.app.cli import main
 from petl_nas.core.config import ModuleSpec, PetlConfig
 from petl_nas.core.describe import describe_config
 from petl_nas.dashboards.launcher import make_dashboard
+from petl_nas.search import study_note
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run", "--disable-sync"]
 CONFIGS = [PetlConfig(modules=(ModuleSpec(form="lora", size=2, scale=2.0),)),
            PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=8, insertion="sequential"),)),
            PetlConfig(bitfit=True)]
+
+
+CALIBRATION = {"presets": ["lora"], "epochs": 2, "stable": True, "rule": "final", "skipped": [], "cost_s": 60.0,
+               "steps": [{"epochs": 1, "scores": {"lora": {"score": 0.61, "learned": False}}},
+                         {"epochs": 2, "scores": {"lora": {"score": 0.8, "learned": True}}}]}
 
 
 def make_study(url: str, name: str) -> optuna.Study:
@@ -49,6 +55,8 @@ def make_study(url: str, name: str) -> optuna.Study:
         study.add_trial(create_trial(values=[score, n], params={"lr": 1e-3, "form": "lora"}, distributions=dists,
                                      user_attrs=attrs))
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": "RuntimeError: boom"}))
+    study.set_user_attr("fidelity_calibration", CALIBRATION)
+    assert study_note.write(study)                    # what a search with fidelity: auto writes
     return study
 
 
@@ -120,6 +128,8 @@ def test_chromium_renders_the_dashboard_page(served, tmp_path):
     assert "dash_study" in text                       # rendered by the app's JavaScript, not in the HTML
     assert "Pareto Front" in text and "Best Trials" in text
     assert "Trial 1" in text and "Trial 2" in text and "Objective Values = [0.78, 6400]" in text
+    note = rendered_text(chromium, f"{base}/dashboard/studies/{study_id}/note", tmp_path)    # the study's note
+    assert "Calibration runs (before the trials" in note and "2 (chosen) 0.8000" in note
 
 
 @pytest.mark.slow

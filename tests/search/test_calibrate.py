@@ -166,9 +166,43 @@ def test_a_study_calibrates_once_and_its_trials_run_at_the_chosen_length(tmp_pat
     assert study.user_attrs["fidelity"]["epochs"] == 1                        # what export's --recipe search reads
     assert all(t.user_attrs["epochs"] == 1 for t in study.trials if t.user_attrs.get("epochs"))
     assert any(line.startswith("fidelity auto: 1 epochs per trial") for line in lines)
+    assert "  calibration: lora at 8 epochs: 0.8080 (1 of 3 runs, about 1 min left)" in lines   # said per run
+    assert "  calibration: parallel_adapter at 8 epochs: 0.7580 (3 of 3 runs)" in lines
+    # The presets' trials at the chosen (shorter) length are calibration's runs, not trained again.
+    presets = {t.user_attrs["preset"]: t for t in study.trials if t.user_attrs.get("preset")}
+    assert set(presets) == {"lora", "bitfit"}
+    assert all(t.user_attrs.get("reused") == "calibration" for t in presets.values())
+    assert {n: t.values[0] for n, t in presets.items()} == {n: table[(n, 1)] for n in presets}
     n = len(calls)
     run_search(dataclasses.replace(exp, trials=2), printer=lines.append)     # resume: no new calibration
     assert len(calls) == n
+
+
+def test_calibration_says_what_it_trains_while_a_run_goes_on(tmp_path, monkeypatch):
+    """A run prints a line at least every `progress.EVERY_S` while it trains (a run of 10 epochs
+    takes minutes on 2 cores; the issue's user saw nothing for 40)."""
+    import threading
+
+    from petl_nas.search import progress
+
+    monkeypatch.setattr(progress, "EVERY_S", 0.01)
+    lines, beat = [], threading.Event()
+
+    def printer(line):
+        lines.append(line)
+        beat.set() if "running for" in line else None
+
+    def slow_run(spec):                                   # returns once a heartbeat was printed during it
+        beat.clear()
+        assert beat.wait(30)
+        return TrialResult(score=0.8, score_se=0.02)
+
+    monkeypatch.setattr(calibrate, "run_trial", slow_run)
+    monkeypatch.setattr(calibrate, "pays", lambda *a: False)
+    calibrate.calibrate(experiment(tmp_path), BASELINE, _config(), None, printer)
+    assert any(line.startswith("  calibration: lora at 8 epochs: running for ") for line in lines)
+    assert any(line.startswith("  calibration: bitfit at 8 epochs: running for ") and "min left in this stage "
+               "(1 of 3 runs done)" in line for line in lines)
 
 
 def test_a_fixed_length_study_resumed_with_auto_is_refused_a_calibrated_one_is_not():

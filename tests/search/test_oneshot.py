@@ -497,14 +497,20 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     from petl_nas.search.fronts import group_of
     from petl_nas.search.driver import run_search
 
+    from petl_nas.search import progress
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(progress, "EVERY_S", 0.001)     # while it trains, a line every EVERY_S
     exp = _exp(tmp_path)
     lines = []
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     record = study.user_attrs["oneshot"]
     start = next(i for i, line in enumerate(lines) if line.startswith("one-shot: training a supernet over space"))
-    assert lines[start + 1].startswith("one-shot: a supernet of")           # said before the minutes it takes
+    beat = f"  one-shot: training the supernet at budget {study.user_attrs['budget']:,} ("
+    assert any(line.startswith(beat) for line in lines[start + 1:])
+    said = [line for line in lines[start + 1:] if not line.startswith(beat)]
+    assert said[0].startswith("one-shot: a supernet of")                    # said before the minutes it takes
     assert "besides the supernet's proposals (it trains first)" in lines[0]
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot") == record["run"]]
     assert len(proposals) == len(record["proposed"]) >= 1

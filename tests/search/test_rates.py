@@ -115,6 +115,9 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
     assert set(record["rates"]) == {"lora", "adapter", "prefix"}       # the small space's families
     assert record["runs"] == sum(line.startswith("  rates: ") for line in lines)
     assert record["runs"] <= rates.allowance(exp.trials, exp.rates.share) == 6
+    done = [line for line in lines if line.startswith("  rates: ") and "running for" not in line]
+    assert [line.rsplit("(", 1)[1].split(" runs")[0] for line in done] == [f"{i} of 6" for i in range(1, len(done) + 1)]
+    assert "at most" in done[0]                                         # the share is a bound: it may stop sooner
     assert [line.split(":")[0] for line in lines if line.startswith("rate ")] == ["rate lora", "rate adapter",
                                                                                   "rate prefix"]
     for family, f in record["families"].items():
@@ -278,3 +281,34 @@ def test_calibration_starts_each_family_from_what_the_families_before_it_measure
     assert [r for r, _ in lora["tried"]] == pytest.approx([5e-4, 1.5e-3, 4.5e-3, 1.35e-2])
     assert [r for r, _ in adapter["tried"]] == pytest.approx([9e-4, 2.7e-3, 8.1e-3, 2.43e-2])
     assert record["rates"]["lora"] == pytest.approx(4.5e-3) and record["rates"]["adapter"] == pytest.approx(8.1e-3)
+
+
+@pytest.mark.slow
+def test_a_rate_the_length_calibration_already_trained_is_not_trained_again(tmp_path, monkeypatch):
+    """`fidelity: auto` trains LoRA at its paper rate and the final length; the rate climb starts at
+    the same spec: it takes that run (its score, said so) instead of training it a second time."""
+    from petl_nas.search import calibrate, worker
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import Fidelity, FinalEval
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(calibrate, "pays", lambda *a: False)         # the final length only
+    trained = []
+    real = worker.run_trial
+    for module in (worker, calibrate):                                 # the rates' runs, the length's runs
+        monkeypatch.setattr(module, "run_trial", lambda spec, **kw: trained.append(spec) or real(spec, **kw))
+    exp = _calibrated(tmp_path, presets=["lora"], trials=4,
+                      fidelity=Fidelity(length_buckets=0, k=80, epochs="auto", batch_size=16, max_length=16,
+                                        search_dev=32),
+                      final=FinalEval(seeds=0, epochs=2, baselines=False))
+    lines = []
+    run_search(exp, printer=lines.append)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    length = study.user_attrs["fidelity_calibration"]
+    first = next(line for line in lines if line.startswith("  rates: lora (lora) at "))
+    lora = next(s for s in length["steps"] if s["epochs"] == 2)["scores"]["lora"]["score"]
+    assert first.endswith(f": {lora:.4f} ± " + first.split(" ± ")[1].split(" ")[0]
+                          + " (the trial length's calibration run of this spec, not trained again)")
+    assert study.user_attrs[rates.ATTR]["families"]["lora"]["tried"][0][1] == lora
+    climbed = [s for s in trained if s.config == trained[0].config and s.recipe == trained[0].recipe]
+    assert len(climbed) == 1                                           # that spec trained once, by the length's

@@ -579,10 +579,10 @@ def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_
     study = load(exp)
     n = sum(1 for k in study.user_attrs if k.startswith("final:"))
     # The final stage says what it will train and with how many threads (chosen: `threads`), then
-    # counts its configurations down.
+    # counts its runs (configurations x seeds) down.
     assert any(line.startswith(f"final: {n} configuration(s) x 2 seed(s) on the test split, in this process with ")
                and "CPU thread(s) (" in line for line in said)
-    assert [line.split("; ")[-1] for line in said if line.startswith("re-evaluated trial")][-1] == f"{n} of {n}"
+    assert [line.split("; ")[-1] for line in said if line.startswith("re-evaluated trial")][-1] == f"{2 * n} of {2 * n} runs"
     assert sorted(s.number for s in searched) == sorted(t.number for t in trained(study))
     assert [s.eval_split for s in searched] == ["search_dev"] * 2
     marked = sorted(int(k.split(":")[1]) for k in study.user_attrs if k.startswith("final:"))

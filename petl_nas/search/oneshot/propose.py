@@ -41,6 +41,7 @@ import time
 
 from ...errors import ConfigError
 from ..storage import as_stored
+from ..progress import Stage
 from ..records import LR_FROM_SAMPLER, ONESHOT, RATES_SETTING
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
@@ -159,10 +160,13 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
                         precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature)
 
+    stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
+
     def run_one(s: SupernetSpec) -> dict:
-        if exp.executor == "ray":                  # a Ray Tune trial: the driver may have no GPU
-            return run_on_ray(s, str(exp.run_dir), exp.ray_address)
-        return run_supernet(s)
+        with stage.run(f"one-shot: training the supernet at budget {budget:,} ({epochs:g} epochs)"):
+            if exp.executor == "ray":              # a Ray Tune trial: the driver may have no GPU
+                return run_on_ray(s, str(exp.run_dir), exp.ray_address)
+            return run_supernet(s)
 
     knob_runs = None
     if o.runs > 1:

@@ -1,0 +1,80 @@
+"""Progress lines for the stages a user waits on outside the trials: calibrating the trial length
+and the rates, confirming candidates, the final re-evaluation.
+
+A stage is a number of runs of about equal length, trained one after another in this process. While
+a run goes on, `Stage.run` prints what it trains at least every `EVERY_S` seconds, with how long it
+has run and, once a run of the stage has finished, about how long the stage has left; `countdown`
+is the line after each run.
+
+Example:
+    >>> stage = Stage(print, total=3)                                  # doctest: +SKIP
+    >>> with stage.run("calibration: lora at 10 epochs"):              # doctest: +SKIP
+    ...     result = run_trial(spec)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Callable, Iterator
+
+EVERY_S = 30.0
+
+
+def countdown(spent_s: float, done: int, total: int, unit: str = "", bound: str = "about") -> str:
+    """``i of n[ unit], about M min left`` after the i-th of n jobs of about equal length took ``spent_s``."""
+    left = spent_s / done * (total - done)
+    return (f"{done} of {total}{' ' + unit if unit else ''}"
+            + (f", {bound} {max(1, round(left / 60))} min left" if done < total else ""))
+
+
+class Stage:
+    """``total`` runs of about equal length (an upper bound where the stage may stop early: its
+    estimate is then "at most"), each inside `run`."""
+
+    def __init__(self, printer: Callable[[str], None], total: int, every_s: float | None = None,
+                 at_most: bool = False):
+        self.printer, self.total, self.at_most = printer, total, at_most
+        self.every_s = EVERY_S if every_s is None else every_s
+        self.done, self.spent_s = 0, 0.0
+
+    def heartbeat(self, what: str, running_s: float) -> str:
+        """The line printed while ``what`` has run ``running_s`` seconds."""
+        line = f"  {what}: running for {running_s / 60:.1f} min"
+        if self.done and self.done < self.total:
+            left = self.spent_s / self.done * (self.total - self.done) - running_s
+            line += (f"; {self._bound} {max(1, round(left / 60))} min left in this stage ({self.done} of "
+                     f"{self.total} runs done)")
+        return line
+
+    def left(self) -> str:
+        """`countdown` of the runs done so far: ``2 of 6 runs, about 4 min left``."""
+        return countdown(self.spent_s, max(1, self.done), self.total, "runs", self._bound)
+
+    @property
+    def _bound(self) -> str:
+        return "at most" if self.at_most else "about"
+
+    @contextlib.contextmanager
+    def run(self, what: str) -> Iterator[None]:
+        """Train one run of the stage inside this block; a daemon thread prints `heartbeat` every
+        ``every_s`` seconds until it ends (however it ends)."""
+        began, stop = time.perf_counter(), threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.every_s):
+                self.printer(self.heartbeat(what, time.perf_counter() - began))
+
+        thread = threading.Thread(target=beat, name="petl-nas progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.done += 1
+            self.spent_s += time.perf_counter() - began
+
+
+__all__ = ["EVERY_S", "Stage", "countdown"]

@@ -1,0 +1,47 @@
+"""`progress.Stage`: while a run of a stage trains, a line every `every_s` seconds saying what it
+is, how long it has run and (once a run finished) how long the stage has left; none after it ends."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from petl_nas.search.progress import Stage, countdown
+
+
+def test_the_heartbeat_says_what_runs_and_what_is_left_once_a_run_has_finished():
+    stage = Stage(print, total=3)
+    assert stage.heartbeat("calibration: lora at 10 epochs", 90) == "  calibration: lora at 10 epochs: running for 1.5 min"
+    stage.done, stage.spent_s = 1, 120.0                   # one run took 2 min: 2 more, minus 1 min already run
+    assert stage.heartbeat("x", 60) == "  x: running for 1.0 min; about 3 min left in this stage (1 of 3 runs done)"
+    assert stage.left() == "1 of 3 runs, about 4 min left"
+    stage.at_most = True                                   # rates: the stage may stop before its last run
+    assert stage.left() == "1 of 3 runs, at most 4 min left"
+    stage.done = 3
+    assert stage.heartbeat("x", 10) == "  x: running for 0.2 min" and stage.left() == "3 of 3 runs"
+
+
+def test_countdown():
+    assert countdown(120, 1, 3) == "1 of 3, about 4 min left" and countdown(10, 2, 2, "runs") == "2 of 2 runs"
+    assert countdown(5, 1, 2) == "1 of 2, about 1 min left"          # never "0 min"
+
+
+def test_a_run_prints_while_it_trains_and_stops_when_it_ends_even_when_it_fails():
+    said, beat = [], threading.Event()
+
+    def printer(line: str) -> None:
+        said.append(line)
+        beat.set()
+
+    stage = Stage(printer, total=2, every_s=0.01)
+    with stage.run("final: trial 3, seed 0"):
+        assert beat.wait(30)                               # the run is still going: a line came anyway
+    assert said[0].startswith("  final: trial 3, seed 0: running for 0.0 min")
+    assert stage.done == 1 and stage.spent_s > 0
+    with pytest.raises(RuntimeError), stage.run("final: trial 3, seed 1"):
+        raise RuntimeError("a run that fails")
+    assert stage.done == 2                                 # counted, and its thread joined
+    count = len(said)
+    threading.Event().wait(0.05)
+    assert len(said) == count                              # nothing printed once no run goes on
