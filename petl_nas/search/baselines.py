@@ -39,15 +39,25 @@ def sweep_trials(study) -> set[str]:
 
 
 def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
-               calibrated: bool = False) -> tuple[int, list[str]]:
+               calibrated: bool = False, presets=()) -> tuple[int, list[str]]:
     """Enqueue the sweep points the study lacks; returns (sweep trials in the study, lines to print).
 
     A point the space cannot hold (a rank past its range, targets it lacks) is skipped and named.
     In a study whose families train at measured rates (``calibrated``), every point trains at
-    LoRA's measured rate (``lr_scale`` 1), as the LoRA preset does.
+    LoRA's measured rate (``lr_scale`` 1), as the LoRA preset does; a point that is then the same
+    point of the space as one of ``presets`` (the study's preset names: LoRA r=8 on q, v is the
+    LoRA preset) is not queued, since the preset's trial is that run.
     """
+    from .study import presets_within
+
     have = sweep_trials(study)
-    queued, skipped = [], []
+    queued, skipped, same = [], [], []
+    twins = {}
+    if calibrated and presets:
+        for name, config in presets_within(presets, space, model_config, budget)[0]:
+            near = space.nearest_point(config, 1.0, n_layers)
+            if near is not None and not near[1]:                  # the preset as it is, no sizes clamped
+                twins[repr(sorted(near[0].items()))] = name
     for name, config in lora_sweep(model_config, budget):
         if name in have:
             continue
@@ -56,6 +66,9 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
         params = space.params_for(config, lr, n_layers) if "lr" in space.globals else None
         if params is None:
             skipped.append(name)
+            continue
+        if repr(sorted(params.items())) in twins:
+            same.append(f"{name} (the {twins[repr(sorted(params.items()))]} preset)")
             continue
         if not calibrated:
             params.pop("lr", None)                 # the sampler chooses it, as for every searched trial
@@ -67,6 +80,9 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
         lines.append(f"LoRA rank sweep queued (on top of the trials; {rates}): {', '.join(queued)}")
     if skipped:
         lines.append(f"LoRA rank sweep: not points of space {space.name!r}, skipped: {', '.join(skipped)}")
+    if same and queued:
+        lines.append(f"LoRA rank sweep: the same configuration and rate as a preset, its trial stands for it: "
+                     f"{', '.join(same)}")
     return len(have) + len(queued), lines
 
 

@@ -329,8 +329,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                               scale=scale)
         warm_lines = (seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url,
                                       scale=scale) if exp.warm_start else [])
-        n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers, calibrated=scale is not None)
-                                if exp.final.baselines else (len(sweep_trials(study)), []))
+        n_sweep, sweep_lines = (seed_sweep(study, space, model_config, budget, n_layers, calibrated=scale is not None,
+                                           presets=exp.presets) if exp.final.baselines else (len(sweep_trials(study)), []))
         fail_stale(study)
         target = exp.trials + n_sweep              # the sweep comes on top of the trials asked for
         queued = sum(1 for t in stored_trials(study)             # they count toward trials, and all train

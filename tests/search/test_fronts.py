@@ -43,6 +43,27 @@ def test_seeding_the_sweep_leaves_the_learning_rate_to_the_sampler():
     assert "lora_all_r1" in lines[-1] and "skipped" in lines[-1]
 
 
+def test_at_measured_rates_a_sweep_point_that_is_a_preset_is_not_trained_twice():
+    """LoRA r=8 on q, v at LoRA's measured rate is the LoRA preset's trial, point for point (on STS-B
+    both trained, and were confirmed and re-evaluated twice): the sweep leaves it to the preset."""
+    from petl_nas.search.study import seed_presets
+
+    space = SearchSpace.load("unified").with_rate_scale(2.0)
+
+    def seeded(presets, calibrated=True):
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        seed_presets(study, space, presets, CFG, 113_566, L, scale=1.0 if calibrated else None)
+        n, lines = seed_sweep(study, space, CFG, 113_566, L, calibrated=calibrated, presets=presets)
+        return n, lines, {t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)}
+
+    n, lines, names = seeded(["lora", "bitfit"])
+    assert n == 5 and "lora_qv_r8" not in names and "lora_qv_r4" in names
+    assert lines[-1] == ("LoRA rank sweep: the same configuration and rate as a preset, its trial stands for it: "
+                         "lora_qv_r8 (the lora preset)")
+    assert "lora_qv_r8" in seeded(["bitfit"])[2]                           # no LoRA preset: the sweep trains it
+    assert "lora_qv_r8" in seeded(["lora"], calibrated=False)[2]           # the sampler picks its rate: another run
+
+
 def _study(rows):
     """rows: (score, params, group name or None, se)."""
     study = optuna.create_study(directions=["maximize", "minimize"])
