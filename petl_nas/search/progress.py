@@ -58,23 +58,35 @@ class Stage:
 
     @contextlib.contextmanager
     def run(self, what: str) -> Iterator[None]:
-        """Train one run of the stage inside this block; a daemon thread prints `heartbeat` every
-        ``every_s`` seconds until it ends (however it ends)."""
-        began, stop = time.perf_counter(), threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(self.every_s):
-                self.printer(self.heartbeat(what, time.perf_counter() - began))
-
-        thread = threading.Thread(target=beat, name="petl-nas progress", daemon=True)
-        thread.start()
+        """Train one run of the stage inside this block; it prints `heartbeat` every ``every_s``
+        seconds until it ends (however it ends)."""
+        began = time.perf_counter()
         try:
-            yield
+            with repeating(self.every_s, lambda: self.printer(self.heartbeat(what, time.perf_counter() - began)),
+                           "petl-nas progress"):
+                yield
         finally:
-            stop.set()
-            thread.join()
             self.done += 1
             self.spent_s += time.perf_counter() - began
 
 
-__all__ = ["EVERY_S", "Stage", "countdown"]
+@contextlib.contextmanager
+def repeating(every_s: float, action: Callable[[], None], name: str) -> Iterator[None]:
+    """While the block runs, a daemon thread called ``name`` calls ``action`` every ``every_s``
+    seconds; it is stopped and joined when the block ends, however it ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            action()
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every_s + 5)
+
+
+__all__ = ["EVERY_S", "Stage", "countdown", "repeating"]

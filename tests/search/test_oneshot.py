@@ -650,6 +650,30 @@ def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, mo
     assert not (tmp_path / "runs" / "o" / "oneshot").exists()
 
 
+def test_the_worker_training_the_supernet_renews_its_beat_while_it_trains_and_only_then():
+    import time
+
+    import optuna
+
+    from petl_nas.search.oneshot import propose as proposing
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    mine = {"at": "2026-11-28T18:00:00", "attempt": 1, "host": "here", "pid": 7, "beat": 0.0}
+    study.set_user_attr("oneshot_started", mine)
+    with proposing._beating(study, mine, 0.01):
+        deadline = time.time() + 30
+        while study.user_attrs["oneshot_started"]["beat"] == 0.0 and time.time() < deadline:
+            time.sleep(0.01)
+        assert study.user_attrs["oneshot_started"]["beat"] > 0.0               # renewed while the block runs
+    last = study.user_attrs["oneshot_started"]["beat"]
+    time.sleep(0.05)
+    assert study.user_attrs["oneshot_started"]["beat"] == last                # and not after it
+    study.set_user_attr("oneshot_started", {**mine, "pid": 8, "beat": 1.0})   # another worker's run now
+    with proposing._beating(study, mine, 0.01):
+        time.sleep(0.05)
+    assert study.user_attrs["oneshot_started"]["beat"] == 1.0                 # never renews another's beat
+
+
 @pytest.mark.slow
 def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
     from petl_nas.training import checkpoint

@@ -31,17 +31,15 @@ deleted or replaced study of the same name left.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import os
 import socket
-import threading
 import time
 
 from ...errors import ConfigError
 from ..storage import as_stored
-from ..progress import Stage
+from ..progress import Stage, repeating
 from ..records import LR_FROM_SAMPLER, ONESHOT, RATES_SETTING
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
@@ -122,28 +120,18 @@ def training_elsewhere(started: dict | None, grace_period: float) -> bool:
     return time.time() - started["beat"] < grace_period
 
 
-@contextlib.contextmanager
 def _beating(study, started: dict, interval: float):
     """While the block runs, a thread renews the run's beat every ``interval`` seconds, so that other
     workers wait for it instead of training a second supernet."""
-    stop = threading.Event()
-
     def beat():
-        while not stop.wait(interval):
-            try:
-                current = study.user_attrs.get(STARTED)
-                if current and current.get("pid") == started["pid"] and current.get("host") == started["host"]:
-                    study.set_user_attr(STARTED, {**current, "beat": time.time()})
-            except Exception:                      # noqa: BLE001 - a database hiccup: the next beat retries
-                pass
+        try:
+            current = study.user_attrs.get(STARTED)
+            if current and current.get("pid") == started["pid"] and current.get("host") == started["host"]:
+                study.set_user_attr(STARTED, {**current, "beat": time.time()})
+        except Exception:                          # noqa: BLE001 - a database hiccup: the next beat retries
+            pass
 
-    thread = threading.Thread(target=beat, name="petl-nas-supernet-beat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=interval + 5)
+    return repeating(interval, beat, "petl-nas-supernet-beat")
 
 
 def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attempt: int) -> list[str]:
