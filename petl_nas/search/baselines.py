@@ -53,7 +53,7 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
     have = sweep_trials(study)
     queued, skipped, same = [], [], []
     twins = {}
-    if calibrated and presets:
+    if calibrated:
         for name, config in presets_within(presets, space, model_config, budget)[0]:
             near = space.nearest_point(config, 1.0, n_layers)
             if near is not None and not near[1]:                  # the preset as it is, no sizes clamped
@@ -67,8 +67,9 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
         if params is None:
             skipped.append(name)
             continue
-        if repr(sorted(params.items())) in twins:
-            same.append(f"{name} (the {twins[repr(sorted(params.items()))]} preset)")
+        twin = twins.get(repr(sorted(params.items())))
+        if twin is not None:
+            same.append(f"{name} (the {twin} preset)")
             continue
         if not calibrated:
             params.pop("lr", None)                 # the sampler chooses it, as for every searched trial
