@@ -76,8 +76,11 @@ def test_guide_yaml_examples_load():
     from petl_nas.core.config import PetlConfig
     from petl_nas.search.experiment import Experiment
 
-    experiment, preset = blocks(ROOT / "docs" / "guide.md", "yaml")
+    from petl_nas.suite.config import Suite
+
+    experiment, suite, preset = blocks(ROOT / "docs" / "guide.md", "yaml")
     Experiment.from_dict(yaml.safe_load(experiment), "guide")
+    assert len(Suite.from_dict(yaml.safe_load(suite), "guide").experiments()) == 9
     (entry,) = yaml.safe_load(preset).values()
     assert entry["lr"] > 0 and entry["doc"]
     PetlConfig.from_dict({"modules": entry["modules"]})

@@ -43,6 +43,8 @@ EXAMPLES = {
     "dashboard": "petl-nas dashboard --storage sqlite:///runs/smoke/study.db\n"
                  "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --port 8081\n"
                  "  ssh -L 8081:127.0.0.1:8081 gpu-box    # on your laptop, for a dashboard on gpu-box: open http://127.0.0.1:8081/",
+    "suite": "petl-nas suite --experiment suites/budgets.yaml\n"
+             "  petl-nas suite --experiment suites/budgets.yaml --table-only",
     "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
               "  petl-nas report --storage sqlite:///runs/sst2_minilm/study.db --study sst2_minilm -o report/",
     "quickstart": "petl-nas quickstart\n"
@@ -202,6 +204,21 @@ def cmd_search(args) -> int:
         print(f"petl-nas: error: every trial of the study failed ({summary.counts['failed']}); their reasons are "
               f"above and in {exp.run_dir / 'trials'}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_suite(args) -> int:
+    from ..search.interrupts import before_writing, stops_on_signals
+
+    with before_writing():
+        from ..suite.config import Suite
+        from ..suite.runner import run_suite
+
+        suite = Suite.load(args.experiment)
+    with stops_on_signals():                  # a stopped study is kept: the same command goes on from it
+        run_suite(suite, train=not args.table_only)
+    print((suite.run_dir / "suite.md").read_text(encoding="utf-8"))
+    print(f"table: {suite.run_dir / 'suite.md'} (and suite.json, suite.png beside it)")
     return 0
 
 
@@ -491,6 +508,15 @@ def _search_command(sub) -> None:
     p.set_defaults(func=cmd_search)
 
 
+def _suite_command(sub) -> None:
+    p = _command(sub, "suite", "run one protocol over several tasks and budgets; table the pick against the "
+                               "best baseline at each budget")
+    p.add_argument("--experiment", required=True, help="a suite YAML: name, tasks, budgets, study (the protocol)")
+    p.add_argument("--table-only", action="store_true",
+                   help="train nothing: write the table from the studies as they are")
+    p.set_defaults(func=cmd_suite)
+
+
 def _export_command(sub) -> None:
     p = _command(sub, "export", "choose a configuration from a study's Pareto front and write it")
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
@@ -634,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"petl-nas {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    for add in (_search_command, _export_command, _train_command, _predict_command, _convert_command,
+    for add in (_search_command, _suite_command, _export_command, _train_command, _predict_command, _convert_command,
                 _space_command, _count_command, _presets_command, _dashboard_command, _report_command,
                 _quickstart_command, _doctor_command):
         add(sub)
@@ -710,7 +736,9 @@ def _interrupted(args, stop: BaseException) -> int:
     if isinstance(stop, StoppedBeforeWriting):
         after = " before the study was made: nothing was written" if args.func is cmd_search else ""
     else:
-        after = "; the study is kept: run the same command again to go on" if args.func is cmd_search else ""
+        after = ("; the study is kept: run the same command again to go on" if args.func is cmd_search else
+                 "; the suite's studies are kept: run the same command again to go on" if args.func is cmd_suite
+                 else "")
     print("petl-nas: interrupted" + after, file=sys.stderr)
     return exit_status(stop)
 

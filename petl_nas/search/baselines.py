@@ -7,15 +7,55 @@ space's head, at every rank whose deployable count fits the budget. Each sweep p
 point of the space with its learning rate left to the sampler, so it is chosen the same way as every
 searched trial's, trained and scored the same way, and marked ``baseline: lora_<targets>_r<r>``.
 Sweep trials come on top of ``trials``. `fronts.py` compares the fronts.
+
+Below the smallest LoRA that covers every layer (r = 1 on q, v), no sweep point fits, and the
+baselines a reviewer would ask for at that size are queued instead (`budget_baselines`): LoRA r=1
+on q, v of the top layers that fit, prompt tuning of the longest length that fits (up to the
+preset's 20 tokens), BitFit and the LayerNorms where they fit, and the head alone (a linear probe
+on the frozen features). Each is a point of the space where the space holds it, else trained
+given whole (its configuration stored on the trial), at the same rates as every baseline.
 """
 
 from __future__ import annotations
 
 from ..core.budget import count_parameters
 from ..core.config import ModuleSpec, PetlConfig
-from .records import StoredTrial
+from ..errors import ConfigError
+from .records import LR_FROM_SAMPLER, StoredTrial
 
 RANKS = (1, 2, 4, 8, 16, 32)
+PROMPT_TOKENS = 20                      # the prompt_tuning preset's length: the longest tried here
+
+
+def _lora_qv(r: int, layers=None) -> PetlConfig:
+    return PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=r, composition="scaled",
+                                          scale=2.0, layers=layers),))
+
+
+def _fits(model_config, config: PetlConfig, budget: int | None) -> bool:
+    try:
+        return budget is None or count_parameters(model_config, config).deployable <= budget
+    except ConfigError:                 # a form or part this backbone lacks (no biases, no prompt)
+        return False
+
+
+def budget_baselines(model_config, budget: int | None, n_layers: int) -> list[tuple[str, PetlConfig]]:
+    """(name, configuration) of the small-budget baselines, smallest first; none when LoRA r=1 on q, v
+    of every layer fits (the sweep's points are the baselines there). See the module docstring."""
+    if budget is None or _fits(model_config, _lora_qv(1), budget):
+        return []
+    found = [("head_only", PetlConfig())]
+    top = [k for k in range(n_layers - 1, 0, -1)
+           if _fits(model_config, _lora_qv(1, tuple(range(n_layers - k, n_layers))), budget)]
+    if top:
+        found.append((f"lora_qv_r1_top{top[0]}", _lora_qv(1, tuple(range(n_layers - top[0], n_layers)))))
+    prompt = [n for n in range(PROMPT_TOKENS, 0, -1) if _fits(model_config, PetlConfig(prompt_length=n), budget)]
+    if prompt:
+        found.append((f"prompt_l{prompt[0]}", PetlConfig(prompt_length=prompt[0])))
+    for name, config in (("bitfit", PetlConfig(bitfit=True)), ("layernorms", PetlConfig(train_layernorms=True))):
+        if _fits(model_config, config, budget):
+            found.append((name, config))
+    return sorted(found, key=lambda p: count_parameters(model_config, p[1]).deployable)
 
 
 def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]:
@@ -52,18 +92,33 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
 
     have = sweep_trials(study)
     queued, skipped, same = [], [], []
+    fitting = presets_within(presets, space, model_config, budget)[0] if presets else []
     twins = {}
     if calibrated:
-        for name, config in presets_within(presets, space, model_config, budget)[0]:
+        for name, config in fitting:
             near = space.nearest_point(config, 1.0, n_layers)
             if near is not None and not near[1]:                  # the preset as it is, no sizes clamped
                 twins[repr(sorted(near[0].items()))] = name
-    for name, config in lora_sweep(model_config, budget):
+    preset_configs = {repr(config): name for name, config in fitting}
+    small = []
+    for name, config in budget_baselines(model_config, budget, n_layers):
+        twin = preset_configs.get(repr(space.with_head(config)))
+        if twin is None:
+            small.append((name, config))
+        elif name not in have:                                    # prompt tuning of 20 tokens, BitFit:
+            same.append(f"{name} (the {twin} preset)")              # the preset's trial is that run
+    for name, config in lora_sweep(model_config, budget) + small:
         if name in have:
             continue
         config = space.with_head(config)
         lr = 1.0 if calibrated else space.globals["lr"].low
         params = space.params_for(config, lr, n_layers) if "lr" in space.globals else None
+        if params is None and small and name in dict(small):
+            attrs = {"baseline": name, "petl_config": config.to_dict(),       # given whole, as off-space presets
+                     **({"recipe": {"lr_scale": 1.0}} if calibrated else {LR_FROM_SAMPLER: True})}
+            study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
+            queued.append(name)
+            continue
         if params is None:
             skipped.append(name)
             continue
@@ -77,14 +132,18 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
         queued.append(name)
     lines = []
     if queued:
-        rates = "at LoRA's measured rate" if calibrated else "learning rates from the sampler"
-        lines.append(f"LoRA rank sweep queued (on top of the trials; {rates}): {', '.join(queued)}")
+        rates = (("at their families' measured rates" if small else "at LoRA's measured rate") if calibrated
+                 else "learning rates from the sampler")
+        what = "baselines for this budget" if small else "LoRA rank sweep"
+        lines.append(f"{what} queued (on top of the trials; {rates}): {', '.join(queued)}")
     if skipped:
         lines.append(f"LoRA rank sweep: not points of space {space.name!r}, skipped: {', '.join(skipped)}")
     if same and queued:
-        lines.append(f"LoRA rank sweep: the same configuration and rate as a preset, its trial stands for it: "
+        what = "baselines for this budget: the same configuration" if small else \
+            "LoRA rank sweep: the same configuration and rate"
+        lines.append(f"{what} as a preset, its trial stands for it: "
                      f"{', '.join(same)}")
     return len(have) + len(queued), lines
 
 
-__all__ = ["lora_sweep", "seed_sweep", "sweep_trials", "RANKS"]
+__all__ = ["lora_sweep", "budget_baselines", "seed_sweep", "sweep_trials", "RANKS", "PROMPT_TOKENS"]

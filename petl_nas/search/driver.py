@@ -508,12 +508,14 @@ def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: f
 
 def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
-    scored on the held-out test split; results go to study attributes ``final:<trial number>``."""
+    scored on the held-out test split; results go to study attributes ``final:<trial number>``.
+    With ``final.confirm``, the confirmed pick and the best baseline are always among them."""
     if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
         ranked = confirm(study, exp, recipe, printer)
         members = ranked[: exp.final.max_front]
-        said = verdict(study)              # its pick is re-evaluated, wherever its mean ranks it
-        members += [t for t in ranked[exp.final.max_front:] if said is not None and t.number == said.pick]
+        said = verdict(study)              # its pick and the best baseline are re-evaluated, wherever
+        members += [t for t in ranked[exp.final.max_front:]          # their means rank them: paired on test
+                    if said is not None and t.number in (said.pick, said.baseline)]
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
     members = [StoredTrial.of(t) for t in members]

@@ -37,17 +37,23 @@ _RUN_NAME = ((lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
 
 
+def check_budget_text(text: str | int | float) -> re.Match:
+    """ConfigError unless ``text`` is written as a budget (a count or a percentage), before the
+    backbone's size is known; the match of its number and its ``%``."""
+    m = _BUDGET.match(str(text).strip())
+    if not m:
+        raise ConfigError(f"budget: {text!r} is not a count (120000, 1.2e5) or a percentage of the "
+                          f"backbone (0.5%); no spaces, no sign")
+    return m
+
+
 def parse_budget(text: str | int | float | None, backbone_params: int | None) -> int | None:
     """``"0.5%"`` of the backbone or an absolute count (``120000``, ``1.2e5``) -> parameters; neither
     may exceed the whole backbone (``backbone_params``; None: an older study that did not record it,
     where only a count is accepted)."""
     if text is None or text == "":
         return None
-    raw = str(text).strip()
-    m = _BUDGET.match(raw)
-    if not m:
-        raise ConfigError(f"budget: {text!r} is not a count (120000, 1.2e5) or a percentage of the "
-                          f"backbone (0.5%); no spaces, no sign")
+    m = check_budget_text(text)
     value = float(m.group(1))
     if m.group(2):
         if value > 100:
@@ -448,4 +454,5 @@ def _sub(cls, data, where):
         raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
 
 
-__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "Rates", "parse_budget", "large_budget_warning"]
+__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "Rates", "parse_budget", "check_budget_text",
+           "large_budget_warning"]

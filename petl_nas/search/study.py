@@ -250,7 +250,8 @@ class TrialSource:
                 self.heartbeat.discard(trial._trial_id)
         raise ConfigError(f"{MAX_CONSECUTIVE_REJECTIONS} proposals in a row were over the budget "
                           f"({self.budget:,}); the space is mostly infeasible for it: raise the "
-                          f"budget or narrow the space")
+                          f"budget, narrow the space, or use strategy: oneshot (its supernet proposes "
+                          f"configurations at the budget)")
 
     def _decide(self, trial: Trial) -> Proposal | None:
         """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""

@@ -67,6 +67,31 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert len(calls) == n
 
 
+@pytest.mark.slow
+def test_the_best_baseline_is_re_evaluated_beside_the_pick_wherever_it_ranks(tmp_path, monkeypatch):
+    """max_front 1, no presets asked for in the finals: the best baseline (BitFit), confirmed below
+    the pick, still gets its test runs, so the pick's paired test Δ to it exists (the suite's table).
+    Every run is scripted: all learn, the baseline's extra seed scores lowest."""
+    from petl_nas.search import executors
+
+    def scripted(spec, report=None, device=None):
+        score = 0.6 if spec.eval_split == "search_dev" and spec.recipe["seed"] and spec.number == 0 else 0.9
+        return TrialResult(score=score, score_se=0.01, last_score=score, metric="accuracy",
+                           history=[{"accuracy": score}])
+    monkeypatch.setattr(executors, "run_trial", scripted)
+    monkeypatch.setattr(worker, "run_trial", scripted)
+    exp = experiment(tmp_path, trials=3, presets=["bitfit"],
+                     final=FinalEval(seeds=2, epochs=1, max_front=1, presets="none", confirm=4, confirm_seeds=1,
+                                     baselines=False))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    said = confirm.verdict(study)
+    assert study.trials[0].user_attrs["preset"] == "bitfit"
+    assert said.baseline == 0 and said.pick != 0 and len(confirm.confirmed_scores(study)) >= 3
+    finals = {int(k.split(":")[1]) for k in study.user_attrs if k.startswith("final:")}
+    assert finals == {said.pick, 0}
+
+
 def confirmed_study(storage: str | None = None) -> optuna.Study:
     """Trials 0 (the lucky draw: 0.9, 100 parameters), 1 (steady: 0.8, 200, off the front) and 2
     (small: 0.7, 50); ``final.confirm: 2`` re-scored 0 (mean 0.6333) and 1 (mean 0.8267, the pick,

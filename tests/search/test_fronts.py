@@ -8,7 +8,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from transformers import BertConfig
 
-from petl_nas.search.baselines import lora_sweep, seed_sweep
+from petl_nas.search.baselines import budget_baselines, lora_sweep, seed_sweep
 from petl_nas.core.budget import count_parameters
 from petl_nas.search.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
 from petl_nas.search.space import SearchSpace
@@ -62,6 +62,48 @@ def test_at_measured_rates_a_sweep_point_that_is_a_preset_is_not_trained_twice()
                          "lora_qv_r8 (the lora preset)")
     assert "lora_qv_r8" in seeded(["bitfit"])[2]                           # no LoRA preset: the sweep trains it
     assert "lora_qv_r8" in seeded(["lora"], calibrated=False)[2]           # the sampler picks its rate: another run
+
+
+def test_below_the_smallest_full_lora_the_baselines_are_built_for_the_budget():
+    """0.01% of MiniLM (2,271): no sweep point fits (LoRA r=1 on q, v of 6 layers is 9,216); the
+    baselines are the head alone, LoRA r=1 on q, v of the top layer (1,536), prompt tuning of 5
+    tokens (1,920); at 0.05% (11,356) the sweep's lora_qv_r1 fits and none are built."""
+    per_layer = 2 * 2 * D                                              # LoRA r=1 on q, v of one layer
+    small = dict(budget_baselines(CFG, 2_271, L))
+    assert list(small) == ["head_only", "lora_qv_r1_top1", "prompt_l5"]
+    counts = {name: count_parameters(CFG, config).deployable for name, config in small.items()}
+    assert counts == {"head_only": 0, "lora_qv_r1_top1": per_layer, "prompt_l5": 5 * D}
+    assert small["lora_qv_r1_top1"].modules[0].layers == (L - 1,)
+    wider = dict(budget_baselines(CFG, 4 * per_layer + 100, L))             # the top 4 layers fit, not 5
+    assert "lora_qv_r1_top4" in wider and wider["prompt_l16"].prompt_length == 16       # 6,244 // 384
+    below = dict(budget_baselines(CFG, per_layer * L - 1, L))              # BERT's LayerNorms (4 D L + 2 D)
+    assert "lora_qv_r1_top5" in below and "layernorms" not in below and "bitfit" not in below  # never fit here
+    assert budget_baselines(CFG, 11_356, L) == [] and budget_baselines(CFG, None, L) == []
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_budget_baselines_are_queued_and_trained_as_given(calibrated):
+    """Those the space cannot hold are queued whole (the head alone is a point of it), at the
+    families' measured rates or with the sampler's rate, as every baseline; never twice."""
+    from petl_nas.search.study import TrialSource
+
+    space = SearchSpace.load("unified").with_rate_scale(2.0) if calibrated else SearchSpace.load("unified")
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    n, lines = seed_sweep(study, space, CFG, 2_271, L, calibrated=calibrated, presets="auto")
+    assert n == 3 and lines[0].startswith("baselines for this budget queued") and "head_only" in lines[0]
+    assert seed_sweep(study, space, CFG, 2_271, L, calibrated=calibrated, presets="auto") == (3, [])
+    queued = {t.user_attrs["baseline"]: t for t in study.get_trials(deepcopy=False)}
+    assert "petl_config" not in queued["head_only"].user_attrs                       # a point of the space
+    whole = queued["prompt_l5"].user_attrs
+    assert whole["petl_config"]["prompt_length"] == 5
+    assert (whole.get("recipe") == {"lr_scale": 1.0}) == calibrated and bool(whole.get("lr_from_sampler")) != calibrated
+    prompt = optuna.create_study(directions=["maximize", "minimize"])   # 20 tokens fit: the preset's trial
+    _, lines = seed_sweep(prompt, space, CFG, 8_000, L, calibrated=calibrated, presets=["prompt_tuning"])
+    assert lines[-1].endswith("its trial stands for it: prompt_l20 (the prompt_tuning preset)")
+    source = TrialSource(study, space, CFG, 2_271, L, rates={"prompt": 3e-3, "lora": 1e-3, "head": 1e-3}
+                         if calibrated else None)
+    sizes = sorted(source.next().deployable for _ in range(3))
+    assert sizes == [0, 2 * 2 * D, 5 * D]
 
 
 def _study(rows):

@@ -270,7 +270,7 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
         assert 0.0 <= metrics["rougeL"] <= 100.0 and t.values[0] == metrics["rougeL"]
     assert summary.metric == "rougeL" and summary.front
     evaluated = len({r["number"] for r in summary.front + summary.presets + summary.confirmed if r["test_mean"] is not None})
-    assert 1 <= evaluated <= exp.final.max_front + 1          # the best confirmed means, and the search's pick
+    assert 1 <= evaluated <= exp.final.max_front + 2          # the best confirmed means, the pick, the best baseline
     assert len(list((tmp_path / "runs" / exp.name / "trials").glob("*.json"))) == len(done)
     assert "LoRA rank sweep" in summary.table()
     assert "search rougeL" in summary.table()           # export --list: the front, and the confirmed off it

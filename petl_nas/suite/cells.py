@@ -1,0 +1,147 @@
+"""A suite's table: per task and budget, the search's pick against the best baseline at that budget,
+and the macro-average over tasks per budget (markdown, JSON and a PNG).
+
+A cell reads its study only: the pick is what ``export`` takes by default, the best baseline is the
+one confirmation compared it with (else the baseline with the best search score), and the paired
+test Δ is the per-seed difference of their final runs (same seeds). Nothing here chooses anything
+from the test split; a cell whose pick or baseline has no test runs says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..errors import ConfigError
+from ..search.confirm import best_baseline, verdict
+from ..search.fronts import source_of
+from ..search.records import FINAL
+from ..tasks.metrics import points_per_unit
+from ..tasks.significance import paired_difference
+
+
+def cell(study, task: str, budget: str) -> dict:
+    """The suite's row for one study (see the module docstring)."""
+    from ..deploy.export import choose        # export's default pick: what a user of the study deploys
+
+    attrs, pts = study.user_attrs, points_per_unit(study.user_attrs.get("metric", "accuracy"))
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    said = verdict(study)
+    base_no = said.baseline if said is not None else getattr(best_baseline(study), "number", None)
+    try:
+        pick = choose(study)
+    except ConfigError:                         # nothing complete yet: an empty row, said as such
+        pick = None
+    row = {"task": task, "budget": budget, "budget_params": attrs.get("budget"), "metric": attrs.get("metric"),
+           "pick": _side(trials.get(getattr(pick, "number", None)), attrs, pts),
+           "baseline": _side(trials.get(base_no), attrs, pts),
+           "beaten": bool(said and said.beaten), "delta": None,
+           "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1)}
+    p, b = row["pick"], row["baseline"]
+    if p and b and p["test"] and b["test"]:
+        d = paired_difference(p["test"], b["test"]) if p["number"] != b["number"] else \
+            {"mean": 0.0, "std": 0.0, "n": len(p["test"])}          # the pick is the baseline itself
+        row["delta"] = {"mean": pts * d["mean"], "std": None if d["std"] is None else pts * d["std"], "n": d["n"]}
+    return row
+
+
+def _side(trial, attrs: dict, pts: float) -> dict | None:
+    if trial is None:
+        return None
+    final = attrs.get(f"{FINAL}{trial.number}") or {}
+    return {"number": trial.number, "name": source_of(trial), "deployable": int(trial.values[1]),
+            "test": final.get("scores") or None}
+
+
+def macro(cells: list[dict]) -> list[dict]:
+    """Per budget, in the order first seen: the mean over tasks of Δ (points), its standard error
+    (the per-task standard errors combined, tasks independent), the lowest cell, and how many tasks
+    have a Δ (a budget with a task missing one has no macro-average)."""
+    out = []
+    for budget in dict.fromkeys(c["budget"] for c in cells):
+        row = [c for c in cells if c["budget"] == budget]
+        deltas = [c["delta"] for c in row if c["delta"] is not None]
+        entry = {"budget": budget, "tasks": len(row), "measured": len(deltas), "mean": None, "se": None, "lowest": None}
+        if deltas and len(deltas) == len(row):
+            entry["mean"] = statistics.fmean(d["mean"] for d in deltas)
+            if all(d["std"] is not None for d in deltas):
+                entry["se"] = math.sqrt(sum(d["std"] ** 2 / d["n"] for d in deltas)) / len(deltas)
+            entry["lowest"] = min(d["mean"] for d in deltas)
+        out.append(entry)
+    return out
+
+
+def _test(side: dict | None, pts: float) -> str:
+    if side is None:
+        return "-"
+    if not side["test"]:
+        return "not re-evaluated"
+    m = statistics.fmean(side["test"])
+    sd = statistics.stdev(side["test"]) if len(side["test"]) > 1 else None
+    return f"{pts * m:.2f}" + (f" ± {pts * sd:.2f}" if sd is not None else "")
+
+
+def _who(side: dict | None) -> str:
+    if side is None:
+        return "-"
+    name = side["name"] if side["name"] != "-" else "searched"
+    return f"trial {side['number']} ({name}, {side['deployable']:,})"
+
+
+def markdown(suite_name: str, cells: list[dict]) -> str:
+    """The table (one row per task and budget) and the macro-average per budget, in markdown."""
+    lines = [f"# Suite {suite_name}: the search's pick against the best baseline at each budget", "",
+             "| task | budget | pick (deployable) | test | best baseline (deployable) | test | paired Δ pts "
+             "(test, ±std) | seeds | beats it on search-dev | trial compute (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        pts = points_per_unit(c["metric"] or "accuracy")
+        d = c["delta"]
+        delta = "-" if d is None else f"{d['mean']:+.2f}" + (f" ± {d['std']:.2f}" if d["std"] is not None else "")
+        budget = c["budget"] + (f" ({c['budget_params']:,})" if c["budget_params"] is not None else "")
+        lines.append(f"| {c['task']} | {budget} | {_who(c['pick'])} | {_test(c['pick'], pts)} | "
+                     f"{_who(c['baseline'])} | {_test(c['baseline'], pts)} | {delta} | {d['n'] if d else '-'} | "
+                     f"{'yes' if c['beaten'] else 'no'} | {c['trial_min']:g} |")
+    lines += ["", "| budget | macro-average Δ pts over tasks (± se) | lowest cell | tasks measured |", "|---|---|---|---|"]
+    for m in macro(cells):
+        mean = "-" if m["mean"] is None else f"{m['mean']:+.2f}" + (f" ± {m['se']:.2f}" if m["se"] is not None else "")
+        lowest = "-" if m["lowest"] is None else f"{m['lowest']:+.2f}"
+        lines.append(f"| {m['budget']} | {mean} | {lowest} | {m['measured']} of {m['tasks']} |")
+    lines += ["", "Δ: the pick's test score minus the best baseline's, seed by seed (the same seeds), in points; "
+              "the pick is what `petl-nas export` takes by default, the best baseline the one confirmation compared "
+              "it with on search-dev. Trial compute: the studies' trials' wall time, calibration and finals aside."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_png(cells: list[dict]) -> bytes:
+    """Δ per task against the budget (each budget one position, in the suite's order), and the
+    macro-average with its standard error."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    budgets = list(dict.fromkeys(c["budget"] for c in cells))
+    fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.axhline(0, color="grey", linewidth=1)
+    for task in dict.fromkeys(c["task"] for c in cells):
+        points = [(budgets.index(c["budget"]), c["delta"]) for c in cells if c["task"] == task and c["delta"]]
+        if points:
+            ax.errorbar([x for x, _ in points], [d["mean"] for _, d in points],
+                        yerr=[d["std"] or 0 for _, d in points], marker="o", capsize=3, alpha=0.6, label=task)
+    avg = [(i, m) for i, m in enumerate(macro(cells)) if m["mean"] is not None]
+    if avg:
+        ax.errorbar([i for i, _ in avg], [m["mean"] for _, m in avg], yerr=[m["se"] or 0 for _, m in avg],
+                    color="black", linewidth=2.5, marker="s", capsize=4, label="macro-average (± se)")
+    ax.set_xticks(range(len(budgets)), budgets)
+    ax.set_xlabel("parameter budget (share of the backbone)")
+    ax.set_ylabel("pick − best baseline, test (points)")
+    ax.legend(fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+__all__ = ["cell", "macro", "markdown", "plot_png"]

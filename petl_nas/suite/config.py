@@ -1,0 +1,146 @@
+"""Suite files: one backbone and protocol, a list of tasks and a list of budgets.
+
+A suite runs one study per task and budget, each an ordinary experiment: ``study`` holds the
+experiment fields every study shares (the protocol), and each study's name, task, data and budget
+come from the suite. Studies are named ``<suite>_<task>_<budget>`` (``0.05%`` written ``0.05pct``),
+so a suite that is run again resumes every one of them.
+
+Example (``suites/budgets.yaml``)::
+
+    name: budgets
+    data_dir: ../shared/data/glue
+    tasks: [sst2, stsb, {name: qnli, task: {train: q/train.tsv, dev: q/test.tsv, ...}}]
+    budgets: [0.01%, 0.05%, 0.5%]
+    study: {fidelity: {k: 1000}, trials: 24}
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, check_keys, read_text, read_yaml
+from ..search.experiment import Experiment, check_budget_text
+
+FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")   # each study's own
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    """One task of a suite: its ``label`` (in study names and the table), the experiment's ``task``
+    (a built-in name or a file task's mapping) and its ``data_dir`` (None: the suite's)."""
+
+    label: str
+    task: object
+    data_dir: str | None = None
+    study: dict | None = None          # experiment fields this task changes in the protocol
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    tasks: tuple[SuiteTask, ...]
+    budgets: tuple[str, ...]
+    study: dict
+    data_dir: str | None = None
+    source: str = "<suite>"
+
+    @classmethod
+    def load(cls, path: str | Path) -> Suite:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"suite {str(path)!r}: no such file")
+        data = read_yaml(read_text(path), path)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a suite file is a mapping of name, tasks, budgets and study")
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "<suite>") -> Suite:
+        check_keys(source, data, ["name", "tasks", "budgets", "study", "data_dir"], sep=": ")
+        for key in ("name", "tasks", "budgets"):
+            if key not in data:
+                raise ConfigError(f"{source}: {key}: missing (a suite names its tasks, budgets and name)")
+        tasks = data["tasks"]
+        if not isinstance(tasks, list) or not tasks:
+            raise ConfigError(f"{source}: tasks: expected a non-empty list of task names or mappings")
+        budgets = data["budgets"]
+        if not isinstance(budgets, list) or not budgets or not all(isinstance(b, (str, int)) for b in budgets):
+            raise ConfigError(f"{source}: budgets: expected a non-empty list such as [0.01%, 0.05%, 0.5%]")
+        study = data.get("study") or {}
+        if not isinstance(study, dict):
+            raise ConfigError(f"{source}: study: expected a mapping of experiment fields (the protocol)")
+        _check_protocol(study, f"{source}: study")
+        suite = cls(data["name"], tuple(_task(t, source) for t in tasks), tuple(str(b) for b in budgets), study,
+                    data.get("data_dir"), source)
+        labels = [t.label for t in suite.tasks]
+        twice = next((n for n in labels if labels.count(n) > 1), None)
+        if twice is not None:
+            raise ConfigError(f"{source}: tasks: {twice!r} is given twice (give each a distinct name)")
+        if len(set(suite.budgets)) != len(suite.budgets):
+            raise ConfigError(f"{source}: budgets: a budget is given twice")
+        for budget in suite.budgets:
+            try:
+                check_budget_text(budget)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: budgets: {e}") from None
+        suite.experiments()                 # every study's fields are checked before any study trains
+        return suite
+
+    def experiments(self) -> list[tuple[str, str, Experiment]]:
+        """(task label, budget, its study's experiment), task by task, budgets in the order given."""
+        out = []
+        for t in self.tasks:
+            for budget in self.budgets:
+                name = f"{self.name}_{t.label}_{budget.replace('%', 'pct')}"
+                fields = {**_merged(self.study, t.study or {}), "name": name, "task": t.task, "budget": budget,
+                          "data_dir": t.data_dir or self.data_dir}
+                out.append((t.label, budget, Experiment.from_dict(fields, f"{self.source}: {t.label} at {budget}")))
+        return out
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("runs") / self.name
+
+
+def _check_protocol(study, where: str) -> None:
+    if not isinstance(study, dict):
+        raise ConfigError(f"{where}: expected a mapping of experiment fields (the protocol)")
+    given = [k for k in FROM_THE_SUITE if k in study]
+    if given:
+        raise ConfigError(f"{where}: {given[0]} comes from the suite (its name, tasks, budgets and data_dir), "
+                          f"not from study")
+
+
+def _merged(protocol: dict, changes: dict) -> dict:
+    """The protocol with a task's changes; a mapping (``fidelity``, ``final``) is merged key by key."""
+    out = dict(protocol)
+    for key, value in changes.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _task(entry, source: str) -> SuiteTask:
+    if isinstance(entry, str):
+        label, task, data_dir, study = entry, entry, None, None
+    elif isinstance(entry, dict):
+        check_keys(f"{source}: tasks", entry, ["name", "task", "data_dir", "study"], sep=": ")
+        if "task" not in entry:
+            raise ConfigError(f"{source}: tasks: a task given as a mapping needs task: (a name or a file task)")
+        task = entry["task"]
+        label = entry.get("name") or (task if isinstance(task, str) else None)
+        if label is None:
+            raise ConfigError(f"{source}: tasks: a file task needs a name: (it names the study and the table's row)")
+        data_dir, study = entry.get("data_dir"), entry.get("study")
+        if study is not None:
+            _check_protocol(study, f"{source}: tasks: {label}: study")
+    else:
+        raise ConfigError(f"{source}: tasks: expected a task name or a mapping, got {entry!r}")
+    if not isinstance(label, str) or not _LABEL.fullmatch(label):
+        raise ConfigError(f"{source}: tasks: name {label!r}: letters, digits, '_' or '-' (it names the studies)")
+    return SuiteTask(label, task, data_dir, study)
+
+
+__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE"]

@@ -1,0 +1,63 @@
+"""Run a suite: its studies one after another, then its table (`cells`) in ``runs/<suite>/``.
+
+Each study is an ordinary search (`petl_nas.search.driver.run_search`), so a suite run again after a
+kill resumes where it stopped: finished studies train nothing (their trials, confirmations and final
+runs are in their storage), the interrupted one goes on from its last finished trial. The table is
+rewritten after every study, so it shows what has been measured so far.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..fileio import atomic_write
+from ..search.records import load_study
+from ..search.storage import close_storage
+from . import cells as table
+from .config import Suite
+
+
+def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
+    """Run every study of ``suite`` (``train`` False: only read those that exist) and write the
+    table; returns its cells."""
+    from ..search.driver import run_search      # torch: only when a suite runs
+
+    printer = printer or (lambda line: print(line, flush=True))
+    studies = suite.experiments()
+    found = []
+    for i, (task, budget, exp) in enumerate(studies, 1):
+        if train:
+            printer(f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})")
+            run_search(exp, printer=printer)
+        found.append(_cell(exp, task, budget))
+        write(suite, found)
+    return found
+
+
+def _cell(exp, task: str, budget: str) -> dict:
+    try:
+        study = load_study(exp.storage_url, exp.study_name)
+    except ConfigError:                         # not run yet (the table only reads what exists)
+        return {"task": task, "budget": budget, "budget_params": None, "metric": None, "pick": None,
+                "baseline": None, "beaten": False, "delta": None, "trial_min": 0}
+    try:
+        return table.cell(study, task, budget)
+    finally:
+        close_storage(study._storage)
+
+
+def write(suite: Suite, found: list[dict]) -> None:
+    """``suite.md``, ``suite.json`` and ``suite.png`` in ``runs/<suite>/``, each replaced whole."""
+    out = suite.run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    text = table.markdown(suite.name, found)
+    atomic_write(out / "suite.md", lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    data = json.dumps({"suite": suite.name, "cells": found, "macro": table.macro(found)}, indent=1)
+    atomic_write(out / "suite.json", lambda tmp: Path(tmp).write_text(data, encoding="utf-8"))
+    png = table.plot_png(found)
+    atomic_write(out / "suite.png", lambda tmp: Path(tmp).write_bytes(png))
+
+
+__all__ = ["run_suite", "write"]

@@ -1,0 +1,178 @@
+"""petl-nas suite: one protocol over tasks and budgets, resumed after a kill without training anything
+twice, and a table whose Δ is the paired test difference of the pick and the best baseline."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from petl_nas import ConfigError
+from petl_nas.app.cli import main
+from petl_nas.search import confirm, executors, worker
+from petl_nas.suite.cells import macro, markdown
+from petl_nas.suite.config import Suite
+from petl_nas.suite.runner import run_suite
+
+from conftest import TINY_BACKBONE
+
+
+def keyword_files(folder) -> dict:
+    """A file task the suite was never told about: a colour word among filler words decides the label."""
+    rng = np.random.default_rng(0)
+    filler, warm, cold = ("the", "a", "of", "it", "was", "and", "with", "this"), ("red", "orange"), ("blue", "green")
+    for split, n in (("train", 600), ("test", 200)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            label = int(rng.random() < 0.5)
+            words = list(rng.choice(filler, size=5))
+            words.insert(int(rng.integers(0, 6)), str(rng.choice(warm if label else cold)))
+            rows.append(" ".join(words) + f"\t{label}")
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return {"train": str(folder / "train.tsv"), "dev": str(folder / "test.tsv"), "text_columns": ["sentence"],
+            "label_column": "label"}
+
+
+def suite_file(tmp_path, study=None, **changes) -> str:
+    """The test suite's file; ``study`` changes fields of its protocol, ``changes`` the suite's own."""
+    data = {"name": "s", "tasks": ["demo_keyword", {"name": "colours", "task": keyword_files(tmp_path)}],
+            "budgets": ["1%", "5%"],
+            "study": {"backbone": TINY_BACKBONE, "space": "small", "trials": 1, "presets": ["lora"], "executor": "local",
+                      "rates": "off", "seed": 3,
+                      "fidelity": {"length_buckets": 0, "k": 320, "epochs": 5, "batch_size": 16, "max_length": 24,
+                                   "evals_per_epoch": 2, "search_dev": 128},
+                      "final": {"seeds": 2, "epochs": 1, "max_front": 1, "presets": "none", "confirm": 2,
+                                "confirm_seeds": 1}}}
+    data["study"].update(study or {})
+    data.update(changes)
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def counting(monkeypatch) -> list:
+    """Every trial, confirmation and final run trained from now on, as (task, eval split, seed)."""
+    calls = []
+    real = worker.run_trial
+
+    def counted(spec, *a, **kw):
+        calls.append((spec.task, spec.eval_split, spec.recipe.get("seed")))
+        return real(spec, *a, **kw)
+    monkeypatch.setattr(executors, "run_trial", counted)
+    monkeypatch.setattr(worker, "run_trial", counted)
+    return calls
+
+
+@pytest.mark.slow
+def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, monkeypatch, capsys):
+    suite = Suite.load(suite_file(tmp_path))
+    assert [(t, b, e.study_name) for t, b, e in suite.experiments()] == [
+        ("demo_keyword", "1%", "s_demo_keyword_1pct"), ("demo_keyword", "5%", "s_demo_keyword_5pct"),
+        ("colours", "1%", "s_colours_1pct"), ("colours", "5%", "s_colours_5pct")]
+
+    def stop_at_the_third(line):
+        if line.startswith("suite s: colours at budget 1%"):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite, printer=stop_at_the_third)
+    first = {}
+    for _, _, exp in suite.experiments()[:2]:
+        study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+        first[exp.study_name] = ([(t.number, t.values) for t in study.trials],
+                                 {k: v for k, v in study.user_attrs.items() if k.startswith(("final:", "confirm:"))})
+        assert any(k.startswith("final:") for k in first[exp.study_name][1])
+    assert "| colours | 1% |" not in (tmp_path / "runs" / "s" / "suite.md").read_text()   # the table so far
+
+    calls = counting(monkeypatch)
+    assert main(["suite", "--experiment", suite_file(tmp_path), "--table-only"]) == 0 and calls == []
+    assert "| colours | 1% | - | - | - |" in (tmp_path / "runs" / "s" / "suite.md").read_text()   # not run yet
+    capsys.readouterr()
+    assert main(["suite", "--experiment", suite_file(tmp_path)]) == 0
+    assert calls and "demo_keyword" not in {str(task) for task, _, _ in calls}     # nothing trained twice
+    for _, _, exp in suite.experiments()[:2]:
+        study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+        assert first[exp.study_name] == ([(t.number, t.values) for t in study.trials],
+                                         {k: v for k, v in study.user_attrs.items()
+                                          if k.startswith(("final:", "confirm:"))})
+
+    data = json.loads((tmp_path / "runs" / "s" / "suite.json").read_text())
+    assert [(c["task"], c["budget"]) for c in data["cells"]] == [(t, b) for t, b, _ in suite.experiments()]
+    for c, (_, _, exp) in zip(data["cells"], suite.experiments()):
+        study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+        assert c["budget_params"] == study.user_attrs["budget"]
+        pick, base = c["pick"], c["baseline"]
+        assert pick["deployable"] <= c["budget_params"] and base["deployable"] <= c["budget_params"]
+        assert pick["test"] == study.user_attrs[f"final:{pick['number']}"]["scores"]
+        assert base["test"] == study.user_attrs[f"final:{base['number']}"]["scores"]
+        scores = confirm.confirmed_scores(study)                # the best baseline by its confirmed mean
+        named = [n for n in scores if {"preset", "baseline"} & set(study.trials[n].user_attrs)]
+        assert base["number"] == max(named, key=lambda n: statistics.fmean(scores[n]))
+        diffs = [100 * (a - b) for a, b in zip(pick["test"], base["test"])]
+        assert c["delta"]["mean"] == pytest.approx(statistics.fmean(diffs))
+    for m in data["macro"]:
+        deltas = [c["delta"]["mean"] for c in data["cells"] if c["budget"] == m["budget"]]
+        assert m["mean"] == pytest.approx(statistics.fmean(deltas)) and m["lowest"] == min(deltas)
+    out = capsys.readouterr().out
+    assert "| budget | macro-average Δ pts over tasks (± se) |" in out and "table: runs/s/suite.md" in out
+    assert (tmp_path / "runs" / "s" / "suite.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_macro_average_needs_every_task_and_combines_standard_errors():
+    cells = [{"task": t, "budget": "b", "delta": {"mean": m, "std": s, "n": 4}} for t, m, s in
+             (("a", 2.0, 2.0), ("c", -1.0, 4.0))]
+    cells.append({"task": "a", "budget": "d", "delta": {"mean": 1.0, "std": 1.0, "n": 4}})
+    cells.append({"task": "c", "budget": "d", "delta": None})
+    b, d = macro(cells)
+    assert (b["mean"], b["lowest"], b["measured"]) == (0.5, -1.0, 2)
+    assert b["se"] == pytest.approx(((2.0 ** 2 / 4 + 4.0 ** 2 / 4) ** 0.5) / 2)
+    assert d["mean"] is None and (d["measured"], d["tasks"]) == (1, 2)
+
+
+def test_a_cell_not_run_yet_reads_as_not_measured():
+    empty = {"task": "x", "budget": "1%", "budget_params": None, "metric": None, "pick": None, "baseline": None,
+             "beaten": False, "delta": None, "trial_min": 0}
+    text = markdown("s", [empty])
+    assert "| x | 1% | - | - | - | - | - | - | no | 0 |" in text and "| 1% | - | - | 0 of 1 |" in text
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"tasks": []}, "tasks: expected a non-empty list"),
+    ({"budgets": ["0.5 %"]}, "budgets: budget: '0.5 %' is not a count"),
+    ({"budgets": ["1%", "1%"]}, "budgets: a budget is given twice"),
+    ({"tasks": ["demo_keyword", "demo_keyword"]}, "'demo_keyword' is given twice"),
+    ({"tasks": [{"task": {"train": "a.tsv"}}]}, "a file task needs a name:"),
+    ({"study": {"budget": "1%"}}, "study: budget comes from the suite"),
+    ({"study": {"trails": 3}}, "trails: unknown key"),
+    ({"tasks": [{"name": "x", "task": "demo_keyword", "study": {"task": "sst2"}}]}, "x: study: task comes from"),
+    ({"tasks": [{"name": "x", "task": "demo_keyword", "study": {"fidelity": {"kk": 1}}}]}, "kk: unknown key"),
+    ({"name": "a/b"}, "name"),
+    ({"budget": "1%"}, "budget: unknown key"),
+])
+def test_a_bad_suite_is_one_line_naming_the_problem(tmp_path, capsys, change, said):
+    assert main(["suite", "--experiment", suite_file(tmp_path, study=change.pop("study", None), **change)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("petl-nas: error: ") and said in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()                                           # nothing written
+
+
+def test_a_task_changes_the_protocol_key_by_key(tmp_path):
+    """CoLA at another K than the other tasks: its fidelity's k changes, the rest of it stays."""
+    suite = Suite.load(suite_file(tmp_path, tasks=["demo_keyword", {"name": "long", "task": "demo_keyword",
+                                                                      "study": {"fidelity": {"k": None}, "trials": 2}}]))
+    by_task = {task: exp for task, budget, exp in suite.experiments() if budget == "1%"}
+    assert (by_task["demo_keyword"].fidelity.k, by_task["demo_keyword"].trials) == (320, 1)
+    assert (by_task["long"].fidelity.k, by_task["long"].trials, by_task["long"].fidelity.epochs) == (None, 2, 5)
+
+
+def test_a_missing_suite_file_is_said():
+    with pytest.raises(ConfigError, match="no such file"):
+        Suite.load("nowhere.yaml")
