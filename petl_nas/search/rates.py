@@ -90,7 +90,10 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
             return name, config
         taken.append((name, config))
     for name, config in taken:
-        small = shrunk(config, model_config, budget)
+        try:
+            small = shrunk(config, model_config, budget)
+        except ConfigError:                               # a size this backbone or form refuses
+            continue
         if small is not None:
             return f"{name}, sizes {'/'.join(str(m.size) for m in small.modules)} to fit", small
     return None
@@ -107,15 +110,21 @@ def as_trained(name: str, space, model_config) -> PetlConfig | None:
 
 
 def shrunk(config: PetlConfig, model_config, budget: int) -> PetlConfig | None:
-    """``config`` with every module's size halved until it fits ``budget``; None if even size 1
-    does not (or it has no module to shrink)."""
+    """``config`` with every module's size halved until it fits ``budget``, each kept a multiple of
+    its form's size step (Compacter's n); None if even the smallest sizes do not fit (or it has no
+    module to shrink)."""
     import dataclasses
 
+    from ..core.forms import form_named
+
+    def step(m) -> int:
+        return form_named(m.form).size_step(dataclasses.asdict(m))
+
     while count_parameters(model_config, config).deployable > budget:
-        if not config.modules or all(m.size <= 1 for m in config.modules):
+        if not config.modules or all(m.size <= step(m) for m in config.modules):
             return None
-        config = dataclasses.replace(config, modules=tuple(dataclasses.replace(m, size=max(1, m.size // 2))
-                                                           for m in config.modules))
+        config = dataclasses.replace(config, modules=tuple(
+            dataclasses.replace(m, size=max(step(m), m.size // 2 // step(m) * step(m))) for m in config.modules))
     return config
 
 

@@ -245,6 +245,10 @@ def test_a_family_whose_presets_are_over_the_budget_is_measured_on_one_shrunk_to
     assert count_parameters(minilm, config).deployable <= 113_566
     assert rates.probe("lora", space, minilm, None)[0] == "lora"          # a preset that fits is taken as it is
     assert rates.probe("bitfit", space, minilm, 100) is None              # nothing to shrink
+    name, config = rates.probe("compacter", space, minilm, 17_100)        # 12 halved is 6: not a multiple of n=4
+    assert name.endswith("sizes 4 to fit") and [m.size for m in config.modules] == [4]       # (an error at 0.01%)
+    assert count_parameters(minilm, config).deployable <= 17_100
+    assert rates.probe("compacter", space, minilm, 2_271) is None         # 0.01%: the LayerNorms alone are over it
 
 
 def test_a_family_climbs_from_its_paper_rate_times_the_factor_measured_before_it():
