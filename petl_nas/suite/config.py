@@ -16,6 +16,7 @@ Example (``suites/budgets.yaml``)::
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,15 +91,41 @@ class Suite:
         return suite
 
     def experiments(self) -> list[tuple[str, str, Experiment]]:
-        """(task label, budget, its study's experiment), task by task, budgets in the order given."""
+        """(task label, budget, its study's experiment), task by task, budgets in the order given.
+        Where the protocol measures rates (``rates: auto`` without a file), a task's largest budget
+        measures them and its other budgets reuse its ``rates.json`` (`calibrating`)."""
         out = []
         for t in self.tasks:
+            first = self.calibrating()
             for budget in self.budgets:
-                name = f"{self.name}_{t.label}_{budget.replace('%', 'pct')}"
-                fields = {**_merged(self.study, t.study or {}), "name": name, "task": t.task, "budget": budget,
-                          "data_dir": t.data_dir or self.data_dir}
-                out.append((t.label, budget, Experiment.from_dict(fields, f"{self.source}: {t.label} at {budget}")))
+                fields = {**_merged(self.study, t.study or {}), "name": self.study_name(t.label, budget),
+                          "task": t.task, "budget": budget, "data_dir": t.data_dir or self.data_dir}
+                exp = Experiment.from_dict(fields, f"{self.source}: {t.label} at {budget}")
+                if exp.rates.on and exp.rates.file is None and budget != first:
+                    reuse = str(Path("runs") / self.study_name(t.label, first) / "rates.json")
+                    exp = dataclasses.replace(exp, rates=dataclasses.replace(exp.rates, file=reuse))
+                out.append((t.label, budget, exp))
         return out
+
+    def in_running_order(self) -> list[tuple[str, str, Experiment]]:
+        """`experiments`, each task's calibrating budget first (the others read its rates)."""
+        first = self.calibrating()
+        return sorted(self.experiments(), key=lambda e: (self.tasks.index(self._task(e[0])), e[1] != first))
+
+    def calibrating(self) -> str:
+        """The budget whose study measures a task's rates: the largest (rates measured where every
+        family's preset fits; at 0.01% of MiniLM none does), the first given when some are
+        percentages and some counts."""
+        values = [check_budget_text(b) for b in self.budgets]
+        if len({bool(m.group(2)) for m in values}) > 1:
+            return self.budgets[0]
+        return max(self.budgets, key=lambda b: float(check_budget_text(b).group(1)))
+
+    def study_name(self, label: str, budget: str) -> str:
+        return f"{self.name}_{label}_{budget.replace('%', 'pct')}"
+
+    def _task(self, label: str) -> SuiteTask:
+        return next(t for t in self.tasks if t.label == label)
 
     @property
     def run_dir(self) -> Path:

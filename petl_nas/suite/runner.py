@@ -25,15 +25,16 @@ def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
     from ..search.driver import run_search      # torch: only when a suite runs
 
     printer = printer or (lambda line: print(line, flush=True))
-    studies = suite.experiments()
-    found = []
+    studies = suite.in_running_order()
+    done = set()
     for i, (task, budget, exp) in enumerate(studies, 1):
         if train:
-            printer(f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})")
+            printer(f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})"
+                    + (f"; its rates from {exp.rates.file}" if exp.rates.file else ""))
             run_search(exp, printer=printer)
-        found.append(_cell(exp, task, budget))
-        write(suite, found)
-    return found
+        done.add((task, budget))
+        write(suite, [_cell(e, t, b) for t, b, e in suite.experiments() if (t, b) in done])
+    return [_cell(e, t, b) for t, b, e in suite.experiments()]
 
 
 def _cell(exp, task: str, budget: str) -> dict:

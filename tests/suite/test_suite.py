@@ -79,13 +79,19 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
         ("demo_keyword", "1%", "s_demo_keyword_1pct"), ("demo_keyword", "5%", "s_demo_keyword_5pct"),
         ("colours", "1%", "s_colours_1pct"), ("colours", "5%", "s_colours_5pct")]
 
+    started = []
+
     def stop_at_the_third(line):
+        if line.startswith("suite s: "):
+            started.append(line.split(", study")[0].removeprefix("suite s: "))
         if line.startswith("suite s: colours at budget 1%"):
             raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
         run_suite(suite, printer=stop_at_the_third)
+    assert started == ["demo_keyword at budget 5%", "demo_keyword at budget 1%", "colours at budget 5%",
+                       "colours at budget 1%"]                       # each task's largest budget first
     first = {}
-    for _, _, exp in suite.experiments()[:2]:
+    for _, _, exp in suite.experiments()[:2] + suite.experiments()[3:]:
         study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
         first[exp.study_name] = ([(t.number, t.values) for t in study.trials],
                                  {k: v for k, v in study.user_attrs.items() if k.startswith(("final:", "confirm:"))})
@@ -98,7 +104,7 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
     capsys.readouterr()
     assert main(["suite", "--experiment", suite_file(tmp_path)]) == 0
     assert calls and "demo_keyword" not in {str(task) for task, _, _ in calls}     # nothing trained twice
-    for _, _, exp in suite.experiments()[:2]:
+    for _, _, exp in suite.experiments()[:2] + suite.experiments()[3:]:
         study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
         assert first[exp.study_name] == ([(t.number, t.values) for t in study.trials],
                                          {k: v for k, v in study.user_attrs.items()
@@ -171,6 +177,21 @@ def test_a_task_changes_the_protocol_key_by_key(tmp_path):
     by_task = {task: exp for task, budget, exp in suite.experiments() if budget == "1%"}
     assert (by_task["demo_keyword"].fidelity.k, by_task["demo_keyword"].trials) == (320, 1)
     assert (by_task["long"].fidelity.k, by_task["long"].trials, by_task["long"].fidelity.epochs) == (None, 2, 5)
+
+
+def test_a_task_measures_its_rates_once_at_its_largest_budget(tmp_path):
+    """At 0.01% of MiniLM no family's preset fits, so nothing could be measured there: the largest
+    budget's study measures them and runs first; the others read its rates.json."""
+    suite = Suite.load(suite_file(tmp_path, study={"rates": "auto"}, budgets=["1%", "5%", "2%"]))
+    files = {(t, b): e.rates.file for t, b, e in suite.experiments()}
+    assert files[("demo_keyword", "5%")] is None and files[("colours", "5%")] is None
+    assert files[("demo_keyword", "1%")] == files[("demo_keyword", "2%")] == "runs/s_demo_keyword_5pct/rates.json"
+    assert files[("colours", "2%")] == "runs/s_colours_5pct/rates.json"
+    assert [(t, b) for t, b, _ in suite.in_running_order()] == [
+        ("demo_keyword", "5%"), ("demo_keyword", "1%"), ("demo_keyword", "2%"),
+        ("colours", "5%"), ("colours", "1%"), ("colours", "2%")]
+    assert Suite.load(suite_file(tmp_path, study={"rates": "auto"}, budgets=["1%", "900"])).calibrating() == "1%"
+    assert all(e.rates.file is None for _, _, e in suite.__class__.load(suite_file(tmp_path)).experiments())  # off
 
 
 def test_a_missing_suite_file_is_said():
