@@ -284,8 +284,9 @@ def lines(record: dict) -> list[str]:
     if record.get("source"):
         out.append(f"rates: from {record['source']}, not measured again")
     else:
-        out.append(f"rates: calibration took {record['runs']} runs ({record['runs'] / max(1, record['trials']):.0%} of "
-                   f"{record['trials']} trials) and {record['cost_s'] / 60:.1f} min")
+        share = (f"{record['runs'] / record['trials']:.0%} of {record['trials']} trials" if record['trials'] else
+                 "the study asks for no trials of the sampler's; the fewest a calibration takes")
+        out.append(f"rates: calibration took {record['runs']} runs ({share}) and {record['cost_s'] / 60:.1f} min")
     return out
 
 

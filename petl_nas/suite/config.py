@@ -71,8 +71,6 @@ class Suite:
         if not isinstance(budgets, list) or not budgets or not all(isinstance(b, (str, int)) for b in budgets):
             raise ConfigError(f"{source}: budgets: expected a non-empty list such as [0.01%, 0.05%, 0.5%]")
         study = data.get("study") or {}
-        if not isinstance(study, dict):
-            raise ConfigError(f"{source}: study: expected a mapping of experiment fields (the protocol)")
         _check_protocol(study, f"{source}: study")
         suite = cls(data["name"], tuple(_task(t, source) for t in tasks), tuple(str(b) for b in budgets), study,
                     data.get("data_dir"), source)

@@ -216,6 +216,9 @@ def test_each_family_is_one_line_saying_how_its_rate_was_found():
         "rate prefix: 6.0e-04 (its starting rate 2.0e-04 x 3.00, the factor measured on the others; not measured: "
         "calibration's share of the trials is spent)",
         "rates: calibration took 6 runs (15% of 40 trials) and 4.2 min"]
+    assert rates.lines({**record, "runs": 2, "trials": 0})[-1] == (           # strategy: oneshot, trials: 0
+        "rates: calibration took 2 runs (the study asks for no trials of the sampler's; the fewest a calibration "
+        "takes) and 4.2 min")
 
 
 def test_runs_left_take_a_family_at_the_edge_of_its_rates_further_while_it_rises():
