@@ -42,6 +42,19 @@ def test_every_yaml_file_loads_as_what_it_is(path, monkeypatch):
         SearchSpace.load(exp.space)
 
 
+SUITES = sorted((ROOT / "suites").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SUITES, ids=[p.name for p in SUITES])
+def test_every_suite_file_loads(path, monkeypatch):
+    from petl_nas.search.space import SearchSpace
+    from petl_nas.suite.config import Suite
+
+    monkeypatch.chdir(ROOT)
+    studies = Suite.load(path).experiments()
+    assert studies and all(SearchSpace.load(exp.space) for _, _, exp in studies)
+
+
 def test_there_are_experiments_records_and_a_space():
     kinds = [kind_of(p) for p in YAMLS]
     assert kinds.count("experiment") >= 20 and kinds.count("record") >= 10 and kinds.count("space") >= 1
