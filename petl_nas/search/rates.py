@@ -90,10 +90,7 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
             return name, config
         taken.append((name, config))
     for name, config in taken:
-        try:
-            small = shrunk(config, model_config, budget)
-        except ConfigError:                               # a size this backbone or form refuses
-            continue
+        small = shrunk(config, model_config, budget)
         if small is not None:
             return f"{name}, sizes {'/'.join(str(m.size) for m in small.modules)} to fit", small
     return None

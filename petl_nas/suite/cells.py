@@ -33,8 +33,8 @@ def cell(study, task: str, budget: str) -> dict:
     except ConfigError:                         # nothing complete yet: an empty row, said as such
         pick = None
     row = {"task": task, "budget": budget, "budget_params": attrs.get("budget"), "metric": attrs.get("metric"),
-           "pick": _side(trials.get(getattr(pick, "number", None)), attrs, pts),
-           "baseline": _side(trials.get(base_no), attrs, pts),
+           "pick": _side(trials.get(getattr(pick, "number", None)), attrs),
+           "baseline": _side(trials.get(base_no), attrs),
            "beaten": bool(said and said.beaten), "delta": None,
            "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1)}
     p, b = row["pick"], row["baseline"]
@@ -45,7 +45,7 @@ def cell(study, task: str, budget: str) -> dict:
     return row
 
 
-def _side(trial, attrs: dict, pts: float) -> dict | None:
+def _side(trial, attrs: dict) -> dict | None:
     if trial is None:
         return None
     final = attrs.get(f"{FINAL}{trial.number}") or {}

@@ -92,9 +92,8 @@ class Suite:
         """(task label, budget, its study's experiment), task by task, budgets in the order given.
         Where the protocol measures rates (``rates: auto`` without a file), a task's largest budget
         measures them and its other budgets reuse its ``rates.json`` (`calibrating`)."""
-        out = []
+        out, first = [], self.calibrating()
         for t in self.tasks:
-            first = self.calibrating()
             for budget in self.budgets:
                 fields = {**_merged(self.study, t.study or {}), "name": self.study_name(t.label, budget),
                           "task": t.task, "budget": budget, "data_dir": t.data_dir or self.data_dir}

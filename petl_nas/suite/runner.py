@@ -26,15 +26,15 @@ def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
 
     printer = printer or (lambda line: print(line, flush=True))
     studies = suite.in_running_order()
-    done = set()
+    done: dict[tuple[str, str], dict] = {}            # each study read once, after it ran
     for i, (task, budget, exp) in enumerate(studies, 1):
         if train:
             printer(f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})"
                     + (f"; its rates from {exp.rates.file}" if exp.rates.file else ""))
             run_search(exp, printer=printer)
-        done.add((task, budget))
-        write(suite, [_cell(e, t, b) for t, b, e in suite.experiments() if (t, b) in done])
-    return [_cell(e, t, b) for t, b, e in suite.experiments()]
+        done[task, budget] = _cell(exp, task, budget)
+        write(suite, [done[t, b] for t, b, _ in suite.experiments() if (t, b) in done])
+    return [done[t, b] for t, b, _ in suite.experiments()]
 
 
 def _cell(exp, task: str, budget: str) -> dict:
