@@ -54,6 +54,7 @@ from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claime
                     make_sampler, open_study, presets_within, seed_presets, seeded_sampler, smallest_count,
                     smallest_module, state_counts)
 from ..tasks import data_lines, load_splits, resolve_task
+from ..tasks.files import file_fingerprints
 from ..training.loop import Recipe, n_evaluations
 from .specs import final_k, final_recipe, trial_recipe, trial_spec
 from ..core.models import check_weight_files
@@ -263,6 +264,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     attrs = {"space": space.source, "space_name": space.name, "space_hash": space.hash, "baseline": baseline,
              "input_shift": input_shift(splits.search_dev, splits.test),
              "space_version": space.version, "backbone": json.dumps(exp.backbone), "task": task.name, "task_spec": exp.task,
+             "task_files": file_fingerprints(exp.task),
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
              "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}

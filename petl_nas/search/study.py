@@ -37,6 +37,7 @@ from ..core.describe import describe_config
 from ..core.family_rates import at_rates as apply_rates
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
 from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial
+from ..tasks.files import FILE_KEYS
 from .space import SearchSpace
 from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
@@ -89,11 +90,24 @@ def changed_settings(stored: dict, attrs: dict) -> list[str]:
     was, now = stored.get("task_spec"), attrs.get("task_spec")     # a file task: its files, metric, decoding
     if isinstance(was, dict) and isinstance(now, dict) and not changed:
         changed += [f"task.{k} {was.get(k)} (now {now.get(k)})" for k in sorted({*was, *now}, key=str)
-                    if was.get(k) != now.get(k)]
+                    if was.get(k) != now.get(k) and not _same_file(stored, attrs, k)]
+        changed += [f"task.{k} {now[k]} (its contents changed since)" for k in FILE_KEYS
+                    if was.get(k) == now.get(k) and _contents(stored, k) not in (None, _contents(attrs, k))]
     old, new = stored.get("fidelity") or {}, attrs.get("fidelity") or {}
     return changed + [f"fidelity.{k} {old[k]} (now {new[k]})" for k in SCORE_FIDELITY
                       if k in old and k in new and old[k] != new[k]
                       and not (k == "epochs" and _same_length(stored, old[k], new[k]))]
+
+
+def _contents(attrs: dict, key: str) -> str | None:
+    """The fingerprint a study's ``attrs`` hold of its file task's ``key`` file (None before
+    studies stored them)."""
+    return (attrs.get("task_files") or {}).get(key)
+
+
+def _same_file(stored: dict, attrs: dict, key: str) -> bool:
+    """A file task's ``key`` file at another path with the same contents (its folder moved)."""
+    return key in FILE_KEYS and _contents(stored, key) is not None and _contents(stored, key) == _contents(attrs, key)
 
 
 def with_fidelity_resolved(attrs: dict, stored: dict | None) -> dict:

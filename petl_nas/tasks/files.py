@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import hashlib
 from pathlib import Path
 from typing import Sequence
 
@@ -20,7 +21,11 @@ from .metrics import ranking_metric
 from .seq2seq import Seq2SeqSettings
 from .registry import Split, Task, get_task, label_text, make_split, register_source
 
-__all__ = ["FORMATS", "read_table", "file_task", "resolve_task", "recorded_task", "load_files"]
+__all__ = ["FORMATS", "FILE_KEYS", "read_table", "file_task", "resolve_task", "recorded_task", "load_files",
+           "file_fingerprints"]
+
+FILE_KEYS = ("train", "dev", "test")
+"""The keys of a file-task mapping that name files."""
 
 # utf-8-sig reads a file with or without a byte-order mark (spreadsheets and GLUE's MRPC write one).
 FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig", "keep_default_na": False}),
@@ -215,6 +220,20 @@ def resolve_task(task) -> Task:
         return file_task(task["train"], task["dev"], task.get("test"),
                          **{k: v for k, v in task.items() if k not in ("train", "dev", "test")})
     return get_task(task)
+
+
+def file_fingerprints(task) -> dict[str, str] | None:
+    """The sha256 of each file a file-task mapping names (``train``, ``dev``, ``test``: its
+    contents, whatever its path), so a study resumed from a moved data folder is known to read the
+    same rows; None for a named task."""
+    if not isinstance(task, dict):
+        return None
+    out = {}
+    for key in FILE_KEYS:
+        if isinstance(task.get(key), str) and Path(task[key]).is_file():
+            with open(task[key], "rb") as f:
+                out[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return out
 
 
 def load_files(task: Task, data_dir=None) -> dict[str, Split]:

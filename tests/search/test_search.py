@@ -242,11 +242,15 @@ def test_a_study_resumed_with_other_scoring_settings_is_refused_and_kept(tmp_pat
 @pytest.mark.slow
 def test_a_file_task_study_resumed_with_another_metric_or_files_is_refused(tmp_path):
     """Its task name (files:train) stays the same: the mapping's metric, files and decoding decide
-    how its trials were scored, and a resume with others would rank them together."""
+    how its trials were scored, and a resume with others would rank them together. A file is known
+    by its contents: the same rows at another path (the data folder moved) resume, and the study
+    then reads them there; other rows at the same path are refused."""
     words = "good great fine dull bad awful plot film".split()
-    for name, n in (("train.csv", 80), ("dev.csv", 20), ("other.csv", 20)):
-        (tmp_path / name).write_text("text,label\n" + "".join(f"{words[i % 8]} {words[(3 * i) % 8]},{'ab'[i % 2]}\n"
-                                                               for i in range(n)))
+
+    def rows(n, shift=0):
+        return "text,label\n" + "".join(f"{words[(i + shift) % 8]} {words[(3 * i) % 8]},{'ab'[i % 2]}\n" for i in range(n))
+    for name, text in (("train.csv", rows(80)), ("dev.csv", rows(20)), ("other.csv", rows(20, 1))):
+        (tmp_path / name).write_text(text)
     task = {"train": str(tmp_path / "train.csv"), "dev": str(tmp_path / "dev.csv"), "text_columns": ["text"]}
     exp = experiment(tmp_path, trials=1, presets=[], task=task,
                      fidelity=Fidelity(length_buckets=0, k=40, epochs=1, batch_size=16, max_length=16, search_dev=16))
@@ -255,7 +259,17 @@ def test_a_file_task_study_resumed_with_another_metric_or_files_is_refused(tmp_p
                             ({"dev": str(tmp_path / "other.csv")}, f"task.dev {tmp_path / 'dev.csv'} (now ")]:
         with pytest.raises(ConfigError, match=re.escape(f"made with other settings: {words_}")):
             run_search(dataclasses.replace(exp, trials=2, task={**task, **changed}), printer=lambda *a: None)
-    run_search(dataclasses.replace(exp, trials=2), printer=lambda *a: None)         # the same mapping resumes
+    (tmp_path / "moved").mkdir()
+    for name in ("train.csv", "dev.csv"):
+        (tmp_path / name).rename(tmp_path / "moved" / name)
+    moved = {**task, "train": str(tmp_path / "moved" / "train.csv"), "dev": str(tmp_path / "moved" / "dev.csv")}
+    run_search(dataclasses.replace(exp, trials=2, task=moved), printer=lambda *a: None)     # the same rows resume
+    assert sum(t.state == TrialState.COMPLETE for t in load(exp).trials) == 2
+    assert load(exp).user_attrs["task_spec"]["dev"] == moved["dev"]                       # read there from now on
+    swapped = rows(20).replace(",a\n", ",c\n").replace(",b\n", ",a\n").replace(",c\n", ",b\n")
+    (tmp_path / "moved" / "dev.csv").write_text(swapped)              # its labels swapped: the same size
+    with pytest.raises(ConfigError, match=re.escape(f"task.dev {moved['dev']} (its contents changed since)")):
+        run_search(dataclasses.replace(exp, trials=3, task=moved), printer=lambda *a: None)
     assert sum(t.state == TrialState.COMPLETE for t in load(exp).trials) == 2
 
 
