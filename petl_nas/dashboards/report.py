@@ -140,6 +140,9 @@ def _oneshot(record: dict | None) -> str:
     """The supernet run behind the one-shot proposals; with a knob search, every run and the chosen one."""
     if not record:
         return "–"
+    if record.get("from"):                  # another study's supernet proposed for this budget too
+        return _e(f"none trained here: {len(record['proposed'])} proposals for this budget read from "
+                  f"{record['from']['file']} (the supernet of study {record['from']['study']}; {record['run']})")
     text = (f"{record['supernet_params']:,} gated parameters, {record['epochs']:g} epochs, "
             f"{record['cost_s'] / 60:.1f} min; search-dev {record['score']:.4f} at an expected "
             f"{record['expected_count']:,}; {len(record['proposed'])} proposals ({record['run']})")
@@ -149,6 +152,9 @@ def _oneshot(record: dict | None) -> str:
                          + ", ".join(f"{k} {v:.3g}" for k, v in r["knobs"].items())
                          + f", inherited hypervolume {r['hypervolume']:.4f}" for r in search["runs"])
         text += f". Knobs searched over {len(search['runs'])} runs (study {search['study']}): {runs}"
+    if record.get("serves"):
+        text += (f"; it also proposed for budgets {', '.join(f'{b:,}' for b in record['serves']['budgets'] if b != record['target'])} "
+                 f"({record['serves']['file']})")
     return _e(text)
 
 

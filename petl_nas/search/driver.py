@@ -30,7 +30,7 @@ from . import calibrate, rates, study_note
 from ..core.budget import check_positions, count_parameters
 from ..errors import ConfigError
 from ..core.config import PetlConfig
-from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose
+from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose, read_proposals
 from .confirm import confirm, confirmed_scores, confirmed_text, verdict
 from .progress import Stage
 from ..training.costs import UNITS
@@ -254,6 +254,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
             _check_some_preset_fits(exp.presets, space, model_config, budget)
         if exp.strategy != "sampler" and budget is None:
             raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
+        if exp.strategy != "sampler":
+            _check_oneshot_budgets(exp.oneshot.budgets or (), budget, max(smallest, fewest or 0), backbone_params)
         if exp.executor == "ray":
             check_ray_address(exp.ray_address)
         if exp.warm_start:
@@ -268,6 +270,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
              "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
+    if exp.strategy != "sampler" and exp.oneshot.file:
+        read_proposals(exp.oneshot.file, attrs, budget)      # a file that cannot serve: said before a study exists
     study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed, exp.startup_trials),
                        task.main_metric, attrs, force_new=force_new_study,
                        heartbeat_interval=exp.heartbeat_interval, grace_period=exp.grace_period,
@@ -281,6 +285,22 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         close_storage(study._storage)
     summary.wall_s = time.time() - start
     return summary
+
+
+def _check_oneshot_budgets(budgets, budget: int, smallest: int, backbone_params: int) -> None:
+    """Each of ``oneshot.budgets`` a count below the study's budget and at least ``smallest``, the
+    space's smallest configuration with a module: the supernet proposes for those only. One error
+    line otherwise."""
+    for text in budgets:
+        try:
+            count = parse_budget(text, backbone_params)
+        except ConfigError as e:
+            raise ConfigError(f"oneshot: budgets: {e}") from None
+        if not smallest <= count < budget:
+            raise ConfigError(f"oneshot: budgets: {text} ({count:,} deployable parameters) is "
+                              + (f"not below the study's budget of {budget:,}" if count >= budget else
+                                 f"below the space's smallest module ({smallest:,})")
+                              + ": the supernet proposes for smaller budgets it can fill")
 
 
 def _check_some_preset_fits(names, space, model_config, budget: int | None) -> None:
@@ -303,10 +323,13 @@ def _proposals(study) -> int:
 def _supernet_line(exp: Experiment, budget: int) -> str:
     """What the search does next, said before the minutes it takes."""
     o = exp.oneshot
+    if o.file:
+        return f"one-shot: reading the proposals for {budget:,} deployable parameters from {o.file} (no supernet trained here)"
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
     runs = f"{o.runs} supernet runs (a search over their knobs)" if o.runs > 1 else "a supernet"
     epochs = epochs if isinstance(epochs, str) else f"{epochs:g}"
-    return (f"one-shot: training {runs} over space {exp.space!r} toward {budget:,} deployable parameters, "
+    also = f" (and proposing for {', '.join(map(str, o.budgets))} too)" if o.budgets else ""
+    return (f"one-shot: training {runs} over space {exp.space!r} toward {budget:,} deployable parameters{also}, "
             f"{epochs} epochs each on the trials' data (a line when it ends; each epoch is saved, so a stopped run "
             f"goes on from there)")
 
@@ -347,8 +370,9 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
         target = max(target, claimed(study) + waiting)   # queued on a study already at its count: they train too
         remaining = max(0, target - claimed(study))
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
-    later = (" besides the supernet's proposals (it trains first)"
-             if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else "")
+    later = ("" if exp.strategy == "sampler" or ONESHOT in study.user_attrs else
+             f" besides the proposals read from {exp.oneshot.file}" if exp.oneshot.file else
+             " besides the supernet's proposals (it trains first)")
     printer(f"study {exp.study_name!r} at {redact(exp.storage_url)}: {trained} trained so far; "
             f"{remaining} to train{later}; presets queued: {', '.join(seeded) or 'none new'}")
     if queued >= exp.trials and exp.sampler != "presets" and exp.strategy != "oneshot":

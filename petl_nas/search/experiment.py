@@ -251,8 +251,15 @@ class OneShot:
             run whose proposals score best with the supernet's own weights proposes.
         search: ``{knob: [low, high]}`` for any of `KNOBS` (the others stay at the values above);
             None with ``runs`` > 1: `DEFAULT_SEARCH`.
+        budgets: smaller budgets (``0.01%`` or a count) the supernet also proposes for, each with
+            its own ladder, written with its proposals to ``runs/NAME/oneshot.json`` (a suite's
+            largest budget serving the others: `petl_nas.suite`).
+        file: a ``oneshot.json`` another study's supernet wrote: this study trains no supernet and
+            enqueues the proposals it holds for this study's budget (the same backbone, task, data
+            and space; refused otherwise).
     """
 
+    FILE = "oneshot.json"      # what ``budgets`` writes in the study's run folder and ``file`` reads
     KNOBS = {"lr": "log", "gate_lr": "log", "penalty_step": "log", "temperature": "linear", "init_open": "linear"}
     DEFAULT_SEARCH = {"lr": (3e-4, 3e-3), "gate_lr": (0.01, 0.2), "penalty_step": (0.005, 0.08),
                       "temperature": (1 / 3, 1.0)}
@@ -267,6 +274,8 @@ class OneShot:
     temperature: float = 2 / 3
     runs: int = 1
     search: dict | None = None
+    budgets: list | None = None
+    file: str | None = None
 
     def __post_init__(self):
         check_fields(self, "oneshot: ", {"rungs": whole(1), "lr": number(0, True), "gate_lr": number(0, True),
@@ -277,7 +286,19 @@ class OneShot:
                                           "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
                                                         "a number between 0 and 1"),
                                           "penalty_step": number(0, True), "temperature": number(0, True),
-                                          "runs": whole(1)})
+                                          "runs": whole(1), "file": optional(TEXT)})
+        if self.budgets is not None:
+            if not isinstance(self.budgets, (list, tuple)) or not self.budgets:
+                raise ConfigError(f"oneshot: budgets: expected a list of budgets (0.01% or a count), got {self.budgets!r}")
+            for b in self.budgets:
+                try:
+                    check_budget_text(b)
+                except ConfigError as e:
+                    raise ConfigError(f"oneshot: budgets: {e}") from None
+            object.__setattr__(self, "budgets", list(self.budgets))
+        if self.file is not None and (self.budgets or self.runs > 1):
+            raise ConfigError("oneshot: file reads another study's proposals and trains no supernet: "
+                              "budgets and runs apply to a study that trains one")
         if self.search is not None:
             if not isinstance(self.search, dict) or not self.search:
                 raise ConfigError(f"oneshot: search: expected a mapping of knob: [low, high], got {self.search!r}")

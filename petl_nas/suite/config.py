@@ -5,13 +5,14 @@ experiment fields every study shares (the protocol), and each study's name, task
 come from the suite. Studies are named ``<suite>_<task>_<budget>`` (``0.05%`` written ``0.05pct``),
 so a suite that is run again resumes every one of them.
 
-Example (``suites/budgets.yaml``)::
+Example (``suites/budgets.yaml`` with a file task and one supernet per task)::
 
     name: budgets
     data_dir: ../shared/data/glue
     tasks: [sst2, stsb, {name: qnli, task: {train: q/train.tsv, dev: q/test.tsv, ...}}]
     budgets: [0.01%, 0.05%, 0.5%]
-    study: {fidelity: {k: 1000}, trials: 24}
+    study: {strategy: oneshot, trials: 0, fidelity: {k: 1000}}
+    supernet: shared       # each task's largest budget's supernet proposes for its other budgets too
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml
-from ..search.experiment import Experiment, check_budget_text
+from ..search.experiment import Experiment, OneShot, check_budget_text
 
 FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")   # each study's own
+SUPERNET = ("per_budget", "shared")     # a supernet per study, or one per task serving its budgets
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
 
@@ -47,6 +49,7 @@ class Suite:
     study: dict
     data_dir: str | None = None
     source: str = "<suite>"
+    supernet: str = "per_budget"       # per_budget, or shared: a task's largest budget's serves the others
 
     @classmethod
     def load(cls, path: str | Path) -> Suite:
@@ -60,7 +63,7 @@ class Suite:
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "<suite>") -> Suite:
-        check_keys(source, data, ["name", "tasks", "budgets", "study", "data_dir"], sep=": ")
+        check_keys(source, data, ["name", "tasks", "budgets", "study", "data_dir", "supernet"], sep=": ")
         for key in ("name", "tasks", "budgets"):
             if key not in data:
                 raise ConfigError(f"{source}: {key}: missing (a suite names its tasks, budgets and name)")
@@ -72,8 +75,11 @@ class Suite:
             raise ConfigError(f"{source}: budgets: expected a non-empty list such as [0.01%, 0.05%, 0.5%]")
         study = data.get("study") or {}
         _check_protocol(study, f"{source}: study")
+        supernet = data.get("supernet", "per_budget")
+        if supernet not in SUPERNET:
+            raise ConfigError(f"{source}: supernet: expected one of {', '.join(SUPERNET)}, got {supernet!r}")
         suite = cls(data["name"], tuple(_task(t, source) for t in tasks), tuple(str(b) for b in budgets), study,
-                    data.get("data_dir"), source)
+                    data.get("data_dir"), source, supernet)
         labels = [t.label for t in suite.tasks]
         twice = next((n for n in labels if labels.count(n) > 1), None)
         if twice is not None:
@@ -85,13 +91,18 @@ class Suite:
                 check_budget_text(budget)
             except ConfigError as e:
                 raise ConfigError(f"{source}: budgets: {e}") from None
+        if supernet == "shared" and len({bool(check_budget_text(b).group(2)) for b in suite.budgets}) > 1:
+            raise ConfigError(f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
+                              f"counts), so that the largest is known before the backbone is read")
         suite.experiments()                 # every study's fields are checked before any study trains
         return suite
 
     def experiments(self) -> list[tuple[str, str, Experiment]]:
         """(task label, budget, its study's experiment), task by task, budgets in the order given.
         Where the protocol measures rates (``rates: auto`` without a file), a task's largest budget
-        measures them and its other budgets reuse its ``rates.json`` (`calibrating`)."""
+        measures them and its other budgets reuse its ``rates.json`` (`calibrating`). With
+        ``supernet: shared``, a one-shot task's largest budget also proposes for the others
+        (``oneshot.budgets``), which read its ``oneshot.json`` (``oneshot.file``) and train no supernet."""
         out, first = [], self.calibrating()
         for t in self.tasks:
             for budget in self.budgets:
@@ -101,11 +112,28 @@ class Suite:
                 if exp.rates.on and exp.rates.file is None and budget != first:
                     reuse = str(Path("runs") / self.study_name(t.label, first) / "rates.json")
                     exp = dataclasses.replace(exp, rates=dataclasses.replace(exp.rates, file=reuse))
+                if self.supernet == "shared" and exp.strategy != "sampler" and len(self.budgets) > 1:
+                    try:
+                        exp = dataclasses.replace(exp, oneshot=self._shared(exp.oneshot, t.label, budget, first))
+                    except ConfigError as e:
+                        raise ConfigError(f"{self.source}: {t.label} at {budget}: {e}") from None
                 out.append((t.label, budget, exp))
+        if self.supernet == "shared" and all(exp.strategy == "sampler" for _, _, exp in out):
+            raise ConfigError(f"{self.source}: supernet: shared applies to one-shot studies (study: {{strategy: "
+                              f"oneshot}} or both), and every study here samples")
         return out
 
+    def _shared(self, oneshot, label: str, budget: str, first: str):
+        """``oneshot`` of a study when one supernet serves every budget of its task: the largest
+        budget's proposes for the others too; theirs read its file."""
+        if budget == first:
+            return dataclasses.replace(oneshot, budgets=[b for b in self.budgets if b != first])
+        made = str(Path("runs") / self.study_name(label, first) / OneShot.FILE)
+        return dataclasses.replace(oneshot, file=made, runs=1, search=None)
+
     def in_running_order(self) -> list[tuple[str, str, Experiment]]:
-        """`experiments`, each task's calibrating budget first (the others read its rates)."""
+        """`experiments`, each task's calibrating budget first (the others read its rates and, with
+        ``supernet: shared``, its supernet's proposals)."""
         first = self.calibrating()
         return sorted(self.experiments(), key=lambda e: (self.tasks.index(self._task(e[0])), e[1] != first))
 

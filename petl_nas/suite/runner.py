@@ -30,7 +30,8 @@ def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
     for i, (task, budget, exp) in enumerate(studies, 1):
         if train:
             printer(f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})"
-                    + (f"; its rates from {exp.rates.file}" if exp.rates.file else ""))
+                    + (f"; its rates from {exp.rates.file}" if exp.rates.file else "")
+                   + (f"; its proposals from {exp.oneshot.file}" if exp.strategy != "sampler" and exp.oneshot.file else ""))
             run_search(exp, printer=printer)
         done[task, budget] = _cell(exp, task, budget)
         write(suite, [done[t, b] for t, b, _ in suite.experiments() if (t, b) in done])

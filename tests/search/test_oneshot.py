@@ -5,6 +5,8 @@ expected size to its target."""
 
 import copy
 import dataclasses
+import json
+import re
 
 import pytest
 import torch
@@ -815,3 +817,96 @@ def test_strategy_errors_are_one_line(tmp_path):
         Experiment.from_dict({"oneshot": {"init_open": 1.5}})
     with pytest.raises(ConfigError, match="set a budget"):
         run_search(_exp(tmp_path, budget=None), printer=lambda *a: None)
+
+
+@pytest.mark.slow
+def test_one_supernet_proposes_for_smaller_budgets_whose_studies_train_none(tmp_path, monkeypatch):
+    """``oneshot.budgets``: the supernet also derives each smaller budget's own ladder (up to that
+    budget, not the large ladder cut) and writes them to ``runs/NAME/oneshot.json``; a study with
+    ``oneshot.file`` enqueues the proposals for its budget from it and trains no supernet. A file
+    made on other data, or without this budget, is refused in one line before a study exists."""
+    import optuna
+
+    from petl_nas import ConfigError
+    from petl_nas.dashboards.report import write_report
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import OneShot, parse_budget
+    from petl_nas.search.oneshot import propose as proposing
+
+    monkeypatch.chdir(tmp_path)
+    one = OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2)
+    big = _exp(tmp_path, name="big", strategy="oneshot", trials=0, presets=[], budget="5%",
+               storage=f"sqlite:///{tmp_path}/big.db", oneshot=dataclasses.replace(one, budgets=["1%"]))
+    lines = []
+    run_search(big, printer=lines.append)
+    made = json.loads((tmp_path / "runs" / "big" / "oneshot.json").read_text())
+    b_big = optuna.load_study(study_name="big", storage=big.storage_url)
+    count = parse_budget("1%", b_big.user_attrs["backbone_params"])
+    assert set(made["proposed"]) == {str(b_big.user_attrs["budget"]), str(count)}
+    ladder = made["proposed"][str(count)]
+    assert max(p["budget"] for p in ladder) == count and all(p["deployable"] <= count for p in ladder)
+    assert b_big.user_attrs["oneshot"]["serves"]["budgets"] == sorted([count, b_big.user_attrs["budget"]])
+    assert any("and proposing for 1% too" in line for line in lines)
+
+    def no_supernet(*a, **kw):
+        raise AssertionError("a study reading oneshot.file trained a supernet")
+    monkeypatch.setattr(proposing, "run_supernet", no_supernet)
+    file = str(tmp_path / "runs" / "big" / "oneshot.json")
+    small = _exp(tmp_path, name="small", strategy="oneshot", trials=0, presets=["lora"], budget="1%",
+                 storage=f"sqlite:///{tmp_path}/small.db", oneshot=dataclasses.replace(one, file=file))
+    for changed, said in [(dict(fidelity=dataclasses.replace(small.fidelity, k=160)), "another study: k 320 (here 160)"),
+                          (dict(budget="2%"), "holds proposals for budgets"),
+                          (dict(oneshot=dataclasses.replace(one, file=str(tmp_path / "none.json"))), "no such file")]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            run_search(dataclasses.replace(small, **changed), printer=lambda *a: None)
+        assert "small" not in optuna.get_all_study_names(small.storage_url)            # before a study exists
+    lines = []
+    run_search(small, printer=lines.append)
+    study = optuna.load_study(study_name="small", storage=small.storage_url)
+    proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
+    assert [t.user_attrs["petl_config"] for t in proposals] == [p["config"] for p in ladder]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in proposals)
+    assert {t.user_attrs["oneshot"] for t in proposals} == {"big/oneshot-0"}
+    record = study.user_attrs["oneshot"]
+    assert record["from"] == {"file": file, "study": "big"} and record["cost_s"] == 0
+    assert any("proposals read from" in line and "none trained here" in line for line in lines)
+    assert "oneshot_started" not in study.user_attrs
+
+    def page(exp):
+        return next(p for p in write_report(exp.storage_url, exp.name, tmp_path / exp.name) if p.suffix == ".html").read_text()
+    assert "none trained here" in page(small) and "the supernet of study big" in page(small)
+    assert f"it also proposed for budgets {count:,}" in page(big)
+
+
+@pytest.mark.parametrize("budgets, said", [(["5%"], "is not below the study's budget"),
+                                           (["1"], "below the space's smallest module"),
+                                           (["1.5"], "oneshot: budgets: budget: '1.5' is a fraction")])
+def test_budgets_a_supernet_cannot_serve_are_refused_before_a_study_exists(tmp_path, monkeypatch, budgets, said):
+    import optuna
+
+    from petl_nas import ConfigError
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import OneShot
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=0, budget="5%", oneshot=OneShot(rungs=4, epochs=2, budgets=budgets))
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        run_search(exp, printer=lambda *a: None)
+    assert optuna.get_all_study_names(exp.storage_url) == []
+
+
+def test_a_study_stored_before_a_oneshot_setting_existed_resumes():
+    """Settings stored without a key added since (``budgets``, ``file``) read as its default; a
+    setting that really changed is still refused."""
+    from types import SimpleNamespace
+
+    from petl_nas import ConfigError
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.oneshot.propose import check_resumable
+    from petl_nas.search.storage import as_stored
+
+    old = {k: v for k, v in as_stored(dataclasses.asdict(OneShot())).items() if k not in ("budgets", "file")}
+    study = SimpleNamespace(study_name="s", user_attrs={"oneshot": {"settings": old}})
+    check_resumable(study, SimpleNamespace(oneshot=OneShot()))
+    with pytest.raises(ConfigError, match=re.escape("budgets None -> ['1%']")):
+        check_resumable(study, SimpleNamespace(oneshot=OneShot(budgets=["1%"])))

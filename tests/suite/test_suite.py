@@ -162,6 +162,11 @@ def test_a_cell_not_run_yet_reads_as_not_measured():
     ({"tasks": [{"name": "x", "task": "demo_keyword", "study": {"fidelity": {"kk": 1}}}]}, "kk: unknown key"),
     ({"name": "a/b"}, "name"),
     ({"budget": "1%"}, "budget: unknown key"),
+    ({"supernet": "one"}, "supernet: expected one of per_budget, shared, got 'one'"),
+    ({"supernet": "shared", "budgets": ["1%", "900"]}, "supernet: shared needs budgets of one kind"),
+    ({"supernet": "shared"}, "supernet: shared applies to one-shot studies"),
+    ({"supernet": "shared", "study": {"strategy": "oneshot", "oneshot": {"file": "x.json"}}},
+     "demo_keyword at 5%: oneshot: file reads another study's proposals"),
 ])
 def test_a_bad_suite_is_one_line_naming_the_problem(tmp_path, capsys, change, said):
     assert main(["suite", "--experiment", suite_file(tmp_path, study=change.pop("study", None), **change)]) == 2
@@ -192,6 +197,24 @@ def test_a_task_measures_its_rates_once_at_its_largest_budget(tmp_path):
         ("colours", "5%"), ("colours", "1%"), ("colours", "2%")]
     assert Suite.load(suite_file(tmp_path, study={"rates": "auto"}, budgets=["1%", "900"])).calibrating() == "1%"
     assert all(e.rates.file is None for _, _, e in suite.__class__.load(suite_file(tmp_path)).experiments())  # off
+
+
+def test_a_shared_supernet_is_trained_at_each_tasks_largest_budget_and_read_by_the_others(tmp_path):
+    """``supernet: shared``: a one-shot task's largest budget proposes for its other budgets too,
+    which read its oneshot.json and train no supernet (a knob search is the largest's alone);
+    per_budget (the default) trains one per study."""
+    shared = Suite.load(suite_file(tmp_path, study={"strategy": "oneshot", "oneshot": {"runs": 2}},
+                                   budgets=["1%", "5%", "2%"], supernet="shared"))
+    by = {(t, b): e.oneshot for t, b, e in shared.experiments()}
+    assert by[("colours", "5%")].budgets == ["1%", "2%"] and by[("colours", "5%")].file is None
+    assert by[("colours", "5%")].runs == 2
+    for budget in ("1%", "2%"):
+        assert by[("colours", budget)].file == "runs/s_colours_5pct/oneshot.json"
+        assert by[("colours", budget)].budgets is None and by[("colours", budget)].runs == 1
+    assert by[("demo_keyword", "1%")].file == "runs/s_demo_keyword_5pct/oneshot.json"
+    assert [(t, b) for t, b, _ in shared.in_running_order()][:1] == [("demo_keyword", "5%")]
+    plain = Suite.load(suite_file(tmp_path, study={"strategy": "oneshot"}, budgets=["1%", "5%"]))
+    assert all(e.oneshot.file is None and e.oneshot.budgets is None for _, _, e in plain.experiments())
 
 
 def test_a_missing_suite_file_is_said():

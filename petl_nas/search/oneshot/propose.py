@@ -21,6 +21,11 @@ trains the supernet again, going on from the training state it saved after its l
 (``<run dir>/oneshot/<run>.pt``; the record says from which epoch); one killed later resumes with
 the proposals queued. The state file is removed once the record is stored.
 
+With ``oneshot.budgets`` the supernet also derives each of those smaller budgets' own ladder and
+`propose` writes every budget's proposals to ``runs/NAME/oneshot.json`` (`FILE`); a study with
+``oneshot.file`` enqueues the ones for its budget from such a file, after checking it was made on
+the same backbone, task, data and space, and trains no supernet (its record says ``from``).
+
 With ``oneshot.runs`` > 1 the supernet's knobs are searched first (`knobs.py`: an Optuna study of
 supernet runs beside this one); the best run by its proposals' inherited scores proposes, the
 record names it and keeps every run (``knob_search``), and its cost is that of all the runs.
@@ -33,11 +38,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import socket
 import time
+from pathlib import Path
 
 from ...errors import ConfigError
+from ...fileio import atomic_write
+from ..experiment import OneShot, parse_budget
 from ..storage import as_stored
 from ..progress import Stage, repeating
 from ..records import LR_FROM_SAMPLER, ONESHOT, RATES_SETTING
@@ -46,6 +55,7 @@ from .run import SupernetSpec, run_on_ray, run_supernet
 
 ATTR = ONESHOT        # the study attribute of its supernet run, and the tag of each trial it proposed
 STARTED = "oneshot_started"
+FILE = OneShot.FILE     # in the run folder of a study with ``oneshot.budgets``: what ``oneshot.file`` reads
 
 
 def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
@@ -57,6 +67,8 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     if ATTR in study.user_attrs:
         _check_same_settings(study, settings)
         return []
+    if exp.oneshot.file:
+        return _from_file(study, exp, budget, lock, settings)
     lines = []
     say = printer if printer is not None else lines.append
     o = exp.oneshot
@@ -146,7 +158,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         init_open=o.init_open, batch_size=exp.fidelity.batch_size,
                         max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
                         seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
-                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature)
+                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
+                        also=tuple(_counts(study, o.budgets or ())))
 
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
@@ -180,6 +193,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                               f"then run the same command again") from None
         chosen = o.knobs()
     proposed = result["proposed"]
+    shared = {str(budget): proposed, **result.get("proposed_for", {})}
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
               "layernorms": result.get("layernorms", False),
               "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
@@ -194,19 +208,11 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
               "resumed_from": result["resumed_from"], "settings": settings}
     if knob_runs is not None:
         record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
-    with lock():
-        if ATTR in study.user_attrs:                   # another worker got there first
-            return []
-        for p in proposed:
-            attrs = {"petl_config": p.pop("config"), ATTR: run, "oneshot_budget": p["budget"]}
-            if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
-                attrs[LR_FROM_SAMPLER] = True
-            elif (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
-                attrs["recipe"] = {"lr_scale": 1.0}     # each family at its measured rate, as presets
-            else:
-                attrs["recipe"] = {"lr": chosen["lr"] if o.proposal_lr == "supernet" else float(o.proposal_lr)}
-            study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
-        study.set_user_attr(ATTR, record)
+    if o.budgets:
+        record["serves"] = {"file": str(exp.run_dir / FILE), "budgets": sorted(int(b) for b in shared)}
+    write = (lambda: _write_file(study, exp, run, chosen["lr"], shared)) if o.budgets else None
+    if not _enqueue(study, exp, proposed, record, chosen["lr"], lock, write):
+        return []                                      # another worker got there first
     if os.path.exists(spec.checkpoint):
         os.remove(spec.checkpoint)
     resumed = record["resumed_from"]
@@ -230,14 +236,108 @@ def check_resumable(study, exp) -> None:
 
 def _check_same_settings(study, settings: dict) -> None:
     """A resumed study whose supernet was trained with other ``oneshot`` settings: refused, since its
-    proposals are those of the old settings (a study from before settings were stored is not checked)."""
+    proposals are those of the old settings (a study from before settings were stored is not checked;
+    a setting added since it was stored reads as its default)."""
     stored = study.user_attrs[ATTR].get("settings")
-    if stored is None or stored == settings:
+    if stored is None:
         return
+    stored = {**as_stored(dataclasses.asdict(OneShot())), **stored}     # a key added since: its default
     changed = [f"{k} {stored.get(k)!r} -> {settings.get(k)!r}" for k in settings if stored.get(k) != settings.get(k)]
+    if not changed:
+        return
     raise ConfigError(f"study {study.study_name!r} trained its supernet with other oneshot settings "
                       f"({'; '.join(changed)}); its proposals are those of the first: to train another supernet, "
                       f"name a new study (--study NAME)")
+
+
+def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float, lock, before=None) -> bool:
+    """Enqueue each proposal (its configuration given whole, at its rate) and store ``record``,
+    under ``lock``, after ``before()`` (the file of ``oneshot.budgets``: only the worker whose
+    proposals the study keeps writes it); False when another worker already had (nothing done)."""
+    o = exp.oneshot
+    with lock():
+        if ATTR in study.user_attrs:
+            return False
+        if before is not None:
+            before()
+        for p in proposed:
+            attrs = {"petl_config": p["config"], ATTR: record["run"], "oneshot_budget": p["budget"]}
+            if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
+                attrs[LR_FROM_SAMPLER] = True
+            elif (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
+                attrs["recipe"] = {"lr_scale": 1.0}     # each family at its measured rate, as presets
+            else:
+                attrs["recipe"] = {"lr": supernet_lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
+            study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
+        study.set_user_attr(ATTR, {**record, "proposed": [{k: v for k, v in p.items() if k != "config"}
+                                                          for p in proposed]})
+    return True
+
+
+def _counts(study, budgets) -> list[int]:
+    """``oneshot.budgets`` as deployable counts of this study's backbone."""
+    return [parse_budget(b, study.user_attrs["backbone_params"]) for b in budgets]
+
+
+MATCHING = ("backbone", "task", "task_files", "data_seed", "space_hash")
+MATCHING_FIDELITY = ("k", "search_dev", "max_length")
+
+
+def _matching(attrs: dict) -> dict:
+    """What a study's proposals depend on besides its budget (from its attributes): the backbone,
+    task, data and space."""
+    return {**{k: attrs.get(k) for k in MATCHING},
+            **{k: (attrs.get("fidelity") or {}).get(k) for k in MATCHING_FIDELITY}}
+
+
+def read_proposals(path: str, attrs: dict, budget: int) -> tuple[dict, list[dict]]:
+    """The file ``oneshot.file`` names and its proposals for ``budget``, for a study whose attributes
+    are ``attrs``; one error line when it cannot serve it (unreadable, made on another backbone,
+    task, data or space, or without this budget). Called before the study exists."""
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"oneshot.file {path!r}: {why}")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise bad("no such file (the study whose oneshot.budgets writes it runs first)") from None
+    except (OSError, ValueError) as e:
+        raise bad(f"cannot be read ({str(e).splitlines()[0]})") from None
+    shape = (isinstance(data, dict) and isinstance(data.get("proposed"), dict) and isinstance(data.get("made_for"), dict)
+             and isinstance(data.get("run"), str) and isinstance(data.get("lr"), (int, float))
+             and all(isinstance(ps, list) and all(isinstance(p, dict) and {"config", "budget", "deployable"} <= set(p)
+                                                  for p in ps) for ps in data["proposed"].values()))
+    if not shape:
+        raise bad("not a supernet's proposals (written by a study with oneshot.budgets)")
+    here = _matching(attrs)
+    if differ := [f"{k} {data['made_for'].get(k)} (here {here[k]})" for k in here if data["made_for"].get(k) != here[k]]:
+        raise bad(f"its supernet was trained for another study: {', '.join(differ)}")
+    if str(budget) not in data["proposed"]:
+        raise bad(f"it holds proposals for budgets {', '.join(f'{int(b):,}' for b in data['proposed'])}, not "
+                  f"{budget:,} (add it to the oneshot.budgets of study {data.get('study')!r})")
+    return data, data["proposed"][str(budget)]
+
+
+def _write_file(study, exp, run: str, supernet_lr: float, proposed: dict) -> None:
+    """``runs/NAME/oneshot.json``: the proposals for this budget and ``oneshot.budgets``, for the
+    studies of those budgets to read (``oneshot.file``)."""
+    text = json.dumps({"study": study.study_name, "run": run, "lr": supernet_lr, "made_for": _matching(study.user_attrs),
+                       "proposed": proposed}, indent=1)
+    path = exp.run_dir / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def _from_file(study, exp, budget: int, lock, settings: dict) -> list[str]:
+    """Enqueue the proposals ``oneshot.file`` holds for ``budget``; no supernet is trained."""
+    path = exp.oneshot.file
+    data, mine = read_proposals(path, study.user_attrs, budget)
+    source = data.get("study")
+    record = {"run": f"{source}/{data['run']}", "from": {"file": str(path), "study": source}, "target": budget,
+              "cost_s": 0.0, "attempts": 0, "settings": settings}
+    if not _enqueue(study, exp, mine, record, data["lr"], lock):
+        return []
+    return [f"one-shot: {len(mine)} proposals read from {path} (the supernet of study {source!r}), "
+            f"none trained here: " + ", ".join(f"{p['deployable']:,}" for p in mine)]
 
 
 def _first_line(error: BaseException) -> str:
@@ -247,4 +347,4 @@ def _first_line(error: BaseException) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-__all__ = ["propose", "check_resumable", "ATTR", "STARTED"]
+__all__ = ["propose", "check_resumable", "read_proposals", "ATTR", "STARTED", "FILE"]

@@ -3,7 +3,8 @@
 `SupernetSpec` holds plain values, so it travels to a Ray worker as a `TrialSpec` does.
 `run_supernet` does the whole run in the process that takes it: it loads the data and the cached
 backbone, builds the supernet from the space, trains it toward the budget on that process's device
-(a GPU when it has one), and derives one configuration per budget of the ladder (with
+(a GPU when it has one), and derives one configuration per budget of the ladder (and of each
+smaller budget's own ladder in ``also``: one supernet serving a suite's budgets; with
 ``rate_proposals``, each also scored on search-dev with the supernet's own weights:
 `inherit.inherited_score`, what the knob search compares runs by). With the Ray
 executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
@@ -67,6 +68,7 @@ class SupernetSpec:
     penalty_step: float = 0.02        # how fast the count's Lagrange multiplier rises (`Supernet.penalty`)
     temperature: float = BETA         # the hard-concrete gates' β
     rate_proposals: bool = False      # score each proposal with the supernet's weights (`inherit.py`)
+    also: tuple = ()                  # smaller budgets it also proposes for, each its own ladder
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -91,7 +93,8 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
     net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit,
                          layernorms=layernorms, prompt_length=prompt_length)
-    fingerprint = {**spec.to_dict(), "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
+    trained_on = {k: v for k, v in spec.to_dict().items() if k != "also"}      # ``also`` only derives more
+    fingerprint = {**trained_on, "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
                    "layernorms": layernorms, "prompt_length": prompt_length}
     state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
     trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
@@ -111,20 +114,25 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
         dev = encode(splits, tok, max_length=spec.max_length).search_dev
         batch = Recipe(batch_size=spec.batch_size).eval_batch_size
         score_on_dev = lambda model: evaluate(model, dev, task, batch, device)[task.main_metric]  # noqa: E731
-    seen, proposed = set(), []
-    for rung in ladder(smallest, spec.budget, spec.rungs):
-        selection = select(net, rung)
-        config, n = configuration(net, base.config, selection, head, num_labels=task.num_labels)
-        key = repr(config.to_dict())
-        if n > 0 and key not in seen:
-            seen.add(key)
-            proposed.append({"budget": rung, "deployable": n, "config": config.to_dict()})
-            if score_on_dev is not None:
-                proposed[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
+
+    def proposals(budget: int, scored: bool) -> list[dict]:
+        seen, out = set(), []
+        for rung in ladder(smallest, budget, spec.rungs):
+            selection = select(net, rung)
+            config, n = configuration(net, base.config, selection, head, num_labels=task.num_labels)
+            key = repr(config.to_dict())
+            if n > 0 and key not in seen:
+                seen.add(key)
+                out.append({"budget": rung, "deployable": n, "config": config.to_dict()})
+                if scored and score_on_dev is not None:
+                    out[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
+        return out
+
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
             "layernorms": layernorms, "prompt_length": prompt_length,
-            "proposed": proposed,
+            "proposed": proposals(spec.budget, True),             # the knob search compares runs by these
+            "proposed_for": {str(b): proposals(b, False) for b in spec.also},
             "supernet_params": count_parameters(base.config, PetlConfig(
                 modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)).deployable,
             "device": str(device), "host": socket.gethostname(),
