@@ -205,8 +205,10 @@ class Rates:
             instead of measuring again: the same backbone; another task is allowed and said.
         spread: ``lr_scale`` ranges over [1/spread, spread] (log); 1 trains every trial at exactly
             the measured rates.
-        share: calibration may take at most this share of ``trials`` in runs; the families it
-            cannot afford to measure take their paper rate times the factor measured on the others.
+        share: calibration may take at most this share of the runs the study will train (its
+            trials, presets, sweep and baselines, a supernet's proposals, confirmation and final
+            runs: `rates.planned_runs`); the families it cannot afford to measure take their paper
+            rate times the factor measured on the others.
     """
 
     calibrate: str = "auto"

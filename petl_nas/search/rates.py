@@ -15,8 +15,9 @@ good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the t
   `MAX_STEPS` runs; then the runs left take each family whose best is still at an edge of the
   rates it tried one step further that way while it rises (`extend`); the best score's rate is
   the family's;
-- calibration takes at most ``rates.share`` of ``trials`` in runs; a family it cannot afford keeps
-  its paper rate times the factor measured on the others (the trial recipe moves every rate
+- calibration takes at most ``rates.share`` of the runs the study will train (`planned_runs`:
+  its trials, presets, sweep, baselines, a supernet's proposals, confirmation and final runs); a
+  family it cannot afford keeps its paper rate times the factor measured on the others (the trial recipe moves every rate
   alike), and says so. LayerNorms train at the rate of the module they come with.
 
 Every trial then trains each family at its rate (`at_rates`: the configuration's first family sets
@@ -132,10 +133,24 @@ def within(rate: float, lr) -> float:
     return min(max(rate, float(lr.low)), float(lr.high)) if lr.kind == "float" else rate
 
 
-def allowance(trials: int, share: float) -> int:
-    """Calibration runs a study of ``trials`` affords: its share of them, and never fewer than 2
-    (one climb step of one family)."""
-    return max(2, math.floor(share * trials))
+def allowance(runs: int, share: float) -> int:
+    """Calibration runs a study that plans ``runs`` trained runs affords: its share of them, and
+    never fewer than 2 (one climb step of one family)."""
+    return max(2, math.floor(share * runs))
+
+
+def planned_runs(exp, to_train: int, proposals: int = 0) -> int:
+    """The runs a study will train besides calibration, at least: ``to_train`` trials (the
+    sampler's, presets, the sweep, baselines), ``proposals`` a supernet will add, the
+    confirmation's extra seeds of its candidates and of the best baseline, and the final seeds of
+    the pick and the best baseline. Calibration's share is of these: a one-shot study asks for no
+    trials of the sampler's and still trains dozens of runs."""
+    f = exp.final
+    if f.seeds == 0:                                # no final re-evaluation: no confirmation either
+        return to_train + proposals
+    confirming = (f.confirm + 1) * f.confirm_seeds if f.confirm else 0
+    finals = f.seeds * (2 if f.baselines else 1)
+    return to_train + proposals + confirming + finals
 
 
 def climb(measure, start: float, runs: int) -> list[tuple[float, float]]:
@@ -183,16 +198,19 @@ class Climb:
     tried: list
 
 
-def calibrate(exp, space, model_config, budget: int | None, printer, known=()) -> dict:
+def calibrate(exp, space, model_config, budget: int | None, printer, known=(), planned: int | None = None) -> dict:
     """Measure each family's rate (see the module docstring); returns the record stored on the study.
     Every family climbs first; the runs left then take the families whose best is at an edge of
     the rates they tried further that way (`extend`). A run whose spec is in ``known`` ((spec as
-    stored, TrialResult) pairs: the trial length's calibration runs) is taken from it, not trained."""
+    stored, TrialResult) pairs: the trial length's calibration runs) is taken from it, not trained.
+    ``planned``: the runs the study will train (`planned_runs`; None: ``trials``), of which
+    calibration takes at most ``rates.share``."""
     from .specs import trial_recipe                      # torch: only where runs are trained
     from .worker import free_memory
 
     start = time.perf_counter()
-    left = allowance(exp.trials, exp.rates.share)
+    planned = exp.trials if planned is None else planned
+    left = allowance(planned, exp.rates.share)
     lr_range = SearchSpace.load(exp.space).globals["lr"]
     order, skipped, climbs = space_families(space), {}, {}
     stage = Stage(printer, left, at_most=True)
@@ -201,7 +219,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=()) -
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
         if found is None or left < 2:
             skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
-                               else "not measured: calibration's share of the trials is spent"}
+                               else "not measured: calibration's share of the study's runs is spent"}
             continue
         measure, runs = _measurer(exp, family, *found, printer, stage, known)
         first = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
@@ -224,7 +242,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=()) -
     families = {f: records.get(f) or {**skipped[f], "rate": skipped[f]["prior"] * factor} for f in order}
     return {"rates": {f: families[f]["rate"] for f in order}, "families": families, "factor": factor,
             "runs": sum(len(v.get("tried", ())) for v in families.values()),
-            "allowed": allowance(exp.trials, exp.rates.share), "trials": exp.trials, "results": results,
+            "allowed": allowance(planned, exp.rates.share), "trials": exp.trials, "planned": planned, "results": results,
             "epochs": trial_recipe(exp).epochs, "k": exp.fidelity.k, "backbone": json.dumps(exp.backbone),
             "task": str(exp.task), "cost_s": round(time.perf_counter() - start, 1)}
 
@@ -281,8 +299,11 @@ def lines(record: dict) -> list[str]:
     if record.get("source"):
         out.append(f"rates: from {record['source']}, not measured again")
     else:
-        share = (f"{record['runs'] / record['trials']:.0%} of {record['trials']} trials" if record['trials'] else
-                 "the study asks for no trials of the sampler's; the fewest a calibration takes")
+        if record.get("planned"):
+            share = f"{record['runs'] / record['planned']:.0%} of the {record['planned']} runs the study plans"
+        else:                                        # a record from before calibration counted every run
+            share = (f"{record['runs'] / record['trials']:.0%} of {record['trials']} trials" if record['trials'] else
+                     "the study asks for no trials of the sampler's; the fewest a calibration takes")
         out.append(f"rates: calibration took {record['runs']} runs ({share}) and {record['cost_s'] / 60:.1f} min")
     return out
 
@@ -331,9 +352,10 @@ def mode(study, exp) -> dict:
     return stored
 
 
-def resolve(study, exp, space, model_config, budget: int | None, printer, known=()) -> dict | None:
+def resolve(study, exp, space, model_config, budget: int | None, printer, known=(),
+            planned: int | None = None) -> dict | None:
     """The study's rates: recorded, read from ``rates.file`` or measured now (and stored and
-    written); None for a study that draws one rate per trial."""
+    written; ``planned``: see `calibrate`); None for a study that draws one rate per trial."""
     if not mode(study, exp)["calibrated"]:
         return None
     record = study.user_attrs.get(ATTR)
@@ -344,8 +366,9 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
                 printer(note)
         else:
             printer(f"rates auto: measuring the rate of each family ({', '.join(space_families(space))}) on "
-                    f"search-dev, at most {allowance(exp.trials, exp.rates.share)} runs ...")
-            record = calibrate(exp, space, model_config, budget, printer, known)
+                    f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
+                    f"runs ...")
+            record = calibrate(exp, space, model_config, budget, printer, known, planned)
             write_file(record, exp.run_dir / "rates.json")
         record = study.user_attrs.get(ATTR) or record        # another worker may have finished first
         study.set_user_attr(ATTR, record)
@@ -355,4 +378,4 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
 
 
 __all__ = ["apply", "calibrate", "climb", "families_of", "space_families", "known_results", "lines", "mode",
-           "resolve", "read_file", "write_file", "allowance", "ATTR", "SCALE", "SETTING", "FAMILY_PROBES"]
+           "resolve", "read_file", "write_file", "allowance", "planned_runs", "ATTR", "SCALE", "SETTING", "FAMILY_PROBES"]

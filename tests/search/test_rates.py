@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 
 import optuna
@@ -114,7 +115,8 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
     assert 0 < record["cost_s"] <= took                               # a part of the search, not the clock
     assert set(record["rates"]) == {"lora", "adapter", "prefix"}       # the small space's families
     assert record["runs"] == sum(line.startswith("  rates: ") for line in lines)
-    assert record["runs"] <= rates.allowance(exp.trials, exp.rates.share) == 6
+    assert record["planned"] == exp.trials                            # no sweep, no finals: the trials alone
+    assert record["runs"] <= record["allowed"] == rates.allowance(record["planned"], exp.rates.share) == 6
     done = [line for line in lines if line.startswith("  rates: ") and "running for" not in line]
     assert [line.rsplit("(", 1)[1].split(" runs")[0] for line in done] == [f"{i} of 6" for i in range(1, len(done) + 1)]
     assert "at most" in done[0]                                         # the share is a bound: it may stop sooner
@@ -207,16 +209,17 @@ def test_each_family_is_one_line_saying_how_its_rate_was_found():
                            "adapter": {"prior": 1e-4, "probe": "pfeiffer", "rate": 3e-4, "edge": False,
                                        "tried": [[1e-4, 0.61], [3e-4, 0.65], [9e-4, -math.inf]]},
                            "prefix": {"prior": 2e-4, "rate": 6e-4, "why": "not measured: calibration's share of the "
-                                                                             "trials is spent"}},
-              "factor": 3.0, "runs": 6, "trials": 40, "cost_s": 252.0}
+                                                                             "study's runs is spent"}},
+              "factor": 3.0, "runs": 6, "trials": 40, "cost_s": 252.0, "planned": 56}
     assert rates.lines(record) == [
         "rate lora: 4.5e-03 (measured on lora: 5.0e-04 0.7370, 1.5e-03 0.8130, 4.5e-03 0.8170; the best is at the "
         "edge of the rates tried: more runs (rates.share) may find a better one)",
         "rate adapter: 3.0e-04 (measured on pfeiffer: 1.0e-04 0.6100, 3.0e-04 0.6500, 9.0e-04 diverged)",
         "rate prefix: 6.0e-04 (its starting rate 2.0e-04 x 3.00, the factor measured on the others; not measured: "
-        "calibration's share of the trials is spent)",
-        "rates: calibration took 6 runs (15% of 40 trials) and 4.2 min"]
-    assert rates.lines({**record, "runs": 2, "trials": 0})[-1] == (           # strategy: oneshot, trials: 0
+        "calibration's share of the study's runs is spent)",
+        "rates: calibration took 6 runs (11% of the 56 runs the study plans) and 4.2 min"]
+    assert rates.lines({**record, "planned": None})[-1] == "rates: calibration took 6 runs (15% of 40 trials) and 4.2 min"
+    assert rates.lines({**record, "runs": 2, "trials": 0, "planned": None})[-1] == (   # recorded before "planned"
         "rates: calibration took 2 runs (the study asks for no trials of the sampler's; the fewest a calibration "
         "takes) and 4.2 min")
 
@@ -319,3 +322,65 @@ def test_a_rate_the_length_calibration_already_trained_is_not_trained_again(tmp_
     assert study.user_attrs[rates.ATTR]["families"]["lora"]["tried"][0][1] == lora
     climbed = [s for s in trained if s.config == trained[0].config and s.recipe == trained[0].recipe]
     assert len(climbed) == 1                                           # that spec trained once, by the length's
+
+
+def test_calibration_takes_its_share_of_every_run_the_study_plans():
+    """A one-shot study (``trials: 0``) still trains its presets, sweep, baselines, proposals,
+    confirmation and finals: calibration's share is of all of them, not of the sampler's trials."""
+    from petl_nas.search.experiment import Experiment, FinalEval, OneShot
+
+    exp = Experiment(strategy="oneshot", trials=0, oneshot=OneShot(rungs=10),
+                     final=FinalEval(seeds=3, confirm=3, confirm_seeds=2, baselines=True))
+    planned = rates.planned_runs(exp, 13, exp.oneshot.rungs)         # 7 presets and 6 sweep points queued
+    assert planned == 13 + 10 + (3 + 1) * 2 + 3 * 2 == 37
+    assert rates.allowance(planned, exp.rates.share) == 5 and rates.allowance(0, exp.rates.share) == 2
+    no_finals = Experiment(strategy="oneshot", trials=0, final=FinalEval(seeds=0, confirm=3))
+    assert rates.planned_runs(no_finals, 13, 10) == 23                  # no re-evaluation: no confirmation
+
+
+def test_a_one_shot_study_calibrates_with_the_share_of_the_runs_it_plans(tmp_path, monkeypatch):
+    """The driver passes the runs it plans (queued trials, the ladder's proposals, confirmation,
+    finals), not ``trials: 0``, to calibration."""
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import FinalEval, OneShot
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def captured(exp, space, model_config, budget, printer, known=(), planned=None):
+        seen["planned"] = planned
+        raise Stop
+    monkeypatch.setattr(rates, "calibrate", captured)
+    monkeypatch.chdir(tmp_path)
+    exp = _calibrated(tmp_path, strategy="oneshot", trials=0, presets=["pfeiffer", "lora"], budget="5%",
+                      oneshot=OneShot(rungs=6), final=FinalEval(seeds=2, confirm=2, confirm_seeds=1, baselines=False))
+    lines = []
+    with pytest.raises(Stop):
+        run_search(exp, printer=lines.append)
+    queued = int(re.search(r"(\d+) to train besides the supernet's proposals", "\n".join(lines)).group(1))
+    assert queued >= 1 and seen["planned"] == rates.planned_runs(exp, queued, 6) == queued + 6 + (2 + 1) * 1 + 2 * 1
+
+
+def test_the_runs_a_study_plans_buy_more_families_their_own_rate(monkeypatch):
+    """Two sampler trials afford 2 calibration runs (LoRA's first climb step); the same study
+    planning 40 runs affords 6, and more families are measured rather than guessed."""
+    from transformers import BertConfig
+
+    from petl_nas.core.family_rates import families_of
+    from petl_nas.search import worker
+    from petl_nas.search.results import TrialResult
+
+    def scripted(spec, **kw):                  # every family peaks at 1e-3
+        assert families_of(PetlConfig.from_dict(spec.config))
+        return TrialResult(score=0.9 - abs(math.log(spec.recipe["lr"] / 1e-3)) / 10, score_se=0.01)
+    monkeypatch.setattr(worker, "run_trial", scripted)
+    minilm = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    exp = tiny_experiment(space="unified", trials=2, rates=Rates())
+    space = SearchSpace.load("unified").with_rate_scale(2.0)
+    few = rates.calibrate(exp, space, minilm, None, printer=lambda *a: None)
+    many = rates.calibrate(exp, space, minilm, None, printer=lambda *a: None, planned=40)
+    assert (few["allowed"], few["runs"], many["allowed"]) == (2, 2, 6) and 2 < many["runs"] <= 6
+    measured = [f for f, v in many["families"].items() if "tried" in v]
+    assert len(measured) > len([f for f, v in few["families"].items() if "tried" in v])
