@@ -17,8 +17,9 @@ good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the t
   the family's;
 - calibration takes at most ``rates.share`` of the runs the study will train (`planned_runs`:
   its trials, presets, sweep, baselines, a supernet's proposals, confirmation and final runs); a
-  family it cannot afford keeps its paper rate times the factor measured on the others (the trial recipe moves every rate
-  alike), and says so. LayerNorms train at the rate of the module they come with.
+  family it cannot afford keeps its paper rate times the factor measured on the others (the trial
+  recipe moves every rate alike), and says so. LayerNorms train at the rate of the module they
+  come with.
 
 Every trial then trains each family at its rate (`at_rates`: the configuration's first family sets
 the recipe's rate, the others are `PetlConfig.lr_mults` of it; the head follows the first family,
