@@ -20,6 +20,12 @@ from ..tasks.metrics import points_per_unit
 from ..tasks.significance import paired_difference
 
 
+def empty(task: str, budget: str) -> dict:
+    """The row of a study not run (or not finished) yet: nothing measured."""
+    return {"task": task, "budget": budget, "budget_params": None, "metric": None, "pick": None,
+            "baseline": None, "beaten": False, "delta": None, "trial_min": 0}
+
+
 def cell(study, task: str, budget: str) -> dict:
     """The suite's row for one study (see the module docstring)."""
     from ..deploy.export import choose        # export's default pick: what a user of the study deploys
@@ -54,15 +60,16 @@ def _side(trial, attrs: dict) -> dict | None:
 
 
 def macro(cells: list[dict]) -> list[dict]:
-    """Per budget, in the order first seen: the mean over tasks of Δ (points), its standard error
-    (the per-task standard errors combined, tasks independent), the lowest cell, and how many tasks
-    have a Δ (a budget with a task missing one has no macro-average)."""
+    """Per budget, in the order first seen: the mean of Δ (points) over the tasks that have one, its
+    standard error (the per-task standard errors combined, tasks independent), the lowest cell, and
+    how many of the budget's tasks have a Δ (a suite still running, or a study without finals,
+    shows ``2 of 3``: the mean is then over those two)."""
     out = []
     for budget in dict.fromkeys(c["budget"] for c in cells):
         row = [c for c in cells if c["budget"] == budget]
         deltas = [c["delta"] for c in row if c["delta"] is not None]
         entry = {"budget": budget, "tasks": len(row), "measured": len(deltas), "mean": None, "se": None, "lowest": None}
-        if deltas and len(deltas) == len(row):
+        if deltas:
             entry["mean"] = statistics.fmean(d["mean"] for d in deltas)
             if all(d["std"] is not None for d in deltas):
                 entry["se"] = math.sqrt(sum(d["std"] ** 2 / d["n"] for d in deltas)) / len(deltas)
@@ -102,7 +109,8 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
         lines.append(f"| {c['task']} | {budget} | {_who(c['pick'])} | {_test(c['pick'], pts)} | "
                      f"{_who(c['baseline'])} | {_test(c['baseline'], pts)} | {delta} | {d['n'] if d else '-'} | "
                      f"{'yes' if c['beaten'] else 'no'} | {c['trial_min']:g} |")
-    lines += ["", "| budget | macro-average Δ pts over tasks (± se) | lowest cell | tasks measured |", "|---|---|---|---|"]
+    lines += ["", "| budget | macro-average Δ pts over the tasks measured (± se) | lowest cell | tasks measured |",
+              "|---|---|---|---|"]
     for m in macro(cells):
         mean = "-" if m["mean"] is None else f"{m['mean']:+.2f}" + (f" ± {m['se']:.2f}" if m["se"] is not None else "")
         lowest = "-" if m["lowest"] is None else f"{m['lowest']:+.2f}"
@@ -144,4 +152,4 @@ def plot_png(cells: list[dict]) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["cell", "macro", "markdown", "plot_png"]
+__all__ = ["cell", "empty", "macro", "markdown", "plot_png"]

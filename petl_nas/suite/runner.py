@@ -3,7 +3,8 @@
 Each study is an ordinary search (`petl_nas.search.driver.run_search`), so a suite run again after a
 kill resumes where it stopped: finished studies train nothing (their trials, confirmations and final
 runs are in their storage), the interrupted one goes on from its last finished trial. The table is
-rewritten after every study, so it shows what has been measured so far.
+rewritten after every study, so it shows what has been measured so far (the studies not run yet
+as empty rows; the macro-average says over how many tasks it is).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
                    + (f"; its proposals from {exp.oneshot.file}" if exp.strategy != "sampler" and exp.oneshot.file else ""))
             run_search(exp, printer=printer)
         done[task, budget] = _cell(exp, task, budget)
-        write(suite, [done[t, b] for t, b, _ in suite.experiments() if (t, b) in done])
+        write(suite, [done.get((t, b)) or table.empty(t, b) for t, b, _ in suite.experiments()])
     return [done[t, b] for t, b, _ in suite.experiments()]
 
 
@@ -42,8 +43,7 @@ def _cell(exp, task: str, budget: str) -> dict:
     try:
         study = load_study(exp.storage_url, exp.study_name)
     except ConfigError:                         # not run yet (the table only reads what exists)
-        return {"task": task, "budget": budget, "budget_params": None, "metric": None, "pick": None,
-                "baseline": None, "beaten": False, "delta": None, "trial_min": 0}
+        return table.empty(task, budget)
     try:
         return table.cell(study, task, budget)
     finally:
