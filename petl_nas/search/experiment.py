@@ -47,6 +47,19 @@ def check_budget_text(text: str | int | float) -> re.Match:
     return m
 
 
+def check_budget_list(values, where: str) -> list:
+    """``values`` as a list of budgets (``0.01%`` or counts), each checked by `check_budget_text`;
+    one error line prefixed by ``where`` otherwise."""
+    if not isinstance(values, (list, tuple)) or not values or not all(isinstance(v, (str, int)) for v in values):
+        raise ConfigError(f"{where}: expected a non-empty list such as [0.01%, 0.05%, 0.5%], got {values!r}")
+    for value in values:
+        try:
+            check_budget_text(value)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    return list(values)
+
+
 def parse_budget(text: str | int | float | None, backbone_params: int | None) -> int | None:
     """``"0.5%"`` of the backbone or an absolute count (``120000``, ``1.2e5``) -> parameters; neither
     may exceed the whole backbone (``backbone_params``; None: an older study that did not record it,
@@ -290,14 +303,7 @@ class OneShot:
                                           "penalty_step": number(0, True), "temperature": number(0, True),
                                           "runs": whole(1), "file": optional(TEXT)})
         if self.budgets is not None:
-            if not isinstance(self.budgets, (list, tuple)) or not self.budgets:
-                raise ConfigError(f"oneshot: budgets: expected a list of budgets (0.01% or a count), got {self.budgets!r}")
-            for b in self.budgets:
-                try:
-                    check_budget_text(b)
-                except ConfigError as e:
-                    raise ConfigError(f"oneshot: budgets: {e}") from None
-            object.__setattr__(self, "budgets", list(self.budgets))
+            object.__setattr__(self, "budgets", check_budget_list(self.budgets, "oneshot: budgets"))
         if self.file is not None and (self.budgets or self.runs > 1):
             raise ConfigError("oneshot: file reads another study's proposals and trains no supernet: "
                               "budgets and runs apply to a study that trains one")
@@ -478,4 +484,5 @@ def _sub(cls, data, where):
 
 
 __all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "Rates", "parse_budget", "check_budget_text",
+           "check_budget_list",
            "large_budget_warning"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml
-from ..search.experiment import Experiment, OneShot, check_budget_text
+from ..search.experiment import Experiment, OneShot, check_budget_list, check_budget_text
 
 FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")   # each study's own
 SUPERNET = ("per_budget", "shared")     # a supernet per study, or one per task serving its budgets
@@ -70,9 +70,7 @@ class Suite:
         tasks = data["tasks"]
         if not isinstance(tasks, list) or not tasks:
             raise ConfigError(f"{source}: tasks: expected a non-empty list of task names or mappings")
-        budgets = data["budgets"]
-        if not isinstance(budgets, list) or not budgets or not all(isinstance(b, (str, int)) for b in budgets):
-            raise ConfigError(f"{source}: budgets: expected a non-empty list such as [0.01%, 0.05%, 0.5%]")
+        budgets = check_budget_list(data["budgets"], f"{source}: budgets")
         study = data.get("study") or {}
         _check_protocol(study, f"{source}: study")
         supernet = data.get("supernet", "per_budget")
@@ -86,11 +84,6 @@ class Suite:
             raise ConfigError(f"{source}: tasks: {twice!r} is given twice (give each a distinct name)")
         if len(set(suite.budgets)) != len(suite.budgets):
             raise ConfigError(f"{source}: budgets: a budget is given twice")
-        for budget in suite.budgets:
-            try:
-                check_budget_text(budget)
-            except ConfigError as e:
-                raise ConfigError(f"{source}: budgets: {e}") from None
         if supernet == "shared" and len({bool(check_budget_text(b).group(2)) for b in suite.budgets}) > 1:
             raise ConfigError(f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
                               f"counts), so that the largest is known before the backbone is read")

@@ -910,3 +910,18 @@ def test_a_study_stored_before_a_oneshot_setting_existed_resumes():
     check_resumable(study, SimpleNamespace(oneshot=OneShot()))
     with pytest.raises(ConfigError, match=re.escape("budgets None -> ['1%']")):
         check_resumable(study, SimpleNamespace(oneshot=OneShot(budgets=["1%"])))
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"budgets": "1%"}, "oneshot: budgets: expected a non-empty list"),
+    ({"budgets": ["1x"]}, "oneshot: budgets: budget: '1x' is not a count"),
+    ({"file": ""}, "oneshot: file: expected a non-empty string"),
+    ({"file": "a.json", "budgets": ["1%"]}, "oneshot: file reads another study's proposals and trains no supernet"),
+    ({"file": "a.json", "runs": 2}, "oneshot: file reads another study's proposals and trains no supernet"),
+])
+def test_bad_shared_supernet_settings_are_one_line(fields, said):
+    from petl_nas import ConfigError
+    from petl_nas.search.experiment import Experiment
+
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        Experiment.from_dict({"strategy": "oneshot", "trials": 0, "oneshot": fields}, "e.yaml")
