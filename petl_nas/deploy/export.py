@@ -157,7 +157,8 @@ def record(study: optuna.Study, trial: FrozenTrial, storage_url: str | None = No
     counts = {"deployable": t.deployable, "trainable": t.trainable, "pct_of_backbone": t.pct_of_backbone}
     origin = {"source": group_of(t)}                 # preset, sweep, oneshot or searched
     if t.oneshot:                                    # which supernet run proposed it, at which budget
-        origin.update(oneshot=t.oneshot, oneshot_budget=t.oneshot_budget)
+        origin.update(oneshot=t.oneshot, oneshot_budget=t.oneshot_budget,
+                      **({"oneshot_anchor": t.oneshot_anchor} if t.oneshot_anchor else {}))
     if t.number in confirmed_now(study):             # its search score, then one per extra seed
         origin.update(confirmed_scores=t.confirmed)
     costs = t.measured_costs()                       # what it measured (`costs.py`), if anything

@@ -14,9 +14,15 @@ on q, v of the top layers that fit, prompt tuning of the longest length that fit
 preset's 20 tokens), BitFit and the LayerNorms where they fit, and the head alone (a linear probe
 on the frozen features). Each is a point of the space where the space holds it, else trained
 given whole (its configuration stored on the trial), at the same rates as every baseline.
+
+`anchors` names the largest baseline of each kind that fits a budget: what a one-shot supernet
+builds around (`petl_nas.search.oneshot.derive.anchored`), so that a proposal can be a baseline
+plus what the supernet finds for the rest of the budget.
 """
 
 from __future__ import annotations
+
+import re
 
 from ..core.budget import count_parameters
 from ..core.config import ModuleSpec, PetlConfig
@@ -71,6 +77,17 @@ def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]
             if budget is None or n <= budget:
                 points.append((n, name, config))
     return [(name, config) for _, name, config in sorted(points, key=lambda p: p[0])]
+
+
+def anchors(model_config, budget: int | None, n_layers: int) -> list[tuple[str, PetlConfig]]:
+    """(name, configuration) of the largest baseline of each kind within ``budget`` (LoRA on q, v;
+    on every linear layer; on q, v of the top layers; prompt tuning; BitFit; LayerNorms), smallest
+    first; the head alone is no anchor (the supernet's own proposals build on it)."""
+    largest: dict[str, tuple[str, PetlConfig]] = {}
+    for name, config in lora_sweep(model_config, budget) + budget_baselines(model_config, budget, n_layers):
+        if name != "head_only":
+            largest[re.sub(r"\d+$", "", name)] = (name, config)       # both lists run smallest first
+    return sorted(largest.values(), key=lambda p: count_parameters(model_config, p[1]).deployable)
 
 
 def sweep_trials(study) -> set[str]:

@@ -272,6 +272,10 @@ class OneShot:
         file: a ``oneshot.json`` another study's supernet wrote: this study trains no supernet and
             enqueues the proposals it holds for this study's budget (the same backbone, task, data
             and space; refused otherwise).
+        anchors: also propose, at the budget, the largest baseline of each kind that fits (LoRA
+            on q, v; on every linear layer; on the top layers; a soft prompt; BitFit; LayerNorms)
+            with what the supernet keeps beside it in the rest of the budget
+            (`petl_nas.search.oneshot.derive.anchored`).
     """
 
     FILE = "oneshot.json"      # what ``budgets`` writes in the study's run folder and ``file`` reads
@@ -291,6 +295,7 @@ class OneShot:
     search: dict | None = None
     budgets: list | None = None
     file: str | None = None
+    anchors: bool = True
 
     def __post_init__(self):
         check_fields(self, "oneshot: ", {"rungs": whole(1), "lr": number(0, True), "gate_lr": number(0, True),
@@ -301,7 +306,8 @@ class OneShot:
                                           "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
                                                         "a number between 0 and 1"),
                                           "penalty_step": number(0, True), "temperature": number(0, True),
-                                          "runs": whole(1), "file": optional(TEXT)})
+                                          "runs": whole(1), "file": optional(TEXT),
+                                          "anchors": ((lambda v: isinstance(v, bool)), "true or false")})
         if self.budgets is not None:
             object.__setattr__(self, "budgets", check_budget_list(self.budgets, "oneshot: budgets"))
         if self.file is not None and (self.budgets or self.runs > 1):

@@ -42,10 +42,12 @@ def group_of(t: FrozenTrial | StoredTrial) -> str:
 
 
 def source_of(t: FrozenTrial | StoredTrial) -> str:
-    """What proposed a trial, as the tables show it: the preset's or sweep point's name, ``one-shot``,
-    ``warm start`` (a front member of an earlier study), or ``-`` for the sampler."""
+    """What proposed a trial, as the tables show it: the preset's or sweep point's name, ``one-shot``
+    (``one-shot on NAME``: built on the baseline NAME), ``warm start`` (a front member of an earlier
+    study), or ``-`` for the sampler."""
     s = _stored(t)
-    return s.preset or s.sweep or ("one-shot" if s.oneshot else None) or ("warm start" if s.warm_start else "-")
+    oneshot = ("one-shot" + (f" on {s.oneshot_anchor}" if s.oneshot_anchor else "")) if s.oneshot else None
+    return s.preset or s.sweep or oneshot or ("warm start" if s.warm_start else "-")
 
 
 def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:

@@ -28,6 +28,7 @@ KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knob
 FINAL = "final:"                       # study attribute final:<trial number>: its re-evaluation on test
 CONFIRMED = "confirm:"                 # study attribute confirm:<trial number>: its scores over seeds
 ONESHOT = "oneshot"                    # trial attribute: the supernet run that proposed it
+ONESHOT_ANCHOR = "oneshot_anchor"      # trial attribute: the baseline a one-shot proposal builds on
 RATES_SETTING = "rates"                 # study attribute: {calibrated, spread}: how its trials' rates are set
 RATE_CALIBRATION = "rate_calibration"   # study attribute: each family's measured rate (search/rates.py)
 LR_FROM_SAMPLER = "lr_from_sampler"    # trial attribute: a configuration given whole whose rate the sampler draws
@@ -43,6 +44,7 @@ class StoredTrial:
         number, state, values, params: the Optuna trial's own.
         preset, sweep, oneshot, warm_start: what proposed it (``sweep`` is stored as ``baseline``:
             the LoRA rank sweep point's name); ``oneshot_budget`` the rung it was read off at;
+            ``oneshot_anchor`` the baseline a one-shot proposal builds on (`derive.anchored`);
             ``lr_from_sampler``: a configuration given whole whose learning rate the sampler draws.
         petl_config: its PetlConfig as drawn (``to_dict``); pooling: what ``auto`` chose on the
             study's backbone, once trained; config_text: how the tables describe it; lr: its recipe's; lr_scale: in a calibrated
@@ -64,6 +66,7 @@ class StoredTrial:
     sweep: str | None = None
     oneshot: str | None = None
     oneshot_budget: int | None = None
+    oneshot_anchor: str | None = None
     warm_start: str | None = None
     lr_from_sampler: bool = False
     petl_config: dict | None = None
@@ -99,7 +102,7 @@ class StoredTrial:
             number=number, state=getattr(trial, "state", TrialState.RUNNING),
             values=tuple(values) if values is not None else None, params=dict(getattr(trial, "params", {})),
             preset=u.get("preset"), sweep=u.get("baseline"), oneshot=u.get(ONESHOT),
-            oneshot_budget=u.get("oneshot_budget"), warm_start=u.get("warm_start"),
+            oneshot_budget=u.get("oneshot_budget"), oneshot_anchor=u.get(ONESHOT_ANCHOR), warm_start=u.get("warm_start"),
             lr_from_sampler=bool(u.get(LR_FROM_SAMPLER)), petl_config=u.get("petl_config"),
             pooling=u.get("pooling"), config_text=u.get("config_text"), lr=(u.get("recipe") or {}).get("lr"),
             lr_scale=(u.get("recipe") or {}).get("lr_scale"),
@@ -188,5 +191,5 @@ def trial_config(trial: FrozenTrial) -> dict:
     return StoredTrial.of(trial).config_dict()
 
 
-__all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED",
+__all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "ONESHOT_ANCHOR",
            "ONESHOT", "LR_FROM_SAMPLER", "INTERRUPTED", "INVALID"]

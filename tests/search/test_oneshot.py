@@ -436,6 +436,47 @@ def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():
 
 
 
+@pytest.mark.parametrize("budget", [300, 2000, 20_000])
+def test_an_anchored_proposal_is_its_baseline_whole_plus_the_supernets_fill_beside_it(budget):
+    from petl_nas.search.baselines import anchors
+    from petl_nas.search.oneshot.derive import anchored, touched
+
+    net, _ = _supernet(budget=budget)
+    g = torch.Generator().manual_seed(0)
+    for u in net.units:
+        u.gate.set_log_alpha(torch.randn(u.gate.log_alpha.shape, generator=g) * 3)
+    c = net.model.config
+    found = anchors(c, budget, c.num_hidden_layers)
+    assert len(found) == 2                       # the largest of each kind only (q, v / all or top / prompt)
+    proposed = 0
+    for name, anchor in found:
+        own = count_parameters(c, dataclasses.replace(HEAD, modules=anchor.modules, prompt_length=anchor.prompt_length)).deployable
+        if (got := anchored(net, c, budget, anchor, HEAD)) is None:   # nothing the anchor leaves fits beside it
+            leaves = [u for i, u in enumerate(net.units) if u.gate_of is None and i not in touched(net, anchor)]
+            assert min(u.unit_cost + u.fixed_cost for u in leaves) > budget - own, name
+            continue
+        config, n = got
+        proposed += 1
+        assert own < n <= budget and n == count_parameters(c, config).deployable, name
+        assert config.modules[:len(anchor.modules)] == anchor.modules and config.pooling == "mean"
+        assert config.prompt_length >= anchor.prompt_length
+        fill = config.modules[len(anchor.modules):]
+        for m in fill:                           # never a second module of a form on a weight the anchor adapts
+            for a in anchor.modules:
+                if m.form == a.form and m.position == a.position:
+                    layers = set(m.layers) & set(a.layers if a.layers is not None else range(c.num_hidden_layers))
+                    assert not layers or not set(m.targets or ()) & set(a.targets or m.targets or ()), (name, m)
+        if anchor.prompt_length:
+            assert config.prompt_length == anchor.prompt_length and fill
+    assert proposed >= 1
+    for u in net.units:
+        u.gate.set_log_alpha(-30.0)
+    tight = found[-1][1]                          # nothing fits beside it: the baseline alone, not a proposal
+    assert anchored(net, c, count_parameters(c, dataclasses.replace(HEAD, modules=tight.modules,
+                                                                        prompt_length=tight.prompt_length)).deployable,
+                    tight, HEAD) is None
+
+
 def _tiny_keyword():
     """(backbone spec, splits, cached backbone, its config) of the tiny keyword task."""
     task = resolve_task("demo_keyword")
@@ -556,6 +597,20 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     assert {group_of(t) for t in study.trials if not t.user_attrs.get("rejected")} <= {"oneshot", "preset"}
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
     assert proposals and all(t.user_attrs["recipe"]["lr"] == 3e-3 and "lr" not in t.params for t in proposals)
+    # the largest baseline of each kind, whole, with what the supernet keeps beside it, at the budget
+    from petl_nas.search.baselines import anchors
+    from petl_nas.search.fronts import source_of
+
+    built = {t.user_attrs["oneshot_anchor"]: t for t in proposals if t.user_attrs.get("oneshot_anchor")}
+    config = _tiny_keyword()[3]
+    kinds = dict(anchors(config, study.user_attrs["budget"], config.num_hidden_layers))
+    assert built and set(built) <= set(kinds)
+    for name, t in built.items():
+        modules = PetlConfig.from_dict(t.user_attrs["petl_config"]).modules
+        assert modules[:len(kinds[name].modules)] == kinds[name].modules and len(modules) > len(kinds[name].modules)
+        assert source_of(t) == f"one-shot on {name}" and t.user_attrs["deployable"] <= study.user_attrs["budget"]
+    record = {p.get("anchor") for p in study.user_attrs["oneshot"]["proposed"]}
+    assert set(built) <= record
 
 
 def _killed_after_first_save(monkeypatch):

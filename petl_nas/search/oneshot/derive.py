@@ -13,6 +13,11 @@ one computed here.
 UniPELT's gates are read after the units: a kept instance is gated where its gate choice is more
 likely open than not and the gate's parameters still fit (a gate chooses between two forms of a
 module, not how much of it to keep, so the order-not-threshold rule above does not apply to it).
+
+`anchored` reads a configuration around a given one (a baseline): the anchor's modules as they
+are, and what the supernet keeps within the rest of the budget from the instances the anchor does
+not touch (a LoRA anchored on q, v leaves the supernet k, o, the FFN and the other forms; a soft
+prompt or BitFit anchor leaves it the modules), so no sublayer gets two modules of one form.
 """
 
 from __future__ import annotations
@@ -49,12 +54,13 @@ class Selection:
         return defaultdict(int, {i: len(js) for i, js in self.kept.items()})
 
 
-def select(net, budget: int, min_open: float = 0.0) -> Selection:
-    """The components ``net`` keeps within ``budget``, most likely open first (see the module)."""
+def select(net, budget: int, min_open: float = 0.0, leave_out: frozenset = frozenset()) -> Selection:
+    """The components ``net`` keeps within ``budget``, most likely open first (see the module);
+    none of the instances in ``leave_out`` (indices into ``net.units``) nor their UniPELT gates."""
     with torch.no_grad():
         probs = [u.gate.p_open().tolist() for u in net.units]
     order = sorted(((p, i, j) for i, ps in enumerate(probs) for j, p in enumerate(ps)
-                    if p > min_open and net.units[i].gate_of is None),
+                    if p > min_open and net.units[i].gate_of is None and i not in leave_out),
                    key=lambda x: (-x[0], net.units[x[1]].unit_cost))
     kept: dict[int, int] = defaultdict(int)
     units: dict[int, list[int]] = defaultdict(list)
@@ -71,7 +77,7 @@ def select(net, budget: int, min_open: float = 0.0) -> Selection:
     gated = set()
     for p, i in sorted(((ps[0], i) for i, ps in enumerate(probs) if net.units[i].gate_of is not None), reverse=True):
         u = net.units[i]
-        if p > 0.5 and kept[u.gate_of] and total + u.unit_cost <= budget:
+        if p > 0.5 and kept[u.gate_of] and u.gate_of not in leave_out and total + u.unit_cost <= budget:
             gated.add(u.gate_of)
             total += u.unit_cost
     return Selection(dict(units), gated, total)
@@ -96,6 +102,51 @@ def configuration(net, model_config, selection: Selection, head: PetlConfig | No
     if exact != selection.total:
         raise RuntimeError(f"derived count {selection.total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
     return config, exact
+
+
+def anchored(net, model_config, budget: int, anchor: PetlConfig, head: PetlConfig | None = None,
+             min_open: float = 0.0, num_labels: int | None = None) -> tuple[PetlConfig, int] | None:
+    """``anchor`` (a configuration without a head) and what ``net`` keeps beside it within ``budget``
+    (see the module), with its exact deployable count; None when the anchor alone does not fit or
+    nothing fits beside it (the anchor alone is the baseline itself)."""
+    base = dataclasses.replace(head or PetlConfig(), modules=anchor.modules, bitfit=anchor.bitfit,
+                               train_layernorms=anchor.train_layernorms, prompt_length=anchor.prompt_length)
+    own = count_parameters(model_config, base, num_labels=num_labels).deployable
+    if own > budget:
+        return None
+    selection = select(net, budget - own, min_open, frozenset(touched(net, anchor)))
+    if selection.total == 0:
+        return None
+    fill, _ = configuration(net, model_config, selection, head, num_labels)
+    config = dataclasses.replace(base, modules=anchor.modules + fill.modules, bitfit=anchor.bitfit or fill.bitfit,
+                                 train_layernorms=anchor.train_layernorms or fill.train_layernorms,
+                                 prompt_length=anchor.prompt_length + fill.prompt_length)
+    exact = count_parameters(model_config, config, num_labels=num_labels).deployable
+    if exact != own + selection.total:
+        raise RuntimeError(f"anchored count {own + selection.total:,} differs from budget.py's {exact:,}")
+    return config, exact
+
+
+def touched(net, anchor: PetlConfig) -> set[int]:
+    """The instances of ``net`` (indices into ``net.units``) that ``anchor`` already trains: those of
+    a module form at a position, target and layer it adapts; the whole-backbone units (BitFit, the
+    LayerNorms) when it trains either; the prompt's positions when it has a prompt."""
+    out = set()
+    for i, u in enumerate(net.units):
+        if u.gate_of is not None:
+            continue
+        if u.candidate in GLOBAL:
+            hit = anchor.bitfit or anchor.train_layernorms
+        elif u.candidate == PROMPT:
+            hit = anchor.prompt_length > 0
+        else:
+            spec = net.specs[u.candidate]
+            hit = any(m.form == spec.form and m.position == spec.position
+                      and (m.layers is None or u.layer in m.layers)
+                      and (u.target is None or m.targets is None or u.target in m.targets) for m in anchor.modules)
+        if hit:
+            out.add(i)
+    return out
 
 
 def _group_change(net, kept: dict[int, int], i: int) -> int:
@@ -131,4 +182,4 @@ def _unit_size(net, candidate: int) -> int:
     return next(u.unit_size for u in net.units if u.candidate == candidate and u.gate_of is None)
 
 
-__all__ = ["Selection", "configuration", "derive", "ladder", "select"]
+__all__ = ["Selection", "anchored", "configuration", "derive", "ladder", "select", "touched"]

@@ -67,8 +67,10 @@ def distributions(ranges: dict[str, tuple[float, float]], scales: dict[str, str]
 
 
 def inherited_hypervolume(proposed: list[dict], reference: tuple[float, float]) -> float:
-    """Hypervolume of a run's proposals by their inherited scores (``supernet_score``)."""
-    return hypervolume([(p["supernet_score"], p["deployable"]) for p in proposed], reference)
+    """Hypervolume of a run's ladder proposals by their inherited scores (``supernet_score``); the
+    anchored ones are not scored so (their baseline's modules are not the supernet's), and are the
+    same baselines in every run."""
+    return hypervolume([(p["supernet_score"], p["deployable"]) for p in proposed if "supernet_score" in p], reference)
 
 
 def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str, reference: tuple[float, float],
@@ -182,7 +184,8 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
     record = {"number": trial.number, "knobs": knobs, "hypervolume": round(value, 6), "score": result["score"],
               "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
               "resumed_from": result["resumed_from"],
-              "proposals": [[p["deployable"], p["supernet_score"]] for p in result["proposed"]]}
+              "proposals": [[p["deployable"], p["supernet_score"]] for p in result["proposed"]
+                            if "supernet_score" in p]}
     try:
         trial.set_user_attr("run", record)
         trial.set_user_attr("result", result)

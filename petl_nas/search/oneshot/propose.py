@@ -7,7 +7,8 @@ the supernet from the study's space, trains it with the trial recipe toward the 
 one-unit count to the budget (`derive`); `propose` enqueues each distinct one as a proposal with
 its configuration given whole (it is generally not a point of the space: sizes differ per layer)
 and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked
-``oneshot: <run>`` and ``oneshot_budget``. They are then trained from scratch with the trial recipe
+``oneshot: <run>`` and ``oneshot_budget`` (and ``oneshot_anchor``: the baseline a proposal builds
+on, with ``oneshot.anchors``). They are then trained from scratch with the trial recipe
 and scored like every trial, so the front mixes one-shot, sampler and preset points measured the
 same way.
 
@@ -49,7 +50,7 @@ from ...fileio import atomic_write
 from ..experiment import OneShot, parse_budget
 from ..storage import as_stored
 from ..progress import Stage, repeating
-from ..records import LR_FROM_SAMPLER, ONESHOT, RATES_SETTING
+from ..records import LR_FROM_SAMPLER, ONESHOT, ONESHOT_ANCHOR as ANCHOR, RATES_SETTING
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
 
@@ -159,7 +160,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
                         seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
                         precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
-                        also=tuple(_counts(study, o.budgets or ())))
+                        also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors)
 
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
@@ -224,7 +225,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
             f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
-            + ", ".join(f"{p['deployable']:,}" for p in proposed) + over]
+            + ", ".join(_named(p) for p in proposed) + over]
 
 
 def check_resumable(study, exp) -> None:
@@ -261,7 +262,8 @@ def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float,
         if before is not None:
             before()
         for p in proposed:
-            attrs = {"petl_config": p["config"], ATTR: record["run"], "oneshot_budget": p["budget"]}
+            attrs = {"petl_config": p["config"], ATTR: record["run"], "oneshot_budget": p["budget"],
+                     **({ANCHOR: p["anchor"]} if p.get("anchor") else {})}
             if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
                 attrs[LR_FROM_SAMPLER] = True
             elif (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
@@ -337,7 +339,13 @@ def _from_file(study, exp, budget: int, lock, settings: dict) -> list[str]:
     if not _enqueue(study, exp, mine, record, data["lr"], lock):
         return []
     return [f"one-shot: {len(mine)} proposals read from {path} (the supernet of study {source!r}), "
-            f"none trained here: " + ", ".join(f"{p['deployable']:,}" for p in mine)]
+            f"none trained here: " + ", ".join(_named(p) for p in mine)]
+
+
+def _named(proposal: dict) -> str:
+    """A proposal in a line: its count, and the baseline it builds on if any."""
+    anchor = f" ({proposal['anchor']} + the supernet's)" if proposal.get("anchor") else ""
+    return f"{proposal['deployable']:,}{anchor}"
 
 
 def _first_line(error: BaseException) -> str:

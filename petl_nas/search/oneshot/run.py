@@ -4,7 +4,9 @@
 `run_supernet` does the whole run in the process that takes it: it loads the data and the cached
 backbone, builds the supernet from the space, trains it toward the budget on that process's device
 (a GPU when it has one), and derives one configuration per budget of the ladder (and of each
-smaller budget's own ladder in ``also``: one supernet serving a suite's budgets; with
+smaller budget's own ladder in ``also``: one supernet serving a suite's budgets; with ``anchors``,
+also each budget's largest baseline of each kind plus what the supernet keeps beside it,
+`derive.anchored`; with
 ``rate_proposals``, each also scored on search-dev with the supernet's own weights:
 `inherit.inherited_score`, what the knob search compares runs by). With the Ray
 executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
@@ -35,7 +37,8 @@ from ..space import SearchSpace
 from ...tasks import load_splits, resolve_task
 from ...training.loop import Recipe, evaluate
 from ...training.loading import load_backbone
-from .derive import configuration, ladder, select
+from ..baselines import anchors as baseline_anchors
+from .derive import anchored, configuration, ladder, select
 from .gates import BETA
 from .inherit import inherited_score
 from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates, prompt_length_for
@@ -69,6 +72,7 @@ class SupernetSpec:
     temperature: float = BETA         # the hard-concrete gates' β
     rate_proposals: bool = False      # score each proposal with the supernet's weights (`inherit.py`)
     also: tuple = ()                  # smaller budgets it also proposes for, each its own ladder
+    anchors: bool = True              # also propose each budget's baselines plus the supernet's fill
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -93,7 +97,7 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
     net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit,
                          layernorms=layernorms, prompt_length=prompt_length)
-    trained_on = {k: v for k, v in spec.to_dict().items() if k != "also"}      # ``also`` only derives more
+    trained_on = {k: v for k, v in spec.to_dict().items() if k not in ("also", "anchors")}   # they only derive more
     fingerprint = {**trained_on, "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
                    "layernorms": layernorms, "prompt_length": prompt_length}
     state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
@@ -126,6 +130,11 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
                 out.append({"budget": rung, "deployable": n, "config": config.to_dict()})
                 if scored and score_on_dev is not None:
                     out[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
+        for name, anchor in baseline_anchors(base.config, budget, base.config.num_hidden_layers) if spec.anchors else ():
+            found = anchored(net, base.config, budget, anchor, head, num_labels=task.num_labels)
+            if found is not None and repr(found[0].to_dict()) not in seen:
+                seen.add(repr(found[0].to_dict()))
+                out.append({"budget": budget, "deployable": found[1], "config": found[0].to_dict(), "anchor": name})
         return out
 
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
