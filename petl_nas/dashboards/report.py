@@ -146,6 +146,8 @@ def _oneshot(record: dict | None) -> str:
     text = (f"{record['supernet_params']:,} gated parameters, {record['epochs']:g} epochs, "
             f"{record['cost_s'] / 60:.1f} min; search-dev {record['score']:.4f} at an expected "
             f"{record['expected_count']:,}; {len(record['proposed'])} proposals ({record['run']})")
+    if built := [p["anchor"] for p in record["proposed"] if p.get("anchor")]:
+        text += f", {len(built)} of them a baseline plus the supernet's choice beside it ({', '.join(built)})"
     search = record.get("knob_search")
     if search:
         runs = "; ".join(f"run {r['number']}" + (" (chosen)" if r["number"] == search["chosen"] else "") + ": "

@@ -213,21 +213,22 @@ def test_front_and_importances_on_a_larger_study(tmp_path):
 
 
 def test_the_report_names_what_proposed_each_trial_as_the_summary_does(tmp_path):
-    """A sweep point, a warm start and a sampled trial: their source column reads lora_qv_r2, warm
-    start and – (the summary's `source_of`), not the preset column's – for all three."""
+    """A sweep point, a warm start, a sampled trial and a one-shot proposal built on a baseline: their
+    source column reads lora_qv_r2, warm start, – and one-shot on lora_qv_r1 (the summary's
+    `source_of`), not the preset column's – for all."""
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="src", storage=url, directions=["maximize", "minimize"])
     study.set_user_attr("metric", "accuracy")
     config = {"modules": [{"form": "lora", "position": "attn", "size": 2}]}
     dist = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)}
     for score, size, attrs in [(0.7, 100, {"baseline": "lora_qv_r2"}), (0.8, 200, {"warm_start": "old trial 3"}),
-                               (0.9, 300, {})]:
+                               (0.9, 300, {}), (0.95, 400, {"oneshot": "oneshot-0", "oneshot_anchor": "lora_qv_r1"})]:
         study.add_trial(create_trial(values=[score, size], params={"lr": 1e-3}, distributions=dist,
                                      user_attrs={"petl_config": config, "recipe": {"lr": 1e-3}, **attrs}))
     write_report(url, "src", tmp_path / "r")
     page = (tmp_path / "r" / "report.html").read_text()
     sources = dict(re.findall(r'<tr id="front-trial-(\d+)"><td class="n">\d+</td><td>([^<]*)</td>', page))
-    assert sources == {"0": "lora_qv_r2", "1": "warm start", "2": "–"}
+    assert sources == {"0": "lora_qv_r2", "1": "warm start", "2": "–", "3": "one-shot on lora_qv_r1"}
 
 
 def test_the_report_shows_the_confirmed_means_as_the_summary_does(tmp_path):

@@ -5,6 +5,7 @@ expected size to its target."""
 
 import copy
 import dataclasses
+import html
 import json
 import re
 
@@ -611,6 +612,11 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
         assert source_of(t) == f"one-shot on {name}" and t.user_attrs["deployable"] <= study.user_attrs["budget"]
     record = {p.get("anchor") for p in study.user_attrs["oneshot"]["proposed"]}
     assert set(built) <= record
+    from petl_nas.dashboards.report import write_report                 # the report names them
+
+    page = write_report(exp.storage_url, "o", tmp_path / "report")[-1].read_text()
+    row = html.unescape(re.search(r"<th>one-shot supernet</th><td>(.*?)</td>", page).group(1))
+    assert f"{len(built)} of them a baseline plus the supernet's choice beside it ({', '.join(built)})" in row
 
 
 def _killed_after_first_save(monkeypatch):
