@@ -1,5 +1,5 @@
-"""Every file under experiments/ still loads as what it is (an experiment file and its space, an
-exported record, a space), every local link of its write-ups resolves, and no file name carries a
+"""Every file under experiments/ still loads as what it is (an experiment file and its space, a
+suite file, an exported record, a space), every local link of its write-ups resolves, and no file name carries a
 version (versions are folders)."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ def kind_of(path: Path) -> str:
         return "record"
     if isinstance(data, dict) and "slots" in data:
         return "space"
+    if isinstance(data, dict) and "tasks" in data and "budgets" in data:
+        return "suite"
     return "experiment"
 
 
@@ -37,6 +39,10 @@ def test_every_yaml_file_loads_as_what_it_is(path, monkeypatch):
         assert read_record(path).petl_config is not None
     elif kind == "space":
         SearchSpace.load(path)
+    elif kind == "suite":
+        from petl_nas.suite.config import Suite
+
+        assert all(SearchSpace.load(exp.space) for _, _, exp in Suite.load(path).experiments())
     else:
         exp = Experiment.load(path)
         SearchSpace.load(exp.space)
