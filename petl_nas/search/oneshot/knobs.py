@@ -70,7 +70,12 @@ def inherited_hypervolume(proposed: list[dict], reference: tuple[float, float]) 
     """Hypervolume of a run's ladder proposals by their inherited scores (``supernet_score``); the
     anchored ones are not scored so (their baseline's modules are not the supernet's), and are the
     same baselines in every run."""
-    return hypervolume([(p["supernet_score"], p["deployable"]) for p in proposed if "supernet_score" in p], reference)
+    return hypervolume([(p["supernet_score"], p["deployable"]) for p in _scored(proposed)], reference)
+
+
+def _scored(proposed: list[dict]) -> list[dict]:
+    """The proposals scored with the supernet's own weights (the ladder's; not the anchored ones)."""
+    return [p for p in proposed if "supernet_score" in p]
 
 
 def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str, reference: tuple[float, float],
@@ -184,8 +189,7 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
     record = {"number": trial.number, "knobs": knobs, "hypervolume": round(value, 6), "score": result["score"],
               "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
               "resumed_from": result["resumed_from"],
-              "proposals": [[p["deployable"], p["supernet_score"]] for p in result["proposed"]
-                            if "supernet_score" in p]}
+              "proposals": [[p["deployable"], p["supernet_score"]] for p in _scored(result["proposed"])]}
     try:
         trial.set_user_attr("run", record)
         trial.set_user_attr("result", result)

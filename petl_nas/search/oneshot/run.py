@@ -121,20 +121,23 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
 
     def proposals(budget: int, scored: bool) -> list[dict]:
         seen, out = set(), []
+
+        def add(config, n: int, rung: int, **anchor) -> bool:          # each distinct configuration once
+            as_dict = config.to_dict()
+            if n == 0 or repr(as_dict) in seen:
+                return False
+            seen.add(repr(as_dict))
+            out.append({"budget": rung, "deployable": n, "config": as_dict, **anchor})
+            return True
+
         for rung in ladder(smallest, budget, spec.rungs):
             selection = select(net, rung)
-            config, n = configuration(net, base.config, selection, head, num_labels=task.num_labels)
-            key = repr(config.to_dict())
-            if n > 0 and key not in seen:
-                seen.add(key)
-                out.append({"budget": rung, "deployable": n, "config": config.to_dict()})
-                if scored and score_on_dev is not None:
-                    out[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
+            if add(*configuration(net, base.config, selection, head, num_labels=task.num_labels), rung) \
+                    and scored and score_on_dev is not None:
+                out[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
         for name, anchor in baseline_anchors(base.config, budget, base.config.num_hidden_layers) if spec.anchors else ():
-            found = anchored(net, base.config, budget, anchor, head, num_labels=task.num_labels)
-            if found is not None and repr(found[0].to_dict()) not in seen:
-                seen.add(repr(found[0].to_dict()))
-                out.append({"budget": budget, "deployable": found[1], "config": found[0].to_dict(), "anchor": name})
+            if (found := anchored(net, base.config, budget, anchor, head, num_labels=task.num_labels)) is not None:
+                add(*found, budget, anchor=name)
         return out
 
     return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
