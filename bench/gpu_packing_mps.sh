@@ -9,6 +9,10 @@
 # starts; give it ~400 s). Within a half's limit, the alone search stops after ALONE_LIMIT_S (default
 # 100) and the packed one at what is left less 40 s (Ray's start, the random copy), each then measured on
 # what it completed, so a slow half still writes its table. The tables land in $OUT.
+# Issue 52's end-to-end rate (a search of >= 200 graphed trials, >= 1,500 per hour wanted), ready
+# for the next session lent a GPU, in one call of at most 600 s:
+#   PLAIN_S=460 MPS_S=0 ALONE=3 ALONE_LIMIT_S=60 PACKED=240 bash bench/gpu_packing_mps.sh
+# (the packed search is cut after 360 s and measured on what it completed).
 set -u
 OUT=${OUT:-/tmp/gpu_packing_out}
 mkdir -p "$OUT"
