@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from preset_trials import emit
 from threads_under_load import _competitor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,10 +115,7 @@ def main(argv=None) -> None:
                      f"| {r['quickstart'] / 60:.2f} | {r['quickstart'] / quiet['quickstart']:.2f} | {r['export']:.1f} "
                      f"| {r['train'] / 60:.2f} | {r['train'] / quiet['train']:.2f} | {job} |")
     lines += ["", f"PETL weights saved per seed (quiet run): {', '.join(f'{kb} KB' for kb in quiet['weights_kb'])}."]
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import yaml
 
+from preset_trials import emit
 from search_runs import run_search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,10 +125,7 @@ def main(argv=None) -> None:
               f"scores {statistics.mean(diffs):+.2f} ± {se:.2f} points over {len(pairs)} paired configurations "
               f"({'the same configurations' if same else 'CONFIGURATIONS DIFFER'}; one score's standard error "
               f"{one_se:.2f})."]
-    text = "\n".join(lines)
-    print("\n" + text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":
