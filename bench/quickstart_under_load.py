@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from preset_trials import emit
-from threads_under_load import _competitor
+from threads_under_load import competing_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "petl_nas.app.cli"]
@@ -84,17 +84,9 @@ def main(argv=None) -> None:
         for loaded in (False, True):
             work = Path(tmp) / ("beside" if loaded else "quiet")
             work.mkdir()
-            stop, counter = mp.Event(), mp.Value("l", 0)
-            job = mp.Process(target=_competitor, args=(stop, counter, args.competitor_threads)) if loaded else None
-            if job is not None:
-                job.start()
-                time.sleep(3)                                  # the job is running before the journey starts
-            start, before = time.perf_counter(), counter.value
-            rows[loaded] = journey(work, data_dir, args.quickstart_flags)
-            rows[loaded]["job_rate"] = (counter.value - before) / (time.perf_counter() - start) if job else None
-            if job is not None:
-                stop.set()
-                job.join()
+            with competing_job(args.competitor_threads if loaded else None) as job_rate:
+                rows[loaded] = journey(work, data_dir, args.quickstart_flags)
+                rows[loaded]["job_rate"] = job_rate()
             print(f"{'beside' if loaded else 'quiet'}: {rows[loaded]}", flush=True)
             if args.keep and not loaded:
                 shutil.copytree(work, args.keep, dirs_exist_ok=False)

@@ -45,8 +45,7 @@ from search_runs import run_search
 ROOT = Path(__file__).resolve().parents[1]
 
 RECIPES = {
-    "old": {"scheduler": "fifo", "fidelity": {"score": "best", "evals_per_epoch": 1, "length_buckets": 0,
-                                              "precision": "fp32"}},
+    "old": {"fidelity": {"score": "best", "evals_per_epoch": 1, "length_buckets": 0, "precision": "fp32"}},
     "new": {"fidelity": {}},
 }
 
@@ -58,10 +57,8 @@ def experiment(label: str, args, work: Path) -> Path:
             "data_seed": 111, "strategy": "sampler", "presets": "none", "rates": "off", "concurrent": args.concurrent,
             "scheduler": "fifo",
             "final": {"seeds": 0, "baselines": False, "confirm": 0}}
-    recipe = RECIPES[label]
-    data.update({k: v for k, v in recipe.items() if k != "fidelity"})
     data["fidelity"] = {"k": args.k, "epochs": args.epochs, "batch_size": 32, "max_length": 64,
-                        "search_dev": args.search_dev, **recipe["fidelity"]}
+                        "search_dev": args.search_dev, **RECIPES[label]["fidelity"]}
     path = work / f"{label}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -23,6 +23,7 @@ Run on an otherwise quiet machine (about 3 minutes on 2 cores; needs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import multiprocessing as mp
@@ -55,6 +56,26 @@ def _competitor(stop, counter, threads: int) -> None:
         torch.tanh(x @ w)
         with counter.get_lock():
             counter.value += 1
+
+
+@contextlib.contextmanager
+def competing_job(threads: int | None):
+    """Another job beside the block (none when ``threads`` is falsy): its own process running
+    ``threads`` torch threads of matmuls, started 3 s before the block and stopped after it.
+    Yields a callable giving the job's matmuls per second since the block began (None: no job)."""
+    if not threads:
+        yield lambda: None
+        return
+    stop, counter = mp.Event(), mp.Value("l", 0)
+    job = mp.Process(target=_competitor, args=(stop, counter, threads))
+    job.start()
+    time.sleep(3)                                          # the job is running before the block starts
+    start, before = time.perf_counter(), counter.value
+    try:
+        yield lambda: (counter.value - before) / (time.perf_counter() - start)
+    finally:
+        stop.set()
+        job.join()
 
 
 def _spec(args) -> dict:
@@ -100,18 +121,10 @@ def main() -> None:
     rows = []
     for loaded in (False, True):
         for inherited in (True, False):
-            stop, counter = mp.Event(), mp.Value("l", 0)
-            job = mp.Process(target=_competitor, args=(stop, counter, args.competitor_threads)) if loaded else None
-            if job is not None:
-                job.start()
-                time.sleep(3)                                  # the job is running before the run starts
-            start, before = time.perf_counter(), counter.value
-            r = _run(spec, inherited, cores)
-            rate = (counter.value - before) / (time.perf_counter() - start)
-            if job is not None:
-                stop.set()
-                job.join()
-            rows.append({"loaded": loaded, "inherited": inherited, **r, "job_rate": rate if loaded else None})
+            with competing_job(args.competitor_threads if loaded else None) as job_rate:
+                r = _run(spec, inherited, cores)
+                rate = job_rate()
+            rows.append({"loaded": loaded, "inherited": inherited, **r, "job_rate": rate})
             print(json.dumps(rows[-1]), flush=True)
     quiet = {row["inherited"]: row["train_s"] / row["steps"] for row in rows if not row["loaded"]}
     lines = [f"# A training run's threads: inherited against chosen, alone and beside a "
