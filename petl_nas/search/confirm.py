@@ -74,7 +74,7 @@ def confirm(study, exp, recipe, printer) -> list:
     if todo and extra:
         threads = use_threads()
         printer(f"confirming {len(todo)} candidate(s) with {extra} more seed(s) each on search-dev, in this process "
-                f"with {threads.threads} CPU thread(s) ...")
+                f"with {threads.threads} CPU thread(s) ({threads.reason}) ...")
     stage = Stage(printer, len(todo) * extra)
     for t in todo:
         stored = StoredTrial.of(t, study.user_attrs)

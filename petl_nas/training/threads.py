@@ -8,6 +8,10 @@ README's ``petl-nas train`` took 6.2 s per step at torch's 2 threads and 0.37 s 
 `choose` counts the usable cores (this process's CPU affinity, lowered by a cgroup CPU quota),
 samples for a moment how many of them other processes keep busy (`/proc/stat` for those cores,
 or the cgroup's own usage where a quota shares them), and takes what is left, at least one.
+This process and the processes it started are left out of "other": they are the study's own
+(a search's Ray: its idle workers and their teardown right after the trials kept a core busy
+when the confirmation began, and it trained on one thread of two free cores), and they do not
+train while this process does.
 A core counts as busy from 40% of its time on. ``OMP_NUM_THREADS`` set in the environment wins
 (Ray sets it for each trial it starts: its share of the cores).
 
@@ -105,17 +109,62 @@ def _cgroup_usage_s(root: Path = CGROUP) -> float | None:
         return None
 
 
-def busy_elsewhere(window: float = SAMPLE_S) -> float | None:
-    """How many cores other processes kept busy over the next ``window`` seconds (this process's
-    own CPU time left out); None where the system does not say."""
+def _tree_ticks(root: int, proc: Path = Path("/proc")) -> dict[int, int] | None:
+    """CPU clock ticks (user + system) of ``root`` and each of its living descendants, by pid;
+    None where there is no /proc."""
+    parent, ticks = {}, {}
+    try:
+        entries = [d for d in proc.iterdir() if d.name.isdigit()]
+    except OSError:
+        return None
+    for d in entries:
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:                                # it ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()   # from the state on: the name may hold spaces
+        parent[int(d.name)] = int(fields[1])
+        ticks[int(d.name)] = int(fields[11]) + int(fields[12])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in ticks:
+            tree[pid] = ticks[pid]
+            todo += children.get(pid, ())
+    return tree
+
+
+def _own_cpu_s(before: dict[int, int], after: dict[int, int]) -> float:
+    """CPU seconds this process tree spent between two `_tree_ticks`: each process's growth (one
+    that ended between them is left out, one that started counts whole)."""
+    return sum(max(0, t - before.get(pid, 0)) for pid, t in after.items()) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_elsewhere(window: float = SAMPLE_S, tries: int = 4) -> float | None:
+    """How many cores other processes kept busy over the next ``window`` seconds (the CPU time of
+    this process and of the processes it started left out); None where the system does not say.
+    A process of ours that ends during the window takes its CPU time out of sight (Ray does not
+    wait for its workers), so that window is sampled again, up to ``tries`` windows in all."""
+    for _ in range(tries):
+        busy, lost = _sample_busy(window)
+        if not lost:
+            break
+    return busy
+
+
+def _sample_busy(window: float) -> tuple[float | None, bool]:
+    """(`busy_elsewhere` over one window, whether a process of ours ended during it)."""
     _, by_quota = usable_cores()
-    own, start = time.process_time(), time.perf_counter()
+    tree, own, start = _tree_ticks(os.getpid()), time.process_time(), time.perf_counter()
     if by_quota:
         before = _cgroup_usage_s()
         time.sleep(window)
         after = _cgroup_usage_s()
         if before is None or after is None:
-            return None
+            return None, False
         cores_busy = (after - before) / (time.perf_counter() - start)
     else:
         cpus = _affinity()
@@ -123,10 +172,12 @@ def busy_elsewhere(window: float = SAMPLE_S) -> float | None:
         time.sleep(window)
         after = _cpu_ticks(cpus)
         if before is None or after is None or after[1] == before[1]:
-            return None
+            return None, False
         cores_busy = (after[0] - before[0]) / (after[1] - before[1]) * len(cpus)    # busy share x cores
-    mine = (time.process_time() - own) / (time.perf_counter() - start)
-    return max(0.0, cores_busy - mine)
+    now = _tree_ticks(os.getpid()) if tree is not None else None
+    mine_s = _own_cpu_s(tree, now) if now is not None else time.process_time() - own   # no /proc: this process
+    mine = mine_s / (time.perf_counter() - start)
+    return max(0.0, cores_busy - mine), now is not None and not tree.keys() <= now.keys()
 
 
 def choose(cores: int | None = None, busy: float | None = -1.0, env=os.environ) -> ThreadChoice:

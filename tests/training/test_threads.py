@@ -5,6 +5,8 @@ training run and the doctor use the choice."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -63,8 +65,39 @@ def test_a_quota_below_the_affinity_lowers_the_cores(monkeypatch):
     assert threads.usable_cores() == (16, False)
 
 
-def _spin_elsewhere():
-    return subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"
+
+
+def _spin_elsewhere() -> int:
+    """A spinning process outside this one's tree: started by a child that exits at once, so that
+    it is handed to init. Its pid."""
+    starter = (f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', {SPIN.format(seconds=30)!r}], "
+               "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint(p.pid)")
+    return int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, check=True).stdout)
+
+
+# A child that starts a spinning grandchild and reaps it unseen (SIGCHLD ignored, as Ray's raylet
+# does with its workers): the grandchild's CPU time leaves /proc with it.
+TREE = """
+import pathlib, signal, subprocess, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c", "import pathlib, sys\\npathlib.Path(sys.argv[1]).touch()\\n" + {spin!r}, sys.argv[1]])
+time.sleep(30)
+"""
+
+
+def _tree(started, seconds: float):
+    child = subprocess.Popen([sys.executable, "-c", TREE.format(spin=SPIN.format(seconds=seconds)), str(started)],
+                             start_new_session=True)
+    deadline = time.time() + 30
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    return child
+
+
+def _kill_tree(child) -> None:
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
@@ -74,8 +107,7 @@ def test_a_competing_process_counts_and_this_ones_own_work_does_not():
         time.sleep(0.5)
         assert threads.busy_elsewhere(1.0) >= 0.7               # one core spun by another process
     finally:
-        spinner.kill()
-        spinner.wait()
+        os.kill(spinner, signal.SIGKILL)
     time.sleep(0.3)
     quiet = threads.busy_elsewhere(1.0)                        # whatever else this machine runs now
     stop = threading.Event()
@@ -92,6 +124,30 @@ def test_a_competing_process_counts_and_this_ones_own_work_does_not():
         stop.set()
         own.join()
     assert mine < quiet + 0.5
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_processes_this_one_started_are_its_own_not_elsewhere(tmp_path):
+    quiet = threads.busy_elsewhere(1.0)
+    child = _tree(tmp_path / "started", 30)                    # a grandchild spins a core
+    try:
+        time.sleep(0.3)
+        assert threads.busy_elsewhere(1.0) < quiet + 0.5       # a search's own Ray is not another job
+    finally:
+        _kill_tree(child)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_window_in_which_a_process_of_ours_ends_is_sampled_again(tmp_path, monkeypatch):
+    child = _tree(tmp_path / "started", 0.5)                   # it spins 0.5 s into a 1.5 s window, then ends
+    try:
+        busy, lost = threads._sample_busy(1.5)                 # its CPU time went with it: not to be trusted
+        assert lost
+    finally:
+        _kill_tree(child)
+    windows = iter([(1.0, True), (0.0, False), (1.0, False)])
+    monkeypatch.setattr(threads, "_sample_busy", lambda window: next(windows))
+    assert threads.busy_elsewhere(0.1) == 0.0                  # the next window, where nothing ended
 
 
 def test_every_training_run_applies_the_choice(monkeypatch):
