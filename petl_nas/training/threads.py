@@ -6,8 +6,8 @@ busy, its threads wait for each other at every operation: on 2 cores beside a 2-
 README's ``petl-nas train`` took 6.2 s per step at torch's 2 threads and 0.37 s at 1 (issue 52).
 
 `choose` counts the usable cores (this process's CPU affinity, lowered by a cgroup CPU quota),
-samples for a moment how many of them other processes keep busy (`/proc/stat` for those cores,
-or the cgroup's own usage where a quota shares them), and takes what is left, at least one.
+samples for a moment how many of them other processes keep busy (those cores' CPU times, from
+psutil, or the cgroup's own usage where a quota shares them), and takes what is left, at least one.
 This process and the processes it started are left out of "other": they are the study's own
 (a search's Ray: its idle workers and their teardown right after the trials kept a core busy
 when the confirmation began, and it trained on one thread of two free cores), and they do not
@@ -34,6 +34,8 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 BUSY_FROM = 0.4          # a core another process keeps busy this share of the time is not ours
 SAMPLE_S = 0.25          # how long `busy_elsewhere` watches the cores
@@ -78,20 +80,20 @@ def usable_cores() -> tuple[int, bool]:
     return max(1, cores), False
 
 
-def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
-    """(busy, total) clock ticks of ``cpus`` since boot, from /proc/stat; None where there is none."""
-    busy = total = 0
+def _cpu_seconds(cpus: set[int]) -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of ``cpus`` since boot; None where the system does not say.
+    Idle and I/O wait are not busy; a guest's time is already in ``user`` and ``nice``."""
     try:
-        lines = Path("/proc/stat").read_text().splitlines()
-    except OSError:
+        every = len(cpus) >= (psutil.cpu_count() or 0)
+        times = [psutil.cpu_times()] if every else [t for i, t in enumerate(psutil.cpu_times(percpu=True))
+                                                      if i in cpus]
+    except (psutil.Error, OSError, NotImplementedError):
         return None
-    for line in lines:
-        name, *fields = line.split()
-        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
-            continue
-        ticks = [int(f) for f in fields[:8]]             # user nice system idle iowait irq softirq steal
-        total += sum(ticks)
-        busy += sum(ticks) - ticks[3] - ticks[4]
+    busy = total = 0.0
+    for t in times:
+        spent = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        total += spent
+        busy += spent - t.idle - getattr(t, "iowait", 0.0)
     return (busy, total) if total else None
 
 
@@ -109,38 +111,30 @@ def _cgroup_usage_s(root: Path = CGROUP) -> float | None:
         return None
 
 
-def _tree_ticks(root: int, proc: Path = Path("/proc")) -> dict[int, int] | None:
-    """CPU clock ticks (user + system) of ``root`` and each of its living descendants, by pid;
-    None where there is no /proc."""
-    parent, ticks = {}, {}
+def _tree_cpu_s(root: int) -> dict[int, float] | None:
+    """CPU seconds (user + system) of process ``root`` and each of its living descendants, by pid;
+    None where the system does not say."""
     try:
-        entries = [d for d in proc.iterdir() if d.name.isdigit()]
-    except OSError:
+        top = psutil.Process(root)
+        procs = [top, *top.children(recursive=True)]
+    except (psutil.Error, OSError):
         return None
-    for d in entries:
+    spent = {}
+    for p in procs:
         try:
-            stat = (d / "stat").read_text()
-        except OSError:                                # it ended meanwhile
+            t = p.cpu_times()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):     # it ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2:].split()   # from the state on: the name may hold spaces
-        parent[int(d.name)] = int(fields[1])
-        ticks[int(d.name)] = int(fields[11]) + int(fields[12])
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
-    tree, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in ticks:
-            tree[pid] = ticks[pid]
-            todo += children.get(pid, ())
-    return tree
+        except (psutil.Error, OSError):
+            return None
+        spent[p.pid] = t.user + t.system
+    return spent
 
 
-def _own_cpu_s(before: dict[int, int], after: dict[int, int]) -> float:
-    """CPU seconds this process tree spent between two `_tree_ticks`: each process's growth (one
+def _own_cpu_s(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds this process tree spent between two `_tree_cpu_s`: each process's growth (one
     that ended between them is left out, one that started counts whole)."""
-    return sum(max(0, t - before.get(pid, 0)) for pid, t in after.items()) / os.sysconf("SC_CLK_TCK")
+    return sum(max(0.0, t - before.get(pid, 0.0)) for pid, t in after.items())
 
 
 def busy_elsewhere(window: float = SAMPLE_S, tries: int = 4) -> float | None:
@@ -158,7 +152,7 @@ def busy_elsewhere(window: float = SAMPLE_S, tries: int = 4) -> float | None:
 def _sample_busy(window: float) -> tuple[float | None, bool]:
     """(`busy_elsewhere` over one window, whether a process of ours ended during it)."""
     _, by_quota = usable_cores()
-    tree, own, start = _tree_ticks(os.getpid()), time.process_time(), time.perf_counter()
+    tree, own, start = _tree_cpu_s(os.getpid()), time.process_time(), time.perf_counter()
     if by_quota:
         before = _cgroup_usage_s()
         time.sleep(window)
@@ -168,14 +162,14 @@ def _sample_busy(window: float) -> tuple[float | None, bool]:
         cores_busy = (after - before) / (time.perf_counter() - start)
     else:
         cpus = _affinity()
-        before = _cpu_ticks(cpus)
+        before = _cpu_seconds(cpus)
         time.sleep(window)
-        after = _cpu_ticks(cpus)
+        after = _cpu_seconds(cpus)
         if before is None or after is None or after[1] == before[1]:
             return None, False
         cores_busy = (after[0] - before[0]) / (after[1] - before[1]) * len(cpus)    # busy share x cores
-    now = _tree_ticks(os.getpid()) if tree is not None else None
-    mine_s = _own_cpu_s(tree, now) if now is not None else time.process_time() - own   # no /proc: this process
+    now = _tree_cpu_s(os.getpid()) if tree is not None else None
+    mine_s = _own_cpu_s(tree, now) if now is not None else time.process_time() - own   # unknown: this process
     mine = mine_s / (time.perf_counter() - start)
     return max(0.0, cores_busy - mine), now is not None and not tree.keys() <= now.keys()
 
