@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import ConfigError
 from ..search import rates
 from ..search.confirm import confirmed_text
+from ..search.records import sessions, study_wall_s
 from ..training.costs import UNITS
 from ..fileio import atomic_write
 from ..tasks.shift import shift_line
@@ -195,11 +196,20 @@ def _facts(view: StudyView) -> str:
         "one-shot supernet": _oneshot(a.get("oneshot")),
         "fronts": _fronts(view),
         "final.confirm": _confirmed(view) + (f"<br>{_e(view.verdict_line)}" if view.verdict_line else ""),
+        "wall time": _wall(a),
         "trials": (f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
                    + (f"{c['interrupted']} interrupted (trained again on resume), " if c.get("interrupted") else "")
                    + f"{c['rejected']} over budget (never trained), {c['running']} running, {c['waiting']} waiting"),
     }
     return '<table class="facts">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows.items()) + "</table>"
+
+
+def _wall(attrs: dict) -> str:
+    total, runs = study_wall_s(attrs), sessions(attrs)
+    if total is None:
+        return "– (recorded as each run of the search ends; older studies lack it)"
+    return (f"{total / 60:.1f} min over {len(runs)} run{'s' * (len(runs) != 1)} of the search, the first from "
+            f"{_e(runs[0]['started'])}")
 
 
 def render(view: StudyView, figures: dict[str, bytes], importance_note: str, reference) -> str:

@@ -39,7 +39,7 @@ from .experiment import Experiment, large_budget_warning, parse_budget
 from ..fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
-from .records import FINAL, StoredTrial, stored_trials
+from .records import FINAL, StoredTrial, record_session, stored_trials
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
 from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
@@ -282,7 +282,10 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     try:
         summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
     finally:
-        close_storage(study._storage)
+        try:
+            record_session(study, start)         # stopped or not: the study's wall time adds up over resumes
+        finally:
+            close_storage(study._storage)
     summary.wall_s = time.time() - start
     return summary
 

@@ -14,7 +14,11 @@ Example:
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -32,6 +36,7 @@ ONESHOT_ANCHOR = "oneshot_anchor"      # trial attribute: the baseline a one-sho
 RATES_SETTING = "rates"                 # study attribute: {calibrated, spread}: how its trials' rates are set
 RATE_CALIBRATION = "rate_calibration"   # study attribute: each family's measured rate (search/rates.py)
 LR_FROM_SAMPLER = "lr_from_sampler"    # trial attribute: a configuration given whole whose rate the sampler draws
+SESSION = "session:"                   # study attribute session:<start> <host>:<pid>: a run's seconds
 INTERRUPTED = "interrupted (trained again on resume)"   # failure kinds: stopped by Ctrl-C, ...
 INVALID = "invalid configuration"                        # ... or drawn and refused before training
 
@@ -185,11 +190,38 @@ def load_study(storage_url: str, study_name: str | None = None, naming: str = "-
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
+def record_session(study: optuna.Study, started: float) -> None:
+    """Record the run of the search that began at ``started`` (``time.time()``) and ends now: its
+    seconds under its own key (several workers of one study write theirs side by side). A study
+    resumed three times has four (`sessions`); its wall time is their sum (`study_wall_s`). A run
+    killed outright (SIGKILL, power) records nothing; Ctrl-C and errors do."""
+    when = datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds")
+    study.set_user_attr(f"{SESSION}{when} {socket.gethostname()}:{os.getpid()}", round(time.time() - started, 1))
+
+
+def sessions(study_attrs: dict) -> list[dict]:
+    """The study's recorded runs of the search, earliest first: {started, where, wall_s}."""
+    out = []
+    for key, seconds in study_attrs.items():
+        if key.startswith(SESSION):
+            started, _, where = key[len(SESSION):].partition(" ")
+            out.append({"started": started, "where": where, "wall_s": seconds})
+    return sorted(out, key=lambda s: s["started"])
+
+
+def study_wall_s(study_attrs: dict) -> float | None:
+    """The study's wall time over its recorded runs (calibration, supernet, trials, confirmation
+    and finals alike); None for a study written before runs were recorded."""
+    runs = sessions(study_attrs)
+    return sum(s["wall_s"] for s in runs) if runs else None
+
+
 def trial_config(trial: FrozenTrial) -> dict:
     """The trial's PetlConfig as a dict, with the pooling ``auto`` chose on the study's backbone
     written out (`StoredTrial.config_dict`)."""
     return StoredTrial.of(trial).config_dict()
 
 
-__all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "ONESHOT_ANCHOR",
-           "ONESHOT", "LR_FROM_SAMPLER", "INTERRUPTED", "INVALID"]
+__all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "record_session", "sessions", "study_wall_s",
+           "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "ONESHOT_ANCHOR", "ONESHOT", "LR_FROM_SAMPLER", "SESSION",
+           "INTERRUPTED", "INVALID"]

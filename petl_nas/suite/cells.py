@@ -15,7 +15,7 @@ import statistics
 from ..errors import ConfigError
 from ..search.confirm import best_baseline, verdict
 from ..search.fronts import source_of
-from ..search.records import FINAL
+from ..search.records import FINAL, study_wall_s
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import paired_difference
 
@@ -23,7 +23,7 @@ from ..tasks.significance import paired_difference
 def empty(task: str, budget: str) -> dict:
     """The row of a study not run (or not finished) yet: nothing measured."""
     return {"task": task, "budget": budget, "budget_params": None, "metric": None, "pick": None,
-            "baseline": None, "beaten": False, "delta": None, "trial_min": 0}
+            "baseline": None, "beaten": False, "delta": None, "trial_min": 0, "wall_min": None}
 
 
 def cell(study, task: str, budget: str) -> dict:
@@ -42,7 +42,8 @@ def cell(study, task: str, budget: str) -> dict:
            "pick": _side(trials.get(getattr(pick, "number", None)), attrs),
            "baseline": _side(trials.get(base_no), attrs),
            "beaten": bool(said and said.beaten), "delta": None,
-           "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1)}
+           "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
+           "wall_min": None if study_wall_s(attrs) is None else round(study_wall_s(attrs) / 60, 1)}
     p, b = row["pick"], row["baseline"]
     if p and b and p["test"] and b["test"]:
         d = paired_difference(p["test"], b["test"]) if p["number"] != b["number"] else \
@@ -99,8 +100,8 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
     """The table (one row per task and budget) and the macro-average per budget, in markdown."""
     lines = [f"# Suite {suite_name}: the search's pick against the best baseline at each budget", "",
              "| task | budget | pick (deployable) | test | best baseline (deployable) | test | paired Δ pts "
-             "(test, ±std) | seeds | beats it on search-dev | trial compute (min) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "(test, ±std) | seeds | beats it on search-dev | trial compute (min) | study wall (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         pts = points_per_unit(c["metric"] or "accuracy")
         d = c["delta"]
@@ -108,7 +109,7 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
         budget = c["budget"] + (f" ({c['budget_params']:,})" if c["budget_params"] is not None else "")
         lines.append(f"| {c['task']} | {budget} | {_who(c['pick'])} | {_test(c['pick'], pts)} | "
                      f"{_who(c['baseline'])} | {_test(c['baseline'], pts)} | {delta} | {d['n'] if d else '-'} | "
-                     f"{'yes' if c['beaten'] else 'no'} | {c['trial_min']:g} |")
+                     f"{'yes' if c['beaten'] else 'no'} | {c['trial_min']:g} | {_minutes(c.get('wall_min'))} |")
     lines += ["", "| budget | macro-average Δ pts over the tasks measured (± se) | lowest cell | tasks measured |",
               "|---|---|---|---|"]
     for m in macro(cells):
@@ -117,8 +118,30 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
         lines.append(f"| {m['budget']} | {mean} | {lowest} | {m['measured']} of {m['tasks']} |")
     lines += ["", "Δ: the pick's test score minus the best baseline's, seed by seed (the same seeds), in points; "
               "the pick is what `petl-nas export` takes by default, the best baseline the one confirmation compared "
-              "it with on search-dev. Trial compute: the studies' trials' wall time, calibration and finals aside."]
+              "it with on search-dev. Trial compute: the studies' trials' wall time, calibration and finals aside. "
+              "Study wall: the study's runs from start to end (calibration, supernet, trials, confirmation, finals), "
+              "summed over its resumes."]
+    walls = per_task_wall(cells)
+    if walls:
+        lines += ["", "Wall time per task, its studies summed: " + "; ".join(
+            f"{w['task']} {w['minutes']:g} min ({w['studies']} of {w['of']} studies)" for w in walls) + "."]
     return "\n".join(lines) + "\n"
+
+
+def per_task_wall(cells: list[dict]) -> list[dict]:
+    """Per task with any study's wall time recorded: the minutes of its studies summed, and of how
+    many of its studies (a suite still running, or a study older than the record, counts fewer)."""
+    out = []
+    for task in dict.fromkeys(c["task"] for c in cells):
+        row = [c for c in cells if c["task"] == task]
+        known = [c["wall_min"] for c in row if c.get("wall_min") is not None]
+        if known:
+            out.append({"task": task, "minutes": round(sum(known), 1), "studies": len(known), "of": len(row)})
+    return out
+
+
+def _minutes(value) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def plot_png(cells: list[dict]) -> bytes:
@@ -152,4 +175,4 @@ def plot_png(cells: list[dict]) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["cell", "empty", "macro", "markdown", "plot_png"]
+__all__ = ["cell", "empty", "macro", "markdown", "per_task_wall", "plot_png"]

@@ -21,6 +21,7 @@ from petl_nas.dashboards import plots, view
 from petl_nas.dashboards.report import write_report
 from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search.driver import run_search
+from petl_nas.search.records import sessions
 from conftest import TINY_BACKBONE
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -69,6 +70,9 @@ def test_report_writes_a_self_contained_html_and_pngs(searched, tmp_path, capsys
         assert png_size((out / f"{name}.png").read_bytes()) == plots.SIZES[name]
     assert plots.SIZES["pareto"] == (1000, 600)
     page = (out / "report.html").read_text()
+    (session,) = sessions(study.user_attrs)                    # the one run of the search, its wall time
+    assert (f"<tr><th>wall time</th><td>{session['wall_s'] / 60:.1f} min over 1 run of the search, the first from "
+            f"{session['started']}</td></tr>") in page
     assert "importance" in pngs or "<p class='note'>not shown: " in page
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)               # nothing fetched from a network
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)

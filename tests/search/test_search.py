@@ -724,6 +724,7 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     that retry and the study ends with exactly the trials asked for."""
     from petl_nas.search import executors
     from petl_nas.app.cli import main
+    from petl_nas.search.records import sessions
     from petl_nas.search.study import INTERRUPTED, is_trained
 
     exp = experiment(tmp_path, trials=3, presets="none", budget="20%",
@@ -747,10 +748,13 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     (retry,) = [t for t in study.trials if t.state == TrialState.WAITING]
     assert retry.params == stopped.params
     assert not any(t.state == TrialState.RUNNING for t in study.trials)
+    (stopped_run,) = sessions(study.user_attrs)                  # the stopped run's wall time is kept
+    assert stopped_run["wall_s"] > 0
     monkeypatch.setattr(executors, "run_trial", real)
     assert main(["search", "--experiment", "e.yaml"]) == 0
     assert "trials: 3 complete, 0 pruned, 0 failed, 1 interrupted, " in capsys.readouterr().out
     study = load(exp)
+    assert sessions(study.user_attrs)[0] == stopped_run and len(sessions(study.user_attrs)) == 2
     assert len([t for t in study.trials if is_trained(t)]) == 3
     assert study.trials[retry.number].state == TrialState.COMPLETE
 

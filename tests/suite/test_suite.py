@@ -14,6 +14,7 @@ import yaml
 from petl_nas import ConfigError
 from petl_nas.app.cli import main
 from petl_nas.search import confirm, executors, worker
+from petl_nas.search.records import sessions
 from petl_nas.suite.cells import macro, markdown
 from petl_nas.suite.config import Suite
 from petl_nas.suite.runner import run_suite
@@ -125,6 +126,12 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
         assert base["number"] == max(named, key=lambda n: statistics.fmean(scores[n]))
         diffs = [100 * (a - b) for a, b in zip(pick["test"], base["test"])]
         assert c["delta"]["mean"] == pytest.approx(statistics.fmean(diffs))
+        runs = sessions(study.user_attrs)            # every run of it, the resumes that trained nothing too
+        assert len(runs) == (1 if exp.study_name == "s_colours_1pct" else 2)
+        assert c["wall_min"] == round(sum(r["wall_s"] for r in runs) / 60, 1)
+    minutes = {t: round(sum(c["wall_min"] for c in data["cells"] if c["task"] == t), 1) for t in ("demo_keyword", "colours")}
+    assert (f"Wall time per task, its studies summed: demo_keyword {minutes['demo_keyword']:g} min (2 of 2 studies); "
+            f"colours {minutes['colours']:g} min (2 of 2 studies).") in (tmp_path / "runs" / "s" / "suite.md").read_text()
     for m in data["macro"]:
         deltas = [c["delta"]["mean"] for c in data["cells"] if c["budget"] == m["budget"]]
         assert m["mean"] == pytest.approx(statistics.fmean(deltas)) and m["lowest"] == min(deltas)
@@ -148,9 +155,10 @@ def test_the_macro_average_is_over_the_tasks_measured_and_combines_standard_erro
 
 def test_a_cell_not_run_yet_reads_as_not_measured():
     empty = {"task": "x", "budget": "1%", "budget_params": None, "metric": None, "pick": None, "baseline": None,
-             "beaten": False, "delta": None, "trial_min": 0}
+             "beaten": False, "delta": None, "trial_min": 0, "wall_min": None}
     text = markdown("s", [empty])
-    assert "| x | 1% | - | - | - | - | - | - | no | 0 |" in text and "| 1% | - | - | 0 of 1 |" in text
+    assert "| x | 1% | - | - | - | - | - | - | no | 0 | - |" in text and "| 1% | - | - | 0 of 1 |" in text
+    assert "Wall time per task" not in text                        # nothing recorded: nothing said
 
 
 @pytest.mark.parametrize("change, said", [
