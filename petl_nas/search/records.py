@@ -211,7 +211,8 @@ def sessions(study_attrs: dict) -> list[dict]:
 
 def study_wall_s(study_attrs: dict) -> float | None:
     """The study's wall time over its recorded runs (calibration, supernet, trials, confirmation
-    and finals alike); None for a study written before runs were recorded."""
+    and finals alike; several workers at once add up); None for a study written before runs were
+    recorded."""
     runs = sessions(study_attrs)
     return sum(s["wall_s"] for s in runs) if runs else None
 
