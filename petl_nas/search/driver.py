@@ -283,11 +283,21 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
     finally:
         try:
-            record_session(study, start)         # stopped or not: the study's wall time adds up over resumes
+            _record_run(study, start, printer)   # stopped or not: the study's wall time adds up over resumes
         finally:
             close_storage(study._storage)
     summary.wall_s = time.time() - start
     return summary
+
+
+def _record_run(study, start: float, printer) -> None:
+    """Record this run's seconds on the study, never in place of its outcome: where the storage
+    cannot take them (a full disk, a lost database), a warning line says so and the search's own
+    result or error stands."""
+    try:
+        record_session(study, start)
+    except Exception as e:                                      # noqa: BLE001 - any storage error
+        printer(f"warning: this run's wall time was not recorded on the study ({str(e).splitlines()[0]})")
 
 
 def _check_oneshot_budgets(budgets, budget: int, smallest: int, backbone_params: int) -> None:

@@ -118,4 +118,6 @@ def test_a_search_whose_disk_fills_says_so_in_one_line_and_resumes_losing_nothin
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
         failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
         assert len(complete) == 2 and len(failed) == 1 and len(trained) == 3, study.trials   # the lost one again
-        assert failed[0].number == trained[0] and failed[0].params == complete[-1].params
+        assert failed[0].number == trained[0]
+        # the lost one trained again: first or after a new draw, as its heartbeat had expired or not
+        assert failed[0].params in [t.params for t in complete]
