@@ -249,7 +249,9 @@ class OneShot:
     Attributes:
         rungs: budgets on the ladder (from the smallest one-unit count to the budget), each read off
             the trained supernet as one proposal (identical ones are proposed once).
-        lr: the supernet's learning rate.
+        lr: the supernet's learning rate. In a study whose families train at measured rates
+            (``rates``), each family of the supernet trains at its measured rate instead, as trials
+            do; a knob search's ``lr`` then moves them all by ``lr`` / this value.
         proposal_lr: the proposals' learning rate when they are trained as trials: ``supernet``
             (the default: ``lr``), ``sampler`` (the study's sampler draws it from the space's ``lr``
             range, as for the LoRA rank sweep; before the sampler has seen trials that is a random

@@ -497,6 +497,51 @@ def test_a_derived_configuration_trains_like_any_trial():
     assert 0.0 <= r.score <= 1.0 and r.steps > 0
 
 
+@pytest.mark.parametrize("multiples", [None, {"lora": 1.0, "adapter": 0.3, "compacter": 5.0, "prefix": 0.7,
+                                               "mh_adapter": 2.0, "prompt": 10.0, "bitfit": 0.5}])
+def test_a_supernet_trains_each_family_at_its_rate_and_each_gate_at_the_gate_rate(multiples):
+    """With a study's measured rates, each family of the supernet trains at lr times its multiple (the
+    head beside the first family, LayerNorms at the recipe's rate), as a trial would; every gate
+    learns at ``gate_lr`` whatever group its log α sits in; without them everything is at lr."""
+    from petl_nas.core.inject import parameter_families
+    from petl_nas.training.loop import Recipe, param_groups
+
+    tiny, splits, base, model_config = _tiny_keyword()
+    space = SearchSpace.load("unified")
+    net = build_supernet(copy.deepcopy(base), candidates(space, model_config, None), HEAD, bitfit=True,
+                         layernorms=True, prompt_length=prompt_length_for(space, model_config, None, HEAD))
+    lr, gate_lr = 2e-3, 0.05
+    train_supernet(net, tiny, "demo_keyword", splits, 10**6, lr=lr, gate_lr=gate_lr, epochs=1, batch_size=64,
+                   max_length=24, lr_multiples=multiples)
+    trained = [p for p in net.model.parameters() if p.requires_grad]
+    rate_of = {id(p): g["lr"] for g in param_groups(net.model, trained, Recipe(lr=lr * (multiples or {}).get("lora", 1.0)))
+               for p in g["params"]}
+    gates = {id(g.raw): g for g in net.gates()}
+    families = parameter_families(net.model)
+    seen = set()
+    for p in trained:
+        if id(p) in gates:
+            assert rate_of[id(p)] * gates[id(p)].speed == pytest.approx(gate_lr)
+            continue
+        family = families[id(p)]
+        want = (multiples or {}).get(family, 1.0) if family not in ("head", "layernorms") else 1.0
+        assert rate_of[id(p)] == pytest.approx(lr * want), family
+        seen.add(family)
+    assert seen >= {"lora", "adapter", "compacter", "prompt", "bitfit", "head"}
+
+
+def test_a_supernet_within_noise_of_the_trivial_baseline_says_it_did_not_learn():
+    from petl_nas.search.oneshot.propose import not_learned_lines
+
+    baseline = {"score": 0.508}
+    said = not_learned_lines({"score": 0.496, "score_se": 0.016}, baseline)
+    assert len(said) == 1 and said[0].startswith("one-shot: the supernet did not learn (search-dev 0.4960, within "
+                                                 "noise of the trivial baseline's 0.5080)")
+    assert not_learned_lines({"score": 0.60, "score_se": 0.016}, baseline) == []
+    assert "no better than" in not_learned_lines({"score": 0.50, "score_se": None}, baseline)[0]
+    assert not_learned_lines({"score": 0.496, "score_se": 0.016}, None) == []      # no baseline: nothing to say
+
+
 @pytest.mark.slow
 def test_the_count_penalty_pulls_the_expected_size_to_its_target():
     tiny, splits, base, model_config = _tiny_keyword()
@@ -617,6 +662,36 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     page = write_report(exp.storage_url, "o", tmp_path / "report")[-1].read_text()
     row = html.unescape(re.search(r"<th>one-shot supernet</th><td>(.*?)</td>", page).group(1))
     assert f"{len(built)} of them a baseline plus the supernet's choice beside it ({', '.join(built)})" in row
+
+
+@pytest.mark.slow
+def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_rate(tmp_path, monkeypatch):
+    import optuna
+
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import OneShot, Rates
+    from petl_nas.search.oneshot import run
+
+    real, seen = run.train_supernet, {}
+
+    def spy(*args, **kw):
+        seen.update(kw)
+        return real(*args, **kw)
+    monkeypatch.setattr(run, "train_supernet", spy)
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=0, rates=Rates(share=0.5),
+               oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1))
+    lines = []
+    run_search(exp, printer=lines.append)
+    study = optuna.load_study(study_name="o", storage=exp.storage_url)
+    measured, record = study.user_attrs["rate_calibration"]["rates"], study.user_attrs["oneshot"]
+    assert set(measured) == {"lora", "adapter", "prefix"}                     # the small space's families
+    assert {f: 3e-3 * m for f, m in seen["lr_multiples"].items()} == pytest.approx(measured)
+    assert record["family_rates"] == pytest.approx(measured) and record["score_se"] > 0
+    assert any(line.startswith("one-shot: a supernet of") and "with each family at its measured rate" in line
+               for line in lines)
+    proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
+    assert proposals and all(t.user_attrs["recipe"]["lr_scale"] == 1.0 for t in proposals)    # trials, the same
 
 
 def _killed_after_first_save(monkeypatch):

@@ -3,7 +3,8 @@
 `propose` runs before the sampler's trials (``strategy: oneshot`` or ``both``): one supernet run
 (`run.run_supernet`: a Ray Tune trial with the Ray executor, in-process with the local one) builds
 the supernet from the study's space, trains it with the trial recipe toward the budget
-(`train.train_supernet`) and derives a configuration for each budget of a ladder from the smallest
+(`train.train_supernet`; in a study with measured rates each family at its rate, as trials: its
+``lr_multiples``) and derives a configuration for each budget of a ladder from the smallest
 one-unit count to the budget (`derive`); `propose` enqueues each distinct one as a proposal with
 its configuration given whole (it is generally not a point of the space: sizes differ per layer)
 and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked
@@ -50,7 +51,8 @@ from ...fileio import atomic_write
 from ..experiment import OneShot, parse_budget
 from ..storage import as_stored
 from ..progress import Stage, repeating
-from ..records import LR_FROM_SAMPLER, ONESHOT, ONESHOT_ANCHOR as ANCHOR, RATES_SETTING
+from ..records import LR_FROM_SAMPLER, ONESHOT, ONESHOT_ANCHOR as ANCHOR, RATE_CALIBRATION, RATES_SETTING
+from ...tasks.significance import did_not_learn
 from . import knobs
 from .run import SupernetSpec, run_on_ray, run_supernet
 
@@ -153,6 +155,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     o = exp.oneshot
     epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
     state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
+    measured = measured_rates(study)
+    multiples = {f: rate / o.lr for f, rate in measured.items()} if measured else None
     spec = SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
                         data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
                         budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
@@ -160,7 +164,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
                         seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
                         precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
-                        also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors)
+                        also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors, lr_multiples=multiples)
 
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
@@ -198,9 +202,10 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
               "layernorms": result.get("layernorms", False),
               "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
+              "family_rates": {f: chosen["lr"] * m for f, m in multiples.items()} if multiples else None,
               "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"],
               "init_open": chosen["init_open"], "proposal_lr": o.proposal_lr,
-              "epochs": epochs, "target": budget, "score": result["score"],
+              "epochs": epochs, "target": budget, "score": result["score"], "score_se": result.get("score_se"),
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
               "supernet_params": result["supernet_params"], "proposed": proposed,
               "where": {"executor": exp.executor, "device": result["device"], "host": result["host"],
@@ -222,10 +227,33 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
                     + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
     over = over_budget_note(record["expected_count"], budget)
-    return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{went_on} "
+    at = " with each family at its measured rate" if multiples else f" at lr {chosen['lr']:.3g}"
+    return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{at}{went_on} "
             f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
-            + ", ".join(_named(p) for p in proposed) + over]
+            + ", ".join(_named(p) for p in proposed) + over] \
+        + not_learned_lines(record, study.user_attrs.get("baseline"))
+
+
+def measured_rates(study) -> dict | None:
+    """The rate of each family a study whose trials train at measured rates recorded (`rates`);
+    None for a study that draws one rate per trial. The supernet trains each family at it too."""
+    if not (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
+        return None
+    return (study.user_attrs.get(RATE_CALIBRATION) or {}).get("rates") or None
+
+
+def not_learned_lines(record: dict, baseline: dict | None) -> list[str]:
+    """One line when the supernet's search-dev score is within noise of the trivial baseline (none
+    otherwise): its gates then learned nothing about the task, and the ladder's proposals are
+    sizes, not choices."""
+    if not did_not_learn(record["score"], record.get("score_se"), baseline):
+        return []
+    near = "within noise of" if record.get("score_se") is not None else "no better than"
+    return [f"one-shot: the supernet did not learn (search-dev {record['score']:.4f}, {near} the trivial baseline's "
+            f"{baseline['score']:.4f}): its proposals are uninformed; they train as trials beside the presets and "
+            f"anchors, which do not depend on it (more oneshot.epochs or a knob search, oneshot.runs > 1, "
+            f"may let it learn)"]
 
 
 def check_resumable(study, exp) -> None:

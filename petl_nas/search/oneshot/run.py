@@ -73,6 +73,7 @@ class SupernetSpec:
     rate_proposals: bool = False      # score each proposal with the supernet's weights (`inherit.py`)
     also: tuple = ()                  # smaller budgets it also proposes for, each its own ladder
     anchors: bool = True              # also propose each budget's baselines plus the supernet's fill
+    lr_multiples: dict | None = None  # {family: its rate / lr} (a study's measured rates); None: all at lr
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -110,7 +111,7 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
                             seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
                             resume=state, on_epoch=save, penalty_step=spec.penalty_step,
-                            temperature=spec.temperature)
+                            temperature=spec.temperature, lr_multiples=spec.lr_multiples)
     smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
                    for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
     score_on_dev = None
@@ -140,7 +141,8 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
                 add(*found, budget, anchor=name)
         return out
 
-    return {"score": result["score"], "expected_count": result["expected_count"], "multiplier": result["multiplier"],
+    return {"score": result["score"], "score_se": result["score_se"], "expected_count": result["expected_count"],
+            "multiplier": result["multiplier"],
             "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
             "layernorms": layernorms, "prompt_length": prompt_length,
             "proposed": proposals(spec.budget, True),             # the knob search compares runs by these
