@@ -262,6 +262,10 @@ class OneShot:
         init_open: every gate's starting chance of being open.
         penalty_step: how fast the count's Lagrange multiplier rises while the expected count is
             over the budget (the penalty's strength).
+        warmup: the share of the supernet's steps trained before the count's penalty starts, so
+            its weights and gates learn the task before the penalty closes gates (without it, on
+            QNLI the penalty shut every form's gates alike before the task was learned and the
+            supernet scored at the trivial baseline: experiments/oneshot/README.md).
         temperature: the hard-concrete gates' β (lower: samples nearer a coin flip of 0 and 1).
         runs: supernet runs. With more than one, Optuna searches the knobs named in ``search``
             across them (`petl_nas.search.oneshot.knobs`: the first run at the values above) and the
@@ -292,6 +296,7 @@ class OneShot:
     epochs: float | None = None
     init_open: float = 0.9
     penalty_step: float = 0.02
+    warmup: float = 0.5
     temperature: float = 2 / 3
     runs: int = 1
     search: dict | None = None
@@ -308,6 +313,8 @@ class OneShot:
                                           "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
                                                         "a number between 0 and 1"),
                                           "penalty_step": number(0, True), "temperature": number(0, True),
+                                          "warmup": ((lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                      and 0 <= v < 1), "a number in [0, 1)"),
                                           "runs": whole(1), "file": optional(TEXT),
                                           "anchors": ((lambda v: isinstance(v, bool)), "true or false")})
         if self.budgets is not None:

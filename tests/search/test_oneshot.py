@@ -530,6 +530,21 @@ def test_a_supernet_trains_each_family_at_its_rate_and_each_gate_at_the_gate_rat
     assert seen >= {"lora", "adapter", "compacter", "prompt", "bitfit", "head"}
 
 
+def test_the_count_penalty_waits_for_the_warmup_share_of_the_steps():
+    """``warmup``: the multiplier stays 0 and no gate is pulled shut until that share of the steps
+    has trained; then the penalty starts (here: 1 epoch of 2)."""
+    tiny, splits, base, model_config = _tiny_keyword()
+    space = SearchSpace.load("unified")
+    multipliers = {}
+    for warmup in (0.0, 0.5):
+        net = build_supernet(copy.deepcopy(base), candidates(space, model_config, None), HEAD)
+        seen = []
+        train_supernet(net, tiny, "demo_keyword", splits, 100, lr=3e-3, gate_lr=0.1, epochs=2, batch_size=64,
+                       max_length=24, warmup=warmup, on_epoch=lambda state: seen.append(state["multiplier"]))
+        multipliers[warmup] = seen
+    assert multipliers[0.0][0] > 0 and multipliers[0.5][0] == 0.0 < multipliers[0.5][1] < multipliers[0.0][1]
+
+
 def test_a_supernet_within_noise_of_the_trivial_baseline_says_it_did_not_learn():
     from petl_nas.search.oneshot.propose import not_learned_lines
 
@@ -1054,6 +1069,8 @@ def test_a_study_stored_before_a_oneshot_setting_existed_resumes():
     ({"file": ""}, "oneshot: file: expected a non-empty string"),
     ({"file": "a.json", "budgets": ["1%"]}, "oneshot: file reads another study's proposals and trains no supernet"),
     ({"file": "a.json", "runs": 2}, "oneshot: file reads another study's proposals and trains no supernet"),
+    ({"warmup": 1}, "oneshot: warmup: expected a number in [0, 1)"),
+    ({"warmup": True}, "oneshot: warmup: expected a number in [0, 1)"),
 ])
 def test_bad_shared_supernet_settings_are_one_line(fields, said):
     from petl_nas import ConfigError

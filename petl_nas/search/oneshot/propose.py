@@ -164,7 +164,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
                         seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
                         precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
-                        also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors, lr_multiples=multiples)
+                        also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors, lr_multiples=multiples,
+                        warmup=o.warmup)
 
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
@@ -203,7 +204,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
               "layernorms": result.get("layernorms", False),
               "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
               "family_rates": {f: chosen["lr"] * m for f, m in multiples.items()} if multiples else None,
-              "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"],
+              "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"], "warmup": o.warmup,
               "init_open": chosen["init_open"], "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"], "score_se": result.get("score_se"),
               "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],

@@ -74,6 +74,7 @@ class SupernetSpec:
     also: tuple = ()                  # smaller budgets it also proposes for, each its own ladder
     anchors: bool = True              # also propose each budget's baselines plus the supernet's fill
     lr_multiples: dict | None = None  # {family: its rate / lr} (a study's measured rates); None: all at lr
+    warmup: float = 0.0               # the share of its steps trained before the count's penalty starts
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -111,7 +112,7 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
                             seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
                             resume=state, on_epoch=save, penalty_step=spec.penalty_step,
-                            temperature=spec.temperature, lr_multiples=spec.lr_multiples)
+                            temperature=spec.temperature, lr_multiples=spec.lr_multiples, warmup=spec.warmup)
     smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
                    for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
     score_on_dev = None

@@ -8,6 +8,8 @@ their deterministic values.
 
 from __future__ import annotations
 
+import math
+
 from ...core.family_rates import at_rates
 from ...core.inject import parameter_families
 from ...tasks.encoding import encode
@@ -21,7 +23,7 @@ def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3,
                    epochs: float = 2, batch_size: int = 32, max_length: int = 64, seed: int = 0,
                    length_buckets: int = 0, precision: str = "auto", device: str = "cpu", resume: dict | None = None,
                    on_epoch=None, penalty_step: float = 0.02, temperature: float = BETA,
-                   lr_multiples: dict | None = None) -> dict:
+                   lr_multiples: dict | None = None, warmup: float = 0.0) -> dict:
     """Train ``net`` (built on ``backbone`` for ``task``) toward ``target`` expected deployable
     parameters; the gates learn at ``gate_lr`` (they were built with speed ``gate_lr / lr``, or
     are rescaled here) and sample at ``temperature``; the count's multiplier rises by
@@ -31,6 +33,9 @@ def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3,
     ``lr_multiples`` ({family: multiple}, e.g. a study's measured rates over ``oneshot.lr``): each
     family trains at ``lr`` times its multiple, as a trial would (`at_rates`: the first family sets
     the recipe's rate, the head follows it); without them every family trains at ``lr``.
+
+    ``warmup``: the share of the steps trained before the count's penalty starts (the weights and
+    gates learn the task first; the multiplier stays 0 until then).
 
     ``on_epoch`` gets the training state after every epoch, with the multiplier in it (key
     ``multiplier``); ``resume`` is such a state to go on from."""
@@ -43,8 +48,14 @@ def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3,
     if resume is not None:
         net.multiplier = resume["multiplier"]
     saver = None if on_epoch is None else (lambda state: on_epoch({**state, "multiplier": net.multiplier}))
+    free = int(warmup * recipe.epochs * math.ceil(len(encoded.train) / batch_size))   # steps before the penalty
+    step = [resume["step"] if resume is not None else 0]
+
+    def penalty():
+        step[0] += 1
+        return net.penalty(target, penalty_step) if step[0] > free else 0.0
     result = train(net.model, TrainData(encoded.train, encoded.search_dev), task, recipe, device,
-                   regularizer=lambda: net.penalty(target, penalty_step), resume=resume, on_epoch=saver)
+                   regularizer=penalty, resume=resume, on_epoch=saver)
     return {"score": result.last_score, "score_se": result.metrics.get("se"),      # its one evaluation
             "expected_count": float(net.expected_count().detach()),
             "multiplier": net.multiplier, "steps": result.steps, "train_s": result.wall_s}
