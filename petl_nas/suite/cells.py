@@ -32,6 +32,7 @@ def cell(study, task: str, budget: str) -> dict:
 
     attrs, pts = study.user_attrs, points_per_unit(study.user_attrs.get("metric", "accuracy"))
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    wall_s = study_wall_s(attrs)
     said = verdict(study)
     base_no = said.baseline if said is not None else getattr(best_baseline(study), "number", None)
     try:
@@ -43,7 +44,7 @@ def cell(study, task: str, budget: str) -> dict:
            "baseline": _side(trials.get(base_no), attrs),
            "beaten": bool(said and said.beaten), "delta": None,
            "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
-           "wall_min": None if study_wall_s(attrs) is None else round(study_wall_s(attrs) / 60, 1)}
+           "wall_min": None if wall_s is None else round(wall_s / 60, 1)}
     p, b = row["pick"], row["baseline"]
     if p and b and p["test"] and b["test"]:
         d = paired_difference(p["test"], b["test"]) if p["number"] != b["number"] else \

@@ -239,9 +239,15 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
 def measured_rates(study) -> dict | None:
     """The rate of each family a study whose trials train at measured rates recorded (`rates`);
     None for a study that draws one rate per trial. The supernet trains each family at it too."""
-    if not (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
+    if not trains_at_measured_rates(study):
         return None
     return (study.user_attrs.get(RATE_CALIBRATION) or {}).get("rates") or None
+
+
+def trains_at_measured_rates(study) -> bool:
+    """Whether the study's trials train each family at its measured rate (`rates: auto`), rather
+    than at one rate drawn per trial."""
+    return bool((study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"))
 
 
 def not_learned_lines(record: dict, baseline: dict | None) -> list[str]:
@@ -295,7 +301,7 @@ def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float,
                      **({ANCHOR: p["anchor"]} if p.get("anchor") else {})}
             if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
                 attrs[LR_FROM_SAMPLER] = True
-            elif (study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"):
+            elif trains_at_measured_rates(study):
                 attrs["recipe"] = {"lr_scale": 1.0}     # each family at its measured rate, as presets
             else:
                 attrs["recipe"] = {"lr": supernet_lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}

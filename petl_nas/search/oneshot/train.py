@@ -49,11 +49,12 @@ def train_supernet(net, backbone, task, splits, target: float, lr: float = 1e-3,
         net.multiplier = resume["multiplier"]
     saver = None if on_epoch is None else (lambda state: on_epoch({**state, "multiplier": net.multiplier}))
     free = int(warmup * recipe.epochs * math.ceil(len(encoded.train) / batch_size))   # steps before the penalty
-    step = [resume["step"] if resume is not None else 0]
+    step = resume["step"] if resume is not None else 0
 
     def penalty():
-        step[0] += 1
-        return net.penalty(target, penalty_step) if step[0] > free else 0.0
+        nonlocal step
+        step += 1
+        return net.penalty(target, penalty_step) if step > free else 0.0
     result = train(net.model, TrainData(encoded.train, encoded.search_dev), task, recipe, device,
                    regularizer=penalty, resume=resume, on_epoch=saver)
     return {"score": result.last_score, "score_se": result.metrics.get("se"),      # its one evaluation
