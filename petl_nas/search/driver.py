@@ -32,6 +32,7 @@ from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose, read_proposals
 from .confirm import confirm, confirmed_scores, confirmed_text, verdict
+from . import progress as progress_lines
 from .progress import Stage
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
@@ -343,8 +344,8 @@ def _supernet_line(exp: Experiment, budget: int) -> str:
     epochs = epochs if isinstance(epochs, str) else f"{epochs:g}"
     also = f" (and proposing for {', '.join(map(str, o.budgets))} too)" if o.budgets else ""
     return (f"one-shot: training {runs} over space {exp.space!r} toward {budget:,} deployable parameters{also}, "
-            f"{epochs} epochs each on the trials' data (a line when it ends; each epoch is saved, so a stopped run "
-            f"goes on from there)")
+            f"{epochs} epochs each on the trials' data (a line every {progress_lines.EVERY_S:.0f} s with the epochs "
+            f"done and the time left; each epoch is saved, so a stopped run goes on from there)")
 
 
 FEW_SEARCH_DEV_ROWS = 30      # below this one score's standard error is 9 points or more (accuracy near 0.5)

@@ -1,10 +1,11 @@
 """Progress lines for the stages a user waits on outside the trials: calibrating the trial length
-and the rates, confirming candidates, the final re-evaluation.
+and the rates, training a supernet, confirming candidates, the final re-evaluation.
 
 A stage is a number of runs of about equal length, trained one after another in this process. While
 a run goes on, `Stage.run` prints what it trains at least every `EVERY_S` seconds, with how long it
-has run and, once a run of the stage has finished, about how long the stage has left; `countdown`
-is the line after each run.
+has run and, once a run of the stage has finished, about how long the stage has left (or what the
+run says of itself, e.g. a supernet's epochs done and time left); `countdown` is the line after
+each run.
 
 Example:
     >>> stage = Stage(print, total=3)                                  # doctest: +SKIP
@@ -39,9 +40,10 @@ class Stage:
         self.every_s = EVERY_S if every_s is None else every_s
         self.done, self.spent_s = 0, 0.0
 
-    def heartbeat(self, what: str, running_s: float) -> str:
-        """The line printed while ``what`` has run ``running_s`` seconds."""
-        line = f"  {what}: running for {running_s / 60:.1f} min"
+    def heartbeat(self, what: str, running_s: float, detail: str | None = None) -> str:
+        """The line printed while ``what`` has run ``running_s`` seconds (``detail``: where the run
+        itself says it stands, e.g. its epochs done, said after that)."""
+        line = f"  {what}: running for {running_s / 60:.1f} min" + (f"; {detail}" if detail else "")
         if self.done and self.done < self.total:
             left = self.spent_s / self.done * (self.total - self.done) - running_s
             line += (f"; {self._bound} {max(1, round(left / 60))} min left in this stage ({self.done} of "
@@ -57,13 +59,15 @@ class Stage:
         return "at most" if self.at_most else "about"
 
     @contextlib.contextmanager
-    def run(self, what: str) -> Iterator[None]:
+    def run(self, what: str, detail: Callable[[], str | None] | None = None) -> Iterator[None]:
         """Train one run of the stage inside this block; it prints `heartbeat` every ``every_s``
-        seconds until it ends (however it ends)."""
+        seconds until it ends (however it ends), with ``detail()`` in it when given."""
         began = time.perf_counter()
+
+        def beat() -> None:
+            self.printer(self.heartbeat(what, time.perf_counter() - began, detail() if detail else None))
         try:
-            with repeating(self.every_s, lambda: self.printer(self.heartbeat(what, time.perf_counter() - began)),
-                           "petl-nas progress"):
+            with repeating(self.every_s, beat, "petl-nas progress"):
                 yield
         finally:
             self.done += 1

@@ -8,6 +8,7 @@ import dataclasses
 import html
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -613,6 +614,9 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     start = next(i for i, line in enumerate(lines) if line.startswith("one-shot: training a supernet over space"))
     beat = f"  one-shot: training the supernet at budget {study.user_attrs['budget']:,} ("
     assert any(line.startswith(beat) for line in lines[start + 1:])
+    # once an epoch is saved, the line says how many are done (the file it reads is gone at the end)
+    assert any(line.startswith(beat) and "; epoch 1 of " in line for line in lines[start + 1:])
+    assert not list((exp.run_dir / "oneshot").glob("*"))
     said = [line for line in lines[start + 1:] if not line.startswith(beat)]
     assert said[0].startswith("one-shot: a supernet of")                    # said before the minutes it takes
     assert "besides the supernet's proposals (it trains first)" in lines[0]
@@ -831,6 +835,7 @@ def test_the_worker_training_the_supernet_renews_its_beat_while_it_trains_and_on
 def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
     from petl_nas.training import checkpoint
     from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
+    from petl_nas.search.oneshot.standing import standing_path
 
     spec = SupernetSpec(backbone=TINY_BACKBONE, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
                         space="unified", budget=3000, rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, init_open=0.9,
@@ -848,6 +853,8 @@ def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninter
     assert resumed["resumed_from"]["epoch"] == 1 and whole["resumed_from"] is None
     assert resumed["proposed"] == whole["proposed"] and resumed["score"] == whole["score"]
     assert resumed["multiplier"] == whole["multiplier"] and resumed["expected_count"] == whole["expected_count"]
+    stands = json.loads(Path(standing_path(path)).read_text())       # timed on the epoch it trained itself
+    assert (stands["first_epoch"], stands["epoch"], stands["epochs"]) == (1, 2, 2)
     other = run_supernet({**spec.to_dict(), "checkpoint": str(path), "lr": 1e-3}, device="cpu")
     assert other["resumed_from"] is None                          # another run's state is not used
 

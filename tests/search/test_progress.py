@@ -45,3 +45,21 @@ def test_a_run_prints_while_it_trains_and_stops_when_it_ends_even_when_it_fails(
     count = len(said)
     threading.Event().wait(0.05)
     assert len(said) == count                              # nothing printed once no run goes on
+
+
+def test_a_run_that_says_where_it_stands_has_that_in_its_line():
+    stage = Stage(print, total=1)
+    assert stage.heartbeat("one-shot: training the supernet", 90, "epoch 3 of 10 done, about 5 min left") == \
+        "  one-shot: training the supernet: running for 1.5 min; epoch 3 of 10 done, about 5 min left"
+    said, beat = [], threading.Event()
+    standing = iter([None, "epoch 1 of 2 done"])           # nothing written yet, then an epoch
+
+    def printer(line: str) -> None:
+        said.append(line)
+        if len(said) >= 2:
+            beat.set()
+
+    stage = Stage(printer, total=1, every_s=0.01)
+    with stage.run("x", lambda: next(standing, "epoch 1 of 2 done")):
+        assert beat.wait(30)
+    assert said[0] == "  x: running for 0.0 min" and said[1] == "  x: running for 0.0 min; epoch 1 of 2 done"

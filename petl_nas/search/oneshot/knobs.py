@@ -44,6 +44,7 @@ from ..interrupts import interruptible
 from ..storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage
 from ..records import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
 from ...training.loop import NonFiniteLoss
+from .run import forget_state
 
 
 def knob_study(storage, study_name: str, seed: int) -> optuna.Study:
@@ -200,8 +201,7 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
         printer(f"one-shot knobs: run {trial.number} was failed as lost while it trained (no heartbeat within "
                 f"the grace period); its result is dropped, and the run is trained again from its saved state")
         return
-    if os.path.exists(run_spec.checkpoint):
-        os.remove(run_spec.checkpoint)
+    forget_state(run_spec)
     printer(f"one-shot knobs: run {trial.number} ({_knob_text(knobs, ranges)}): {len(result['proposed'])} "
             f"proposals, inherited hypervolume {value:.4f}, supernet search-dev {result['score']:.4f}, "
             f"{record['cost_s']:.0f}s")

@@ -54,7 +54,8 @@ from ..progress import Stage, repeating
 from ..records import LR_FROM_SAMPLER, ONESHOT, ONESHOT_ANCHOR as ANCHOR, RATE_CALIBRATION, RATES_SETTING
 from ...tasks.significance import did_not_learn
 from . import knobs
-from .run import SupernetSpec, run_on_ray, run_supernet
+from .run import SupernetSpec, forget_state, run_on_ray, run_supernet
+from .standing import describe, standing_path
 
 ATTR = ONESHOT        # the study attribute of its supernet run, and the tag of each trial it proposed
 STARTED = "oneshot_started"
@@ -170,7 +171,9 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
     def run_one(s: SupernetSpec) -> dict:
-        with stage.run(f"one-shot: training the supernet at budget {budget:,} ({epochs:g} epochs)"):
+        path, since = standing_path(s.checkpoint), time.time()     # its epochs, as the training writes them
+        with stage.run(f"one-shot: training the supernet at budget {budget:,} ({epochs:g} epochs)",
+                       lambda: describe(path, since)):
             if exp.executor == "ray":              # a Ray Tune trial: the driver may have no GPU
                 return run_on_ray(s, str(exp.run_dir), exp.ray_address)
             return run_supernet(s)
@@ -220,8 +223,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     write = (lambda: _write_file(study, exp, run, chosen["lr"], shared)) if o.budgets else None
     if not _enqueue(study, exp, proposed, record, chosen["lr"], lock, write):
         return []                                      # another worker got there first
-    if os.path.exists(spec.checkpoint):
-        os.remove(spec.checkpoint)
+    forget_state(spec)
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
     if knob_runs is not None:

@@ -14,9 +14,10 @@ gets a whole GPU where the cluster has one, else every CPU of the largest node (
 beside it). The local executor calls `run_supernet` in-process.
 
 With ``checkpoint`` set, the run saves its training state there after every epoch
-(`petl_nas.training.checkpoint`), and a later run of the same spec (the same settings, data and candidates:
-its fingerprint) goes on from it instead of starting again; a state of any other run is left
-unused. The file is on the machine that trains, so on a cluster without a shared file system a
+(`petl_nas.training.checkpoint`), with a standing file beside it that the waiting driver's
+progress line reads (`standing`: epochs done, time left), and a later run of the same spec (the
+same settings, data and candidates: its fingerprint) goes on from it instead of starting again; a
+state of any other run is left unused. The file is on the machine that trains, so on a cluster without a shared file system a
 run resumed on another node starts from scratch.
 """
 
@@ -41,6 +42,7 @@ from ..baselines import anchors as baseline_anchors
 from .derive import anchored, configuration, ladder, select
 from .gates import BETA
 from .inherit import inherited_score
+from . import standing
 from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates, prompt_length_for
 from .train import train_supernet
 
@@ -106,12 +108,15 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
     if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
         state = None                                        # another run's state: start from scratch
-    save = None if not spec.checkpoint else (
-        lambda s: checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint))
+    began, first_epoch = time.time(), state["epoch"] if state is not None else 0
+
+    def save(s: dict) -> None:                              # after every epoch: its state, and where it stands
+        checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint)
+        standing.write(standing.standing_path(spec.checkpoint), s["epoch"], spec.epochs, first_epoch, began)
     result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
                             seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
-                            resume=state, on_epoch=save, penalty_step=spec.penalty_step,
+                            resume=state, on_epoch=save if spec.checkpoint else None, penalty_step=spec.penalty_step,
                             temperature=spec.temperature, lr_multiples=spec.lr_multiples, warmup=spec.warmup)
     smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
                    for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
@@ -152,6 +157,13 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
                 modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)).deployable,
             "device": str(device), "host": socket.gethostname(),
             "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
+
+
+def forget_state(spec: SupernetSpec) -> None:
+    """Remove the run's per-epoch state and its standing file, once its result is stored."""
+    for path in (spec.checkpoint, standing.standing_path(spec.checkpoint)) if spec.checkpoint else ():
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def supernet_trainable(config: dict) -> None:
@@ -197,4 +209,4 @@ def run_on_ray(spec: SupernetSpec, run_dir: str, address: str | None = None) -> 
     return {**result, "resources": resources, "ray_s": round(time.perf_counter() - start, 1)}
 
 
-__all__ = ["SupernetSpec", "run_supernet", "run_on_ray", "supernet_trainable"]
+__all__ = ["SupernetSpec", "forget_state", "run_supernet", "run_on_ray", "supernet_trainable"]
