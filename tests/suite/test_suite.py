@@ -80,17 +80,19 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
         ("demo_keyword", "1%", "s_demo_keyword_1pct"), ("demo_keyword", "5%", "s_demo_keyword_5pct"),
         ("colours", "1%", "s_colours_1pct"), ("colours", "5%", "s_colours_5pct")]
 
-    started = []
+    started, said = [], []
 
     def stop_at_the_third(line):
         if line.startswith("suite s: "):
             started.append(line.split(", study")[0].removeprefix("suite s: "))
+            said.append(line)
         if line.startswith("suite s: colours at budget 1%"):
             raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
         run_suite(suite, printer=stop_at_the_third)
     assert started == ["demo_keyword at budget 5%", "demo_keyword at budget 1%", "colours at budget 5%",
                        "colours at budget 1%"]                       # each task's largest budget first
+    assert [("min left in the suite (" in line) for line in said] == [False, True, True, True]   # once one ran
     first = {}
     for _, _, exp in suite.experiments()[:2] + suite.experiments()[3:]:
         study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
@@ -151,6 +153,19 @@ def test_the_macro_average_is_over_the_tasks_measured_and_combines_standard_erro
     assert (d["mean"], d["lowest"], d["measured"], d["tasks"]) == (1.0, 1.0, 1, 2)   # a suite still running
     nothing = macro([{"task": "a", "budget": "e", "delta": None}])[0]
     assert nothing["mean"] is None and nothing["measured"] == 0
+
+
+def test_the_time_left_in_a_suite_is_judged_by_the_studies_run_at_each_budget():
+    from petl_nas.suite.runner import time_left
+
+    assert time_left([], ["0.5%", "0.01%"]) == ""                          # nothing run yet: no guess
+    done = [{"budget": "0.5%", "wall_min": 50.0}, {"budget": "0.01%", "wall_min": 15.0},
+            {"budget": "0.05%", "wall_min": None}]                           # not timed: not counted
+    # a 0.5% study and a 0.01% one as those run; a 1% study (none run) as the mean of all: 32.5
+    assert time_left(done, ["0.5%", "0.01%", "1%"]) == \
+        "about 98 min left in the suite (3 studies to run, judged by the 2 run so far)"
+    assert time_left(done[:1], ["0.01%"]) == "about 50 min left in the suite (1 study to run, judged by the one run so far)"
+    assert time_left([{"budget": "1%", "wall_min": 0.1}], ["1%"]).startswith("about 1 min left")    # never 0
 
 
 def test_a_cell_not_run_yet_reads_as_not_measured():
