@@ -185,9 +185,11 @@ def describe(record: dict) -> str:
         why = ("not every preset learned even at the final length, so no shorter length can rank them; "
                "more training rows (k), more epochs or other learning rates may be needed")
     elif record.get("skipped"):
-        why = (f"no shorter length ranked and scored as the final length did up to "
-               f"{max([s['epochs'] for s in record['steps']][:-1] or [0]):g} epochs; "
-               f"{', '.join(f'{e:g}' for e in record['skipped'])} could not repay calibrating them")
+        shorter = [s["epochs"] for s in record["steps"]][:-1]          # the lengths tried before the final one
+        skipped = ", ".join(f"{e:g}" for e in record["skipped"])
+        why = (f"no shorter length ranked and scored as the final length did up to {max(shorter):g} epochs; "
+               f"{skipped} could not repay calibrating them" if shorter else
+               f"no shorter length was tried: {skipped} epochs could not repay calibrating them")
     else:
         why = "no shorter length ranked and scored as the final length did"
     return (f"fidelity auto: {record['epochs']:g} epochs per trial, the final length ({why})" if record.get("no_presets")

@@ -122,6 +122,17 @@ def test_a_length_that_cannot_repay_its_calibration_is_not_tried(tmp_path, monke
     assert calibrate.pays(44, 8, 8, 2) and not calibrate.pays(45, 8, 8, 4)
 
 
+def test_the_line_names_the_shorter_lengths_tried_or_says_none_was():
+    record = {"rule": "final", "stable": False, "final_learned": True, "epochs": 10, "skipped": [4, 8],
+              "steps": [{"epochs": 1}, {"epochs": 2}, {"epochs": 10}], "presets": ["lora"], "cost_s": 60}
+    assert ("no shorter length ranked and scored as the final length did up to 2 epochs; 4, 8 could not repay"
+            in calibrate.describe(record))
+    record.update(skipped=[1, 2, 4, 8], steps=[{"epochs": 10}])      # the final length first, nothing shorter paid
+    assert calibrate.describe(record) == ("fidelity auto: 10 epochs per trial (no shorter length was tried: 1, 2, "
+                                          "4, 8 epochs could not repay calibrating them; lora; calibration took "
+                                          "1.0 min)")
+
+
 def test_presets_that_never_learn_stop_calibration_at_the_final_length(tmp_path, monkeypatch):
     """CoLA v5, as measured: no preset cleared MCC 0 at 10 epochs; shorter lengths cannot rank them."""
     calls = []
