@@ -17,8 +17,8 @@ With ``checkpoint`` set, the run saves its training state there after every epoc
 (`petl_nas.training.checkpoint`), with a standing file beside it that the waiting driver's
 progress line reads (`standing`: epochs done, time left), and a later run of the same spec (the
 same settings, data and candidates: its fingerprint) goes on from it instead of starting again; a
-state of any other run is left unused. The file is on the machine that trains, so on a cluster without a shared file system a
-run resumed on another node starts from scratch.
+state of any other run is left unused. The file is on the machine that trains, so on a cluster
+without a shared file system a run resumed on another node starts from scratch.
 """
 
 from __future__ import annotations
