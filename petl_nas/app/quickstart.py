@@ -38,7 +38,8 @@ def default_experiment() -> Experiment:
     trial trains 3 epochs on K=500 SST-2 sentences in batches of 8 (short training needs the
     steps) and runs to the end. The front's best member is then re-trained with 2 seeds and scored
     on SST-2's dev set (the held-out test split). The LoRA rank sweep is left out (it would add up
-    to 6 trials); a real search trains it by default.
+    to 6 trials) and confirmation re-scores one baseline, not up to 3 (``confirm_baselines``); a
+    real search does both by default.
     """
     return Experiment(
         name="quickstart", backbone=BACKBONE, task="sst2", budget="0.5%", space="unified_short", trials=8,
@@ -46,7 +47,7 @@ def default_experiment() -> Experiment:
         ray_address="local",          # a fresh local instance, never a cluster `ray start` left running
         scheduler="fifo",             # 8 trials are too few for ASHA: it would stop half of them early
         fidelity=Fidelity(k=500, epochs=3, batch_size=8, max_length=64, evals_per_epoch=1, search_dev=300),
-        final=FinalEval(seeds=2, epochs=3, max_front=1, presets="none", baselines=False))
+        final=FinalEval(seeds=2, epochs=3, max_front=1, presets="none", baselines=False, confirm_baselines=1))
 
 
 # ---- what this machine has --------------------------------------------------------------------

@@ -8,15 +8,16 @@ N trials with the highest search scores that learned are trained again with
 with the trial recipe and scored on search-dev. The final re-evaluation then takes the one with
 the best mean over all its seeds, not the best single score. Nothing here reads the test split.
 
-The best baseline (the preset or LoRA rank sweep point with the highest search score that
-learned) is confirmed beside them with the same seeds, so every comparison with it is paired.
+The baselines (presets and LoRA rank sweep points that learned) with the highest search scores,
+up to ``final.confirm_baselines`` of those within noise of the best one's, are confirmed beside
+them with the same seeds; the best baseline is the best confirmed mean among them, so no baseline
+is defended by one lucky score and every comparison with it is paired.
 `verdict` then asks whether any searched configuration beats it beyond noise (the mean of the
 per-seed differences above twice its standard error). The search's pick (what ``export`` takes
 by default) is the best confirmed mean, ties to fewer parameters (the best among the winners where
-some beat the baseline). When no
-searched configuration beats the baseline, the search says so in one line and names the smallest
-configuration within noise of the best confirmed mean, baselines included (``smallest``, exported
-by ``--pick smallest-within-noise``). It is not the default: a tie on search-dev did not hold on
+some beat the baseline). When no searched configuration beats the baseline, the search says so in
+one line and names the smallest configuration within noise of the best confirmed mean, baselines
+included (``smallest``, exported by ``--pick smallest-within-noise``). It is not the default: a tie on search-dev did not hold on
 test for small configurations, twice on SST-2 (a 3,843-parameter pick −1.64 points to LoRA r=8, a
 7,680-parameter one −1.91, where the best confirmed mean was −0.27; experiments/rates/README.md).
 
@@ -32,19 +33,40 @@ import statistics
 
 from optuna.trial import TrialState
 
-from ..tasks.significance import paired_difference
+from ..tasks.significance import clearly_better, paired_difference
 from ..training.threads import use_threads
 from .progress import Stage
 from .records import CONFIRMED as PREFIX, StoredTrial
 
 
-def candidates(study, n: int) -> list:
+def candidates(study, n: int, baselines: int = 1) -> list:
     """The ``n`` completed trials that learned with the highest search scores (front membership is
-    itself decided by single scores, so it does not limit them), and the best baseline if it is not
-    among them."""
-    done = sorted(_learned(study), key=lambda t: -t.values[0])
-    top, baseline = done[:n], best_baseline(study)
-    return top + ([baseline] if n and baseline is not None and baseline.number not in {t.number for t in top} else [])
+    itself decided by single scores, so it does not limit them), then the baselines
+    `baselines_to_confirm` names that are not among them (none when ``n`` is 0)."""
+    top = sorted(_learned(study), key=lambda t: -t.values[0])[:n]
+    if not n:
+        return top
+    seen = {t.number for t in top}
+    return top + [b for b in baselines_to_confirm(study, baselines) if b.number not in seen]
+
+
+def baselines_to_confirm(study, n: int) -> list:
+    """Up to ``n`` baselines that learned, highest search scores first, each within noise of the best
+    one's single search score (not behind it by more than two standard errors of the difference;
+    one without a standard error is kept). One search score cannot tell close baselines apart (at
+    0.05% on SST-2 prompt tuning's 0.828 was defended over LoRA r=1's 0.824, which then led it by
+    2.6 points on test), so the best baseline is the best confirmed mean among these."""
+    ranked = sorted((t for t in _learned(study) if is_baseline(t)), key=lambda t: -t.values[0])
+    if not ranked:
+        return []
+    best = StoredTrial.of(ranked[0])
+    return [t for t in ranked[:n] if not _behind_beyond_noise(StoredTrial.of(t), best)]
+
+
+def _behind_beyond_noise(trial: StoredTrial, best: StoredTrial) -> bool:
+    if trial.score_se is None or best.score_se is None:
+        return False
+    return clearly_better(best.values[0], best.score_se, trial.values[0], trial.score_se)
 
 
 def _learned(study) -> list:
@@ -69,7 +91,7 @@ def confirm(study, exp, recipe, printer) -> list:
     from .worker import run_trial
 
     n, extra = exp.final.confirm, exp.final.confirm_seeds
-    top = candidates(study, n)
+    top = candidates(study, n, exp.final.confirm_baselines)
     todo = [t for t in top if StoredTrial.of(t, study.user_attrs).confirmed is None]
     if todo and extra:
         threads = use_threads()
@@ -109,8 +131,9 @@ def confirmed_now(study) -> set[int]:
 def confirmed_scores(study) -> dict[int, list[float]]:
     """{trial number: its search score, then one per extra seed} for the trials `confirmed_now` names."""
     attrs = study.user_attrs
-    n = (attrs.get("final") or {}).get("confirm") or 0
-    stored = [StoredTrial.of(t, attrs) for t in candidates(study, n)] if n else []
+    final = attrs.get("final") or {}
+    n = final.get("confirm") or 0                  # a study from before confirm_baselines confirmed one
+    stored = [StoredTrial.of(t, attrs) for t in candidates(study, n, final.get("confirm_baselines", 1))] if n else []
     return {s.number: s.confirmed for s in stored if s.confirmed is not None}
 
 
@@ -193,4 +216,4 @@ def mean_score(study, trial) -> float:
     return statistics.fmean(scores) if scores else trial.values[0]
 
 
-__all__ = ["confirm", "candidates", "best_baseline", "is_baseline", "verdict", "Verdict", "beyond_noise", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]
+__all__ = ["confirm", "candidates", "baselines_to_confirm", "best_baseline", "is_baseline", "verdict", "Verdict", "beyond_noise", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]

@@ -192,6 +192,7 @@ class FinalEval:
     baselines: bool = True      # the LoRA rank sweep within budget (baselines.py), trained in the search on top of trials
     confirm: int = 3            # re-score this many top trials and the best baseline over extra seeds on search-dev (confirm.py)
     confirm_seeds: int = 2      # the extra seeds of each confirmed trial
+    confirm_baselines: int = 3  # and up to this many baselines within noise of the best one's search score
 
     def __post_init__(self):
         check_fields(self, "final: ", {
@@ -199,7 +200,8 @@ class FinalEval:
             "max_front": whole(1), "presets": one_of("best", "all", "none"),
             "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
-            "confirm": whole(0), "confirm_seeds": whole(1)})
+            "confirm": whole(0), "confirm_seeds": whole(1),
+            "confirm_baselines": whole(1)})
 
 
 @dataclass(frozen=True)

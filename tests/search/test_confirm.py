@@ -92,6 +92,77 @@ def test_the_best_baseline_is_re_evaluated_beside_the_pick_wherever_it_ranks(tmp
     assert finals == {said.pick, 0}
 
 
+@pytest.mark.parametrize("confirm_baselines, defended", [(1, 0), (2, 1)])
+@pytest.mark.slow
+def test_the_best_baseline_is_the_best_confirmed_mean_of_the_close_ones(tmp_path, monkeypatch, confirm_baselines,
+                                                                          defended):
+    """Two presets one search score apart (0.90, 0.89, standard errors 0.01: within noise), the
+    second steadier over seeds: confirming only the top one defends it; confirming both defends
+    the steadier one, which is then the pick (the best confirmed mean) and re-evaluated on test,
+    so no searched configuration is compared with a baseline that one lucky score chose."""
+    from petl_nas.search import executors
+
+    def scripted(spec, report=None, device=None):
+        first = spec.recipe["seed"] == 3                    # the trial itself; confirmation seeds are 4, 5
+        score = {0: 0.90 if first else 0.70, 1: 0.89 if first else 0.93}.get(spec.number, 0.85)
+        if spec.eval_split != "search_dev":
+            score = 0.8
+        return TrialResult(score=score, score_se=0.01, last_score=score, metric="accuracy",
+                           history=[{"accuracy": score}])
+    monkeypatch.setattr(executors, "run_trial", scripted)
+    monkeypatch.setattr(worker, "run_trial", scripted)
+    exp = experiment(tmp_path, trials=3, presets=["bitfit", "lora"], budget="20%",
+                     final=FinalEval(seeds=1, epochs=1, max_front=1, presets="none", confirm=1, confirm_seeds=2,
+                                     confirm_baselines=confirm_baselines, baselines=False))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    assert [study.trials[n].user_attrs["preset"] for n in (0, 1)] == ["bitfit", "lora"]
+    said = confirm.verdict(study)
+    assert said.baseline == defended and said.pick == defended
+    assert set(confirm.confirmed_scores(study)) == {0, 1} if confirm_baselines == 2 else {0}
+    assert f"final:{defended}" in study.user_attrs
+
+
+def _baseline_study(trials: list) -> optuna.Study:
+    """Completed trials of ``(score, score_se, kind)`` (kind: preset, baseline or searched)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for i, (score, se, kind) in enumerate(trials):
+        attrs = {"preset": f"p{i}"} if kind == "preset" else {"baseline": f"b{i}"} if kind == "baseline" else {}
+        study.add_trial(create_trial(values=[score, 10.0], params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs={**attrs, **({"score_se": se} if se is not None else {})}))
+    return study
+
+
+def test_baselines_within_noise_of_the_best_one_are_confirmed_up_to_the_cap():
+    """0.85 best; 0.845 and 0.84 within two standard errors of the difference (0.028); 0.78 beyond
+    them (never confirmed, whatever the cap); one without a standard error kept."""
+    study = _baseline_study([(0.84, 0.01, "baseline"), (0.90, 0.01, "searched"), (0.85, 0.01, "preset"),
+                             (0.78, 0.01, "preset"), (0.845, 0.01, "baseline"), (0.70, None, "preset")])
+    assert [t.number for t in confirm.baselines_to_confirm(study, 1)] == [2]
+    assert [t.number for t in confirm.baselines_to_confirm(study, 3)] == [2, 4, 0]
+    assert [t.number for t in confirm.baselines_to_confirm(study, 9)] == [2, 4, 0, 5]
+    assert [t.number for t in confirm.candidates(study, 1, 3)] == [1, 2, 4, 0]
+    assert [t.number for t in confirm.candidates(study, 2, 3)] == [1, 2, 4, 0]     # 2 is among the top already
+    assert confirm.candidates(study, 0, 3) == []
+
+
+def test_a_study_confirmed_before_confirm_baselines_reads_its_one_baseline():
+    """An older study's ``final`` has no confirm_baselines: it confirmed the best baseline only, and
+    its verdict is read as it was made, not with the scores a later default would add."""
+    study = _baseline_study([(0.90, 0.01, "searched"), (0.85, 0.01, "preset"), (0.84, 0.01, "baseline")])
+    for n, scores in ((0, [0.90, 0.80, 0.80]), (1, [0.85, 0.84, 0.84]), (2, [0.84, 0.86, 0.86])):
+        study.set_user_attr(f"confirm:{n}", scores)
+    study.set_user_attr("final", {"confirm": 1})
+    assert set(confirm.confirmed_scores(study)) == {0, 1} and confirm.verdict(study).baseline == 1
+    study.set_user_attr("final", {"confirm": 1, "confirm_baselines": 2})
+    assert set(confirm.confirmed_scores(study)) == {0, 1, 2}
+    said = confirm.verdict(study)
+    assert (said.baseline, said.pick) == (2, 2)
+
+
 def confirmed_study(storage: str | None = None) -> optuna.Study:
     """Trials 0 (the lucky draw: 0.9, 100 parameters), 1 (steady: 0.8, 200, off the front) and 2
     (small: 0.7, 50); ``final.confirm: 2`` re-scored 0 (mean 0.6333) and 1 (mean 0.8267, the pick,
@@ -176,7 +247,9 @@ def test_confirm_in_files():
     from petl_nas.search.experiment import Experiment
 
     assert Experiment.from_dict({"final": {"confirm": 3}}).final.confirm == 3
-    assert Experiment().final.confirm == 3
+    assert Experiment().final.confirm == 3 and Experiment().final.confirm_baselines == 3
+    with pytest.raises(ConfigError, match="confirm_baselines"):
+        Experiment.from_dict({"final": {"confirm_baselines": 0}}, "e.yaml")
     with pytest.raises(ConfigError, match="confirm_seeds"):
         Experiment.from_dict({"final": {"confirm": 3, "confirm_seeds": 0}}, "e.yaml")
 
