@@ -12,8 +12,10 @@ The baselines (presets and LoRA rank sweep points that learned) with the highest
 up to ``final.confirm_baselines`` of those within noise of the best one's, are confirmed beside
 them with the same seeds; the best baseline is the best confirmed mean among them, so no baseline
 is defended by one lucky score and every comparison with it is paired.
-`verdict` then asks whether any searched configuration beats it beyond noise (the mean of the
-per-seed differences above twice its standard error). The search's pick (what ``export`` takes
+`verdict` then asks whether any searched configuration beats it beyond noise: the mean of the
+per-seed differences above twice its standard error, and the gain of the mean over seeds above
+twice its standard error over search-dev's rows (a paired bootstrap of the per-row predictions
+each run keeps; trials trained before they were kept are judged over seeds alone). The search's pick (what ``export`` takes
 by default) is the best confirmed mean, ties to fewer parameters (the best among the winners where
 some beat the baseline). When no searched configuration beats the baseline, the search says so in
 one line and names the smallest configuration within noise of the best confirmed mean, baselines
@@ -22,8 +24,8 @@ test for small configurations, twice on SST-2 (a 3,843-parameter pick −1.64 po
 7,680-parameter one −1.91, where the best confirmed mean was −0.27; experiments/rates/README.md).
 
 The scores are stored on the study (``confirm:<trial number>``: the search score first, then one
-per extra seed; a finished trial's own attributes cannot change); a resumed study does not train
-them again.
+per extra seed; a finished trial's own attributes cannot change), the per-row predictions beside
+them (``confirm_rows:<trial number>``); a resumed study does not train them again.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import statistics
 
 from optuna.trial import TrialState
 
-from ..tasks.significance import clearly_better, paired_difference
+from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
 from ..training.threads import use_threads
 from .progress import Stage
-from .records import CONFIRMED as PREFIX, StoredTrial
+from .records import CONFIRMED as PREFIX, CONFIRMED_ROWS, SEARCH_DEV_LABELS, StoredTrial
 
 
 def candidates(study, n: int, baselines: int = 1) -> list:
@@ -100,13 +102,17 @@ def confirm(study, exp, recipe, printer) -> list:
     stage = Stage(printer, len(todo) * extra)
     for t in todo:
         stored = StoredTrial.of(t, study.user_attrs)
-        scores = [t.values[0]]
+        scores, rows = [t.values[0]], [stored.rows]
         for i in range(1, extra + 1):
             run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
             if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
                 run = dataclasses.replace(run, evals_per_epoch=0)
             with stage.run(f"confirming trial {t.number}, seed {exp.seed + i}"):
-                scores.append(run_trial(trial_spec(exp, stored.petl_config, run, number=t.number)).score)
+                result = run_trial(trial_spec(exp, stored.petl_config, run, number=t.number))
+            scores.append(result.score)
+            rows.append(result.rows)
+        if all(r is not None for r in rows):              # a trial trained before rows were kept has none
+            study.set_user_attr(CONFIRMED_ROWS + str(t.number), rows)
         study.set_user_attr(PREFIX + str(t.number), scores)
         if extra:
             printer(f"  confirming: trial {t.number} done ({stage.left()})")
@@ -157,13 +163,32 @@ class Verdict:
     smallest: int
 
 
-def beyond_noise(a: list[float], b: list[float]) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """Two confirmed trials' per-row predictions on search-dev, one array per seed, with the labels
+    and the metric that scores them: what `beyond_noise` resamples."""
+
+    a: list
+    b: list
+    labels: object
+    metric: str
+
+
+def beyond_noise(a: list[float], b: list[float], rows: Rows | None = None) -> bool:
     """Is ``a`` higher than ``b`` beyond noise, seed by seed: the mean per-seed difference above
-    twice its standard error (equal differences on every seed count as beyond it)."""
+    twice its standard error (equal differences on every seed count as beyond it); and, with
+    ``rows``, over the rows too: the gain of the mean over seeds above twice its standard error in a
+    paired bootstrap of search-dev's rows (`petl_nas.tasks.significance.row_gain`). Without rows
+    (trials trained before they were kept) the seeds alone decide."""
     d = paired_difference(a, b)
     if d["std"] is None:
         return False                                      # one seed tells nothing apart
-    return d["mean"] > 2 * d["std"] / d["n"] ** 0.5
+    if not d["mean"] > Z * d["std"] / d["n"] ** 0.5:
+        return False
+    if rows is None:
+        return True
+    gain, se = row_gain(rows.a, rows.b, rows.labels, rows.metric)
+    return se is None or gain > Z * se
 
 
 def verdict(study) -> Verdict | None:
@@ -173,8 +198,9 @@ def verdict(study) -> Verdict | None:
     trials = {t.number: t for t in study.get_trials(deepcopy=False) if t.number in scores}
     if not trials:
         return None
+    apart = _comparer(study, scores)
     best = max(trials, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
-    near = [n for n in trials if not beyond_noise(scores[best], scores[n])]
+    near = [n for n in trials if not apart(best, n)]
     smallest = min(near, key=lambda n: (trials[n].values[1], -statistics.fmean(scores[n])))
     baselines = [n for n in trials if is_baseline(trials[n])]
     baseline = max(baselines, key=lambda n: statistics.fmean(scores[n])) if baselines else None
@@ -182,7 +208,7 @@ def verdict(study) -> Verdict | None:
     if baseline is None:
         return Verdict(best, None, False, f"search's pick: trial {best}, the best confirmed mean (no baseline "
                                           f"learned to compare it with)", smallest)
-    winners = [n for n in searched if beyond_noise(scores[n], scores[baseline])]
+    winners = [n for n in searched if apart(n, baseline)]
     if winners:
         pick = max(winners, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
         return Verdict(pick, baseline, True, f"search's pick: trial {pick} beats the best baseline "
@@ -196,6 +222,28 @@ def verdict(study) -> Verdict | None:
         line += (f"; the smallest within noise of it is {_described(trials[smallest])} "
                  f"(export --pick smallest-within-noise)")
     return Verdict(best, baseline, False, line, smallest)
+
+
+def _comparer(study, scores: dict):
+    """``apart(x, y)``: trial ``x`` beyond noise above trial ``y`` (`beyond_noise`), over the rows too
+    where the study kept its search-dev labels and both trials' per-row predictions for every seed."""
+    attrs = study.user_attrs
+    labels, metric = attrs.get(SEARCH_DEV_LABELS), attrs.get("metric")
+    kept = {}
+    if labels is not None and metric is not None:
+        for n, s in scores.items():
+            rows = attrs.get(CONFIRMED_ROWS + str(n))
+            if rows is not None and len(rows) == len(s):
+                kept[n] = [decode_rows(r) for r in rows]
+        labels = decode_rows(labels)
+
+    def apart(x: int, y: int) -> bool:
+        rows = None
+        if x in kept and y in kept and len({len(r) for r in kept[x] + kept[y]}) == 1:
+            scored = len(kept[x][0])                      # eval_rows: the first rows of search-dev only
+            rows = Rows(kept[x], kept[y], labels[:scored], metric) if scored <= len(labels) else None
+        return beyond_noise(scores[x], scores[y], rows)
+    return apart
 
 
 def _name(trial) -> str:
@@ -216,4 +264,4 @@ def mean_score(study, trial) -> float:
     return statistics.fmean(scores) if scores else trial.values[0]
 
 
-__all__ = ["confirm", "candidates", "baselines_to_confirm", "best_baseline", "is_baseline", "verdict", "Verdict", "beyond_noise", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]
+__all__ = ["confirm", "candidates", "baselines_to_confirm", "best_baseline", "is_baseline", "verdict", "Verdict", "Rows", "beyond_noise", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 
@@ -40,7 +41,7 @@ from .experiment import Experiment, large_budget_warning, parse_budget
 from ..fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
-from .records import FINAL, StoredTrial, record_session, stored_trials
+from .records import FINAL, SEARCH_DEV_LABELS, StoredTrial, record_session, stored_trials
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
 from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
@@ -48,7 +49,8 @@ from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fai
 from .baselines import seed_sweep, sweep_trials
 from .warm_start import front_of, seed_warm_start
 from .fronts import source_of, sweep_line
-from ..tasks.significance import clearly_better, has_error_bar, mean_std, paired_difference, trivial_baseline
+from ..tasks.significance import (clearly_better, encode_rows, has_error_bar, mean_std, paired_difference,
+                                  trivial_baseline)
 from ..tasks.seq2seq import check_languages
 from ..tasks.shift import input_shift, shift_line
 from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front, is_trained,
@@ -271,6 +273,8 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
              "metric": task.main_metric, "budget": budget, "backbone_params": backbone_params,
              "fidelity": exp.fidelity.__dict__, "final": exp.final.__dict__, "data_dir": exp.data_dir,
              "data_seed": exp.data_seed, "petl_nas_version": __version__, "sampler": exp.sampler}
+    if task.kind in ("classification", "regression"):        # for confirmation's bootstrap over rows
+        attrs[SEARCH_DEV_LABELS] = encode_rows(np.asarray(splits.search_dev.labels, dtype=np.float64))
     if exp.strategy != "sampler" and exp.oneshot.file:
         read_proposals(exp.oneshot.file, attrs, budget)      # a file that cannot serve: said before a study exists
     study = open_study(exp.storage_url, exp.study_name, make_sampler(exp.sampler, exp.seed, exp.startup_trials),

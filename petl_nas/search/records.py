@@ -31,6 +31,8 @@ from .storage import LOST, check_existing, redact, with_installed_driver
 KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
 FINAL = "final:"                       # study attribute final:<trial number>: its re-evaluation on test
 CONFIRMED = "confirm:"                 # study attribute confirm:<trial number>: its scores over seeds
+CONFIRMED_ROWS = "confirm_rows:"       # ... confirm_rows:<trial number>: each seed's per-row predictions
+SEARCH_DEV_LABELS = "search_dev_labels"  # the study's search-dev labels, as `encode_rows` writes them
 ONESHOT = "oneshot"                    # trial attribute: the supernet run that proposed it
 ONESHOT_ANCHOR = "oneshot_anchor"      # trial attribute: the baseline a one-shot proposal builds on
 RATES_SETTING = "rates"                 # study attribute: {calibrated, spread}: how its trials' rates are set
@@ -59,8 +61,10 @@ class StoredTrial:
         train_s, peak_mem_mb, train_step_ms, latency_ms: what it measured.
         rejected, fail_kind, fail_reason, pruned_reason: why it did not complete.
         final: the study's re-evaluation of it on the test split (``mean``, ``std``, ``scores``, ...);
-            confirmed: its search score, then one per extra seed (``final.confirm``). Read from the
+            confirmed: its search score, then one per extra seed (``final.confirm``);
+            confirmed_rows: each of those runs' per-row predictions, encoded. Read from the
             study's attributes when they are given to `of`.
+        rows: its own run's per-row predictions on search-dev (`results.TrialResult.rows`).
     """
 
     number: int
@@ -96,6 +100,8 @@ class StoredTrial:
     pruned_reason: str | None = None
     final: dict | None = None
     confirmed: list | None = None
+    confirmed_rows: list | None = None
+    rows: str | None = None
 
     @classmethod
     def of(cls, trial, study_attrs: dict | None = None) -> StoredTrial:
@@ -116,7 +122,8 @@ class StoredTrial:
             did_not_learn=bool(u.get("did_not_learn")), train_s=u.get("train_s"), peak_mem_mb=u.get("peak_mem_mb"),
             train_step_ms=u.get("train_step_ms"), latency_ms=u.get("latency_ms"), rejected=u.get("rejected"),
             fail_kind=u.get("fail_kind"), fail_reason=u.get("fail_reason"), pruned_reason=u.get("pruned_reason"),
-            final=attrs.get(FINAL + str(number)), confirmed=attrs.get(CONFIRMED + str(number)))
+            final=attrs.get(FINAL + str(number)), confirmed=attrs.get(CONFIRMED + str(number)),
+            confirmed_rows=attrs.get(CONFIRMED_ROWS + str(number)), rows=u.get("rows"))
 
     @property
     def given_whole(self) -> bool:
@@ -224,5 +231,5 @@ def trial_config(trial: FrozenTrial) -> dict:
 
 
 __all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "record_session", "sessions", "study_wall_s",
-           "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "ONESHOT_ANCHOR", "ONESHOT", "LR_FROM_SAMPLER", "SESSION",
-           "INTERRUPTED", "INVALID"]
+           "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "CONFIRMED_ROWS", "SEARCH_DEV_LABELS", "ONESHOT_ANCHOR",
+           "ONESHOT", "LR_FROM_SAMPLER", "SESSION", "INTERRUPTED", "INVALID"]

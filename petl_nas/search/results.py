@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 # Where-present fields: left out of `to_dict` (and so of the trial's attributes) when None, as a
 # worker on a CPU reports no GPU memory, a run without frozen-layer reuse no `frozen`, a local
 # trial no Ray node.
-_WHEN_PRESENT = ("gpu_reserved_mb", "gpu_total_mb", "frozen", "graphs", "node", "gpu_share", "reused", "threads")
+_WHEN_PRESENT = ("gpu_reserved_mb", "gpu_total_mb", "frozen", "graphs", "node", "gpu_share", "reused", "threads",
+                 "rows")
 # Not stored on the trial: the score is its first objective value, the history is in the trial's
 # file, the metric and the card's size are the study's.
 _NOT_STORED = ("score", "history", "metric", "gpu_total_mb")
@@ -48,6 +49,9 @@ class TrialResult:
         node, gpu_share: where Ray ran it and the GPU share it was granted (the executor adds them).
         reused: set when the result is an earlier run's of the same spec (``calibration``).
         threads: the CPU threads the run trained with (`training.threads`).
+        rows: the scored evaluation's per-row predictions on search-dev
+            (`petl_nas.tasks.significance.encode_rows`), for confirmation's bootstrap over rows;
+            None on the test split and for generation.
     """
 
     score: float
@@ -75,6 +79,7 @@ class TrialResult:
     gpu_share: float | None = None
     reused: str | None = None
     threads: int | None = None
+    rows: str | None = None
 
     def to_dict(self) -> dict:
         """Plain values, in the order and with the keys a worker has always reported."""

@@ -17,6 +17,7 @@ import torch
 from ..core.config import PetlConfig
 from ..training.costs import LATENCY_BATCH, deployed_latency_ms, gpu_footprint
 from ..tasks.encoding import encode
+from ..tasks.significance import encode_rows
 from ..training.loading import TrainData, load_backbone, petl_copy
 from ..tasks import Task, load_splits, resolve_task
 from ..training.loop import Recipe, train
@@ -84,13 +85,14 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
     scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
+    rows = result.rows_of(scored) if spec.eval_split == "search_dev" else None
     return TrialResult(score=score, score_se=scored.get("se"), pooling=model.petl.pooling,
                        last_score=result.last_score, best_score=result.score, metrics=result.metrics,
                        history=result.history, steps=result.steps, train_s=result.wall_s, setup_s=setup_s,
                        peak_mem_mb=result.peak_mem_mb, train_step_ms=result.train_step_ms, latency_ms=latency_ms,
                        metric=task.main_metric, wall_s=time.perf_counter() - start, epochs=spec.recipe.get("epochs"),
                        k=spec.k, **gpu, frozen=result.frozen, graphs=result.graphs,
-                       threads=result.threads)
+                       threads=result.threads, rows=encode_rows(rows) if rows is not None else None)
 
 
 def free_memory() -> None:

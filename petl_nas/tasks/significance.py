@@ -9,6 +9,10 @@
 - `did_not_learn`: within noise of the baseline (no more than two standard errors above it).
 - `clearly_better`: a difference beyond two standard errors of the difference.
 - `paired_difference`: per-seed differences of two configurations trained with the same seeds.
+- `row_gain`: the gain of one configuration's mean over seeds above another's, with its standard
+  error over the rows (a paired bootstrap: the same resampled rows for every seed of both), and
+  `encode_rows` / `decode_rows`, the compact text in which trials and studies keep per-row
+  predictions and labels for it.
 
 Example:
     >>> did_not_learn(0.7988, 0.012, {"score": 0.7988})
@@ -17,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import math
 import statistics
 from collections import Counter
@@ -128,4 +133,44 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
             "n": len(diffs), "wins": sum(d > 0 for d in diffs)}
 
 
-__all__ = ["trivial_baseline", "has_error_bar", "standard_error", "did_not_learn", "clearly_better", "paired_difference", "Z"]
+def encode_rows(values) -> str:
+    """Per-row values (class ids, scores or labels) as compact text: base64 of little-endian float32
+    (exact for class ids; a score to float32's 7 digits)."""
+    return base64.b64encode(np.asarray(values, dtype="<f4").ravel().tobytes()).decode("ascii")
+
+
+def decode_rows(text: str) -> np.ndarray:
+    """What `encode_rows` wrote, as a float array."""
+    return np.frombuffer(base64.b64decode(text), dtype="<f4").astype(np.float64)
+
+
+def row_gain(a: list, b: list, labels, metric: str, samples: int = BOOTSTRAP_SAMPLES) -> tuple[float, float | None]:
+    """(gain, its standard error over rows): ``metric``'s mean over ``a``'s seeds minus its mean over
+    ``b``'s, each seed a per-row prediction array on the same ``labels``; the error from a paired
+    bootstrap of the rows (fixed seed; every seed of both scored on the same resampled rows). None
+    when the rows cannot be resampled (fewer than 2, or arrays of other lengths than the labels).
+
+    A gain that holds on every seed is still measured on one draw of rows: over seeds alone, a
+    384-parameter prompt that trailed by 0.2-0.6 points on three seeds (under 2 of 500 rows) was
+    beyond noise on search-dev, and led by 0.7 points on test."""
+    from .metrics import compute_metrics
+
+    labels = np.asarray(labels, dtype=np.float64)
+    a, b = [np.asarray(x, dtype=np.float64) for x in a], [np.asarray(x, dtype=np.float64) for x in b]
+    n = len(labels)
+
+    def gain(idx) -> float:
+        score = lambda runs: statistics.fmean(compute_metrics([metric], r[idx], labels[idx])[metric]  # noqa: E731
+                                              for r in runs)
+        return score(a) - score(b)
+
+    whole = gain(slice(None)) if n and all(len(x) == n for x in a + b) else None
+    if whole is None or n < 2 or not a or not b:
+        return (whole if whole is not None else math.nan), None
+    rng = np.random.default_rng(0)
+    draws = [gain(rng.integers(0, n, n)) for _ in range(samples)]
+    draws = [d for d in draws if math.isfinite(d)]
+    return whole, (float(np.std(draws, ddof=1)) if len(draws) > 1 else None)
+
+
+__all__ = ["trivial_baseline", "has_error_bar", "standard_error", "did_not_learn", "clearly_better", "paired_difference", "row_gain", "encode_rows", "decode_rows", "Z"]

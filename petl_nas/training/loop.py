@@ -110,6 +110,13 @@ class TrainResult:
     frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
     graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
     threads: int = 0              # torch's CPU threads for this run (`threads.use_threads`)
+    row_predictions: list = field(default_factory=list)   # per evaluation, as `history`: its per-row
+    #   predictions (`evaluate`'s ``per_row``); None for one a resumed checkpoint recorded without them
+
+    def rows_of(self, scored: dict):
+        """The per-row predictions of the evaluation ``scored`` (one of ``history``), or None."""
+        at = next((i for i, m in enumerate(self.history) if m is scored), None)
+        return self.row_predictions[at] if at is not None and at < len(self.row_predictions) else None
 
 
 class NonFiniteLoss(RuntimeError):
@@ -144,9 +151,11 @@ def _linear_schedule(step: int, total: int, warmup: int) -> float:
 
 
 def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: int | None = None,
-             reuse: FrozenReuse | None = None) -> dict:
+             reuse: FrozenReuse | None = None, per_row: list | None = None) -> dict:
     """Metrics of ``task`` on an encoded split, or on its first ``max_rows`` rows (no gradient, eval
-    mode); ``reuse`` feeds the frozen layers' cached output where it has it for ``split``."""
+    mode); ``reuse`` feeds the frozen layers' cached output where it has it for ``split``. A
+    ``per_row`` list gets the per-row predictions appended, one value per row in the split's order
+    (class ids, or scores), for the metric's paired bootstrap over rows (none for generation)."""
     if task.kind == "seq2seq":
         from ..tasks.decode import evaluate_generation
 
@@ -171,6 +180,8 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: i
     back = np.argsort(order.numpy())           # rows in their stored order again
     preds, refs = np.concatenate(preds)[back], np.concatenate(refs)[back]
     metrics = task.compute_metrics(preds, refs)
+    if per_row is not None:
+        per_row.append(preds.argmax(-1) if task.kind == "classification" and preds.ndim == 2 else preds.ravel())
     se = standard_error(task, preds, refs)            # the main metric's standard error over these rows
     return {**metrics, "se": se} if se is not None else metrics
 
@@ -293,6 +304,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     scaler = grad_scaler_for(model, device)
 
     history: list[dict] = []
+    row_predictions: list = []
     watch = LossWatch()
     step, epoch = 0, 0
     if resume is not None:
@@ -358,9 +370,13 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                     watch.check()
                     step_loss = loss.item()           # before evaluating: CUDA graphs reuse the step's output memory
                     with clock.aside():
-                        metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse)
+                        got: list = []
+                        metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse,
+                                           per_row=got)
                         metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
+                        row_predictions += [None] * (len(history) - len(row_predictions))   # a checkpoint's
                         history.append(metrics)
+                        row_predictions.append(got[0] if got else None)
                         if bar is not None:                   # the bar ends on the score the run reports
                             bar.set_postfix(loss=f"{step_loss:.4f} (step {step})",
                                             **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
@@ -384,7 +400,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        steps_timed=clock.steps_timed(),
                        frozen=reuse.info.to_dict() if reuse is not None else None,
                        graphs=graph_info.to_dict() if graph_info is not None else None,
-                       threads=threads.threads)
+                       threads=threads.threads, row_predictions=row_predictions)
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import optuna
 import pytest
 
@@ -369,3 +370,94 @@ def test_beyond_noise_is_the_mean_paired_difference_above_twice_its_standard_err
     assert confirm.beyond_noise([b + 0.001 for b in base], base)          # the same gain on every seed
     assert not confirm.beyond_noise([0.9], [0.8])                         # one seed tells nothing apart
     assert not confirm.beyond_noise(base, base)
+
+
+def test_a_gain_on_every_seed_but_on_two_rows_is_not_beyond_noise_over_the_rows():
+    """500 rows; the small configuration is wrong on 2 rows the other gets right, on all 3 seeds
+    (each seed its own extra errors): 0.4 points on every seed is beyond noise over seeds, and not
+    over the rows, where those 2 rows are a draw. Wrong on 40 rows, it is beyond both."""
+    from petl_nas.tasks.significance import row_gain
+
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 500)
+
+    def runs(wrong: int) -> list:
+        out = []
+        for _ in range(3):
+            p = labels.copy()
+            p[rng.choice(np.arange(100, 500), 60, replace=False)] ^= 1     # each seed's own errors
+            p[:wrong] ^= 1                                                 # the same rows, every seed
+            out.append(p)
+        return out
+
+    def scored(runs_: list) -> list:
+        return [float(np.mean(p == labels)) for p in runs_]
+
+    for wrong, over_rows in ((2, False), (40, True)):
+        big, small = runs(0), runs(wrong)
+        assert confirm.beyond_noise(scored(big), scored(small))                          # over seeds alone
+        gain, se = row_gain(big, small, labels, "accuracy")
+        assert gain == pytest.approx(np.mean(scored(big)) - np.mean(scored(small)))
+        assert confirm.beyond_noise(scored(big), scored(small), confirm.Rows(big, small, labels, "accuracy")) is over_rows
+    same = runs(0)
+    assert row_gain(same, same, labels, "accuracy") == (0.0, 0.0)
+
+
+def test_rows_round_trip_through_their_text():
+    from petl_nas.tasks.significance import decode_rows, encode_rows
+
+    values = np.array([0, 1, 2, 1, 0.123456, -3.5])
+    assert np.allclose(decode_rows(encode_rows(values)), values.astype(np.float32))
+    assert decode_rows(encode_rows([1, 0, 1])).tolist() == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.slow
+def test_confirmation_keeps_every_runs_rows_and_they_score_as_the_run_did(tmp_path):
+    """Real tiny runs: each confirmed trial keeps one per-row prediction array per seed (its own
+    trial's first), and the study its search-dev labels; scoring the rows against the labels gives
+    each run's score exactly, so the bootstrap resamples what the runs measured."""
+    from petl_nas.search.records import StoredTrial
+    from petl_nas.tasks.metrics import compute_metrics
+    from petl_nas.tasks.significance import decode_rows
+
+    exp = experiment(tmp_path, trials=4, final=FinalEval(seeds=1, epochs=1, max_front=1, presets="none", confirm=2,
+                                                          confirm_seeds=2, confirm_baselines=1,
+                                                          baselines=False))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    labels = decode_rows(study.user_attrs["search_dev_labels"])
+    assert len(labels) == exp.fidelity.search_dev
+    confirmed = confirm.confirmed_scores(study)
+    assert len(confirmed) >= 2
+    for n, scores in confirmed.items():
+        rows = study.user_attrs[f"confirm_rows:{n}"]
+        assert len(rows) == len(scores) == 3
+        assert rows[0] == StoredTrial.of(study.trials[n]).rows                       # the trial's own run
+        for text, score in zip(rows, scores):
+            assert compute_metrics(["accuracy"], decode_rows(text), labels)["accuracy"] == pytest.approx(score)
+
+
+def test_the_verdict_bounds_a_win_over_the_rows_where_the_study_kept_them():
+    """A searched configuration right on 2 more of 500 rows than the baseline on every seed beats it
+    over seeds alone (a study without rows); with the rows kept it does not, and the line says so."""
+    from petl_nas.tasks.significance import encode_rows
+
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 2, 500)
+    runs = {"searched": [], "baseline": []}
+    for _ in range(3):
+        base = labels.copy()
+        base[rng.choice(np.arange(100, 500), 60, replace=False)] ^= 1
+        base[:2] ^= 1                                           # the baseline misses 2 rows the other gets
+        runs["baseline"].append(base)
+        runs["searched"].append(np.where(np.arange(500) < 2, labels, base))
+    scores = {k: [float(np.mean(p == labels)) for p in v] for k, v in runs.items()}
+    study = _verdict_study({("searched", 900, "searched"): scores["searched"],
+                            ("lora", 5000, "preset"): scores["baseline"]})
+    assert confirm.verdict(study).beaten                              # no rows: the seeds decide
+    study.set_user_attr("metric", "accuracy")
+    study.set_user_attr("search_dev_labels", encode_rows(labels))
+    for n, kind in enumerate(("searched", "baseline")):
+        study.set_user_attr(f"confirm_rows:{n}", [encode_rows(p) for p in runs[kind]])
+    said = confirm.verdict(study)
+    assert not said.beaten and said.pick == 0 and said.line.startswith("no searched configuration beats")
