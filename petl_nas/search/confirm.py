@@ -198,7 +198,7 @@ def verdict(study) -> Verdict | None:
     trials = {t.number: t for t in study.get_trials(deepcopy=False) if t.number in scores}
     if not trials:
         return None
-    apart = _comparer(study, scores)
+    apart = _comparer(study, scores, trials)
     best = max(trials, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
     near = [n for n in trials if not apart(best, n)]
     smallest = min(near, key=lambda n: (trials[n].values[1], -statistics.fmean(scores[n])))
@@ -224,24 +224,22 @@ def verdict(study) -> Verdict | None:
     return Verdict(best, baseline, False, line, smallest)
 
 
-def _comparer(study, scores: dict):
+def _comparer(study, scores: dict, trials: dict):
     """``apart(x, y)``: trial ``x`` beyond noise above trial ``y`` (`beyond_noise`), over the rows too
-    where the study kept its search-dev labels and both trials' per-row predictions for every seed."""
+    where the study kept its search-dev labels and both trials' per-row predictions for every seed
+    (rows of another length than the labels, under ``eval_rows``, leave the seeds to decide)."""
     attrs = study.user_attrs
     labels, metric = attrs.get(SEARCH_DEV_LABELS), attrs.get("metric")
     kept = {}
     if labels is not None and metric is not None:
-        for n, s in scores.items():
-            rows = attrs.get(CONFIRMED_ROWS + str(n))
-            if rows is not None and len(rows) == len(s):
-                kept[n] = [decode_rows(r) for r in rows]
         labels = decode_rows(labels)
+        for n, t in trials.items():
+            rows = StoredTrial.of(t, attrs).confirmed_rows
+            if rows is not None and len(rows) == len(scores[n]):
+                kept[n] = [decode_rows(r) for r in rows]
 
     def apart(x: int, y: int) -> bool:
-        rows = None
-        if x in kept and y in kept and len({len(r) for r in kept[x] + kept[y]}) == 1:
-            scored = len(kept[x][0])                      # eval_rows: the first rows of search-dev only
-            rows = Rows(kept[x], kept[y], labels[:scored], metric) if scored <= len(labels) else None
+        rows = Rows(kept[x], kept[y], labels[:len(kept[x][0])], metric) if x in kept and y in kept else None
         return beyond_noise(scores[x], scores[y], rows)
     return apart
 
