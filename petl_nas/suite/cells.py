@@ -170,7 +170,10 @@ def plot_png(cells: list[dict]) -> bytes:
     ax.set_xticks(range(len(budgets)), budgets)
     ax.set_xlabel("parameter budget (share of the backbone)")
     ax.set_ylabel("pick − best baseline, test (points)")
-    ax.legend(fontsize=8)
+    if avg:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no cell measured yet", transform=ax.transAxes, ha="center", color="grey")
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()

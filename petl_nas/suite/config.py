@@ -87,7 +87,7 @@ class Suite:
         if supernet == "shared" and len({bool(check_budget_text(b).group(2)) for b in suite.budgets}) > 1:
             raise ConfigError(f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
                               f"counts), so that the largest is known before the backbone is read")
-        suite.experiments()                 # every study's fields are checked before any study trains
+        _check_files_read(suite.experiments(), source)   # every study is checked before any study trains
         return suite
 
     def experiments(self) -> list[tuple[str, str, Experiment]]:
@@ -157,6 +157,18 @@ def _check_protocol(study, where: str) -> None:
     if given:
         raise ConfigError(f"{where}: {given[0]} comes from the suite (its name, tasks, budgets and data_dir), "
                           f"not from study")
+
+
+def _check_files_read(experiments, source: str) -> None:
+    """A rates or proposals file a study reads must exist, unless a study of this suite writes it
+    (a task's calibrating budget writes what its other budgets read): a typo is said at once, not
+    after the studies before it have trained."""
+    written = {exp.run_dir / f for _, _, exp in experiments for f in ("rates.json", OneShot.FILE)}
+    for label, budget, exp in experiments:
+        for key, path in (("rates: file", exp.rates.file), ("oneshot: file", exp.oneshot.file)):
+            if path is not None and Path(path) not in written and not Path(path).exists():
+                raise ConfigError(f"{source}: {label} at {budget}: {key} {path!r}: no such file "
+                                  f"(and no study of this suite writes it)")
 
 
 def _merged(protocol: dict, changes: dict) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 
 import numpy as np
 import optuna
@@ -15,7 +16,7 @@ from petl_nas import ConfigError
 from petl_nas.app.cli import main
 from petl_nas.search import confirm, executors, worker
 from petl_nas.search.records import sessions
-from petl_nas.suite.cells import macro, markdown
+from petl_nas.suite.cells import macro, markdown, plot_png
 from petl_nas.suite.config import Suite
 from petl_nas.suite.runner import run_suite
 
@@ -174,6 +175,9 @@ def test_a_cell_not_run_yet_reads_as_not_measured():
     text = markdown("s", [empty])
     assert "| x | 1% | - | - | - | - | - | - | no | 0 | - |" in text and "| 1% | - | - | 0 of 1 |" in text
     assert "Wall time per task" not in text                        # nothing recorded: nothing said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                             # no empty legend warned about
+        assert plot_png([empty]).startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("change, said", [
@@ -193,6 +197,10 @@ def test_a_cell_not_run_yet_reads_as_not_measured():
     ({"supernet": "shared"}, "supernet: shared applies to one-shot studies"),
     ({"supernet": "shared", "study": {"strategy": "oneshot", "oneshot": {"file": "x.json"}}},
      "demo_keyword at 5%: oneshot: file reads another study's proposals"),
+    ({"study": {"rates": {"file": "runs/other/rates.json"}}},
+     "demo_keyword at 1%: rates: file 'runs/other/rates.json': no such file"),
+    ({"study": {"strategy": "oneshot", "oneshot": {"file": "nowhere/oneshot.json"}}},
+     "demo_keyword at 1%: oneshot: file 'nowhere/oneshot.json': no such file"),
 ])
 def test_a_bad_suite_is_one_line_naming_the_problem(tmp_path, capsys, change, said):
     assert main(["suite", "--experiment", suite_file(tmp_path, study=change.pop("study", None), **change)]) == 2
