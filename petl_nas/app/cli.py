@@ -268,7 +268,9 @@ def cmd_export(args) -> int:
     trial = f"trial {p['trial']}"
     what = trial + (f", preset {p['preset']}" if p.get("preset") else "")
     if args.preset:
-        what = (f"preset {args.preset} at its paper learning rate {rec.recipe['lr']:g} (the study did not train it)"
+        rates = ("at the rates the study measured for its families, lr " if p.get("rates") == "measured"
+                 else "at its paper learning rate ")
+        what = (f"preset {args.preset} {rates}{rec.recipe['lr']:g} (the study did not train it)"
                 if p["trial"] is None else
                 f"preset {args.preset} as the study trained it ({trial}, lr {rec.recipe['lr']:g})")
     if args.format != "petl-nas":

@@ -181,9 +181,13 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     """A record of preset ``name`` on the study's backbone, task and final recipe: the fair
     hand-designed baseline to train beside an exported trial. A preset the study trained is that
     trial (its configuration and learning rate, at the space's nearest point where it was mapped:
-    what the study measured and compared); one it did not train is the preset at its paper rate."""
+    what the study measured and compared); one it did not train is the preset at the rates the
+    study measured for its families (``rates: auto``), as the study trains its baselines, else at
+    its paper rate (``provenance.rates``: ``measured`` or ``paper``)."""
     from ..core.budget import count_parameters
+    from ..core.family_rates import at_rates
     from ..core.presets import preset, preset_lr
+    from ..search.records import RATE_CALIBRATION
     from ..tasks import resolve_task
     from ..training.loading import model_config_for
 
@@ -198,9 +202,11 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     n = count_parameters(model_config, config, num_labels=task.num_labels)
     counts = {"deployable": n.deployable, "trainable": n.trainable,
               "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}
-    return _record(study, config.to_dict(), preset_lr(name), counts, storage_url, recipe,
+    measured = (a.get(RATE_CALIBRATION) or {}).get("rates")
+    config, lr = at_rates(measured, config, 1.0) if measured else (config, preset_lr(name))
+    return _record(study, config.to_dict(), lr, counts, storage_url, recipe,
                    trial=None, preset=name, search_score=None, test_mean=None, test_std=None,
-                   test_n=None)
+                   test_n=None, rates="measured" if measured else "paper")
 
 
 def _record(study, petl_config: dict, lr: float, counts: dict, storage_url, recipe_source: str,

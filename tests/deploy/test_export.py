@@ -202,6 +202,31 @@ def test_preset_record_uses_the_study_recipe_and_the_preset_rate(tmp_path):
         preset_record(study, "lorra")
 
 
+def test_a_preset_the_study_did_not_train_exports_at_the_rates_the_study_measured(tmp_path, capsys):
+    """In a study with measured rates (``rates: auto``) every baseline trains at its families' rates,
+    so the baseline `export --preset` writes for one the study did not train does too: a preset of
+    two families gets the first's rate and the second's as a multiple of it, not its paper rate."""
+    from petl_nas.app.cli import main
+    from petl_nas.core.config import PetlConfig
+    from petl_nas.deploy.export import preset_record
+    from petl_nas.search.records import RATE_CALIBRATION
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = make_study(url, ROWS)
+    study.set_user_attr(RATE_CALIBRATION, {"rates": {"lora": 1.5e-3, "adapter": 9e-4, "prefix": 1e-3}})
+    rec = preset_record(study, "pfeiffer", url)
+    assert rec.recipe["lr"] == 9e-4 and rec.provenance["rates"] == "measured"
+    mam = PetlConfig.from_dict(preset_record(study, "mam", url).petl_config)
+    assert {m.form for m in mam.modules} == {"prefix", "adapter"}
+    first = "prefix" if mam.modules[0].form == "prefix" else "adapter"
+    lr = preset_record(study, "mam", url).recipe["lr"]
+    assert lr == {"prefix": 1e-3, "adapter": 9e-4}[first]
+    assert dict(mam.lr_mults) == {({"prefix", "adapter"} - {first}).pop(): pytest.approx(
+        {"prefix": 1e-3, "adapter": 9e-4}[({"prefix", "adapter"} - {first}).pop()] / lr)}
+    assert main(["export", "--storage", url, "--study", "s", "--preset", "pfeiffer", "-o", str(tmp_path / "p.yaml")]) == 0
+    assert "preset pfeiffer at the rates the study measured for its families, lr 0.0009" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_interrupted_train_resumes_at_the_first_missing_seed(tmp_path):
     from petl_nas.core.budget import count_parameters
