@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
 from ..training.threads import use_threads
 from .progress import Stage
-from .records import CONFIRMED as PREFIX, CONFIRMED_ROWS, SEARCH_DEV_LABELS, StoredTrial
+from .records import CONFIRMED as PREFIX, CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
 
 
 def candidates(study, n: int, baselines: int = 1) -> list:
@@ -102,7 +102,7 @@ def confirm(study, exp, recipe, printer) -> list:
     stage = Stage(printer, len(todo) * extra)
     for t in todo:
         stored = StoredTrial.of(t, study.user_attrs)
-        scores, rows = [t.values[0]], [stored.rows]
+        scores, rows, tested = [t.values[0]], [stored.rows], []
         for i in range(1, extra + 1):
             run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
             if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
@@ -111,8 +111,11 @@ def confirm(study, exp, recipe, printer) -> list:
                 result = run_trial(trial_spec(exp, stored.petl_config, run, number=t.number))
             scores.append(result.score)
             rows.append(result.rows)
+            tested += [result.test_run] if result.test_run else []   # for the final re-evaluation only
         if all(r is not None for r in rows):              # a trial trained before rows were kept has none
             study.set_user_attr(CONFIRMED_ROWS + str(t.number), rows)
+        if tested:
+            study.set_user_attr(CONFIRMED_TEST + str(t.number), tested)
         study.set_user_attr(PREFIX + str(t.number), scores)
         if extra:
             printer(f"  confirming: trial {t.number} done ({stage.left()})")

@@ -564,7 +564,7 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
                     if said is not None and t.number in (said.pick, said.baseline)]
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
-    members = [StoredTrial.of(t) for t in members]
+    members = [StoredTrial.of(t, study.user_attrs) for t in members]   # with their confirmation's test runs
     presets = sorted((t for t in stored_trials(study, (TrialState.COMPLETE,)) if t.preset), key=lambda t: -t.values[0])
     if exp.final.presets == "best":
         presets = presets[:1]
@@ -572,22 +572,31 @@ def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> N
         presets = []
     todo = [t for t in members + [p for p in presets if p.number not in {m.number for m in members}]
             if f"{FINAL}{t.number}" not in study.user_attrs]
+    k = final_k(exp)
+    ran = {(t.number, seed): t.test_run(final_recipe(exp, recipe, t.lr, seed).to_dict(), k)
+           for t in todo for seed in range(exp.final.seeds)}
+    to_train = sum(m is None for m in ran.values())
     if todo:
         threads = use_threads()
+        kept = len(ran) - to_train
         printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, in this "
-                f"process with {threads.threads} CPU thread(s) ({threads.reason})")
-    stage = Stage(printer, len(todo) * exp.final.seeds)
+                f"process with {threads.threads} CPU thread(s) ({threads.reason})"
+                + (f"; {kept} of the {len(ran)} runs are trials or confirmations that trained as the final runs "
+                   f"do and were scored on test then, so they are read, not trained again" if kept else ""))
+    stage = Stage(printer, to_train)
     beside = task.customary_metric if task.customary_metric != task.main_metric else None   # F1 beside accuracy
     for t in todo:
         key = f"{FINAL}{t.number}"
         scores, customary = [], []
         for seed in range(exp.final.seeds):
-            spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
-            with stage.run(f"final: trial {t.number}, seed {seed}, on the test split"):
-                result = run_trial(spec)
-            scores.append(result.last_score)                # on the test split: no checkpoint picking
-            if beside is not None and beside in result.history[-1]:
-                customary.append(result.history[-1][beside])
+            last = ran[(t.number, seed)]                     # the same run's test metrics, where it trained
+            if last is None:
+                spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
+                with stage.run(f"final: trial {t.number}, seed {seed}, on the test split"):
+                    last = run_trial(spec).history[-1]
+            scores.append(last[task.main_metric])           # on the test split: no checkpoint picking
+            if beside is not None and beside in last:
+                customary.append(last[beside])
         mean = statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
         reported = {beside: customary} if customary and len(customary) == len(scores) else {}

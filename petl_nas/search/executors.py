@@ -63,9 +63,9 @@ class Recorder:
 
     def reuse(self, p: Proposal, spec: TrialSpec) -> bool:
         """Record ``p`` from a known result of the same spec (its number aside); False when none."""
-        key = as_stored({**spec.to_dict(), "number": None})
+        key = as_stored({**spec.to_dict(), "number": None, "final_twin": None})   # what trains, not what is scored
         for i, (known_spec, result) in enumerate(self.known):
-            if {**known_spec, "number": None} == key:
+            if {**known_spec, "number": None, "final_twin": None} == key:
                 del self.known[i]
                 self.complete(p, result)
                 return True

@@ -32,6 +32,7 @@ KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knob
 FINAL = "final:"                       # study attribute final:<trial number>: its re-evaluation on test
 CONFIRMED = "confirm:"                 # study attribute confirm:<trial number>: its scores over seeds
 CONFIRMED_ROWS = "confirm_rows:"       # ... confirm_rows:<trial number>: each seed's per-row predictions
+CONFIRMED_TEST = "confirm_test:"       # ... confirm_test:<trial number>: the test runs of its confirmation's seeds
 SEARCH_DEV_LABELS = "search_dev_labels"  # the study's search-dev labels, as `encode_rows` writes them
 ONESHOT = "oneshot"                    # trial attribute: the supernet run that proposed it
 ONESHOT_ANCHOR = "oneshot_anchor"      # trial attribute: the baseline a one-shot proposal builds on
@@ -65,6 +66,8 @@ class StoredTrial:
             confirmed_rows: each of those runs' per-row predictions, encoded. Read from the
             study's attributes when they are given to `of`.
         rows: its own run's per-row predictions on search-dev (`results.TrialResult.rows`).
+        test_runs: the test scores of its runs that trained as final runs do (its own and its
+            confirmation's, `results.TrialResult.test_run`), which the final re-evaluation reads.
     """
 
     number: int
@@ -102,6 +105,7 @@ class StoredTrial:
     confirmed: list | None = None
     confirmed_rows: list | None = None
     rows: str | None = None
+    test_runs: tuple = ()
 
     @classmethod
     def of(cls, trial, study_attrs: dict | None = None) -> StoredTrial:
@@ -123,7 +127,12 @@ class StoredTrial:
             train_step_ms=u.get("train_step_ms"), latency_ms=u.get("latency_ms"), rejected=u.get("rejected"),
             fail_kind=u.get("fail_kind"), fail_reason=u.get("fail_reason"), pruned_reason=u.get("pruned_reason"),
             final=attrs.get(FINAL + str(number)), confirmed=attrs.get(CONFIRMED + str(number)),
-            confirmed_rows=attrs.get(CONFIRMED_ROWS + str(number)), rows=u.get("rows"))
+            confirmed_rows=attrs.get(CONFIRMED_ROWS + str(number)), rows=u.get("rows"),
+            test_runs=tuple(r for r in [u.get("test_run"), *(attrs.get(CONFIRMED_TEST + str(number)) or [])] if r))
+
+    def test_run(self, recipe: dict, k: int | None) -> dict | None:
+        """The test metrics of this trial's run that trained as the final run of ``recipe`` and ``k``."""
+        return next((r["metrics"] for r in self.test_runs if r.get("recipe") == recipe and r.get("k") == k), None)
 
     @property
     def given_whole(self) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 # worker on a CPU reports no GPU memory, a run without frozen-layer reuse no `frozen`, a local
 # trial no Ray node.
 _WHEN_PRESENT = ("gpu_reserved_mb", "gpu_total_mb", "frozen", "graphs", "node", "gpu_share", "reused", "threads",
-                 "rows")
+                 "rows", "test_run")
 # Not stored on the trial: the score is its first objective value, the history is in the trial's
 # file, the metric and the card's size are the study's.
 _NOT_STORED = ("score", "history", "metric", "gpu_total_mb")
@@ -52,6 +52,9 @@ class TrialResult:
         rows: the scored evaluation's per-row predictions on search-dev
             (`petl_nas.tasks.significance.encode_rows`), for confirmation's bootstrap over rows;
             None on the test split and for generation.
+        test_run: where the run trained exactly as a final run would (`search.specs.final_twin`),
+            that final run's recipe, K and the test split's metrics after the last step, for the
+            final re-evaluation to read instead of training it again; nothing else reads it.
     """
 
     score: float
@@ -80,6 +83,7 @@ class TrialResult:
     reused: str | None = None
     threads: int | None = None
     rows: str | None = None
+    test_run: dict | None = None
 
     def to_dict(self) -> dict:
         """Plain values, in the order and with the keys a worker has always reported."""

@@ -41,6 +41,7 @@ class TrialSpec:
     eval_split: str = "search_dev"     # "test" only for the final re-evaluation
     number: int = -1
     score: str = "last"                # the trial's score: its "last" evaluation, or its "best" one
+    final_twin: dict | None = None     # the final run's recipe this run trains exactly as: scored on test too
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +80,9 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
         _warm_up(base, config, encoded.train, evaluated, task, recipe)
     model = petl_copy(base, config, recipe.seed)
     setup_s = time.perf_counter() - start
-    result = train(model, TrainData(encoded.train, evaluated), task, recipe, device, report)
+    twin = spec.final_twin if spec.eval_split == "search_dev" else None
+    data = TrainData(encoded.train, evaluated, *((encoded.test, twin.get("eval_rows")) if twin else ()))
+    result = train(model, data, task, recipe, device, report)
     first = next(iter(evaluated.batches(LATENCY_BATCH, shuffle=False)))
     gpu = gpu_footprint(device)                                          # before latency's merge and forward
     latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
@@ -92,7 +95,16 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
                        peak_mem_mb=result.peak_mem_mb, train_step_ms=result.train_step_ms, latency_ms=latency_ms,
                        metric=task.main_metric, wall_s=time.perf_counter() - start, epochs=spec.recipe.get("epochs"),
                        k=spec.k, **gpu, frozen=result.frozen, graphs=result.graphs,
-                       threads=result.threads, rows=encode_rows(rows) if rows is not None else None)
+                       threads=result.threads, rows=encode_rows(rows) if rows is not None else None,
+                       test_run=_test_run(result.report_metrics, twin, spec.k))
+
+
+def _test_run(metrics: dict | None, twin: dict | None, k: int | None) -> dict | None:
+    """What the final re-evaluation reads instead of training a run again: the test split's metrics
+    of a run that trained exactly as the final run of ``twin`` (its recipe) and ``k`` would."""
+    if metrics is None or twin is None:
+        return None
+    return {"recipe": twin, "k": k, "metrics": {m: float(v) for m, v in metrics.items() if isinstance(v, (int, float))}}
 
 
 def free_memory() -> None:

@@ -25,10 +25,14 @@ _BACKBONES: dict[str, tuple] = {}
 
 @dataclass
 class TrainData:
-    """The two splits the trainer sees: train and the split it is scored on."""
+    """The splits the trainer sees: train, the split it is scored on and, where given, a split
+    ``report`` scored once more at the very end (its first ``report_rows`` rows; None: all), which
+    nothing in the run reads: the test split of a run that is also a final run (`search.specs`)."""
 
     train: Any
     dev: Any
+    report: Any = None
+    report_rows: int | None = None
 
 
 def _backbone_key(backbone, task: Task) -> str:

@@ -112,6 +112,7 @@ class TrainResult:
     threads: int = 0              # torch's CPU threads for this run (`threads.use_threads`)
     row_predictions: list = field(default_factory=list)   # per evaluation, as `history`: its per-row
     #   predictions (`evaluate`'s ``per_row``); None for one a resumed checkpoint recorded without them
+    report_metrics: dict | None = None   # ``data.report``'s metrics after the last step, where given
 
     def rows_of(self, scored: dict):
         """The per-row predictions of the evaluation ``scored`` (one of ``history``), or None."""
@@ -305,6 +306,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
 
     history: list[dict] = []
     row_predictions: list = []
+    reported: dict | None = None
     watch = LossWatch()
     step, epoch = 0, 0
     if resume is not None:
@@ -382,6 +384,9 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                                             **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
                         if report is not None:
                             report(len(history), metrics, step == total)
+                        if step == total and getattr(data, "report", None) is not None:
+                            reported = evaluate(net, data.report, task, recipe.eval_batch_size, device,
+                                                data.report_rows, reuse)
                         train_mode()
                 if step >= total:
                     break
@@ -400,7 +405,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                        steps_timed=clock.steps_timed(),
                        frozen=reuse.info.to_dict() if reuse is not None else None,
                        graphs=graph_info.to_dict() if graph_info is not None else None,
-                       threads=threads.threads, row_predictions=row_predictions)
+                       threads=threads.threads, row_predictions=row_predictions, report_metrics=reported)
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
@@ -434,6 +439,8 @@ def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> Froze
         reuse.cache(data.train, "train", recipe.eval_batch_size)
         if recipe.eval_rows is None:           # a capped evaluation scores a subset, which runs every layer
             reuse.cache(data.dev, "dev", recipe.eval_batch_size)
+        if getattr(data, "report", None) is not None and data.report_rows is None:
+            reuse.cache(data.report, "report", recipe.eval_batch_size)   # as a final run caches it
     return reuse
 
 
