@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random BERT and RoBERTa classifiers (built from configs, CPU, milliseconds),
 the tiny backbone experiments name (`TINY_BACKBONE`), an experiment builder (`tiny_experiment`),
-one small real study that tests which only read a study share (`small_study`), the repository's
+one small real study that tests which only read a study share (`small_study`), a record of every
+run trained from a point on (`trained_runs`), the repository's
 folders (`REPO`, `SHARED_GLUE`), and a textbook prefix attention registered as `REFERENCE_ATTENTION`
 to compare the ``petl`` one with. Tests mirror the package's folders (tests/core, tests/search,
 ...). The suite runs offline, with torch.compile's cache in a folder of its own that it removes.
@@ -174,3 +175,18 @@ def small_study(tmp_path_factory):
         os.chdir(cwd)
     return exp.storage_url, optuna.load_study(study_name="rep", storage=exp.storage_url), d
 
+
+
+def trained_runs(monkeypatch) -> list:
+    """The spec of every trial, confirmation and final run trained from now on, in order: each place
+    that trains one (the executors, the worker and the driver, which imports ``run_trial``) counts it."""
+    from petl_nas.search import driver, executors, worker
+
+    specs, real = [], worker.run_trial
+
+    def counted(spec, *a, **kw):
+        specs.append(spec)
+        return real(spec, *a, **kw)
+    for module in (executors, worker, driver):
+        monkeypatch.setattr(module, "run_trial", counted)
+    return specs

@@ -9,31 +9,19 @@ import dataclasses
 import optuna
 import pytest
 
-from petl_nas.search import driver, executors, worker
+from petl_nas.search import worker
 from petl_nas.search.driver import run_search
 from petl_nas.search.experiment import FinalEval
 from petl_nas.search.records import StoredTrial
 from petl_nas.search.specs import final_recipe, final_twin, trial_recipe, trial_spec
 
+from conftest import trained_runs
 from test_search import experiment
 
 
 @pytest.fixture(autouse=True)
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-
-
-def counting(monkeypatch) -> list:
-    calls = []
-    real = worker.run_trial
-
-    def counted(spec, *a, **kw):
-        calls.append((spec.number, spec.recipe["seed"], spec.eval_split))
-        return real(spec, *a, **kw)
-    monkeypatch.setattr(executors, "run_trial", counted)
-    monkeypatch.setattr(worker, "run_trial", counted)
-    monkeypatch.setattr(driver, "run_trial", counted)
-    return calls
 
 
 def final_study(tmp_path, epochs: float):
@@ -46,17 +34,20 @@ def final_study(tmp_path, epochs: float):
 @pytest.mark.slow
 def test_final_runs_that_a_trial_and_its_confirmation_trained_are_read_to_the_bit(tmp_path, monkeypatch):
     exp = final_study(tmp_path, epochs=5)                      # the trials' own length
-    calls = counting(monkeypatch)
+    calls = trained_runs(monkeypatch)
     lines = []
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     finals = {int(k.split(":")[1]): v for k, v in study.user_attrs.items() if k.startswith("final:")}
-    assert finals and not [c for c in calls if c[2] == "test"]          # no final run trained
+    assert finals and not [c for c in calls if c.eval_split == "test"]          # no final run trained
     assert any("are read, not trained again" in line for line in lines)
-    for number, final in finals.items():                      # each equals a final run trained afresh
+    # each equals a final run trained afresh, in the precision the study resolved ``auto`` to (bf16
+    # where the CPU computes it natively)
+    recipe = dataclasses.replace(trial_recipe(exp), precision=study.user_attrs["fidelity"]["precision"])
+    for number, final in finals.items():
         t = StoredTrial.of(study.trials[number], study.user_attrs)
         for seed in range(2):
-            fresh = worker.run_trial(trial_spec(exp, t.petl_config, final_recipe(exp, trial_recipe(exp), t.lr, seed),
+            fresh = worker.run_trial(trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed),
                                                 number=number, final=True))
             assert final["scores"][seed] == fresh.last_score
     assert "test_run" not in study.trials[next(iter(finals))].params          # a record, not a sampled value
@@ -66,11 +57,11 @@ def test_final_runs_that_a_trial_and_its_confirmation_trained_are_read_to_the_bi
 def test_a_final_recipe_other_than_the_trials_trains_its_runs(tmp_path, monkeypatch):
     exp = final_study(tmp_path, epochs=3)
     assert final_twin(exp, trial_recipe(exp).with_overrides(lr=1e-3)) is None
-    calls = counting(monkeypatch)
+    calls = trained_runs(monkeypatch)
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     finals = [k for k in study.user_attrs if k.startswith("final:")]
-    assert len([c for c in calls if c[2] == "test"]) == 2 * len(finals) > 0
+    assert len([c for c in calls if c.eval_split == "test"]) == 2 * len(finals) > 0
     assert not any("test_run" in t.user_attrs for t in study.trials)
 
 

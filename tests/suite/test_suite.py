@@ -20,7 +20,7 @@ from petl_nas.suite.cells import macro, markdown, plot_png
 from petl_nas.suite.config import Suite
 from petl_nas.suite.runner import run_suite
 
-from conftest import TINY_BACKBONE
+from conftest import TINY_BACKBONE, trained_runs
 
 
 def keyword_files(folder) -> dict:
@@ -61,19 +61,6 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def counting(monkeypatch) -> list:
-    """Every trial, confirmation and final run trained from now on, as (task, eval split, seed)."""
-    calls = []
-    real = worker.run_trial
-
-    def counted(spec, *a, **kw):
-        calls.append((spec.task, spec.eval_split, spec.recipe.get("seed")))
-        return real(spec, *a, **kw)
-    monkeypatch.setattr(executors, "run_trial", counted)
-    monkeypatch.setattr(worker, "run_trial", counted)
-    return calls
-
-
 @pytest.mark.slow
 def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, monkeypatch, capsys):
     suite = Suite.load(suite_file(tmp_path))
@@ -103,12 +90,12 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
     so_far = (tmp_path / "runs" / "s" / "suite.md").read_text()              # the table so far
     assert "| colours | 1% | - | - | - |" in so_far and "| 1 of 2 |" in so_far
 
-    calls = counting(monkeypatch)
+    calls = trained_runs(monkeypatch)
     assert main(["suite", "--experiment", suite_file(tmp_path), "--table-only"]) == 0 and calls == []
     assert "| colours | 1% | - | - | - |" in (tmp_path / "runs" / "s" / "suite.md").read_text()   # not run yet
     capsys.readouterr()
     assert main(["suite", "--experiment", suite_file(tmp_path)]) == 0
-    assert calls and "demo_keyword" not in {str(task) for task, _, _ in calls}     # nothing trained twice
+    assert calls and "demo_keyword" not in {str(spec.task) for spec in calls}     # nothing trained twice
     for _, _, exp in suite.experiments()[:2] + suite.experiments()[3:]:
         study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
         assert first[exp.study_name] == ([(t.number, t.values) for t in study.trials],
