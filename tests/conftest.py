@@ -176,7 +176,6 @@ def small_study(tmp_path_factory):
     return exp.storage_url, optuna.load_study(study_name="rep", storage=exp.storage_url), d
 
 
-
 def trained_runs(monkeypatch) -> list:
     """The spec of every trial, confirmation and final run trained from now on, in order: each place
     that trains one (the executors, the worker and the driver, which imports ``run_trial``) counts it."""
