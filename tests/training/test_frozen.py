@@ -237,3 +237,25 @@ def test_states_computed_at_one_precision_are_not_fed_to_a_run_at_another():
     fp32 = run_trial(spec(TOP_LORA, precision="fp32", epochs=1))
     bf16 = run_trial(spec(TOP_LORA, precision="bf16", epochs=1))
     assert fp32.frozen["fill_s"] > 0 and bf16.frozen["fill_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_test_split_scored_at_the_end_is_each_seeds_own_model_on_every_row():
+    """A run that is also a final run scores the test split once at its end (`TrainData.report`),
+    through the frozen layers' cache: that score is what evaluating its trained model afresh, every
+    layer recomputed, gives; at each seed its own (the cache is shared across seeds, the model not)."""
+    from petl_nas.training.loop import Recipe, evaluate, train
+    from petl_nas.training.loading import TrainData, petl_copy
+
+    task, base, _, encoded = prepare(spec(TOP_LORA))
+    reported, fresh = [], []
+    for seed in range(3):
+        model = petl_copy(base, TOP_LORA, seed)
+        result = train(model, TrainData(encoded.train, encoded.search_dev, encoded.test), task,
+                       Recipe(lr=3e-2, epochs=8, batch_size=16, max_length=16, seed=seed, evals_per_epoch=0,
+                              length_buckets=8, frozen_cache_mb=100))
+        assert result.frozen["cached"]["report"]
+        reported.append(result.report_metrics)
+        fresh.append(evaluate(model, encoded.test, task, 128, "cpu"))
+    assert [r[task.main_metric] for r in reported] == [f[task.main_metric] for f in fresh]
+    assert len({r[task.main_metric] for r in reported}) == 3          # three models, three scores
