@@ -68,13 +68,14 @@ def experiment(label: str, args, work: Path) -> Path:
     return path
 
 
+def span_s(trial) -> float:
+    """A trial's span in seconds: from its creation in the study to its end."""
+    return (trial.datetime_complete - trial.datetime_start).total_seconds()
+
+
 def outside_share(done) -> list[float]:
-    """Per trial: the share of its span (creation to end) spent outside its training loop."""
-    shares = []
-    for t in done:
-        span = (t.datetime_complete - t.datetime_start).total_seconds()
-        shares.append((span - t.user_attrs["train_s"]) / span)
-    return shares
+    """Per trial: the share of its span spent outside its training loop."""
+    return [(span_s(t) - t.user_attrs["train_s"]) / span_s(t) for t in done]
 
 
 def where_the_time_goes(done, workers: int) -> dict:
@@ -83,7 +84,7 @@ def where_the_time_goes(done, workers: int) -> dict:
     started = sorted(done, key=lambda t: t.datetime_start)
     parts = {}
     for group, trials in (("first", started[:workers]), ("later", started[workers:])):
-        span = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in trials)
+        span = sum(span_s(t) for t in trials)
         worker = sum(t.user_attrs["wall_s"] for t in trials)
         setup = sum(t.user_attrs["setup_s"] for t in trials)
         loop = sum(t.user_attrs["train_s"] for t in trials)
@@ -144,10 +145,11 @@ def main(argv=None) -> None:
              "| defaults | trials | search wall (min) | trials per hour | × old | trial: set-up first / later (s) "
              "| trial: training loop (s) | outside the loop, share of a trial's span: mean (max) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    base = rows.get("old", next(iter(rows.values())))
+    old = rows.get("old")
     for label, r in rows.items():
+        ratio = f"{r['per_hour'] / old['per_hour']:.2f}" if old else "-"        # no old search: no ratio
         lines.append(f"| {label} | {r['trials']} | {r['wall_s'] / 60:.1f} | {r['per_hour']:.1f} "
-                     f"| {r['per_hour'] / base['per_hour']:.2f} | {r['first_setup_s']:.1f} / {r['later_setup_s']:.1f} "
+                     f"| {ratio} | {r['first_setup_s']:.1f} / {r['later_setup_s']:.1f} "
                      f"| {r['train_s']:.1f} | {100 * statistics.mean(r['outside']):.1f}% "
                      f"({100 * max(r['outside']):.1f}%) |")
     lines += time_table(rows, args.concurrent)
