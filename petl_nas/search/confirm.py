@@ -38,6 +38,7 @@ from optuna.trial import TrialState
 from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
 from ..training.threads import use_threads
 from .progress import Stage
+from .side_by_side import describe, run_all, slots
 from .records import CONFIRMED as PREFIX, CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
 
 
@@ -95,29 +96,27 @@ def confirm(study, exp, recipe, printer) -> list:
     n, extra = exp.final.confirm, exp.final.confirm_seeds
     top = candidates(study, n, exp.final.confirm_baselines)
     todo = [t for t in top if StoredTrial.of(t, study.user_attrs).confirmed is None]
-    if todo and extra:
-        threads = use_threads()
-        printer(f"confirming {len(todo)} candidate(s) with {extra} more seed(s) each on search-dev, in this process "
-                f"with {threads.threads} CPU thread(s) ({threads.reason}) ...")
-    stage = Stage(printer, len(todo) * extra)
-    for t in todo:
+    jobs = [(t, i) for t in todo for i in range(1, extra + 1)]
+    specs = []
+    for t, i in jobs:
         stored = StoredTrial.of(t, study.user_attrs)
-        scores, rows, tested = [t.values[0]], [stored.rows], []
-        for i in range(1, extra + 1):
-            run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
-            if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
-                run = dataclasses.replace(run, evals_per_epoch=0)
-            with stage.run(f"confirming trial {t.number}, seed {exp.seed + i}"):
-                result = run_trial(trial_spec(exp, stored.petl_config, run, number=t.number))
-            scores.append(result.score)
-            rows.append(result.rows)
-            tested += [result.test_run] if result.test_run else []   # for the final re-evaluation only
-        if all(r is not None for r in rows):              # a trial trained before rows were kept has none
-            study.set_user_attr(CONFIRMED_ROWS + str(t.number), rows)
-        if tested:
-            study.set_user_attr(CONFIRMED_TEST + str(t.number), tested)
-        study.set_user_attr(PREFIX + str(t.number), scores)
-        if extra:
+        run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
+        if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
+            run = dataclasses.replace(run, evals_per_epoch=0)
+        specs.append(trial_spec(exp, stored.petl_config, run, number=t.number))
+    where = slots(len(specs), exp.executor, exp.cpus_per_trial)
+    if jobs:
+        if where.runs == 1:
+            use_threads()
+        printer(f"confirming {len(todo)} candidate(s) with {extra} more seed(s) each on search-dev, {describe(where)} ...")
+    stage = Stage(printer, len(jobs))
+    got: dict[int, dict[int, object]] = {t.number: {} for t in todo}
+    labels = [f"confirming trial {t.number}, seed {exp.seed + i}" for t, i in jobs]
+    for index, result in run_all(specs, labels, where, stage, run_trial):
+        t, i = jobs[index]
+        got[t.number][i] = result
+        if len(got[t.number]) == extra:                  # all its seeds: stored at once, as one record
+            _store(study, t, [got[t.number][j] for j in range(1, extra + 1)])
             printer(f"  confirming: trial {t.number} done ({stage.left()})")
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
     attrs = study.user_attrs
@@ -129,6 +128,18 @@ def confirm(study, exp, recipe, printer) -> list:
     if (said := verdict(study)) is not None:
         printer(said.line)
     return ranked
+
+
+def _store(study, t, results: list) -> None:
+    """One confirmed trial's extra seeds' scores, per-row predictions and test runs, on the study."""
+    stored = StoredTrial.of(t, study.user_attrs)
+    scores, rows = [t.values[0]] + [r.score for r in results], [stored.rows] + [r.rows for r in results]
+    tested = [r.test_run for r in results if r.test_run]     # for the final re-evaluation only
+    if all(r is not None for r in rows):              # a trial trained before rows were kept has none
+        study.set_user_attr(CONFIRMED_ROWS + str(t.number), rows)
+    if tested:
+        study.set_user_attr(CONFIRMED_TEST + str(t.number), tested)
+    study.set_user_attr(PREFIX + str(t.number), scores)
 
 
 def confirmed_now(study) -> set[int]:
