@@ -14,7 +14,9 @@ scripted runs). `run_all` then trains them in a pool of spawned processes, each 
 set before torch loads and its backbone and data cached across its runs (`worker.prepare`), and
 hands each result back as it ends, with its index; with one slot it trains them here, one after
 another. A stop (Ctrl-C, SIGTERM) ends the pool's processes at once; results handed back before
-it are kept by the caller.
+it are kept by the caller. A pool process that dies (killed for memory, or unable to start, as
+under ``python -`` where a spawned process cannot import the main script) never hangs the stage:
+the runs it left train in this process, one after another, with a line that says so.
 """
 
 from __future__ import annotations
@@ -80,34 +82,72 @@ def run_all(specs: list[TrialSpec], labels: list[str], s: Slots, stage: Stage,
                 result = run_here(spec)
             yield i, result
         return
-    yield from _pooled(specs, labels, s, stage)
+    yield from _pooled(specs, labels, s, stage, run_here)
 
 
-def _pooled(specs, labels, s: Slots, stage: Stage) -> Iterator[tuple[int, TrialResult]]:
+def _pooled(specs, labels, s: Slots, stage: Stage, run_here) -> Iterator[tuple[int, TrialResult]]:
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
     context = multiprocessing.get_context("spawn")     # no forked copy of this process's torch or threads
-    pool = context.Pool(s.runs, initializer=_set_threads, initargs=(s.threads,))
-    began = time.perf_counter()
+    before = _children()
+    pool = ProcessPoolExecutor(s.runs, mp_context=context, initializer=_set_threads, initargs=(s.threads,))
+    began = beat = time.perf_counter()
+    pending = {pool.submit(_train, spec): i for i, spec in enumerate(specs)}
+    left: list[int] = []
     try:
-        pending = {i: pool.apply_async(_train, (spec,)) for i, spec in enumerate(specs)}
-        beat = began
         while pending:
-            done = [i for i, r in pending.items() if r.ready()]
-            for i in done:
-                result = TrialResult.from_dict(pending.pop(i).get())   # a run's error is raised here
+            done, _ = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                i = pending.pop(future)
+                try:
+                    result = TrialResult.from_dict(future.result())   # a run's own error is raised here
+                except BrokenProcessPool:                   # a process died (killed, or could not start)
+                    left.append(i)
+                    continue
                 stage.done += 1
                 stage.spent_s = time.perf_counter() - began      # the stage's wall time: its estimate is wall time
                 yield i, result
+            if left and pending:                            # the pool is broken: every pending run fails too
+                continue
             if pending and time.perf_counter() - beat >= stage.every_s:
                 beat = time.perf_counter()
-                running = " and ".join(labels[i] for i in sorted(pending)[: s.runs])
+                running = " and ".join(labels[i] for i in sorted(pending.values())[: s.runs])
                 stage.printer(f"  {running}: {(beat - began) / 60:.1f} min into this stage"
                               + (f"; {stage.left()}" if stage.done else ""))
-            if pending and not done:
-                time.sleep(POLL_S)
-        pool.close()
     finally:
-        pool.terminate()                                # at a stop: its runs end with this process's
-        pool.join()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in _children() - before:               # at a stop: the pool's runs end with this process's
+            _end(child)
+    if left:                                             # what the broken pool did not train: here
+        stage.printer(f"  a process of the side-by-side pool ended without its result: the {len(left)} "
+                      f"run(s) it left train in this process, one after another")
+        for i in sorted(left):
+            with stage.run(labels[i]):
+                result = run_here(specs[i])
+            yield i, result
+
+
+def _children() -> set:
+    import psutil
+
+    return {c.pid for c in psutil.Process().children() if "spawn_main" in " ".join(_cmdline(c))}
+
+
+def _cmdline(process) -> list:
+    try:
+        return process.cmdline()
+    except Exception:                                   # ended meanwhile, or not ours to read
+        return []
+
+
+def _end(pid: int) -> None:
+    import psutil
+
+    try:
+        psutil.Process(pid).kill()
+    except psutil.Error:
+        pass
 
 
 def _set_threads(threads: int) -> None:

@@ -80,3 +80,22 @@ def test_a_study_confirmed_side_by_side_stores_what_one_after_another_stores(tmp
     assert lines[0].startswith("confirming ") and "2 side by side with 1 CPU thread(s) each" in lines[0]
     assert len([k for k in alone if k.startswith("confirm:")]) >= 2
     assert pooled == alone
+
+
+@pytest.mark.slow
+def test_a_pool_whose_processes_cannot_start_trains_the_runs_here_and_does_not_hang(monkeypatch):
+    """As under ``python -``: a spawned process cannot import the main script and dies at start."""
+    import sys
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "__spec__", None, raising=False)
+    monkeypatch.setattr(main, "__file__", "/nonexistent/petl-nas-main.py", raising=False)
+    specs = [_spec(PROBE, seed=seed) for seed in (3, 4)]
+    here = []
+    lines = []
+    got = dict(side_by_side.run_all(specs, ["a", "b"], side_by_side.Slots(2, 1, "test"),
+                                    Stage(lines.append, len(specs)), lambda spec: here.append(spec) or run_trial(spec)))
+    assert sorted(got) == [0, 1] and len(here) == 2
+    assert got[0].history != got[1].history and [s.recipe["seed"] for s in here] == [3, 4]
+    assert any("ended without its result" in line for line in lines)
