@@ -178,14 +178,14 @@ def small_study(tmp_path_factory):
 
 def trained_runs(monkeypatch) -> list:
     """The spec of every trial, confirmation and final run trained from now on, in order: each place
-    that trains one (the executors, the worker and the driver, which imports ``run_trial``) counts it."""
-    from petl_nas.search import driver, executors, worker
+    that trains one (the executors, the worker and the finals, which import ``run_trial``) counts it."""
+    from petl_nas.search import executors, finals, worker
 
     specs, real = [], worker.run_trial
 
     def counted(spec, *a, **kw):
         specs.append(spec)
         return real(spec, *a, **kw)
-    for module in (executors, worker, driver):
+    for module in (executors, worker, finals):
         monkeypatch.setattr(module, "run_trial", counted)
     return specs

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,16 +31,16 @@ from ..core.budget import check_positions, count_parameters
 from ..errors import ConfigError
 from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose, read_proposals
-from .confirm import confirm, confirmed_scores, confirmed_text, verdict
+from .confirm import confirmed_scores, confirmed_text, verdict
+from .finals import reevaluate_front
 from . import progress as progress_lines
-from .progress import Stage
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder, check_ray_address
 from .experiment import Experiment, large_budget_warning, parse_budget
 from ..fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
-from .records import FINAL, SEARCH_DEV_LABELS, StoredTrial, record_session, stored_trials
+from .records import SEARCH_DEV_LABELS, StoredTrial, record_session, stored_trials
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .space import SearchSpace
 from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
@@ -59,11 +58,9 @@ from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claime
 from ..tasks import data_lines, load_splits, resolve_task
 from ..tasks.files import file_fingerprints
 from ..training.loop import Recipe, n_evaluations
-from .specs import final_k, final_recipe, trial_recipe, trial_spec
+from .specs import trial_recipe, trial_spec
 from ..core.models import check_weight_files
 from ..training.loading import load_backbone, model_config_for
-from ..training.threads import use_threads
-from .worker import run_trial
 
 
 @dataclass
@@ -552,66 +549,6 @@ def fill(study, source: TrialSource, execute, printer, poll_s: float, grace_s: f
         raise_if_stopped()
 
 
-def reevaluate_front(study, exp: Experiment, task, recipe: Recipe, printer) -> None:
-    """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
-    scored on the held-out test split; results go to study attributes ``final:<trial number>``.
-    With ``final.confirm``, the confirmed pick and the best baseline are always among them."""
-    if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
-        ranked = confirm(study, exp, recipe, printer)
-        members = ranked[: exp.final.max_front]
-        said = verdict(study)              # its pick and the best baseline are re-evaluated, wherever
-        members += [t for t in ranked[exp.final.max_front:]          # their means rank them: paired on test
-                    if said is not None and t.number in (said.pick, said.baseline)]
-    else:
-        members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
-    members = [StoredTrial.of(t, study.user_attrs) for t in members]   # with their confirmation's test runs
-    presets = sorted((t for t in stored_trials(study, (TrialState.COMPLETE,)) if t.preset), key=lambda t: -t.values[0])
-    if exp.final.presets == "best":
-        presets = presets[:1]
-    elif exp.final.presets == "none":
-        presets = []
-    todo = [t for t in members + [p for p in presets if p.number not in {m.number for m in members}]
-            if f"{FINAL}{t.number}" not in study.user_attrs]
-    k = final_k(exp)
-    ran = {(t.number, seed): t.test_run(final_recipe(exp, recipe, t.lr, seed).to_dict(), k)
-           for t in todo for seed in range(exp.final.seeds)}
-    to_train = sum(m is None for m in ran.values())
-    if todo:
-        threads = use_threads()
-        kept = len(ran) - to_train
-        printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, in this "
-                f"process with {threads.threads} CPU thread(s) ({threads.reason})"
-                + (f"; {kept} of the {len(ran)} runs are trials or confirmations that trained as the final runs "
-                   f"do and were scored on test then, so they are read, not trained again" if kept else ""))
-    stage = Stage(printer, to_train)
-    beside = task.customary_metric if task.customary_metric != task.main_metric else None   # F1 beside accuracy
-    for t in todo:
-        key = f"{FINAL}{t.number}"
-        scores, customary = [], []
-        for seed in range(exp.final.seeds):
-            last = ran[(t.number, seed)]                     # the same run's test metrics, where it trained
-            if last is None:
-                spec = trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
-                with stage.run(f"final: trial {t.number}, seed {seed}, on the test split"):
-                    last = run_trial(spec).history[-1]
-            scores.append(last[task.main_metric])           # on the test split: no checkpoint picking
-            if beside is not None and beside in last:
-                customary.append(last[beside])
-        mean = statistics.fmean(scores)
-        std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
-        reported = {beside: customary} if customary and len(customary) == len(scores) else {}
-        study.set_user_attr(key, {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
-                                  "epochs": exp.final.epochs, "k": final_k(exp), "split": "test",
-                                  **({"customary": reported} if reported else {})})
-        tag = f" [{t.preset}]" if t.preset else ""
-        floor = (study.user_attrs.get("baseline") or {}).get("test_score")
-        printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
-                + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
-                + "".join(f" ({name} {statistics.fmean(v):.4f}, as papers report it)" for name, v in reported.items())
-                + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else "")
-                + f"; {stage.left()}")
-
-
 def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: float = 0.0) -> SearchSummary:
     """The front and the presets with noise-aware relations, and the trials ``final.confirm`` re-scored
     that are off the front (export's candidates too); a confirmed row carries its scores over seeds.
@@ -660,4 +597,4 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
                          confirmed=off_rows, verdict=said.line if (said := verdict(study)) is not None else None)
 
 
-__all__ = ["run_search", "SearchSummary", "reevaluate_front", "summarize", "fill"]
+__all__ = ["run_search", "SearchSummary", "summarize", "fill"]

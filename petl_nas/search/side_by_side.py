@@ -108,8 +108,6 @@ def _pooled(specs, labels, s: Slots, stage: Stage, run_here) -> Iterator[tuple[i
                 stage.done += 1
                 stage.spent_s = time.perf_counter() - began      # the stage's wall time: its estimate is wall time
                 yield i, result
-            if left and pending:                            # the pool is broken: every pending run fails too
-                continue
             if pending and time.perf_counter() - beat >= stage.every_s:
                 beat = time.perf_counter()
                 running = " and ".join(labels[i] for i in sorted(pending.values())[: s.runs])

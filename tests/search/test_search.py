@@ -575,8 +575,7 @@ def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_
     """The search selects on search_dev and never sees the test split: every TrialSpec it hands
     the executor's trainer says ``eval_split == "search_dev"``; only the final re-evaluation of the
     front (re-trained with each seed) says "test"."""
-    from petl_nas.search import executors
-    from petl_nas.search import driver as search_module
+    from petl_nas.search import executors, finals
 
     searched, final = [], []
 
@@ -584,7 +583,7 @@ def test_search_trials_are_scored_on_search_dev_and_only_the_final_reevaluation_
         return lambda spec, **kw: seen.append(spec) or real(spec, **kw)
 
     monkeypatch.setattr(executors, "run_trial", spy(searched, executors.run_trial))
-    monkeypatch.setattr(search_module, "run_trial", spy(final, search_module.run_trial))
+    monkeypatch.setattr(finals, "run_trial", spy(final, finals.run_trial))
     # One preset and one sampled trial; the preset is re-evaluated (final presets: best) even when
     # the front is empty, so the final re-evaluation always trains something.
     exp = experiment(tmp_path, trials=2, presets=["bitfit"], final=FinalEval(seeds=2, epochs=1, max_front=1, baselines=False))
@@ -641,11 +640,11 @@ def test_a_trial_scores_its_last_evaluation_unless_asked_for_its_best():
 
 @pytest.mark.slow
 def test_the_final_reevaluation_reports_last_epochs_not_the_best_on_test(tmp_path, monkeypatch):
-    from petl_nas.search import driver as search_module
+    from petl_nas.search import finals
 
     runs = []
-    real = search_module.run_trial
-    monkeypatch.setattr(search_module, "run_trial", lambda spec, **kw: runs.append(real(spec, **kw)) or runs[-1])
+    real = finals.run_trial
+    monkeypatch.setattr(finals, "run_trial", lambda spec, **kw: runs.append(real(spec, **kw)) or runs[-1])
     exp = experiment(tmp_path, trials=2, presets="none", final=FinalEval(seeds=2, epochs=2, max_front=1, baselines=False))
     run_search(exp, printer=lambda *a: None)
     entry = next(v for k, v in load(exp).user_attrs.items() if k.startswith("final:"))

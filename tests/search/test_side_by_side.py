@@ -1,6 +1,7 @@
-"""Confirmation's runs side by side (`petl_nas.search.side_by_side`): a pool of spawned processes
+"""Confirmation's and the finals' runs side by side (`petl_nas.search.side_by_side`): a pool of spawned processes
 trains each run exactly as this process would at the same thread count, hands every result back
-under its own run, and confirms a study to the same stored scores and rows as one after another."""
+under its own run, and confirms and re-evaluates a study to the same stored scores and rows as one
+after another."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import optuna
 import pytest
 import torch
 
-from petl_nas.search import confirm, side_by_side
+from petl_nas.search import confirm, finals, side_by_side
 from petl_nas.search.driver import run_search
 from petl_nas.search.experiment import FinalEval
 from petl_nas.search.progress import Stage
 from petl_nas.search.worker import run_trial
-from petl_nas.search.specs import trial_recipe
+from petl_nas.search.records import StoredTrial
+from petl_nas.search.specs import final_recipe, trial_recipe, trial_spec
+from petl_nas.tasks import resolve_task
 
 from test_search import experiment
 from test_warm_worker import PROBE, _spec
@@ -80,6 +83,38 @@ def test_a_study_confirmed_side_by_side_stores_what_one_after_another_stores(tmp
     assert lines[0].startswith("confirming ") and "2 side by side with 1 CPU thread(s) each" in lines[0]
     assert len([k for k in alone if k.startswith("confirm:")]) >= 2
     assert pooled == alone
+
+
+@pytest.mark.slow
+def test_finals_re_evaluated_side_by_side_store_what_one_after_another_stores(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    exp = experiment(tmp_path, trials=3, presets=["lora", "bitfit"])
+    run_search(exp, printer=lambda *a: None)
+    shutil.copy(tmp_path / "study.db", tmp_path / "pooled.db")
+    final = FinalEval(seeds=2, epochs=1, max_front=2, presets="all", confirm=0, baselines=False)
+
+    def reevaluated(storage: str, executor: str, threads: str) -> tuple[list, dict]:
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        torch.set_num_threads(1)
+        run = dataclasses.replace(exp, storage=storage, executor=executor, final=final)
+        study = optuna.load_study(study_name=exp.study_name, storage=storage)
+        lines = []
+        finals.reevaluate_front(study, run, resolve_task(exp.task), trial_recipe(exp), lines.append)
+        study = optuna.load_study(study_name=exp.study_name, storage=storage)
+        return lines, {k: v for k, v in study.user_attrs.items() if k.startswith("final:")}
+
+    _, alone = reevaluated(exp.storage_url, "local", "1")
+    lines, pooled = reevaluated(f"sqlite:///{tmp_path}/pooled.db", "ray", "2")
+    assert lines[0].startswith("final: ") and "2 side by side with 1 CPU thread(s) each" in lines[0]
+    assert len(alone) >= 2 and all(len(v["scores"]) == 2 for v in alone.values())
+    assert len({tuple(v["scores"]) for v in alone.values()}) == len(alone)   # each trial its own runs
+    assert pooled == alone
+    first = max(alone, key=lambda key: alone[key]["mean"])     # the one that learned most: its seed 1, alone
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    t = StoredTrial.of(study.trials[int(first.split(":")[1])], study.user_attrs)
+    run = dataclasses.replace(exp, final=final)
+    spec = trial_spec(run, t.petl_config, final_recipe(run, trial_recipe(exp), t.lr, 1), number=t.number, final=True)
+    assert alone[first]["scores"][1] == run_trial(spec).history[-1][resolve_task(exp.task).main_metric]
 
 
 @pytest.mark.slow
