@@ -242,7 +242,7 @@ def ray_trainable(config: dict) -> None:
     # One more report carries the whole result; `final` tells it from a scheduler's stop.
     granted = ray.get_runtime_context().get_assigned_resources()       # what Ray gave this trial
     shared = {"gpu_share": round(granted.get("GPU", 0.0), 4)} if "gpu" in config else {}   # gpus_per_trial: auto
-    tune.report({**{k: v for k, v in info.to_dict().items() if k != "history"}, "final": True, "node": node, **shared})
+    tune.report({**info.to_report(), "final": True, "node": node, **shared})
 
 
 def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Recorder,
@@ -299,7 +299,7 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
             elif result.get("final"):
                 if result.get("last_score") is not None:            # its last evaluation, reported here only
                     self._record(p, result.get("training_iteration", 0), result["last_score"])
-                recorder.complete(p, TrialResult.from_dict(result))
+                recorder.complete(p, TrialResult.from_report(result))
             else:
                 evaluations = result.get("training_iteration", 0)
                 self._record(p, evaluations, result["score"])

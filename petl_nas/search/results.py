@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 # Where-present fields: left out of `to_dict` (and so of the trial's attributes) when None, as a
@@ -27,6 +28,9 @@ _WHEN_PRESENT = ("gpu_reserved_mb", "gpu_total_mb", "frozen", "graphs", "node", 
 # Not stored on the trial: the score is its first objective value, the history is in the trial's
 # file, the metric and the card's size are the study's.
 _NOT_STORED = ("score", "history", "metric", "gpu_total_mb")
+# Dict-valued: Ray Tune flattens a reported result's nested dicts ("metrics/accuracy") before its
+# searcher sees them, so across Tune these travel as JSON text (`to_report`, `from_report`).
+_NESTED = ("metrics", "frozen", "graphs", "test_run")
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,18 @@ class TrialResult:
         are left out, and a result stored without its history (calibration's) gets an empty one."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_report(self) -> dict:
+        """`to_dict` without the history, for a Ray Tune report: the dict-valued fields as JSON text,
+        which Tune passes through as they are (a nested dict it would flatten, and `from_dict` then
+        lose: every Ray trial stored empty metrics and no final run)."""
+        return {k: json.dumps(v) if k in _NESTED and v is not None else v
+                for k, v in self.to_dict().items() if k != "history"}
+
+    @classmethod
+    def from_report(cls, data: dict) -> TrialResult:
+        """The result `to_report` sent through Tune (Tune's own keys left out, as `from_dict` does)."""
+        return cls.from_dict({k: json.loads(v) if k in _NESTED and isinstance(v, str) else v for k, v in data.items()})
 
     def attributes(self) -> dict:
         """The trial's user attributes that this result sets (`search.records.StoredTrial` reads them)."""

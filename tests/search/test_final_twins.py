@@ -54,6 +54,26 @@ def test_final_runs_that_a_trial_and_its_confirmation_trained_are_read_to_the_bi
 
 
 @pytest.mark.slow
+def test_trials_trained_through_ray_keep_their_metrics_and_are_their_final_runs(tmp_path):
+    """Ray Tune flattens the nested dicts of a reported result: trials trained there had stored
+    empty metrics and no test run, so the final re-evaluation trained their seed-0 runs again."""
+    ray = pytest.importorskip("ray")
+    exp = dataclasses.replace(final_study(tmp_path, epochs=5), executor="ray")
+    lines = []
+    try:
+        run_search(exp, printer=lines.append)
+    finally:
+        ray.shutdown()
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    trained = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert trained and all(t.user_attrs["metrics"].get("accuracy") == t.values[0] for t in trained)
+    assert all(t.user_attrs["test_run"]["recipe"]["seed"] == 0 for t in trained)
+    finals = [k for k in study.user_attrs if k.startswith("final:")]
+    said = next(line for line in lines if line.startswith("final: "))
+    assert finals and f"{2 * len(finals)} of the {2 * len(finals)} runs are trials or confirmations" in said
+
+
+@pytest.mark.slow
 def test_a_final_recipe_other_than_the_trials_trains_its_runs(tmp_path, monkeypatch):
     exp = final_study(tmp_path, epochs=3)
     assert final_twin(exp, trial_recipe(exp).with_overrides(lr=1e-3)) is None
