@@ -633,7 +633,7 @@ def _report_command(sub) -> None:
 
 
 def _quickstart_command(sub) -> None:
-    p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), about 11 min on 2 CPU cores")
+    p = _command(sub, "quickstart", "a real, small search on this machine: MiniLM, SST-2 if found (else a demo task), 2-9 min on 2 CPU cores")
     p.add_argument("--data-dir", help="a GLUE directory with SST-2/{train,dev}.tsv (default: look in the usual places)")
     p.add_argument("--demo", action="store_true", help="search the built-in demo task even when SST-2 is there")
     p.add_argument("--name", help="run name: runs/NAME and the study (default quickstart, or quickstart_demo)")

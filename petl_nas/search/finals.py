@@ -97,4 +97,4 @@ def _store(study, exp, task, t: StoredTrial, runs: list[dict], stage: Stage) -> 
             + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
             + "".join(f" ({name} {statistics.fmean(v):.4f}, as papers report it)" for name, v in reported.items())
             + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else "")
-            + f"; {stage.left()}")
+            + (f"; {stage.left()}" if stage.total else ""))          # every run read: nothing to count

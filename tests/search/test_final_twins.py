@@ -41,6 +41,7 @@ def test_final_runs_that_a_trial_and_its_confirmation_trained_are_read_to_the_bi
     finals = {int(k.split(":")[1]): v for k, v in study.user_attrs.items() if k.startswith("final:")}
     assert finals and not [c for c in calls if c.eval_split == "test"]          # no final run trained
     assert any("are read, not trained again" in line for line in lines)
+    assert not [line for line in lines if line.endswith(" of 0 runs")]           # no count of nothing
     # each equals a final run trained afresh, in the precision the study resolved ``auto`` to (bf16
     # where the CPU computes it natively)
     recipe = dataclasses.replace(trial_recipe(exp), precision=study.user_attrs["fidelity"]["precision"])
