@@ -524,8 +524,10 @@ def _export_command(sub) -> None:
     p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
     p.add_argument("--budget", help="only front members at or under this budget (0.3%% or a count)")
-    p.add_argument("--pick", default="best", help="best (default), smallest-within-noise (over final.confirm's "
-                                                  "paired seeds), smallest-within=X or fastest-within=X "
+    p.add_argument("--pick", default="best", help="best (default: with final.confirm, a searched configuration "
+                                                  "that beats the best baseline beyond noise, else that "
+                                                  "baseline), best-mean or smallest-within-noise (over "
+                                                  "final.confirm's paired seeds), smallest-within=X or fastest-within=X "
                                                   "(X metric points; fastest: the deployed form's latency, "
                                                   "the candidates timed again here side by side)")
     p.add_argument("--no-retime", action="store_true", help="fastest-within: rank by the latencies the trials "

@@ -10,14 +10,16 @@ ranked by their search score (measured on the search-dev split carved from the t
 mean over seeds where confirmed). The held-out
 test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
-``best`` takes the highest search score, ties to fewer parameters (with ``final.confirm``, the
-search's own pick, the best mean of the trials it confirmed, where the budget admits it);
-``smallest-within-noise`` (``final.confirm`` only) the confirmed trial with the fewest deployable
-parameters within noise of the best confirmed mean over paired seeds (`confirm.verdict`);
+``best`` takes the highest search score, ties to fewer parameters; with ``final.confirm``, the
+search's own pick where the budget admits it (`confirm.verdict`): the best searched configuration
+that beats the best baseline beyond noise over paired seeds, or else that baseline, so the
+default never trails it. ``best-mean`` (``final.confirm`` only) takes the best confirmed mean, a
+baseline or not; ``smallest-within-noise`` (``final.confirm`` only) the confirmed trial with the
+fewest deployable parameters within noise of the best confirmed mean over paired seeds;
 ``smallest-within=X`` takes
 the fewest parameters among those within X points (×100 of a 0-1 metric; ROUGE and BLEU are
 already in points) of the
-best; ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
+best (the best confirmed mean under ``final.confirm``); ``fastest-within=X`` the lowest inference latency of the deployed form (measured by every
 trial, `costs.py`; or, as `petl-nas export` does, timed again side by side here, `petl_nas.search.retime`)
 among them, where latencies within `LATENCY_TIE` (10%) of the lowest count as equal: of those, the
 highest search score. With ``objectives: [score, params, latency]`` the front holds the
@@ -54,8 +56,10 @@ from ..search.storage import redact
 from .record import RECORD_KEYS, ExportRecord, make_parent, read_record, write_record
 
 _WITHIN = re.compile(r"^(smallest|fastest)-within=(\d+(?:\.\d+)?)$")
-PICKS = "'best', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X' (X in points, e.g. 0.5)"
+PICKS = ("'best', 'best-mean', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X' "
+         "(X in points, e.g. 0.5)")
 WITHIN_NOISE = "smallest-within-noise"
+BEST_MEAN = "best-mean"
 LATENCY_TIE = 0.10
 """Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
 on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
@@ -86,26 +90,18 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
     return [(t, mean_score(study, t) if t.number in now else t.values[0]) for t in front + confirmed]
 
 
-def _search_pick(study: optuna.Study) -> int | None:
-    """The search's pick under ``final.confirm`` (`petl_nas.search.confirm.verdict`): the best
-    confirmed mean (None without confirm). A trial it did not confirm can show a higher single
-    score than that mean (single scores of the best draws run high: that is why they were
-    confirmed)."""
-    said = verdict(study)
-    return said.pick if said is not None else None
-
-
-def _smallest_within_noise(study: optuna.Study, pool: list[tuple[FrozenTrial, float]]) -> FrozenTrial:
-    """``--pick smallest-within-noise``: the verdict's smallest confirmed trial within noise of the
-    best confirmed mean, which must be within the budget."""
+def _named_by_verdict(study: optuna.Study, pool: list[tuple[FrozenTrial, float]], pick: str) -> FrozenTrial:
+    """``--pick smallest-within-noise`` (the verdict's smallest confirmed trial within noise of the
+    best confirmed mean) or ``--pick best-mean`` (the best confirmed mean itself); it must be within
+    the budget."""
     said = verdict(study)
     if said is None:
-        raise ConfigError(f"--pick {WITHIN_NOISE}: study {study.study_name!r} confirmed no trial over extra seeds "
-                          f"(final.confirm); use smallest-within=X")
-    chosen = [c[0] for c in pool if c[0].number == said.smallest]
+        raise ConfigError(f"--pick {pick}: study {study.study_name!r} confirmed no trial over extra seeds "
+                          f"(final.confirm); use best or smallest-within=X")
+    number, what = (said.smallest, "the smallest within noise") if pick == WITHIN_NOISE else (said.best, "the best confirmed mean")
+    chosen = [c[0] for c in pool if c[0].number == number]
     if not chosen:
-        raise ConfigError(f"--pick {WITHIN_NOISE}: trial {said.smallest}, the smallest within noise, is over "
-                          f"--budget")
+        raise ConfigError(f"--pick {pick}: trial {number}, {what}, is over --budget")
     return chosen[0]
 
 
@@ -116,18 +112,19 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
     number: ms}`` (`petl_nas.search.retime`), instead of the latencies the trials measured; a candidate it
     leaves out is not chosen."""
     m = _WITHIN.match(pick)
-    if pick not in ("best", WITHIN_NOISE) and not m:    # the flag first: before the study is read
+    if pick not in ("best", WITHIN_NOISE, BEST_MEAN) and not m:    # the flag first: before the study is read
         raise ConfigError(f"--pick: expected {PICKS}, got {pick!r}")
     pool = candidates(study, budget)
-    if pick == WITHIN_NOISE:
-        return _smallest_within_noise(study, pool)
-    best = max(pool, key=lambda c: (c[1], -c[0].values[1]))
-    picked = _search_pick(study)
-    if picked is not None and any(c[0].number == picked for c in pool):     # within the budget: the
-        best = next(c for c in pool if c[0].number == picked)             # search's own pick, by its mean
-    if pick == "best":
-        return best[0]
-    floor = best[1] - float(m.group(2)) / points_per_unit(study.user_attrs.get("metric", "accuracy"))
+    if pick in (WITHIN_NOISE, BEST_MEAN):
+        return _named_by_verdict(study, pool, pick)
+    top = max(pool, key=lambda c: (c[1], -c[0].values[1]))
+    said = verdict(study)
+    by_number = {c[0].number: c for c in pool}
+    if pick == "best":                              # the search's own pick where the budget admits it
+        return by_number.get(said.pick if said else None, top)[0]
+    if said is not None and said.best in by_number:    # "within X of the best": its confirmed mean
+        top = by_number[said.best]
+    floor = top[1] - float(m.group(2)) / points_per_unit(study.user_attrs.get("metric", "accuracy"))
     within = [c for c in pool if c[1] >= floor]
     if m.group(1) == "smallest":
         return min(within, key=lambda c: (c[0].values[1], -c[1]))[0]

@@ -16,11 +16,10 @@ from optuna.trial import TrialState
 
 from ..tasks.significance import mean_std
 from ..training.loop import Recipe
-from ..training.threads import use_threads
 from .confirm import confirm, verdict
 from .progress import Stage
 from .records import FINAL, StoredTrial, stored_trials
-from .side_by_side import describe, run_all, slots
+from .side_by_side import describe, for_stage, run_all
 from .specs import final_k, final_recipe, trial_spec
 from .study import front
 from .worker import run_trial
@@ -37,24 +36,28 @@ def reevaluate_front(study, exp, task, recipe: Recipe, printer) -> None:
     jobs = [(t, seed) for t in todo for seed in seeds if ran[(t.number, seed)] is None]
     specs = [trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
              for t, seed in jobs]
-    where = slots(len(specs), exp.executor, exp.cpus_per_trial)
+    where = for_stage(len(specs), exp.executor, exp.cpus_per_trial)
     if todo:
-        if where.runs == 1:
-            use_threads()
         kept = len(ran) - len(jobs)
         printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, {describe(where)}"
                 + (f"; {kept} of the {len(ran)} runs are trials or confirmations that trained as the final runs "
                    f"do and were scored on test then, so they are read, not trained again" if kept else ""))
     stage = Stage(printer, len(jobs))
     for t in todo:                                       # those read in full are stored first
-        if all(ran[(t.number, seed)] is not None for seed in seeds):
-            _store(study, exp, task, t, [ran[(t.number, seed)] for seed in seeds], stage)
+        if (runs := _all_seeds(ran, t, seeds)) is not None:
+            _store(study, exp, task, t, runs, stage)
     labels = [f"final: trial {t.number}, seed {seed}, on the test split" for t, seed in jobs]
     for index, result in run_all(specs, labels, where, stage, run_trial):
         t, seed = jobs[index]
         ran[(t.number, seed)] = result.history[-1]       # the last evaluation: no checkpoint picking
-        if all(ran[(t.number, s)] is not None for s in seeds):
-            _store(study, exp, task, t, [ran[(t.number, s)] for s in seeds], stage)
+        if (runs := _all_seeds(ran, t, seeds)) is not None:
+            _store(study, exp, task, t, runs, stage)
+
+
+def _all_seeds(ran: dict, t: StoredTrial, seeds) -> list[dict] | None:
+    """``t``'s last evaluations in seed order once every seed is in, else None."""
+    runs = [ran[(t.number, seed)] for seed in seeds]
+    return runs if all(r is not None for r in runs) else None
 
 
 def _members(study, exp, recipe: Recipe, printer) -> list[StoredTrial]:

@@ -6,7 +6,8 @@ about 1.7 min in one process at 2 threads, and 1.2-1.5 min at 1 thread with anot
 (the trials of the same study), so one after another the stage took about twice as long as it
 needed (bench/results/confirm_side_by_side.md).
 
-`slots` says how many runs go side by side: on a CPU, the cores `threads.choose` finds free
+`slots` says how many runs go side by side (`for_stage` also sets this process's threads where it
+trains them itself): on a CPU, the cores `threads.choose` finds free
 (``OMP_NUM_THREADS`` set in the environment caps them), divided by the threads each run gets (the
 search's ``cpus_per_trial``); one on a GPU (runs there are packed by the search, not here) and one
 with the ``local`` executor, which trains everything in this process (debugging, and the tests'
@@ -63,6 +64,17 @@ def slots(n_runs: int, executor: str = "ray", cpus_per_run: float = 1.0, gpu: bo
     if runs == 1:
         return Slots(1, choice.threads, choice.reason)
     return Slots(runs, each, choice.reason)
+
+
+def for_stage(n_runs: int, executor: str = "ray", cpus_per_run: float = 1.0) -> Slots:
+    """`slots` for a stage's ``n_runs`` runs, with this process's torch threads chosen
+    (`threads.use_threads`) where it trains them itself, one after another."""
+    where = slots(n_runs, executor, cpus_per_run)
+    if n_runs and where.runs == 1:
+        from ..training.threads import use_threads
+
+        use_threads()
+    return where
 
 
 def describe(s: Slots) -> str:

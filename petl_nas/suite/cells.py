@@ -3,8 +3,11 @@ and the macro-average over tasks per budget (markdown, JSON and a PNG).
 
 A cell reads its study only: the pick is what ``export`` takes by default, the best baseline is the
 one confirmation compared it with (else the baseline with the best search score), and the paired
-test Δ is the per-seed difference of their final runs (same seeds). Nothing here chooses anything
-from the test split; a cell whose pick or baseline has no test runs says so.
+test Δ is the per-seed difference of their final runs (same seeds). Where nothing beats the best
+baseline beyond noise the pick is that baseline (Δ 0); the best confirmed mean, which a user can
+export instead (``--pick best-mean``), has its own Δ beside it, so the table shows what the search
+found as well as what it deploys. Nothing here chooses anything from the test split; a cell whose
+pick or baseline has no test runs says so.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from ..tasks.significance import paired_difference
 def empty(task: str, budget: str) -> dict:
     """The row of a study not run (or not finished) yet: nothing measured."""
     return {"task": task, "budget": budget, "budget_params": None, "metric": None, "pick": None,
-            "baseline": None, "beaten": False, "delta": None, "trial_min": 0, "wall_min": None}
+            "baseline": None, "beaten": False, "delta": None, "best_mean_delta": None, "trial_min": 0,
+            "wall_min": None}
 
 
 def cell(study, task: str, budget: str) -> dict:
@@ -42,15 +46,22 @@ def cell(study, task: str, budget: str) -> dict:
     row = {"task": task, "budget": budget, "budget_params": attrs.get("budget"), "metric": attrs.get("metric"),
            "pick": _side(trials.get(getattr(pick, "number", None)), attrs),
            "baseline": _side(trials.get(base_no), attrs),
-           "beaten": bool(said and said.beaten), "delta": None,
+           "beaten": bool(said and said.beaten), "delta": _delta(trials.get(getattr(pick, "number", None)),
+                                                                   trials.get(base_no), attrs, pts),
+           "best_mean_delta": _delta(trials.get(said.best), trials.get(base_no), attrs, pts) if said else None,
            "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
            "wall_min": None if wall_s is None else round(wall_s / 60, 1)}
-    p, b = row["pick"], row["baseline"]
-    if p and b and p["test"] and b["test"]:
-        d = paired_difference(p["test"], b["test"]) if p["number"] != b["number"] else \
-            {"mean": 0.0, "std": 0.0, "n": len(p["test"])}          # the pick is the baseline itself
-        row["delta"] = {"mean": pts * d["mean"], "std": None if d["std"] is None else pts * d["std"], "n": d["n"]}
     return row
+
+
+def _delta(trial, baseline, attrs: dict, pts: float) -> dict | None:
+    """The paired test Δ (points) of ``trial`` to ``baseline``; None where either has no test runs."""
+    p, b = _side(trial, attrs), _side(baseline, attrs)
+    if not (p and b and p["test"] and b["test"]):
+        return None
+    d = paired_difference(p["test"], b["test"]) if p["number"] != b["number"] else \
+        {"mean": 0.0, "std": 0.0, "n": len(p["test"])}          # the baseline itself
+    return {"mean": pts * d["mean"], "std": None if d["std"] is None else pts * d["std"], "n": d["n"]}
 
 
 def _side(trial, attrs: dict) -> dict | None:
@@ -101,16 +112,18 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
     """The table (one row per task and budget) and the macro-average per budget, in markdown."""
     lines = [f"# Suite {suite_name}: the search's pick against the best baseline at each budget", "",
              "| task | budget | pick (deployable) | test | best baseline (deployable) | test | paired Δ pts "
-             "(test, ±std) | seeds | beats it on search-dev | trial compute (min) | study wall (min) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(test, ±std) | seeds | beats it on search-dev | best confirmed mean's Δ | trial compute (min) | "
+             "study wall (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         pts = points_per_unit(c["metric"] or "accuracy")
         d = c["delta"]
-        delta = "-" if d is None else f"{d['mean']:+.2f}" + (f" ± {d['std']:.2f}" if d["std"] is not None else "")
+        delta = _signed(d)
         budget = c["budget"] + (f" ({c['budget_params']:,})" if c["budget_params"] is not None else "")
         lines.append(f"| {c['task']} | {budget} | {_who(c['pick'])} | {_test(c['pick'], pts)} | "
                      f"{_who(c['baseline'])} | {_test(c['baseline'], pts)} | {delta} | {d['n'] if d else '-'} | "
-                     f"{'yes' if c['beaten'] else 'no'} | {c['trial_min']:g} | {_minutes(c.get('wall_min'))} |")
+                     f"{'yes' if c['beaten'] else 'no'} | {_signed(c.get('best_mean_delta'))} | {c['trial_min']:g} | "
+                     f"{_minutes(c.get('wall_min'))} |")
     lines += ["", "| budget | macro-average Δ pts over the tasks measured (± se) | lowest cell | tasks measured |",
               "|---|---|---|---|"]
     for m in macro(cells):
@@ -119,7 +132,8 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
         lines.append(f"| {m['budget']} | {mean} | {lowest} | {m['measured']} of {m['tasks']} |")
     lines += ["", "Δ: the pick's test score minus the best baseline's, seed by seed (the same seeds), in points; "
               "the pick is what `petl-nas export` takes by default, the best baseline the one confirmation compared "
-              "it with on search-dev. Trial compute: the studies' trials' wall time, calibration and finals aside. "
+              "it with on search-dev; where nothing beats that baseline beyond noise, the pick is the baseline itself "
+              "(Δ 0), and the best confirmed mean's Δ is what `export --pick best-mean` would have given. Trial compute: the studies' trials' wall time, calibration and finals aside. "
               "Study wall: the study's runs from start to end (calibration, supernet, trials, confirmation, finals), "
               "summed over its resumes."]
     walls = per_task_wall(cells)
@@ -139,6 +153,10 @@ def per_task_wall(cells: list[dict]) -> list[dict]:
         if known:
             out.append({"task": task, "minutes": round(sum(known), 1), "studies": len(known), "of": len(row)})
     return out
+
+
+def _signed(d: dict | None) -> str:
+    return "-" if d is None else f"{d['mean']:+.2f}" + (f" ± {d['std']:.2f}" if d["std"] is not None else "")
 
 
 def _minutes(value) -> str:

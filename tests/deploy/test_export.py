@@ -371,7 +371,7 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
     (["export", "--storage", "sqlite:///{d}/s.db", "--preset", "lora", "--pick", "smallest-within=1", "-o", "{d}/x.yaml"],
      "give --pick or --preset, not both"),
     (["export", "--storage", "sqlite:///{d}/e.db", "--pick", "worst", "-o", "{d}/x.yaml"],   # the flag, not the study
-     "--pick: expected 'best', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X'"),
+     "--pick: expected 'best', 'best-mean', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X'"),
     (["train", "--config", "{d}/nodata.yaml", "--out", "{d}/runs/x"], "SST-2/train.tsv does not exist"),  # after mkdir
     (["train", "--config", "{d}/nomodel.yaml", "--out", "{d}/runs/x"], "model '/no/such/bert': no such local directory"),
     (["export", "--storage", "sqlite:///{d}/s.db", "--list", "--budget", "60"],

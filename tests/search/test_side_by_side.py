@@ -43,6 +43,23 @@ def test_slots_follow_the_executor_the_device_and_the_free_cores(monkeypatch):
     assert side_by_side.describe(side_by_side.Slots(2, 1, "2 usable cores")).startswith("2 side by side with 1")
 
 
+def test_a_stage_trained_in_this_process_sets_its_threads_from_the_free_cores(monkeypatch):
+    """The final re-evaluation and confirmation train here with one slot: with torch's default of one
+    thread per core inherited on a shared machine they ran 17x slower (issue 52), so the stage sets
+    the choice; a stage with nothing to train leaves the threads alone."""
+    from petl_nas.training import threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")                  # one free core, as threads.choose reads it
+    monkeypatch.setattr(threads, "_kept", None)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        assert side_by_side.for_stage(0, "local").runs == 1 and torch.get_num_threads() == 3
+        assert side_by_side.for_stage(4, "local").runs == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 def test_runs_side_by_side_score_as_in_this_process_each_under_its_own_index(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -116,6 +116,11 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
         assert base["number"] == max(named, key=lambda n: statistics.fmean(scores[n]))
         diffs = [100 * (a - b) for a, b in zip(pick["test"], base["test"])]
         assert c["delta"]["mean"] == pytest.approx(statistics.fmean(diffs))
+        said = confirm.verdict(study)
+        assert said.beaten or pick["number"] == base["number"]        # a tie deploys the baseline itself
+        found = study.user_attrs[f"final:{said.best}"]["scores"]     # the best confirmed mean: re-evaluated
+        assert c["best_mean_delta"]["mean"] == pytest.approx(
+            statistics.fmean(100 * (a - b) for a, b in zip(found, base["test"])))
         runs = sessions(study.user_attrs)            # every run of it, the resumes that trained nothing too
         assert len(runs) == (1 if exp.study_name == "s_colours_1pct" else 2)
         assert c["wall_min"] == round(sum(r["wall_s"] for r in runs) / 60, 1)
@@ -158,9 +163,9 @@ def test_the_time_left_in_a_suite_is_judged_by_the_studies_run_at_each_budget():
 
 def test_a_cell_not_run_yet_reads_as_not_measured():
     empty = {"task": "x", "budget": "1%", "budget_params": None, "metric": None, "pick": None, "baseline": None,
-             "beaten": False, "delta": None, "trial_min": 0, "wall_min": None}
+             "beaten": False, "delta": None, "best_mean_delta": None, "trial_min": 0, "wall_min": None}
     text = markdown("s", [empty])
-    assert "| x | 1% | - | - | - | - | - | - | no | 0 | - |" in text and "| 1% | - | - | 0 of 1 |" in text
+    assert "| x | 1% | - | - | - | - | - | - | no | - | 0 | - |" in text and "| 1% | - | - | 0 of 1 |" in text
     assert "Wall time per task" not in text                        # nothing recorded: nothing said
     with warnings.catch_warnings():
         warnings.simplefilter("error")                             # no empty legend warned about

@@ -212,7 +212,7 @@ def test_export_picks_the_fastest_within_the_margin():
     assert choose(study, pick="fastest-within=1.0").number == 2
     assert choose(study, pick="smallest-within=1.0").number == 2
     assert choose(study, budget=6000, pick="fastest-within=0").number == 2
-    with pytest.raises(ConfigError, match="expected 'best', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X'"):
+    with pytest.raises(ConfigError, match="expected 'best', 'best-mean', 'smallest-within-noise', 'smallest-within=X' or 'fastest-within=X'"):
         choose(study, pick="quickest")
 
 
