@@ -199,8 +199,9 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     n = count_parameters(model_config, config, num_labels=task.num_labels)
     counts = {"deployable": n.deployable, "trainable": n.trainable,
               "pct_of_backbone": round(100 * n.deployable / n.backbone, 4)}
-    measured = (a.get(RATE_CALIBRATION) or {}).get("rates")
-    config, lr = at_rates(measured, config, 1.0) if measured else (config, preset_lr(name))
+    rates = a.get(RATE_CALIBRATION) or {}
+    measured = rates.get("rates")
+    config, lr = at_rates(measured, config, 1.0, rates.get("scales")) if measured else (config, preset_lr(name))
     return _record(study, config.to_dict(), lr, counts, storage_url, recipe,
                    trial=None, preset=name, search_score=None, test_mean=None, test_std=None,
                    test_n=None, rates="measured" if measured else "paper")

@@ -453,7 +453,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
                          target=target, lock=lock, heartbeat=heartbeat,
                          sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials),
                          head_trains=not task.generative, on_invalid=invalid,
-                         rates=(measured or {}).get("rates") or None)
+                         rates=(measured or {}).get("rates") or None, scales=(measured or {}).get("scales") or None)
     progress = Progress(study, remaining, printer)
     trial_dir = exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)

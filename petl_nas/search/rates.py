@@ -27,7 +27,10 @@ times the space's ``head_lr_mult``), and the sampler draws only ``lr_scale`` in 
 (`SCALE`), one multiplier of them all. Presets and the LoRA rank sweep train at ``lr_scale`` 1:
 the rates measured for their own families. The record (``rate_calibration``) is stored on the
 study, printed a line per family, shown in the report, and written to ``runs/NAME/rates.json`` for
-``rates: {file: ...}`` to reuse on the same backbone. Each family's best run is kept whole: the
+``rates: {file: ...}`` to reuse on the same backbone. It keeps the scale each module family was
+measured at (``scales``: its probe's fixed scale), since a fixed scale on a module whose output
+starts at zero is only a rate of its own: such modules then train at their family's scale
+(`petl_nas.core.family_rates.at_reference_scales`). Each family's best run is kept whole: the
 preset trained at its measured rate is recorded from it, not trained again. Nothing here reads
 the test split.
 """
@@ -44,8 +47,8 @@ from typing import Callable
 
 from ..core.budget import count_parameters
 from ..core.config import PetlConfig
-from ..core.family_rates import at_rates as apply, families_of
-from ..core.presets import preset_lr
+from ..core.family_rates import at_rates as apply, families_of, reference_scale
+from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
 from ..fileio import atomic_write
 from .progress import Stage
@@ -60,6 +63,7 @@ SETTING = RATES_SETTING          # the study attribute holding the mode it searc
 SCALE = "lr_scale"               # the study parameter the sampler draws in a calibrated study
 STEP = 3.0                       # one step of the climb: a factor of 3
 MAX_STEPS = 3                    # runs per family at most
+NOMINAL_WIDTH = 768              # a hidden size to build a preset at where only its scales are read
 # family -> presets that measure it, in order of preference (the first that fits the budget)
 FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
                  "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
@@ -215,9 +219,13 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
     lr_range = SearchSpace.load(exp.space).globals["lr"]
     order, skipped, climbs = space_families(space), {}, {}
     stage = Stage(printer, left, at_most=True)
+    scales = {}
     for family in order:
         found = probe(family, space, model_config, budget)
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
+        ref = reference_scale(found[1] if found else preset(FAMILY_PROBES[family][0], model_config), family)
+        if ref is not None:
+            scales[family] = ref
         if found is None or left < 2:
             skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
                                else "not measured: calibration's share of the study's runs is spent"}
@@ -241,7 +249,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
     factor = (math.exp(statistics.fmean(math.log(measured[f] / records[f]["prior"]) for f in measured))
               if measured else 1.0)
     families = {f: records.get(f) or {**skipped[f], "rate": skipped[f]["prior"] * factor} for f in order}
-    return {"rates": {f: families[f]["rate"] for f in order}, "families": families, "factor": factor,
+    return {"rates": {f: families[f]["rate"] for f in order}, "scales": scales, "families": families, "factor": factor,
             "runs": sum(len(v.get("tried", ())) for v in families.values()),
             "allowed": allowance(planned, exp.rates.share), "trials": exp.trials, "planned": planned, "results": results,
             "epochs": trial_recipe(exp).epochs, "k": exp.fidelity.k, "backbone": json.dumps(exp.backbone),
@@ -297,6 +305,10 @@ def lines(record: dict) -> list[str]:
         else:
             out.append(f"rate {family}: {f['rate']:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
                        f"the factor measured on the others; {f['why']})")
+    if record.get("scales"):
+        out.append("scales: a fixed scale on a module whose output starts at zero is a rate of its own (under Adam, "
+                   "s times the output projection's), so such modules train at the scale their family's rate was "
+                   "measured at: " + ", ".join(f"{f} s={v:g}" for f, v in record["scales"].items()))
     if record.get("source"):
         out.append(f"rates: from {record['source']}, not measured again")
     else:
@@ -336,10 +348,29 @@ def read_file(path: str, exp) -> tuple[dict, list[str]]:
     if record.get("backbone") != json.dumps(exp.backbone):
         raise ConfigError(f"rates.file {path!r}: measured on backbone {record.get('backbone')}, not "
                           f"{json.dumps(exp.backbone)}; rates do not carry across backbones (calibrate again)")
+    if "scales" not in record:                       # a file from before scales were recorded
+        record["scales"] = probe_scales(record)
     notes = []
     if record.get("task") != str(exp.task):
         notes.append(f"rates: {path} was measured on task {record.get('task')}, reused for {exp.task}")
     return {**record, "source": str(path)}, notes
+
+
+def probe_scales(record: dict) -> dict[str, float]:
+    """The reference scales of a record that did not keep them: for each family of modules, the
+    scale of the preset it was measured on (else of its first probe preset), sizes aside."""
+    out = {}
+    for family, f in record.get("families", {}).items():
+        if family not in FAMILY_PROBES:
+            continue
+        name = str(f.get("probe") or FAMILY_PROBES[family][0]).split(",")[0]
+        try:
+            ref = reference_scale(preset(name, hidden_size=NOMINAL_WIDTH), family)
+        except ConfigError:                               # a preset this version no longer has
+            ref = None
+        if ref is not None:
+            out[family] = ref
+    return out
 
 
 def mode(study, exp) -> dict:

@@ -221,18 +221,22 @@ class TrialSource:
     again. ``head_trains`` False (a generation task: the LM head stays frozen) makes a draw with
     no PETL parameter an invalid configuration, as it would train nothing. ``on_invalid(number,
     reason)`` hears of each draw recorded as an invalid configuration (a form the backbone refuses).
+    ``rates`` (measured per family) make a draw's rate a multiplier of them; ``scales`` (the scales
+    they were measured at) put every module whose scale is only a rate at its family's
+    (`petl_nas.core.family_rates.at_reference_scales`), before it is counted and stored.
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
                  n_layers: int, flat: bool = False, target: int | None = None, lock=None,
                  heartbeat: Heartbeat | None = None,
                  sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None, head_trains: bool = True,
-                 on_invalid: Callable[[int, str], None] | None = None, rates: dict[str, float] | None = None):
+                 on_invalid: Callable[[int, str], None] | None = None, rates: dict[str, float] | None = None,
+                 scales: dict[str, float] | None = None):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
         self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
         self.sampler_for, self.head_trains, self.on_invalid = sampler_for, head_trains, on_invalid
-        self.rates = rates
+        self.rates, self.scales = rates, scales
         self.backbone = count_parameters(model_config, PetlConfig()).backbone
         self.rejected = 0
 
@@ -283,7 +287,7 @@ class TrialSource:
                 scale = lr = recipe["lr"]
                 config = canonical(config)              # two LoRAs on one sublayer: one of their summed rank
             if self.rates is not None and scale is not None:    # lr is a multiplier of the measured rates
-                config, lr = apply_rates(self.rates, config, scale)
+                config, lr = apply_rates(self.rates, config, scale, self.scales)
             else:
                 scale = None
             count = count_parameters(self.model_config, config)

@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from petl_nas import ConfigError, ModuleSpec, PetlConfig
-from petl_nas.core.family_rates import at_rates, families_of
+from petl_nas.core.family_rates import at_rates, at_reference_scales, families_of
 from petl_nas.search import rates
 from petl_nas.search.experiment import Experiment, FinalEval, Rates
 from petl_nas.search.space import SearchSpace
@@ -131,12 +131,18 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
     assert adapter["tried"][0][0] == pytest.approx(min(max(adapter["prior"] * factor, 3e-3), 3e-2))  # factor
     assert json.loads((exp.run_dir / "rates.json").read_text())["rates"] == record["rates"]
 
+    assert record["scales"] == {"lora": 2.0, "adapter": 1.0}           # the probes' scales (prefix: gated)
+    assert any(line.startswith("scales: ") and "lora s=2, adapter s=1" in line for line in lines)
     trials = [t for t in stored_trials(study) if t.state.name == "COMPLETE"]
+    drawn = 0
     for t in trials:
         config = t.config(resolved=False)
         assert 0.5 <= t.lr_scale <= 2.0
         expected, lr = at_rates(record["rates"], dataclasses.replace(config, lr_mults=()), t.lr_scale)
         assert (config, t.lr) == (expected, pytest.approx(lr))
+        assert at_reference_scales(config, record["scales"]) == config    # every zero-start module at its family's
+        drawn += sum(1 for n in study.trials[t.number].params if n.endswith(".scale"))
+    assert drawn                                                        # though the sampler drew other scales
     preset = next(t for t in trials if t.preset == "pfeiffer")
     assert preset.lr_scale == 1.0 and preset.lr == record["rates"]["adapter"]   # at the measured rate, and
     assert study.trials[preset.number].user_attrs.get("reused") == "calibration"   # from calibration's own run
@@ -222,6 +228,35 @@ def test_each_family_is_one_line_saying_how_its_rate_was_found():
     assert rates.lines({**record, "runs": 2, "trials": 0, "planned": None})[-1] == (   # recorded before "planned"
         "rates: calibration took 2 runs (the study asks for no trials of the sampler's; the fewest a calibration "
         "takes) and 4.2 min")
+
+
+def test_the_reference_scales_are_one_line_and_a_file_without_them_takes_its_probes(tmp_path):
+    record = {"rates": {"lora": 1.5e-3, "adapter": 9e-4, "prefix": 1e-3}, "factor": 3.0, "runs": 2, "trials": 4,
+              "cost_s": 60.0, "planned": 8, "backbone": json.dumps({"tiny": {}}), "task": "demo_sentiment",
+              "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 1.5e-3, "tried": [[1.5e-3, 0.8]]},
+                           "adapter": {"prior": 1e-4, "probe": "pfeiffer, sizes 12 to fit", "rate": 9e-4,
+                                       "tried": [[9e-4, 0.8]]},
+                           "prefix": {"prior": 2e-4, "rate": 1e-3, "why": "no preset of it fits the budget"}}}
+    assert not any(line.startswith("scales: ") for line in rates.lines(record))     # a record from before them
+    path = tmp_path / "old_rates.json"
+    path.write_text(json.dumps(record))
+    read, _ = rates.read_file(str(path), Experiment(backbone={"tiny": {}}, task="demo_sentiment"))
+    assert read["scales"] == {"lora": 2.0, "adapter": 1.0}          # lora's preset s = 2, pfeiffer's add
+    assert [line for line in rates.lines(read) if line.startswith("scales: ")] == [
+        "scales: a fixed scale on a module whose output starts at zero is a rate of its own (under Adam, s times "
+        "the output projection's), so such modules train at the scale their family's rate was measured at: "
+        "lora s=2, adapter s=1"]
+
+
+def test_a_study_that_recorded_rates_without_scales_keeps_training_its_modules_as_drawn():
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    old = {"rates": {"lora": 1e-3}, "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 1e-3,
+                                                          "tried": [[1e-3, 0.8]]}},
+           "factor": 2.0, "runs": 1, "trials": 2, "cost_s": 1.0}
+    study.set_user_attr(rates.SETTING, {"calibrated": True, "spread": 2.0})
+    study.set_user_attr(rates.ATTR, old)
+    resolved = rates.resolve(study, Experiment(), None, None, None, printer=lambda *a: None)
+    assert resolved == old and "scales" not in resolved             # resumed as recorded: nothing folded
 
 
 def test_runs_left_take_a_family_at_the_edge_of_its_rates_further_while_it_rises():

@@ -38,6 +38,9 @@ class Adapter(Form):
     def space_values(self, spec):
         return {"insertion": spec.insertion, "bottleneck": spec.size}
 
+    def output_starts_at_zero(self, spec) -> bool:
+        return spec.init == "lora"                   # W_up and its bias start at 0 (Compacter's t too)
+
     def supernet_fields(self, site, space, gate):
         return {"insertion": "parallel", "init": "lora", **gate}
 

@@ -48,6 +48,9 @@ class Form:
             dropout, are one module of the summed size: the same function family with as many
             parameters (LoRA: s·B₁A₁x + s·B₂A₂x = s·[B₁ B₂][A₁; A₂]x). `petl_nas.core.canonical`
             merges them. Not the bottleneck adapter: two output biases become one.
+
+    `scale_is_a_rate` says whether a module's fixed scale s is, under Adam, only a learning-rate
+    multiple of its output projection (`petl_nas.core.family_rates.at_reference_scales`).
     """
 
     name: str = ""
@@ -76,6 +79,19 @@ class Form:
 
     def check(self, spec, where: str) -> None:
         """Refuse what only this form cannot take (after the common checks), naming ``where.field``."""
+
+    def output_starts_at_zero(self, spec) -> bool:
+        """Is Δh = s·F(U, θ) with F linear in a group of parameters U (the output projection and its
+        bias) that starts at zero and that nothing else reads? Then the model at scale s with U is the
+        model at scale 1 with s·U, so training it at scale s is training it at scale 1 with U's
+        learning rate s times higher (Adam's step does not see a gradient's scale): s is a rate, not
+        structure. False unless a form says so."""
+        return False
+
+    def scale_is_a_rate(self, spec) -> bool:
+        """``spec``'s scale is a fixed s (``add``: 1, or ``scaled``, not learned) on an output that
+        starts at zero (`output_starts_at_zero`)."""
+        return spec.composition in ("add", "scaled") and not spec.learn_scale and self.output_starts_at_zero(spec)
 
     # ---- on a backbone -----------------------------------------------------------------------
     def shared(self, spec):

@@ -60,6 +60,9 @@ class LoRAForm(Form):
     def supernet_fields(self, site, space, gate):
         return {"targets": space.targets(site), **gate}
 
+    def output_starts_at_zero(self, spec) -> bool:
+        return spec.init == "lora"                   # B starts at 0
+
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)]
 
