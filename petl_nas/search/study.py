@@ -274,7 +274,7 @@ class TrialSource:
     def _decide(self, trial: Trial) -> Proposal | None:
         """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""
         queued = StoredTrial.of(trial)
-        scale = None
+        scale, drawn = None, False
         try:
             if queued.given_whole:              # an off-space preset, a one-shot proposal, or the retry
                 config = queued.config(resolved=False)      # of a trial whose worker died once decided
@@ -285,11 +285,13 @@ class TrialSource:
             else:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
                 scale = lr = recipe["lr"]
-                config = canonical(config)              # two LoRAs on one sublayer: one of their summed rank
+                drawn = True
             if self.rates is not None and scale is not None:    # lr is a multiplier of the measured rates
                 config, lr = apply_rates(self.rates, config, scale, self.scales)
             else:
                 scale = None
+            if drawn:                                   # two LoRAs on one sublayer (at one scale, after the
+                config = canonical(config)              # rates'): one LoRA of their summed rank
             count = count_parameters(self.model_config, config)
             if count.trainable == 0 and not self.head_trains:    # no module on a generation model
                 raise ConfigError("nothing to train: no PETL module, and the task's head (the LM head) stays frozen")
