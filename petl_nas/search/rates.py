@@ -223,7 +223,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
     for family in order:
         found = probe(family, space, model_config, budget)
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
-        ref = reference_scale(found[1] if found else preset(FAMILY_PROBES[family][0], model_config), family)
+        ref = reference_scale(found[1], family) if found else preset_scale(family, FAMILY_PROBES[family][0])
         if ref is not None:
             scales[family] = ref
         if found is None or left < 2:
@@ -361,16 +361,20 @@ def probe_scales(record: dict) -> dict[str, float]:
     scale of the preset it was measured on (else of its first probe preset), sizes aside."""
     out = {}
     for family, f in record.get("families", {}).items():
-        if family not in FAMILY_PROBES:
-            continue
-        name = str(f.get("probe") or FAMILY_PROBES[family][0]).split(",")[0]
-        try:
-            ref = reference_scale(preset(name, hidden_size=NOMINAL_WIDTH), family)
-        except ConfigError:                               # a preset this version no longer has
-            ref = None
-        if ref is not None:
-            out[family] = ref
+        if family in FAMILY_PROBES:
+            ref = preset_scale(family, str(f.get("probe") or FAMILY_PROBES[family][0]).split(",")[0])
+            if ref is not None:
+                out[family] = ref
     return out
+
+
+def preset_scale(family: str, name: str) -> float | None:
+    """`reference_scale` of ``family`` on preset ``name`` (sizes aside); None when it has none or this
+    version no longer has the preset."""
+    try:
+        return reference_scale(preset(name, hidden_size=NOMINAL_WIDTH), family)
+    except ConfigError:
+        return None
 
 
 def mode(study, exp) -> dict:
