@@ -16,6 +16,7 @@ import torch
 from conftest import TINY_BACKBONE, batch, tiny_experiment, tiny_model
 from petl_nas import PetlConfig
 from petl_nas.core.budget import count_parameters
+from petl_nas.core.forms import form_named
 from petl_nas.search.oneshot import HardConcrete, build_supernet, derive, ladder
 from petl_nas.search.oneshot.supernet import PROMPT, candidates, prompt_length_for
 from petl_nas.search.oneshot.train import train_supernet
@@ -692,11 +693,17 @@ def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_r
     from petl_nas.search.oneshot import run
 
     real, seen = run.train_supernet, {}
+    real_build, built = run.build_supernet, []
 
     def spy(*args, **kw):
         seen.update(kw)
         return real(*args, **kw)
+
+    def build_spy(model, specs, *args, **kw):
+        built.extend(specs)
+        return real_build(model, specs, *args, **kw)
     monkeypatch.setattr(run, "train_supernet", spy)
+    monkeypatch.setattr(run, "build_supernet", build_spy)
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=0, rates=Rates(share=0.5),
                oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1))
@@ -707,6 +714,11 @@ def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_r
     assert set(measured) == {"lora", "adapter", "prefix"}                     # the small space's families
     assert {f: 3e-3 * m for f, m in seen["lr_multiples"].items()} == pytest.approx(measured)
     assert record["family_rates"] == pytest.approx(measured) and record["score_se"] > 0
+    scales = study.user_attrs["rate_calibration"]["scales"]          # each candidate whose scale is only a
+    assert scales["lora"] == 2.0 and record["family_scales"] == scales     # rate trains at its family's
+    folded = [m for m in built if form_named(m.form).scale_is_a_rate(m)]  # (LoRA's built at s = 1)
+    assert {m.form for m in folded} == {"lora", "adapter"}
+    assert all((m.scale if m.composition == "scaled" else 1.0) == scales[m.form] for m in folded)
     assert any(line.startswith("one-shot: a supernet of") and "with each family at its measured rate" in line
                for line in lines)
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]

@@ -4,8 +4,9 @@
 (`run.run_supernet`: a Ray Tune trial with the Ray executor, in-process with the local one) builds
 the supernet from the study's space, trains it with the trial recipe toward the budget
 (`train.train_supernet`; in a study with measured rates each family at its rate, as trials: its
-``lr_multiples``) and derives a configuration for each budget of a ladder from the smallest
-one-unit count to the budget (`derive`); `propose` enqueues each distinct one as a proposal with
+``lr_multiples``, and each zero-start candidate at its family's scale: ``scales``) and derives a
+configuration for each budget of a ladder from the smallest one-unit count to the budget
+(`derive`); `propose` enqueues each distinct one as a proposal with
 its configuration given whole (it is generally not a point of the space: sizes differ per layer)
 and its learning rate (the supernet's, or the sampler's: ``oneshot.proposal_lr``), marked
 ``oneshot: <run>`` and ``oneshot_budget`` (and ``oneshot_anchor``: the baseline a proposal builds
@@ -158,6 +159,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
     measured = measured_rates(study)
     multiples = {f: rate / o.lr for f, rate in measured.items()} if measured else None
+    scales = measured_scales(study) if measured else None
     spec = SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
                         data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
                         budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
@@ -166,7 +168,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
                         precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
                         also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors, lr_multiples=multiples,
-                        warmup=o.warmup)
+                        scales=scales, warmup=o.warmup)
 
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
@@ -207,6 +209,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
               "layernorms": result.get("layernorms", False),
               "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
               "family_rates": {f: chosen["lr"] * m for f, m in multiples.items()} if multiples else None,
+              "family_scales": scales,
               "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"], "warmup": o.warmup,
               "init_open": chosen["init_open"], "proposal_lr": o.proposal_lr,
               "epochs": epochs, "target": budget, "score": result["score"], "score_se": result.get("score_se"),
@@ -230,7 +233,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
                     + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
     over = over_budget_note(record["expected_count"], budget)
-    at = " with each family at its measured rate" if multiples else f" at lr {chosen['lr']:.3g}"
+    at = (" with each family at its measured rate" + (" and scale" if scales else "")) if multiples \
+        else f" at lr {chosen['lr']:.3g}"
     return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{at}{went_on} "
             f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
@@ -244,6 +248,14 @@ def measured_rates(study) -> dict | None:
     if not trains_at_measured_rates(study):
         return None
     return (study.user_attrs.get(RATE_CALIBRATION) or {}).get("rates") or None
+
+
+def measured_scales(study) -> dict | None:
+    """The scale each family's rate was measured at, as the study recorded it (None: a study that
+    recorded rates without them keeps its modules' own scales, as its trials do). The supernet
+    trains every candidate whose scale is only a rate at it, so that a LoRA candidate (s = 1) is
+    not ranked at half the rate its trials get (LoRA's rate is measured at s = 2)."""
+    return (study.user_attrs.get(RATE_CALIBRATION) or {}).get("scales") or None
 
 
 def trains_at_measured_rates(study) -> bool:

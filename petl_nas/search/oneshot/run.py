@@ -2,7 +2,8 @@
 
 `SupernetSpec` holds plain values, so it travels to a Ray worker as a `TrialSpec` does.
 `run_supernet` does the whole run in the process that takes it: it loads the data and the cached
-backbone, builds the supernet from the space, trains it toward the budget on that process's device
+backbone, builds the supernet from the space (with ``scales``, each candidate whose scale is only a
+rate at its family's reference scale, as the study's trials train it), trains it toward the budget on that process's device
 (a GPU when it has one), and derives one configuration per budget of the ladder (and of each
 smaller budget's own ladder in ``also``: one supernet serving a suite's budgets; with ``anchors``,
 also each budget's largest baseline of each kind plus what the supernet keeps beside it,
@@ -33,6 +34,7 @@ import time
 from ...training import checkpoint
 from ...core.budget import count_parameters
 from ...core.config import PetlConfig
+from ...core.family_rates import at_reference_scales
 from ...tasks.encoding import encode
 from ..space import SearchSpace
 from ...tasks import load_splits, resolve_task
@@ -76,6 +78,7 @@ class SupernetSpec:
     also: tuple = ()                  # smaller budgets it also proposes for, each its own ladder
     anchors: bool = True              # also propose each budget's baselines plus the supernet's fill
     lr_multiples: dict | None = None  # {family: its rate / lr} (a study's measured rates); None: all at lr
+    scales: dict | None = None        # {family: the scale its rate was measured at}: candidates trained at it
     warmup: float = 0.0               # the share of its steps trained before the count's penalty starts
 
     def to_dict(self) -> dict:
@@ -95,6 +98,8 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     space = SearchSpace.load(spec.space)
     head = space.with_head(PetlConfig())
     specs = candidates(space, base.config, spec.budget)
+    if spec.scales:               # a zero-start candidate at its family's scale, as a trial trains it
+        specs = at_reference_scales(PetlConfig(modules=specs), spec.scales).modules
     bitfit = allows_bitfit(space, base.config, spec.budget, head)
     layernorms = allows_layernorms(space, base.config, spec.budget, head)
     prompt_length = prompt_length_for(space, base.config, spec.budget, head)
