@@ -4,7 +4,7 @@ The CoLA suite of 2026-12-06 (experiments/suite/README.md) measured LoRA's rate 
 bottleneck adapter's at 9e-4, each 9x its paper rate, and gave every unmeasured family (Compacter,
 prefix, multi-head adapter, prompt, BitFit) its paper rate x 9 too; its supernet, trained with all
 of them at once, scored search-dev MCC 0.000. This trains the same supernet (the study's settings
-as it resolved them: 10 epochs, 16 length buckets, bf16; `SupernetSpec` as `propose` builds it)
+as it resolved them: 10 epochs, 16 length buckets, bf16; the spec `propose.supernet_spec` builds)
 with the study's rates, with the unmeasured families at their paper rates, and with every rate a
 third of the study's (LoRA at 1.5e-3, its rate of 2026-11-29), and prints each run's search-dev
 score and expected size.
@@ -12,9 +12,11 @@ score and expected size.
     PYTHONPATH=. python experiments/oneshot/cola_supernet_rates.py [VARIANT ...]   (0-based; default: all)
 """
 
+import dataclasses
 import sys
 import time
 
+from petl_nas.search.oneshot.propose import supernet_spec
 from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
 from petl_nas.suite.config import Suite
 
@@ -24,15 +26,9 @@ SCALES = {"lora": 2.0, "adapter": 1.0, "compacter": 1.0, "mh_adapter": 1.0}
 
 
 def spec_for(exp, budget: int, rates: dict) -> SupernetSpec:
-    o = exp.oneshot
-    return SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
-                        data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
-                        budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=10,
-                        init_open=o.init_open, batch_size=exp.fidelity.batch_size,
-                        max_length=exp.fidelity.max_length, length_buckets=16,
-                        seed=exp.seed, precision="native", penalty_step=o.penalty_step,
-                        temperature=o.temperature, anchors=False, warmup=o.warmup,
-                        lr_multiples={f: r / o.lr for f, r in rates.items()}, scales=SCALES)
+    """The supernet the study trained (as `propose` builds it), with the settings it resolved and ``rates``."""
+    return dataclasses.replace(supernet_spec(exp, budget, rates, SCALES), epochs=10, length_buckets=16,
+                               precision="native", anchors=False, checkpoint=None)
 
 
 def main() -> None:

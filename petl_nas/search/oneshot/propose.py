@@ -155,20 +155,11 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     """Train the supernet (or search its knobs) and enqueue its proposals; lines to print."""
     start = time.perf_counter()
     o = exp.oneshot
-    epochs = o.epochs if o.epochs is not None else exp.fidelity.epochs
-    state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
     measured = measured_rates(study)
-    multiples = {f: rate / o.lr for f, rate in measured.items()} if measured else None
-    scales = measured_scales(study) if measured else None
-    spec = SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
-                        data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
-                        budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr, epochs=epochs,
-                        init_open=o.init_open, batch_size=exp.fidelity.batch_size,
-                        max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
-                        seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
-                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
-                        also=tuple(_counts(study, o.budgets or ())), anchors=o.anchors, lr_multiples=multiples,
-                        scales=scales, warmup=o.warmup)
+    spec = supernet_spec(exp, budget, measured, measured_scales(study) if measured else None,
+                         also=_counts(study, o.budgets or ()))
+    epochs, multiples, scales = spec.epochs, spec.lr_multiples, spec.scales
+    state_dir = os.path.dirname(spec.checkpoint)
 
     stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
 
@@ -240,6 +231,25 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
             + ", ".join(_named(p) for p in proposed) + over] \
         + not_learned_lines(record, study.user_attrs.get("baseline"))
+
+
+def supernet_spec(exp, budget: int, rates: dict | None = None, scales: dict | None = None,
+                  also=()) -> SupernetSpec:
+    """The supernet ``exp`` trains at ``budget`` (deployable parameters): its one-shot settings, data
+    and recipe, each family at ``rates`` (None: every family at ``oneshot.lr``) and each zero-start
+    candidate at its family's scale in ``scales``, also deriving for the counts in ``also``."""
+    o = exp.oneshot
+    state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
+    return SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
+                        data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
+                        budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr,
+                        epochs=o.epochs if o.epochs is not None else exp.fidelity.epochs,
+                        init_open=o.init_open, batch_size=exp.fidelity.batch_size,
+                        max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
+                        seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
+                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
+                        also=tuple(also), anchors=o.anchors, scales=scales, warmup=o.warmup,
+                        lr_multiples={f: rate / o.lr for f, rate in rates.items()} if rates else None)
 
 
 def measured_rates(study) -> dict | None:
@@ -404,4 +414,4 @@ def _first_line(error: BaseException) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-__all__ = ["propose", "check_resumable", "read_proposals", "ATTR", "STARTED", "FILE"]
+__all__ = ["propose", "supernet_spec", "check_resumable", "read_proposals", "ATTR", "STARTED", "FILE"]

@@ -3,16 +3,15 @@
 `SupernetSpec` holds plain values, so it travels to a Ray worker as a `TrialSpec` does.
 `run_supernet` does the whole run in the process that takes it: it loads the data and the cached
 backbone, builds the supernet from the space (with ``scales``, each candidate whose scale is only a
-rate at its family's reference scale, as the study's trials train it), trains it toward the budget on that process's device
-(a GPU when it has one), and derives one configuration per budget of the ladder (and of each
-smaller budget's own ladder in ``also``: one supernet serving a suite's budgets; with ``anchors``,
-also each budget's largest baseline of each kind plus what the supernet keeps beside it,
-`derive.anchored`; with
-``rate_proposals``, each also scored on search-dev with the supernet's own weights:
-`inherit.inherited_score`, what the knob search compares runs by). With the Ray
-executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no GPU. That trial
-gets a whole GPU where the cluster has one, else every CPU of the largest node (no trial runs
-beside it). The local executor calls `run_supernet` in-process.
+rate at its family's reference scale, as the study's trials train it), trains it toward the budget
+on that process's device (a GPU when it has one), and derives one configuration per budget of the
+ladder (and of each smaller budget's own ladder in ``also``: one supernet serving a suite's
+budgets; with ``anchors``, also each budget's largest baseline of each kind plus what the supernet
+keeps beside it, `derive.anchored`; with ``rate_proposals``, each also scored on search-dev with
+the supernet's own weights: `inherit.inherited_score`, what the knob search compares runs by).
+With the Ray executor, `run_on_ray` runs it as a Ray Tune trial, because the driver may have no
+GPU. That trial gets a whole GPU where the cluster has one, else every CPU of the largest node (no
+trial runs beside it). The local executor calls `run_supernet` in-process.
 
 With ``checkpoint`` set, the run saves its training state there after every epoch
 (`petl_nas.training.checkpoint`), with a standing file beside it that the waiting driver's
