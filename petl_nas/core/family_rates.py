@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from .config import PetlConfig
-from .forms import form_named
+from .forms import form_named, form_names
 
 
 def families_of(config: PetlConfig) -> list[str]:
@@ -57,6 +57,12 @@ def at_reference_scales(config: PetlConfig, scales: dict[str, float]) -> PetlCon
     return dataclasses.replace(config, modules=tuple(modules))
 
 
+def scale_can_be_a_rate(family: str) -> bool:
+    """Can a module of ``family`` have a scale that is only a rate (some init starts its output at
+    zero)? A family that cannot has no reference scale to train at: its scale is structure."""
+    return family in form_names() and bool(form_named(family).zero_start_inits)    # prompt, bitfit: no form
+
+
 def _scale(spec) -> float:
     return spec.scale if spec.composition == "scaled" else 1.0
 
@@ -87,4 +93,4 @@ def at_rates(rates: dict[str, float], config: PetlConfig, scale: float,
     return dataclasses.replace(config, lr_mults=tuple(sorted(mults.items()))), scale * base
 
 
-__all__ = ["families_of", "at_rates", "at_reference_scales", "reference_scale"]
+__all__ = ["families_of", "at_rates", "at_reference_scales", "reference_scale", "scale_can_be_a_rate"]

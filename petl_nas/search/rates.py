@@ -47,7 +47,7 @@ from typing import Callable
 
 from ..core.budget import count_parameters
 from ..core.config import PetlConfig
-from ..core.family_rates import at_rates as apply, families_of, reference_scale
+from ..core.family_rates import at_rates as apply, families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
 from ..fileio import atomic_write
@@ -224,7 +224,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
         found = probe(family, space, model_config, budget)
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
         ref = reference_scale(found[1], family) if found else preset_scale(family, FAMILY_PROBES[family][0])
-        if ref is not None:
+        if ref is not None and scale_can_be_a_rate(family):
             scales[family] = ref
         if found is None or left < 2:
             skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
@@ -305,10 +305,11 @@ def lines(record: dict) -> list[str]:
         else:
             out.append(f"rate {family}: {f['rate']:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
                        f"the factor measured on the others; {f['why']})")
-    if record.get("scales"):
+    folded = {f: v for f, v in (record.get("scales") or {}).items() if scale_can_be_a_rate(f)}
+    if folded:                                         # (a multi-head adapter's scale is structure: not listed)
         out.append("scales: a fixed scale on a module whose output starts at zero is a rate of its own (under Adam, "
                    "s times the output projection's), so such modules train at the scale their family's rate was "
-                   "measured at: " + ", ".join(f"{f} s={v:g}" for f, v in record["scales"].items()))
+                   "measured at: " + ", ".join(f"{f} s={v:g}" for f, v in folded.items()))
     if record.get("source"):
         out.append(f"rates: from {record['source']}, not measured again")
     else:
@@ -363,7 +364,7 @@ def probe_scales(record: dict) -> dict[str, float]:
     for family, f in record.get("families", {}).items():
         if family in FAMILY_PROBES:
             ref = preset_scale(family, str(f.get("probe") or FAMILY_PROBES[family][0]).split(",")[0])
-            if ref is not None:
+            if ref is not None and scale_can_be_a_rate(family):
                 out[family] = ref
     return out
 

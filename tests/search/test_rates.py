@@ -248,6 +248,19 @@ def test_the_reference_scales_are_one_line_and_a_file_without_them_takes_its_pro
         "lora s=2, adapter s=1"]
 
 
+def test_a_family_whose_output_never_starts_at_zero_has_no_reference_scale_to_list():
+    """A multi-head adapter's scale is structure (its output does not start at zero), so neither a
+    record's scales nor its line name it, not even a record from before that was known."""
+    families = {"lora": {"prior": 5e-4, "probe": "lora", "rate": 1.5e-3, "tried": [[1.5e-3, 0.8]]},
+                "mh_adapter": {"prior": 2e-4, "probe": "mh_pa", "rate": 6e-4, "tried": [[6e-4, 0.8]]}}
+    assert rates.probe_scales({"families": families}) == {"lora": 2.0}
+    old = {"rates": {"lora": 1.5e-3, "mh_adapter": 6e-4}, "factor": 3.0, "families": families, "runs": 2,
+           "trials": 4, "cost_s": 60.0, "planned": 8, "scales": {"lora": 2.0, "mh_adapter": 1.0}}
+    (line,) = [line for line in rates.lines(old) if line.startswith("scales: ")]
+    assert line.endswith("measured at: lora s=2")
+    assert not [line for line in rates.lines({**old, "scales": {"mh_adapter": 1.0}}) if line.startswith("scales: ")]
+
+
 def test_a_study_that_recorded_rates_without_scales_keeps_training_its_modules_as_drawn():
     study = optuna.create_study(directions=["maximize", "minimize"])
     old = {"rates": {"lora": 1e-3}, "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 1e-3,

@@ -12,6 +12,7 @@ class Adapter(Form):
     dimensions = ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "blocks")
     size_dimension = "bottleneck"
     supernet_rank = 1
+    zero_start_inits = ("lora",)               # W_up and its bias start at 0 (Compacter's t too)
 
     def layer(self, spec, at):
         from ..modules import Bottleneck
@@ -37,9 +38,6 @@ class Adapter(Form):
 
     def space_values(self, spec):
         return {"insertion": spec.insertion, "bottleneck": spec.size}
-
-    def output_starts_at_zero(self, spec) -> bool:
-        return spec.init == "lora"                   # W_up and its bias start at 0 (Compacter's t too)
 
     def supernet_fields(self, site, space, gate):
         return {"insertion": "parallel", "init": "lora", **gate}

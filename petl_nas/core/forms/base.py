@@ -48,6 +48,9 @@ class Form:
             dropout, are one module of the summed size: the same function family with as many
             parameters (LoRA: s·B₁A₁x + s·B₂A₂x = s·[B₁ B₂][A₁; A₂]x). `petl_nas.core.canonical`
             merges them. Not the bottleneck adapter: two output biases become one.
+        zero_start_inits: the ``init`` values under which its output starts at zero (a zero output
+            projection and bias: LoRA's B, an adapter's up projection); none for a form whose
+            output never does (a multi-head adapter's, prefix tuning's).
 
     `scale_is_a_rate` says whether a module's fixed scale s is, under Adam, only a learning-rate
     multiple of its output projection (`petl_nas.core.family_rates.at_reference_scales`).
@@ -68,6 +71,7 @@ class Form:
     size_dimension: str | None = None
     supernet_rank: int | None = None
     sums_by_size: bool = False
+    zero_start_inits: tuple[str, ...] = ()
 
     # ---- the genotype ------------------------------------------------------------------------
     def targets(self, position: str) -> tuple[str, ...]:
@@ -85,8 +89,8 @@ class Form:
         bias) that starts at zero and that nothing else reads? Then the model at scale s with U is the
         model at scale 1 with s·U, so training it at scale s is training it at scale 1 with U's
         learning rate s times higher (Adam's step does not see a gradient's scale): s is a rate, not
-        structure. False unless a form says so."""
-        return False
+        structure. True under the inits in ``zero_start_inits``."""
+        return spec.init in self.zero_start_inits
 
     def scale_is_a_rate(self, spec) -> bool:
         """``spec``'s scale is a fixed s (``add``: 1, or ``scaled``, not learned) on an output that

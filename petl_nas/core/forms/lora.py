@@ -19,6 +19,7 @@ class LoRAForm(Form):
     size_dimension = "rank"
     supernet_rank = 0
     sums_by_size = True                        # no bias, r·(in + out) per weight: linear in r
+    zero_start_inits = ("lora",)               # B starts at 0
 
     def targets(self, position):
         return WEIGHTS[position]
@@ -59,9 +60,6 @@ class LoRAForm(Form):
 
     def supernet_fields(self, site, space, gate):
         return {"targets": space.targets(site), **gate}
-
-    def output_starts_at_zero(self, spec) -> bool:
-        return spec.init == "lora"                   # B starts at 0
 
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)]
