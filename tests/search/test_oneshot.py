@@ -589,7 +589,8 @@ def _exp(tmp_path, **kw):
 
     return tiny_experiment(**{"name": "o", "task": "demo_keyword", "presets": ["lora"],
                               "storage": f"sqlite:///{tmp_path}/study.db", "strategy": "both",
-                              "oneshot": OneShot(rungs=4, lr=3e-3, proposal_lr="sampler", gate_lr=0.05, epochs=2),
+                              "oneshot": OneShot(rungs=4, lr=3e-3, proposal_lr="sampler", gate_lr=0.05, epochs=2,
+                                                 retry_lr=0),     # a 2-epoch tiny supernet rarely learns
                               "fidelity": Fidelity(length_buckets=0, k=320, epochs=2, batch_size=16, max_length=24, search_dev=64), **kw})
 
 
@@ -657,7 +658,7 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=0,                 # trials: only the sampler's, none here
-               oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2))   # proposals at the supernet's lr
+               oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, retry_lr=0))   # at the supernet's lr
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     assert {group_of(t) for t in study.trials if not t.user_attrs.get("rejected")} <= {"oneshot", "preset"}
@@ -706,7 +707,7 @@ def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_r
     monkeypatch.setattr(run, "build_supernet", build_spy)
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", trials=0, rates=Rates(share=0.5),
-               oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1))
+               oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, retry_lr=0))
     lines = []
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
@@ -723,6 +724,54 @@ def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_r
                for line in lines)
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
     assert proposals and all(t.user_attrs["recipe"]["lr_scale"] == 1.0 for t in proposals)    # trials, the same
+
+
+@pytest.mark.slow
+def test_a_supernet_that_did_not_learn_is_trained_again_at_slower_rates(tmp_path, monkeypatch):
+    """At lr 0.3 the tiny supernet collapses to the trivial baseline; ``retry_lr`` trains it once
+    more at a tenth of that, where it learns, and its proposals are that run's."""
+    import optuna
+
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.oneshot import run
+
+    real, rates = run.train_supernet, []
+
+    def spy(*args, **kw):
+        rates.append(kw["lr"])
+        return real(*args, **kw)
+    monkeypatch.setattr(run, "train_supernet", spy)
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=0, presets=[],
+               oneshot=OneShot(rungs=2, lr=0.3, gate_lr=0.05, epochs=8, anchors=False, retry_lr=0.1))
+    lines = []
+    run_search(exp, printer=lines.append)
+    study = optuna.load_study(study_name="o", storage=exp.storage_url)
+    record, baseline = study.user_attrs["oneshot"], study.user_attrs["baseline"]
+    assert rates == pytest.approx([0.3, 0.03])
+    assert record["retried"]["score"] <= baseline["score"] + 2 * record["retried"]["score_se"]   # did not learn
+    assert record["lr"] == pytest.approx(0.03) and record["score"] > baseline["score"] + 2 * record["score_se"]
+    assert any(line.startswith("one-shot: the supernet did not learn") and "oneshot.retry_lr" in line
+               for line in lines)
+    assert any("trained again at every rate x 0.1 after it did not learn" in line for line in lines)
+    assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))       # both runs' states removed
+
+
+def test_a_slower_supernet_moves_every_measured_rate_and_keeps_its_state_apart():
+    from petl_nas.search.oneshot.propose import slower
+    from petl_nas.search.oneshot.run import SupernetSpec
+
+    spec = SupernetSpec(backbone={"tiny": {}}, task="demo_keyword", data_dir=None, k=None, data_seed=0,
+                        search_dev=None, space="unified", budget=100, rungs=2, lr=1e-3, gate_lr=0.05, epochs=1,
+                        init_open=0.9, batch_size=8, max_length=16, length_buckets=0, seed=0,
+                        checkpoint="/r/oneshot/oneshot-0.pt", lr_multiples={"lora": 4.5, "adapter": 0.9})
+    s = slower(spec, 1 / 3)
+    assert s.lr == spec.lr and s.gate_lr == spec.gate_lr                  # the families' rates move, not lr
+    assert s.lr_multiples == pytest.approx({"lora": 1.5, "adapter": 0.3})
+    assert s.checkpoint == "/r/oneshot/oneshot-0.retry.pt"
+    plain = slower(dataclasses.replace(spec, lr_multiples=None), 0.5)   # one rate for all: lr itself
+    assert plain.lr == pytest.approx(5e-4) and plain.lr_multiples is None
 
 
 def _killed_after_first_save(monkeypatch):

@@ -14,6 +14,11 @@ on, with ``oneshot.anchors``). They are then trained from scratch with the trial
 and scored like every trial, so the front mixes one-shot, sampler and preset points measured the
 same way.
 
+A supernet that did not learn (search-dev within noise of the trivial baseline) is trained once
+more with every rate times ``oneshot.retry_lr`` (a third: a supernet sums every candidate of a
+sublayer, so one module's measured rate can be too fast for it), and the record keeps the first
+run's score (``retried``); its proposals are the second run's.
+
 The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
 count, what it proposed, where it ran and how many attempts it took). Its start is recorded too
 (``oneshot_started``: when, on which host and process, and a beat its worker renews every
@@ -183,17 +188,16 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
     else:
         run = f"oneshot-{exp.seed}"
-        try:
-            result = run_one(spec)
-        except Exception as e:                     # noqa: BLE001 - a loss gone non-finite is the user's to fix
-            if not knobs.diverged(e):
-                raise
-            why = _first_line(e)
-            with lock():
-                study.set_user_attr(STARTED, {**study.user_attrs[STARTED], "diverged": why})
-            raise ConfigError(f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
-                              f"then run the same command again") from None
+        result = _run_or_refuse(study, spec, run_one, lock)
         chosen = o.knobs()
+        if o.retry_lr and did_not_learn(result["score"], result.get("score_se"), study.user_attrs.get("baseline")):
+            say(f"one-shot: the supernet did not learn (search-dev {result['score']:.4f}); training it again with "
+                f"every rate x {o.retry_lr:.3g} (oneshot.retry_lr)")
+            first, first_spec, spec = result, spec, slower(spec, o.retry_lr)
+            result = _run_or_refuse(study, spec, run_one, lock)
+            result["retried"] = {"score": first["score"], "score_se": first.get("score_se"), "factor": o.retry_lr,
+                                 "expected_count": round(first["expected_count"])}
+            multiples, chosen = spec.lr_multiples, {**chosen, "lr": spec.lr}
     proposed = result["proposed"]
     shared = {str(budget): proposed, **result.get("proposed_for", {})}
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
@@ -210,6 +214,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
                         **({"resources": result["resources"]} if "resources" in result else {})},
               "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt,
               "resumed_from": result["resumed_from"], "settings": settings}
+    if "retried" in result:
+        record["retried"] = result["retried"]
     if knob_runs is not None:
         record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
     if o.budgets:
@@ -220,6 +226,10 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     forget_state(spec)
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
+    if "retried" in record:
+        forget_state(first_spec)
+        went_on += (f", trained again at every rate x {o.retry_lr:.3g} after it did not learn at them "
+                    f"(search-dev {record['retried']['score']:.4f})")
     if knob_runs is not None:
         went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
                     + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
@@ -231,6 +241,32 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
             + ", ".join(_named(p) for p in proposed) + over] \
         + not_learned_lines(record, study.user_attrs.get("baseline"))
+
+
+def _run_or_refuse(study, spec: SupernetSpec, run_one, lock) -> dict:
+    """``run_one(spec)``; a run whose loss went non-finite is recorded and refused in one line."""
+    try:
+        return run_one(spec)
+    except Exception as e:                         # noqa: BLE001 - a loss gone non-finite is the user's to fix
+        if not knobs.diverged(e):
+            raise
+        why = _first_line(e)
+        with lock():
+            study.set_user_attr(STARTED, {**study.user_attrs[STARTED], "diverged": why})
+        raise ConfigError(f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
+                          f"then run the same command again") from None
+
+
+def slower(spec: SupernetSpec, factor: float) -> SupernetSpec:
+    """``spec`` with every rate times ``factor`` (each family's measured rate where it has them, else
+    ``lr``; the gates keep theirs), its training state in a file of its own."""
+    rates = ({"lr_multiples": {f: m * factor for f, m in spec.lr_multiples.items()}} if spec.lr_multiples
+             else {"lr": spec.lr * factor})
+    return dataclasses.replace(spec, **rates, checkpoint=_retry_path(spec.checkpoint))
+
+
+def _retry_path(path: str | None) -> str | None:
+    return None if path is None else path.removesuffix(".pt") + ".retry.pt"
 
 
 def supernet_spec(exp, budget: int, rates: dict | None = None, scales: dict | None = None,
