@@ -22,13 +22,12 @@ import yaml
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml, suggest
 from ..rules import BOOL, NUMBER, WHOLE, check_fields, list_of, number
-from .forms import COMMON_KEYS, all_forms, form_named, form_names
+from .forms import COMMON_KEYS, INITS, all_forms, form_named, form_names
 
 POSITIONS = ("attn", "ffn")
 INSERTIONS = ("sequential", "parallel")
 COMPOSITIONS = ("add", "scaled", "gated")
 NONLINEARITIES = ("relu", "gelu", "tanh", "swish", "identity")
-INITS = ("bert", "lora")
 GATE_SCOPES = ("example", "token")
 POOLINGS = ("auto", "cls", "mean", "pooler", "pooler_trained")   # see head.py
 # Attention kinds of a backbone (He et al.'s N_attn): an encoder-decoder has all three, an encoder

@@ -4,7 +4,7 @@ the scale its modules train at.
 
 A fixed scale is a learning rate in disguise. A module whose output is s·F(U, θ), F linear in a
 group U that starts at zero (LoRA's B, an adapter's or a Compacter's up projection with its bias:
-`Form.output_starts_at_zero`), computes at scale s with U what it computes at scale 1 with s·U, so
+`Form.zero_start_inits`), computes at scale s with U what it computes at scale 1 with s·U, so
 every other parameter sees the same gradients, and Adam, whose step does not see a gradient's
 scale, moves s·U s times as fast as it moves U: training at scale s is training at scale 1 with
 U's rate s times higher (exactly, without weight decay or clipping: `tests/core/test_scale_rate.py`).

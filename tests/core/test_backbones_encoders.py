@@ -237,7 +237,7 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
                      storage=f"sqlite:///{tmp_path}/study.db", strategy="both",
                      # no anchored proposals: with them TPE's draws here, at 5% of a 2-layer model, went 500 in
                      # a row over the budget or refused (it models this tiny space from a few trials)
-                     oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, anchors=False),
+                     oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, anchors=False, retry_lr=0),
                      fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=16, max_length=24, search_dev=64),
                      final=FinalEval(seeds=0, baselines=False))
     lines = []

@@ -114,3 +114,13 @@ def test_a_familys_reference_scale_is_its_probes_fixed_scale():
     assert reference_scale(preset("pfeiffer", tiny_config()), "adapter") == 1.0       # bert init: still its s
     assert reference_scale(preset("prefix"), "prefix") is None                          # gated: no fixed s
     assert reference_scale(preset("lora"), "adapter") is None
+
+
+def test_a_form_whose_zero_start_inits_name_no_init_is_refused_when_registered():
+    from petl_nas.core.forms import Form, form_names, register
+
+    class Misnamed(Form):
+        name, title, zero_start_inits = "misnamed", "misnamed", ("kaiming",)
+    with pytest.raises(ValueError, match="zero_start_inits names 'kaiming', not an init"):
+        register(Misnamed())
+    assert "misnamed" not in form_names()

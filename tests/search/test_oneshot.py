@@ -751,11 +751,50 @@ def test_a_supernet_that_did_not_learn_is_trained_again_at_slower_rates(tmp_path
     record, baseline = study.user_attrs["oneshot"], study.user_attrs["baseline"]
     assert rates == pytest.approx([0.3, 0.03])
     assert record["retried"]["score"] <= baseline["score"] + 2 * record["retried"]["score_se"]   # did not learn
-    assert record["lr"] == pytest.approx(0.03) and record["score"] > baseline["score"] + 2 * record["score_se"]
+    assert record["score"] > baseline["score"] + 2 * record["score_se"] and record["retried"]["factor"] == 0.1
+    assert record["lr"] == 0.3                                  # the proposals' rate (proposal_lr: supernet)
     assert any(line.startswith("one-shot: the supernet did not learn") and "oneshot.retry_lr" in line
                for line in lines)
     assert any("trained again at every rate x 0.1 after it did not learn" in line for line in lines)
     assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))       # both runs' states removed
+
+
+@pytest.mark.slow
+def test_a_study_stopped_during_the_second_supernet_run_goes_on_with_it(tmp_path, monkeypatch):
+    """The first run's result is stored before the second starts: resumed, the study trains the
+    second from its last saved epoch and not the first again."""
+    import optuna
+
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import OneShot
+    from petl_nas.search.oneshot import run
+    from petl_nas.training import checkpoint
+
+    real_save, real_train, rates = checkpoint.save, run.train_supernet, []
+
+    def save_then_die_in_the_retry(state, where):
+        real_save(state, where)
+        if str(where).endswith(".retry.pt"):
+            raise KeyboardInterrupt
+
+    def spy(*args, **kw):
+        rates.append((kw["lr"], (kw["resume"] or {}).get("epoch")))
+        return real_train(*args, **kw)
+    monkeypatch.setattr(checkpoint, "save", save_then_die_in_the_retry)
+    monkeypatch.setattr(run, "train_supernet", spy)
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=0, presets=[],
+               oneshot=OneShot(rungs=2, lr=0.3, gate_lr=0.05, epochs=2, anchors=False, retry_lr=0.1))
+    with pytest.raises(KeyboardInterrupt):
+        run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name="o", storage=exp.storage_url)
+    assert "oneshot" not in study.user_attrs and study.user_attrs["oneshot_first_run"]["factor"] == 0.1
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    lines = []
+    run_search(exp, printer=lines.append)
+    assert rates == [(0.3, None), (pytest.approx(0.03), None), (pytest.approx(0.03), 1)]   # the first once
+    assert any("first run did not learn" in line and "going on with its second" in line for line in lines)
+    assert study.user_attrs["oneshot"]["retried"] == study.user_attrs["oneshot_first_run"]
 
 
 def test_a_slower_supernet_moves_every_measured_rate_and_keeps_its_state_apart():
@@ -1053,7 +1092,7 @@ def test_one_supernet_proposes_for_smaller_budgets_whose_studies_train_none(tmp_
     from petl_nas.search.oneshot import propose as proposing
 
     monkeypatch.chdir(tmp_path)
-    one = OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2)
+    one = OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, retry_lr=0)
     big = _exp(tmp_path, name="big", strategy="oneshot", trials=0, presets=[], budget="5%",
                storage=f"sqlite:///{tmp_path}/big.db", oneshot=dataclasses.replace(one, budgets=["1%"]))
     lines = []
@@ -1108,7 +1147,8 @@ def test_budgets_a_supernet_cannot_serve_are_refused_before_a_study_exists(tmp_p
     from petl_nas.search.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0, budget="5%", oneshot=OneShot(rungs=4, epochs=2, budgets=budgets))
+    exp = _exp(tmp_path, strategy="oneshot", trials=0, budget="5%", oneshot=OneShot(rungs=4, epochs=2, budgets=budgets,
+                                                                                   retry_lr=0))
     with pytest.raises(ConfigError, match=re.escape(said)):
         run_search(exp, printer=lambda *a: None)
     assert optuna.get_all_study_names(exp.storage_url) == []

@@ -8,10 +8,10 @@ the registry and name none of them.
 import importlib
 import pkgutil
 
-from .base import COMMON_KEYS, Form, all_forms, form_named, form_names, register, registered
+from .base import COMMON_KEYS, INITS, Form, all_forms, form_named, form_names, register, registered
 
 for _info in pkgutil.iter_modules(__path__):
     if _info.name != "base":
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["Form", "COMMON_KEYS", "register", "registered", "form_named", "form_names", "all_forms"]
+__all__ = ["Form", "COMMON_KEYS", "INITS", "register", "registered", "form_named", "form_names", "all_forms"]

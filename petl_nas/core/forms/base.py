@@ -20,6 +20,8 @@ from typing import Any
 
 from ...errors import ConfigError, suggest
 
+INITS = ("bert", "lora")        # a module's ``init``: BERT's random normal, or LoRA's (its output starts at 0)
+
 # The fields every form reads (`ModuleSpec`); a form adds its own in `keys`.
 COMMON_KEYS = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "gate_per",
                "layers", "blocks")
@@ -84,18 +86,15 @@ class Form:
     def check(self, spec, where: str) -> None:
         """Refuse what only this form cannot take (after the common checks), naming ``where.field``."""
 
-    def output_starts_at_zero(self, spec) -> bool:
-        """Is Δh = s·F(U, θ) with F linear in a group of parameters U (the output projection and its
-        bias) that starts at zero and that nothing else reads? Then the model at scale s with U is the
-        model at scale 1 with s·U, so training it at scale s is training it at scale 1 with U's
-        learning rate s times higher (Adam's step does not see a gradient's scale): s is a rate, not
-        structure. True under the inits in ``zero_start_inits``."""
-        return spec.init in self.zero_start_inits
-
     def scale_is_a_rate(self, spec) -> bool:
         """``spec``'s scale is a fixed s (``add``: 1, or ``scaled``, not learned) on an output that
-        starts at zero (`output_starts_at_zero`)."""
-        return spec.composition in ("add", "scaled") and not spec.learn_scale and self.output_starts_at_zero(spec)
+        starts at zero (its init is one of ``zero_start_inits``): Δh = s·F(U, θ) with F linear in a
+        group of parameters U (the output projection and its bias) that starts at zero and that
+        nothing else reads. Then the model at scale s with U is the model at scale 1 with s·U, so
+        training it at scale s is training it at scale 1 with U's learning rate s times higher
+        (Adam's step does not see a gradient's scale): s is a rate, not structure."""
+        return (spec.composition in ("add", "scaled") and not spec.learn_scale
+                and spec.init in self.zero_start_inits)
 
     # ---- on a backbone -----------------------------------------------------------------------
     def shared(self, spec):
@@ -151,6 +150,8 @@ def register(form: Form) -> Form:
         raise ValueError("a form needs a name and a title")
     if form.name in _FORMS and type(_FORMS[form.name]) is not type(form):
         raise ValueError(f"form {form.name!r} is registered already")
+    if unknown := [i for i in form.zero_start_inits if i not in INITS]:
+        raise ValueError(f"form {form.name!r}: zero_start_inits names {unknown[0]!r}, not an init ({', '.join(INITS)})")
     _FORMS[form.name] = form
     return form
 

@@ -65,6 +65,7 @@ from .standing import describe, standing_path
 
 ATTR = ONESHOT        # the study attribute of its supernet run, and the tag of each trial it proposed
 STARTED = "oneshot_started"
+FIRST_RUN = "oneshot_first_run"    # a supernet run that did not learn, stored before it is trained again
 FILE = OneShot.FILE     # in the run folder of a study with ``oneshot.budgets``: what ``oneshot.file`` reads
 
 
@@ -188,16 +189,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
     else:
         run = f"oneshot-{exp.seed}"
-        result = _run_or_refuse(study, spec, run_one, lock)
-        chosen = o.knobs()
-        if o.retry_lr and did_not_learn(result["score"], result.get("score_se"), study.user_attrs.get("baseline")):
-            say(f"one-shot: the supernet did not learn (search-dev {result['score']:.4f}); training it again with "
-                f"every rate x {o.retry_lr:.3g} (oneshot.retry_lr)")
-            first, first_spec, spec = result, spec, slower(spec, o.retry_lr)
-            result = _run_or_refuse(study, spec, run_one, lock)
-            result["retried"] = {"score": first["score"], "score_se": first.get("score_se"), "factor": o.retry_lr,
-                                 "expected_count": round(first["expected_count"])}
-            multiples, chosen = spec.lr_multiples, {**chosen, "lr": spec.lr}
+        spec, result = _run_retrying(study, spec, o.retry_lr, run_one, lock, say)
+        multiples, chosen = spec.lr_multiples, o.knobs()       # (the proposals' rate stays oneshot.lr)
     proposed = result["proposed"]
     shared = {str(budget): proposed, **result.get("proposed_for", {})}
     record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
@@ -227,7 +220,6 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
     if "retried" in record:
-        forget_state(first_spec)
         went_on += (f", trained again at every rate x {o.retry_lr:.3g} after it did not learn at them "
                     f"(search-dev {record['retried']['score']:.4f})")
     if knob_runs is not None:
@@ -241,6 +233,31 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
             f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
             + ", ".join(_named(p) for p in proposed) + over] \
         + not_learned_lines(record, study.user_attrs.get("baseline"))
+
+
+def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) -> tuple[SupernetSpec, dict]:
+    """(the spec that proposes, its result): ``spec``'s run, or where it did not learn (within noise
+    of the trivial baseline) and ``factor`` is set, a second run with every rate times ``factor``
+    (`slower`), its result carrying the first's under ``retried``. The first run's result is stored
+    before the second starts (`FIRST_RUN`), so a study stopped during the second goes on with it and
+    does not train the first again."""
+    first = study.user_attrs.get(FIRST_RUN)
+    if first is None:
+        result = _run_or_refuse(study, spec, run_one, lock)
+        if not (factor and did_not_learn(result["score"], result.get("score_se"), study.user_attrs.get("baseline"))):
+            return spec, result
+        first = {"score": result["score"], "score_se": result.get("score_se"), "factor": factor,
+                 "expected_count": round(result["expected_count"]), "resumed_from": result["resumed_from"]}
+        with lock():
+            study.set_user_attr(FIRST_RUN, first)
+        forget_state(spec)
+        say(f"one-shot: the supernet did not learn (search-dev {first['score']:.4f}); training it again with "
+            f"every rate x {factor:.3g} (oneshot.retry_lr)")
+    else:
+        say(f"one-shot: the supernet's first run did not learn (search-dev {first['score']:.4f}); going on with "
+            f"its second, every rate x {first['factor']:.3g} (oneshot.retry_lr)")
+    spec = slower(spec, first["factor"])
+    return spec, {**_run_or_refuse(study, spec, run_one, lock), "retried": first}
 
 
 def _run_or_refuse(study, spec: SupernetSpec, run_one, lock) -> dict:
