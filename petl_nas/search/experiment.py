@@ -285,7 +285,8 @@ class OneShot:
             with what the supernet keeps beside it in the rest of the budget
             (`petl_nas.search.oneshot.derive.anchored`).
         retry_lr: a supernet that did not learn (search-dev within noise of the trivial baseline)
-            is trained once more with every rate times this (0: not retried; not in a knob search).
+            or whose loss diverged is trained once more with every rate times this (0: not
+            retried, a divergence is an error; not in a knob search).
             A supernet sums every candidate of a sublayer, so the rates measured for one module at
             a time can be too fast for it: on CoLA (0.5%) it scored MCC 0.000 at the trials' rates
             and 0.090 at a third of them (experiments/oneshot/README.md).

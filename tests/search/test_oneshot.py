@@ -755,7 +755,7 @@ def test_a_supernet_that_did_not_learn_is_trained_again_at_slower_rates(tmp_path
     assert record["lr"] == 0.3                                  # the proposals' rate (proposal_lr: supernet)
     assert any(line.startswith("one-shot: the supernet did not learn") and "oneshot.retry_lr" in line
                for line in lines)
-    assert any("trained again at every rate x 0.1 after it did not learn" in line for line in lines)
+    assert any("trained again at every rate x 0.1 after its first run did not learn" in line for line in lines)
     assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))       # both runs' states removed
 
 
@@ -795,6 +795,26 @@ def test_a_study_stopped_during_the_second_supernet_run_goes_on_with_it(tmp_path
     assert rates == [(0.3, None), (pytest.approx(0.03), None), (pytest.approx(0.03), 1)]   # the first once
     assert any("first run did not learn" in line and "going on with its second" in line for line in lines)
     assert study.user_attrs["oneshot"]["retried"] == study.user_attrs["oneshot_first_run"]
+
+
+@pytest.mark.slow
+def test_a_supernet_whose_loss_diverged_is_trained_again_at_slower_rates(tmp_path, monkeypatch):
+    """A loss gone non-finite is a rate too fast: with ``retry_lr`` the supernet is trained again
+    at that fraction of its rates instead of the study stopping with an error."""
+    import optuna
+
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import OneShot
+
+    monkeypatch.chdir(tmp_path)
+    exp = _exp(tmp_path, strategy="oneshot", trials=0, presets=[],
+               oneshot=OneShot(rungs=2, lr=1e6, gate_lr=0.05, epochs=2, anchors=False, retry_lr=1e-6))
+    lines = []
+    run_search(exp, printer=lines.append)
+    record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
+    assert record["retried"]["diverged"] and record["retried"]["score"] is None and record["proposed"]
+    assert any(line.startswith("one-shot: the supernet diverged (") and "oneshot.retry_lr" in line for line in lines)
+    assert any("after its first run diverged" in line for line in lines)
 
 
 def test_a_slower_supernet_moves_every_measured_rate_and_keeps_its_state_apart():

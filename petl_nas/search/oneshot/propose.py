@@ -14,10 +14,10 @@ on, with ``oneshot.anchors``). They are then trained from scratch with the trial
 and scored like every trial, so the front mixes one-shot, sampler and preset points measured the
 same way.
 
-A supernet that did not learn (search-dev within noise of the trivial baseline) is trained once
-more with every rate times ``oneshot.retry_lr`` (a third: a supernet sums every candidate of a
-sublayer, so one module's measured rate can be too fast for it), and the record keeps the first
-run's score (``retried``); its proposals are the second run's.
+A supernet that did not learn (search-dev within noise of the trivial baseline) or diverged is
+trained once more with every rate times ``oneshot.retry_lr`` (a third: a supernet sums every
+candidate of a sublayer, so one module's measured rate can be too fast for it), and the record
+keeps the first run's outcome (``retried``); its proposals are the second run's.
 
 The run is recorded on the study (user attribute ``oneshot``: its settings, cost, score, expected
 count, what it proposed, where it ran and how many attempts it took). Its start is recorded too
@@ -220,8 +220,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
     if "retried" in record:
-        went_on += (f", trained again at every rate x {o.retry_lr:.3g} after it did not learn at them "
-                    f"(search-dev {record['retried']['score']:.4f})")
+        went_on += (f", trained again at every rate x {record['retried']['factor']:.3g} after its first run "
+                    f"{_outcome(record['retried'])}")
     if knob_runs is not None:
         went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
                     + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
@@ -237,27 +237,43 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
 
 def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) -> tuple[SupernetSpec, dict]:
     """(the spec that proposes, its result): ``spec``'s run, or where it did not learn (within noise
-    of the trivial baseline) and ``factor`` is set, a second run with every rate times ``factor``
-    (`slower`), its result carrying the first's under ``retried``. The first run's result is stored
-    before the second starts (`FIRST_RUN`), so a study stopped during the second goes on with it and
-    does not train the first again."""
+    of the trivial baseline) or diverged and ``factor`` is set, a second run with every rate times
+    ``factor`` (`slower`), its result carrying the first's under ``retried``. The first run's result
+    is stored before the second starts (`FIRST_RUN`), so a study stopped during the second goes on
+    with it and does not train the first again."""
     first = study.user_attrs.get(FIRST_RUN)
     if first is None:
-        result = _run_or_refuse(study, spec, run_one, lock)
-        if not (factor and did_not_learn(result["score"], result.get("score_se"), study.user_attrs.get("baseline"))):
+        if not factor:
+            return spec, _run_or_refuse(study, spec, run_one, lock)
+        try:
+            result = run_one(spec)
+        except Exception as e:                     # noqa: BLE001 - a loss gone non-finite: a rate too fast
+            if not knobs.diverged(e):
+                raise
+            result = {"score": None, "diverged": _first_line(e), "expected_count": None, "resumed_from": None}
+        if result["score"] is not None and not did_not_learn(result["score"], result.get("score_se"),
+                                                             study.user_attrs.get("baseline")):
             return spec, result
         first = {"score": result["score"], "score_se": result.get("score_se"), "factor": factor,
-                 "expected_count": round(result["expected_count"]), "resumed_from": result["resumed_from"]}
+                 "expected_count": result["expected_count"] and round(result["expected_count"]),
+                 "resumed_from": result["resumed_from"], **({"diverged": result["diverged"]} if "diverged" in result else {})}
         with lock():
             study.set_user_attr(FIRST_RUN, first)
         forget_state(spec)
-        say(f"one-shot: the supernet did not learn (search-dev {first['score']:.4f}); training it again with "
-            f"every rate x {factor:.3g} (oneshot.retry_lr)")
+        say(f"one-shot: the supernet {_outcome(first)}; training it again with every rate x {factor:.3g} "
+            f"(oneshot.retry_lr)")
     else:
-        say(f"one-shot: the supernet's first run did not learn (search-dev {first['score']:.4f}); going on with "
-            f"its second, every rate x {first['factor']:.3g} (oneshot.retry_lr)")
+        say(f"one-shot: the supernet's first run {_outcome(first)}; going on with its second, every rate "
+            f"x {first['factor']:.3g} (oneshot.retry_lr)")
     spec = slower(spec, first["factor"])
     return spec, {**_run_or_refuse(study, spec, run_one, lock), "retried": first}
+
+
+def _outcome(first: dict) -> str:
+    """Why a supernet was trained again: ``diverged (...)`` or ``did not learn (search-dev ...)``."""
+    if first.get("diverged"):
+        return f"diverged ({first['diverged']})"
+    return f"did not learn (search-dev {first['score']:.4f})"
 
 
 def _run_or_refuse(study, spec: SupernetSpec, run_one, lock) -> dict:
