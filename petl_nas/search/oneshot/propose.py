@@ -206,9 +206,8 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
               "where": {"executor": exp.executor, "device": result["device"], "host": result["host"],
                         **({"resources": result["resources"]} if "resources" in result else {})},
               "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt,
-              "resumed_from": result["resumed_from"], "settings": settings}
-    if "retried" in result:
-        record["retried"] = result["retried"]
+              "resumed_from": result["resumed_from"], "settings": settings,
+              **({"retried": result["retried"]} if "retried" in result else {})}
     if knob_runs is not None:
         record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
     if o.budgets:
