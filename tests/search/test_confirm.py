@@ -32,14 +32,15 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     exp = experiment(tmp_path, trials=8)
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
-    first, second = confirm.candidates(study, 2)
-    assert first.values[0] >= second.values[0]
+    top = confirm.candidates(study, 2)
+    first, second = top[:2]                 # then the best preset: none learned, so the best by search score
+    assert first.values[0] >= second.values[0] and [t.user_attrs.get("preset") for t in top[2:]] == ["pfeiffer"]
 
     calls = []
 
     def scripted(spec, report=None, device=None):
         calls.append((spec.number, spec.recipe["seed"], spec.eval_split))
-        return TrialResult(score=0.0 if spec.number == first.number else 1.0)
+        return TrialResult(score=1.0 if spec.number == second.number else 0.0)
     monkeypatch.setattr(worker, "run_trial", scripted)
 
     confirmed = dataclasses.replace(exp, final=FinalEval(seeds=1, epochs=1, max_front=1, presets="none",
@@ -47,14 +48,14 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     lines = []
     run_search(confirmed, printer=lines.append)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
-    assert sorted(calls) == sorted((t.number, exp.seed + i, "search_dev") for t in (first, second) for i in (1, 2))
+    assert sorted(calls) == sorted((t.number, exp.seed + i, "search_dev") for t in top for i in (1, 2))
     assert study.user_attrs[f"confirm:{first.number}"] == [first.values[0], 0.0, 0.0]
     assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
     assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
     progress = [line for line in lines if line.startswith(("confirming", "  confirming"))]   # said as it goes
-    assert progress[0].startswith("confirming 2 candidate(s) with 2 more seed(s) each on search-dev, in this process")
-    assert [line.split("(")[1].split(",")[0].rstrip(")") for line in progress[1:]] == ["2 of 4 runs", "4 of 4 runs"]
-    assert "min left" in progress[1] and "min left" not in progress[2]
+    assert progress[0].startswith("confirming 3 candidate(s) with 2 more seed(s) each on search-dev, in this process")
+    assert [line.split("(")[1].split(",")[0].rstrip(")") for line in progress[1:]] == [f"{n} of 6 runs" for n in (2, 4, 6)]
+    assert "min left" in progress[1] and "min left" not in progress[3]
     assert choose(study).number == second.number                # export reads the confirmed mean too
     from petl_nas.app.cli import main
 
@@ -165,6 +166,39 @@ def test_a_study_confirmed_before_confirm_baselines_reads_its_one_baseline():
     assert set(confirm.confirmed_scores(study)) == {0, 1, 2}
     said = confirm.verdict(study)
     assert (said.baseline, said.pick) == (2, 2)
+
+
+def test_where_no_baseline_learned_the_best_one_by_search_score_is_confirmed_beside_a_learner():
+    """QNLI at 0.01% (2026-12-06): a proposal learned (0.622) and every baseline's single score was
+    within noise of the constant predictor's 0.508 (LoRA r=1 on q, v of the top layer 0.548, 0.004
+    short): the best of them by search score is confirmed all the same, so the pick is compared
+    with it, paired. Where nothing learned at all, nothing is confirmed."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    def study_of(trials):
+        study = optuna.create_study(directions=["maximize", "minimize"])
+        for score, kind, learned in trials:
+            attrs = {"preset": kind} if kind == "prompt_tuning" else {"baseline": kind} if kind != "searched" else {}
+            study.add_trial(create_trial(values=[score, 1920.0], params={"x": 0.5}, distributions={
+                "x": FloatDistribution(0, 1)}, user_attrs={**attrs, "score_se": 0.022, "did_not_learn": not learned}))
+        return study
+
+    study = study_of([(0.514, "head_only", False), (0.622, "searched", True), (0.548, "lora_qv_r1_top1", False),
+                      (0.540, "prompt_tuning", False), (0.596, "searched", True), (0.502, "searched", False)])
+    assert [t.number for t in confirm.baselines_to_confirm(study, 3)] == [2]
+    assert [t.number for t in confirm.candidates(study, 3, 3)] == [1, 4, 2]
+    assert confirm.baselines_to_confirm(study, 0) == [] and confirm.candidates(study, 0, 3) == []
+    study.set_user_attr("final", {"confirm": 3, "confirm_baselines": 3})
+    for n, scores in ((1, [0.622, 0.592, 0.608]), (4, [0.596, 0.578, 0.592]), (2, [0.548, 0.541, 0.546])):
+        study.set_user_attr(f"confirm:{n}", scores)
+    said = confirm.verdict(study)
+    assert (said.pick, said.baseline, said.beaten) == (1, 2, True)
+    assert ("beats the best baseline (lora_qv_r1_top1, whose search score was within noise of the trivial "
+            "baseline) beyond noise") in said.line
+
+    nothing = study_of([(0.514, "head_only", False), (0.502, "searched", False)])
+    assert confirm.baselines_to_confirm(nothing, 3) == [] and confirm.candidates(nothing, 3, 3) == []
 
 
 def confirmed_study(storage: str | None = None) -> optuna.Study:
