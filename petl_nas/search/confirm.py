@@ -66,21 +66,23 @@ def baselines_to_confirm(study, n: int) -> list:
     score cannot tell close baselines apart (at 0.05% on SST-2 prompt tuning's 0.828 was defended
     over LoRA r=1's 0.824, which then led it by 2.6 points on test), so the best baseline is the
     best confirmed mean among these."""
-    ranked = sorted((t for t in _learned(study) if is_baseline(t)), key=lambda t: -t.values[0])
-    if not ranked:
-        return _unlearned_baseline(study)[:n]
+    learned = _learned(study)
+    ranked = sorted((t for t in learned if is_baseline(t)), key=lambda t: -t.values[0])
+    if not ranked:                                   # then whatever learned is a searched trial
+        return _unlearned_baseline(study, learned)[:n]
     best = StoredTrial.of(ranked[0])
     return [t for t in ranked[:n] if not _behind_beyond_noise(StoredTrial.of(t), best)]
 
 
-def _unlearned_baseline(study) -> list:
+def _unlearned_baseline(study, learned: list) -> list:
     """Where no baseline learned and a searched trial did: the baseline with the best search score,
     confirmed all the same, so that the search's pick is still compared, paired, with the baseline
     a user would otherwise have (issue 51: the best baseline at a budget is the best by search
     score). A single score within noise of the trivial baseline is not proof of nothing learned (on
     QNLI at 0.01%, LoRA r=1 on q, v of the top layer scored 0.548 against the constant predictor's
-    0.508, 0.004 short of two standard errors). Nothing when nothing learned at all."""
-    if not any(not is_baseline(t) for t in _learned(study)):
+    0.508, 0.004 short of two standard errors). Nothing when nothing learned at all (``learned``
+    is empty: no baseline is among it)."""
+    if not learned:
         return []
     done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and is_baseline(t)]
     return [max(done, key=lambda t: t.values[0])] if done else []
