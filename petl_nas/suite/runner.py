@@ -4,7 +4,8 @@ Each study is an ordinary search (`petl_nas.search.driver.run_search`), so a sui
 kill resumes where it stopped: finished studies train nothing (their trials, confirmations and final
 runs are in their storage), the interrupted one goes on from its last finished trial. The table is
 rewritten after every study, so it shows what has been measured so far (the studies not run yet
-as empty rows; the macro-average says over how many tasks it is).
+as empty rows; the macro-average says over how many tasks it is). With ``jobs`` above 1 the
+studies run side by side (`petl_nas.suite.jobs`).
 """
 
 from __future__ import annotations
@@ -20,14 +21,23 @@ from . import cells as table
 from .config import Suite
 
 
-def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
-    """Run every study of ``suite`` (``train`` False: only read those that exist) and write the
-    table; returns its cells."""
+def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> list[dict]:
+    """Run every study of ``suite`` (``train`` False: only read those that exist), ``jobs`` at a time,
+    and write the table; returns its cells."""
     from ..search.driver import run_search      # torch: only when a suite runs
 
     printer = printer or (lambda line: print(line, flush=True))
     studies = suite.in_running_order()
     done: dict[tuple[str, str], dict] = {}            # each study read once, after it ran
+
+    def finished(task: str, budget: str, exp) -> None:
+        done[task, budget] = _cell(exp, task, budget)
+        write(suite, [done.get((t, b)) or table.empty(t, b) for t, b, _ in suite.experiments()])
+
+    if train and jobs > 1:
+        from .jobs import run_side_by_side
+        run_side_by_side(studies, jobs, printer, suite.name, finished)
+        return [done[t, b] for t, b, _ in suite.experiments()]
     for i, (task, budget, exp) in enumerate(studies, 1):
         if train:
             left = time_left(list(done.values()), [b for _, b, _ in studies[i - 1:]])
@@ -36,8 +46,7 @@ def run_suite(suite: Suite, printer=None, train: bool = True) -> list[dict]:
                     + (f"; its rates from {exp.rates.file}" if exp.rates.file else "")
                     + (f"; its proposals from {exp.oneshot.file}" if exp.strategy != "sampler" and exp.oneshot.file else ""))
             run_search(exp, printer=printer)
-        done[task, budget] = _cell(exp, task, budget)
-        write(suite, [done.get((t, b)) or table.empty(t, b) for t, b, _ in suite.experiments()])
+        finished(task, budget, exp)
     return [done[t, b] for t, b, _ in suite.experiments()]
 
 
