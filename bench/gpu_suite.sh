@@ -5,9 +5,10 @@
 # Ray need not travel). Built here first:
 #   GLUE_TASKS="SST-2 STS-B CoLA" bash bench/gpu_carry.sh        # .whl (optuna) and .gpu (weights, data)
 # then, as the device tool's command (carry .whl and .gpu, about 60 MB with the repository):
-#   SUITE_S=500 bash bench/gpu_suite.sh
-# The suite runs under `timeout SUITE_S` (default 500 s); stopped there, it keeps what it finished,
-# and the same call on the still-warm machine goes on from it (runs/ stays between calls there). What
+#   bash bench/gpu_suite.sh                        (as the call's command, timeout_s 600)
+# The suite runs under `timeout SUITE_S` (default 420 s, then at most 150 s for its studies to keep what
+# they finished: inside one 600 s call); stopped there, the same call on the still-warm machine goes on
+# from it (runs/ stays between calls there). What
 # comes back in $OUT: the suite's table (suite.md, suite.json), its log, and the card's utilisation
 # sampled every second (gpu.csv); the wall time is the log's last line. JOBS sets --jobs (default 9:
 # every study at once; a task's smaller budgets start once its 0.5% study has measured the rates);
@@ -38,7 +39,7 @@ mkdir -p ../shared/data
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 1 > "$OUT/gpu.csv" 2>/dev/null &
 SMI=$!
 start=$(date +%s)
-timeout --signal=TERM "${SUITE_S:-500}" python3 -m petl_nas.app.cli suite --experiment "${SUITE:-suites/budgets.yaml}" \
+timeout --signal=TERM --kill-after=150 "${SUITE_S:-420}" python3 -m petl_nas.app.cli suite --experiment "${SUITE:-suites/budgets.yaml}" \
     --jobs "${JOBS:-9}" --executor local > "$OUT/suite.log" 2>&1
 status=$?
 kill "$SMI" 2>/dev/null
@@ -47,3 +48,4 @@ cp "runs/$name/suite.md" "runs/$name/suite.json" "$OUT/" 2>/dev/null
 grep -v "^\[" "$OUT/suite.log" | tail -40
 echo "gpu_suite: exit status $status after $(( $(date +%s) - start )) s (124 or 143: stopped at SUITE_S; call again to go on)" \
     | tee -a "$OUT/suite.log"
+exit "$status"

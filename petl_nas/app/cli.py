@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import select
@@ -230,8 +229,8 @@ def cmd_suite(args) -> int:
         from ..suite.runner import run_suite
 
         suite = Suite.load(args.experiment)
-        if args.executor:                     # how trials run, not what they measure: every study's
-            suite = dataclasses.replace(suite, study={**suite.study, "executor": args.executor})
+        if args.executor:
+            suite = suite.with_executor(args.executor)
     with stops_on_signals():                  # a stopped study is kept: the same command goes on from it
         run_suite(suite, train=not args.table_only, jobs=args.jobs)
     print((suite.run_dir / "suite.md").read_text(encoding="utf-8"))

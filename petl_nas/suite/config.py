@@ -103,7 +103,7 @@ class Suite:
                           "task": t.task, "budget": budget, "data_dir": t.data_dir or self.data_dir}
                 exp = Experiment.from_dict(fields, f"{self.source}: {t.label} at {budget}")
                 if exp.rates.on and exp.rates.file is None and budget != first:
-                    reuse = str(Path("runs") / self.study_name(t.label, first) / "rates.json")
+                    reuse = str(Path("runs") / self.study_name(t.label, first) / RATES_FILE)
                     exp = dataclasses.replace(exp, rates=dataclasses.replace(exp.rates, file=reuse))
                 if self.supernet == "shared" and exp.strategy != "sampler" and len(self.budgets) > 1:
                     try:
@@ -115,6 +115,13 @@ class Suite:
             raise ConfigError(f"{self.source}: supernet: shared applies to one-shot studies (study: {{strategy: "
                               f"oneshot}} or both), and every study here samples")
         return out
+
+    def with_executor(self, executor: str) -> Suite:
+        """This suite with every study running its trials by ``executor`` (a task's own ``study``
+        setting included): how trials run, not what they measure."""
+        tasks = tuple(dataclasses.replace(t, study={**t.study, "executor": executor}) if t.study and "executor" in t.study
+                      else t for t in self.tasks)
+        return dataclasses.replace(self, study={**self.study, "executor": executor}, tasks=tasks)
 
     def _shared(self, oneshot, label: str, budget: str, first: str):
         """``oneshot`` of a study when one supernet serves every budget of its task: the largest
@@ -159,11 +166,26 @@ def _check_protocol(study, where: str) -> None:
                           f"not from study")
 
 
+RATES_FILE = "rates.json"      # what a study that measures rates writes in its run folder (search/rates.py)
+
+
+def files_written(experiments) -> dict[Path, Experiment]:
+    """The rates and proposals files the studies of ``experiments`` (task, budget, experiment) may
+    write, each with the study that writes it."""
+    return {exp.run_dir / name: exp for _, _, exp in experiments for name in (RATES_FILE, OneShot.FILE)}
+
+
+def files_read(exp, experiments) -> list[Path]:
+    """The files ``exp`` reads that a study of ``experiments`` writes (its rates, its proposals)."""
+    written = files_written(experiments)
+    return [Path(p) for p in (exp.rates.file, exp.oneshot.file) if p is not None and Path(p) in written]
+
+
 def _check_files_read(experiments, source: str) -> None:
     """A rates or proposals file a study reads must exist, unless a study of this suite writes it
     (a task's calibrating budget writes what its other budgets read): a typo is said at once, not
     after the studies before it have trained."""
-    written = {exp.run_dir / f for _, _, exp in experiments for f in ("rates.json", OneShot.FILE)}
+    written = files_written(experiments)
     for label, budget, exp in experiments:
         for key, path in (("rates: file", exp.rates.file), ("oneshot: file", exp.oneshot.file)):
             if path is not None and Path(path) not in written and not Path(path).exists():
@@ -200,4 +222,4 @@ def _task(entry, source: str) -> SuiteTask:
     return SuiteTask(label, task, data_dir, study)
 
 
-__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE"]
+__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE", "RATES_FILE", "files_read", "files_written"]

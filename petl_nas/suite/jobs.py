@@ -9,13 +9,16 @@ what a study records, and how a run killed mid-way goes on, is the same as one a
 
 A study that reads a file another study of the suite writes (its task's largest budget measures
 the rates its other budgets read, ``rates.json``, and under ``supernet: shared`` proposes for
-them, ``oneshot.json``) starts once that file exists, not once that study has finished; studies
-start in the suite's running order as far as that allows. Each study's lines are printed as it
-prints them, behind ``[task budget]``. With the ``ray`` executor and no ``concurrent`` of its own,
-each study trains at most its share of the cores at once (cores / N), so N studies do not ask
-for N times the machine. A study that fails leaves the others to finish, starts nothing more, and
-the suite ends with one line naming it. A stop (Ctrl-C, SIGTERM) is passed on to every running
-study, which keeps what it finished as it does when run alone: the same command goes on.
+them, ``oneshot.json``) starts once that study has written the file and stored what it holds, not
+once that study has finished (a file left from an earlier run does not count); studies start in
+the suite's running order as far as that allows. Each study's own lines are printed behind
+``[task budget]``. The cores are shared out: each study's torch threads, and with the ``ray``
+executor (no ``concurrent`` of its own) its trials at once, are at most cores / N, so N studies
+do not each take the whole machine. On a GPU, side by side needs the ``local`` executor: each
+study's own Ray would pack the whole card. A study that fails leaves the others to finish,
+nothing more starts, and the suite ends with one line naming it. A stop (Ctrl-C, SIGTERM, also
+one sent to the whole process group) reaches each running study once, from this process; each
+keeps what it finished, as when run alone, and the same command goes on.
 """
 
 from __future__ import annotations
@@ -30,15 +33,13 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
+from ..search.records import ONESHOT, RATE_CALIBRATION, load_study
+from ..search.storage import close_storage
+from .config import RATES_FILE, files_read, files_written
 
 POLL_S = 1.0              # how often finished studies and written files are looked for
-STOP_WAIT_S = 600         # how long a stopped suite waits for its studies to keep what they finished
-
-
-def reads(exp, studies) -> list[Path]:
-    """The files ``exp`` reads that a study among ``studies`` (task, budget, experiment) writes."""
-    written = {exp_.run_dir / name for _, _, exp_ in studies for name in ("rates.json", "oneshot.json")}
-    return [Path(p) for p in (exp.rates.file, exp.oneshot.file) if p is not None and Path(p) in written]
+STOP_WAIT_S = 120        # for the stopped studies to keep what they finished (seconds at most, as a rule)
+PR_SET_PDEATHSIG = 1      # Linux prctl: a signal for this process when its parent ends
 
 
 def with_share_of_cores(exp, jobs: int, cores: int):
@@ -49,6 +50,21 @@ def with_share_of_cores(exp, jobs: int, cores: int):
     return dataclasses.replace(exp, concurrent=max(1, cores // jobs))
 
 
+def ready(path: Path, writer) -> bool:
+    """Has the study ``writer`` written ``path`` and stored what it holds (a file left from an
+    earlier run of a study made again does not count)?"""
+    if not path.exists():
+        return False
+    try:
+        study = load_study(writer.storage_url, writer.study_name)
+    except ConfigError:                               # not made yet
+        return False
+    try:
+        return (RATE_CALIBRATION if path.name == RATES_FILE else ONESHOT) in study.user_attrs
+    finally:
+        close_storage(study._storage)
+
+
 def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], suite_name: str,
                      finished: Callable[[str, str, object], None]) -> None:
     """Run ``studies`` (task, budget, experiment; in running order), at most ``jobs`` at once, calling
@@ -56,8 +72,12 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
     studies that failed, once the others have ended."""
     from ..training.threads import usable_cores
 
+    jobs = min(jobs, len(studies))
+    _refuse_ray_on_a_gpu(studies, jobs)
     cores = usable_cores()[0]
+    threads = max(1, cores // jobs)
     context = multiprocessing.get_context("spawn")
+    writers = files_written(studies)
     waiting = [(t, b, with_share_of_cores(e, jobs, cores)) for t, b, e in studies]
     running: dict[str, tuple[multiprocessing.process.BaseProcess, tuple]] = {}     # by study name
     failed: list[str] = []
@@ -68,16 +88,17 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
                 if failed or len(running) >= jobs:
                     break
                 task, budget, exp = entry
-                missing = [p for p in reads(exp, studies) if not p.exists()]
-                if missing and not _written_later(missing, studies, waiting, running):
-                    waiting.remove(entry)
-                    failed.append(f"{task} at {budget} (its input {missing[0]} was never written)")
-                    continue
+                missing = [p for p in files_read(exp, studies) if not ready(p, writers[p])]
                 if missing:
+                    pending = {e.study_name for _, _, e in waiting} | set(running)
+                    if writers[missing[0]].study_name not in pending:     # it ended without writing it
+                        waiting.remove(entry)
+                        failed.append(f"{task} at {budget} (study {writers[missing[0]].study_name!r} ended "
+                                      f"without writing {missing[0]})")
                     continue
                 waiting.remove(entry)
                 label = f"{task} {budget}"
-                process = context.Process(target=study_process, args=(exp, label), name=f"petl-nas {label}")
+                process = context.Process(target=study_process, args=(exp, label, threads), name=f"petl-nas {label}")
                 process.start()
                 running[exp.study_name] = (process, entry)
                 printer(f"suite {suite_name}: {task} at budget {budget}, study {exp.study_name!r} started "
@@ -92,12 +113,12 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
                     printer(f"suite {suite_name}: {task} at budget {budget} finished")
                     finished(task, budget, exp)
                 else:
-                    failed.append(f"{task} at {budget} (exit status {process.exitcode})")
+                    failed.append(f"{task} at {budget} ({_how_it_ended(process.exitcode)})")
             if waiting and failed and not running:
                 break
             time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        _stop_all([process for process, _ in running.values()])
+    except BaseException:                 # a stop, or an error here: the studies keep what they finished
+        _stop_all(multiprocessing.active_children())
         raise
     if failed:
         unstarted = f"; not started: {', '.join(f'{t} at {b}' for t, b, _ in waiting)}" if waiting else ""
@@ -106,10 +127,22 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
                           f"same command goes on)")
 
 
-def _written_later(missing: list[Path], studies, waiting, running) -> bool:
-    """Will a study still waiting or running write every file of ``missing``?"""
-    pending = list(waiting) + [entry for _, entry in running.values()]
-    return all(any(p.parent == exp.run_dir for _, _, exp in pending) for p in missing)
+def _refuse_ray_on_a_gpu(studies, jobs: int) -> None:
+    if jobs <= 1 or all(exp.executor != "ray" or exp.ray_address for _, _, exp in studies):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        raise ConfigError(f"--jobs {jobs} with the ray executor on a GPU: each study's own Ray would pack the "
+                          f"whole card; run the studies side by side with --executor local (each trains one "
+                          f"run at a time, {jobs} at a time on the card)")
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        return f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    return f"exit status {code}"
 
 
 def _stop_all(processes: list) -> None:
@@ -124,26 +157,47 @@ def _stop_all(processes: list) -> None:
             process.kill()
 
 
-def study_process(exp, label: str) -> None:
-    """A spawned process's whole life: run one study, its lines behind ``[label]``; exit 0 when it
-    finished, 2 with one line when it could not (as the CLI does), 128 + the signal when stopped.
-    Ctrl-C reaches the suite's process, which passes it on as SIGTERM: ignored here, it would
-    otherwise arrive twice (a terminal signals every process of its foreground group)."""
+def study_process(exp, label: str, threads: int) -> None:
+    """A spawned process's whole life: run one study, its lines behind ``[label]``, torch at most
+    ``threads`` threads (unless OMP_NUM_THREADS says otherwise); exit 0 when it finished, 2 with one
+    line when it could not (as the CLI does), 128 + the signal when stopped. It leaves the suite's
+    process group, so a stop sent to the group (a terminal's Ctrl-C, ``timeout``) reaches it once,
+    passed on by the suite, and it stops when the suite's process dies."""
+    os.setpgrp()
+    _stop_with_parent()
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     from ..search.driver import run_search
-    from ..search.interrupts import exit_status, stops_on_signals
+    from ..search.interrupts import caused_by_interrupt, exit_status, stops_on_signals
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     prefix = f"[{label}] "
+
+    def say(line: str, stream=sys.stdout) -> None:
+        stream.write(f"{prefix}{line}\n")               # one write: lines of several studies do not mix
+        stream.flush()
     try:
         with stops_on_signals():
-            run_search(exp, printer=lambda line: print(prefix + line, flush=True))
+            run_search(exp, printer=say)
     except KeyboardInterrupt as stop:
-        print(f"{prefix}petl-nas: interrupted; the study is kept", file=sys.stderr, flush=True)
+        say("petl-nas: interrupted; the study is kept", sys.stderr)
         sys.exit(exit_status(stop))
     except (ConfigError, OSError) as e:
+        if caused_by_interrupt(e):
+            say("petl-nas: interrupted; the study is kept", sys.stderr)
+            sys.exit(exit_status(e))
         said = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else e
-        print(f"{prefix}petl-nas: error: {said}", file=sys.stderr, flush=True)
+        say(f"petl-nas: error: {said}", sys.stderr)
         sys.exit(2)
 
 
-__all__ = ["reads", "run_side_by_side", "study_process", "with_share_of_cores"]
+def _stop_with_parent() -> None:
+    """On Linux, SIGTERM for this process when the suite's process ends (killed outright too)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+
+
+__all__ = ["ready", "run_side_by_side", "study_process", "with_share_of_cores"]

@@ -23,9 +23,8 @@ from .config import Suite
 
 def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> list[dict]:
     """Run every study of ``suite`` (``train`` False: only read those that exist), ``jobs`` at a time,
-    and write the table; returns its cells."""
-    from ..search.driver import run_search      # torch: only when a suite runs
-
+    and write the table; returns its cells. ``printer`` hears every line; with ``jobs`` above 1 only
+    the suite's own, each study printing its lines to standard output from its process."""
     printer = printer or (lambda line: print(line, flush=True))
     studies = suite.in_running_order()
     done: dict[tuple[str, str], dict] = {}            # each study read once, after it ran
@@ -38,6 +37,7 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
         from .jobs import run_side_by_side
         run_side_by_side(studies, jobs, printer, suite.name, finished)
         return [done[t, b] for t, b, _ in suite.experiments()]
+    from ..search.driver import run_search      # torch: only when a suite runs here
     for i, (task, budget, exp) in enumerate(studies, 1):
         if train:
             left = time_left(list(done.values()), [b for _, b, _ in studies[i - 1:]])

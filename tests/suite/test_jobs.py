@@ -16,8 +16,9 @@ import pytest
 
 from petl_nas.app.cli import main
 from petl_nas.search.experiment import Experiment
-from petl_nas.suite.config import Suite
-from petl_nas.suite.jobs import reads, with_share_of_cores
+from petl_nas.search.records import RATE_CALIBRATION
+from petl_nas.suite.config import Suite, files_read
+from petl_nas.suite.jobs import ready, with_share_of_cores
 
 from test_suite import in_tmp, suite_file   # noqa: F401  (in_tmp: every test in its own folder)
 
@@ -33,10 +34,23 @@ def test_a_study_waits_for_the_files_another_study_of_the_suite_writes(tmp_path)
     suite = Suite.load(suite_file(tmp_path, study={"rates": "auto"}))
     studies = suite.in_running_order()
     by = {(t, b): e for t, b, e in studies}
-    assert reads(by["colours", "5%"], studies) == []                      # it measures the rates
-    assert [str(p) for p in reads(by["colours", "1%"], studies)] == ["runs/s_colours_5pct/rates.json"]
+    assert files_read(by["colours", "5%"], studies) == []                  # it measures the rates
+    assert [str(p) for p in files_read(by["colours", "1%"], studies)] == ["runs/s_colours_5pct/rates.json"]
     plain = Suite.load(suite_file(tmp_path)).in_running_order()           # rates off: nothing to wait for
-    assert all(reads(e, plain) == [] for _, _, e in plain)
+    assert all(files_read(e, plain) == [] for _, _, e in plain)
+
+
+def test_a_file_is_ready_once_its_study_holds_what_it_wrote_not_when_left_from_before(tmp_path):
+    writer = Experiment.from_dict({"name": "w"})
+    path = writer.run_dir / "rates.json"
+    assert not ready(path, writer)                                        # not written
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    assert not ready(path, writer)                                        # left from before: no study
+    study = optuna.create_study(study_name="w", storage=writer.storage_url)
+    assert not ready(path, writer)                                        # a study made again, not measured yet
+    study.set_user_attr(RATE_CALIBRATION, {"rates": {"lora": 1e-3}})
+    assert ready(path, writer)
 
 
 def test_each_study_side_by_side_trains_at_most_its_share_of_the_cores():
@@ -104,7 +118,8 @@ def test_a_stopped_suite_of_studies_side_by_side_goes_on_and_trains_nothing_twic
     path = suite_file(tmp_path, study={"trials": 3})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [sys.executable, "-m", "petl_nas.app.cli", "suite", "--experiment", path, "--jobs", "2"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     suite = Suite.load(path)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:      # stop once a study has a trial finished
@@ -112,11 +127,14 @@ def test_a_stopped_suite_of_studies_side_by_side_goes_on_and_trains_nothing_twic
             break
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)          # to the whole group, as `timeout` and a terminal do
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 143, err
     assert "petl-nas: interrupted; the suite's studies are kept" in err
-    assert "] petl-nas: interrupted; the study is kept" in err              # each running study was stopped
+    started = {line.split(" started")[0] for line in out.splitlines() if " started (" in line}
+    ended = {line.removesuffix(" finished") for line in out.splitlines() if line.endswith(" finished")}
+    stopped = [line for line in err.splitlines() if line.endswith("] petl-nas: interrupted; the study is kept")]
+    assert len(stopped) == len({s.split(", study")[0] for s in started} - ended) >= 1   # each running one, once
     kept = {e.study_name: [(t.number, tuple(t.values)) for t in _trials(e) if t.state.name == "COMPLETE"]
             for _, _, e in suite.experiments()}
     assert sum(map(len, kept.values())) >= 1
@@ -152,6 +170,8 @@ def test_the_executor_given_on_the_command_line_runs_every_study(tmp_path, monke
 
     ran = []
     monkeypatch.setattr(driver, "run_search", lambda exp, printer=None: ran.append((exp.study_name, exp.executor)))
-    assert main(["suite", "--experiment", suite_file(tmp_path, study={"executor": "ray"}), "--executor", "local"]) == 0
-    assert sorted(ran) == [("s_colours_1pct", "local"), ("s_colours_5pct", "local"),
-                           ("s_demo_keyword_1pct", "local"), ("s_demo_keyword_5pct", "local")]
+    tasks = ["demo_keyword", {"name": "own", "task": "demo_keyword", "study": {"executor": "ray", "trials": 2}}]
+    assert main(["suite", "--experiment", suite_file(tmp_path, study={"executor": "ray"}, tasks=tasks),
+                 "--executor", "local"]) == 0
+    assert sorted(ran) == [("s_demo_keyword_1pct", "local"), ("s_demo_keyword_5pct", "local"),
+                           ("s_own_1pct", "local"), ("s_own_5pct", "local")]
