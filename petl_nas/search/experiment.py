@@ -230,6 +230,7 @@ class Rates:
     file: str | None = None
     spread: float = 2.0
     share: float = 0.15
+    FILE = "rates.json"        # what a study that measures the rates writes in its run folder
 
     def __post_init__(self):
         check_fields(self, "rates: ", {"calibrate": one_of("auto", "off"), "file": optional(TEXT),

@@ -406,7 +406,7 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
                     f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
                     f"runs ...")
             record = calibrate(exp, space, model_config, budget, printer, known, planned)
-            write_file(record, exp.run_dir / "rates.json")
+            write_file(record, exp.run_dir / exp.rates.FILE)
         record = study.user_attrs.get(ATTR) or record        # another worker may have finished first
         study.set_user_attr(ATTR, record)
     for line in lines(record):

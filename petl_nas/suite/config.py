@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml
-from ..search.experiment import Experiment, OneShot, check_budget_list, check_budget_text
+from ..search.experiment import Experiment, OneShot, Rates, check_budget_list, check_budget_text
 
 FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")   # each study's own
 SUPERNET = ("per_budget", "shared")     # a supernet per study, or one per task serving its budgets
@@ -103,7 +103,7 @@ class Suite:
                           "task": t.task, "budget": budget, "data_dir": t.data_dir or self.data_dir}
                 exp = Experiment.from_dict(fields, f"{self.source}: {t.label} at {budget}")
                 if exp.rates.on and exp.rates.file is None and budget != first:
-                    reuse = str(Path("runs") / self.study_name(t.label, first) / RATES_FILE)
+                    reuse = str(Path("runs") / self.study_name(t.label, first) / Rates.FILE)
                     exp = dataclasses.replace(exp, rates=dataclasses.replace(exp.rates, file=reuse))
                 if self.supernet == "shared" and exp.strategy != "sampler" and len(self.budgets) > 1:
                     try:
@@ -166,13 +166,10 @@ def _check_protocol(study, where: str) -> None:
                           f"not from study")
 
 
-RATES_FILE = "rates.json"      # what a study that measures rates writes in its run folder (search/rates.py)
-
-
 def files_written(experiments) -> dict[Path, Experiment]:
     """The rates and proposals files the studies of ``experiments`` (task, budget, experiment) may
     write, each with the study that writes it."""
-    return {exp.run_dir / name: exp for _, _, exp in experiments for name in (RATES_FILE, OneShot.FILE)}
+    return {exp.run_dir / name: exp for _, _, exp in experiments for name in (Rates.FILE, OneShot.FILE)}
 
 
 def files_read(exp, experiments) -> list[Path]:
@@ -222,4 +219,4 @@ def _task(entry, source: str) -> SuiteTask:
     return SuiteTask(label, task, data_dir, study)
 
 
-__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE", "RATES_FILE", "files_read", "files_written"]
+__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE", "files_read", "files_written"]

@@ -35,7 +35,8 @@ from typing import Callable
 from ..errors import ConfigError
 from ..search.records import ONESHOT, RATE_CALIBRATION, load_study
 from ..search.storage import close_storage
-from .config import RATES_FILE, files_read, files_written
+from ..search.experiment import Rates
+from .config import files_read, files_written
 
 POLL_S = 1.0              # how often finished studies and written files are looked for
 STOP_WAIT_S = 120        # for the stopped studies to keep what they finished (seconds at most, as a rule)
@@ -60,7 +61,7 @@ def ready(path: Path, writer) -> bool:
     except ConfigError:                               # not made yet
         return False
     try:
-        return (RATE_CALIBRATION if path.name == RATES_FILE else ONESHOT) in study.user_attrs
+        return (RATE_CALIBRATION if path.name == Rates.FILE else ONESHOT) in study.user_attrs
     finally:
         close_storage(study._storage)
 
