@@ -79,4 +79,10 @@ def check_keys(where: str, data: dict, allowed, sep: str = ".") -> None:
             raise ConfigError(f"{where}{sep}{k}: unknown key{suggest(k, list(allowed))}")
 
 
-__all__ = ["ConfigError", "PetlWarning", "suggest", "check_keys", "read_text", "read_yaml"]
+def error_line(e: ConfigError | OSError) -> str:
+    """What a command says of ``e`` after ``petl-nas: error: ``: a ConfigError's own line, or the
+    path an OSError could not read or write and why."""
+    return f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else str(e)
+
+
+__all__ = ["ConfigError", "PetlWarning", "suggest", "check_keys", "error_line", "read_text", "read_yaml"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..training.compiling import COMPILE_MODES
-from ..errors import ConfigError, PetlWarning, read_text, read_yaml
+from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
 from ..core.config import PetlConfig
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 
@@ -727,12 +727,9 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted(args, e)
         if isinstance(e, BrokenPipeError) and _stdout_closed():   # `petl-nas presets | head`: the reader has
             return 141                                    # what it wanted; quiet, and 128 + SIGPIPE as C tools
-        if isinstance(e, ConfigError):
-            print(f"petl-nas: error: {e}", file=sys.stderr)
-        elif isinstance(e, OSError):  # a path that cannot be read or written (a folder for a file, ...)
-            print(f"petl-nas: error: {f'{e.filename}: {e.strerror}' if e.filename else e}", file=sys.stderr)
-        else:
+        if not isinstance(e, (ConfigError, OSError)):   # OSError: a path that cannot be read or written
             raise
+        print(f"petl-nas: error: {error_line(e)}", file=sys.stderr)
         return 2
 
 
