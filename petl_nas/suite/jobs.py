@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, error_line
 from ..search.records import ONESHOT, RATE_CALIBRATION, load_study
 from ..search.storage import close_storage
 from ..search.experiment import Rates
@@ -80,6 +80,8 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
     context = multiprocessing.get_context("spawn")
     writers = files_written(studies)
     waiting = [(t, b, with_share_of_cores(e, jobs, cores)) for t, b, e in studies]
+    inputs = {e.study_name: files_read(e, studies) for _, _, e in studies}
+    written: set[Path] = set()        # inputs found ready: a study's storage is not opened again for them
     running: dict[str, tuple[multiprocessing.process.BaseProcess, tuple]] = {}     # by study name
     failed: list[str] = []
     total = len(waiting)
@@ -89,7 +91,8 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
                 if failed or len(running) >= jobs:
                     break
                 task, budget, exp = entry
-                missing = [p for p in files_read(exp, studies) if not ready(p, writers[p])]
+                written.update(p for p in inputs[exp.study_name] if p not in written and ready(p, writers[p]))
+                missing = [p for p in inputs[exp.study_name] if p not in written]
                 if missing:
                     pending = {e.study_name for _, _, e in waiting} | set(running)
                     if writers[missing[0]].study_name not in pending:     # it ended without writing it
@@ -185,8 +188,7 @@ def study_process(exp, label: str, threads: int) -> None:
         if caused_by_interrupt(e):
             say("petl-nas: interrupted; the study is kept", sys.stderr)
             sys.exit(exit_status(e))
-        said = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else e
-        say(f"petl-nas: error: {said}", sys.stderr)
+        say(f"petl-nas: error: {error_line(e)}", sys.stderr)
         sys.exit(2)
 
 
