@@ -170,7 +170,6 @@ def study_process(exp, label: str, threads: int) -> None:
     os.setpgrp()
     _stop_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    from ..search.driver import run_search
     from ..search.interrupts import caused_by_interrupt, exit_status, stops_on_signals
 
     prefix = f"[{label}] "
@@ -179,7 +178,8 @@ def study_process(exp, label: str, threads: int) -> None:
         stream.write(f"{prefix}{line}\n")               # one write: lines of several studies do not mix
         stream.flush()
     try:
-        with stops_on_signals():
+        with stops_on_signals():                       # before torch loads: a stop while it does is said too
+            from ..search.driver import run_search
             run_search(exp, printer=say)
     except KeyboardInterrupt as stop:
         say("petl-nas: interrupted; the study is kept", sys.stderr)
