@@ -287,7 +287,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         try:
             _record_run(study, start, printer)   # stopped or not: the study's wall time adds up over resumes
         finally:
-            close_storage(study._storage)
+            close_storage(study)
     summary.wall_s = time.time() - start
     return summary
 

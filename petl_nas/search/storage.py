@@ -242,9 +242,10 @@ def _remove(folders: list[Path]) -> None:
             pass
 
 
-def close_storage(storage) -> None:
-    """Close the storage's connections (a SQLite file in WAL mode then drops its -wal/-shm files)."""
-    inner = getattr(storage, "_backend", storage)
+def close_storage(study_or_storage) -> None:
+    """Close the connections of a study's storage, or of a storage (a SQLite file in WAL mode then
+    drops its -wal/-shm files)."""
+    inner = _rdb(study_or_storage)
     engine = getattr(inner, "engine", None)
     if engine is not None:
         inner.scoped_session.remove()

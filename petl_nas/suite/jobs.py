@@ -63,7 +63,7 @@ def ready(path: Path, writer) -> bool:
     try:
         return (RATE_CALIBRATION if path.name == Rates.FILE else ONESHOT) in study.user_attrs
     finally:
-        close_storage(study._storage)
+        close_storage(study)
 
 
 def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], suite_name: str,

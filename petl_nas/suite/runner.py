@@ -73,7 +73,7 @@ def _cell(exp, task: str, budget: str) -> dict:
     try:
         return table.cell(study, task, budget)
     finally:
-        close_storage(study._storage)
+        close_storage(study)
 
 
 def write(suite: Suite, found: list[dict]) -> None:

@@ -344,6 +344,21 @@ def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_ha
         heartbeat.stop()
 
 
+@pytest.mark.parametrize("given", ["study", "storage"])
+def test_closing_a_study_or_its_storage_leaves_the_sqlite_file_alone(tmp_path, given):
+    """What a suite or a search does when it has read a study: its connections close, so SQLite in
+    WAL mode folds its -wal and -shm files back into the one study file."""
+    from petl_nas.search.storage import close_storage, open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.set_user_attr("x", 1)
+    assert (tmp_path / "s.db-wal").exists()
+    close_storage(study if given == "study" else storage)
+    assert not (tmp_path / "s.db-wal").exists() and not (tmp_path / "s.db-shm").exists()
+    assert optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").user_attrs == {"x": 1}
+
+
 # ---- the Ray searcher's state machine, without a cluster ------------------------------------
 def test_study_searcher_records_every_outcome(tmp_path):
     pytest.importorskip("ray")
