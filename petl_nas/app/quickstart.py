@@ -38,8 +38,8 @@ def default_experiment() -> Experiment:
     trial trains 3 epochs on K=500 SST-2 sentences in batches of 8 (short training needs the
     steps) and runs to the end. The front's best member is then re-trained with 2 seeds and scored
     on SST-2's dev set (the held-out test split). The LoRA rank sweep is left out (it would add up
-    to 6 trials) and confirmation re-scores one baseline, not up to 3 (``confirm_baselines``); a
-    real search does both by default.
+    to 6 trials) and confirmation re-scores one baseline, not up to 3 (``confirm_baselines``), and
+    the reference (the LoRA preset) where that one is not it; a real search does both by default.
     """
     return Experiment(
         name="quickstart", backbone=BACKBONE, task="sst2", budget="0.5%", space="unified_short", trials=8,

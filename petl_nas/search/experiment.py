@@ -24,7 +24,7 @@ from ..training.compiling import COMPILE_MODES
 from ..errors import ConfigError, check_keys, read_text, read_yaml
 from ..rules import TEXT, auto_or, check_fields, number, one_of, optional, whole, yaml_hint
 from ..training.costs import check_objectives
-from ..core.presets import check_preset_names
+from ..core.presets import check_preset_names, preset_names
 
 # a trial trains on one device: more than one GPU would be reserved and idle (and Ray takes no 1.5 GPUs)
 _ONE_GPU_AT_MOST = ((lambda v: number(0, False)[0](v) and v <= 1),
@@ -193,6 +193,7 @@ class FinalEval:
     confirm: int = 3            # re-score this many top trials and the best baseline over extra seeds on search-dev (confirm.py)
     confirm_seeds: int = 2      # the extra seeds of each confirmed trial
     confirm_baselines: int = 3  # and up to this many baselines within noise of the best one's search score
+    reference: str | None = "lora"  # a preset a larger pick must beat beyond noise on search-dev (confirm.py)
 
     def __post_init__(self):
         check_fields(self, "final: ", {
@@ -201,7 +202,7 @@ class FinalEval:
             "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
             "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
             "confirm": whole(0), "confirm_seeds": whole(1),
-            "confirm_baselines": whole(1)})
+            "confirm_baselines": whole(1), "reference": optional(one_of(*preset_names()))})
 
 
 @dataclass(frozen=True)

@@ -66,9 +66,9 @@ def _members(study, exp, recipe: Recipe, printer) -> list[StoredTrial]:
     if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
         ranked = confirm(study, exp, recipe, printer)
         members = ranked[: exp.final.max_front]
-        said = verdict(study)              # its pick and the best baseline are re-evaluated, wherever
+        said = verdict(study)              # its pick, the best baseline and the reference are re-evaluated, wherever
         members += [t for t in ranked[exp.final.max_front:]          # their means rank them: paired on test
-                    if said is not None and t.number in (said.pick, said.baseline)]
+                    if said is not None and t.number in (said.pick, said.baseline, said.reference)]
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
     members = [StoredTrial.of(t, study.user_attrs) for t in members]   # with their confirmation's test runs

@@ -133,7 +133,8 @@ def markdown(suite_name: str, cells: list[dict]) -> str:
     lines += ["", "Δ: the pick's test score minus the best baseline's, seed by seed (the same seeds), in points; "
               "the pick is what `petl-nas export` takes by default, the best baseline the one confirmation compared "
               "it with on search-dev; where nothing beats that baseline beyond noise, the pick is the baseline itself "
-              "(Δ 0), and the best confirmed mean's Δ is what `export --pick best-mean` would have given. Trial compute: the studies' trials' wall time, calibration and finals aside. "
+              "(Δ 0), or the reference preset (`final.reference`) where that baseline is larger than it and does not "
+              "beat it beyond noise, and the best confirmed mean's Δ is what `export --pick best-mean` would have given. Trial compute: the studies' trials' wall time, calibration and finals aside. "
               "Study wall: the study's runs from start to end (calibration, supernet, trials, confirmation, finals), "
               "summed over its resumes."]
     walls = per_task_wall(cells)

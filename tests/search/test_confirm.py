@@ -97,14 +97,15 @@ def test_the_best_baseline_is_re_evaluated_beside_the_pick_wherever_it_ranks(tmp
     assert finals == {said.pick, 0}
 
 
-@pytest.mark.parametrize("confirm_baselines, defended", [(1, 0), (2, 1)])
+@pytest.mark.parametrize("confirm_baselines, reference, defended", [(1, None, 0), (2, None, 1), (1, "lora", 1)])
 @pytest.mark.slow
 def test_the_best_baseline_is_the_best_confirmed_mean_of_the_close_ones(tmp_path, monkeypatch, confirm_baselines,
-                                                                          defended):
+                                                                          reference, defended):
     """Two presets one search score apart (0.90, 0.89, standard errors 0.01: within noise), the
     second steadier over seeds: confirming only the top one defends it; confirming both defends
     the steadier one, which is then the pick (the best confirmed mean) and re-evaluated on test,
-    so no searched configuration is compared with a baseline that one lucky score chose."""
+    so no searched configuration is compared with a baseline that one lucky score chose. The
+    reference preset (``final.reference``) is confirmed whatever the cap."""
     from petl_nas.search import executors
 
     def scripted(spec, report=None, device=None):
@@ -118,13 +119,13 @@ def test_the_best_baseline_is_the_best_confirmed_mean_of_the_close_ones(tmp_path
     monkeypatch.setattr(worker, "run_trial", scripted)
     exp = experiment(tmp_path, trials=3, presets=["bitfit", "lora"], budget="20%",
                      final=FinalEval(seeds=1, epochs=1, max_front=1, presets="none", confirm=1, confirm_seeds=2,
-                                     confirm_baselines=confirm_baselines, baselines=False))
+                                     confirm_baselines=confirm_baselines, baselines=False, reference=reference))
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     assert [study.trials[n].user_attrs["preset"] for n in (0, 1)] == ["bitfit", "lora"]
     said = confirm.verdict(study)
     assert said.baseline == defended and said.pick == defended
-    assert set(confirm.confirmed_scores(study)) == {0, 1} if confirm_baselines == 2 else {0}
+    assert set(confirm.confirmed_scores(study)) == ({0, 1} if confirm_baselines == 2 or reference else {0})
     assert f"final:{defended}" in study.user_attrs
 
 
@@ -504,3 +505,76 @@ def test_the_verdict_bounds_a_win_over_the_rows_where_the_study_kept_them():
         study.set_user_attr(f"confirm_rows:{n}", [encode_rows(p) for p in runs[kind]])
     said = confirm.verdict(study)
     assert not said.beaten and said.pick == 1 and said.line.startswith("no searched configuration beats")
+
+
+def _with_reference(study: optuna.Study, name: str = "lora") -> optuna.Study:
+    study.set_user_attr("final", {**study.user_attrs["final"], "reference": name})
+    return study
+
+
+def test_a_larger_pick_that_does_not_beat_the_reference_gives_way_to_it():
+    """SST-2 at 0.5% (b68129e): the parallel adapter (113,040) was the best baseline by 2.2 points of
+    one search score over LoRA r=8 (73,728) and tied it on test. Within noise of the reference
+    over seeds, it gives way to it; a study from before ``final.reference`` keeps its pick."""
+    study = _with_reference(_verdict_study({("parallel_adapter", 113040, "preset"): [0.854, 0.832, 0.838],
+                                            ("lora", 73728, "preset"): [0.832, 0.828, 0.836],
+                                            ("big", 113315, "searched"): [0.846, 0.832, 0.852]}))
+    said = confirm.verdict(study)
+    assert (said.pick, said.baseline, said.reference, said.beaten, said.best) == (1, 0, 1, False, 2)
+    assert said.line.startswith(
+        "no searched configuration beats the best baseline (parallel_adapter, mean 0.8413) beyond noise on search-dev: "
+        "that baseline, trial 0 (parallel_adapter, 113,040 deployable parameters), holds more deployable parameters "
+        "than the reference (lora, mean 0.8320) and does not beat it beyond noise: the pick is the reference, trial 1 "
+        "(lora, 73,728 deployable parameters); the best confirmed mean, trial 2 (113,315 deployable parameters) at "
+        "0.8433, is within noise of the best baseline (export --pick best-mean)")
+    assert choose(study).number == 1
+    study.set_user_attr("final", {"confirm": 3})                     # no reference: read as it ran
+    assert confirm.verdict(study).pick == 0 and confirm.verdict(study).reference is None
+
+
+@pytest.mark.parametrize("scores, pick", [
+    ({("parallel_adapter", 113040, "preset"): [0.854, 0.852, 0.856],        # beats it on every seed
+      ("lora", 73728, "preset"): [0.832, 0.828, 0.836]}, 0),
+    ({("compacter", 24368, "preset"): [0.834, 0.833, 0.836],                # smaller: never replaced
+      ("lora", 73728, "preset"): [0.832, 0.828, 0.836]}, 0)])
+def test_a_pick_that_beats_the_reference_or_is_smaller_keeps_its_place(scores, pick):
+    said = confirm.verdict(_with_reference(_verdict_study(scores)))
+    assert (said.pick, said.reference) == (pick, 1) and "the reference" not in said.line
+
+
+def test_a_searched_winner_larger_than_the_reference_must_beat_it_too():
+    """A searched trial that beats the best baseline on every seed by 2 points, but not the
+    reference, whose seeds spread wider (0.78-0.86): the reference is the pick."""
+    study = _with_reference(_verdict_study({("big", 90000, "searched"): [0.85, 0.85, 0.85],
+                                            ("lora_all_r2", 82944, "baseline"): [0.83, 0.83, 0.83],
+                                            ("lora", 73728, "preset"): [0.78, 0.86, 0.82]}))
+    said = confirm.verdict(study)
+    assert (said.pick, said.baseline, said.beaten) == (2, 1, True)
+    assert said.line == ("trial 0 beats the best baseline (lora_all_r2) beyond noise on search-dev (0.8500 against "
+                         "0.8300), but holds more deployable parameters than the reference (lora, mean 0.8200) and "
+                         "does not beat it beyond noise: the pick is the reference, trial 2 (lora, 73,728 deployable "
+                         "parameters)")
+    assert choose(study).number == 2
+
+
+def test_the_reference_is_confirmed_whatever_its_rank_if_it_learned():
+    study = _baseline_study([(0.84, 0.01, "baseline"), (0.90, 0.01, "searched"), (0.85, 0.01, "preset"),
+                             (0.78, 0.01, "preset")])
+    assert [t.number for t in confirm.candidates(study, 1, 1, "p3")] == [1, 2, 3]
+    assert [t.number for t in confirm.candidates(study, 1, 1, "p2")] == [1, 2]       # already among them
+    assert [t.number for t in confirm.candidates(study, 1, 1, None)] == [1, 2]
+    assert confirm.candidates(study, 0, 1, "p3") == []
+    study.set_user_attr("final", {"confirm": 1, "confirm_baselines": 1, "reference": "p3"})
+    study.set_user_attr("confirm:3", [0.78, 0.80, 0.79])
+    assert 3 in confirm.confirmed_scores(study)
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+    study.add_trial(create_trial(values=[0.7, 10.0], params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+                                 user_attrs={"preset": "p4", "did_not_learn": True}))
+    assert confirm.reference_trial(study, "p4") is None
+
+
+def test_reference_names_a_preset():
+    assert FinalEval(reference=None).reference is None and FinalEval().reference == "lora"
+    with pytest.raises(ConfigError, match=r"final: reference: expected one of .*lora.* or null, got 'lorra'"):
+        FinalEval(reference="lorra")
