@@ -518,7 +518,7 @@ def test_a_larger_pick_that_does_not_beat_the_reference_gives_way_to_it():
     over seeds, it gives way to it; a study from before ``final.reference`` keeps its pick."""
     study = _with_reference(_verdict_study({("parallel_adapter", 113040, "preset"): [0.854, 0.832, 0.838],
                                             ("lora", 73728, "preset"): [0.832, 0.828, 0.836],
-                                            ("big", 113315, "searched"): [0.846, 0.832, 0.852]}))
+                                            ("big", 113315, "searched"): [0.848, 0.826, 0.852]}))
     said = confirm.verdict(study)
     assert (said.pick, said.baseline, said.reference, said.beaten, said.best) == (1, 0, 1, False, 2)
     assert said.line.startswith(
@@ -526,7 +526,7 @@ def test_a_larger_pick_that_does_not_beat_the_reference_gives_way_to_it():
         "that baseline, trial 0 (parallel_adapter, 113,040 deployable parameters), holds more deployable parameters "
         "than the reference (lora, mean 0.8320) and does not beat it beyond noise: the pick is the reference, trial 1 "
         "(lora, 73,728 deployable parameters); the best confirmed mean, trial 2 (113,315 deployable parameters) at "
-        "0.8433, is within noise of the best baseline (export --pick best-mean)")
+        "0.8420, is within noise of the best baseline (export --pick best-mean)")
     assert choose(study).number == 1
     study.set_user_attr("final", {"confirm": 3})                     # no reference: read as it ran
     assert confirm.verdict(study).pick == 0 and confirm.verdict(study).reference is None
@@ -578,3 +578,15 @@ def test_reference_names_a_preset():
     assert FinalEval(reference=None).reference is None and FinalEval().reference == "lora"
     with pytest.raises(ConfigError, match=r"final: reference: expected one of .*lora.* or null, got 'lorra'"):
         FinalEval(reference="lorra")
+
+
+def test_the_reference_never_replaces_a_pick_where_the_best_confirmed_mean_beats_it():
+    """The parallel adapter (the best baseline) within noise of LoRA r=8, but a searched trial (not
+    beating the parallel adapter beyond noise) beats LoRA r=8 on every seed: deploying LoRA r=8 would
+    trail the best confirmed mean beyond noise, so the best baseline stays the pick."""
+    study = _with_reference(_verdict_study({("parallel_adapter", 113040, "preset"): [0.860, 0.826, 0.846],
+                                            ("lora", 73728, "preset"): [0.832, 0.828, 0.836],
+                                            ("big", 113315, "searched"): [0.852, 0.848, 0.856]}))
+    said = confirm.verdict(study)
+    assert (said.pick, said.baseline, said.best, said.beaten) == (0, 0, 2, False)
+    assert "the reference" not in said.line
