@@ -27,10 +27,11 @@ baseline, and being within noise of the best confirmed mean, never trails the be
 One more rule bounds the pick's size: ``final.reference`` (a preset, PEFT's LoRA r=8 on q, v by
 default) is confirmed beside them wherever it learned, and a pick with more deployable parameters
 than the reference that does not beat it beyond noise gives way to it, unless the best baseline or
-the best confirmed mean does (so the default export still trails neither beyond noise). A user's default is that
-preset; a larger configuration must show it is better (on SST-2 at 0.5% the parallel adapter,
-113,040 parameters, was the best baseline by 2.2 points of one search score over LoRA r=8's 73,728
-and tied it on test, −0.15 ± 0.69; experiments/suite/README.md). A smaller pick is never replaced.
+the best confirmed mean does (so the default export still trails neither beyond noise). A user's
+default is that preset; a larger configuration must show it is better (on SST-2 at 0.5% the
+parallel adapter, 113,040 parameters, was the best baseline by 2.2 points of one search score over
+LoRA r=8's 73,728 and tied it on test, −0.15 ± 0.69; experiments/suite/README.md). A smaller pick
+is never replaced.
 The line also names the best confirmed mean (``best``, exported by ``--pick best-mean``) and the
 smallest configuration within noise of it, baselines included (``smallest``, exported by
 ``--pick smallest-within-noise``). Neither is the default: a tie on search-dev did not hold on test
