@@ -49,6 +49,7 @@ def run(jobs: int, work: Path, data_dir: str) -> tuple[float, dict]:
     """The suite with ``--jobs jobs`` in ``work``; (wall seconds, its suite.json)."""
     (work / "suite.yaml").write_text(SUITE.format(data_dir=data_dir))
     log = work / "suite.log"
+    print(f"--jobs {jobs}: running (about 25 min on 2 cores); the suite's own progress: tail -f {log}", flush=True)
     start = time.perf_counter()
     with log.open("w") as out:
         done = subprocess.run([*CLI, "suite", "--experiment", "suite.yaml", "--jobs", str(jobs)], cwd=work,

@@ -64,10 +64,11 @@ def candidates(study, n: int, baselines: int = 1, reference: str | None = None) 
     top = sorted(_learned(study), key=lambda t: -t.values[0])[:n]
     if not n:
         return top
-    more = baselines_to_confirm(study, baselines) + [t for t in [reference_trial(study, reference)] if t is not None]
-    for t in more:
-        if t.number not in {c.number for c in top}:
+    seen = {t.number for t in top}
+    for t in baselines_to_confirm(study, baselines) + [reference_trial(study, reference)]:
+        if t is not None and t.number not in seen:
             top.append(t)
+            seen.add(t.number)
     return top
 
 
@@ -297,8 +298,8 @@ def verdict(study) -> Verdict | None:
 def _confirmed_reference(study, trials: dict) -> int | None:
     """The confirmed trial of the study's ``final.reference`` preset (None: not set, as in studies
     from before it, or not confirmed)."""
-    name = (study.user_attrs.get("final") or {}).get("reference")
-    return next((n for n, t in trials.items() if name is not None and StoredTrial.of(t).preset == name), None)
+    found = reference_trial(study, (study.user_attrs.get("final") or {}).get("reference"))
+    return found.number if found is not None and found.number in trials else None
 
 
 def _no_larger_than_reference(pick: int, reference: int | None, trials: dict, apart, *others: int) -> int:
