@@ -137,8 +137,23 @@ class Form:
         return None
 
     def peft_refusal(self, spec, where: str) -> str | None:
-        """Why PEFT cannot express it (None: PEFT's LoRA can; `deploy.interop` maps it)."""
+        """Why PEFT cannot express it (None: PEFT's tuner `peft_type` can; `deploy.interop` maps it)."""
         return f"{where}: PEFT has no {self.title}"
+
+    # ---- HF PEFT: a form PEFT expresses says how (`deploy.interop`, `deploy.convert`) -------------
+    peft_type: str | None = None      # PEFT's ``peft_type`` for it (``LORA``, ``IA3``, ``VERA``, ...)
+
+    def peft_fields(self, spec, target_modules: str) -> dict[str, Any]:
+        """``spec``'s fields of a PEFT config of type `peft_type` (beside ``peft_type``, ``task_type``
+        and ``modules_to_save``, which `deploy.interop` writes), where ``target_modules`` is a regular
+        expression naming exactly the backbone modules it adapts, layers written in."""
+        raise NotImplementedError(f"form {self.name!r} does not say how PEFT writes it")
+
+    def peft_weights(self, module, layer, adapter: str = "default") -> None:
+        """Copy the trained tensors of ``module`` (this form's module on one weight) into PEFT's
+        tuner layer ``layer`` that wraps the same weight (its adapter ``adapter``), so that the
+        PEFT model computes what this one does."""
+        raise NotImplementedError(f"form {self.name!r} does not say how PEFT holds its weights")
 
 
 _FORMS: dict[str, Form] = {}
