@@ -198,9 +198,56 @@ def refusal(model_config, config: PetlConfig) -> str | None:
     return None
 
 
+def fits(model_config, config: PetlConfig, budget: int | None) -> bool:
+    """Does ``config`` fit ``budget`` deployable parameters (None: no budget) on this backbone? A
+    configuration the backbone refuses (`refusal`) fits no budget."""
+    try:
+        return budget is None or count_parameters(model_config, config).deployable <= budget
+    except ConfigError:
+        return False
+
+
+def fitted(model_config, config: PetlConfig, budget: int | None, n_layers: int) -> PetlConfig | None:
+    """The largest shape of ``config`` within ``budget``: itself when it fits; else its modules on the
+    most top layers that fit at their smallest size (1, or the form's size step), then the largest
+    size up to their own at which those layers still fit. None when no shape of it fits (or it has
+    no module to shrink). The rule every per-budget baseline is built by (LoRA r=1 on q, v of the
+    top layers; FourierFT on q, v with the n that fits)."""
+    import dataclasses
+
+    from .forms import form_named
+
+    if fits(model_config, config, budget):
+        return config
+    if not config.modules:
+        return None
+
+    def shaped(size_of, top: int) -> PetlConfig:
+        layers = tuple(range(n_layers - top, n_layers))
+        return dataclasses.replace(config, modules=tuple(
+            dataclasses.replace(m, size=size_of(m), layers=layers if top < n_layers else m.layers)
+            for m in config.modules))
+
+    def step(m) -> int:
+        return form_named(m.form).size_step(dataclasses.asdict(m)) if form_named(m.form).sized else m.size
+
+    top = next((k for k in range(n_layers, 0, -1) if fits(model_config, shaped(step, k), budget)), None)
+    if top is None:
+        return None
+    lo, hi = 1, max(m.size // step(m) for m in config.modules)      # in units of each module's step
+    while lo < hi:                                                   # the largest multiple that fits
+        mid = (lo + hi + 1) // 2
+        if fits(model_config, shaped(lambda m: min(m.size, mid * step(m)), top), budget):
+            lo = mid
+        else:
+            hi = mid - 1
+    return shaped(lambda m: min(m.size, lo * step(m)), top)
+
+
 def applies(model_config, config: PetlConfig) -> bool:
     """Can ``config`` be applied to this backbone (`refusal` is None)?"""
     return refusal(model_config, config) is None
 
 
-__all__ = ["position_limit", "check_positions", "ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model", "applies", "refusal"]
+__all__ = ["position_limit", "check_positions", "ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model", "applies", "refusal",
+           "fits", "fitted"]

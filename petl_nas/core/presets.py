@@ -61,7 +61,13 @@ def preset_entry(name: str) -> dict:
     raw = _raw_presets()
     if name not in raw:
         raise ConfigError(f"preset: unknown name {name!r}{suggest(name, raw)}")
-    return {k: v for k, v in raw[name].items() if k not in ("doc", "lr")}
+    return {k: v for k, v in raw[name].items() if k not in ("doc", "lr", "budget_baseline")}
+
+
+def budget_baseline_presets() -> list[str]:
+    """The presets marked ``budget_baseline: true``: today's small-budget methods, each a baseline at
+    every budget where some shape of it fits (`petl_nas.search.baselines.family_baselines`)."""
+    return [name for name, entry in _raw_presets().items() if entry.get("budget_baseline")]
 
 
 def preset_lr(name: str) -> float:
@@ -94,4 +100,5 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
         raise ConfigError(f"preset {name}: {e}") from None
 
 
-__all__ = ["preset", "preset_names", "check_preset_names", "preset_doc", "preset_entry", "preset_lr", "space_dir"]
+__all__ = ["preset", "preset_names", "check_preset_names", "preset_doc", "preset_entry", "preset_lr", "space_dir",
+           "budget_baseline_presets"]

@@ -15,6 +15,11 @@ preset's 20 tokens), BitFit and the LayerNorms where they fit, and the head alon
 on the frozen features). Each is a point of the space where the space holds it, else trained
 given whole (its configuration stored on the trial), at the same rates as every baseline.
 
+Today's small-budget methods ((IA)³, VeRA, FourierFT, LN-tuning, LoKr, DoRA: the presets marked
+``budget_baseline: true``) are baselines at every budget (`family_baselines`): each preset as its
+paper sets it where it fits, else its largest shape that fits (`petl_nas.core.budget.fitted`: the
+most top layers, then the largest size), and none where no shape of it fits.
+
 `anchors` names the largest baseline of each kind that fits a budget: what a one-shot supernet
 builds around (`petl_nas.search.oneshot.derive.anchored`), so that a proposal can be a baseline
 plus what the supernet finds for the rest of the budget.
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from ..core.budget import count_parameters
+from ..core.budget import count_parameters, fits, fitted
 from ..core.config import ModuleSpec, PetlConfig
 from ..errors import ConfigError
 from .records import LR_FROM_SAMPLER, StoredTrial
@@ -38,30 +43,51 @@ def _lora_qv(r: int, layers=None) -> PetlConfig:
                                           scale=2.0, layers=layers),))
 
 
-def _fits(model_config, config: PetlConfig, budget: int | None) -> bool:
-    try:
-        return budget is None or count_parameters(model_config, config).deployable <= budget
-    except ConfigError:                 # a form or part this backbone lacks (no biases, no prompt)
-        return False
-
-
 def budget_baselines(model_config, budget: int | None, n_layers: int) -> list[tuple[str, PetlConfig]]:
     """(name, configuration) of the small-budget baselines, smallest first; none when LoRA r=1 on q, v
     of every layer fits (the sweep's points are the baselines there). See the module docstring."""
-    if budget is None or _fits(model_config, _lora_qv(1), budget):
+    if budget is None or fits(model_config, _lora_qv(1), budget):
         return []
     found = [("head_only", PetlConfig())]
     top = [k for k in range(n_layers - 1, 0, -1)
-           if _fits(model_config, _lora_qv(1, tuple(range(n_layers - k, n_layers))), budget)]
+           if fits(model_config, _lora_qv(1, tuple(range(n_layers - k, n_layers))), budget)]
     if top:
         found.append((f"lora_qv_r1_top{top[0]}", _lora_qv(1, tuple(range(n_layers - top[0], n_layers)))))
-    prompt = [n for n in range(PROMPT_TOKENS, 0, -1) if _fits(model_config, PetlConfig(prompt_length=n), budget)]
+    prompt = [n for n in range(PROMPT_TOKENS, 0, -1) if fits(model_config, PetlConfig(prompt_length=n), budget)]
     if prompt:
         found.append((f"prompt_l{prompt[0]}", PetlConfig(prompt_length=prompt[0])))
     for name, config in (("bitfit", PetlConfig(bitfit=True)), ("layernorms", PetlConfig(train_layernorms=True))):
-        if _fits(model_config, config, budget):
+        if fits(model_config, config, budget):
             found.append((name, config))
     return sorted(found, key=lambda p: count_parameters(model_config, p[1]).deployable)
+
+
+def family_baselines(model_config, budget: int | None, n_layers: int, names=None) -> list[tuple[str, PetlConfig]]:
+    """(name, configuration) of each budget-baseline preset (``names``; default: those marked
+    ``budget_baseline``) in its largest shape within ``budget``, smallest first: the preset's own
+    name where it fits as it is, else its sizes and top layers written in (``fourierft_n189``,
+    ``vera_r1_top2``). A preset the backbone refuses, or of which no shape fits, is left out."""
+    from ..core.forms import form_named
+    from ..core.presets import budget_baseline_presets, preset
+
+    found = []
+    for name in budget_baseline_presets() if names is None else names:
+        try:
+            config = preset(name, model_config)
+        except ConfigError:
+            continue
+        shaped = fitted(model_config, config, budget, n_layers)
+        if shaped is None:
+            continue
+        label = name
+        if shaped != config:
+            sizes = "_".join(f"{form_named(m.form).size_letter}{m.size}" for m in shaped.modules
+                             if form_named(m.form).sized) or ""
+            layers = shaped.modules[0].layers
+            top = f"top{len(layers)}" if layers is not None and layers != config.modules[0].layers else ""
+            label = "_".join(p for p in (name, sizes, top) if p)
+        found.append((count_parameters(model_config, shaped).deployable, label, shaped))
+    return [(label, config) for _, label, config in sorted(found, key=lambda p: p[0])]
 
 
 def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]:
@@ -118,7 +144,8 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
                 twins[repr(sorted(near[0].items()))] = name
     preset_configs = {repr(config): name for name, config in fitting}
     small = []
-    for name, config in budget_baselines(model_config, budget, n_layers):
+    for name, config in budget_baselines(model_config, budget, n_layers) + family_baselines(model_config, budget,
+                                                                                               n_layers):
         twin = preset_configs.get(repr(space.with_head(config)))
         if twin is None:
             small.append((name, config))
@@ -163,4 +190,4 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
     return len(have) + len(queued), lines
 
 
-__all__ = ["lora_sweep", "budget_baselines", "seed_sweep", "sweep_trials", "RANKS", "PROMPT_TOKENS"]
+__all__ = ["lora_sweep", "budget_baselines", "family_baselines", "seed_sweep", "sweep_trials", "RANKS", "PROMPT_TOKENS"]

@@ -5,10 +5,10 @@ lr <= 5.4e-4 scored 0.59-0.75 and every one at lr >= 9.8e-4 scored 0.79-0.82, wh
 and a mixed configuration trained its adapters and its LoRA at one compromise rate although their
 good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the trials:
 
-- every family of modules the space can draw (LoRA, bottleneck adapters, Compacter, prefixes,
-  multi-head adapters, soft prompts, BitFit; `FAMILY_PROBES`) is trained on one of its presets
-  that fits the budget (else one with its sizes halved until it fits, `shrunk`), with the trial
-  recipe, scored on search-dev like a trial;
+- every family of modules the space can draw or a per-budget baseline trains (`FAMILY_PROBES`) is
+  trained on one of its presets that fits the budget (else one with its sizes halved until it
+  fits, `shrunk`, else its shape on the top layers that fit, as the per-budget baselines are
+  built), with the trial recipe, scored on search-dev like a trial;
 - each climbs from its paper rate times the factor measured so far on the families before it
   (the first: its paper rate), brought into the space's ``lr`` range where the space's author
   said good rates lie, in steps of `STEP`: up while the score rises, else down, at most
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..core.budget import count_parameters
+from ..core.budget import count_parameters, fitted
 from ..core.config import PetlConfig
 from ..core.family_rates import at_rates as apply, families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
@@ -83,6 +83,19 @@ def space_families(space) -> list[str]:
     return [f for f in FAMILY_PROBES if f in forms]
 
 
+def study_families(space, model_config, budget: int | None, baselines: bool = True) -> list[str]:
+    """The families a study trains: those the space can draw, then (with ``baselines``: the study
+    queues its per-budget baselines) those of today's small-budget methods that fit the budget
+    (`baselines.family_baselines`), each with a probe in `FAMILY_PROBES`."""
+    from .baselines import family_baselines
+
+    out = space_families(space)
+    if baselines:
+        for _, config in family_baselines(model_config, budget, model_config.num_hidden_layers):
+            out += [f for f in families_of(config) if f in FAMILY_PROBES and f not in out]
+    return out
+
+
 def probe(family: str, space, model_config, budget: int | None) -> tuple[str, PetlConfig] | None:
     """The first preset of ``family`` that fits the budget, as the study trains it (lr_scale 1);
     when none does, the first one the backbone takes with its modules' sizes halved until it fits
@@ -99,6 +112,11 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
         small = shrunk(config, model_config, budget)
         if small is not None:
             return f"{name}, sizes {'/'.join(str(m.size) for m in small.modules)} to fit", small
+    for name, config in taken:                # no size fits on every layer: the per-budget baseline's shape
+        small = fitted(model_config, config, budget, model_config.num_hidden_layers)
+        if small is not None:
+            top = len(small.modules[0].layers or ())
+            return f"{name}, sizes {'/'.join(str(m.size) for m in small.modules)} on the top {top} layers to fit", small
     return None
 
 
@@ -217,7 +235,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
     planned = exp.trials if planned is None else planned
     left = allowance(planned, exp.rates.share)
     lr_range = SearchSpace.load(exp.space).globals["lr"]
-    order, skipped, climbs = space_families(space), {}, {}
+    order, skipped, climbs = study_families(space, model_config, budget, exp.final.baselines), {}, {}
     stage = Stage(printer, left, at_most=True)
     scales = {}
     for family in order:
@@ -402,7 +420,8 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
             for note in notes:
                 printer(note)
         else:
-            printer(f"rates auto: measuring the rate of each family ({', '.join(space_families(space))}) on "
+            printer(f"rates auto: measuring the rate of each family "
+                    f"({', '.join(study_families(space, model_config, budget, exp.final.baselines))}) on "
                     f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
                     f"runs ...")
             record = calibrate(exp, space, model_config, budget, printer, known, planned)
@@ -414,5 +433,5 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
     return record
 
 
-__all__ = ["apply", "calibrate", "climb", "families_of", "space_families", "known_results", "lines", "mode",
+__all__ = ["apply", "calibrate", "climb", "families_of", "space_families", "study_families", "known_results", "lines", "mode",
            "resolve", "read_file", "write_file", "allowance", "planned_runs", "ATTR", "SCALE", "SETTING", "FAMILY_PROBES"]

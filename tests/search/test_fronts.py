@@ -8,7 +8,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from transformers import BertConfig
 
-from petl_nas.search.baselines import budget_baselines, lora_sweep, seed_sweep
+from petl_nas.search.baselines import budget_baselines, family_baselines, lora_sweep, seed_sweep
 from petl_nas.core.budget import count_parameters
 from petl_nas.search.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
 from petl_nas.search.space import SearchSpace
@@ -79,6 +79,43 @@ def test_below_the_smallest_full_lora_the_baselines_are_built_for_the_budget():
     below = dict(budget_baselines(CFG, per_layer * L - 1, L))              # BERT's LayerNorms (4 D L + 2 D)
     assert "lora_qv_r1_top5" in below and "layernorms" not in below and "bitfit" not in below  # never fit here
     assert budget_baselines(CFG, 11_356, L) == [] and budget_baselines(CFG, None, L) == []
+
+
+def test_a_family_baseline_takes_its_largest_shape_within_the_budget():
+    """The rule every per-budget baseline is built by (`core.budget.fitted`): the preset as it is
+    where it fits; else the most top layers at the smallest size, then the largest size there."""
+    from petl_nas.core.budget import fitted
+    from petl_nas.core.presets import preset
+
+    lora = preset("lora", CFG)                                          # r=8 on q, v: 2 · 2 · 8 · D · L
+    per_rank_layer = 2 * 2 * D                                          # r=1 on q, v of one layer
+    assert fitted(CFG, lora, None, L) is lora and fitted(CFG, lora, 8 * per_rank_layer * L, L) is lora
+    small = fitted(CFG, lora, 2_271, L)                                 # 0.01% of MiniLM: r=1, top layer
+    assert small.modules[0].size == 1 and small.modules[0].layers == (L - 1,)
+    assert count_parameters(CFG, small).deployable == per_rank_layer
+    mid = fitted(CFG, lora, 30_000, L)                                  # every layer; r=3, not a power of 2
+    assert mid.modules[0].size == 3 and mid.modules[0].layers is None
+    assert count_parameters(CFG, mid).deployable == 3 * per_rank_layer * L
+    top3 = fitted(CFG, lora, 3 * per_rank_layer + 10, L)
+    assert top3.modules[0].layers == (L - 3, L - 2, L - 1) and top3.modules[0].size == 1
+    assert fitted(CFG, preset("compacter", CFG), 2_271, L) is None      # its LayerNorms alone are over it
+    names = ["lora_ffn", "lora", "compacter", "bitfit"]
+    assert list(dict(family_baselines(CFG, 2_271, L, names=names))) == ["lora_r1_top1"]   # nothing else fits
+    found = dict(family_baselines(CFG, 4_000, L, names=names))
+    assert list(found) == ["lora_r1_top2", "lora_ffn_r1_top1"]          # smallest first
+    assert count_parameters(CFG, found["lora_ffn_r1_top1"]).deployable == 2 * (D + FF)
+    assert list(dict(family_baselines(CFG, None, L, names=["lora"]))) == ["lora"]
+
+
+def test_the_probe_of_a_family_no_size_of_which_fits_is_its_per_budget_baseline():
+    """At 0.01% no LoRA preset fits at any rank on every layer: its rate is measured on its
+    per-budget baseline's shape (the top layer), not left at its paper rate."""
+    from petl_nas.search import rates
+
+    space = SearchSpace.load("unified").with_rate_scale(2.0)
+    name, config = rates.probe("lora", space, CFG, 2_271)
+    assert name == "lora, sizes 1 on the top 1 layers to fit" and config.modules[0].layers == (L - 1,)
+    assert count_parameters(CFG, config).deployable == 2 * 2 * D
 
 
 @pytest.mark.parametrize("calibrated", [False, True])
