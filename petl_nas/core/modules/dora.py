@@ -1,0 +1,47 @@
+"""DoRA: LoRA whose updated weight W + s·B·A is split into a direction and a trained magnitude m per
+output row, the row norms of W + s·B·A treated as constants (Liu et al. 2024, §4.3; as PEFT does)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ModuleSpec
+from .lora import LoRA
+
+
+class DoRA(LoRA):
+    """Δh = (m/n − 1)·x·Wᵀ + (m/n)·s·x·Aᵀ·Bᵀ with n = ‖W + s·B·A‖ per row, detached, so that
+    h + Δh = x·(m/n·(W + s·B·A))ᵀ + bias. m starts at n, so Δh = 0 at the start whatever B's init.
+
+    It is a ``weight`` edit (`petl_nas.core.inject`): the forward reads the linear's weight W and its
+    output without bias x·Wᵀ beside x.
+    """
+
+    def __init__(self, spec: ModuleSpec, weight: torch.Tensor, causal: bool = False):
+        out_features, in_features = weight.shape
+        super().__init__(spec, in_features, out_features, causal)
+        with torch.no_grad():
+            self.magnitude = nn.Parameter(self.row_norms(weight.to(self.A.dtype)))
+
+    def scale_value(self) -> torch.Tensor | float:
+        return self.compose.scale if self.compose.scale is not None else self.compose.fixed_scale
+
+    def row_norms(self, weight: torch.Tensor) -> torch.Tensor:
+        """‖W + s·B·A‖ per output row, outside the graph."""
+        with torch.no_grad():
+            s = self.scale_value()
+            s = s.detach() if torch.is_tensor(s) else s
+            return torch.linalg.vector_norm(weight + s * (self.B @ self.A), dim=1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                base: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(self.dropout, nn.Identity):
+            lora = super().forward(x, mask)              # s·x·Aᵀ·Bᵀ, its read maybe shared
+        else:
+            if self.training:                            # as PEFT: both terms read the dropped-out x
+                x = self.dropout(x)
+                base = nn.functional.linear(x, weight)
+            lora = self.compose(x @ self.A.t(), mask=mask) @ self.B.t()
+        factor = self.magnitude / self.row_norms(weight)
+        return (factor - 1) * base + factor * lora
