@@ -34,9 +34,6 @@ class LoRAForm(Form):
 
         if not spec.targets:
             raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
-        if spec.dora and spec.gate:
-            raise ConfigError(f"{where}.gate: DoRA takes no gate (its magnitudes rescale the whole weight); "
-                              f"use dora: false for a gated LoRA")
 
     def sums(self, spec):
         return not spec.dora                         # each DoRA rescales its own W + s·B·A

@@ -8,14 +8,16 @@ from torch import nn
 
 from ..config import ModuleSpec
 from .lora import LoRA
+from .shared_read import read
 
 
 class DoRA(LoRA):
     """Δh = (m/n − 1)·x·Wᵀ + (m/n)·s·x·Aᵀ·Bᵀ with n = ‖W + s·B·A‖ per row, detached, so that
-    h + Δh = x·(m/n·(W + s·B·A))ᵀ + bias. m starts at n, so Δh = 0 at the start whatever B's init.
+    h + Δh = x·(m/n·(W + s·B·A))ᵀ + bias. m starts at n, so the model starts as LoRA's: unchanged
+    under init ``lora`` (B = 0).
 
-    It is a ``weight`` edit (`petl_nas.core.inject`): the forward reads the linear's weight W and its
-    output without bias x·Wᵀ beside x.
+    A UniPELT gate g(x) multiplies the whole Δh. It is a ``weight`` edit (`petl_nas.core.inject`):
+    the forward reads the linear's weight W and its output without bias x·Wᵀ beside x.
     """
 
     def __init__(self, spec: ModuleSpec, weight: torch.Tensor, causal: bool = False):
@@ -36,12 +38,14 @@ class DoRA(LoRA):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, weight: torch.Tensor | None = None,
                 base: torch.Tensor | None = None) -> torch.Tensor:
+        gate_input = x
         if isinstance(self.dropout, nn.Identity):
-            lora = super().forward(x, mask)              # s·x·Aᵀ·Bᵀ, its read maybe shared
+            u, g = read(self, x, mask)                   # x·Aᵀ and the gate, maybe shared with q, k, v's
         else:
             if self.training:                            # as PEFT: both terms read the dropped-out x
                 x = self.dropout(x)
                 base = nn.functional.linear(x, weight)
-            lora = self.compose(x @ self.A.t(), mask=mask) @ self.B.t()
+            u, g = x @ self.A.t(), None
+        lora = (u * self.scale_value()) @ self.B.t()
         factor = self.magnitude / self.row_norms(weight)
-        return (factor - 1) * base + factor * lora
+        return self.compose.gated((factor - 1) * base + factor * lora, gate_input, mask, g)
