@@ -32,6 +32,16 @@ def ours(spec: ModuleSpec, base=None):
         return apply_petl(copy.deepcopy(base or tiny_model()), PetlConfig(modules=(spec,), pooling="pooler"))
 
 
+def with_biases(model):
+    """``model`` with random biases (a fresh one's are zeros): x·Wᵀ is then not the linear's output."""
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    return model
+
+
 def randomise(model, seed: int = 1) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -98,7 +108,7 @@ def test_it_starts_as_the_identity_and_its_magnitudes_are_the_weights_row_norms(
                                   dora(targets=("q", "k", "v", "o"), composition="add", scale=1.0)],
                          ids=["qv", "ffn", "qkvo"])
 def test_after_copying_weights_it_predicts_as_peft(spec):
-    base = tiny_model()
+    base = with_biases(tiny_model())
     model, twin = ours(spec, base), peft_twin(base, spec)
     randomise(model)
     copy_into(model, twin, spec)
@@ -129,7 +139,7 @@ def merged_reference(base, model, paths: dict, rows=None):
 
 
 def test_it_computes_the_merged_dora_weight():
-    base = tiny_model()
+    base = with_biases(tiny_model())
     model = ours(dora(targets=("q", "v", "o")), base)
     randomise(model)
     paths = {t: "bert.encoder.layer.{layer}." + BERT_PATHS[t] for t in BERT_PATHS}
@@ -144,6 +154,7 @@ def test_on_a_fused_projection_it_reads_its_slice_of_the_weight():
     torch.manual_seed(0)
     base = GPT2ForSequenceClassification(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2,
                                                     n_positions=32, pad_token_id=0)).eval()
+    with_biases(base)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(dora(targets=("q", "v")),)))
     ids = torch.randint(1, 50, (2, 7))
     with torch.no_grad():
