@@ -82,6 +82,13 @@ def test_on_minilm_q_v_it_counts_256_plus_48_r_per_weight_until_w2_is_full(r, pe
         assert counts.deployable == 3_648                          # issue 86's figure for LoKr on q, v
 
 
+@pytest.mark.parametrize("r, per_weight", [(23, 32 * 16 + 23 * (48 + 24)), (24, 32 * 16 + 48 * 24)])
+def test_on_minilm_ffn_w2_is_full_from_half_its_longer_side(r, per_weight):
+    """W1 (1536 x 384): W₁ 32×16, W₂ 48×24, a rank-r product below r = 24, full from there (W2 likewise)."""
+    counts = count_parameters(MINILM, PetlConfig(modules=(lokr(position="ffn", size=r),)))
+    assert counts.deployable == 6 * 2 * per_weight
+
+
 @pytest.mark.parametrize("spec", [lokr(), lokr(position="ffn", size=8, composition="add"),
                                   lokr(targets=("q", "k", "v", "o"), size=1, scale=3.0)],
                          ids=["qv", "ffn-full-w2", "qkvo"])
