@@ -563,7 +563,8 @@ def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:
 
 
 def merge_lora(model: nn.Module) -> int:
-    """Fold every LoRA update without a gate into the weight it updates (W += s·B·A) and stop
+    """Fold every LoRA update without a gate into the weight it updates (W += s·B·A; DoRA's:
+    W = m/‖W + s·B·A‖·(W + s·B·A), where no other update shares its weight) and stop
     computing it beside W: the deployed form, as fast as the backbone at those weights. Gated LoRA
     (its update depends on the input), adapters, prefixes and prompts stay as they are. Returns how
     many updates were folded. For inference only: the folded updates no longer take part in a forward
@@ -574,13 +575,17 @@ def merge_lora(model: nn.Module) -> int:
     folded = 0
     with torch.no_grad():
         for linear, edits, hook in root._sites:
+            beside = [kind for kind, _, _ in edits if kind in ("lora", "weight")]
+            shared = "weight" in beside and len(beside) > 1      # DoRA reads W: fold nothing into it
             for edit in list(edits):
                 kind, module, extra = edit
-                if kind != "lora" or module.compose.gate is not None or not root.enabled:
+                if kind not in ("lora", "weight") or module.compose.gate is not None or not root.enabled:
                     continue
-                delta = module.delta_weight()                    # [out, in]
+                if shared:
+                    continue
                 weight = linear.weight                           # GPT-2's Conv1D keeps W as [in, out]
                 target = weight if isinstance(linear, nn.Linear) else weight.t()
+                delta = module.delta_weight() if kind == "lora" else module.delta_weight(site_weight(linear, extra))
                 if extra is not None:                            # one slice of a fused projection
                     target, delta = extra.rows(target), delta.unflatten(0, (extra.groups, extra.width))
                 target += delta.to(weight.dtype)
@@ -595,12 +600,12 @@ def merge_lora(model: nn.Module) -> int:
 
 
 def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
-    """Each LoRA update still computed beside its weight: (the name of the linear module it updates,
-    relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
+    """Each LoRA (or DoRA) update still computed beside its weight: (the name of the linear module it
+    updates, relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
     root = petl_root(model, "lora_updates")
     names = {id(m): n for n, m in model.named_modules()}
     return [(names[id(linear)], module, extra)
-            for linear, edits, _ in root._sites for kind, module, extra in edits if kind == "lora"]
+            for linear, edits, _ in root._sites for kind, module, extra in edits if kind in ("lora", "weight")]
 
 
 @contextlib.contextmanager

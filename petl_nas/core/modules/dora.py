@@ -49,3 +49,9 @@ class DoRA(LoRA):
         lora = (u * self.scale_value()) @ self.B.t()
         factor = self.magnitude / self.row_norms(weight)
         return self.compose.gated((factor - 1) * base + factor * lora, gate_input, mask, g)
+
+    def delta_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """m/‖W + s·B·A‖·(W + s·B·A) − W, the update to merge into ``weight`` W ([out, in])."""
+        weight = weight.to(self.A.dtype)
+        updated = weight + self.scale_value() * (self.B @ self.A)
+        return (self.magnitude / self.row_norms(weight))[:, None] * updated - weight
