@@ -230,6 +230,8 @@ class ModuleSpec:
                 continue
             if k == "gate_per" and not self.gate:          # meaningful only with a gate
                 continue
+            if k == "dora" and not v:                     # written only when set: LoRA's dicts stay as they were
+                continue
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
 
