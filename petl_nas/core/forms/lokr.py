@@ -73,11 +73,11 @@ class LoKrForm(Form):
 
         with torch.no_grad():
             layer.lokr_w1[adapter].copy_(module.W1)
-            if hasattr(module, "W2"):
-                layer.lokr_w2[adapter].copy_(module.W2)
-            else:
+            if module.low_rank:
                 layer.lokr_w2_a[adapter].copy_(module.W2_a)
                 layer.lokr_w2_b[adapter].copy_(module.W2_b)
+            else:
+                layer.lokr_w2[adapter].copy_(module.W2)
 
 
 LOKR = register(LoKrForm())

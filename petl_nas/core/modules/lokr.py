@@ -42,7 +42,7 @@ class LoKr(nn.Module):
     def __init__(self, spec: ModuleSpec, in_features: int, out_features: int, causal: bool = False):
         super().__init__()
         (a, b), (c, d), low_rank = lokr_shapes(in_features, out_features, spec.size)
-        self.in_shape = (b, d)
+        self.in_shape, self.low_rank = (b, d), low_rank
         self.W1 = nn.Parameter(torch.zeros(a, b))
         if spec.init == "bert":
             nn.init.normal_(self.W1, std=0.02)
@@ -58,15 +58,15 @@ class LoKr(nn.Module):
 
     def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W₁, W₂)."""
-        w2 = self.W2 if hasattr(self, "W2") else self.W2_a @ self.W2_b
+        w2 = self.W2_a @ self.W2_b if self.low_rank else self.W2
         return self.W1, w2
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         X = x.unflatten(-1, self.in_shape)                         # [..., in₁, in₂]
-        if hasattr(self, "W2"):
-            y = X @ self.W2.t()                                     # [..., in₁, out₂]
+        if self.low_rank:
+            y = (X @ self.W2_b.t()) @ self.W2_a.t()                 # [..., in₁, out₂]
         else:
-            y = (X @ self.W2_b.t()) @ self.W2_a.t()
+            y = X @ self.W2.t()
         delta = (self.W1 @ y).flatten(-2)                           # [..., out₁·out₂]
         return self.compose(delta, x, mask)
 
