@@ -6,7 +6,8 @@ W·x + s·B₁A₁x + s·B₂A₂x = W·x + s·[B₁ B₂][A₁; A₂]x, one LoR
 its fan-in, not r). Training both is training one point twice, so a search maps a configuration to
 its canonical form before it counts, deduplicates or trains it.
 
-Two modules merge only where that holds exactly: a form that says so (`Form.sums_by_size`; LoRA),
+Two modules merge only where that holds exactly: a form that says so (`Form.sums`; LoRA, not DoRA,
+whose magnitudes rescale each module's own W + s·B·A),
 every field equal but ``size``, and nothing per module beyond its size:
 - no gate: g₁·Δ₁ + g₂·Δ₂ with two gates is not one gated module, and each gate has d + 1 parameters;
 - no learned scale: two learned scalars per weight are not one;
@@ -54,7 +55,7 @@ def sums_with(a: ModuleSpec, b: ModuleSpec) -> bool:
 
 def _sum_key(spec: ModuleSpec) -> tuple | None:
     """Every field but ``size``, or None when ``spec`` carries something of its own beyond its size."""
-    if not form_named(spec.form).sums_by_size or spec.gate or spec.learn_scale or spec.dropout:
+    if not form_named(spec.form).sums(spec) or spec.gate or spec.learn_scale or spec.dropout:
         return None
     return tuple(getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "size")
 

@@ -98,6 +98,8 @@ class ModuleSpec:
         reparam: prefix reparameterisation MLP width (0: train the prefix vectors directly).
         phm_n: number of Kronecker summands n in a PHM layer (compacter).
         phm_rank: rank of the per-layer fast matrices (1 in Compacter).
+        dora: LoRA as DoRA (Liu et al. 2024): a trained magnitude per output row rescales W + s·B·A,
+            starting at that matrix's row norms, so the model is unchanged at the start.
     """
 
     form: str
@@ -118,6 +120,7 @@ class ModuleSpec:
     reparam: int = 0
     phm_n: int = 4
     phm_rank: int = 1
+    dora: bool = False
 
     def __post_init__(self):
         self._check_types("module")
@@ -129,7 +132,7 @@ class ModuleSpec:
         of targets), and no field this form does not use set away from its default (``to_dict``
         would drop it, so the design would not round-trip)."""
         check_fields(self, f"{where}.", {
-            "scale": NUMBER, "dropout": NUMBER, "learn_scale": BOOL, "gate": BOOL, "reparam": WHOLE, "phm_n": WHOLE,
+            "scale": NUMBER, "dropout": NUMBER, "learn_scale": BOOL, "gate": BOOL, "dora": BOOL, "reparam": WHOLE, "phm_n": WHOLE,
             "phm_rank": WHOLE, "layers": list_of(WHOLE, "layer indices"),
             "targets": list_of(((lambda v: isinstance(v, str)), ""), "weight names such as [q, v]")})
         if self.targets is not None and len(set(self.targets)) != len(self.targets):
@@ -226,6 +229,8 @@ class ModuleSpec:
             if k == "blocks" and v is None:               # the default; written only when restricted
                 continue
             if k == "gate_per" and not self.gate:          # meaningful only with a gate
+                continue
+            if k == "dora" and not v:                     # written only when set: LoRA's dicts stay as they were
                 continue
             out[k] = list(v) if isinstance(v, tuple) else v
         return out

@@ -6,8 +6,8 @@ tensors (a language-model head stays frozen). Each module goes to the blocks it 
 self-, decoder self-, cross-attention; all by default) and the layers it names within each stack.
 Edits reach the backbone in three ways, all named by the backbone spec, never by model class:
 - one forward hook per modified linear (q/k/v/o, W1/W2) applies its edits in a fixed order:
-  LoRA updates first (on a fused projection, to its slice), then adapters (sequential ones read
-  the updated output);
+  updates that read the linear's input first (LoRA; DoRA, which also reads the linear's weight;
+  on a fused projection, to its slice), then adapters (sequential ones read the updated output);
 - head-attention edits (prefix, multi-head adapter) ride on the ``petl`` attention function;
 - input hooks insert prompt tokens and refresh reparameterised prefixes once per forward.
 
@@ -168,13 +168,13 @@ def _check_head_attention(config, index: int, form: str) -> None:
 
 
 class _Site:
-    """The ordered edits on one linear's output: LoRA updates first, then adapters."""
+    """The ordered edits on one linear's output: those reading its input first, then adapters."""
 
     def __init__(self):
         self.edits: list[tuple[int, str, nn.Module, object]] = []  # (order, kind, module, x source | slice)
 
     def add(self, kind: str, module: nn.Module, extra=None):
-        self.edits.append((0 if kind == "lora" else 1, kind, module, extra))
+        self.edits.append((0 if kind in ("lora", "weight") else 1, kind, module, extra))
 
 
 class Placement:
@@ -208,6 +208,10 @@ class Placement:
         """(in, out) features of a site's weight (of its slice, for a fused projection)."""
         return features(self.linear(layer, site), site, self.model_config)
 
+    def weight(self, layer: int, site) -> torch.Tensor:
+        """A site's frozen weight as [out, in] (its slice's rows, for a fused projection)."""
+        return site_weight(self.linear(layer, site), self.out_slice(layer, site))
+
     def out_slice(self, layer: int, site) -> OutSlice | None:
         """Where a fused projection's slice sits in its output (None: a whole weight)."""
         return site.out_slice(features(self.linear(layer, site))[1], self.model_config)
@@ -215,7 +219,9 @@ class Placement:
     def edit(self, layer: int, path: str, kind: str, module: nn.Module, extra=None) -> None:
         """Add ``module``'s update to the output of the linear at ``path``: ``lora`` reads the linear's
         input (``extra``: its `OutSlice`), ``sequential`` its output, ``parallel`` the sublayer input
-        ``extra`` (``attn``/``ffn``, kept by `read_sublayer_input`). LoRA updates come first."""
+        ``extra`` (``attn``/``ffn``, kept by `read_sublayer_input`); ``weight`` is ``lora`` that also
+        reads the linear: ``module(x, mask, W, x·Wᵀ)`` with W its weight as [out, in] and x·Wᵀ its
+        output without bias (both of the slice). Updates reading the input come first."""
         self._sites[(self.block_name, layer, path)].add(kind, module, extra)
 
     def read_sublayer_input(self, layer: int, position: str) -> None:
@@ -440,14 +446,33 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
     _install_input_hooks(model, root, spec)
 
 
+def site_weight(linear: nn.Module, extra: OutSlice | None = None) -> torch.Tensor:
+    """``linear``'s weight as [out, in] (GPT-2's Conv1D keeps [in, out]); ``extra``'s rows of it."""
+    weight = linear.weight if isinstance(linear, nn.Linear) else linear.weight.t()
+    return weight if extra is None else extra.rows(weight).flatten(0, 1)
+
+
+def _weight_read(linear: nn.Module, x: torch.Tensor, out: torch.Tensor, extra: OutSlice | None) -> tuple:
+    """(W [out, in], x·Wᵀ) of a site for a ``weight`` edit: x·Wᵀ is the linear's own output less its
+    bias, computed again only for a slice of a fused projection."""
+    weight = site_weight(linear, extra)
+    if extra is not None:
+        return weight, nn.functional.linear(x, weight)
+    return weight, out if linear.bias is None else out - linear.bias
+
+
 def _apply_edits(root: PetlRoot, edits: list, name: str, l: int, mod, args, out):
     """A modified linear's forward hook: its edits, in order, onto its output."""
     if not root.enabled:
         return None
-    x, mask = args[0], root._pad_mask
+    x, mask, own = args[0], root._pad_mask, out
     for kind, block, extra in edits:
-        if kind == "lora":
-            delta = block(_as_params(x, block), mask)
+        if kind in ("lora", "weight"):
+            if kind == "lora":
+                delta = block(_as_params(x, block), mask)
+            else:
+                weight, base = _weight_read(mod, x, own, extra)
+                delta = block(_as_params(x, block), mask, _as_params(weight, block), _as_params(base, block))
             if extra is not None:                       # one slice of a fused projection
                 delta = extra.pad(delta)
         elif kind == "sequential":
@@ -538,7 +563,8 @@ def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:
 
 
 def merge_lora(model: nn.Module) -> int:
-    """Fold every LoRA update without a gate into the weight it updates (W += s·B·A) and stop
+    """Fold every LoRA update without a gate into the weight it updates (W += s·B·A; DoRA's:
+    W = m/‖W + s·B·A‖·(W + s·B·A), where no other update shares its weight) and stop
     computing it beside W: the deployed form, as fast as the backbone at those weights. Gated LoRA
     (its update depends on the input), adapters, prefixes and prompts stay as they are. Returns how
     many updates were folded. For inference only: the folded updates no longer take part in a forward
@@ -549,13 +575,17 @@ def merge_lora(model: nn.Module) -> int:
     folded = 0
     with torch.no_grad():
         for linear, edits, hook in root._sites:
+            beside = [kind for kind, _, _ in edits if kind in ("lora", "weight")]
+            shared = "weight" in beside and len(beside) > 1      # DoRA reads W: fold nothing into it
             for edit in list(edits):
                 kind, module, extra = edit
-                if kind != "lora" or module.compose.gate is not None or not root.enabled:
+                if kind not in ("lora", "weight") or module.compose.gate is not None or not root.enabled:
                     continue
-                delta = module.delta_weight()                    # [out, in]
+                if shared:
+                    continue
                 weight = linear.weight                           # GPT-2's Conv1D keeps W as [in, out]
                 target = weight if isinstance(linear, nn.Linear) else weight.t()
+                delta = module.delta_weight() if kind == "lora" else module.delta_weight(site_weight(linear, extra))
                 if extra is not None:                            # one slice of a fused projection
                     target, delta = extra.rows(target), delta.unflatten(0, (extra.groups, extra.width))
                 target += delta.to(weight.dtype)
@@ -570,12 +600,12 @@ def merge_lora(model: nn.Module) -> int:
 
 
 def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
-    """Each LoRA update still computed beside its weight: (the name of the linear module it updates,
-    relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
+    """Each LoRA (or DoRA) update still computed beside its weight: (the name of the linear module it
+    updates, relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
     root = petl_root(model, "lora_updates")
     names = {id(m): n for n, m in model.named_modules()}
     return [(names[id(linear)], module, extra)
-            for linear, edits, _ in root._sites for kind, module, extra in edits if kind == "lora"]
+            for linear, edits, _ in root._sites for kind, module, extra in edits if kind in ("lora", "weight")]
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ import torch
 
 from ..errors import ConfigError
 from .runs import fresh_backbone, load
+from ..core.forms import form_named
 from ..core.head import native_pooling, stock_head_fields
 from ..core.inject import lora_updates, merge_lora, petl_config_of, remove_petl
 from .interop import NotExpressible, to_peft
@@ -206,7 +207,7 @@ def _peft():
 def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
     peft = _peft()
     config = petl_config_of(model)
-    loras = [(name, m.A.detach().clone(), m.B.detach().clone()) for name, m, _ in lora_updates(model)]
+    loras = [(name, m) for name, m, _ in lora_updates(model)]        # LoRA and DoRA modules
     prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
     base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
                                                   # (to_peft refuses a pooling the stock head cannot read)
@@ -216,10 +217,8 @@ def _write_peft(model, directory: Path, task, staging: Path, base_name: str | No
         raise ConfigError(f"{directory}: {e}") from None
     wrapped = peft.get_peft_model(base, peft.get_peft_config(exported))
     with torch.no_grad():
-        for name, a, b in loras:
-            layer = wrapped.base_model.model.get_submodule(name)
-            layer.lora_A["default"].weight.copy_(a)
-            layer.lora_B["default"].weight.copy_(b)
+        for name, module in loras:
+            form_named("lora").peft_weights(module, wrapped.base_model.model.get_submodule(name))
         if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
             wrapped.prompt_encoder["default"].embedding.weight.copy_(prompt)
     wrapped.peft_config["default"].base_model_name_or_path = base_name   # PEFT's would be the path loaded here
@@ -243,6 +242,14 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
 
 
 # ---- merged ---------------------------------------------------------------------------------------
+def _same_weight(a, b) -> bool:
+    """Do modules ``a`` and ``b`` update one weight somewhere (a target, a layer and a block in common)?"""
+    def overlap(x, y):
+        return x is None or y is None or bool(set(x) & set(y))
+    return (a.position == b.position and bool(set(a.targets) & set(b.targets)) and overlap(a.layers, b.layers)
+            and overlap(a.blocks, b.blocks))
+
+
 def _merge_refusals(model) -> list[str]:
     config = petl_config_of(model)
     reasons = []
@@ -252,6 +259,8 @@ def _merge_refusals(model) -> list[str]:
             reasons.append(f"{where} computes beside the weights")
         elif m.gate:
             reasons.append(f"{where}: its gate depends on the input")
+        elif m.dora and any(_same_weight(m, n) for n in config.modules if n is not m and n.form == "lora"):
+            reasons.append(f"{where}: DoRA reads a weight another LoRA also updates")
     if config.prompt_length:
         reasons.append("a soft prompt computes beside the weights")
     if stock_head_fields(model, model.petl.pooling) is None:

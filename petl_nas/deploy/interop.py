@@ -181,6 +181,8 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         patterns.append(pattern)
     if len({m.dropout for m in lora}) > 1:
         reasons.append("LoRA modules with different dropouts (PEFT takes one lora_dropout)")
+    if len({m.dora for m in lora}) > 1:
+        reasons.append("LoRA and DoRA modules at once (PEFT takes one use_dora)")
     if reasons:
         raise NotExpressible("HF PEFT", reasons)
     base = {"task_type": _peft_task_type(spec, task_kind), "inference_mode": False}
@@ -188,6 +190,7 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification")
         alpha = [m.size * (m.scale if m.composition == "scaled" else 1.0) for m in lora]
         first = lora[0]
         out = {**base, "peft_type": "LORA", "r": first.size, "lora_alpha": alpha[0], "lora_dropout": first.dropout,
+               **({"use_dora": True} if first.dora else {}),
                "target_modules": patterns[0] if len(patterns) == 1 else r"(?:" + "|".join(patterns) + ")",
                "bias": "all" if config.bitfit else "none", **_head_modules(config, model, task_kind)}
         ranks = {p: m.size for p, m in zip(patterns[1:], lora[1:]) if m.size != first.size}

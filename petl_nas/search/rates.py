@@ -67,7 +67,7 @@ NOMINAL_WIDTH = 768              # a hidden size to build a preset at where only
 # family -> presets that measure it, in order of preference (the first that fits the budget)
 FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
                  "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
-                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",)}
+                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",), "lokr": ("lokr",)}
 
 
 def space_families(space) -> list[str]:

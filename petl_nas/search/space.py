@@ -47,6 +47,7 @@ SLOT_DIMENSIONS = {
     "prefix_reparam": ("int_choice", None),
     "phm_n": ("int_choice", None),
     "init": ("choice", ("bert", "lora")),
+    "dora": ("bool", None),                  # LoRA as DoRA
     "blocks": ("choice", BLOCK_CHOICES),
 }
 GLOBAL_DIMENSIONS = {
@@ -75,7 +76,7 @@ def form_dimensions(form: str) -> tuple[str, ...]:
 
 DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
             "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
-            "init": "lora", "gates": False, "layers": "all", "bitfit": False, "blocks": "all",
+            "init": "lora", "dora": False, "gates": False, "layers": "all", "bitfit": False, "blocks": "all",
             "pooling": "auto", "head_lr_mult": 1.0, "train_layernorms": False, "prompt_length": 0}
 
 
@@ -479,7 +480,7 @@ class SearchSpace:
             forms = slot.forms.choices or (slot.forms.value,)
             used = {d for f in forms for d in form_dimensions(f)} - ({"lora_targets"} if slot.site == "ffn" else set())
             out += [slot.dims[d] for d in SLOT_DIMENSIONS if d in used and d in slot.dims
-                    and not (d == "blocks" and slot.dims[d].value == "all")]   # the default says nothing
+                    and not (d in ("blocks", "dora") and slot.dims[d].value == DEFAULTS[d])]   # the default says nothing
         return out + list(self.globals.values())
 
     def layer_parameters(self, n_layers: int | None) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from peft.tuners.lokr.layer import factorization
 from safetensors.torch import load_file
 
 from conftest import batch, tiny_config, tiny_model
@@ -22,6 +23,7 @@ def closed_form(name: str, c) -> tuple[int, int]:
     def prefix(l, b):                                     # (with MLP, flattened)
         return l * d + (d * b + b) + (b * 2 * L * d + 2 * L * d), 2 * l * d * L
     layernorms = (2 * L + 1) * 2 * d                      # two per layer + the embeddings'
+    u, v = factorization(d, -1)                           # LoKr's factors of d (PEFT's rule): d = u·v, u ≤ v
     def phm_adapter(r, n=4):                              # rank-one fast matrices: n·(in/n + out/n) each
         return (d + r) + r + (r + d) + d
     forms = {
@@ -36,6 +38,8 @@ def closed_form(name: str, c) -> tuple[int, int]:
         "compacter_pp": 4 ** 3 + L * phm_adapter(4) + layernorms,
         "bitfit": d + L * (4 * d + d + f + d + d) + pooler,  # embeddings LN, q k v o, LN, W1, W2, LN
         "prompt_tuning": 20 * d,
+        "dora": 4 * 8 * d * L + 2 * d * L,                # LoRA's, and a magnitude per output row of q, v
+        "lokr": 2 * L * (u * u + (2 * 8 * v if 8 < v / 2 else v * v)),   # W₁ u×u, W₂ v×v of rank 8 (or full)
     }
     if name in forms:
         return forms[name], forms[name]

@@ -4,6 +4,7 @@ outputs on the task's own test batch; a run that cannot be converted is one erro
 is written.
 """
 
+import dataclasses
 import json
 import os
 
@@ -38,6 +39,11 @@ LORA_O_FFN = PetlConfig(modules=(ModuleSpec(form="lora", size=4, targets=("o",))
                                  ModuleSpec(form="lora", position="ffn", size=2, targets=("ffn_out",))))  # slices leave
 LORA_QV_MEAN = PetlConfig(modules=(ModuleSpec(form="lora", size=4, targets=("q", "v")),), pooling="mean")
 ADAPTER = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=4),))
+DORA = PetlConfig(modules=(         # DoRA (use_dora): two ranks and scales, a trained pooler
+    ModuleSpec(form="lora", size=4, targets=("q", "v"), composition="scaled", scale=2.0, dora=True),
+    ModuleSpec(form="lora", position="ffn", size=2, targets=("ffn_in",), layers=(1,), dora=True)),
+    pooling="pooler_trained")
+DORA_O_FFN = PetlConfig(modules=tuple(dataclasses.replace(m, dora=True) for m in LORA_O_FFN.modules))
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +82,8 @@ CASES = {   # name: (backbone, task, config, the auto class a user loads the mer
     "bert": (TINY_BERT, "demo_sentiment", LORA_BITFIT, AutoModelForSequenceClassification),
     "gpt2": (TINY_GPT2, "instructions", LORA_O_FFN, AutoModelForCausalLM),           # Conv1D: [in, out]
     "bart": (TINY_BART, "demo_copy", LORA_ATTN, AutoModelForSeq2SeqLM),
+    "bert_dora": (TINY_BERT, "demo_sentiment", DORA, AutoModelForSequenceClassification),
+    "gpt2_dora": (TINY_GPT2, "instructions", DORA_O_FFN, AutoModelForCausalLM),
 }
 
 

@@ -86,6 +86,10 @@ class Form:
     def check(self, spec, where: str) -> None:
         """Refuse what only this form cannot take (after the common checks), naming ``where.field``."""
 
+    def sums(self, spec) -> bool:
+        """Whether ``spec`` sums by size (`sums_by_size`), unless one of its own fields says not."""
+        return self.sums_by_size
+
     def scale_is_a_rate(self, spec) -> bool:
         """``spec``'s scale is a fixed s (``add``: 1, or ``scaled``, not learned) on an output that
         starts at zero (its init is one of ``zero_start_inits``): Δh = s·F(U, θ) with F linear in a

@@ -1,5 +1,7 @@
 """LoRA (Hu et al., 2021): a low-rank update s·x A B beside each targeted weight (q, k, v, o of the
-attention; W1, W2 of the FFN), reading that weight's own input."""
+attention; W1, W2 of the FFN), reading that weight's own input; with ``dora: true``, DoRA (Liu et
+al., 2024): the same update plus a trained magnitude per output row of W + s·B·A. DoRA's rate is
+LoRA's (one family): PEFT and the paper train A, B and the magnitudes at one rate."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ SPACE_TARGETS = {"qv": ("q", "v"), "qkvo": ("q", "k", "v", "o"), "q": ("q",), "v
 
 class LoRAForm(Form):
     name, title = "lora", "LoRA"
-    keys = ("targets", "init", "dropout")
+    keys = ("targets", "init", "dropout", "dora")
     parallel_only = True
     composition, init = "scaled", "lora"
-    dimensions = ("composition", "rank", "scale", "lora_targets", "blocks")
+    dimensions = ("composition", "rank", "scale", "lora_targets", "dora", "blocks")
     size_dimension = "rank"
     supernet_rank = 0
     sums_by_size = True                        # no bias, r·(in + out) per weight: linear in r
@@ -33,8 +35,11 @@ class LoRAForm(Form):
         if not spec.targets:
             raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
 
+    def sums(self, spec):
+        return not spec.dora                         # each DoRA rescales its own W + s·B·A
+
     def place(self, spec, at) -> None:
-        from ..modules import LoRA
+        from ..modules import DoRA, LoRA
 
         for layer in at.covered:
             for target in spec.targets:
@@ -42,18 +47,21 @@ class LoRAForm(Form):
                 for j, site in enumerate(sites):
                     fan_in, fan_out = at.features(layer, site)
                     key = f"{layer}_{target}" if len(sites) == 1 else f"{layer}_{target}_{j}"
-                    lora = at.modules[key] = LoRA(spec, fan_in, fan_out, at.causal)
-                    at.edit(layer, site.path, "lora", lora, at.out_slice(layer, site))
+                    if spec.dora:
+                        lora = at.modules[key] = DoRA(spec, at.weight(layer, site), at.causal)
+                    else:
+                        lora = at.modules[key] = LoRA(spec, fan_in, fan_out, at.causal)
+                    at.edit(layer, site.path, "weight" if spec.dora else "lora", lora, at.out_slice(layer, site))
                     source = at.input_source(target)
                     if source is not None and not spec.dropout:
                         at.share_read(layer, source, lora)
 
     def spec_fields(self, site, values):
         targets = values["lora_targets"] if site == "attn" else "ffn"
-        return {"size": int(values["rank"]), "targets": SPACE_TARGETS[targets]}
+        return {"size": int(values["rank"]), "targets": SPACE_TARGETS[targets], "dora": bool(values.get("dora", False))}
 
     def space_values(self, spec):
-        out = {"rank": spec.size}
+        out = {"rank": spec.size, "dora": spec.dora}
         if spec.position == "attn":
             out["lora_targets"] = next((k for k, t in SPACE_TARGETS.items() if t == spec.targets), None)
         return out
@@ -62,7 +70,7 @@ class LoRAForm(Form):
         return {"targets": space.targets(site), **gate}
 
     def describe(self, spec):
-        return ["on " + ",".join(spec.targets)]
+        return ["on " + ",".join(spec.targets)] + (["DoRA"] if spec.dora else [])
 
     def adapters_config(self, spec, hidden_size, leave_out, scaling, where, reasons):
         attn = [t for t in spec.targets if t in ("q", "k", "v")]
@@ -70,6 +78,8 @@ class LoRAForm(Form):
             reasons.append(f"{where}: LoRA on the attention output weight o")
         if spec.learn_scale:
             reasons.append(f"{where}: learned LoRA scale")
+        if spec.dora:
+            reasons.append(f"{where}: DoRA")
         return {"architecture": "lora", "selfattn_lora": bool(attn), "attn_matrices": attn,
                 "intermediate_lora": "ffn_in" in spec.targets, "output_lora": "ffn_out" in spec.targets,
                 "r": spec.size, "alpha": spec.size * (spec.scale if spec.composition == "scaled" else 1.0),
@@ -77,6 +87,22 @@ class LoRAForm(Form):
 
     def peft_refusal(self, spec, where):
         return None                                    # PEFT's LoRA: `deploy.interop` maps it
+
+    peft_type = "LORA"
+
+    def peft_fields(self, spec, target_modules):
+        alpha = spec.size * (spec.scale if spec.composition == "scaled" else 1.0)
+        return {"target_modules": target_modules, "r": spec.size, "lora_alpha": alpha,
+                "lora_dropout": spec.dropout, "use_dora": spec.dora}
+
+    def peft_weights(self, module, layer, adapter="default"):
+        import torch
+
+        with torch.no_grad():
+            layer.lora_A[adapter].weight.copy_(module.A)
+            layer.lora_B[adapter].weight.copy_(module.B)
+            if hasattr(module, "magnitude"):
+                layer.lora_magnitude_vector[adapter].weight.copy_(module.magnitude)
 
 
 LORA = register(LoRAForm())

@@ -3,6 +3,8 @@
 from .adapter import Bottleneck
 from .compose import Composition, Gate, as_param_dtype
 from .head_attention import ATTENTION_NAME, HeadEdits
+from .dora import DoRA
+from .lokr import LoKr
 from .lora import LoRA
 from .mh_adapter import MultiHeadAdapter
 from .phm import CompacterAdapter, PHMLinear, SharedRule
@@ -10,5 +12,5 @@ from .prefix import PrefixEncoder
 from .prompt import SoftPrompt
 from .shared_read import SharedRead
 
-__all__ = ["Bottleneck", "Composition", "Gate", "as_param_dtype", "ATTENTION_NAME", "HeadEdits", "LoRA",
+__all__ = ["Bottleneck", "Composition", "Gate", "as_param_dtype", "ATTENTION_NAME", "HeadEdits", "LoRA", "DoRA", "LoKr",
            "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRead", "SharedRule", "PrefixEncoder", "SoftPrompt"]

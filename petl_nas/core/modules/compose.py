@@ -121,6 +121,11 @@ class Composition(nn.Module):
             delta = delta * self.scale
         elif self.fixed_scale != 1.0:
             delta = delta * self.fixed_scale
+        return self.gated(delta, gate_input, mask, gate_value)
+
+    def gated(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
+              mask: torch.Tensor | None = None, gate_value: torch.Tensor | None = None) -> torch.Tensor:
+        """g·Δh (Δh itself without a gate): the gate alone, for a module that applies s itself."""
         if self.gate is not None:
             g = gate_value if gate_value is not None else self.gate(gate_input, mask)
             if self.gate_mix is not None:
