@@ -75,8 +75,20 @@ class LoRAForm(Form):
                 "r": spec.size, "alpha": spec.size * (spec.scale if spec.composition == "scaled" else 1.0),
                 "use_gating": spec.gate, "composition_mode": "add", "dropout": spec.dropout, "leave_out": leave_out}
 
+    # ---- HF PEFT's LoRA: the same update, s = lora_alpha / r -----------------------------------
+    peft_type = "LORA"
+
     def peft_refusal(self, spec, where):
-        return None                                    # PEFT's LoRA: `deploy.interop` maps it
+        return None
+
+    def peft_fields(self, spec, target_modules):
+        alpha = spec.size * (spec.scale if spec.composition == "scaled" else 1.0)
+        return {"r": spec.size, "lora_alpha": alpha, "lora_dropout": spec.dropout, "target_modules": target_modules,
+                "bias": "none", "fan_in_fan_out": False}   # `deploy.interop` sets both where the run needs it
+
+    def peft_weights(self, module, layer, adapter="default"):
+        layer.lora_A[adapter].weight.copy_(module.A)
+        layer.lora_B[adapter].weight.copy_(module.B)
 
 
 LORA = register(LoRAForm())
