@@ -49,7 +49,8 @@ def formats(name: str, folder: Path) -> list[str]:
 
 def documented() -> dict[str, list[str]]:
     text = GUIDE.read_text(encoding="utf-8").split("### Formats each preset exports to", 1)[1]
-    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", text, flags=re.M)
+    table = re.search(r"^\| preset \| formats \|\n\|---\|---\|\n((?:\|.*\n)+)", text, flags=re.M).group(1)
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", table, flags=re.M)
     return {name: [f.strip() for f in cell.replace("`", "").split(",") if f.strip() and f.strip() != "none"]
             for name, cell in rows}
 
