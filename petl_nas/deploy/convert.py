@@ -246,14 +246,14 @@ def _peft_model(model, directory: Path, task, apart: bool):
     config = petl_config_of(model)
     edits = [(model.get_submodule(path), config.modules[i], module) for path, i, module, _ in weight_edits(model)]
     prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
-    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
-    try:
-        configs = peft_configs(config, base.config, task.kind, head_apart=apart)
+    try:                                          # before anything changes: a refusal leaves the model as it was
+        configs = peft_configs(config, model.config, task.kind, head_apart=apart)
     except NotExpressible as e:
         raise ConfigError(f"{directory}: {e}") from None
     if len(configs) > 1:
         raise ConfigError(f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
                           f"holds it but cannot save it (save_pretrained raises); petl-nas predict --model reads it")
+    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
     (adapter, exported), = configs.items()
     wrapped = peft.get_peft_model(base.base_model if apart else base, peft.get_peft_config(exported))
     layers = {id(layer.get_base_layer()): layer for layer in wrapped.modules()
@@ -349,7 +349,17 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
     try:
         merge_and_unload(model)
     except ConfigError as e:
-        raise ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)") from None
+        refused = ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)")
+        if stock_head_fields(model, model.petl.pooling) != {}:
+            raise refused from None
+        try:                                      # a form PEFT expresses and merges (each form's own hooks)
+            wrapped, _, folded = _peft_model(model, directory, task, apart=False)
+        except ConfigError:
+            raise refused from None
+        try:
+            model = wrapped.merge_and_unload()
+        except (ValueError, NotImplementedError, AttributeError) as e:
+            raise ConfigError(f"{directory}: PEFT cannot merge it ({e}); convert --to peft writes the adapter") from None
     if task.kind == "classification" and labels:
         model.config.id2label = dict(enumerate(labels))
         model.config.label2id = {label: i for i, label in enumerate(labels)}

@@ -159,7 +159,7 @@ def _common_reasons(config: PetlConfig, model_config, spec, task_kind: str, head
             reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
                            f"{'[CLS] through the pooler' if native == 'pooler' else native}; a space or "
                            f"configuration with pooling: {'pooler_trained' if native == 'pooler' else native} "
-                           f"exports)")
+                           f"exports); convert --to peft writes a trained run with its head apart")
     prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"     # both prepend: the same model
     if config.prompt_length and not prompt_as_peft:
         reasons.append("a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "

@@ -129,3 +129,28 @@ def test_the_real_minilm_pick_loads_in_sentence_transformers(tmp_path_factory, t
     done = convert(run, tmp_path / "out")
     assert done["to"] == "sentence-transformers" and done["pooling"] == "mean"
     assert float((load_elsewhere(done, None) - trained_logits(run)).abs().max()) <= 1e-5
+
+
+def test_a_form_deploy_never_names_exports_through_its_hooks(tmp_path_factory, tmp_path):
+    """A form registered here (LoRA's function under another name, so petl-nas's own merge does not
+    fold it) is written to PEFT, and merged through PEFT, by its hooks alone (`peft_type`,
+    `peft_fields`, `peft_weights`)."""
+    from petl_nas.core.forms import registered
+    from petl_nas.core.forms.lora import LoRAForm
+
+    class Renamed(LoRAForm):
+        name, title, supernet_rank = "renamed_lora", "renamed LoRA", None
+
+    with registered(Renamed()):
+        config = PetlConfig(modules=(ModuleSpec(form="renamed_lora", size=4, targets=("q", "v")),), bitfit=True)
+        run = trained(tmp_path_factory, TINY_BERT, config)
+        expected = trained_logits(run)
+        done = convert(run, tmp_path / "auto")
+        merged = convert(run, tmp_path / "merged", "merged")
+    assert done["to"] == "peft" and done["peft_config"]["peft_type"] == "LORA" and done["updates"] == 4
+    assert float((load_elsewhere(done, base_checkpoint(run, tmp_path / "base")) - expected).abs().max()) <= 1e-5
+    assert merged["updates"] == 4                                   # 2 layers x q, v, folded by PEFT
+    lines = f"from transformers import AutoModelForSequenceClassification, AutoTokenizer\nmodel = {merged['load_with']}"
+    merged["load_with"] = (lines + f".eval()\ntok = AutoTokenizer.from_pretrained({merged['out']!r})\n"
+                           "logits = model(**tok(texts, padding=True, return_tensors='pt')).logits")
+    assert float((load_elsewhere(merged, None) - expected).abs().max()) <= 1e-5
