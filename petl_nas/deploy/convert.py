@@ -356,10 +356,10 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
             wrapped, _, folded = _peft_model(model, directory, task, apart=False)
         except ConfigError:
             raise refused from None
-        try:
+        try:                                      # a soft prompt: PEFT's prompt tuning has nothing to merge
             model = wrapped.merge_and_unload()
-        except (ValueError, NotImplementedError, AttributeError) as e:
-            raise ConfigError(f"{directory}: PEFT cannot merge it ({e}); convert --to peft writes the adapter") from None
+        except (ValueError, NotImplementedError, AttributeError):
+            raise refused from None
     if task.kind == "classification" and labels:
         model.config.id2label = dict(enumerate(labels))
         model.config.label2id = {label: i for i, label in enumerate(labels)}
