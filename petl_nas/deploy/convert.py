@@ -1,26 +1,28 @@
 """Hand a trained run (a `petl-nas train` folder) to tools that do not know petl-nas.
 
 - ``peft``: a HF PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) for a
-  LoRA configuration whose design PEFT expresses (`interop.to_peft`): the trained A and B of every
-  update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``);
-  or a decoder-only language model's soft prompt, as PEFT's prompt tuning.
-  ``PeftModel.from_pretrained(base, folder)`` gives the trained model; serving stacks that load
-  PEFT LoRA adapters read it. Its ``base_model_name_or_path`` (what ``AutoPeftModel...`` and
-  serving stacks load as the base) is the backbone's hub name when the run named one, its local path
-  when the run was given a folder, or the name the user passes (``base_name``).
-- ``merged``: a plain transformers model folder (weights and tokenizer) with every LoRA update folded
-  into the weight it updates, BitFit biases, trained LayerNorms and the head in place:
-  ``AutoModelFor...from_pretrained(folder)``, no petl-nas, no adapter, the backbone's speed. Only
-  what folds into the weights can be merged: adapters, prefixes, prompts and gated LoRA compute
-  beside them.
+  design PEFT expresses (`interop.peft_configs`): each form's trained tensors copied into PEFT's tuner
+  by the form's own hooks (`Form.peft_weights`), the trained biases under BitFit (``bias="all"``) and
+  the trained head (``modules_to_save``); for a pooling the stock head cannot read (mean pooling into
+  BERT's head), an adapter for the base model with the head apart (`pooled.write_head`); or a
+  decoder-only language model's soft prompt, as PEFT's prompt tuning. Its ``base_model_name_or_path``
+  is the backbone's hub name when the run named one, its local path when the run was given a
+  folder, or the name the user passes (``base_name``).
+- ``sentence-transformers``: a folder ``SentenceTransformer(path)`` loads, the encoder merged, its
+  pooling and the head as a Dense layer (`pooled.write_sentence_transformers`).
+- ``merged``: a plain transformers model folder with every update folded into its weight (petl-nas
+  folds LoRA; PEFT folds the other forms it expresses), BitFit biases, trained LayerNorms and the
+  head in place: ``AutoModelFor...from_pretrained(folder)``. Adapters, prefixes, prompts and gated
+  LoRA compute beside the weights.
 
-Each conversion is checked before it is published: the written folder is loaded back the way a user
-would load it, and its outputs on a probe batch (and, for a language model, the logits of each step
-of its greedy answer to the probe, generated with its cache) must equal the trained model's, or
-nothing is written.
+No target named: the first that represents the run exactly (`_first_that_fits`). Each conversion is
+checked before it is published: the written folder is loaded back the way a user would load it, and
+its outputs on a probe batch (and, for a language model, the logits of each step of its greedy
+answer to the probe, generated with its cache) must equal the trained model's, or nothing is
+written.
 
 Example:
-    >>> convert("runs/best/seed_0", "runs/best/peft", to="peft")        # doctest: +SKIP
+    >>> convert("runs/best/seed_0", "runs/best/model")                  # doctest: +SKIP
 """
 
 from __future__ import annotations

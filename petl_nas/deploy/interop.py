@@ -5,7 +5,8 @@ something different.
 Both are written as plain JSON in the libraries' own config vocabulary (neither library is
 imported): ``adapters.ConfigUnion.load(d)`` / ``peft.get_peft_config(d)`` read them.
 AdapterHub reference: its ``adapter_config.py`` (bottleneck, lora, prefix_tuning, prompt_tuning,
-union); PEFT: LoraConfig. PEFT's prefix tuning is not this prefix on any family under transformers
+union). PEFT: each form says its own tuner (`Form.peft_type`, `Form.peft_fields`); this file names
+no form, only what PEFT's tuners share (target patterns, per-module ranks, bias, head). PEFT's prefix tuning is not this prefix on any family under transformers
 5 (measured with peft 0.21, `tests/deploy/test_peft_export.py`): BERT-style encoders take no past key
 values, so it cannot run there; on decoders it moves the real tokens' positions by the prefix
 length, a different model (equal to this prefix with the positions shifted).
