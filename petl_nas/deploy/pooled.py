@@ -56,28 +56,31 @@ def linear_head(model, where: str) -> tuple[str, nn.Linear]:
 
 def write_head(model, staging: Path, labels: list | None, where: str) -> dict:
     """``head.safetensors`` (the linear head's ``weight`` and ``bias``) and ``head_config.json``
-    (the pooling it reads, the labels) into ``staging``."""
+    (the pooling it reads, the token length the run read, the labels) into ``staging``."""
     name, layer = linear_head(model, where)
     tensors = {"weight": layer.weight.detach().float().contiguous()}
     if layer.bias is not None:
         tensors["bias"] = layer.bias.detach().float().contiguous()
     save_file(tensors, str(staging / HEAD_FILE))
-    (staging / HEAD_CONFIG).write_text(json.dumps({"pooling": model.petl.pooling, "head": name,
-                                                   "labels": labels or []}, indent=2), encoding="utf-8")
+    config = {"pooling": model.petl.pooling, "head": name, "max_length": model.petl.info.get("max_length", 128),
+              "labels": labels or []}
+    (staging / HEAD_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
     return {"head": name, "pooling": model.petl.pooling}
 
 
 def head_load_lines(base: str, out: str) -> list[str]:
-    """The lines of Python that load a PEFT adapter written with its head apart and give logits."""
+    """The lines of Python that load a PEFT adapter written with its head apart (in ``out``) and
+    give the logits of a list of ``texts``: pooled and truncated as the run was."""
+    config = json.loads((Path(out) / HEAD_CONFIG).read_text(encoding="utf-8"))
+    pooled = "(h * m).sum(1) / m.sum(1)" if config["pooling"] == "mean" else "h[:, 0]"
     return ["from peft import PeftModel; from safetensors.torch import load_file; "
             "from transformers import AutoModel, AutoTokenizer",
             f"model, tok = PeftModel.from_pretrained(AutoModel.from_pretrained({base}), {out!r}).eval(), "
             f"AutoTokenizer.from_pretrained({out!r})",
             f"head = load_file({out!r} + '/{HEAD_FILE}')",
-            "x = tok(texts, padding=True, truncation=True, return_tensors='pt'); "
+            f"x = tok(texts, padding=True, truncation=True, max_length={config['max_length']}, return_tensors='pt'); "
             "h = model(**x).last_hidden_state; m = x['attention_mask'].unsqueeze(-1).float()",
-            "logits = ((h * m).sum(1) / m.sum(1)) @ head['weight'].T + head['bias']   "
-            "# mean pooling; cls: h[:, 0]"]
+            f"logits = ({pooled}) @ head['weight'].T + head['bias']          # {config['pooling']} pooling"]
 
 
 class HeadApart(nn.Module):

@@ -95,6 +95,16 @@ def test_the_quickstarts_mean_pooled_lora_loads_without_petl_nas(mean_lora, tmp_
     assert float((got - expected).abs().max()) <= 1e-5
 
 
+def test_a_cls_pooled_lora_loads_with_its_head_apart(tmp_path_factory, tmp_path):
+    """[CLS] straight into the classifier, which BERT's own head reads through its pooler: the
+    printed lines pool the first token instead."""
+    run = trained(tmp_path_factory, TINY_BERT, PetlConfig(modules=(ModuleSpec(form="lora", size=4),), pooling="cls"))
+    done = convert(run, tmp_path / "peft", "peft")
+    assert "h[:, 0]" in done["load_with"] and done["pooling"] == "cls"
+    got = load_elsewhere(done, base_checkpoint(run, tmp_path / "base"))
+    assert float((got - trained_logits(run)).abs().max()) <= 1e-5
+
+
 def test_a_bitfit_and_lora_pick_loads_without_petl_nas(tmp_path_factory, tmp_path):
     run = trained(tmp_path_factory, TINY_BERT, BITFIT_LORA)
     expected = trained_logits(run)
