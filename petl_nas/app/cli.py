@@ -291,15 +291,28 @@ def cmd_export(args) -> int:
                 if p["trial"] is None else
                 f"preset {args.preset} as the study trained it ({trial}, lr {rec.recipe['lr']:g})")
     if args.format != "petl-nas":
+        from ..core.config import PetlConfig
+        from ..deploy.export import nearest_that_exports
         from ..deploy.interop import NotExpressible, to_adapters, to_peft
 
         config = rec.config()
         model_config, task_kind = _backbone_of(study)
+        def converted_of(config):
+            return (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
+                    if args.format == "adapters" else to_peft(config, model_config, task_kind))
+
+        def exports(config_dict) -> bool:
+            try:
+                return bool(converted_of(PetlConfig.from_dict(config_dict)))
+            except (NotExpressible, ConfigError):
+                return False
+
         try:
-            converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
-                         if args.format == "adapters" else to_peft(config, model_config, task_kind))
+            converted = converted_of(config)
         except NotExpressible as e:
-            raise ConfigError(f"{what}: {e}") from None
+            nearest = nearest_that_exports(study, rec.counts["deployable"], exports)
+            raise ConfigError(f"{what}: {e}; " + (f"the nearest front member that does: {nearest}" if nearest else
+                                                  "no front member does")) from None
         from pathlib import Path
 
         from ..fileio import atomic_write
