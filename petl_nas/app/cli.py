@@ -35,7 +35,8 @@ EXAMPLES = {
               "  petl-nas export --storage sqlite:///runs/smoke/study.db --preset lora -o lora.yaml",
     "train": "petl-nas train --config best.yaml --seeds 3 --out runs/best",
     "predict": "petl-nas predict --model runs/best/seed_0 --input sentences.txt",
-    "convert": "petl-nas convert --model runs/best/seed_0 --to peft -o runs/best/peft\n"
+    "convert": "petl-nas convert --model runs/best/seed_0 -o runs/best/model\n"
+               "  petl-nas convert --model runs/best/seed_0 --to peft -o runs/best/peft\n"
                "  petl-nas convert --model runs/best/seed_0 --to merged -o runs/best/merged",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
@@ -290,15 +291,28 @@ def cmd_export(args) -> int:
                 if p["trial"] is None else
                 f"preset {args.preset} as the study trained it ({trial}, lr {rec.recipe['lr']:g})")
     if args.format != "petl-nas":
+        from ..core.config import PetlConfig
+        from ..deploy.export import nearest_that_exports
         from ..deploy.interop import NotExpressible, to_adapters, to_peft
 
         config = rec.config()
         model_config, task_kind = _backbone_of(study)
+        def converted_of(config):
+            return (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
+                    if args.format == "adapters" else to_peft(config, model_config, task_kind))
+
+        def exports(config_dict) -> bool:
+            try:
+                return bool(converted_of(PetlConfig.from_dict(config_dict)))
+            except (NotExpressible, ConfigError):
+                return False
+
         try:
-            converted = (to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
-                         if args.format == "adapters" else to_peft(config, model_config, task_kind))
+            converted = converted_of(config)
         except NotExpressible as e:
-            raise ConfigError(f"{what}: {e}") from None
+            nearest = nearest_that_exports(study, rec.counts["deployable"], exports)
+            raise ConfigError(f"{what}: {e}; " + (f"the nearest front member that does: {nearest}" if nearest else
+                                                  "no front member does")) from None
         from pathlib import Path
 
         from ..fileio import atomic_write
@@ -390,15 +404,22 @@ def cmd_convert(args) -> int:
 
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
     done = convert(args.model, args.output, args.to, backbone=backbone, base_name=args.base_name)
+    to, peft_type = done["to"], done.get("peft_config", {}).get("peft_type")
     what = (f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
-            if args.to == "peft" and done["peft_config"]["peft_type"] == "PROMPT_TUNING" else
-            f"a PEFT LoRA adapter ({done['lora_updates']} updates)" if args.to == "peft" else
-            f"a merged transformers model ({done['lora_updates']} LoRA updates folded into the weights)")
+            if peft_type == "PROMPT_TUNING" else
+            f"a PEFT {peft_type} adapter ({done['updates']} weights adapted"
+            + (f", the head apart in head.safetensors, read after {done['pooling']} pooling)" if "head" in done else ")")
+            if to == "peft" else
+            f"a sentence-transformers folder ({done['pooling']} pooling, the head as a Dense layer, {done['updates']} "
+            f"updates merged)" if to == "sentence-transformers" else
+            f"a merged transformers model ({done['updates']} updates folded into the weights)")
     answer = " and its greedy answer to the probe" if done["answer_checked"] else ""
-    print(f"wrote {what} and the tokenizer to {done['out']}; load it with {done['load_with']}; checked: "
-          f"its outputs equal the trained model's on a probe batch (max |difference| {done['max_abs_diff']:.1e})"
-          f"{answer}")
-    if args.to == "peft":
+    print(f"wrote {what} and the tokenizer to {done['out']}; checked: its outputs equal the trained model's on a "
+          f"probe batch (max |difference| {done['max_abs_diff']:.1e}){answer}")
+    if "why" in done:
+        print(f"chose {to}: {done['why']}")
+    print("load it with:\n  " + done["load_with"].replace("\n", "\n  "))
+    if to == "peft":
         named = done["base_name"]
         print("adapter_config.json names no base model (the backbone was built in memory)" if named is None else
               f"adapter_config.json names its base by a path on this machine, {named}; --base-name NAME writes the "
@@ -592,11 +613,16 @@ def _predict_command(sub) -> None:
 
 
 def _convert_command(sub) -> None:
-    p = _command(sub, "convert", "write a trained directory as a HF PEFT adapter or a merged transformers model")
+    p = _command(sub, "convert", "write a trained directory as a HF PEFT adapter, a sentence-transformers folder or a "
+                                 "merged transformers model")
     p.add_argument("--model", required=True, help="a directory written by petl-nas train (e.g. runs/best/seed_0)")
-    p.add_argument("--to", required=True, choices=["peft", "merged"],
-                   help="peft: a PEFT LoRA adapter folder (PeftModel.from_pretrained); merged: a plain transformers "
-                        "model with the LoRA updates folded into its weights (AutoModelFor...from_pretrained)")
+    p.add_argument("--to", choices=["peft", "sentence-transformers", "merged"],
+                   help="peft: a PEFT adapter folder (PeftModel.from_pretrained; a head its model cannot read as "
+                        "trained, e.g. after mean pooling, saved beside it); sentence-transformers: a folder "
+                        "SentenceTransformer(path) loads, pooling and head included (mean- or cls-pooled "
+                        "classifiers); merged: a plain transformers model with the updates folded into its weights "
+                        "(AutoModelFor...from_pretrained). Default: the first of these that represents the run "
+                        "exactly, sentence-transformers first for a pooling the stock head does not read")
     p.add_argument("-o", "--output", required=True, help="a new (or empty) folder to write")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
     p.add_argument("--base-name", help="with --to peft: the base model's name to write in adapter_config.json "

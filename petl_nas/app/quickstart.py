@@ -140,7 +140,18 @@ def next_steps(exp: Experiment) -> str:
         "export the best configuration and train it (full recipe, saves only the PETL weights):",
         f"  petl-nas export --storage {url} -o {out}/best.yaml",
         f"  petl-nas train --config {out}/best.yaml --out {out}/best",
+        "write it for tools without petl-nas (the most standard form that represents it exactly: for a LoRA on",
+        "mean-pooled MiniLM, a sentence-transformers folder, head included) and load it in Python:",
+        f"  petl-nas convert --model {out}/best/seed_0 -o {out}/model",
+        *(f"  {line}" for line in load_lines(f"{out}/model")),
     ])
+
+
+def load_lines(folder: str) -> list[str]:
+    """The three lines of Python that load what ``convert`` writes for the quickstart's pick."""
+    return ["from sentence_transformers import SentenceTransformer",
+            f"model = SentenceTransformer({folder!r})",
+            "logits = model.encode([\"a gripping, funny film\"])     # one row of class scores per text"]
 
 
 def activate_first() -> list[str]:

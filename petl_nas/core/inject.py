@@ -608,6 +608,18 @@ def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
             for linear, edits, _ in root._sites for kind, module, extra in edits if kind in ("lora", "weight")]
 
 
+def weight_edits(model: nn.Module) -> list[tuple[str, int, nn.Module, OutSlice | None]]:
+    """Each PETL module still computed on a backbone weight's output, in the order they apply: (the
+    name of the linear module it edits, relative to ``model``; the index of its module spec in the
+    configuration, which names its form; the module; where its slice of a fused projection sits, or
+    None). What PEFT's tuners are copied from (`deploy.convert`), for any form."""
+    root = petl_root(model, "weight_edits")
+    names = {id(m): n for n, m in model.named_modules()}
+    owner = {id(m): int(key.split("_", 1)[0]) for key, group in root.groups.items() for m in group.modules()}
+    return [(names[id(linear)], owner[id(module)], module, extra if isinstance(extra, OutSlice) else None)
+            for linear, edits, _ in root._sites for kind, module, extra in edits]
+
+
 @contextlib.contextmanager
 def petl_disabled(model: nn.Module):
     """Run the backbone without its PETL modules (adapters, LoRA, prefixes, prompts off) inside the
@@ -696,5 +708,6 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
     return model
 
 
-__all__ = ["apply_petl", "norm_modules", "parameter_families", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "petl_disabled",
+__all__ = ["apply_petl", "norm_modules", "parameter_families", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "weight_edits",
+           "petl_disabled",
            "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot"]

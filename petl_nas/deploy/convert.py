@@ -1,26 +1,28 @@
 """Hand a trained run (a `petl-nas train` folder) to tools that do not know petl-nas.
 
 - ``peft``: a HF PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) for a
-  LoRA configuration whose design PEFT expresses (`interop.to_peft`): the trained A and B of every
-  update, the trained biases under BitFit (``bias="all"``) and the trained head (``modules_to_save``);
-  or a decoder-only language model's soft prompt, as PEFT's prompt tuning.
-  ``PeftModel.from_pretrained(base, folder)`` gives the trained model; serving stacks that load
-  PEFT LoRA adapters read it. Its ``base_model_name_or_path`` (what ``AutoPeftModel...`` and
-  serving stacks load as the base) is the backbone's hub name when the run named one, its local path
-  when the run was given a folder, or the name the user passes (``base_name``).
-- ``merged``: a plain transformers model folder (weights and tokenizer) with every LoRA update folded
-  into the weight it updates, BitFit biases, trained LayerNorms and the head in place:
-  ``AutoModelFor...from_pretrained(folder)``, no petl-nas, no adapter, the backbone's speed. Only
-  what folds into the weights can be merged: adapters, prefixes, prompts and gated LoRA compute
-  beside them.
+  design PEFT expresses (`interop.peft_configs`): each form's trained tensors copied into PEFT's tuner
+  by the form's own hooks (`Form.peft_weights`), the trained biases under BitFit (``bias="all"``) and
+  the trained head (``modules_to_save``); for a pooling the stock head cannot read (mean pooling into
+  BERT's head), an adapter for the base model with the head apart (`pooled.write_head`); or a
+  decoder-only language model's soft prompt, as PEFT's prompt tuning. Its ``base_model_name_or_path``
+  is the backbone's hub name when the run named one, its local path when the run was given a
+  folder, or the name the user passes (``base_name``).
+- ``sentence-transformers``: a folder ``SentenceTransformer(path)`` loads, the encoder merged, its
+  pooling and the head as a Dense layer (`pooled.write_sentence_transformers`).
+- ``merged``: a plain transformers model folder with every update folded into its weight (petl-nas
+  folds LoRA; PEFT folds the other forms it expresses), BitFit biases, trained LayerNorms and the
+  head in place: ``AutoModelFor...from_pretrained(folder)``. Adapters, prefixes, prompts and gated
+  LoRA compute beside the weights.
 
-Each conversion is checked before it is published: the written folder is loaded back the way a user
-would load it, and its outputs on a probe batch (and, for a language model, the logits of each step
-of its greedy answer to the probe, generated with its cache) must equal the trained model's, or
-nothing is written.
+No target named: the first that represents the run exactly (`_first_that_fits`). Each conversion is
+checked before it is published: the written folder is loaded back the way a user would load it, and
+its outputs on a probe batch (and, for a language model, the logits of each step of its greedy
+answer to the probe, generated with its cache) must equal the trained model's, or nothing is
+written.
 
 Example:
-    >>> convert("runs/best/seed_0", "runs/best/peft", to="peft")        # doctest: +SKIP
+    >>> convert("runs/best/seed_0", "runs/best/model")                  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -35,22 +37,28 @@ import torch
 
 from ..errors import ConfigError
 from .runs import fresh_backbone, load
-from ..core.forms import form_named
 from ..core.head import native_pooling, stock_head_fields
-from ..core.inject import lora_updates, merge_lora, petl_config_of, remove_petl
-from .interop import NotExpressible, to_peft
+from ..core.forms import form_named
+from ..core.inject import lora_updates, merge_lora, petl_config_of, remove_petl, weight_edits
+from .interop import NotExpressible, peft_configs
+from .pooled import (HEAD_FILE, HeadApart, SentenceLogits, check_sentence_transformers, head_apart, head_load_lines,
+                     linear_head, write_head, write_sentence_transformers)
 from ..core.models import (DEMO_NAMES, auto_class_name, hub_options, load_for_task, load_model_config, resolve_model,
                            transformers_quiet)
 from ..tasks import recorded_task
 
-TARGETS = ("peft", "merged")
+TARGETS = ("peft", "sentence-transformers", "merged")
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
 
 
-def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base_name: str | None = None) -> dict:
-    """Write the trained run ``directory`` as ``to`` (``peft`` or ``merged``) into the new folder
-    ``out``; returns what was written and the largest output difference the check measured.
-    ``base_name``: what a PEFT adapter names as its base (a hub name, for a run trained on a local copy)."""
+def convert(directory: str | Path, out: str | Path, to: str | None = None, backbone=None,
+            base_name: str | None = None) -> dict:
+    """Write the trained run ``directory`` as ``to`` (one of `TARGETS`; None: the first of them that
+    represents it exactly, `_first_that_fits`) into the new folder ``out``; returns what was written,
+    why that target, and the largest output difference the check measured. ``base_name``: what a PEFT
+    adapter names as its base (a hub name, for a run trained on a local copy)."""
+    if to is None:
+        return _first_that_fits(directory, out, backbone, base_name)
     if to not in TARGETS:
         raise ConfigError(f"convert: --to {to!r}: expected one of {', '.join(TARGETS)}")
     if base_name is not None and to != "peft":
@@ -70,7 +78,8 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base
     prompt = petl_config_of(model).prompt_length if to == "peft" else 0    # PEFT's logits begin with the prompt's
     backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
     named = base_name if base_name is not None else _base_name(backbone_name)
-    write, reload = (_write_peft, _reload_peft) if to == "peft" else (_write_merged, _reload_merged)
+    write, reload = {"peft": (_write_peft, _reload_peft), "merged": (_write_merged, _reload_merged),
+                     "sentence-transformers": (_write_sentence, _reload_sentence)}[to]
     overrides = _base_overrides(model, backbone_name)
     created = [p for p in out.parents if not p.exists()]        # innermost first: removed again if refused
     try:
@@ -108,6 +117,28 @@ def convert(directory: str | Path, out: str | Path, to: str, backbone=None, base
                 folder.rmdir()
     return {"to": to, "out": str(out), "max_abs_diff": diff, "answer_checked": answer is not None, **what,
             "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
+
+
+def _first_that_fits(directory, out, backbone, base_name) -> dict:
+    """The most standard target that represents the run exactly: a PEFT adapter with its head
+    (``modules_to_save``) where the stock head reads the run's pooling, else a sentence-transformers
+    folder (its Pooling and the head as a Dense layer load in one line), then the others in turn."""
+    model = load(backbone, Path(directory))
+    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
+    apart = head_apart(model, task)
+    order = ("sentence-transformers", "peft", "merged") if apart else ("peft", "merged")
+    why = (f"pooling {model.petl.pooling}, which the stock {type(model).__name__} head does not read: "
+           f"a sentence-transformers folder holds the pooling and the head" if apart else
+           "a PEFT adapter with the trained head as modules_to_save: what PEFT users load")
+    refused = []
+    for to in order:
+        try:
+            done = convert(directory, out, to, backbone, base_name if to == "peft" else None)
+        except ConfigError as e:
+            refused.append(f"{to}: {str(e).removeprefix(f'{directory}: ')}")
+            continue
+        return {**done, "why": why if not refused else "; ".join(refused) + f"; {to} represents it"}
+    raise ConfigError(f"convert: no target represents {directory} exactly: " + "; ".join(refused))
 
 
 def _base_name(backbone) -> str | None:
@@ -175,7 +206,11 @@ def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
     """The line of Python that loads what was written."""
     if to == "merged":
         return f"{auto_class_name(task)}.from_pretrained({out!r})"
+    if to == "sentence-transformers":
+        return f"from sentence_transformers import SentenceTransformer\nlogits = SentenceTransformer({out!r}).encode(texts)"
     base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
+    if (Path(out) / HEAD_FILE).exists():
+        return "\n".join(head_load_lines(base, out))
     arguments = "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
     return f"PeftModel.from_pretrained({auto_class_name(task)}.from_pretrained({base}{arguments}), {out!r})"
 
@@ -204,27 +239,43 @@ def _peft():
     return peft
 
 
-def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
+def _peft_model(model, directory: Path, task, apart: bool):
+    """``model`` (petl-nas applied) as a PEFT model of its backbone, in place, every tuner's weights
+    copied from the PETL module on the same weight through its form (`Form.peft_weights`): the base
+    model alone when the head is written apart, else the classifier with its head as
+    ``modules_to_save``. (model, its PEFT configs)."""
     peft = _peft()
     config = petl_config_of(model)
-    loras = [(name, m) for name, m, _ in lora_updates(model)]        # LoRA and DoRA modules
+    edits = [(model.get_submodule(path), config.modules[i], module) for path, i, module, _ in weight_edits(model)]
     prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
-    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
-                                                  # (to_peft refuses a pooling the stock head cannot read)
-    try:
-        exported = to_peft(config, base.config, task.kind)
+    try:                                          # before anything changes: a refusal leaves the model as it was
+        configs = peft_configs(config, model.config, task.kind, head_apart=apart)
     except NotExpressible as e:
         raise ConfigError(f"{directory}: {e}") from None
-    wrapped = peft.get_peft_model(base, peft.get_peft_config(exported))
+    if len(configs) > 1:
+        raise ConfigError(f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
+                          f"holds it but cannot save it (save_pretrained raises); petl-nas predict --model reads it")
+    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
+    (adapter, exported), = configs.items()
+    wrapped = peft.get_peft_model(base.base_model if apart else base, peft.get_peft_config(exported))
+    layers = {id(layer.get_base_layer()): layer for layer in wrapped.modules()
+              if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)}
     with torch.no_grad():
-        for name, module in loras:
-            form_named("lora").peft_weights(module, wrapped.base_model.model.get_submodule(name))
+        for linear, spec, module in edits:
+            form_named(spec.form).peft_weights(module, layers[id(linear)], adapter)
         if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
-            wrapped.prompt_encoder["default"].embedding.weight.copy_(prompt)
+            wrapped.prompt_encoder[adapter].embedding.weight.copy_(prompt)
+    return wrapped, exported, len(edits)
+
+
+def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
+    apart = head_apart(model, task)
+    head = write_head(model, staging, model.petl.info.get("labels"), f"{directory}") if apart else {}
+    wrapped, exported, n = _peft_model(model, directory, task, apart)
     wrapped.peft_config["default"].base_model_name_or_path = base_name   # PEFT's would be the path loaded here
     wrapped.save_pretrained(str(staging), save_embedding_layers=False)   # nothing trains them; and PEFT would ask
                                                                        # the hub about the base named above
-    return {"lora_updates": len(loras), "peft_config": exported, "base_name": base_name}
+    return {"updates": n, "peft_config": exported, "base_name": base_name, **head}
 
 
 def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict):
@@ -234,11 +285,15 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
         import transformers
 
         path = resolve_model(backbone)
-        base = getattr(transformers, auto_class_name(task)).from_pretrained(
-            path, **_base_arguments(task, overrides), **hub_options(path))
+        apart = (staging / HEAD_FILE).exists()
+        auto = "AutoModel" if apart else auto_class_name(task)
+        base = getattr(transformers, auto).from_pretrained(
+            path, **({} if apart else _base_arguments(task, overrides)), **hub_options(path))
     else:
         base, _, _ = fresh_backbone(directory, backbone)
-    return _peft().PeftModel.from_pretrained(base, str(staging))
+        base = base.base_model if (staging / HEAD_FILE).exists() else base
+    model = _peft().PeftModel.from_pretrained(base, str(staging))
+    return HeadApart(model, staging) if (staging / HEAD_FILE).exists() else model
 
 
 # ---- merged ---------------------------------------------------------------------------------------
@@ -250,7 +305,8 @@ def _same_weight(a, b) -> bool:
             and overlap(a.blocks, b.blocks))
 
 
-def _merge_refusals(model) -> list[str]:
+def _fold_refusals(model) -> list[str]:
+    """What does not fold into the backbone's weights (`merge_lora`)."""
     config = petl_config_of(model)
     reasons = []
     for i, m in enumerate(config.modules):
@@ -263,11 +319,17 @@ def _merge_refusals(model) -> list[str]:
             reasons.append(f"{where}: DoRA reads a weight another LoRA also updates")
     if config.prompt_length:
         reasons.append("a soft prompt computes beside the weights")
+    return reasons
+
+
+def _merge_refusals(model) -> list[str]:
+    reasons = _fold_refusals(model)
     if stock_head_fields(model, model.petl.pooling) is None:
         native = native_pooling(model)
         reasons.append(f"pooling: {model.petl.pooling} (the stock {type(model).__name__} head reads "
                        f"{'[CLS] through the pooler' if native == 'pooler' else native}; trained with pooling: "
-                       f"{'pooler_trained' if native == 'pooler' else native}, it merges)")
+                       f"{'pooler_trained' if native == 'pooler' else native}, it merges; convert --to sentence-transformers writes "
+                       f"this pooling and head)")
     return reasons
 
 
@@ -299,7 +361,17 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
     try:
         merge_and_unload(model)
     except ConfigError as e:
-        raise ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)") from None
+        refused = ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)")
+        if stock_head_fields(model, model.petl.pooling) != {}:
+            raise refused from None
+        try:                                      # a form PEFT expresses and merges (each form's own hooks)
+            wrapped, _, folded = _peft_model(model, directory, task, apart=False)
+        except ConfigError:
+            raise refused from None
+        try:                                      # a soft prompt: PEFT's prompt tuning has nothing to merge
+            model = wrapped.merge_and_unload()
+        except (ValueError, NotImplementedError, AttributeError):
+            raise refused from None
     if task.kind == "classification" and labels:
         model.config.id2label = dict(enumerate(labels))
         model.config.label2id = {label: i for i, label in enumerate(labels)}
@@ -307,7 +379,29 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
         for key, value in task.seq2seq.generate_kwargs().items():
             setattr(model.generation_config, key, value)
     model.save_pretrained(str(staging))
-    return {"lora_updates": folded}
+    return {"updates": folded}
+
+
+# ---- sentence-transformers ------------------------------------------------------------------------
+def _write_sentence(model, directory: Path, task, staging: Path, base_name: None = None) -> dict:
+    check_sentence_transformers(model, task, str(directory))
+    _, head = linear_head(model, str(directory))
+    pooling, max_length = model.petl.pooling, model.petl.info.get("max_length", 128)
+    if not _fold_refusals(model):                 # petl-nas folds it: LoRA, BitFit, LayerNorms
+        updates = merge_lora(model)
+        encoder = remove_petl(model, warn=False).base_model
+    else:                                         # a form PEFT expresses: PEFT folds it
+        wrapped, _, updates = _peft_model(model, directory, task, apart=True)
+        try:
+            encoder = wrapped.merge_and_unload()
+        except (ValueError, NotImplementedError, AttributeError) as e:
+            raise ConfigError(f"{directory}: PEFT cannot merge it ({e}); convert --to peft writes the adapter") from None
+    written = write_sentence_transformers(encoder, head, pooling, model.petl_tokenizer, max_length, staging)
+    return {"updates": updates, **written}
+
+
+def _reload_sentence(staging: Path, directory: Path, backbone, task, overrides: dict):
+    return SentenceLogits(staging)
 
 
 def _reload_merged(staging: Path, directory: Path, backbone, task, overrides: dict):

@@ -142,6 +142,16 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
     return max(tied, key=lambda c: (c[1], -c[0].values[1]))[0]
 
 
+def nearest_that_exports(study: optuna.Study, params: float, exports: Callable[[dict], bool]) -> str | None:
+    """The front member nearest in deployable parameters to ``params`` whose configuration
+    ``exports(config dict)`` accepts, as a phrase naming it; None when none does."""
+    fits = [t for t in study.best_trials if exports(StoredTrial.of(t).config_dict())]
+    if not fits:
+        return None
+    t = min(fits, key=lambda t: (abs(t.values[1] - params), t.number))
+    return f"trial {t.number} ({int(t.values[1]):,} deployable parameters, search score {t.values[0]:.4f})"
+
+
 RECIPES = ("final", "search")
 
 
@@ -288,5 +298,5 @@ def front_table(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["candidates", "choose", "record", "record_recipe", "preset_record", "write_record", "make_parent",
+__all__ = ["candidates", "choose", "nearest_that_exports", "record", "record_recipe", "preset_record", "write_record", "make_parent",
            "read_record", "front_table", "ExportRecord", "RECORD_KEYS", "LATENCY_TIE"]

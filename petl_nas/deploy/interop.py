@@ -5,7 +5,8 @@ something different.
 Both are written as plain JSON in the libraries' own config vocabulary (neither library is
 imported): ``adapters.ConfigUnion.load(d)`` / ``peft.get_peft_config(d)`` read them.
 AdapterHub reference: its ``adapter_config.py`` (bottleneck, lora, prefix_tuning, prompt_tuning,
-union); PEFT: LoraConfig. PEFT's prefix tuning is not this prefix on any family under transformers
+union). PEFT: each form says its own tuner (`Form.peft_type`, `Form.peft_fields`); this file names
+no form, only what PEFT's tuners share (target patterns, per-module ranks, bias, head). PEFT's prefix tuning is not this prefix on any family under transformers
 5 (measured with peft 0.21, `tests/deploy/test_peft_export.py`): BERT-style encoders take no past key
 values, so it cannot run there; on decoders it moves the real tokens' positions by the prefix
 length, a different model (equal to this prefix with the positions shifted).
@@ -95,7 +96,7 @@ def _resolved_pooling(config: PetlConfig, model_config) -> tuple[str, str]:
     return checkpoint_pooling(getattr(model_config, "_name_or_path", None)) or native, native
 
 
-def _lora_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) -> tuple[str, list[str], list[nn.Module]]:
+def _target_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) -> tuple[str, list[str], list[nn.Module]]:
     """A regular expression naming exactly the weights ``m`` adapts (its layers written in), their
     names without the layer (to check overlaps) and their layer-0 modules; a fused slice is a reason
     instead."""
@@ -118,94 +119,141 @@ def _lora_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) ->
     return r"(?:.*\.)?(?:" + "|".join(alternatives) + ")", names, modules
 
 
-def _peft_task_type(spec, task_kind: str) -> str:
+def _peft_task_type(spec, task_kind: str, head_apart: bool) -> str:
     if task_kind in ("classification", "regression"):
-        return "SEQ_CLS"
+        return "FEATURE_EXTRACTION" if head_apart else "SEQ_CLS"
     return "SEQ_2_SEQ_LM" if spec.encoder_decoder else "CAUSAL_LM"
 
 
-def to_peft(config: PetlConfig, model_config, task_kind: str = "classification") -> dict:
-    """A PEFT config dict for the backbone ``model_config`` (a transformers config). LoRA's
-    ``target_modules`` is a regular expression over the backbone's own module names with the layers
-    written in, so it applies to any family whose adapted weights are whole modules; several LoRA
-    modules with different ranks or scales become ``rank_pattern`` / ``alpha_pattern`` entries. A
-    decoder-only language model's soft prompt is PEFT's prompt tuning (both prepend it)."""
-    model_type = model_config.model_type
-    spec = spec_for(model_config)
-    model = meta_model(model_config)
-    reasons = []
-    forms = [m.form for m in config.modules] + (["prompt"] if config.prompt_length else [])
+# PEFT tuner types whose implementation passes past key values (PEFT's prefix tuning).
+_PAST_KEY_VALUES = ("PREFIX_TUNING",)
+# The tuner types `peft.PeftMixedModel` mixes (peft 0.21: tuners/mixed/model.py).
+MIXABLE = ("LORA", "LOHA", "LOKR", "ADALORA", "OFT", "SHIRA")
+# A field that may differ between modules of one tuner type, and the PEFT field that maps it per module.
+_PER_MODULE = {"r": "rank_pattern", "lora_alpha": "alpha_pattern", "alpha": "alpha_pattern"}
+
+
+def _common_reasons(config: PetlConfig, model_config, spec, task_kind: str, head_apart: bool) -> list[str]:
+    """What no PEFT tuner expresses, whatever the forms: gates, learned scales, a pooling the stock
+    head cannot read (unless the head is written apart), a prompt PEFT would put elsewhere."""
+    reasons, model_type = [], model_config.model_type
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
-        if (refusal := form_named(m.form).peft_refusal(m, where)) is not None:
+        form = form_named(m.form)
+        if (refusal := form.peft_refusal(m, where)) is not None:
             reasons.append(refusal)
         if m.gate:
             reasons.append(f"{where}: UniPELT gate")
         if m.learn_scale:
             reasons.append(f"{where}: learned scale")
-        if m.form == "prefix":
+        if form.peft_type in _PAST_KEY_VALUES:
             reasons.append(f"{where}: PEFT's prefix tuning passes past key values, which transformers' "
                            f"{model_type} models do not take" if not (spec.decoder_only or spec.encoder_decoder) else
                            f"{where}: PEFT's prefix tuning on the {model_type} backbone moves the real tokens' "
                            f"positions by the prefix length (a different model)")
     if config.train_layernorms:
         reasons.append("train_layernorms")
-    if task_kind in ("classification", "regression") and not (spec.decoder_only or spec.encoder_decoder):
+    if task_kind in ("classification", "regression") and not (spec.decoder_only or spec.encoder_decoder) \
+            and not head_apart:
         pooling, native = _resolved_pooling(config, model_config)
         if pooling not in {native} | ({"pooler_trained"} if native == "pooler" else set()):
             reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
                            f"{'[CLS] through the pooler' if native == 'pooler' else native}; a space or "
                            f"configuration with pooling: {'pooler_trained' if native == 'pooler' else native} "
-                           f"exports)")
+                           f"exports); convert --to peft writes a trained run with its head apart")
     prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"     # both prepend: the same model
     if config.prompt_length and not prompt_as_peft:
         reasons.append("a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "
                        "a pad token wherever a row is right-padded)" if spec.decoder_only else
                        "prompt tokens after the first token (PEFT prepends them)")
-    if len({f for f in forms if f in ("lora", "prefix", "prompt")}) > 1:
-        reasons.append("several methods at once (a PEFT config holds one tuner)")
-    lora = [m for m in config.modules if m.form == "lora"]
-    if config.bitfit and not lora:
-        reasons.append("bitfit without LoRA (PEFT trains biases only beside a LoRA tuner, bias='all')")
-    patterns, seen, adapted = [], set(), []
-    for i, m in ((i, m) for i, m in enumerate(config.modules) if m.form == "lora"):
-        where = f"modules[{i}] (lora at {m.position})"
-        pattern, names, modules = _lora_pattern(spec, model, m, where, reasons)
+    return reasons
+
+
+def _tuner(group: list[tuple[int, ModuleSpec]], spec, model, reasons: list[str]) -> tuple[dict, list[nn.Module]]:
+    """One PEFT config's fields for the modules of one tuner type: the first module's fields, and
+    per-module ranks and alphas (``rank_pattern``, ``alpha_pattern``) where the others differ."""
+    out, adapted, seen = {}, [], []
+    for i, m in group:
+        form = form_named(m.form)
+        where = f"modules[{i}] ({m.form} at {m.position})"
+        pattern, names, modules = _target_pattern(spec, model, m, where, reasons)
         adapted += modules
         layers = set(m.layers) if m.layers is not None else None
         for name in names:
             for other_layers, other in seen:
                 if other == name and (layers is None or other_layers is None or layers & other_layers):
-                    reasons.append(f"{where}: a second LoRA on {name} (PEFT puts one LoRA on a weight)")
-        seen |= {(frozenset(layers) if layers is not None else None, n) for n in names}
-        patterns.append(pattern)
-    if len({m.dropout for m in lora}) > 1:
-        reasons.append("LoRA modules with different dropouts (PEFT takes one lora_dropout)")
-    if len({m.dora for m in lora}) > 1:
-        reasons.append("LoRA and DoRA modules at once (PEFT takes one use_dora)")
+                    reasons.append(f"{where}: a second {form.title} on {name} (PEFT puts one {form.title} on a weight)")
+        seen += [(frozenset(layers) if layers is not None else None, n) for n in names]
+        fields = form.peft_fields(m, pattern)
+        if not out:
+            out = fields
+            continue
+        out["target_modules"] = rf"(?:{out['target_modules']}|{pattern})"
+        for key, value in fields.items():
+            if key == "target_modules" or out.get(key) == value:
+                continue
+            if key in _PER_MODULE:
+                out.setdefault(_PER_MODULE[key], {})[pattern] = value
+            else:
+                reasons.append(f"{where}: its {key} differs from modules[{group[0][0]}]'s (PEFT takes one {key} "
+                               f"per tuner)")
+    return out, adapted
+
+
+def peft_configs(config: PetlConfig, model_config, task_kind: str = "classification",
+                 head_apart: bool = False) -> dict[str, dict]:
+    """The PEFT config dicts of ``config`` on the backbone ``model_config``, by adapter name:
+    ``{"default": ...}`` for one tuner type, one entry per type (named by it, lowercase) for a mix
+    that `peft.PeftMixedModel` holds. Each form PEFT expresses writes its own fields (`Form.peft_fields`);
+    ``target_modules`` is a regular expression over the backbone's own module names with the layers
+    written in. ``head_apart``: a classifier's head is saved beside the adapter, not by PEFT (its
+    pooling is one the stock head cannot read): the adapter is for the base model (``AutoModel``)."""
+    spec = spec_for(model_config)
+    model = meta_model(model_config)
+    reasons = _common_reasons(config, model_config, spec, task_kind, head_apart)
+    groups: dict[str, list[tuple[int, ModuleSpec]]] = {}
+    for i, m in enumerate(config.modules):
+        form = form_named(m.form)
+        if form.peft_refusal(m, "") is None and form.peft_type not in _PAST_KEY_VALUES:
+            groups.setdefault(form.peft_type, []).append((i, m))
+    if config.prompt_length and groups:
+        reasons.append("several methods at once (a soft prompt and a tuner: PEFT's prompt tuning is a config of its own)")
+    if len(groups) > 1 and (blocking := [t for t in groups if t not in MIXABLE]):
+        reasons.append(f"a mix of PEFT tuners ({' + '.join(groups)}): PeftMixedModel mixes only "
+                       f"{', '.join(MIXABLE)}, not {', '.join(blocking)}")
+    tuners = {t: _tuner(g, spec, model, reasons) for t, g in groups.items()}
+    if config.bitfit and not any("bias" in fields for fields, _ in tuners.values()):
+        reasons.append("bitfit without LoRA (PEFT trains biases only beside a tuner that takes bias='all')")
     if reasons:
         raise NotExpressible("HF PEFT", reasons)
-    base = {"task_type": _peft_task_type(spec, task_kind), "inference_mode": False}
-    if lora:
-        alpha = [m.size * (m.scale if m.composition == "scaled" else 1.0) for m in lora]
-        first = lora[0]
-        out = {**base, "peft_type": "LORA", "r": first.size, "lora_alpha": alpha[0], "lora_dropout": first.dropout,
-               **({"use_dora": True} if first.dora else {}),
-               "target_modules": patterns[0] if len(patterns) == 1 else r"(?:" + "|".join(patterns) + ")",
-               "bias": "all" if config.bitfit else "none", **_head_modules(config, model, task_kind)}
-        ranks = {p: m.size for p, m in zip(patterns[1:], lora[1:]) if m.size != first.size}
-        alphas = {p: a for p, a in zip(patterns[1:], alpha[1:]) if a != alpha[0]}
-        if ranks:
-            out["rank_pattern"] = ranks
-        if alphas:
-            out["alpha_pattern"] = alphas
-        if not all(isinstance(module, nn.Linear) for module in adapted):
-            out["fan_in_fan_out"] = True                  # GPT-2's Conv1D keeps its weight as [in, out]
+    base = {"task_type": _peft_task_type(spec, task_kind, head_apart), "inference_mode": False}
+    head = {} if head_apart else _head_modules(config, model, task_kind)
+    out = {}
+    for n, (peft_type, (fields, adapted)) in enumerate(tuners.items()):
+        if "bias" in fields and config.bitfit:
+            fields["bias"] = "all"
+        if "fan_in_fan_out" in fields and not all(isinstance(module, nn.Linear) for module in adapted):
+            fields["fan_in_fan_out"] = True           # GPT-2's Conv1D keeps its weight as [in, out]
+        out["default" if len(tuners) == 1 else peft_type.lower()] = {**base, "peft_type": peft_type, **fields,
+                                                                      **(head if n == 0 else {})}
+    if out:
         return out
     if config.prompt_length:                              # PEFT's logits begin with the prompt positions'
-        return {**base, "peft_type": "PROMPT_TUNING", "num_virtual_tokens": config.prompt_length,
-                "token_dim": model.get_input_embeddings().embedding_dim}
+        return {"default": {**base, "peft_type": "PROMPT_TUNING", "num_virtual_tokens": config.prompt_length,
+                            "token_dim": model.get_input_embeddings().embedding_dim}}
     raise NotExpressible("HF PEFT", ["an empty configuration"])
 
 
-__all__ = ["to_adapters", "to_peft", "NotExpressible"]
+def to_peft(config: PetlConfig, model_config, task_kind: str = "classification", head_apart: bool = False) -> dict:
+    """The one PEFT config dict of ``config`` (`peft_configs`); a mix of tuner types, which one
+    config cannot hold, is `NotExpressible` naming them (``convert --to peft`` writes it as a
+    `peft.PeftMixedModel`'s adapters). A decoder-only language model's soft prompt is PEFT's prompt
+    tuning (both prepend it)."""
+    configs = peft_configs(config, model_config, task_kind, head_apart)
+    if len(configs) > 1:
+        raise NotExpressible("HF PEFT", [f"a mix of PEFT tuners ({' + '.join(c['peft_type'] for c in configs.values())}"
+                                         f"): one config holds one (petl-nas convert --to peft writes a PeftMixedModel)"])
+    return configs["default"]
+
+
+__all__ = ["to_adapters", "to_peft", "peft_configs", "NotExpressible", "MIXABLE"]

@@ -65,9 +65,13 @@ def test_no_backbone_offline_names_the_extra(monkeypatch):
 def test_next_steps_are_commands_that_parse():
     exp = quickstart.default_experiment()
     commands = [l.strip() for l in quickstart.next_steps(exp).splitlines() if l.strip().startswith("petl-nas ")]
-    assert [c.split()[1] for c in commands] == ["dashboard", "report", "export", "train"]
+    assert [c.split()[1] for c in commands] == ["dashboard", "report", "export", "train", "convert"]
     for c in commands:
         build_parser().parse_args(shlex.split(c)[1:])
+    python = quickstart.next_steps(exp).splitlines()[-3:]            # the three lines that load what convert wrote
+    assert python == [f"  {line}" for line in quickstart.load_lines(f"runs/{exp.name}/model")]
+    compile("\n".join(line.strip() for line in python), "<load>", "exec")
+    assert f"SentenceTransformer('runs/{exp.name}/model')" in python[1]
 
 
 @pytest.mark.slow

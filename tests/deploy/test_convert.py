@@ -144,9 +144,10 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
                              "beside the weights (petl-nas predict --model reads it as it is)",
         (adapter, "peft"): "not expressible in HF PEFT: modules[0] (adapter at ffn): PEFT has no bottleneck adapters",
         (mean, "merged"): "pooling: mean (the stock BertForSequenceClassification head reads [CLS] through the "
-                          "pooler; trained with pooling: pooler_trained, it merges)",
-        (mean, "peft"): "pooling: mean (PEFT trains the model's own head, which reads [CLS] through the pooler; a "
-                        "space or configuration with pooling: pooler_trained exports)",
+                          "pooler; trained with pooling: pooler_trained, it merges; convert --to "
+                          "sentence-transformers writes this pooling and head)",
+        (adapter, "sentence-transformers"): "pooling pooler (a sentence-transformers Pooling computes mean or cls; "
+                                            "convert --to peft or merged writes this head)",
     }
     for (run, to), message in expected.items():
         capsys.readouterr()

@@ -361,7 +361,8 @@ def test_train_reports_every_metric_of_the_task_and_the_rows_it_scored(tmp_path,
     (["export", "--storage", "sqlite:///{d}/e.db", "-o", "{d}/x.yaml"], "no complete trial"),
     (["export", "--storage", "sqlite:///{d}/s.db", "--study", "nope", "-o", "{d}/x.yaml"], "study 'nope' is not in"),
     (["export", "--storage", "sqlite:///{d}/s.db", "--format", "peft", "-o", "{d}/x.yaml", "--budget", "60"],
-     "not expressible in HF PEFT: bitfit without LoRA"),
+     "not expressible in HF PEFT: bitfit without LoRA (PEFT trains biases only beside a tuner that takes "
+     "bias='all'); the nearest front member that does: trial 0 (100 deployable parameters, search score 0.8000)"),
     (["train", "--config", "{d}/bad.yaml", "--out", "{d}/x"], "unknown key 'seed'"),
     (["train", "--config", "{d}/experiment.yaml", "--out", "{d}/x"],
      "experiment.yaml: this is an experiment file (key 'name'): petl-nas search --experiment runs it; train takes "

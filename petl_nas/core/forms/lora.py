@@ -85,15 +85,17 @@ class LoRAForm(Form):
                 "r": spec.size, "alpha": spec.size * (spec.scale if spec.composition == "scaled" else 1.0),
                 "use_gating": spec.gate, "composition_mode": "add", "dropout": spec.dropout, "leave_out": leave_out}
 
-    def peft_refusal(self, spec, where):
-        return None                                    # PEFT's LoRA: `deploy.interop` maps it
-
+    # ---- HF PEFT's LoRA: the same update, s = lora_alpha / r -----------------------------------
     peft_type = "LORA"
+
+    def peft_refusal(self, spec, where):
+        return None
 
     def peft_fields(self, spec, target_modules):
         alpha = spec.size * (spec.scale if spec.composition == "scaled" else 1.0)
-        return {"target_modules": target_modules, "r": spec.size, "lora_alpha": alpha,
-                "lora_dropout": spec.dropout, "use_dora": spec.dora}
+        return {"r": spec.size, "lora_alpha": alpha, "lora_dropout": spec.dropout, "target_modules": target_modules,
+                "use_dora": spec.dora,
+                "bias": "none", "fan_in_fan_out": False}   # `deploy.interop` sets both where the run needs it
 
     def peft_weights(self, module, layer, adapter="default"):
         import torch

@@ -63,8 +63,10 @@ class Prefix(Form):
                 "bottleneck_size": spec.reparam or 512, "non_linearity": "tanh",
                 "use_gating": spec.gate, "shared_gating": True, "leave_out": leave_out}
 
+    peft_type = "PREFIX_TUNING"      # not this prefix on any backbone: `deploy.interop` says why, knowing it
+
     def peft_refusal(self, spec, where):
-        return None                                    # said by `deploy.interop`, which knows the backbone
+        return None
 
 
 PREFIX = register(Prefix())
