@@ -189,16 +189,18 @@ def test_a_space_samples_it_per_sublayer_and_maps_it_back():
 
     space = SearchSpace({"version": 1, "name": "v", "slots": {"attn": {"site": "attn", "forms": ["none", "ia3"]},
                                                                 "ffn": {"site": "ffn", "forms": ["none", "ia3"]}},
-                         "layers": ["all", "top"], "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
+                         "layers": ["all", "top"], "gates": [False, True],
+                         "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(16):
         trial = study.ask()
         config, recipe = space.sample(trial, n_layers=3)
         seen.add(tuple(m.position for m in config.modules))
+        assert not any(m.gate for m in config.modules)              # a space's gates leave it ungated
         assert all(m.form == "ia3" and m.targets == form_named("ia3").default_targets(m.position) for m in config.modules)
         assert space.params_for(config, recipe["lr"], 3) is not None
-    assert {("attn",), ("ffn",), ("attn", "ffn")} <= seen
+    assert {("attn",), ("ffn",), ("attn", "ffn")} <= seen and {True, False} <= {t.params["gates"] for t in study.trials}
     assert describe_config(T_FEW).startswith("attn IA3 on k,v")
     unified = SearchSpace.load("unified")
     for name in ("ia3", "ia3_kv"):

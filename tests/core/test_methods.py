@@ -36,6 +36,9 @@ def closed_form(name: str, c) -> tuple[int, int]:
         "compacter_pp": 4 ** 3 + L * phm_adapter(4) + layernorms,
         "bitfit": d + L * (4 * d + d + f + d + d) + pooler,  # embeddings LN, q k v o, LN, W1, W2, LN
         "prompt_tuning": 20 * d,
+        "ia3": (2 * d + f) * L,                           # k, v and W2's input (T-Few)
+        "ia3_kv": 2 * d * L,
+        "ln_tuning": 2 * 2 * d * L,                       # γ, β of the attention and the FFN norm
     }
     if name in forms:
         return forms[name], forms[name]

@@ -29,6 +29,7 @@ class IA3Form(Form):
     name, title = "ia3", "IA3"
     keys = ("targets",)
     sized = False                                  # a vector is as wide as what it scales
+    takes_gate = False
     dimensions = ("blocks",)                       # where it goes: the slot's site, the layers, the blocks
 
     def targets(self, position):
@@ -59,7 +60,7 @@ class IA3Form(Form):
                         at.edit(layer, site.path, "sequential", at.modules[key])
 
     def spec_fields(self, site, values):
-        return {"targets": self.default_targets(site), "gate": False}
+        return {"targets": self.default_targets(site)}
 
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)]

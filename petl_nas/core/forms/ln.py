@@ -19,6 +19,7 @@ class LNForm(Form):
     name, title = "ln", "LN"
     keys = ("targets",)
     sized = False                                  # as wide as the norm it copies
+    takes_gate = False
     dimensions = ("blocks",)
 
     def targets(self, position):
@@ -49,7 +50,7 @@ class LNForm(Form):
                 at.edit(layer, site.path, "replace", at.modules[f"{layer}_{target}"])
 
     def spec_fields(self, site, values):
-        return {"targets": self.default_targets(site), "gate": False}
+        return {"targets": self.default_targets(site)}
 
     # ---- PEFT: LNTuningConfig -----------------------------------------------------------------
     peft_type = "LN_TUNING"
