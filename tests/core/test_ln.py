@@ -77,7 +77,7 @@ def test_a_space_samples_it_per_sublayer_and_maps_it_back():
 
     space = SearchSpace({"version": 1, "name": "v", "slots": {"attn": {"site": "attn", "forms": ["none", "ln", "ia3"]},
                                                                 "ffn": {"site": "ffn", "forms": ["none", "ln", "lora"]}},
-                         "rank": {"low": 1, "high": 4}, "scale": 2.0, "layers": ["all", "mask"],
+                         "rank": {"low": 1, "high": 4}, "scale": 2.0, "layers": ["all", "mask"], "gates": [False, True],
                          "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     seen = set()
@@ -85,8 +85,9 @@ def test_a_space_samples_it_per_sublayer_and_maps_it_back():
         trial = study.ask()
         config, recipe = space.sample(trial, n_layers=3)
         seen.add(tuple(m.form for m in config.modules))
+        assert all(m.gate == (m.form == "lora" and trial.params["gates"]) for m in config.modules)
         assert space.params_for(config, recipe["lr"], 3) is not None
-    assert {("ln",), ("ln", "ln"), ("ia3", "ln"), ("ln", "lora")} <= seen
+    assert {("ln",), ("ln", "ln"), ("ia3", "ln"), ("ln", "lora")} <= seen     # a gated LoRA beside them too
     assert describe_config(BOTH).startswith("attn LN")
     unified = SearchSpace.load("unified")
     config = unified.with_head(preset("ln_tuning", hidden_size=384))
