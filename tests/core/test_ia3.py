@@ -206,3 +206,26 @@ def test_a_space_samples_it_per_sublayer_and_maps_it_back():
     for name in ("ia3", "ia3_kv"):
         config = unified.with_head(preset(name, hidden_size=384))
         assert unified.params_for(config, preset_lr(name), n_layers=6) is not None
+
+
+def test_on_a_fused_projection_each_vector_scales_its_own_slice():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    base = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=4, n_positions=16)).eval()
+    config = PetlConfig(modules=(ModuleSpec(form="ia3", layers=(1,)),))
+    assert count_parameters(base.config, config).deployable == 2 * 16             # k and v of one layer
+    model = apply_petl(copy.deepcopy(base), config)
+    seen = []
+    handle = model.transformer.h[1].attn.c_attn.register_forward_hook(lambda mod, args, out: seen.append(out))
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, base(input_ids=ids).logits)      # ones: unchanged
+        model.petl.groups["0_attn_ia3"]["1_k"].scale.fill_(2.0)
+        model(input_ids=ids)
+        with petl_disabled(model):
+            model(input_ids=ids)
+    handle.remove()
+    scaled, plain = seen[1].split(16, dim=-1), seen[2].split(16, dim=-1)
+    assert torch.equal(scaled[0], plain[0]) and torch.equal(scaled[2], plain[2])   # q and v untouched
+    assert torch.allclose(scaled[1], 2 * plain[1])                                   # k doubled
