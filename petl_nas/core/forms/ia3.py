@@ -72,6 +72,8 @@ class IA3Form(Form):
         return None
 
     def peft_fields(self, spec, target_modules):
+        # An ffn module's weights are all feed-forward (their inputs scaled); one PEFT config holding
+        # several IA3 modules joins their target_modules, and their feedforward_modules, with "|".
         return {"target_modules": target_modules,
                 "feedforward_modules": target_modules if spec.position == "ffn" else [],
                 "init_ia3_weights": True}
