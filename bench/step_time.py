@@ -9,7 +9,7 @@ median of 20 timed steps after 5 warm-up steps (``--batch`` and ``--steps`` chan
 figures of issue 17 are batch 32 x 128, median of 50 after 10). Every row builds a fresh model from the same seed
 and makes the word-embedding output require grad, so every method backpropagates the whole stack.
 PEFT rows use the same sizes as the petl-nas preset they sit under (lora, lora_ffn, prefix,
-prompt_tuning). When CUDA is available the table is repeated on the GPU under bf16 autocast
+prompt_tuning, ia3, ia3_kv, ln_tuning); ``--minilm`` measures at the suite's backbone size. When CUDA is available the table is repeated on the GPU under bf16 autocast
 (``--device`` picks one). On a GPU, wall time per step is bound by the host (Python and kernel
 launches) and drifts between runs, so each GPU row also profiles one step: the CUDA kernels it
 launches and the time the GPU spent in them, the steadier figure.
@@ -59,6 +59,7 @@ from petl_nas.training.loop import adamw
 SEED = 0
 SEQ_LEN = 128
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
 
 
 @dataclass
@@ -125,7 +126,7 @@ def peft_row(make_config: Callable) -> Callable:
 
 def peft_configs() -> dict[str, Callable]:
     """PEFT configs at the sizes of the petl-nas preset each is compared with."""
-    from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType
+    from peft import IA3Config, LNTuningConfig, LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType
     cls = TaskType.SEQ_CLS
     return {
         "lora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
@@ -136,6 +137,11 @@ def peft_configs() -> dict[str, Callable]:
         "prefix": lambda: PrefixTuningConfig(task_type=cls, num_virtual_tokens=30, prefix_projection=True,
                                              encoder_hidden_size=800),
         "prompt_tuning": lambda: PromptTuningConfig(task_type=cls, num_virtual_tokens=20),
+        # k, v and W2's input; "output.dense" alone would also match attention.output.dense.
+        "ia3": lambda: IA3Config(task_type=cls, target_modules=r".*\.(key|value)|.*\.\d+\.output\.dense",
+                                 feedforward_modules=r".*\.\d+\.output\.dense"),
+        "ia3_kv": lambda: IA3Config(task_type=cls, target_modules=["key", "value"], feedforward_modules=[]),
+        "ln_tuning": lambda: LNTuningConfig(task_type=cls, target_modules=r".*\.\d+\.(attention\.)?output\.LayerNorm"),
     }
 
 
@@ -475,6 +481,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, help="timed steps (default 20, --tiny 5)")
     ap.add_argument("--warmup", type=int, help="warm-up steps (default 5, --tiny 2)")
     ap.add_argument("--tiny", action="store_true", help="small BERT for a quick smoke run")
+    ap.add_argument("--minilm", action="store_true", help="MiniLM-L6 size (d=384, 6 layers), the suite's backbone")
     ap.add_argument("--only", help="comma-separated method names (the floor always runs)")
     ap.add_argument("--out", help="also write the markdown tables to this path")
     ap.add_argument("--batch", type=int, default=8, help="rows per step (default 8; 32 for the GPU table)")
@@ -492,11 +499,12 @@ def main(argv=None):
     steps = args.steps or (5 if args.tiny else 20)
     warmup = args.warmup if args.warmup is not None else (2 if args.tiny else 5)
     only = set(args.only.split(",")) if args.only else None
-    config = BertConfig(num_labels=2, **(TINY if args.tiny else {}))
+    config = BertConfig(num_labels=2, **(TINY if args.tiny else MINILM if args.minilm else {}))
 
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # raised inside PEFT
-    size = "tiny BERT (d=64, 2 layers)" if args.tiny else "BERT-base size (d=768, 12 layers)"
+    size = ("tiny BERT (d=64, 2 layers)" if args.tiny else "MiniLM-L6 size (d=384, 6 layers)" if args.minilm
+            else "BERT-base size (d=768, 12 layers)")
     header = (f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {args.batch} x {SEQ_LEN} tokens, "
               f"median of {steps} steps after {warmup} warm-up; one step = forward + CE loss + backward "
               f"+ AdamW + zero_grad; embedding output requires grad in every row.")

@@ -66,7 +66,8 @@ class ModuleSpec:
         form: functional form: ``adapter`` (bottleneck MLP), ``lora`` (low-rank weight update),
             ``prefix`` (prefix keys/values in head attention), ``mh_adapter`` (multi-head parallel
             adapter: relu attention over learned keys/values, per head), ``compacter`` (bottleneck
-            adapter whose projections are PHM/Kronecker layers).
+            adapter whose projections are PHM/Kronecker layers), ``ia3`` (learned scaling vectors),
+            ``ln`` (trained copies of the sublayer's LayerNorm).
         position: modified representation: ``attn`` (attention sublayer; head attention for prefix
             and mh_adapter; the q/k/v/o weights for LoRA) or ``ffn`` (FFN sublayer; W1/W2 for LoRA).
         size: bottleneck r (adapter, compacter), rank r (LoRA), length l (prefix, mh_adapter).
@@ -94,7 +95,9 @@ class ModuleSpec:
         init: ``bert`` (N(0, 0.02) weights, zero biases) or ``lora`` (Kaiming down, zero up: Δh = 0 at
             the start). Default: ``lora`` for LoRA, ``bert`` otherwise.
         dropout: dropout on the module's input (adapter, LoRA).
-        targets: LoRA's weights: a subset of q, k, v, o (attn) or ffn_in, ffn_out (ffn).
+        targets: LoRA's weights: a subset of q, k, v, o (attn) or ffn_in, ffn_out (ffn); IA3's: a
+            subset of q, k, v, o (their outputs scaled) or ffn_out (its input scaled); LN's: attn_norm
+            or ffn_norm, the sublayer's own norm.
         reparam: prefix reparameterisation MLP width (0: train the prefix vectors directly).
         phm_n: number of Kronecker summands n in a PHM layer (compacter).
         phm_rank: rank of the per-layer fast matrices (1 in Compacter).

@@ -8,6 +8,8 @@ Edits reach the backbone in three ways, all named by the backbone spec, never by
 - one forward hook per modified linear (q/k/v/o, W1/W2) applies its edits in a fixed order:
   updates that read the linear's input first (LoRA; DoRA, which also reads the linear's weight;
   on a fused projection, to its slice), then adapters (sequential ones read the updated output);
+  a module may also have its input rewritten first (a pre-hook) or its output computed by a
+  trained copy (a LayerNorm's), before the updates;
 - head-attention edits (prefix, multi-head adapter) ride on the ``petl`` attention function;
 - input hooks insert prompt tokens and refresh reparameterised prefixes once per forward.
 
@@ -168,13 +170,18 @@ def _check_head_attention(config, index: int, form: str) -> None:
 
 
 class _Site:
-    """The ordered edits on one linear's output: those reading its input first, then adapters."""
+    """The ordered edits on one module: its input rewritten (``input``); then on its output a
+    replacement (``replace``), the updates reading its input (``lora``, ``weight``), then adapters."""
+
+    ORDER = {"input": -2, "replace": -1, "lora": 0, "weight": 0}           # every other kind: 1
 
     def __init__(self):
         self.edits: list[tuple[int, str, nn.Module, object]] = []  # (order, kind, module, x source | slice)
 
-    def add(self, kind: str, module: nn.Module, extra=None):
-        self.edits.append((0 if kind in ("lora", "weight") else 1, kind, module, extra))
+    def add(self, kind: str, module: nn.Module, extra=None, path: str = ""):
+        if kind == "replace" and any(e[1] == "replace" for e in self.edits):
+            raise ConfigError(f"{path}: two modules would each compute it in its place; give them disjoint layers")
+        self.edits.append((self.ORDER.get(kind, 1), kind, module, extra))
 
 
 class Placement:
@@ -221,8 +228,12 @@ class Placement:
         input (``extra``: its `OutSlice`), ``sequential`` its output, ``parallel`` the sublayer input
         ``extra`` (``attn``/``ffn``, kept by `read_sublayer_input`); ``weight`` is ``lora`` that also
         reads the linear: ``module(x, mask, W, x·Wᵀ)`` with W its weight as [out, in] and x·Wᵀ its
-        output without bias (both of the slice). Updates reading the input come first."""
-        self._sites[(self.block_name, layer, path)].add(kind, module, extra)
+        output without bias (both of the slice). Updates reading the input come first.
+        Two kinds change the module itself, for any module at ``path`` (a linear, a LayerNorm):
+        ``input`` gives it module(x) as its input, before everything else reads it (IA3's scaled FFN
+        activations); ``replace`` computes its output as module(x) in its place, before the updates
+        (a trained copy of a LayerNorm); one ``replace`` per module."""
+        self._sites[(self.block_name, layer, path)].add(kind, module, extra, path)
 
     def read_sublayer_input(self, layer: int, position: str) -> None:
         """Keep the input x of a layer's attention or FFN sublayer for the forward (`PetlRoot.input_of`)."""
@@ -433,8 +444,11 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
     for (name, l, path), site in sites.items():
         edits = [(kind, mod, extra) for _, kind, mod, extra in sorted(site.edits, key=lambda e: e[0])]
         linear = layer_lists[name][l].get_submodule(path)
-        handles.append(linear.register_forward_hook(functools.partial(_apply_edits, root, edits, name, l)))
-        root._sites.append((linear, edits, handles[-1]))
+        if inputs := [mod for kind, mod, _ in edits if kind == "input"]:
+            handles.append(linear.register_forward_pre_hook(functools.partial(_apply_input_edits, root, inputs)))
+        if edits := [e for e in edits if e[0] != "input"]:
+            handles.append(linear.register_forward_hook(functools.partial(_apply_edits, root, edits, name, l)))
+            root._sites.append((linear, edits, handles[-1]))
 
     for (name, l), edits in head_edits.items():
         attn = layer_lists[name][l].get_submodule(spec.block(name).attention)
@@ -467,6 +481,9 @@ def _apply_edits(root: PetlRoot, edits: list, name: str, l: int, mod, args, out)
         return None
     x, mask, own = args[0], root._pad_mask, out
     for kind, block, extra in edits:
+        if kind == "replace":                           # first: the module's own output is dropped
+            out = block(_as_params(x, block), mask).to(out.dtype)
+            continue
         if kind in ("lora", "weight"):
             if kind == "lora":
                 delta = block(_as_params(x, block), mask)
@@ -481,6 +498,16 @@ def _apply_edits(root: PetlRoot, edits: list, name: str, l: int, mod, args, out)
             delta = block(_as_params(root._inputs[(name, l, extra)], block), mask)
         out = out + delta.to(out.dtype)                 # the body's activations keep its dtype
     return out
+
+
+def _apply_input_edits(root: PetlRoot, edits: list, mod, args):
+    """A module's forward pre-hook: its input rewritten by each ``input`` edit in turn."""
+    if not root.enabled:
+        return None
+    x = args[0]
+    for block in edits:
+        x = block(_as_params(x, block)).to(args[0].dtype)
+    return (x, *args[1:])
 
 
 def gate_prompt(model: nn.Module, gate) -> None:

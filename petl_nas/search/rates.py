@@ -6,9 +6,9 @@ and a mixed configuration trained its adapters and its LoRA at one compromise ra
 good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the trials:
 
 - every family of modules the space can draw or a per-budget baseline trains (`FAMILY_PROBES`) is
-  trained on one of its presets that fits the budget (else one with its sizes halved until it
-  fits, `shrunk`, else its shape on the top layers that fit, as the per-budget baselines are
-  built), with the trial recipe, scored on search-dev like a trial;
+  trained on one of its presets that fits the budget (else one with its sizes halved, or its
+  layers cut, until it fits, `shrunk`, else its shape on the top layers that fit, as the
+  per-budget baselines are built), with the trial recipe, scored on search-dev like a trial;
 - each climbs from its paper rate times the factor measured so far on the families before it
   (the first: its paper rate), brought into the space's ``lr`` range where the space's author
   said good rates lie, in steps of `STEP`: up while the score rises, else down, at most
@@ -67,7 +67,8 @@ NOMINAL_WIDTH = 768              # a hidden size to build a preset at where only
 # family -> presets that measure it, in order of preference (the first that fits the budget)
 FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
                  "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
-                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",), "lokr": ("lokr",)}
+                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",), "lokr": ("lokr",), "ia3": ("ia3", "ia3_kv"),
+                 "ln": ("ln_tuning",)}
 
 
 def space_families(space) -> list[str]:
@@ -111,7 +112,7 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
     for name, config in taken:
         small = shrunk(config, model_config, budget)
         if small is not None:
-            return f"{name}, sizes {'/'.join(str(m.size) for m in small.modules)} to fit", small
+            return f"{name}, {cut(small)} to fit", small
     for name, config in taken:                # no size fits on every layer: the per-budget baseline's shape
         small = fitted(model_config, config, budget, model_config.num_hidden_layers)
         if small is not None:
@@ -132,8 +133,9 @@ def as_trained(name: str, space, model_config) -> PetlConfig | None:
 
 def shrunk(config: PetlConfig, model_config, budget: int) -> PetlConfig | None:
     """``config`` with every module's size halved until it fits ``budget``, each kept a multiple of
-    its form's size step (Compacter's n); None if even the smallest sizes do not fit (or it has no
-    module to shrink)."""
+    its form's size step (Compacter's n), and a module without a size (IA3's vectors, LN-tuning's
+    norms) one layer fewer each time, its bottom one; None if even the smallest sizes and one layer
+    do not fit (or it has no module to shrink)."""
     import dataclasses
 
     from ..core.forms import form_named
@@ -141,12 +143,29 @@ def shrunk(config: PetlConfig, model_config, budget: int) -> PetlConfig | None:
     def step(m) -> int:
         return form_named(m.form).size_step(dataclasses.asdict(m))
 
+    def smaller(m):
+        if form_named(m.form).sized:
+            return dataclasses.replace(m, size=max(step(m), m.size // 2 // step(m) * step(m)))
+        layers = m.layers if m.layers is not None else tuple(range(model_config.num_hidden_layers))
+        return dataclasses.replace(m, layers=layers[1:] or layers)
+
     while count_parameters(model_config, config).deployable > budget:
-        if not config.modules or all(m.size <= step(m) for m in config.modules):
+        less = dataclasses.replace(config, modules=tuple(smaller(m) for m in config.modules))
+        if less == config:
             return None
-        config = dataclasses.replace(config, modules=tuple(
-            dataclasses.replace(m, size=max(step(m), m.size // 2 // step(m) * step(m))) for m in config.modules))
+        config = less
     return config
+
+
+def cut(config: PetlConfig) -> str:
+    """What `shrunk` left of a probe: its modules' sizes (``sizes 12``), or the layers of those without
+    one (``layers 4-5``)."""
+    from ..core.forms import form_named
+
+    sizes = [str(m.size) for m in config.modules if form_named(m.form).sized]
+    layers = sorted({f"{m.layers[0]}-{m.layers[-1]}" if len(m.layers) > 1 else str(m.layers[0])
+                     for m in config.modules if not form_named(m.form).sized and m.layers is not None})
+    return ", ".join(([f"sizes {'/'.join(sizes)}"] if sizes else []) + ([f"layers {'/'.join(layers)}"] if layers else []))
 
 
 def within(rate: float, lr) -> float:

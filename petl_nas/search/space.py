@@ -307,9 +307,9 @@ class SearchSpace:
     @staticmethod
     def module_spec(slot: Slot, form: str, v: dict, gated: bool, layers) -> ModuleSpec:
         """The ModuleSpec of ``form`` at ``slot`` with dimension values ``v``."""
-        kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated), "layers": layers,
-                              "blocks": parse_blocks(v.get("blocks", "all"))}
         shape = form_named(form)
+        kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated) and shape.takes_gate,
+                              "layers": layers, "blocks": parse_blocks(v.get("blocks", "all"))}
         comp = (v.get("prefix_composition") if "prefix_composition" in shape.dimensions
                 else v.get("composition", shape.composition))
         kw["composition"] = comp
@@ -400,7 +400,8 @@ class SearchSpace:
         mods = list(config.modules)
         if len(mods) > len(self.slots):
             return None
-        gates, layer_sets = {m.gate for m in mods}, {m.layers for m in mods}
+        gates = {m.gate for m in mods if form_named(m.form).takes_gate}     # the others have none either way
+        layer_sets = {m.layers for m in mods}
         if len(gates) > 1 or len(layer_sets) > 1:    # the space places every module on the same layers
             return None
         if any(m.gate and m.gate_per != "example" for m in mods):

@@ -40,6 +40,9 @@ def closed_form(name: str, c) -> tuple[int, int]:
         "prompt_tuning": 20 * d,
         "dora": 4 * 8 * d * L + 2 * d * L,                # LoRA's, and a magnitude per output row of q, v
         "lokr": 2 * L * (u * u + (2 * 8 * v if 8 < v / 2 else v * v)),   # W₁ u×u, W₂ v×v of rank 8 (or full)
+        "ia3": (2 * d + f) * L,                           # k, v and W2's input (T-Few)
+        "ia3_kv": 2 * d * L,
+        "ln_tuning": 2 * 2 * d * L,                       # γ, β of the attention and the FFN norm
     }
     if name in forms:
         return forms[name], forms[name]

@@ -5,8 +5,8 @@ injection with identity at the start, exact counts, training only its vectors, s
 the search space (sampling and the inverse mapping), the one-line description, the PEFT and
 AdapterHub mappings (which say they cannot express it), and a real search.
 
-(IA3 proper scales the FFN after its activation; scaling W1's output is the closest edit of a
-weight's output, which is what this demonstration needs.)"""
+(IA3 proper scales the FFN after its activation, and is a form of the package: `forms/ia3.py`;
+this demonstration, "demo_scale", scales W1's output, the closest edit of a weight's output.)"""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ class ScaleVector(nn.Module):
         return out * (self.scale - 1)
 
 
-class IA3(Form):
-    name, title, sized = "ia3", "IA3", False
+class DemoScale(Form):
+    name, title, sized = "demo_scale", "Scale", False
     keys = ("targets",)
     dimensions = ("blocks",)                       # searchable: nothing to choose but where it goes
 
@@ -62,29 +62,29 @@ class IA3(Form):
 
 
 @pytest.fixture
-def ia3():
-    with registered(IA3()) as form:           # the registration line (a plugin would call register)
+def demo_scale():
+    with registered(DemoScale()) as form:           # the registration line (a plugin would call register)
         yield form
 
 
-def test_the_genotype_takes_it_and_round_trips(ia3):
-    spec = ModuleSpec.from_dict({"form": "ia3", "position": "ffn"})
+def test_the_genotype_takes_it_and_round_trips(demo_scale):
+    spec = ModuleSpec.from_dict({"form": "demo_scale", "position": "ffn"})
     assert spec.targets == ("ffn_in",) and ModuleSpec.from_dict(spec.to_dict()) == spec
     config = PetlConfig(modules=(spec,))
     assert PetlConfig.from_dict(config.to_dict()) == config
     from petl_nas import ConfigError
-    with pytest.raises(ConfigError, match=r"module\.dropout: ia3 does not use it"):
-        ModuleSpec.from_dict({"form": "ia3", "dropout": 0.1})
+    with pytest.raises(ConfigError, match=r"module\.dropout: demo_scale does not use it"):
+        ModuleSpec.from_dict({"form": "demo_scale", "dropout": 0.1})
     with pytest.raises(ConfigError, match=r"module\.targets: unknown value 'q'.*accepted: k, v"):
-        ModuleSpec(form="ia3", targets=("q",))
+        ModuleSpec(form="demo_scale", targets=("q",))
 
 
-def test_it_starts_as_the_identity_counts_exactly_and_trains_only_its_vectors(ia3):
+def test_it_starts_as_the_identity_counts_exactly_and_trains_only_its_vectors(demo_scale):
     base = tiny_model()
     inputs = batch()
     with torch.no_grad():
         expected = base(**inputs).logits
-    config = PetlConfig(modules=(ModuleSpec(form="ia3", position="attn"), ModuleSpec(form="ia3", position="ffn")),
+    config = PetlConfig(modules=(ModuleSpec(form="demo_scale", position="attn"), ModuleSpec(form="demo_scale", position="ffn")),
                         pooling="pooler")                # the checkpoint's own head: identity is exact
     with warnings.catch_warnings():                      # a random tiny model's pooler is untrained:
         warnings.simplefilter("ignore")                  # said once per process, so maybe not here
@@ -106,8 +106,8 @@ def test_it_starts_as_the_identity_counts_exactly_and_trains_only_its_vectors(ia
         assert not torch.equal(model(**inputs).logits, expected)
 
 
-def test_it_saves_and_loads_to_the_same_outputs(ia3, tmp_path):
-    config = PetlConfig(modules=(ModuleSpec(form="ia3", position="attn"),))
+def test_it_saves_and_loads_to_the_same_outputs(demo_scale, tmp_path):
+    config = PetlConfig(modules=(ModuleSpec(form="demo_scale", position="attn"),))
     model = apply_petl(tiny_model(), config)
     with torch.no_grad():
         for p in model.petl.parameters():
@@ -119,12 +119,12 @@ def test_it_saves_and_loads_to_the_same_outputs(ia3, tmp_path):
         assert torch.equal(loaded(**batch()).logits, expected)
 
 
-def test_a_space_samples_it_and_maps_it_back(ia3):
+def test_a_space_samples_it_and_maps_it_back(demo_scale):
     from petl_nas.core.describe import describe_config
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "ia3", "slots": {"attn": {"site": "attn", "forms": ["ia3"]},
-                                                                  "ffn": {"site": "ffn", "forms": ["none", "ia3"]}},
+    space = SearchSpace({"version": 1, "name": "demo_scale", "slots": {"attn": {"site": "attn", "forms": ["demo_scale"]},
+                                                                  "ffn": {"site": "ffn", "forms": ["none", "demo_scale"]}},
                          "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
@@ -132,45 +132,45 @@ def test_a_space_samples_it_and_maps_it_back(ia3):
         trial = study.ask()
         config, _ = space.sample(trial, n_layers=3)
         seen.add(len(config.modules))
-        assert all(m.form == "ia3" for m in config.modules)
+        assert all(m.form == "demo_scale" for m in config.modules)
         assert space.params_for(config, trial.params["lr"], 3) is not None        # a point of the space
     assert seen == {1, 2}
-    assert describe_config(config).startswith("attn IA3 on k,v")
+    assert describe_config(config).startswith("attn Scale on k,v")
 
 
-def test_peft_and_adapterhub_say_they_cannot_express_it(ia3):
+def test_peft_and_adapterhub_say_they_cannot_express_it(demo_scale):
     from petl_nas.deploy.interop import NotExpressible, to_adapters, to_peft
 
-    config = PetlConfig(modules=(ModuleSpec(form="ia3"),), pooling="cls")
-    with pytest.raises(NotExpressible, match="PEFT has no IA3"):
+    config = PetlConfig(modules=(ModuleSpec(form="demo_scale"),), pooling="cls")
+    with pytest.raises(NotExpressible, match="PEFT has no Scale"):
         to_peft(config, tiny_model().config)
-    with pytest.raises(NotExpressible, match="AdapterHub has no IA3"):
+    with pytest.raises(NotExpressible, match="AdapterHub has no Scale"):
         to_adapters(config, 32, 3)
 
 
 def test_it_is_gone_when_unregistered():
     from petl_nas import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown value 'ia3'"):
-        ModuleSpec(form="ia3")
+    with pytest.raises(ConfigError, match="unknown value 'demo_scale'"):
+        ModuleSpec(form="demo_scale")
 
 
 @pytest.mark.slow
-def test_a_real_search_trains_it(ia3, tmp_path, monkeypatch):
+def test_a_real_search_trains_it(demo_scale, tmp_path, monkeypatch):
     import yaml
 
     from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "ia3.yaml").write_text(yaml.safe_dump({
-        "version": 1, "name": "ia3", "slots": {"attn": {"site": "attn", "forms": ["ia3"]},
-                                                "ffn": {"site": "ffn", "forms": ["none", "ia3"]}},
+    (tmp_path / "demo_scale.yaml").write_text(yaml.safe_dump({
+        "version": 1, "name": "demo_scale", "slots": {"attn": {"site": "attn", "forms": ["demo_scale"]},
+                                                "ffn": {"site": "ffn", "forms": ["none", "demo_scale"]}},
         "lr": {"low": 1e-2, "high": 3e-2, "log": True}, "pooling": "mean"}))
-    exp = tiny_experiment(name="ia3", space=str(tmp_path / "ia3.yaml"), trials=3)
+    exp = tiny_experiment(name="demo_scale", space=str(tmp_path / "demo_scale.yaml"), trials=3)
     summary = run_search(exp, printer=lambda line: None)
-    study = optuna.load_study(study_name="ia3", storage=exp.storage_url)
+    study = optuna.load_study(study_name="demo_scale", storage=exp.storage_url)
     trained = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(trained) == 3 and summary.counts
-    assert all(m["form"] == "ia3" for t in trained for m in t.user_attrs["petl_config"]["modules"])
+    assert all(m["form"] == "demo_scale" for t in trained for m in t.user_attrs["petl_config"]["modules"])
     hidden, layers, ffn = (TINY_BACKBONE["tiny"][k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
     assert {t.user_attrs["deployable"] for t in trained} <= {2 * hidden * layers, (2 * hidden + ffn) * layers}

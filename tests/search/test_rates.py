@@ -303,6 +303,11 @@ def test_a_family_whose_presets_are_over_the_budget_is_measured_on_one_shrunk_to
     assert name.endswith("sizes 4 to fit") and [m.size for m in config.modules] == [4]       # (an error at 0.01%)
     assert count_parameters(minilm, config).deployable <= 17_100
     assert rates.probe("compacter", space, minilm, 2_271) is None         # 0.01%: the LayerNorms alone are over it
+    name, config = rates.probe("ia3", space, minilm, 2_271)              # no size: its bottom layers go
+    assert name == "ia3_kv, layers 4-5 to fit" and config.modules[0].layers == (4, 5)    # ia3 on one layer: 2,304
+    assert count_parameters(minilm, config).deployable == 2 * 2 * 384 <= 2_271
+    name, config = rates.probe("ln", space, minilm, 2_271)
+    assert name == "ln_tuning, layers 5 to fit" and count_parameters(minilm, config).deployable == 2 * 2 * 384
 
 
 def test_a_family_climbs_from_its_paper_rate_times_the_factor_measured_before_it():
@@ -324,7 +329,7 @@ def test_calibration_starts_each_family_from_what_the_families_before_it_measure
     from petl_nas.search.results import TrialResult
 
     peaks = {"lora": 4.5e-3, "adapter": 8.1e-3, "compacter": 3e-3, "prefix": 6e-4, "mh_adapter": 1.8e-3,
-             "prompt": 3e-3, "bitfit": 2.7e-3, "lokr": 1.5e-3}
+             "prompt": 3e-3, "bitfit": 2.7e-3, "lokr": 1.5e-3, "ia3": 9e-3, "ln": 3e-3}
 
     def scripted(spec, **kw):
         family = families_of(PetlConfig.from_dict(spec.config))[0]

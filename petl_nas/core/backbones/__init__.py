@@ -120,6 +120,9 @@ class Block:
         ffn_in: W1, whose input is the FFN sublayer's input x (two paths for a gated FFN).
         ffn_out: W2.
         heads: config attribute holding this block's number of query heads.
+        attn_norm, ffn_norm: the LayerNorm (or RMSNorm) that belongs to the attention sublayer and
+            the one that belongs to the FFN, before it (pre-LN) or after it (post-LN, BERT); None
+            where the spec does not say (forms that edit a norm refuse such a backbone).
     """
 
     name: str
@@ -132,9 +135,11 @@ class Block:
     ffn_in: tuple[str, ...] = ()
     ffn_out: str | None = None
     heads: str = "num_attention_heads"
+    attn_norm: str | None = None
+    ffn_norm: str | None = None
 
     def sites(self, role: str) -> tuple[Site, ...]:
-        """The weights behind a role: q, k, v, o, ffn_in or ffn_out."""
+        """The modules behind a role: q, k, v, o, ffn_in, ffn_out, attn_norm or ffn_norm."""
         value = getattr(self, role)
         return tuple(Site.parse(p) for p in (value if isinstance(value, tuple) else (value,)))
 

@@ -14,7 +14,8 @@ from . import BackboneSpec, Block, register
 def _attention(name: str, layers: str, module: str, heads: str, ffn: bool) -> Block:
     return Block(name, layers=layers, attention=module, q=f"{module}.q_proj", k=f"{module}.k_proj",
                  v=f"{module}.v_proj", o=f"{module}.out_proj", ffn_in=("fc1",) if ffn else (),
-                 ffn_out="fc2" if ffn else None, heads=heads)
+                 ffn_out="fc2" if ffn else None, heads=heads, attn_norm=f"{module}_layer_norm",
+                 ffn_norm="final_layer_norm" if ffn else None)
 
 
 BART = register(BackboneSpec(

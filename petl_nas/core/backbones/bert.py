@@ -7,5 +7,6 @@ BERT = register(BackboneSpec(
     blocks=(Block(
         "encoder", layers="encoder.layer", attention="attention.self",
         q="attention.self.query", k="attention.self.key", v="attention.self.value",
-        o="attention.output.dense", ffn_in=("intermediate.dense",), ffn_out="output.dense"),),
+        o="attention.output.dense", ffn_in=("intermediate.dense",), ffn_out="output.dense",
+        attn_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm"),),
 ))

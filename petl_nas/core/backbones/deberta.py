@@ -13,5 +13,6 @@ DEBERTA_V2 = register(BackboneSpec(
     blocks=(Block(
         "encoder", layers="encoder.layer", attention=None,
         q="attention.self.query_proj", k="attention.self.key_proj", v="attention.self.value_proj",
-        o="attention.output.dense", ffn_in=("intermediate.dense",), ffn_out="output.dense"),),
+        o="attention.output.dense", ffn_in=("intermediate.dense",), ffn_out="output.dense",
+        attn_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm"),),
 ))

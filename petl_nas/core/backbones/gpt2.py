@@ -10,5 +10,6 @@ GPT2 = register(BackboneSpec(
     blocks=(Block(
         "decoder", layers="h", attention="attn",
         q="attn.c_attn[0/3]", k="attn.c_attn[1/3]", v="attn.c_attn[2/3]", o="attn.c_proj",
-        ffn_in=("mlp.c_fc",), ffn_out="mlp.c_proj"),),
+        ffn_in=("mlp.c_fc",), ffn_out="mlp.c_proj",
+        attn_norm="ln_1", ffn_norm="ln_2"),),
 ))

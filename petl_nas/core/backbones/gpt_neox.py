@@ -15,5 +15,6 @@ GPT_NEOX = register(BackboneSpec(
     blocks=(Block(
         "decoder", layers="layers", attention="attention",
         q=_QKV.format(0), k=_QKV.format(1), v=_QKV.format(2), o="attention.dense",
-        ffn_in=("mlp.dense_h_to_4h",), ffn_out="mlp.dense_4h_to_h"),),
+        ffn_in=("mlp.dense_h_to_4h",), ffn_out="mlp.dense_4h_to_h",
+        attn_norm="input_layernorm", ffn_norm="post_attention_layernorm"),),
 ))

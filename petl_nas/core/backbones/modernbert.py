@@ -14,5 +14,6 @@ MODERNBERT = register(BackboneSpec(
     blocks=(Block(
         "encoder", layers="layers", attention="attn",
         q="attn.Wqkv[0/3]", k="attn.Wqkv[1/3]", v="attn.Wqkv[2/3]", o="attn.Wo",
-        ffn_in=("mlp.Wi",), ffn_out="mlp.Wo"),),
+        ffn_in=("mlp.Wi",), ffn_out="mlp.Wo",
+        attn_norm="attn_norm", ffn_norm="mlp_norm"),),
 ))

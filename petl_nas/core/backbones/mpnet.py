@@ -14,5 +14,6 @@ MPNET = register(BackboneSpec(
     blocks=(Block(
         "encoder", layers="encoder.layer", attention=None,
         q="attention.attn.q", k="attention.attn.k", v="attention.attn.v", o="attention.attn.o",
-        ffn_in=("intermediate.dense",), ffn_out="output.dense"),),
+        ffn_in=("intermediate.dense",), ffn_out="output.dense",
+        attn_norm="attention.LayerNorm", ffn_norm="output.LayerNorm"),),
 ))

@@ -15,5 +15,6 @@ PHI3 = register(BackboneSpec(
     blocks=(Block(
         "decoder", layers="layers", attention="self_attn",
         q=_QKV.format(0), k=_QKV.format(1), v=_QKV.format(2), o="self_attn.o_proj",
-        ffn_in=("mlp.gate_up_proj",), ffn_out="mlp.down_proj"),),
+        ffn_in=("mlp.gate_up_proj",), ffn_out="mlp.down_proj",
+        attn_norm="input_layernorm", ffn_norm="post_attention_layernorm"),),
 ))

@@ -14,7 +14,9 @@ def _blocks(w1: tuple[str, ...]) -> tuple[Block, ...]:
         ffn = f"layer.{ffn_index}.DenseReluDense" if ffn_index is not None else None
         return Block(name, layers=layers, attention=att, q=f"{att}.q", k=f"{att}.k", v=f"{att}.v",
                      o=f"{att}.o", ffn_in=tuple(f"{ffn}.{w}" for w in w1) if ffn else (),
-                     ffn_out=f"{ffn}.wo" if ffn else None, heads="num_heads")
+                     ffn_out=f"{ffn}.wo" if ffn else None, heads="num_heads",
+                     attn_norm=f"layer.{module.split('.')[0]}.layer_norm",
+                     ffn_norm=f"layer.{ffn_index}.layer_norm" if ffn else None)
     return (block("encoder", "encoder.block", "0.SelfAttention", 1),
             block("decoder", "decoder.block", "0.SelfAttention", 2),
             block("cross", "decoder.block", "1.EncDecAttention"))

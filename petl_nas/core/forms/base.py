@@ -50,6 +50,7 @@ class Form:
             dropout, are one module of the summed size: the same function family with as many
             parameters (LoRA: s·B₁A₁x + s·B₂A₂x = s·[B₁ B₂][A₁; A₂]x). `petl_nas.core.canonical`
             merges them. Not the bottleneck adapter: two output biases become one.
+        takes_gate: UniPELT's gate applies to it (a space's ``gates`` leaves a form without one ungated).
         zero_start_inits: the ``init`` values under which its output starts at zero (a zero output
             projection and bias: LoRA's B, an adapter's up projection); none for a form whose
             output never does (a multi-head adapter's, prefix tuning's).
@@ -73,6 +74,7 @@ class Form:
     size_dimension: str | None = None
     supernet_rank: int | None = None
     sums_by_size: bool = False
+    takes_gate: bool = True
     zero_start_inits: tuple[str, ...] = ()
 
     # ---- the genotype ------------------------------------------------------------------------

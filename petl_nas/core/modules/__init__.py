@@ -1,4 +1,4 @@
-"""PETL modules, one file per functional form, plus the composition and the attention function they share."""
+"""PETL modules, one file per functional form (IA3's vectors and LN-tuning's norms share `vectors`), plus the composition and the attention function they share."""
 
 from .adapter import Bottleneck
 from .compose import Composition, Gate, as_param_dtype
@@ -11,6 +11,8 @@ from .phm import CompacterAdapter, PHMLinear, SharedRule
 from .prefix import PrefixEncoder
 from .prompt import SoftPrompt
 from .shared_read import SharedRead
+from .vectors import NormCopy, ScaleInput, ScaleOutput
 
 __all__ = ["Bottleneck", "Composition", "Gate", "as_param_dtype", "ATTENTION_NAME", "HeadEdits", "LoRA", "DoRA", "LoKr",
-           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRead", "SharedRule", "PrefixEncoder", "SoftPrompt"]
+           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRead", "SharedRule", "PrefixEncoder", "SoftPrompt",
+           "NormCopy", "ScaleInput", "ScaleOutput"]
