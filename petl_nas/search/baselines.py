@@ -122,14 +122,15 @@ def sweep_trials(study) -> set[str]:
 
 
 def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
-               calibrated: bool = False, presets=()) -> tuple[int, list[str]]:
+               calibrated: bool = False, presets=(), families=None) -> tuple[int, list[str]]:
     """Enqueue the sweep points the study lacks; returns (sweep trials in the study, lines to print).
 
     A point the space cannot hold (a rank past its range, targets it lacks) is skipped and named.
     In a study whose families train at measured rates (``calibrated``), every point trains at
     LoRA's measured rate (``lr_scale`` 1), as the LoRA preset does; a point that is then the same
     point of the space as one of ``presets`` (the study's preset names: LoRA r=8 on q, v is the
-    LoRA preset) is not queued, since the preset's trial is that run.
+    LoRA preset) is not queued, since the preset's trial is that run. ``families``: the presets
+    `family_baselines` builds at the budget (None: those marked ``budget_baseline``).
     """
     from .study import presets_within
 
@@ -145,7 +146,7 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
     preset_configs = {repr(config): name for name, config in fitting}
     small = []
     for name, config in budget_baselines(model_config, budget, n_layers) + family_baselines(model_config, budget,
-                                                                                               n_layers):
+                                                                                               n_layers, families):
         twin = preset_configs.get(repr(space.with_head(config)))
         if twin is None:
             small.append((name, config))
@@ -174,19 +175,20 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
             params.pop("lr", None)                 # the sampler chooses it, as for every searched trial
         study.enqueue_trial(params, user_attrs={"baseline": name}, skip_if_exists=False)
         queued.append(name)
+    sweep = {name for name, _ in lora_sweep(model_config, budget)}
     lines = []
-    if queued:
-        rates = (("at their families' measured rates" if small else "at LoRA's measured rate") if calibrated
-                 else "learning rates from the sampler")
-        what = "baselines for this budget" if small else "LoRA rank sweep"
-        lines.append(f"{what} queued (on top of the trials; {rates}): {', '.join(queued)}")
+    for kind, names, rates in (("LoRA rank sweep", [n for n in queued if n in sweep], "at LoRA's measured rate"),
+                               ("baselines for this budget", [n for n in queued if n not in sweep],
+                                "at their families' measured rates")):
+        if names:
+            rates = rates if calibrated else "learning rates from the sampler"
+            lines.append(f"{kind} queued (on top of the trials; {rates}): {', '.join(names)}")
     if skipped:
         lines.append(f"LoRA rank sweep: not points of space {space.name!r}, skipped: {', '.join(skipped)}")
-    if same and queued:
-        what = "baselines for this budget: the same configuration" if small else \
-            "LoRA rank sweep: the same configuration and rate"
-        lines.append(f"{what} as a preset, its trial stands for it: "
-                     f"{', '.join(same)}")
+    for kind, names in (("baselines for this budget: the same configuration", [s for s in same if s.split()[0] not in sweep]),
+                        ("LoRA rank sweep: the same configuration and rate", [s for s in same if s.split()[0] in sweep])):
+        if names and queued:
+            lines.append(f"{kind} as a preset, its trial stands for it: {', '.join(names)}")
     return len(have) + len(queued), lines
 
 

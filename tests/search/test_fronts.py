@@ -30,9 +30,9 @@ def test_the_sweep_counts_and_fits_the_budget():
 def test_seeding_the_sweep_leaves_the_learning_rate_to_the_sampler():
     space = SearchSpace.load("unified")
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=optuna.samplers.RandomSampler(0))
-    n, lines = seed_sweep(study, space, CFG, 113_566, L)
+    n, lines = seed_sweep(study, space, CFG, 113_566, L, families=())
     assert n == 6 and "LoRA rank sweep queued" in lines[0]
-    assert seed_sweep(study, space, CFG, 113_566, L) == (6, [])                          # never twice
+    assert seed_sweep(study, space, CFG, 113_566, L, families=()) == (6, [])                          # never twice
     trial = study.ask()
     config, recipe = space.sample(trial, L)
     assert trial.user_attrs["baseline"] == "lora_qv_r1" and config.modules[0].size == 1
@@ -53,7 +53,7 @@ def test_at_measured_rates_a_sweep_point_that_is_a_preset_is_not_trained_twice()
     def seeded(presets, calibrated=True):
         study = optuna.create_study(directions=["maximize", "minimize"])
         seed_presets(study, space, presets, CFG, 113_566, L, scale=1.0 if calibrated else None)
-        n, lines = seed_sweep(study, space, CFG, 113_566, L, calibrated=calibrated, presets=presets)
+        n, lines = seed_sweep(study, space, CFG, 113_566, L, calibrated=calibrated, presets=presets, families=())
         return n, lines, {t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)}
 
     n, lines, names = seeded(["lora", "bitfit"])
@@ -126,16 +126,16 @@ def test_budget_baselines_are_queued_and_trained_as_given(calibrated):
 
     space = SearchSpace.load("unified").with_rate_scale(2.0) if calibrated else SearchSpace.load("unified")
     study = optuna.create_study(directions=["maximize", "minimize"])
-    n, lines = seed_sweep(study, space, CFG, 2_271, L, calibrated=calibrated, presets="auto")
+    n, lines = seed_sweep(study, space, CFG, 2_271, L, calibrated=calibrated, presets="auto", families=())
     assert n == 3 and lines[0].startswith("baselines for this budget queued") and "head_only" in lines[0]
-    assert seed_sweep(study, space, CFG, 2_271, L, calibrated=calibrated, presets="auto") == (3, [])
+    assert seed_sweep(study, space, CFG, 2_271, L, calibrated=calibrated, presets="auto", families=()) == (3, [])
     queued = {t.user_attrs["baseline"]: t for t in study.get_trials(deepcopy=False)}
     assert "petl_config" not in queued["head_only"].user_attrs                       # a point of the space
     whole = queued["prompt_l5"].user_attrs
     assert whole["petl_config"]["prompt_length"] == 5
     assert (whole.get("recipe") == {"lr_scale": 1.0}) == calibrated and bool(whole.get("lr_from_sampler")) != calibrated
     prompt = optuna.create_study(directions=["maximize", "minimize"])   # 20 tokens fit: the preset's trial
-    _, lines = seed_sweep(prompt, space, CFG, 8_000, L, calibrated=calibrated, presets=["prompt_tuning"])
+    _, lines = seed_sweep(prompt, space, CFG, 8_000, L, calibrated=calibrated, presets=["prompt_tuning"], families=())
     assert lines[-1].endswith("its trial stands for it: prompt_l20 (the prompt_tuning preset)")
     source = TrialSource(study, space, CFG, 2_271, L, rates={"prompt": 3e-3, "lora": 1e-3, "head": 1e-3}
                          if calibrated else None)
