@@ -1,7 +1,8 @@
-"""PETL modules, one file per functional form, plus the composition and the attention function they share."""
+"""PETL modules, one file per functional form (VeRA, FourierFT among them), plus the composition and the attention function they share."""
 
 from .adapter import Bottleneck
 from .compose import Composition, Gate, as_param_dtype
+from .fourierft import FourierFT
 from .head_attention import ATTENTION_NAME, HeadEdits
 from .lora import LoRA
 from .mh_adapter import MultiHeadAdapter
@@ -9,6 +10,8 @@ from .phm import CompacterAdapter, PHMLinear, SharedRule
 from .prefix import PrefixEncoder
 from .prompt import SoftPrompt
 from .shared_read import SharedRead
+from .vera import VeraBases, VeRA
 
 __all__ = ["Bottleneck", "Composition", "Gate", "as_param_dtype", "ATTENTION_NAME", "HeadEdits", "LoRA",
-           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRead", "SharedRule", "PrefixEncoder", "SoftPrompt"]
+           "MultiHeadAdapter", "CompacterAdapter", "PHMLinear", "SharedRead", "SharedRule", "PrefixEncoder", "SoftPrompt",
+           "FourierFT", "VeraBases", "VeRA"]
