@@ -53,6 +53,13 @@ def peft_count(twin) -> int:
     return sum(p.numel() for n, p in twin.named_parameters() if p.requires_grad and "classifier" not in n)
 
 
+def outputs(model, inputs) -> torch.Tensor:
+    """The logits and the last hidden states, side by side (a tiny random pooler hides a lot)."""
+    with torch.no_grad():
+        out = model(**inputs, output_hidden_states=True)
+    return torch.cat([out.logits.flatten(), out.hidden_states[-1].flatten()])
+
+
 def randomise(model, seed: int = 0) -> None:
     """Trained-looking PETL values (not the init), so a parity test sees every parameter."""
     g = torch.Generator().manual_seed(seed)
@@ -94,11 +101,9 @@ def test_outputs_equal_peft_s_after_copying_d_and_b(label):
     ours = applied(spec, base)
     randomise(ours)
     inputs = batch()
-    with torch.no_grad():
-        expected = ours(**inputs).logits
-        got = peft_twin(base, spec, ours)(**inputs).logits
+    expected, got = outputs(ours, inputs), outputs(peft_twin(base, spec, ours), inputs)
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
-    assert (base(**inputs).logits - expected).abs().max() > 1e-3                 # the update matters
+    assert (outputs(base, inputs) - expected).abs().max() > 1e-2                 # the update matters
 
 
 def test_a_and_b_are_peft_s_from_the_seed_and_nothing_else():
