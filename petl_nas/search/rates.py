@@ -6,7 +6,7 @@ and a mixed configuration trained its adapters and its LoRA at one compromise ra
 good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the trials:
 
 - every family of modules the space can draw (LoRA, bottleneck adapters, Compacter, prefixes,
-  multi-head adapters, soft prompts, BitFit; `FAMILY_PROBES`) is trained on one of its presets
+  multi-head adapters, soft prompts, BitFit, VeRA, FourierFT; `FAMILY_PROBES`) is trained on one of its presets
   that fits the budget (else one with its sizes halved until it fits, `shrunk`), with the trial
   recipe, scored on search-dev like a trial;
 - each climbs from its paper rate times the factor measured so far on the families before it
@@ -67,7 +67,7 @@ NOMINAL_WIDTH = 768              # a hidden size to build a preset at where only
 # family -> presets that measure it, in order of preference (the first that fits the budget)
 FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
                  "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
-                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",)}
+                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",), "vera": ("vera",), "fourierft": ("fourierft",)}
 
 
 def space_families(space) -> list[str]:

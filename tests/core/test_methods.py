@@ -36,6 +36,8 @@ def closed_form(name: str, c) -> tuple[int, int]:
         "compacter_pp": 4 ** 3 + L * phm_adapter(4) + layernorms,
         "bitfit": d + L * (4 * d + d + f + d + d) + pooler,  # embeddings LN, q k v o, LN, W1, W2, LN
         "prompt_tuning": 20 * d,
+        "vera": 2 * L * (d + 1024),                       # L_t·(out + r), A and B frozen (not counted)
+        "fourierft": 2 * L * 1000,                        # n·L_t, the frequencies frozen
     }
     if name in forms:
         return forms[name], forms[name]
