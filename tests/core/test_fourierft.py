@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from conftest import batch, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, count_parameters, load_petl, save_petl
 from petl_nas.core.inject import WEIGHTS_FILE, merge_lora
-from test_vera import L, SHAPES, applied, outputs, peft_count, peft_twin, randomise
+from test_vera import L, SHAPES, applied, outputs, peft_count, peft_reloaded, peft_twin, randomise
 
 SPECS = {
     "q,v n=50 s=150": ModuleSpec(form="fourierft", size=50, composition="scaled", scale=150.0, seed=777),
@@ -45,6 +45,17 @@ def test_outputs_equal_peft_s_after_copying_the_coefficients(label):
     expected, got = outputs(ours, inputs), outputs(peft_twin(base, spec, ours), inputs)
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
     assert (outputs(base, inputs) - expected).abs().max() > 1e-2                 # the update matters
+
+
+def test_the_peft_adapter_loads_elsewhere_and_predicts_the_same(tmp_path):
+    """PEFT stores the coefficients and the seed, not the frequencies: it redraws them on loading."""
+    spec = SPECS["q,v n=50 s=150"]
+    base, inputs = tiny_model(), batch()
+    ours = applied(spec, base)
+    randomise(ours, seed=7)
+    reloaded = peft_reloaded(base, peft_twin(base, spec, ours), tmp_path)
+    assert reloaded.peft_config["default"].random_loc_seed == spec.seed
+    assert torch.allclose(outputs(reloaded, inputs), outputs(ours, inputs), atol=1e-5)
 
 
 def test_the_frequencies_are_peft_s_from_the_seed_and_nothing_else():

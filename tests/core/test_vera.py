@@ -48,6 +48,12 @@ def peft_twin(base, spec: ModuleSpec, ours=None):
     return twin.eval()
 
 
+def peft_reloaded(base, twin, directory):
+    """``twin`` written as a PEFT adapter and loaded by PEFT alone onto a fresh copy of ``base``."""
+    twin.save_pretrained(str(directory))
+    return peft.PeftModel.from_pretrained(copy.deepcopy(base), str(directory)).eval()
+
+
 def peft_count(twin) -> int:
     """PEFT's trainable parameters outside the head (modules_to_save)."""
     return sum(p.numel() for n, p in twin.named_parameters() if p.requires_grad and "classifier" not in n)
@@ -104,6 +110,16 @@ def test_outputs_equal_peft_s_after_copying_d_and_b(label):
     expected, got = outputs(ours, inputs), outputs(peft_twin(base, spec, ours), inputs)
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
     assert (outputs(base, inputs) - expected).abs().max() > 1e-2                 # the update matters
+
+
+def test_the_peft_adapter_loads_elsewhere_and_predicts_the_same(tmp_path):
+    spec = SPECS["q,k,v,o top layers, scaled"]
+    base, inputs = tiny_model(), batch()
+    ours = applied(spec, base)
+    randomise(ours, seed=7)
+    reloaded = peft_reloaded(base, peft_twin(base, spec, ours), tmp_path)
+    assert reloaded.peft_config["default"].projection_prng_key == spec.seed
+    assert torch.allclose(outputs(reloaded, inputs), outputs(ours, inputs), atol=1e-5)
 
 
 def test_a_and_b_are_peft_s_from_the_seed_and_nothing_else():
