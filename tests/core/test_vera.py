@@ -207,3 +207,12 @@ def test_a_space_samples_it_and_maps_it_back():
         assert space.params_for(config, trial.params["lr"], 3) is not None        # a point of the space
     assert {n for n, _ in seen} == {1, 2} and {t for _, t in seen} == {("q", "v"), ("q", "k", "v", "o")}
     assert describe_config(PetlConfig(modules=(ModuleSpec(form="vera", size=256),))) == "attn VeRA r=256 on q,v"
+
+
+def test_a_copy_reads_its_own_projections():
+    """Warm workers copy a model per trial: the copy's layers read the copy's shared A and B."""
+    model = applied(SPECS["q,v r=16"])
+    twin = copy.deepcopy(model)
+    group = twin.petl.groups["0_attn_vera"]
+    assert group["0_q"].bases[0] is group["rule"] and group["rule"] is not model.petl.groups["0_attn_vera"]["rule"]
+    assert torch.equal(group["rule"].A, model.petl.groups["0_attn_vera"]["rule"].A)
