@@ -6,8 +6,8 @@ and a mixed configuration trained its adapters and its LoRA at one compromise ra
 good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the trials:
 
 - every family of modules the space can draw (LoRA, bottleneck adapters, Compacter, prefixes,
-  multi-head adapters, soft prompts, BitFit, VeRA, FourierFT; `FAMILY_PROBES`) is trained on one of its presets
-  that fits the budget (else one with its sizes halved until it fits, `shrunk`), with the trial
+  multi-head adapters, soft prompts, BitFit, VeRA, FourierFT; `FAMILY_PROBES`) is trained on one
+  of its presets that fits the budget (else one with its sizes halved until it fits, `shrunk`), with the trial
   recipe, scored on search-dev like a trial;
 - each climbs from its paper rate times the factor measured so far on the families before it
   (the first: its paper rate), brought into the space's ``lr`` range where the space's author
