@@ -9,7 +9,7 @@ median of 20 timed steps after 5 warm-up steps (``--batch`` and ``--steps`` chan
 figures of issue 17 are batch 32 x 128, median of 50 after 10). Every row builds a fresh model from the same seed
 and makes the word-embedding output require grad, so every method backpropagates the whole stack.
 PEFT rows use the same sizes as the petl-nas preset they sit under (lora, lora_ffn, prefix,
-prompt_tuning). When CUDA is available the table is repeated on the GPU under bf16 autocast
+prompt_tuning, vera, fourierft). When CUDA is available the table is repeated on the GPU under bf16 autocast
 (``--device`` picks one). On a GPU, wall time per step is bound by the host (Python and kernel
 launches) and drifts between runs, so each GPU row also profiles one step: the CUDA kernels it
 launches and the time the GPU spent in them, the steadier figure.
@@ -125,7 +125,7 @@ def peft_row(make_config: Callable) -> Callable:
 
 def peft_configs() -> dict[str, Callable]:
     """PEFT configs at the sizes of the petl-nas preset each is compared with."""
-    from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType
+    from peft import FourierFTConfig, LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType, VeraConfig
     cls = TaskType.SEQ_CLS
     return {
         "lora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
@@ -136,6 +136,9 @@ def peft_configs() -> dict[str, Callable]:
         "prefix": lambda: PrefixTuningConfig(task_type=cls, num_virtual_tokens=30, prefix_projection=True,
                                              encoder_hidden_size=800),
         "prompt_tuning": lambda: PromptTuningConfig(task_type=cls, num_virtual_tokens=20),
+        "vera": lambda: VeraConfig(task_type=cls, r=1024, target_modules=["query", "value"], projection_prng_key=0),
+        "fourierft": lambda: FourierFTConfig(task_type=cls, n_frequency=1000, scaling=140.0, random_loc_seed=0,
+                                             target_modules=["query", "value"]),
     }
 
 
