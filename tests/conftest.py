@@ -128,6 +128,8 @@ ZERO_INIT = {
     "lora ffn": ModuleSpec(form="lora", position="ffn", size=4),
     "mh_adapter": ModuleSpec(form="mh_adapter", size=4),
     "compacter": ModuleSpec(form="compacter", position="ffn", insertion="sequential", size=8, init="lora"),
+    "vera qkvo": ModuleSpec(form="vera", size=8, targets=("q", "k", "v", "o")),
+    "fourierft ffn, zero start": ModuleSpec(form="fourierft", position="ffn", size=16, init="lora", scale=10.0),
 }
 
 

@@ -103,6 +103,9 @@ class ModuleSpec:
         phm_rank: rank of the per-layer fast matrices (1 in Compacter).
         dora: LoRA as DoRA (Liu et al. 2024): a trained magnitude per output row rescales W + s·B·A,
             starting at that matrix's row norms, so the model is unchanged at the start.
+        seed: the seed a form's frozen random parts are drawn from, rebuilt from it and never saved
+            (VeRA's shared A and B: PEFT's ``projection_prng_key``; FourierFT's frequencies: its
+            ``random_loc_seed``).
     """
 
     form: str
@@ -124,6 +127,7 @@ class ModuleSpec:
     phm_n: int = 4
     phm_rank: int = 1
     dora: bool = False
+    seed: int = 0
 
     def __post_init__(self):
         self._check_types("module")
@@ -136,7 +140,7 @@ class ModuleSpec:
         would drop it, so the design would not round-trip)."""
         check_fields(self, f"{where}.", {
             "scale": NUMBER, "dropout": NUMBER, "learn_scale": BOOL, "gate": BOOL, "dora": BOOL, "reparam": WHOLE, "phm_n": WHOLE,
-            "phm_rank": WHOLE, "layers": list_of(WHOLE, "layer indices"),
+            "phm_rank": WHOLE, "seed": WHOLE, "layers": list_of(WHOLE, "layer indices"),
             "targets": list_of(((lambda v: isinstance(v, str)), ""), "weight names such as [q, v]")})
         if self.targets is not None and len(set(self.targets)) != len(self.targets):
             raise ConfigError(f"{where}.targets: {list(self.targets)} names a weight twice")
@@ -218,6 +222,8 @@ class ModuleSpec:
             raise ConfigError(f"{where}.reparam: must be >= 0 (0 = flat prefix), got {self.reparam}")
         if self.phm_n <= 0 or self.phm_rank <= 0:
             raise ConfigError(f"{where}.phm_n/phm_rank: must be positive")
+        if self.seed < 0:
+            raise ConfigError(f"{where}.seed: must be >= 0 (a generator's seed), got {self.seed}")
         form.check(self, where)
 
     @property

@@ -68,7 +68,7 @@ NOMINAL_WIDTH = 768              # a hidden size to build a preset at where only
 FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
                  "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
                  "prompt": ("prompt_tuning",), "bitfit": ("bitfit",), "lokr": ("lokr",), "ia3": ("ia3", "ia3_kv"),
-                 "ln": ("ln_tuning",)}
+                 "ln": ("ln_tuning",), "vera": ("vera",), "fourierft": ("fourierft",)}
 
 
 def space_families(space) -> list[str]:

@@ -40,6 +40,8 @@ SLOT_DIMENSIONS = {
     "prefix_composition": ("choice", ("gated", "add", "scaled")),
     "bottleneck": ("int", None),
     "rank": ("int", None),
+    "vera_rank": ("int", None),          # VeRA's r: hundreds where LoRA's is a few
+    "frequencies": ("int", None),        # FourierFT's n coefficients per weight
     "length": ("int", None),
     "scale": ("float", None),
     "nonlinearity": ("choice", ("relu", "gelu", "tanh", "swish", "identity")),
@@ -313,7 +315,7 @@ class SearchSpace:
         comp = (v.get("prefix_composition") if "prefix_composition" in shape.dimensions
                 else v.get("composition", shape.composition))
         kw["composition"] = comp
-        if comp == "scaled":
+        if comp == "scaled" and "scale" in v:     # else the form sets its own s (FourierFT's)
             kw["scale"] = float(v["scale"])
         kw.update(shape.spec_fields(slot.site, v))
         return ModuleSpec(**kw)

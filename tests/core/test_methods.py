@@ -43,6 +43,8 @@ def closed_form(name: str, c) -> tuple[int, int]:
         "ia3": (2 * d + f) * L,                           # k, v and W2's input (T-Few)
         "ia3_kv": 2 * d * L,
         "ln_tuning": 2 * 2 * d * L,                       # γ, β of the attention and the FFN norm
+        "vera": 2 * L * (d + 1024),                       # L_t·(out + r), A and B frozen (not counted)
+        "fourierft": 2 * L * 1000,                        # n·L_t, the frequencies frozen
     }
     if name in forms:
         return forms[name], forms[name]
