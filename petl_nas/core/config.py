@@ -145,7 +145,7 @@ class ModuleSpec:
         if self.targets is not None and len(set(self.targets)) != len(self.targets):
             raise ConfigError(f"{where}.targets: {list(self.targets)} names a weight twice")
         if self.form in form_names():
-            filled = {"init": "bert"}                       # what `_normalise` fills in for these forms
+            filled = {"init": form_named(self.form).init}   # what `_normalise` fills in for this form
             keys = form_keys(self.form)
             for f in dataclasses.fields(self):
                 unused = f.name not in keys

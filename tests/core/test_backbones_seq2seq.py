@@ -153,6 +153,11 @@ def test_every_preset_builds_and_trains_only_petl(kind, name):
         with pytest.raises(ConfigError, match="cannot soft-cap attention logits"):
             apply_petl(model, preset(name, model.config))
         return
+    width = getattr(model.config, "d_model", None) or model.config.hidden_size
+    if any(m.form == "fourierft" and m.size > width * width for m in preset(name, model.config).modules):
+        with pytest.raises(ConfigError, match=r"fourierft size n=\d+ exceeds the \d+×\d+ entries"):
+            apply_petl(model, preset(name, model.config))       # a tiny model's q has fewer entries than n
+        return
     apply_petl(model, preset(name, model.config)).train()
     # The meta-device count is the real model's trainable count (no head trains on an LM).
     assert count_parameters(model.config, preset(name, model.config)).trainable == count_model(model).trainable

@@ -201,3 +201,24 @@ def test_a_sweep_point_of_exactly_the_budget_fits():
     cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536)
     assert [name for name, _ in lora_sweep(cfg, 9_216)] == ["lora_qv_r1"]
     assert lora_sweep(cfg, 9_215) == []
+
+
+def test_each_of_todays_methods_is_a_baseline_wherever_a_shape_of_it_fits():
+    """The given suite's budgets on all-MiniLM-L6-v2's shape (0.01%, 0.05%, 0.5% of 22,713,216):
+    every family marked ``budget_baseline`` that fits in some shape is a baseline, at the largest
+    shape that fits; counts are the papers' formulas."""
+    qv = 2                                                      # adapted weights per layer (q, v)
+    expected = {
+        2_271: {"ia3_kv_top2": 2 * qv * D, "ln_tuning_top1": 2 * 2 * D, "lokr_r2_top3": 3 * qv * (16 * 16 + 2 * 2 * 24),
+                "vera_r183_top2": 2 * qv * (D + 183), "fourierft_n189": 189 * qv * L},
+        11_357: {"ia3_kv": qv * D * L, "lokr": L * qv * (16 * 16 + 8 * 2 * 24), "dora_r1_top4": 4 * qv * (2 * D + D),
+                 "ia3_top4": 4 * (2 * D + FF), "ln_tuning": 2 * 2 * D * L, "vera_r562": L * qv * (D + 562),
+                 "fourierft_n946": 946 * qv * L},
+        113_566: {"ia3_kv": qv * D * L, "lokr": L * qv * (16 * 16 + 8 * 2 * 24), "ln_tuning": 2 * 2 * D * L,
+                  "fourierft": 1000 * qv * L, "ia3": (2 * D + FF) * L, "vera": L * qv * (D + 1024),
+                  "dora": L * qv * (8 * 2 * D + D)},
+    }
+    for budget, names in expected.items():
+        found = dict(family_baselines(CFG, budget, L))
+        assert {n: count_parameters(CFG, c).deployable for n, c in found.items()} == names, budget
+        assert all(n <= budget for n in names.values())
