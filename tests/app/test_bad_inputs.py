@@ -31,6 +31,9 @@ rank: {low: 1, high: 8, log: true}
 scale: 1.0
 lr: {low: 3.0e-3, high: 3.0e-2, log: true}
 """
+RATES = {"rates": {"lora": 3e-3, "adapter": 1e-3}, "scales": {"lora": 2.0, "adapter": 1.0}, "factor": 1.0,
+         "backbone": json.dumps(TINY_BACKBONE), "task": "demo_sentiment",
+         "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 3e-3, "tried": [[3e-3, 0.8]]}}}
 SST2_TRAIN = "sentence\tlabel\n" + "".join(f"a {'good' if i % 2 else 'bad'} film number {i}\t{i % 2}\n"
                                            for i in range(60))
 
@@ -161,6 +164,14 @@ CASES = [
                     fidelity={"k": 8, "epochs": 1, "batch_size": 4, "max_length": 2, "search_dev": 4}),
       "lm.jsonl": "".join(json.dumps({"prompt": f"say {i}", "response": f"{i}"}) + "\n" for i in range(20))}, [],
      "fidelity.max_length 2 leaves no room for a causal_lm task's response: give at least 3"),
+    ("rates-file-cut-short", {"e.yaml": exp(rates={"file": "r.json"}), "r.json": json.dumps(RATES)[:40]}, [],
+     "rates.file 'r.json': cannot be read as a rates file"),
+    ("rates-file-rate-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
+                                "r.json": json.dumps({**RATES, "rates": {"lora": 1e9, "adapter": 1e-3}})}, [],
+     "r.json: rates.lora: expected a number above 0 and at most 1, got 1000000000.0"),
+    ("rates-file-scale-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
+                                 "r.json": json.dumps({**RATES, "scales": {"lora": 1e6}})}, [],
+     "r.json: scales.lora: expected a number above 0 and at most 100, got 1000000.0"),
     ("main-metric-lower-is-better",
      {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm", "main_metric": "perplexity"}),
       "lm.jsonl": json.dumps({"prompt": "say", "response": "it"}) + "\n"}, [],
