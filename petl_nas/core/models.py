@@ -47,7 +47,7 @@ def check_weight_files(folder: str | Path) -> None:
     Reads headers and zip directories only, never the tensors."""
     folder = Path(folder)
     for file in sorted(folder.glob("*.safetensors")):
-        why = _safetensors_damage(file)
+        why = safetensors_damage(file)
         if why:
             raise ConfigError(f"model '{folder}': {file.name} is damaged ({why}); copy or download it again")
     for file in sorted(folder.glob("pytorch_model*.bin")):
@@ -65,7 +65,7 @@ def check_weight_files(folder: str | Path) -> None:
                               f"({', '.join(missing[:3])})")
 
 
-def _safetensors_damage(file: Path) -> str | None:
+def safetensors_damage(file: Path) -> str | None:
     """Why ``file`` is not a whole safetensors file (8-byte header length, JSON header, then the
     tensors' bytes up to the largest end offset), or None."""
     size = file.stat().st_size

@@ -35,6 +35,7 @@ from ..core.inject import CONFIG_FILE, load_petl, save_petl
 from ..core.precision import autocast_for
 from ..tasks import load_splits, recorded_task, resolve_task
 from ..search.experiment import Experiment
+from ..search.inputs import check_backbone_files
 from ..training.loop import train
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
 from ..training.threads import use_threads
@@ -88,6 +89,7 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed     # a record may leave it out
     splits = load_splits(task, data_dir=rec.data_dir, k=rec.k, data_seed=data_seed,
                          search_dev_size=1 if rec.k is None else rec.search_dev)
+    check_backbone_files(rec.backbone)
     model, tok = load_backbone(rec.backbone, task, splits)
     check_positions(model.config, base_recipe.max_length, "recipe.max_length")
     counts = count_parameters(model.config, config, task.num_labels)
@@ -224,7 +226,29 @@ def _info(directory: Path) -> dict:
             raise ConfigError(f"{directory}: a `petl-nas train` output folder; pass one of its runs: "
                               f"{directory / runs[0]}" + (f" (or {', '.join(runs[1:])})" if runs[1:] else ""))
         raise ConfigError(f"{directory}: no {CONFIG_FILE} here (not a trained PETL directory)")
-    return json.loads(path.read_text(encoding="utf-8")).get("info", {})
+    return check_run(directory)
+
+
+def check_run(directory: Path) -> dict:
+    """The ``info`` of the trained run ``directory``; one line naming its damaged file otherwise
+    (a config that is not the JSON `save_petl` writes, weights cut short: headers only are read)."""
+    from ..core.inject import WEIGHTS_FILE
+    from ..core.models import safetensors_damage
+
+    path = directory / CONFIG_FILE
+    try:
+        meta = json.loads(read_text(path))
+        why = None if isinstance(meta, dict) and isinstance(meta.get("petl_config"), dict) else "no petl_config in it"
+    except ValueError as e:
+        why = f"not JSON: {str(e).splitlines()[0]}"
+    if why:
+        raise ConfigError(f"{path}: damaged ({why}); copy or train the run again")
+    weights = directory / WEIGHTS_FILE
+    why = safetensors_damage(weights) if weights.is_file() else None
+    if why:
+        raise ConfigError(f"{weights}: damaged ({why}); copy or train the run again")
+    info = meta.get("info", {})
+    return info if isinstance(info, dict) else {}
 
 
 def fresh_backbone(directory: str | Path, backbone=None):
@@ -239,8 +263,12 @@ def fresh_backbone(directory: str | Path, backbone=None):
     if isinstance(backbone, dict):
         from transformers import AutoTokenizer
 
+        if not (directory / TOKENIZER_DIR).is_dir():        # else transformers would ask the hub for it
+            raise ConfigError(f"{directory}: a run on a tiny backbone keeps its tokenizer in {TOKENIZER_DIR}/, "
+                              f"and it is missing; copy the run's folder whole")
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
         return tiny_model(backbone, task, tok), tok, info
+    check_backbone_files(backbone)                # a damaged folder (--backbone DIR): one line naming the file
     model, tok = load_backbone(backbone, task)    # a name or path that is no model: one line, as count says it
     return copy.deepcopy(model), tok, info
 
@@ -346,4 +374,4 @@ def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[st
     return [t.strip() for t in tok.batch_decode(out, skip_special_tokens=True)]
 
 
-__all__ = ["train_record", "fresh_backbone", "load", "predict", "check_input", "read_texts"]
+__all__ = ["train_record", "check_run", "fresh_backbone", "load", "predict", "check_input", "read_texts"]
