@@ -40,6 +40,7 @@ from ..training.loop import train
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
 from ..training.threads import use_threads
 from .record import ExportRecord
+from .texts import MAX_TEXT_BYTES, check_size, echo
 
 TOKENIZER_DIR = "tokenizer"
 
@@ -282,11 +283,11 @@ def load(backbone, directory: str | Path):
     return model
 
 
-def check_input(path: str | Path) -> Path:
+def check_input(path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> Path:
     """``path`` if it is a file `read_texts` can read (checked before a model is loaded)."""
     path = _input_path(path)
     if path.suffix.lower() == ".txt":
-        _text_lines(path, say_skipped=False)           # said once, when `read_texts` reads them
+        _text_lines(path, say_skipped=False, max_bytes=max_bytes)     # said once, when `read_texts` reads them
     return path
 
 
@@ -301,10 +302,13 @@ def _input_path(path: str | Path) -> Path:
     return path
 
 
-def _text_lines(path: Path, say_skipped: bool = True) -> list[str]:
-    """The texts of a .txt input, one per line (UTF-8; a byte-order mark is not text). Blank lines
-    are not texts: skipped, and said once (each answer carries its text, so none shifts)."""
+def _text_lines(path: Path, say_skipped: bool = True, max_bytes: int = MAX_TEXT_BYTES) -> list[str]:
+    """The texts of a .txt input, one per line (UTF-8; a byte-order mark is not text), each at most
+    ``max_bytes``. Blank lines are not texts: skipped, and said once (each answer carries its text,
+    so none shifts)."""
     lines = read_text(path).splitlines()
+    for i, line in enumerate(lines):
+        check_size(line, f"input '{path}', line {i + 1}", max_bytes)
     texts = [line for line in lines if line.strip()]
     if not texts:
         raise ConfigError(f"input '{path}': no texts in it")
@@ -316,8 +320,9 @@ def _text_lines(path: Path, say_skipped: bool = True) -> list[str]:
     return texts
 
 
-def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
-    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
+def read_texts(path: str | Path, text_columns, max_bytes: int = MAX_TEXT_BYTES) -> list[tuple[str, ...]]:
+    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's
+    columns; each text at most ``max_bytes``."""
     from ..tasks.files import read_table
     from ..tasks.registry import checked_texts
 
@@ -327,9 +332,13 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
         if len(text_columns) > 1:
             raise ConfigError(f"input '{path}': the model reads {len(text_columns)} texts a row "
                               f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns")
-        return [(line,) for line in _text_lines(path)]
+        return [(line,) for line in _text_lines(path, max_bytes=max_bytes)]
     table = read_table(str(path), text_columns)
-    return list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
+    rows = list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
+    for i, row in enumerate(rows):
+        for column, text in zip(text_columns, row):
+            check_size(text, f"input '{path}', row {i + 1}, column {column!r}", max_bytes)
+    return rows
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
