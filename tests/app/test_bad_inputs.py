@@ -121,6 +121,12 @@ CASES = [
     ("objectives-empty-flag", {}, ["--objectives", ""], "objectives: expected [score, params] followed by"),
     ("oneshot-flag-with-sampler", {}, ["--oneshot-runs", "3"],
      "--oneshot-runs: applies to strategy oneshot or both, and this search's strategy is sampler"),
+    ("storage-password-in-query", {}, ["--storage", "nosuchdb://host/db?password=secret"], "cannot be opened"),
+    ("storage-sslpassword-no-server", {}, ["--storage", f"postgresql+psycopg2://u@127.0.0.1:{_free_port()}/db?"
+                                                        f"sslpassword=secret&application_name=petl"],
+     "cannot be opened"),
+    ("storage-sqlite-missing-with-password", {}, ["--warm-start", "sqlite:///nothere.db?password=secret#a"],
+     "warm start: storage 'sqlite:///nothere.db?password=***': no such file"),
     ("storage-postgres-alias", {}, ["--storage", "postgres://u:secret@127.0.0.1/db"],
      "SQLAlchemy names PostgreSQL 'postgresql://' (or 'postgresql+psycopg2://'), not 'postgres://'"),
     ("storage-bare-postgresql-no-server", {}, ["--storage", f"postgresql://u:secret@127.0.0.1:{_free_port()}/db"],
@@ -443,3 +449,17 @@ def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, mo
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: budget")]
     assert len(said) == 1 and said[0].startswith("warning: budget 50% is ") and said[0].endswith(
         " parameters, 50% of the backbone; PETL configurations usually take under 5% (did you mean 0.5%?)"), said
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://u:secret@h/db?sslpassword=secret&application_name=a",
+     "postgresql://u:***@h/db?application_name=a&sslpassword=***"),
+    ("sqlite:///x.db?password=secret", "sqlite:///x.db?password=***"),
+    ("mysql://u@h/db?passwd=secret&secret_key=secret&charset=utf8", "mysql://u@h/db?charset=utf8&passwd=***&secret_key=***"),
+    ("x://u:secret@h:notaport/db?token=secret&a=1", "x://u:***@h:notaport/db?token=***&a=1"),     # not SQLAlchemy's
+    ("sqlite:///study.db", "sqlite:///study.db"),
+])
+def test_a_url_is_shown_without_its_user_info_password_or_secret_parameters(url, shown):
+    from petl_nas.search.storage import redact
+
+    assert redact(url) == shown
