@@ -328,11 +328,11 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if study.user_attrs.get("input_shift"):
         printer(shift_line(study.user_attrs["input_shift"]))
 
-    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
+    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer, lock)
     coming = exp.oneshot.rungs if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else 0
     measured = rates.resolve(study, exp, space, model_config, budget, printer,     # None: one rate per trial
                              known=calibrate.known_results(calibration),      # a run already trained: taken
-                             planned=rates.planned_runs(exp, remaining, coming))
+                             planned=rates.planned_runs(exp, remaining, coming), lock=lock)
     study_note.write(study)                         # the calibration runs, on the dashboard's study page
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
         if ONESHOT not in study.user_attrs:

@@ -51,6 +51,7 @@ from ..core.family_rates import at_rates as apply, families_of, reference_scale,
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
 from ..fileio import atomic_write
+from . import claims
 from .progress import Stage
 from .rates_file import check_record, keep_file, write_file
 from .records import RATE_CALIBRATION, RATES_SETTING
@@ -382,29 +383,32 @@ def mode(study, exp) -> dict:
 
 
 def resolve(study, exp, space, model_config, budget: int | None, printer, known=(),
-            planned: int | None = None) -> dict | None:
-    """The study's rates: recorded, read from ``rates.file`` or measured now (and stored and
-    written; ``planned``: see `calibrate`); None for a study that draws one rate per trial."""
+            planned: int | None = None, lock=None) -> dict | None:
+    """The study's rates: recorded, read from ``rates.file`` or measured now by one worker of the
+    study (`claims.once` under ``lock``, the study's `ClaimLock`), stored, and written to
+    ``rates.json`` from the study's record; ``planned``: see `calibrate`. None for a study that
+    draws one rate per trial."""
     if not mode(study, exp)["calibrated"]:
         return None
     record = study.user_attrs.get(ATTR)
-    fresh = record is None
-    if fresh:
-        if exp.rates.file:
-            record, notes = read_file(exp.rates.file, exp)
-            for note in notes:
-                printer(note)
-        else:
+    path = exp.run_dir / exp.rates.FILE
+    if record is None and exp.rates.file:
+        record, notes = read_file(exp.rates.file, exp)
+        for note in notes:
+            printer(note)
+        if study.user_attrs.get(ATTR) is None:               # another worker may have stored first: its stands
+            study.set_user_attr(ATTR, record)
+        record = study.user_attrs[ATTR]
+    elif record is None:
+        def measure() -> dict:
             printer(f"rates auto: measuring the rate of each family ({', '.join(space_families(space))}) on "
                     f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
                     f"runs ...")
-            record = calibrate(exp, space, model_config, budget, printer, known, planned)
-        if study.user_attrs.get(ATTR) is None:               # another worker may have finished first: its stands
-            study.set_user_attr(ATTR, record)
-        record = study.user_attrs[ATTR]
+            return calibrate(exp, space, model_config, budget, printer, known, planned)
+        record, _ = claims.once(study, lock, ATTR, measure, printer, "rates auto", exp.heartbeat_interval,
+                                exp.grace_period, keep=lambda stored: write_file(stored, path))
     if not record.get("source"):                             # measured here: the file is the study's record
-        path = exp.run_dir / exp.rates.FILE
-        said = write_file(record, path) if fresh else keep_file(record, path)
+        said = keep_file(record, path)
         if said:
             printer(said)
     for line in lines(record):
