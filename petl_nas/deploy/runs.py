@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import hashlib
 import json
 import shutil
@@ -105,15 +107,14 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     encoded = encode(splits, tok, max_length=base_recipe.max_length)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     n = seeds or rec.seeds or 1
-    runs, models = [], []
-    for seed in range(n):
+
+    def one(seed: int) -> tuple[dict, object]:
         run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --model OUT/seed_0)
         key = run_key(rec, seed)
         done = _finished_run(run_dir, key)
         if done is not None and not keep_models:
-            runs.append(done)
             printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
-            continue
+            return done, None
         if done is None and (run_dir / CONFIG_FILE).exists():
             printer(f"seed {seed}: {run_dir} holds a run of another record (configuration, recipe, backbone or "
                     f"data); it is replaced")
@@ -130,11 +131,24 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_folder(run_dir / TOKENIZER_DIR, lambda folder: tok.save_pretrained(str(folder)))
         save_petl(trained.cpu(), run_dir, info=info)       # last: its config file marks the run finished
-        runs.append(run)
-        if keep_models:
-            models.append(trained)
         printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s "
                 f"({result.threads} CPU thread{'s' * (result.threads != 1)}) -> {run_dir}")
+        return run, trained
+
+    finished: dict[int, tuple[dict, object]] = {}
+    elsewhere = []                                     # seeds another `train` into this folder is training
+    for seed in range(n):
+        with claim_seed(out, seed, wait=False) as mine:
+            if mine:
+                finished[seed] = one(seed)
+            else:
+                elsewhere.append(seed)
+    for seed in elsewhere:                             # then each is read as trained (or trained, if it stopped)
+        printer(f"seed {seed}: another `petl-nas train` into {out} is training it; waiting for it")
+        with claim_seed(out, seed, wait=True):
+            finished[seed] = one(seed)
+    runs = [finished[seed][0] for seed in range(n)]
+    models = [finished[seed][1] for seed in range(n) if finished[seed][1] is not None]
     _remove_other_records(out, rec, n, printer)
     last = [r["last"] for r in runs]
     scored = [r["metrics"] for r in runs if "metrics" in r]            # (runs an earlier petl-nas saved lack them)
@@ -149,6 +163,25 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
     return {**summary, "models": models} if keep_models else summary
+
+
+@contextlib.contextmanager
+def claim_seed(out: Path, seed: int, wait: bool):
+    """True while this process holds seed ``seed`` of ``out`` (an flock on ``seed_<seed>.lock``
+    there, removed after), so two `train` runs into one folder never train one seed twice; False
+    at once when another holds it and ``wait`` is False."""
+    path = out / f"seed_{seed}.lock"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            path.unlink(missing_ok=True)
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _remove_other_records(out: Path, rec: ExportRecord, n: int, printer) -> None:
