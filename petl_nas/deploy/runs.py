@@ -37,7 +37,7 @@ from ..core.inject import CONFIG_FILE, load_petl, save_petl
 from ..core.precision import autocast_for
 from ..tasks import load_splits, recorded_task, resolve_task
 from ..search.experiment import Experiment
-from ..search.inputs import check_backbone_files
+from ..core.models import check_backbone_files
 from ..training.loop import train
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
 from ..training.threads import use_threads

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..core.budget import check_positions, count_parameters
 from ..core.config import PetlConfig
-from ..core.models import check_weight_files
+from ..core.models import check_backbone_files
 from ..errors import ConfigError
 from ..tasks import load_splits, resolve_task
 from ..tasks.seq2seq import check_languages
@@ -22,28 +22,6 @@ from .experiment import Experiment, parse_budget
 from .space import SearchSpace
 from .study import SAMPLERS, make_sampler, presets_within, smallest_count, smallest_module
 from .warm_start import front_of
-
-
-WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
-              "tokenizer.model", "spm.model")          # spm.model: DeBERTa v2/v3's only tokenizer file
-
-
-def check_backbone_files(backbone) -> None:
-    """A backbone folder must hold weights and a tokenizer (every worker loads both; a folder with
-    only config.json would otherwise fail each trial, after the study was made)."""
-    if not isinstance(backbone, str):
-        return
-    from ..core.models import resolve_model
-
-    path = Path(resolve_model(backbone))
-    if not path.is_dir():
-        return                                  # a hub name: its config was found, the rest follows
-    if not any(any(path.glob(g)) for g in WEIGHTS):
-        raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
-    if not any((path / f).is_file() for f in TOKENIZER):
-        raise ConfigError(f"model {backbone!r}: the folder has no tokenizer files ({', '.join(TOKENIZER)})")
-    check_weight_files(path)
 
 
 @dataclass
@@ -130,4 +108,4 @@ def _check_some_preset_fits(names, space, model_config, budget: int | None) -> N
                       f"{'; '.join(whys) if whys else 'presets: none'}")
 
 
-__all__ = ["Inputs", "check_inputs", "check_backbone_files", "WEIGHTS", "TOKENIZER"]
+__all__ = ["Inputs", "check_inputs"]
