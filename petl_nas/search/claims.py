@@ -41,7 +41,7 @@ def once(study, lock, attr: str, measure: Callable[[], dict], printer, what: str
                 study.set_user_attr(key, mine)
                 break
         if not waited:
-            printer(f"{what}: another worker ({claim['host']}, process {claim['pid']}) has measured it since "
+            printer(f"{what}: another worker ({claim['host']}, process {claim['pid']}) has been measuring it since "
                     f"{claim['at']}; waiting for its record")
             waited = True
         time.sleep(min(5.0, interval))
