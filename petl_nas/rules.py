@@ -98,5 +98,5 @@ def yaml_hint(value) -> str:
     return ""
 
 
-__all__ = ["Rule", "NUMBER", "WHOLE", "BOOL", "TEXT", "whole", "number", "between", "optional", "auto_or", "one_of", "list_of",
-           "check_fields", "yaml_hint"]
+__all__ = ["Rule", "NUMBER", "WHOLE", "BOOL", "TEXT", "whole", "number", "between", "optional", "auto_or", "one_of",
+           "list_of", "check_fields", "yaml_hint"]

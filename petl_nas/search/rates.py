@@ -298,14 +298,16 @@ def _measurer(exp, family: str, name: str, config: PetlConfig, printer, stage: S
 def lines(record: dict) -> list[str]:
     """One line per family: its rate and how it was found; then what calibration cost."""
     out = []
+    trained = record.get("rates", {})               # what each family trains at: said, whatever families says
     for family, f in record["families"].items():
+        rate = trained.get(family, f["rate"])
         if "tried" in f:
             how = ", ".join(f"{r:.1e} {s:.4f}" if s > -math.inf else f"{r:.1e} diverged" for r, s in f["tried"])
             edge = ("; the best is at the edge of the rates tried: more runs (rates.share) may find a better one"
                     if f.get("edge") else "")
-            out.append(f"rate {family}: {record.get('rates', {}).get(family, f['rate']):.1e} (measured on {f['probe']}: {how}{edge})")
+            out.append(f"rate {family}: {rate:.1e} (measured on {f['probe']}: {how}{edge})")
         else:
-            out.append(f"rate {family}: {record.get('rates', {}).get(family, f['rate']):.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
+            out.append(f"rate {family}: {rate:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
                        f"the factor measured on the others; {f['why']})")
     folded = {f: v for f, v in (record.get("scales") or {}).items() if scale_can_be_a_rate(f)}
     if folded:                                         # (a multi-head adapter's scale is structure: not listed)

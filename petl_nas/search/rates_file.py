@@ -53,7 +53,8 @@ def keep_file(record: dict, path: Path) -> str | None:
     if held == file_text(record):
         return None
     write_file(record, path)
-    return f"rates: {path} {'was missing' if held is None else 'differed from the study'}; written again from its record"
+    how = "was missing" if held is None else "differed from the study"
+    return f"rates: {path} {how}; written again from its record"
 
 
 __all__ = ["RATE_RANGE", "SCALE_RANGE", "check_record", "file_text", "keep_file", "write_file"]

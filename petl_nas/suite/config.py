@@ -86,7 +86,8 @@ class Suite:
         values = [budget_value(b) for b in suite.budgets]
         twice = next((b for b, v in zip(suite.budgets, values) if values.count(v) > 1), None)
         if twice is not None:
-            raise ConfigError(f"{source}: budgets: a budget is given twice ({', '.join(b for b, v in zip(suite.budgets, values) if v == budget_value(twice))})")
+            same = [b for b, v in zip(suite.budgets, values) if v == budget_value(twice)]
+            raise ConfigError(f"{source}: budgets: a budget is given twice ({', '.join(same)})")
         if supernet == "shared" and len({bool(check_budget_text(b).group(2)) for b in suite.budgets}) > 1:
             raise ConfigError(f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
                               f"counts), so that the largest is known before the backbone is read")

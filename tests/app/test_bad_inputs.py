@@ -455,7 +455,8 @@ def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, mo
     ("postgresql://u:secret@h/db?sslpassword=secret&application_name=a",
      "postgresql://u:***@h/db?application_name=a&sslpassword=***"),
     ("sqlite:///x.db?password=secret", "sqlite:///x.db?password=***"),
-    ("mysql://u@h/db?passwd=secret&secret_key=secret&charset=utf8", "mysql://u@h/db?charset=utf8&passwd=***&secret_key=***"),
+    ("mysql://u@h/db?passwd=secret&secret_key=secret&charset=utf8",
+     "mysql://u@h/db?charset=utf8&passwd=***&secret_key=***"),
     ("x://u:secret@h:notaport/db?token=secret&a=1", "x://u:***@h:notaport/db?token=***&a=1"),     # not SQLAlchemy's
     ("sqlite:///study.db", "sqlite:///study.db"),
 ])
