@@ -106,3 +106,12 @@ def test_a_quoted_name_of_digits_is_a_name(tmp_path):
     path.write_text(suite().replace('"name": "s"', "\"name\": '2026-12-07'"))
     assert [e.study_name for _, _, e in Suite.load(path).experiments()] == ["2026-12-07_demo_keyword_1pct",
                                                                            "2026-12-07_demo_keyword_5pct"]
+
+
+def test_side_by_side_the_plan_is_checked_before_any_study_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "suite.yaml").write_text(suite(["demo_keyword", "demo_bogus"]))
+    assert main(["suite", "--experiment", "suite.yaml", "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "suite.yaml: demo_bogus at 5%: unknown task 'demo_bogus'" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]
