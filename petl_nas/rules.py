@@ -45,6 +45,12 @@ def number(low: float, strict: bool) -> Rule:
     return ok, f"a number {'>' if strict else '>='} {low:g}"
 
 
+def between(low: float, high: float) -> Rule:
+    """A finite number above ``low`` and at most ``high``: a range a value must lie in to be sane."""
+    ok = lambda v: _is_number(v) and math.isfinite(v) and low < v <= high  # noqa: E731
+    return ok, f"a number above {low:g} and at most {high:g}"
+
+
 def optional(rule: Rule) -> Rule:
     ok, what = rule
     return (lambda v: v is None or ok(v)), f"{what} or null"
@@ -92,5 +98,5 @@ def yaml_hint(value) -> str:
     return ""
 
 
-__all__ = ["Rule", "NUMBER", "WHOLE", "BOOL", "TEXT", "whole", "number", "optional", "auto_or", "one_of", "list_of",
-           "check_fields", "yaml_hint"]
+__all__ = ["Rule", "NUMBER", "WHOLE", "BOOL", "TEXT", "whole", "number", "between", "optional", "auto_or", "one_of",
+           "list_of", "check_fields", "yaml_hint"]

@@ -22,6 +22,7 @@ from .. import __version__
 from ..training.compiling import COMPILE_MODES
 from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
 from ..core.config import PetlConfig
+from ..deploy.texts import ECHO_CHARS, MAX_TEXT_BYTES
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 
 EXAMPLES = {
@@ -388,14 +389,18 @@ def cmd_train(args) -> int:
 
 def cmd_predict(args) -> int:
     from ..deploy.runs import check_input, load, predict, read_texts
+    from ..deploy.texts import echo
     from ..tasks import recorded_task
 
-    check_input(args.input)                    # before the model loads
+    if args.max_text_bytes < 1:
+        raise ConfigError(f"--max-text-bytes: expected a whole number >= 1, got {args.max_text_bytes}")
+    check_input(args.input, args.max_text_bytes)       # before the model loads
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
     model = load(backbone, args.model)
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
-    for row, pred in zip(rows := read_texts(args.input, task.text_columns), predict(model, rows)):
-        print(json.dumps({"text": row if len(row) > 1 else row[0], **pred}, ensure_ascii=False))
+    for row, pred in zip(rows := read_texts(args.input, task.text_columns, args.max_text_bytes), predict(model, rows)):
+        shown = [echo(text) for text in row]          # a long text is shown by its start
+        print(json.dumps({"text": shown if len(row) > 1 else shown[0], **pred}, ensure_ascii=False))
     return 0
 
 
@@ -609,6 +614,10 @@ def _predict_command(sub) -> None:
     p.add_argument("--model", required=True, help="a directory written by petl-nas train")
     p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
+    p.add_argument("--max-text-bytes", type=int, default=MAX_TEXT_BYTES,
+                   help=f"refuse a text (line or cell) longer than this many bytes (default {MAX_TEXT_BYTES:,}); "
+                        f"the model reads the run's max_length tokens of each, and answers show its first "
+                        f"{ECHO_CHARS} characters")
     p.set_defaults(func=cmd_predict)
 
 

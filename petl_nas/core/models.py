@@ -47,7 +47,7 @@ def check_weight_files(folder: str | Path) -> None:
     Reads headers and zip directories only, never the tensors."""
     folder = Path(folder)
     for file in sorted(folder.glob("*.safetensors")):
-        why = _safetensors_damage(file)
+        why = safetensors_damage(file)
         if why:
             raise ConfigError(f"model '{folder}': {file.name} is damaged ({why}); copy or download it again")
     for file in sorted(folder.glob("pytorch_model*.bin")):
@@ -65,7 +65,27 @@ def check_weight_files(folder: str | Path) -> None:
                               f"({', '.join(missing[:3])})")
 
 
-def _safetensors_damage(file: Path) -> str | None:
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+              "tokenizer.model", "spm.model")          # spm.model: DeBERTa v2/v3's only tokenizer file
+
+
+def check_backbone_files(backbone) -> None:
+    """A backbone folder must hold weights and a tokenizer (every worker loads both; a folder with
+    only config.json would otherwise fail each trial, after the study was made)."""
+    if not isinstance(backbone, str):
+        return
+    path = Path(resolve_model(backbone))
+    if not path.is_dir():
+        return                                  # a hub name: its config was found, the rest follows
+    if not any(any(path.glob(g)) for g in WEIGHTS):
+        raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
+    if not any((path / f).is_file() for f in TOKENIZER):
+        raise ConfigError(f"model {backbone!r}: the folder has no tokenizer files ({', '.join(TOKENIZER)})")
+    check_weight_files(path)
+
+
+def safetensors_damage(file: Path) -> str | None:
     """Why ``file`` is not a whole safetensors file (8-byte header length, JSON header, then the
     tensors' bytes up to the largest end offset), or None."""
     size = file.stat().st_size

@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import hashlib
 import json
 import shutil
@@ -35,10 +37,12 @@ from ..core.inject import CONFIG_FILE, load_petl, save_petl
 from ..core.precision import autocast_for
 from ..tasks import load_splits, recorded_task, resolve_task
 from ..search.experiment import Experiment
+from ..core.models import check_backbone_files
 from ..training.loop import train
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
 from ..training.threads import use_threads
 from .record import ExportRecord
+from .texts import MAX_TEXT_BYTES, check_size, echo
 
 TOKENIZER_DIR = "tokenizer"
 
@@ -88,6 +92,7 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed     # a record may leave it out
     splits = load_splits(task, data_dir=rec.data_dir, k=rec.k, data_seed=data_seed,
                          search_dev_size=1 if rec.k is None else rec.search_dev)
+    check_backbone_files(rec.backbone)
     model, tok = load_backbone(rec.backbone, task, splits)
     check_positions(model.config, base_recipe.max_length, "recipe.max_length")
     counts = count_parameters(model.config, config, task.num_labels)
@@ -102,15 +107,14 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     encoded = encode(splits, tok, max_length=base_recipe.max_length)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     n = seeds or rec.seeds or 1
-    runs, models = [], []
-    for seed in range(n):
+
+    def one(seed: int) -> tuple[dict, object]:
         run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --model OUT/seed_0)
         key = run_key(rec, seed)
         done = _finished_run(run_dir, key)
         if done is not None and not keep_models:
-            runs.append(done)
             printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
-            continue
+            return done, None
         if done is None and (run_dir / CONFIG_FILE).exists():
             printer(f"seed {seed}: {run_dir} holds a run of another record (configuration, recipe, backbone or "
                     f"data); it is replaced")
@@ -127,11 +131,24 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_folder(run_dir / TOKENIZER_DIR, lambda folder: tok.save_pretrained(str(folder)))
         save_petl(trained.cpu(), run_dir, info=info)       # last: its config file marks the run finished
-        runs.append(run)
-        if keep_models:
-            models.append(trained)
         printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s "
                 f"({result.threads} CPU thread{'s' * (result.threads != 1)}) -> {run_dir}")
+        return run, trained
+
+    finished: dict[int, tuple[dict, object]] = {}
+    elsewhere = []                                     # seeds another `train` into this folder is training
+    for seed in range(n):
+        with claim_seed(out, seed, wait=False) as mine:
+            if mine:
+                finished[seed] = one(seed)
+            else:
+                elsewhere.append(seed)
+    for seed in elsewhere:                             # then each is read as trained (or trained, if it stopped)
+        printer(f"seed {seed}: another `petl-nas train` into {out} is training it; waiting for it")
+        with claim_seed(out, seed, wait=True):
+            finished[seed] = one(seed)
+    runs = [finished[seed][0] for seed in range(n)]
+    models = [finished[seed][1] for seed in range(n) if finished[seed][1] is not None]
     _remove_other_records(out, rec, n, printer)
     last = [r["last"] for r in runs]
     scored = [r["metrics"] for r in runs if "metrics" in r]            # (runs an earlier petl-nas saved lack them)
@@ -146,6 +163,25 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
     return {**summary, "models": models} if keep_models else summary
+
+
+@contextlib.contextmanager
+def claim_seed(out: Path, seed: int, wait: bool):
+    """True while this process holds seed ``seed`` of ``out`` (an flock on ``seed_<seed>.lock``
+    there, removed after), so two `train` runs into one folder never train one seed twice; False
+    at once when another holds it and ``wait`` is False."""
+    path = out / f"seed_{seed}.lock"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            path.unlink(missing_ok=True)
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _remove_other_records(out: Path, rec: ExportRecord, n: int, printer) -> None:
@@ -224,7 +260,29 @@ def _info(directory: Path) -> dict:
             raise ConfigError(f"{directory}: a `petl-nas train` output folder; pass one of its runs: "
                               f"{directory / runs[0]}" + (f" (or {', '.join(runs[1:])})" if runs[1:] else ""))
         raise ConfigError(f"{directory}: no {CONFIG_FILE} here (not a trained PETL directory)")
-    return json.loads(path.read_text(encoding="utf-8")).get("info", {})
+    return check_run(directory)
+
+
+def check_run(directory: Path) -> dict:
+    """The ``info`` of the trained run ``directory``; one line naming its damaged file otherwise
+    (a config that is not the JSON `save_petl` writes, weights cut short: headers only are read)."""
+    from ..core.inject import WEIGHTS_FILE
+    from ..core.models import safetensors_damage
+
+    path = directory / CONFIG_FILE
+    try:
+        meta = json.loads(read_text(path))
+        why = None if isinstance(meta, dict) and isinstance(meta.get("petl_config"), dict) else "no petl_config in it"
+    except ValueError as e:
+        why = f"not JSON: {str(e).splitlines()[0]}"
+    if why:
+        raise ConfigError(f"{path}: damaged ({why}); copy or train the run again")
+    weights = directory / WEIGHTS_FILE
+    why = safetensors_damage(weights) if weights.is_file() else None
+    if why:
+        raise ConfigError(f"{weights}: damaged ({why}); copy or train the run again")
+    info = meta.get("info", {})
+    return info if isinstance(info, dict) else {}
 
 
 def fresh_backbone(directory: str | Path, backbone=None):
@@ -239,8 +297,12 @@ def fresh_backbone(directory: str | Path, backbone=None):
     if isinstance(backbone, dict):
         from transformers import AutoTokenizer
 
+        if not (directory / TOKENIZER_DIR).is_dir():        # else transformers would ask the hub for it
+            raise ConfigError(f"{directory}: a run on a tiny backbone keeps its tokenizer in {TOKENIZER_DIR}/, "
+                              f"and it is missing; copy the run's folder whole")
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
         return tiny_model(backbone, task, tok), tok, info
+    check_backbone_files(backbone)                # a damaged folder (--backbone DIR): one line naming the file
     model, tok = load_backbone(backbone, task)    # a name or path that is no model: one line, as count says it
     return copy.deepcopy(model), tok, info
 
@@ -254,11 +316,11 @@ def load(backbone, directory: str | Path):
     return model
 
 
-def check_input(path: str | Path) -> Path:
+def check_input(path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> Path:
     """``path`` if it is a file `read_texts` can read (checked before a model is loaded)."""
     path = _input_path(path)
     if path.suffix.lower() == ".txt":
-        _text_lines(path, say_skipped=False)           # said once, when `read_texts` reads them
+        _text_lines(path, say_skipped=False, max_bytes=max_bytes)     # said once, when `read_texts` reads them
     return path
 
 
@@ -273,10 +335,13 @@ def _input_path(path: str | Path) -> Path:
     return path
 
 
-def _text_lines(path: Path, say_skipped: bool = True) -> list[str]:
-    """The texts of a .txt input, one per line (UTF-8; a byte-order mark is not text). Blank lines
-    are not texts: skipped, and said once (each answer carries its text, so none shifts)."""
+def _text_lines(path: Path, say_skipped: bool = True, max_bytes: int = MAX_TEXT_BYTES) -> list[str]:
+    """The texts of a .txt input, one per line (UTF-8; a byte-order mark is not text), each at most
+    ``max_bytes``. Blank lines are not texts: skipped, and said once (each answer carries its text,
+    so none shifts)."""
     lines = read_text(path).splitlines()
+    for i, line in enumerate(lines):
+        check_size(line, f"input '{path}', line {i + 1}", max_bytes)
     texts = [line for line in lines if line.strip()]
     if not texts:
         raise ConfigError(f"input '{path}': no texts in it")
@@ -288,8 +353,9 @@ def _text_lines(path: Path, say_skipped: bool = True) -> list[str]:
     return texts
 
 
-def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
-    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's columns."""
+def read_texts(path: str | Path, text_columns, max_bytes: int = MAX_TEXT_BYTES) -> list[tuple[str, ...]]:
+    """Texts to label: a .txt file (one per line) or a .csv/.tsv/.json/.jsonl file with the task's
+    columns; each text at most ``max_bytes``."""
     from ..tasks.files import read_table
     from ..tasks.registry import checked_texts
 
@@ -299,9 +365,13 @@ def read_texts(path: str | Path, text_columns) -> list[tuple[str, ...]]:
         if len(text_columns) > 1:
             raise ConfigError(f"input '{path}': the model reads {len(text_columns)} texts a row "
                               f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns")
-        return [(line,) for line in _text_lines(path)]
+        return [(line,) for line in _text_lines(path, max_bytes=max_bytes)]
     table = read_table(str(path), text_columns)
-    return list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
+    rows = list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
+    for i, row in enumerate(rows):
+        for column, text in zip(text_columns, row):
+            check_size(text, f"input '{path}', row {i + 1}, column {column!r}", max_bytes)
+    return rows
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
@@ -346,4 +416,4 @@ def _generate(model, sources: list[str], info: dict, batch_size: int) -> list[st
     return [t.strip() for t in tok.batch_decode(out, skip_special_tokens=True)]
 
 
-__all__ = ["train_record", "fresh_backbone", "load", "predict", "check_input", "read_texts"]
+__all__ = ["train_record", "check_run", "fresh_backbone", "load", "predict", "check_input", "read_texts"]

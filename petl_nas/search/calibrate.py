@@ -37,6 +37,7 @@ from .storage import as_stored
 from .progress import Stage
 from .results import TrialResult
 from .specs import trial_recipe, trial_spec
+from . import claims
 from .study import CALIBRATION_ATTR, preset_in_space
 from .worker import free_memory, run_trial
 
@@ -197,20 +198,24 @@ def describe(record: dict) -> str:
                  f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)")
 
 
-def resolve(study, exp, baseline: dict | None, model_config, budget: int | None, printer):
-    """The experiment with a numeric trial length: calibrated now, or as a resumed study recorded."""
+def resolve(study, exp, baseline: dict | None, model_config, budget: int | None, printer, lock=None):
+    """The experiment with a numeric trial length: calibrated now by one worker of the study
+    (`claims.once` under ``lock``, the study's `ClaimLock`; the others wait for its record), or as
+    a resumed study recorded."""
     if exp.fidelity.epochs != "auto":
         return exp, None
     record = study.user_attrs.get(ATTR)
     if record is None:
-        names = calibration_presets(exp, model_config, budget)
-        if names:
-            printer(f"fidelity auto: calibrating the trial length on {', '.join(names)} ...")
-        record = calibrate(exp, baseline, model_config, budget, printer)
-        free_memory()              # the presets trained here: their GPU memory is the trials' again
-        # Another worker of the same study may have finished first: every worker uses one record.
-        record = study.user_attrs.get(ATTR) or record
-        study.set_user_attr(ATTR, record)
+        def measure() -> dict:
+            names = calibration_presets(exp, model_config, budget)
+            if names:
+                printer(f"fidelity auto: calibrating the trial length on {', '.join(names)} ...")
+            try:
+                return calibrate(exp, baseline, model_config, budget, printer)
+            finally:
+                free_memory()      # the presets trained here: their GPU memory is the trials' again
+        record, _ = claims.once(study, lock, ATTR, measure, printer, "fidelity auto", exp.heartbeat_interval,
+                                exp.grace_period)
     printer(describe(record))
     resolved = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, epochs=record["epochs"]))
     study.set_user_attr("fidelity", resolved.fidelity.__dict__)

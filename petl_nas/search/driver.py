@@ -11,7 +11,6 @@ is failed once its heartbeat lapses and trained again (see storage.py and docs/c
 Example:
     >>> summary = run_search(Experiment.load("experiments/examples/smoke.yaml"))   # doctest: +SKIP
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -27,40 +26,33 @@ from optuna.trial import TrialState
 
 from .. import __version__
 from . import calibrate, rates, study_note
-from ..core.budget import check_positions, count_parameters
-from ..errors import ConfigError
-from ..core.config import PetlConfig
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose, read_proposals
 from .confirm import confirmed_scores, confirmed_text, verdict
 from .finals import reevaluate_front
 from . import progress as progress_lines
 from ..training.costs import UNITS
-from .executors import EXECUTORS, Recorder, check_ray_address
-from .experiment import Experiment, large_budget_warning, parse_budget
+from .executors import EXECUTORS, Recorder
+from .experiment import Experiment, large_budget_warning
+from .inputs import check_inputs
 from ..fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
 from .records import SEARCH_DEV_LABELS, StoredTrial, record_session, stored_trials
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
-from .space import SearchSpace
 from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
                       running_without_heartbeat, sqlite_path)
 from .baselines import seed_sweep, sweep_trials
-from .warm_start import front_of, seed_warm_start
+from .warm_start import seed_warm_start
 from .fronts import source_of, sweep_line
 from ..tasks.significance import (clearly_better, encode_rows, has_error_bar, mean_std, paired_difference,
                                   trivial_baseline)
-from ..tasks.seq2seq import check_languages
 from ..tasks.shift import input_shift, shift_line
-from .study import (CALIBRATION_ATTR, INTERRUPTED, SAMPLERS, TrialSource, claimed, failure_counts, front, is_trained,
-                    make_sampler, open_study, presets_within, seed_presets, seeded_sampler, smallest_count,
-                    smallest_module, state_counts)
-from ..tasks import data_lines, load_splits, resolve_task
+from .study import (CALIBRATION_ATTR, INTERRUPTED, TrialSource, claimed, failure_counts, front, is_trained,
+                    make_sampler, open_study, seeded_sampler, seed_presets, state_counts)
+from ..tasks import data_lines
 from ..tasks.files import file_fingerprints
-from ..training.loop import Recipe, n_evaluations
+from ..training.loop import n_evaluations
 from .specs import trial_recipe, trial_spec
-from ..core.models import check_weight_files
-from ..training.loading import load_backbone, model_config_for
 
 
 @dataclass
@@ -197,69 +189,15 @@ def _absolute_paths(exp: Experiment) -> Experiment:
     return dataclasses.replace(exp, task=task, data_dir=data_dir, backbone=fix(exp.backbone))
 
 
-_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-_TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
-              "tokenizer.model", "spm.model")          # spm.model: DeBERTa v2/v3's only tokenizer file
-
-
-def _check_backbone_files(backbone) -> None:
-    """A backbone folder must hold weights and a tokenizer (every worker loads both; a folder with
-    only config.json would otherwise fail each trial, after the study was made)."""
-    if not isinstance(backbone, str):
-        return
-    from ..core.models import resolve_model
-
-    path = Path(resolve_model(backbone))
-    if not path.is_dir():
-        return                                  # a hub name: its config was found, the rest follows
-    if not any(any(path.glob(g)) for g in _WEIGHTS):
-        raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
-    if not any((path / f).is_file() for f in _TOKENIZER):
-        raise ConfigError(f"model {backbone!r}: the folder has no tokenizer files ({', '.join(_TOKENIZER)})")
-    check_weight_files(path)
-
-
 def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
     start = time.time()
     printer = printer or (lambda line: print(line, flush=True))     # live even when piped to a file
     exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
     with before_writing():                       # a stop here has written nothing: the CLI says so
-        task = resolve_task(exp.task)
-        task.check_max_length(exp.fidelity.max_length, "fidelity.max_length")
-        if exp.sampler not in SAMPLERS:
-            make_sampler(exp.sampler, exp.seed)                      # raises with the names
-        if exp.executor not in EXECUTORS:
-            raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
-        splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
-                             search_dev_size=exp.fidelity.search_dev)
-        model_config = model_config_for(exp.backbone, task, splits)
-        check_positions(model_config, exp.fidelity.max_length, "fidelity.max_length")
-        if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
-            check_languages(load_backbone(exp.backbone, task, splits)[1], task.seq2seq)
-        space = SearchSpace.load(exp.space)
-        n_layers = model_config.num_hidden_layers
-        backbone_params = count_parameters(model_config, PetlConfig()).backbone
-        budget = parse_budget(exp.budget, backbone_params)
-        smallest = smallest_count(space, model_config, n_layers)
-        if budget is not None and budget < smallest:
-            raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
-                              f"({smallest:,} deployable parameters on this backbone)")
-        fewest = smallest_module(space, model_config, n_layers)
-        if budget is not None and fewest is not None and budget < fewest:
-            raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
-                              f"{fewest:,} deployable parameters on this backbone (only the head would train)")
-        _check_backbone_files(exp.backbone)
-        if exp.sampler == "presets" and exp.strategy == "sampler" and not exp.warm_start and not exp.final.baselines:
-            _check_some_preset_fits(exp.presets, space, model_config, budget)
-        if exp.strategy != "sampler" and budget is None:
-            raise ConfigError(f"strategy: {exp.strategy} trains a supernet toward the budget; set a budget")
-        if exp.strategy != "sampler":
-            _check_oneshot_budgets(exp.oneshot.budgets or (), budget, max(smallest, fewest or 0), backbone_params)
-        if exp.executor == "ray":
-            check_ray_address(exp.ray_address)
-        if exp.warm_start:
-            front_of(exp.warm_start)                 # a source that cannot be read is said before a study exists
+        checked = check_inputs(exp)
+    task, splits, model_config, space = checked.task, checked.splits, checked.model_config, checked.space
+    budget, backbone_params = checked.budget, checked.backbone_params
 
     # ---- the study ------------------------------------------------------------------------------
     baseline = trivial_baseline(task, splits)
@@ -300,34 +238,6 @@ def _record_run(study, start: float, printer) -> None:
         record_session(study, start)
     except Exception as e:                                      # noqa: BLE001 - any storage error
         printer(f"warning: this run's wall time was not recorded on the study ({str(e).splitlines()[0]})")
-
-
-def _check_oneshot_budgets(budgets, budget: int, smallest: int, backbone_params: int) -> None:
-    """Each of ``oneshot.budgets`` a count below the study's budget and at least ``smallest``, the
-    space's smallest configuration with a module: the supernet proposes for those only. One error
-    line otherwise."""
-    for text in budgets:
-        try:
-            count = parse_budget(text, backbone_params)
-        except ConfigError as e:
-            raise ConfigError(f"oneshot: budgets: {e}") from None
-        if not smallest <= count < budget:
-            raise ConfigError(f"oneshot: budgets: {text} ({count:,} deployable parameters) is "
-                              + (f"not below the study's budget of {budget:,}" if count >= budget else
-                                 f"below the space's smallest module ({smallest:,})")
-                              + ": the supernet proposes for smaller budgets it can fill")
-
-
-def _check_some_preset_fits(names, space, model_config, budget: int | None) -> None:
-    """``sampler: presets`` trains presets only: one error, before a study exists, when none can train."""
-    fitting, over, refused = presets_within(names, space, model_config, budget)
-    if fitting:
-        return
-    whys = ([f"over the budget of {budget:,} deployable parameters: "
-             + ", ".join(f"{name} ({count:,})" for name, count in over)] if over else [])
-    whys += [f"the backbone cannot take {name} ({why})" for name, why in refused]
-    raise ConfigError(f"sampler: presets trains only presets, and none can train here: "
-                      f"{'; '.join(whys) if whys else 'presets: none'}")
 
 
 def _proposals(study) -> int:
@@ -418,11 +328,11 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if study.user_attrs.get("input_shift"):
         printer(shift_line(study.user_attrs["input_shift"]))
 
-    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer)
+    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer, lock)
     coming = exp.oneshot.rungs if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else 0
     measured = rates.resolve(study, exp, space, model_config, budget, printer,     # None: one rate per trial
                              known=calibrate.known_results(calibration),      # a run already trained: taken
-                             planned=rates.planned_runs(exp, remaining, coming))
+                             planned=rates.planned_runs(exp, remaining, coming), lock=lock)
     study_note.write(study)                         # the calibration runs, on the dashboard's study page
     if exp.strategy != "sampler":                   # the supernet's proposals, then the sampler's (both)
         if ONESHOT not in study.user_attrs:

@@ -51,7 +51,9 @@ from ..core.family_rates import at_rates as apply, families_of, reference_scale,
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
 from ..fileio import atomic_write
+from . import claims
 from .progress import Stage
+from .rates_file import check_record, keep_file, write_file
 from .records import RATE_CALIBRATION, RATES_SETTING
 from .results import TrialResult
 from .space import SearchSpace
@@ -333,14 +335,16 @@ def _measurer(exp, family: str, name: str, config: PetlConfig, printer, stage: S
 def lines(record: dict) -> list[str]:
     """One line per family: its rate and how it was found; then what calibration cost."""
     out = []
+    trained = record.get("rates", {})               # what each family trains at: said, whatever families says
     for family, f in record["families"].items():
+        rate = trained.get(family, f["rate"])
         if "tried" in f:
             how = ", ".join(f"{r:.1e} {s:.4f}" if s > -math.inf else f"{r:.1e} diverged" for r, s in f["tried"])
             edge = ("; the best is at the edge of the rates tried: more runs (rates.share) may find a better one"
                     if f.get("edge") else "")
-            out.append(f"rate {family}: {f['rate']:.1e} (measured on {f['probe']}: {how}{edge})")
+            out.append(f"rate {family}: {rate:.1e} (measured on {f['probe']}: {how}{edge})")
         else:
-            out.append(f"rate {family}: {f['rate']:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
+            out.append(f"rate {family}: {rate:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
                        f"the factor measured on the others; {f['why']})")
     folded = {f: v for f, v in (record.get("scales") or {}).items() if scale_can_be_a_rate(f)}
     if folded:                                         # (a multi-head adapter's scale is structure: not listed)
@@ -366,23 +370,14 @@ def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
             for r in (record or {}).get("results", {}).values()]
 
 
-def write_file(record: dict, path: Path) -> None:
-    """``rates.json``: what a later study reuses (no runs: their specs name this study's paths)."""
-    text = json.dumps({k: v for k, v in record.items() if k != "results"}, indent=2)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
-
-
 def read_file(path: str, exp) -> tuple[dict, list[str]]:
     """A ``rates.json`` to reuse, and what to say of it; one line when it cannot be (another backbone,
-    not such a file)."""
+    not such a file, a rate or scale out of its range: `rates_file.check_record`)."""
     try:
         record = json.loads(read_text(Path(path)))
     except (OSError, ValueError) as e:
         raise ConfigError(f"rates.file {path!r}: cannot be read as a rates file ({str(e).splitlines()[0]})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("rates"), dict) or not record["rates"] or not all(
-            isinstance(v, (int, float)) and v > 0 for v in record["rates"].values()):
-        raise ConfigError(f"rates.file {path!r}: not a rates file (no rates of families in it)")
+    check_record(record, path)                       # finite, positive, within range: said naming file and key
     if record.get("backbone") != json.dumps(exp.backbone):
         raise ConfigError(f"rates.file {path!r}: measured on backbone {record.get('backbone')}, not "
                           f"{json.dumps(exp.backbone)}; rates do not carry across backbones (calibrate again)")
@@ -427,26 +422,35 @@ def mode(study, exp) -> dict:
 
 
 def resolve(study, exp, space, model_config, budget: int | None, printer, known=(),
-            planned: int | None = None) -> dict | None:
-    """The study's rates: recorded, read from ``rates.file`` or measured now (and stored and
-    written; ``planned``: see `calibrate`); None for a study that draws one rate per trial."""
+            planned: int | None = None, lock=None) -> dict | None:
+    """The study's rates: recorded, read from ``rates.file`` or measured now by one worker of the
+    study (`claims.once` under ``lock``, the study's `ClaimLock`), stored, and written to
+    ``rates.json`` from the study's record; ``planned``: see `calibrate`. None for a study that
+    draws one rate per trial."""
     if not mode(study, exp)["calibrated"]:
         return None
     record = study.user_attrs.get(ATTR)
-    if record is None:
-        if exp.rates.file:
-            record, notes = read_file(exp.rates.file, exp)
-            for note in notes:
-                printer(note)
-        else:
+    path = exp.run_dir / exp.rates.FILE
+    if record is None and exp.rates.file:
+        record, notes = read_file(exp.rates.file, exp)
+        for note in notes:
+            printer(note)
+        if study.user_attrs.get(ATTR) is None:               # another worker may have stored first: its stands
+            study.set_user_attr(ATTR, record)
+        record = study.user_attrs[ATTR]
+    elif record is None:
+        def measure() -> dict:
             printer(f"rates auto: measuring the rate of each family "
                     f"({', '.join(study_families(space, model_config, budget, exp.final.baselines))}) on "
                     f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
                     f"runs ...")
-            record = calibrate(exp, space, model_config, budget, printer, known, planned)
-            write_file(record, exp.run_dir / exp.rates.FILE)
-        record = study.user_attrs.get(ATTR) or record        # another worker may have finished first
-        study.set_user_attr(ATTR, record)
+            return calibrate(exp, space, model_config, budget, printer, known, planned)
+        record, _ = claims.once(study, lock, ATTR, measure, printer, "rates auto", exp.heartbeat_interval,
+                                exp.grace_period, keep=lambda stored: write_file(stored, path))
+    if not record.get("source"):                             # measured here: the file is the study's record
+        said = keep_file(record, path)
+        if said:
+            printer(said)
     for line in lines(record):
         printer(line)
     return record

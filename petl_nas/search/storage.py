@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import re
 import sqlite3
 import threading
 import warnings
@@ -74,12 +75,21 @@ def _begin_immediate(conn) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.engine in _IMMEDIATE else "BEGIN")
 
 
+SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)   # query parameters that may hold one
+_USER_INFO = re.compile(r"(//[^/@\s:]*):[^/@\s]*@")
+_SECRET_QUERY = re.compile(r"([?&][^=&#\s]*(?:pass|pwd|secret|token|key)[^=&#\s]*=)[^&#\s]*", re.IGNORECASE)
+
+
 def redact(url: str) -> str:
-    """``url`` with its password hidden (for what the tools print and write)."""
+    """``url`` with its secrets hidden (for what the tools print and write): the password of its
+    user-info, and the value of each query parameter whose name says it holds one (``password``,
+    ``sslpassword``, ``secret``, ``token``, ``key``, ...). A URL SQLAlchemy cannot read is masked as text."""
     try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+        parsed = sqlalchemy.engine.make_url(url)
+        query = {k: "***" if SECRET_PARAMETER.search(k) else v for k, v in parsed.query.items()}
+        return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
     except Exception:                                           # noqa: BLE001 - only for messages
-        return url
+        return _SECRET_QUERY.sub(r"\1***", _USER_INFO.sub(r"\1:***@", str(url)))
 
 
 def with_installed_driver(url: str) -> str:
@@ -151,7 +161,7 @@ def check_existing(url: str) -> None:
     check_driver(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).is_file():
-            raise ConfigError(f"storage {url!r}: no such file {parsed.database!r} "
+            raise ConfigError(f"storage {redact(url)!r}: no such file {parsed.database!r} "
                               f"(sqlite:///relative/path.db, sqlite:////absolute/path.db)")
 
 

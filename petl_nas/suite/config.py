@@ -67,6 +67,7 @@ class Suite:
         for key in ("name", "tasks", "budgets"):
             if key not in data:
                 raise ConfigError(f"{source}: {key}: missing (a suite names its tasks, budgets and name)")
+        _check_name(data["name"], source)
         tasks = data["tasks"]
         if not isinstance(tasks, list) or not tasks:
             raise ConfigError(f"{source}: tasks: expected a non-empty list of task names or mappings")
@@ -82,8 +83,11 @@ class Suite:
         twice = next((n for n in labels if labels.count(n) > 1), None)
         if twice is not None:
             raise ConfigError(f"{source}: tasks: {twice!r} is given twice (give each a distinct name)")
-        if len(set(suite.budgets)) != len(suite.budgets):
-            raise ConfigError(f"{source}: budgets: a budget is given twice")
+        values = [budget_value(b) for b in suite.budgets]
+        twice = next((b for b, v in zip(suite.budgets, values) if values.count(v) > 1), None)
+        if twice is not None:
+            same = [b for b, v in zip(suite.budgets, values) if v == budget_value(twice)]
+            raise ConfigError(f"{source}: budgets: a budget is given twice ({', '.join(same)})")
         if supernet == "shared" and len({bool(check_budget_text(b).group(2)) for b in suite.budgets}) > 1:
             raise ConfigError(f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
                               f"counts), so that the largest is known before the backbone is read")
@@ -157,6 +161,38 @@ class Suite:
         return Path("runs") / self.name
 
 
+def budget_value(text: str) -> tuple[float, bool]:
+    """A budget as a number and whether it is a percentage: ``5%`` and ``5.0%`` are one budget."""
+    m = check_budget_text(text)
+    return float(m.group(1)), bool(m.group(2))
+
+
+def _check_name(name, source: str) -> None:
+    """A suite's name names its folder and studies: a string (YAML reads ``12345`` as a number and
+    ``2026-12-07`` as a date; quoted, either is a name)."""
+    if not isinstance(name, str):
+        kind = "a number" if isinstance(name, (int, float)) else "a date" if hasattr(name, "isoformat") else \
+            f"a {type(name).__name__}"
+        raise ConfigError(f"{source}: name: expected a string, got {name} (YAML reads it as {kind}: "
+                          f"write name: '{name}')")
+    if not _LABEL.fullmatch(name):
+        raise ConfigError(f"{source}: name: {name!r}: letters, digits, '_' or '-' (it names runs/NAME and the studies)")
+
+
+SEARCH_FLAGS = ((re.compile(r"use a new --study name or --force-new-study to replace it"),
+                 "rename the suite (name:) or delete that study to start it again"),
+                (re.compile(r"--data-dir (DIR)?"), "data_dir: DIR in the suite file "),
+                (re.compile(r"--study\b"), "suite name:"))
+
+
+def in_suite_terms(message: str) -> str:
+    """A search's error line said for a suite: its flags that ``suite`` does not have become the
+    suite file's keys (``--data-dir DIR``: ``data_dir: DIR``)."""
+    for pattern, words in SEARCH_FLAGS:
+        message = pattern.sub(words, message)
+    return message.replace("  ", " ")
+
+
 def _check_protocol(study, where: str) -> None:
     if not isinstance(study, dict):
         raise ConfigError(f"{where}: expected a mapping of experiment fields (the protocol)")
@@ -219,4 +255,4 @@ def _task(entry, source: str) -> SuiteTask:
     return SuiteTask(label, task, data_dir, study)
 
 
-__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE", "files_read", "files_written"]
+__all__ = ["Suite", "SuiteTask", "FROM_THE_SUITE", "budget_value", "files_read", "files_written", "in_suite_terms"]

@@ -36,7 +36,7 @@ from ..errors import ConfigError, error_line
 from ..search.records import ONESHOT, RATE_CALIBRATION, load_study
 from ..search.storage import close_storage
 from ..search.experiment import Rates
-from .config import files_read, files_written
+from .config import files_read, files_written, in_suite_terms
 
 POLL_S = 1.0              # how often finished studies and written files are looked for
 STOP_WAIT_S = 120        # for the stopped studies to keep what they finished (seconds at most, as a rule)
@@ -188,7 +188,7 @@ def study_process(exp, label: str, threads: int) -> None:
         if caused_by_interrupt(e):
             say("petl-nas: interrupted; the study is kept", sys.stderr)
             sys.exit(exit_status(e))
-        say(f"petl-nas: error: {error_line(e)}", sys.stderr)
+        say(f"petl-nas: error: {in_suite_terms(error_line(e))}", sys.stderr)
         sys.exit(2)
 
 

@@ -18,7 +18,8 @@ from ..fileio import atomic_write
 from ..search.records import load_study
 from ..search.storage import close_storage
 from . import cells as table
-from .config import Suite
+from .config import Suite, in_suite_terms
+from .plan import check_plan
 
 
 def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> list[dict]:
@@ -27,6 +28,8 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
     the suite's own, each study printing its lines to standard output from its process."""
     printer = printer or (lambda line: print(line, flush=True))
     studies = suite.in_running_order()
+    if train:
+        check_plan(suite)                     # every study's input, before the first trains
     done: dict[tuple[str, str], dict] = {}            # each study read once, after it ran
 
     def finished(task: str, budget: str, exp) -> None:
@@ -45,7 +48,11 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
                     + (f"; {left}" if left else "")
                     + (f"; its rates from {exp.rates.file}" if exp.rates.file else "")
                     + (f"; its proposals from {exp.oneshot.file}" if exp.strategy != "sampler" and exp.oneshot.file else ""))
-            run_search(exp, printer=printer)
+            try:
+                run_search(exp, printer=printer)
+            except ConfigError as e:          # said in the suite's terms, the error otherwise as it was
+                e.args = (in_suite_terms(str(e)),)
+                raise
         finished(task, budget, exp)
     return [done[t, b] for t, b, _ in suite.experiments()]
 

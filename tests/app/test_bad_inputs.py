@@ -31,6 +31,9 @@ rank: {low: 1, high: 8, log: true}
 scale: 1.0
 lr: {low: 3.0e-3, high: 3.0e-2, log: true}
 """
+RATES = {"rates": {"lora": 3e-3, "adapter": 1e-3}, "scales": {"lora": 2.0, "adapter": 1.0}, "factor": 1.0,
+         "backbone": json.dumps(TINY_BACKBONE), "task": "demo_sentiment",
+         "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 3e-3, "tried": [[3e-3, 0.8]]}}}
 SST2_TRAIN = "sentence\tlabel\n" + "".join(f"a {'good' if i % 2 else 'bad'} film number {i}\t{i % 2}\n"
                                            for i in range(60))
 
@@ -118,6 +121,12 @@ CASES = [
     ("objectives-empty-flag", {}, ["--objectives", ""], "objectives: expected [score, params] followed by"),
     ("oneshot-flag-with-sampler", {}, ["--oneshot-runs", "3"],
      "--oneshot-runs: applies to strategy oneshot or both, and this search's strategy is sampler"),
+    ("storage-password-in-query", {}, ["--storage", "nosuchdb://host/db?password=secret"], "cannot be opened"),
+    ("storage-sslpassword-no-server", {}, ["--storage", f"postgresql+psycopg2://u@127.0.0.1:{_free_port()}/db?"
+                                                        f"sslpassword=secret&application_name=petl"],
+     "cannot be opened"),
+    ("storage-sqlite-missing-with-password", {}, ["--warm-start", "sqlite:///nothere.db?password=secret#a"],
+     "warm start: storage 'sqlite:///nothere.db?password=***': no such file"),
     ("storage-postgres-alias", {}, ["--storage", "postgres://u:secret@127.0.0.1/db"],
      "SQLAlchemy names PostgreSQL 'postgresql://' (or 'postgresql+psycopg2://'), not 'postgres://'"),
     ("storage-bare-postgresql-no-server", {}, ["--storage", f"postgresql://u:secret@127.0.0.1:{_free_port()}/db"],
@@ -161,6 +170,14 @@ CASES = [
                     fidelity={"k": 8, "epochs": 1, "batch_size": 4, "max_length": 2, "search_dev": 4}),
       "lm.jsonl": "".join(json.dumps({"prompt": f"say {i}", "response": f"{i}"}) + "\n" for i in range(20))}, [],
      "fidelity.max_length 2 leaves no room for a causal_lm task's response: give at least 3"),
+    ("rates-file-cut-short", {"e.yaml": exp(rates={"file": "r.json"}), "r.json": json.dumps(RATES)[:40]}, [],
+     "rates.file 'r.json': cannot be read as a rates file"),
+    ("rates-file-rate-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
+                                "r.json": json.dumps({**RATES, "rates": {"lora": 1e9, "adapter": 1e-3}})}, [],
+     "r.json: rates.lora: expected a number above 0 and at most 1, got 1000000000.0"),
+    ("rates-file-scale-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
+                                 "r.json": json.dumps({**RATES, "scales": {"lora": 1e6}})}, [],
+     "r.json: scales.lora: expected a number above 0 and at most 100, got 1000000.0"),
     ("main-metric-lower-is-better",
      {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm", "main_metric": "perplexity"}),
       "lm.jsonl": json.dumps({"prompt": "say", "response": "it"}) + "\n"}, [],
@@ -432,3 +449,18 @@ def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, mo
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: budget")]
     assert len(said) == 1 and said[0].startswith("warning: budget 50% is ") and said[0].endswith(
         " parameters, 50% of the backbone; PETL configurations usually take under 5% (did you mean 0.5%?)"), said
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://u:secret@h/db?sslpassword=secret&application_name=a",
+     "postgresql://u:***@h/db?application_name=a&sslpassword=***"),
+    ("sqlite:///x.db?password=secret", "sqlite:///x.db?password=***"),
+    ("mysql://u@h/db?passwd=secret&secret_key=secret&charset=utf8",
+     "mysql://u@h/db?charset=utf8&passwd=***&secret_key=***"),
+    ("x://u:secret@h:notaport/db?token=secret&a=1", "x://u:***@h:notaport/db?token=***&a=1"),     # not SQLAlchemy's
+    ("sqlite:///study.db", "sqlite:///study.db"),
+])
+def test_a_url_is_shown_without_its_user_info_password_or_secret_parameters(url, shown):
+    from petl_nas.search.storage import redact
+
+    assert redact(url) == shown

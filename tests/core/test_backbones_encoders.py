@@ -277,7 +277,7 @@ def test_a_deberta_v3_folder_with_only_its_sentencepiece_model_trains(tmp_path):
 
     import sentencepiece
 
-    from petl_nas.search.driver import _check_backbone_files
+    from petl_nas.core.models import check_backbone_files as _check_backbone_files
     from petl_nas.search.worker import TrialSpec, run_trial
 
     tiny("deberta-v2").save_pretrained(tmp_path)
