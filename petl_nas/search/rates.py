@@ -93,7 +93,7 @@ def study_families(space, model_config, budget: int | None, baselines: bool = Tr
     from .baselines import family_baselines
 
     out = space_families(space)
-    if baselines:
+    if baselines and model_config is not None:
         for _, config in family_baselines(model_config, budget, model_config.num_hidden_layers):
             out += [f for f in families_of(config) if f in FAMILY_PROBES and f not in out]
     return out

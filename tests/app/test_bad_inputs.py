@@ -177,7 +177,7 @@ CASES = [
      "r.json: rates.lora: expected a number above 0 and at most 1, got 1000000000.0"),
     ("rates-file-scale-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
                                  "r.json": json.dumps({**RATES, "scales": {"lora": 1e6}})}, [],
-     "r.json: scales.lora: expected a number above 0 and at most 100, got 1000000.0"),
+     "r.json: scales.lora: expected a number above 0 and at most 1000, got 1000000.0"),
     ("main-metric-lower-is-better",
      {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm", "main_metric": "perplexity"}),
       "lm.jsonl": json.dumps({"prompt": "say", "response": "it"}) + "\n"}, [],

@@ -776,7 +776,7 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
 def test_ctrl_c_before_the_study_exists_says_nothing_was_written(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the search reads its data (or imports torch) once said "the study is kept" of a
     study never made; and an error raised while that stop unwinds is the stop too."""
-    from petl_nas.search import driver as search
+    from petl_nas.search import inputs as search            # where the search reads its data
     from petl_nas.app.cli import main
 
     write_experiment(tmp_path, experiment(tmp_path))
