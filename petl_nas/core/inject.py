@@ -70,6 +70,7 @@ class PetlRoot(nn.Module):
         self._pad_mask: torch.Tensor | None = None     # this forward's [B, L] padding mask (per-example gates)
         self._previous_attn: str | None = None
         self._sites: list[tuple[nn.Module, list, object]] = []  # (linear, its edits, its hook): `merge_lora` folds
+        self._input_sites: list[tuple[nn.Module, list]] = []   # (module, the edits that rewrite its input)
         self._shared_reads: list[SharedRead] = []      # modules of one layer reading one input (`shared_read`)
         self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
         self.merged = 0                                # LoRA updates `merge_lora` folded into their weights
@@ -446,6 +447,7 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
         linear = layer_lists[name][l].get_submodule(path)
         if inputs := [mod for kind, mod, _ in edits if kind == "input"]:
             handles.append(linear.register_forward_pre_hook(functools.partial(_apply_input_edits, root, inputs)))
+            root._input_sites.append((linear, inputs))
         if edits := [e for e in edits if e[0] != "input"]:
             handles.append(linear.register_forward_hook(functools.partial(_apply_edits, root, edits, name, l)))
             root._sites.append((linear, edits, handles[-1]))
@@ -636,15 +638,18 @@ def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
 
 
 def weight_edits(model: nn.Module) -> list[tuple[str, int, nn.Module, OutSlice | None]]:
-    """Each PETL module still computed on a backbone weight's output, in the order they apply: (the
+    """Each PETL module still computed on a backbone module's input or output (input edits first),
+    in the order they apply: (the
     name of the linear module it edits, relative to ``model``; the index of its module spec in the
     configuration, which names its form; the module; where its slice of a fused projection sits, or
     None). What PEFT's tuners are copied from (`deploy.convert`), for any form."""
     root = petl_root(model, "weight_edits")
     names = {id(m): n for n, m in model.named_modules()}
     owner = {id(m): int(key.split("_", 1)[0]) for key, group in root.groups.items() for m in group.modules()}
-    return [(names[id(linear)], owner[id(module)], module, extra if isinstance(extra, OutSlice) else None)
-            for linear, edits, _ in root._sites for kind, module, extra in edits]
+    rewritten = [(names[id(linear)], owner[id(module)], module, None)
+                 for linear, inputs in root._input_sites for module in inputs]
+    return rewritten + [(names[id(linear)], owner[id(module)], module, extra if isinstance(extra, OutSlice) else None)
+                        for linear, edits, _ in root._sites for kind, module, extra in edits]
 
 
 @contextlib.contextmanager

@@ -133,6 +133,18 @@ MIXABLE = ("LORA", "LOHA", "LOKR", "ADALORA", "OFT", "SHIRA")
 _PER_MODULE = {"r": "rank_pattern", "lora_alpha": "alpha_pattern", "alpha": "alpha_pattern"}
 
 
+# PEFT fields that name modules (a regular expression, or [] for none): several modules of one tuner
+# type join theirs (IA3's feed-forward modules are those of its ffn modules).
+_JOINED = ("target_modules", "feedforward_modules")
+
+
+def _joined(a, b):
+    """Two values of a `_JOINED` field as one: either one where the other names nothing."""
+    if not a or not b:
+        return a or b
+    return rf"(?:{a}|{b})"
+
+
 def _common_reasons(config: PetlConfig, model_config, spec, task_kind: str, head_apart: bool) -> list[str]:
     """What no PEFT tuner expresses, whatever the forms: gates, learned scales, a pooling the stock
     head cannot read (unless the head is written apart), a prompt PEFT would put elsewhere."""
@@ -188,9 +200,11 @@ def _tuner(group: list[tuple[int, ModuleSpec]], spec, model, reasons: list[str])
         if not out:
             out = fields
             continue
-        out["target_modules"] = rf"(?:{out['target_modules']}|{pattern})"
         for key, value in fields.items():
-            if key == "target_modules" or out.get(key) == value:
+            if key in _JOINED:
+                out[key] = _joined(out.get(key), value)
+                continue
+            if out.get(key) == value:
                 continue
             if key in _PER_MODULE:
                 out.setdefault(_PER_MODULE[key], {})[pattern] = value

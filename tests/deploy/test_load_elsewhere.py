@@ -164,3 +164,21 @@ def test_a_form_deploy_never_names_exports_through_its_hooks(tmp_path_factory, t
     merged["load_with"] = (lines + f".eval()\ntok = AutoTokenizer.from_pretrained({merged['out']!r})\n"
                            "logits = model(**tok(texts, padding=True, return_tensors='pt')).logits")
     assert float((load_elsewhere(merged, None) - expected).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["ia3", "ln_tuning", "vera", "fourierft", "lokr", "dora"])
+def test_each_of_todays_methods_loads_in_peft_without_petl_nas(tmp_path_factory, tmp_path, name):
+    """(IA)³ (keys, values and W2's input), LN-tuning, VeRA, FourierFT, LoKr and DoRA, trained on a
+    mean-pooled tiny BERT (the default backbone's pooling): their PEFT adapters, head beside them,
+    load by the printed lines and predict the trained model's logits to 1e-5."""
+    config = preset(name, hidden_size=32)
+    if name == "fourierft":                                   # n = 1000 is more than a 32×32 weight has
+        config = PetlConfig(modules=(ModuleSpec(form="fourierft", size=200, targets=("q", "v"),
+                                                composition="scaled", scale=140.0),))
+    import dataclasses
+
+    run = trained(tmp_path_factory, TINY_BERT, dataclasses.replace(config, pooling="mean"))
+    done = convert(run, tmp_path / "peft", "peft")
+    assert done["max_abs_diff"] <= 1e-5
+    got = load_elsewhere(done, base_checkpoint(run, tmp_path / "base"))
+    assert float((got - trained_logits(run)).abs().max()) <= 1e-5
