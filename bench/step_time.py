@@ -9,7 +9,7 @@ median of 20 timed steps after 5 warm-up steps (``--batch`` and ``--steps`` chan
 figures of issue 17 are batch 32 x 128, median of 50 after 10). Every row builds a fresh model from the same seed
 and makes the word-embedding output require grad, so every method backpropagates the whole stack.
 PEFT rows use the same sizes as the petl-nas preset they sit under (lora, lora_ffn, prefix,
-prompt_tuning, ia3, ia3_kv, ln_tuning, vera, fourierft); ``--minilm`` measures at the suite's backbone size. When CUDA is available the table is repeated on the GPU under bf16 autocast
+prompt_tuning, ia3, ia3_kv, ln_tuning, vera, fourierft, dora, lokr); ``--minilm`` measures at the suite's backbone size. When CUDA is available the table is repeated on the GPU under bf16 autocast
 (``--device`` picks one). On a GPU, wall time per step is bound by the host (Python and kernel
 launches) and drifts between runs, so each GPU row also profiles one step: the CUDA kernels it
 launches and the time the GPU spent in them, the steadier figure.
@@ -126,8 +126,8 @@ def peft_row(make_config: Callable) -> Callable:
 
 def peft_configs() -> dict[str, Callable]:
     """PEFT configs at the sizes of the petl-nas preset each is compared with."""
-    from peft import (FourierFTConfig, IA3Config, LNTuningConfig, LoraConfig, PrefixTuningConfig, PromptTuningConfig,
-                      TaskType, VeraConfig)
+    from peft import (FourierFTConfig, IA3Config, LNTuningConfig, LoKrConfig, LoraConfig, PrefixTuningConfig,
+                      PromptTuningConfig, TaskType, VeraConfig)
     cls = TaskType.SEQ_CLS
     return {
         "lora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
@@ -143,6 +143,9 @@ def peft_configs() -> dict[str, Callable]:
                                  feedforward_modules=r".*\.\d+\.output\.dense"),
         "ia3_kv": lambda: IA3Config(task_type=cls, target_modules=["key", "value"], feedforward_modules=[]),
         "ln_tuning": lambda: LNTuningConfig(task_type=cls, target_modules=r".*\.\d+\.(attention\.)?output\.LayerNorm"),
+        "dora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0, use_dora=True,
+                                   target_modules=["query", "value"]),
+        "lokr": lambda: LoKrConfig(task_type=cls, r=8, alpha=8, target_modules=["query", "value"]),
         "vera": lambda: VeraConfig(task_type=cls, r=1024, target_modules=["query", "value"], projection_prng_key=0),
         "fourierft": lambda: FourierFTConfig(task_type=cls, n_frequency=1000, scaling=140.0, random_loc_seed=0,
                                              target_modules=["query", "value"]),
