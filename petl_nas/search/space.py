@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import ConfigError, read_text, read_yaml, suggest
 from ..core.config import POOLINGS, ModuleSpec, PetlConfig, parse_blocks
 from ..core.forms import all_forms, form_named
-from ..core.forms.lora import SPACE_TARGETS
+from ..core.forms.weights import SPACE_TARGETS
 from ..core.presets import space_dir
 
 SITES = ("attn", "ffn")

@@ -4,52 +4,30 @@ It reads each weight's own input, as LoRA does, and takes LoRA's targets."""
 
 from __future__ import annotations
 
-from .base import Form, register
-from .lora import SPACE_TARGETS, WEIGHTS
+from .base import register
+from .weights import WeightUpdate
 
 
-class LoKrForm(Form):
+class LoKrForm(WeightUpdate):
     name, title = "lokr", "LoKr"
     keys = ("targets", "init")
-    parallel_only = True
     composition, init = "scaled", "lora"
     dimensions = ("composition", "rank", "scale", "lora_targets", "blocks")
     size_dimension = "rank"
     zero_start_inits = ("lora",)               # W₁ starts at 0
 
-    def targets(self, position):
-        return WEIGHTS[position]
-
-    def default_targets(self, position):
-        return ("q", "v") if position == "attn" else WEIGHTS["ffn"]
-
-    def check(self, spec, where):
-        from ...errors import ConfigError
-
-        if not spec.targets:
-            raise ConfigError(f"{where}.targets: LoKr needs at least one weight")
-
     def place(self, spec, at) -> None:
         from ..modules import LoKr
 
-        for layer in at.covered:
-            for target in spec.targets:
-                sites = at.block.sites(target)
-                for j, site in enumerate(sites):
-                    fan_in, fan_out = at.features(layer, site)
-                    key = f"{layer}_{target}" if len(sites) == 1 else f"{layer}_{target}_{j}"
-                    at.modules[key] = LoKr(spec, fan_in, fan_out, at.causal)
-                    at.edit(layer, site.path, "lora", at.modules[key], at.out_slice(layer, site))
+        for layer, _, site, key in self.weights(spec, at):
+            at.modules[key] = LoKr(spec, *at.features(layer, site), at.causal)
+            at.edit(layer, site.path, "lora", at.modules[key], at.out_slice(layer, site))
 
     def spec_fields(self, site, values):
-        targets = values["lora_targets"] if site == "attn" else "ffn"
-        return {"size": int(values["rank"]), "targets": SPACE_TARGETS[targets]}
+        return {"size": int(values["rank"]), "targets": self.space_targets(site, values)}
 
     def space_values(self, spec):
-        out = {"rank": spec.size}
-        if spec.position == "attn":
-            out["lora_targets"] = next((k for k, t in SPACE_TARGETS.items() if t == spec.targets), None)
-        return out
+        return {"rank": spec.size, **self.targets_value(spec)}
 
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)]

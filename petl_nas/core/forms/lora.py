@@ -5,17 +5,13 @@ LoRA's (one family): PEFT and the paper train A, B and the magnitudes at one rat
 
 from __future__ import annotations
 
-from .base import Form, register
-
-WEIGHTS = {"attn": ("q", "k", "v", "o"), "ffn": ("ffn_in", "ffn_out")}
-# A space's `lora_targets` choices and the weights each names.
-SPACE_TARGETS = {"qv": ("q", "v"), "qkvo": ("q", "k", "v", "o"), "q": ("q",), "v": ("v",), "ffn": ("ffn_in", "ffn_out")}
+from .base import register
+from .weights import WeightUpdate
 
 
-class LoRAForm(Form):
+class LoRAForm(WeightUpdate):
     name, title = "lora", "LoRA"
     keys = ("targets", "init", "dropout", "dora")
-    parallel_only = True
     composition, init = "scaled", "lora"
     dimensions = ("composition", "rank", "scale", "lora_targets", "dora", "blocks")
     size_dimension = "rank"
@@ -23,48 +19,28 @@ class LoRAForm(Form):
     sums_by_size = True                        # no bias, r·(in + out) per weight: linear in r
     zero_start_inits = ("lora",)               # B starts at 0
 
-    def targets(self, position):
-        return WEIGHTS[position]
-
-    def default_targets(self, position):
-        return ("q", "v") if position == "attn" else WEIGHTS["ffn"]
-
-    def check(self, spec, where):
-        from ...errors import ConfigError
-
-        if not spec.targets:
-            raise ConfigError(f"{where}.targets: LoRA needs at least one weight")
-
     def sums(self, spec):
         return not spec.dora                         # each DoRA rescales its own W + s·B·A
 
     def place(self, spec, at) -> None:
         from ..modules import DoRA, LoRA
 
-        for layer in at.covered:
-            for target in spec.targets:
-                sites = at.block.sites(target)
-                for j, site in enumerate(sites):
-                    fan_in, fan_out = at.features(layer, site)
-                    key = f"{layer}_{target}" if len(sites) == 1 else f"{layer}_{target}_{j}"
-                    if spec.dora:
-                        lora = at.modules[key] = DoRA(spec, at.weight(layer, site), at.causal)
-                    else:
-                        lora = at.modules[key] = LoRA(spec, fan_in, fan_out, at.causal)
-                    at.edit(layer, site.path, "weight" if spec.dora else "lora", lora, at.out_slice(layer, site))
-                    source = at.input_source(target)
-                    if source is not None and not spec.dropout:
-                        at.share_read(layer, source, lora)
+        for layer, target, site, key in self.weights(spec, at):
+            if spec.dora:
+                lora = at.modules[key] = DoRA(spec, at.weight(layer, site), at.causal)
+            else:
+                lora = at.modules[key] = LoRA(spec, *at.features(layer, site), at.causal)
+            at.edit(layer, site.path, "weight" if spec.dora else "lora", lora, at.out_slice(layer, site))
+            source = at.input_source(target)
+            if source is not None and not spec.dropout:
+                at.share_read(layer, source, lora)
 
     def spec_fields(self, site, values):
-        targets = values["lora_targets"] if site == "attn" else "ffn"
-        return {"size": int(values["rank"]), "targets": SPACE_TARGETS[targets], "dora": bool(values.get("dora", False))}
+        return {"size": int(values["rank"]), "targets": self.space_targets(site, values),
+                "dora": bool(values.get("dora", False))}
 
     def space_values(self, spec):
-        out = {"rank": spec.size, "dora": spec.dora}
-        if spec.position == "attn":
-            out["lora_targets"] = next((k for k, t in SPACE_TARGETS.items() if t == spec.targets), None)
-        return out
+        return {"rank": spec.size, "dora": spec.dora, **self.targets_value(spec)}
 
     def supernet_fields(self, site, space, gate):
         return {"targets": space.targets(site), **gate}

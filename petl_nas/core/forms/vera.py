@@ -4,30 +4,17 @@ L_t·(out + r) parameters. PEFT's `VeraConfig` is the same model (``projection_p
 
 from __future__ import annotations
 
-from .base import Form, register
-from .lora import SPACE_TARGETS, WEIGHTS
+from .base import register
+from .weights import WeightUpdate
 
 
-class VeRAForm(Form):
+class VeRAForm(WeightUpdate):
     name, title = "vera", "VeRA"
     keys = ("targets", "dropout", "seed")
-    parallel_only = True
     composition, init = "add", "lora"          # b starts at 0: Δh = 0 (``init`` is not VeRA's to choose)
     dimensions = ("vera_rank", "lora_targets", "blocks")
     size_dimension = "vera_rank"
     zero_start_inits = ("lora",)
-
-    def targets(self, position):
-        return WEIGHTS[position]
-
-    def default_targets(self, position):
-        return ("q", "v") if position == "attn" else WEIGHTS["ffn"]
-
-    def check(self, spec, where):
-        from ...errors import ConfigError
-
-        if not spec.targets:
-            raise ConfigError(f"{where}.targets: VeRA needs at least one weight")
 
     def shared(self, spec):
         from ..modules import VeraBases
@@ -37,24 +24,15 @@ class VeRAForm(Form):
     def place(self, spec, at) -> None:
         from ..modules import VeRA
 
-        for layer in at.covered:
-            for target in spec.targets:
-                sites = at.block.sites(target)
-                for j, site in enumerate(sites):
-                    fan_in, fan_out = at.features(layer, site)
-                    key = f"{layer}_{target}" if len(sites) == 1 else f"{layer}_{target}_{j}"
-                    vera = at.modules[key] = VeRA(spec, at.shared, fan_in, fan_out, at.causal)
-                    at.edit(layer, site.path, "lora", vera, at.out_slice(layer, site))
+        for layer, _, site, key in self.weights(spec, at):
+            vera = at.modules[key] = VeRA(spec, at.shared, *at.features(layer, site), at.causal)
+            at.edit(layer, site.path, "lora", vera, at.out_slice(layer, site))
 
     def spec_fields(self, site, values):
-        targets = values["lora_targets"] if site == "attn" else "ffn"
-        return {"size": int(values["vera_rank"]), "targets": SPACE_TARGETS[targets]}
+        return {"size": int(values["vera_rank"]), "targets": self.space_targets(site, values)}
 
     def space_values(self, spec):
-        out = {"vera_rank": spec.size}
-        if spec.position == "attn":
-            out["lora_targets"] = next((k for k, t in SPACE_TARGETS.items() if t == spec.targets), None)
-        return out
+        return {"vera_rank": spec.size, **self.targets_value(spec)}
 
     def describe(self, spec):
         return ["on " + ",".join(spec.targets), *([f"seed {spec.seed}"] if spec.seed else [])]

@@ -58,7 +58,7 @@ from ...core.modules.phm import CompacterAdapter
 from ...core.modules.prefix import PrefixEncoder
 from ..space import DEFAULTS, LORA_TARGETS as SPACE_LORA_TARGETS
 from ...core.forms import all_forms
-from ...core.forms.lora import WEIGHTS as LORA_TARGETS
+from ...core.forms.weights import WEIGHTS as LORA_TARGETS
 from .gates import HardConcrete
 
 GATES = "oneshot_gates"
