@@ -205,8 +205,10 @@ def test_the_lora_sweep_trains_at_loras_measured_rate(tmp_path):
     assert any("LoRA rank sweep queued (on top of the trials; at LoRA's measured rate)" in line for line in lines)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     lora = study.user_attrs[rates.ATTR]["rates"]["lora"]
-    sweep = [t for t in stored_trials(study) if t.sweep]
+    sweep = [t for t in stored_trials(study) if t.sweep and t.sweep.startswith("lora_")]
     assert sweep and all(t.lr_scale == 1.0 and t.lr == lora for t in sweep)
+    others = [t for t in stored_trials(study) if t.sweep and not t.sweep.startswith("lora_")]
+    assert others and all(t.lr_scale == 1.0 for t in others)        # today's methods, at their families' rates
 
 
 def test_each_family_is_one_line_saying_how_its_rate_was_found():
