@@ -101,13 +101,17 @@ def test_studies_side_by_side_record_what_they_record_one_after_another(tmp_path
 
 @pytest.mark.slow
 def test_a_failed_study_is_named_and_the_others_finish(tmp_path, capfd):
-    broken = {"name": "gone", "task": {"train": str(tmp_path / "no.tsv"), "dev": str(tmp_path / "no.tsv"),
-                                       "text_columns": ["sentence"], "label_column": "label"}}
-    path = suite_file(tmp_path, tasks=[broken, "demo_keyword"], budgets=["5%"])
+    """A study that fails once it runs (its inputs pass the suite's check: here its storage already
+    holds a study of that name made with another space, which only opening it finds)."""
+    path = suite_file(tmp_path, budgets=["5%"])                    # demo_keyword, then colours
+    for label, _, exp in Suite.load(path).experiments():
+        if label == "colours":
+            os.makedirs(exp.run_dir, exist_ok=True)
+            optuna.create_study(study_name=exp.study_name, storage=exp.storage_url).set_user_attr("space_hash", "0")
     assert main(["suite", "--experiment", path, "--jobs", "2"]) == 2
     err = capfd.readouterr().err
-    assert "[gone 5%] petl-nas: error: " in err
-    assert err.strip().splitlines()[-1].startswith("petl-nas: error: suite s: 1 of 2 studies failed: gone at 5% "
+    assert "[colours 5%] petl-nas: error: " in err and "was made with another space" in err
+    assert err.strip().splitlines()[-1].startswith("petl-nas: error: suite s: 1 of 2 studies failed: colours at 5% "
                                                    "(exit status 2) (the lines above say why")
     cells = json.loads((tmp_path / "runs" / "s" / "suite.json").read_text())["cells"]
     assert [c["task"] for c in cells if c.get("pick")] == ["demo_keyword"]          # the other one finished
