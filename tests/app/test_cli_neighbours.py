@@ -346,3 +346,16 @@ def test_predict_says_sst2s_label_names_and_keeps_the_id():
     out = predict(_Classifier({"task": {"train": "a.csv"}, "labels": ["no", "yes"], "kind": "classification"}),
                   [("a fine film",)])
     assert (out[0]["label"], out[0]["label_id"]) == ("yes", 1)
+
+
+def test_quickstart_help_says_its_experiments_defaults():
+    """The quickstart's help cannot import its experiment (that loads torch for every command): this
+    test holds the two together."""
+    from petl_nas.app.quickstart import default_experiment
+
+    exp, parser = default_experiment(), _subparsers()["quickstart"]
+    for flag, value in (("--trials", exp.trials), ("--k", exp.fidelity.k), ("--epochs", exp.fidelity.epochs),
+                        ("--final-seeds", exp.final.seeds)):
+        assert f"(default {value:g}" in _help_of(parser, flag), flag
+    assert f"(default {exp.name}," in _help_of(parser, "--name")
+    assert "(default: local Ray)" in _help_of(parser, "--executor") and exp.executor == "ray"
