@@ -26,6 +26,7 @@ from ..rules import (BOOL, TEXT, Rule, auto_or, check_fields, field_rules, numbe
                      yaml_hint)
 from ..training.costs import check_objectives
 from ..core.presets import check_preset_names, preset_names
+from .storage_url import STUDY_FILE, as_url
 
 # a trial trains on one device: more than one GPU would be reserved and idle (and Ray takes no 1.5 GPUs)
 _ONE_GPU_AT_MOST = Rule((lambda v: number(0, False)[0](v) and v <= 1),
@@ -502,7 +503,7 @@ class Experiment:
 
     @property
     def storage_url(self) -> str:
-        return self.storage or f"sqlite:///runs/{self.name}/study.db"
+        return as_url(self.storage) if self.storage else f"sqlite:///runs/{self.name}/{STUDY_FILE}"
 
     @property
     def run_dir(self) -> Path:
