@@ -23,44 +23,50 @@ from ..training.compiling import COMPILE_MODES
 from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
 from ..core.config import PetlConfig
 from ..deploy.texts import ECHO_CHARS, MAX_TEXT_BYTES
+from ..search.experiment import Experiment, Fidelity, OneShot
+from .doctor import DEFAULT_STORAGE
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
+from ..search.storage_url import STUDY_FILE, as_url, existing_url
 
 EXAMPLES = {
-    "search": "petl-nas search --experiment experiments/examples/smoke.yaml --storage sqlite:///runs/smoke/study.db\n"
+    "search": "petl-nas search --experiment experiments/examples/smoke.yaml --storage runs/smoke/\n"
               "  petl-nas search --experiment experiments/sst2_minilm/v1/experiment.yaml --budget 0.5% --trials 24",
     "space": "petl-nas space show unified --model all-MiniLM-L6-v2\n  petl-nas space validate my_space.yaml",
-    "export": "petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml\n"
-              "  petl-nas export --storage sqlite:///runs/sst2_minilm/study.db --budget 0.3% "
+    "export": "petl-nas export --storage runs/smoke/ -o best.yaml\n"
+              "  petl-nas export --storage runs/sst2_minilm/study.db --budget 0.3% "
               "--pick smallest-within=0.5 -o best.yaml --format peft\n"
-              "  petl-nas export --storage sqlite:///runs/smoke/study.db --list\n"
+              "  petl-nas export --storage runs/smoke/ --list\n"
               "  petl-nas export --storage sqlite:///runs/smoke/study.db --preset lora -o lora.yaml",
-    "train": "petl-nas train --config best.yaml --seeds 3 --out runs/best",
-    "predict": "petl-nas predict --model runs/best/seed_0 --input sentences.txt",
-    "convert": "petl-nas convert --model runs/best/seed_0 -o runs/best/model\n"
-               "  petl-nas convert --model runs/best/seed_0 --to peft -o runs/best/peft\n"
-               "  petl-nas convert --model runs/best/seed_0 --to merged -o runs/best/merged",
+    "train": "petl-nas train --config best.yaml --seeds 3 -o runs/best",
+    "predict": "petl-nas predict --run runs/best/seed_0 --input sentences.txt\n"
+               "  petl-nas predict --run runs/best/seed_0 --text 'a gripping film' --text 'dull and long'\n"
+               "  cat sentences.txt | petl-nas predict --run runs/best/seed_0",
+    "convert": "petl-nas convert --run runs/best/seed_0 -o runs/best/model\n"
+               "  petl-nas convert --run runs/best/seed_0 --to peft -o runs/best/peft\n"
+               "  petl-nas convert --run runs/best/seed_0 --to merged -o runs/best/merged",
     "count": "petl-nas count --model all-MiniLM-L6-v2 --preset mam\n"
              "  petl-nas count --model ./my-bert --config best.yaml --json",
     "presets": "petl-nas presets --model all-MiniLM-L6-v2\n  petl-nas presets houlsby",
-    "dashboard": "petl-nas dashboard --storage sqlite:///runs/smoke/study.db\n"
+    "dashboard": "petl-nas dashboard --storage runs/smoke/\n"
                  "  petl-nas dashboard --storage postgresql+psycopg2://user:pw@host/db --port 8081\n"
                  "  ssh -L 8081:127.0.0.1:8081 gpu-box    # on your laptop, for a dashboard on gpu-box: open http://127.0.0.1:8081/",
     "suite": "petl-nas suite --experiment suites/budgets.yaml\n"
              "  petl-nas suite --experiment suites/budgets.yaml --jobs 9 --executor local\n"
              "  petl-nas suite --experiment suites/budgets.yaml --table-only",
-    "report": "petl-nas report --storage sqlite:///runs/smoke/study.db -o runs/smoke/report\n"
-              "  petl-nas report --storage sqlite:///runs/sst2_minilm/study.db --study sst2_minilm -o report/",
+    "report": "petl-nas report --storage runs/smoke/ -o runs/smoke/report\n"
+              "  petl-nas report --storage runs/sst2_minilm/study.db --study sst2_minilm -o report/",
     "quickstart": "petl-nas quickstart\n"
                   "  petl-nas quickstart --data-dir ~/glue_data --trials 12\n"
                   "  petl-nas quickstart --demo --trials 4 --k 200 --epochs 1",
     "doctor": "petl-nas doctor\n"
               "  petl-nas doctor --storage postgresql+psycopg2://petl:petl@127.0.0.1:5432/petl_nas --start-ray",
 }
+STORAGE_FORMS = "a run folder (runs/NAME/), a SQLite file (runs/NAME/study.db) or an SQLAlchemy URL"
 TOP_EXAMPLES = """examples:
   petl-nas quickstart                                   a real, small search (MiniLM, SST-2 or a demo task)
   petl-nas search --experiment experiments/examples/smoke.yaml   a search from an experiment file
-  petl-nas export --storage sqlite:///runs/smoke/study.db -o best.yaml
-  petl-nas train --config best.yaml --out runs/best
+  petl-nas export --storage runs/smoke/ -o best.yaml
+  petl-nas train --config best.yaml -o runs/best
   petl-nas doctor                                       what this environment has and lacks
 
 Each command's --help has its own examples; the user guide is docs/guide.md."""
@@ -259,14 +265,15 @@ def cmd_export(args) -> int:
         raise ConfigError("give --budget or --preset, not both (--preset exports that preset, whatever its size)")
     if args.no_retime and not args.pick.startswith("fastest"):
         raise ConfigError("--no-retime is for --pick fastest-within=X (the other picks time nothing)")
-    study = load_study(args.storage, args.study)
+    url = existing_url(args.storage)
+    study = load_study(url, args.study)
     if args.list:
         print(front_table(study))
         return 0
     if not args.output:
         raise ConfigError("give -o FILE (or --list to print the front)")
     if args.preset:
-        rec = preset_record(study, args.preset, args.storage, args.recipe)
+        rec = preset_record(study, args.preset, url, args.recipe)
         budget = study.user_attrs.get("budget")
         if budget is not None and rec.counts["deployable"] > budget:
             print(f"note: preset {args.preset} takes {rec.counts['deployable']:,} deployable parameters, over the "
@@ -275,7 +282,7 @@ def cmd_export(args) -> int:
         budget = parse_budget(args.budget, study.user_attrs.get("backbone_params")) if args.budget else None
         retimed: dict[int, float] = {}
         again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
-        rec = record(study, choose(study, budget, args.pick, retime=again), args.storage, args.recipe)
+        rec = record(study, choose(study, budget, args.pick, retime=again), url, args.recipe)
         if retimed:
             rec.provenance["costs"] = {**rec.provenance.get("costs", {}),
                                        "latency_ms_retimed": retimed[rec.provenance["trial"]]}
@@ -375,7 +382,7 @@ def cmd_train(args) -> int:
     from ..tasks.significance import mean_std
 
     rec = read_record(args.config)
-    summary = train_record(rec, seeds=args.seeds, out=args.out, progress=not args.no_progress, compile=args.compile,
+    summary = train_record(rec, seeds=args.seeds, out=args.output, progress=not args.no_progress, compile=args.compile,
                            cuda_graphs=args.cuda_graphs, overwrite=args.overwrite)
     n = len(summary["runs"])
     others = ", ".join(f"{name} {value:.4f}" for name, value in summary["metrics"].items() if name != summary["metric"])
@@ -383,32 +390,61 @@ def cmd_train(args) -> int:
             if summary["test_rows"] < summary["test_rows_of"] else "")
     print(f"test {summary['metric']}: {mean_std(summary['mean'], summary['std'], n)}"
           f"{f' over {n} seeds' if n != 1 else ''}{f' ({others})' if others else ''}{rows}; "
-          f"PETL weights and metrics.json in {args.out}")
+          f"PETL weights and metrics.json in {args.output}")
     return 0
 
 
 def cmd_predict(args) -> int:
     from ..deploy.runs import check_input, load, predict, read_texts
-    from ..deploy.texts import echo
+    from ..deploy.texts import echo, given_texts, rows_of
     from ..tasks import recorded_task
 
     if args.max_text_bytes < 1:
         raise ConfigError(f"--max-text-bytes: expected a whole number >= 1, got {args.max_text_bytes}")
-    check_input(args.input, args.max_text_bytes)       # before the model loads
+    run = _trained_run(args)
+    given, where = _given_texts(args)                  # before the model loads
+    if given is None:
+        check_input(args.input, args.max_text_bytes)
+    else:
+        given = given_texts(given, where, args.max_text_bytes)
+        if not given:
+            raise ConfigError("no texts to label: " + ("every --text is blank" if args.text
+                                                       else "standard input is empty"))
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
-    model = load(backbone, args.model)
+    model = load(backbone, run)
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
-    for row, pred in zip(rows := read_texts(args.input, task.text_columns, args.max_text_bytes), predict(model, rows)):
+    rows = (read_texts(args.input, task.text_columns, args.max_text_bytes) if given is None
+            else rows_of(given, task.text_columns, where))
+    for row, pred in zip(rows, predict(model, rows)):
         shown = [echo(text) for text in row]          # a long text is shown by its start
         print(json.dumps({"text": shown if len(row) > 1 else shown[0], **pred}, ensure_ascii=False))
     return 0
+
+
+def _given_texts(args):
+    """(texts, where) from ``--text`` or standard input (``--input -``, or neither flag with a stdin
+    that is not a terminal); (None, None) for an ``--input`` file."""
+    if args.text and args.input:
+        raise ConfigError("give --input FILE or --text TEXT, not both")
+    if args.text:
+        return args.text, lambda i: f"--text {i + 1}"
+    if args.input not in (None, "-"):
+        return None, None
+    if args.input is None and sys.stdin.isatty():
+        raise ConfigError("give --input FILE, --text TEXT, or texts on standard input (one per line)")
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"standard input: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})") from None
+    return text.splitlines(), lambda i: f"standard input, line {i + 1}"
 
 
 def cmd_convert(args) -> int:
     from ..deploy.convert import convert
 
     backbone = json.loads(args.backbone) if args.backbone and args.backbone.startswith("{") else args.backbone
-    done = convert(args.model, args.output, args.to, backbone=backbone, base_name=args.base_name)
+    done = convert(_trained_run(args), args.output, args.to, backbone=backbone, base_name=args.base_name)
     to, peft_type = done["to"], done.get("peft_config", {}).get("peft_type")
     what = (f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
             if peft_type == "PROMPT_TUNING" else
@@ -443,14 +479,14 @@ def cmd_quickstart(args) -> int:
 def cmd_doctor(args) -> int:
     from .doctor import run
 
-    return run(storage=args.storage, start_ray=args.start_ray, data_dir=args.data_dir)
+    return run(storage=as_url(args.storage), start_ray=args.start_ray, data_dir=args.data_dir)
 
 
 def cmd_dashboard(args) -> int:
     from ..dashboards.launcher import serve
 
     try:
-        serve(args.storage, host=args.host, port=args.port, allow_writes=args.allow_writes,
+        serve(existing_url(args.storage), host=args.host, port=args.port, allow_writes=args.allow_writes,
               allowed_hosts=args.allowed_host or ())
     except KeyboardInterrupt:                  # Ctrl-C before the server was up: stop quietly too
         pass
@@ -465,7 +501,7 @@ def cmd_report(args) -> int:
                           "pip install 'petl-nas[dashboard]'")
     from ..dashboards.report import write_report
 
-    written = write_report(args.storage, args.study, args.output)
+    written = write_report(existing_url(args.storage), args.study, args.output)
     print(f"wrote {written[-1]} and {', '.join(p.name for p in written[:-1])}")
     return 0
 
@@ -510,45 +546,66 @@ def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _default(cls, name: str) -> str:
+    """The default of field ``name`` of the dataclass ``cls`` as ``--help`` shows it (``%`` escaped)."""
+    value = getattr(cls, name)
+    text = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else f"{value:g}" if isinstance(
+        value, float) else str(value)
+    return text.replace("%", "%%")
+
+
 def _search_command(sub) -> None:
+    def default(name: str, cls=Experiment) -> str:
+        return f"(default {_default(cls, name)})"
+
     p = _command(sub, "search", "search the design space under a parameter budget")
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
-    p.add_argument("--name", help="experiment name (default study name and runs/NAME folder)")
-    p.add_argument("--model", help="backbone: local directory or hub name")
+    p.add_argument("--name", help=f"experiment name: the study's name and the runs/NAME folder {default('name')}")
+    p.add_argument("--model", help=f"backbone: local directory or hub name {default('backbone')}")
     p.add_argument("--task", help="a GLUE task (sst2, cola, ...), xsum, wmt16_en_ro, or a built-in demo: "
                                    "demo_sentiment, demo_keyword, demo_copy or demo_reverse "
-                                   "(a task over your own files is written in the experiment file: task: {train: ...})")
+                                   "(a task over your own files is written in the experiment file: task: {train: ...}) "
+                                   + default("task"))
     p.add_argument("--data-dir", help="the folder of a built-in task's files: GLUE (<dir>/<TASK>/{train,dev}.tsv), "
                                       "XSum or WMT16 en-ro (docs/generation.md)")
-    p.add_argument("--budget", help="deployable parameters: 0.5%% of the backbone, or a count like 120000")
-    p.add_argument("--space", help="a space file or a name from search_space/: unified (the default), unified_short "
-                                   "(shorter trials, for CPUs: the quickstart's), small, mam, unipelt, seq2seq")
-    p.add_argument("--trials", type=int, help="trained trials the study should hold")
-    p.add_argument("--sampler", help="tpe (default), nsga2, random, gp, presets")
+    p.add_argument("--budget", help=f"deployable parameters: a share of the backbone such as 0.5%%, or a count like "
+                                    f"120000 {default('budget')}")
+    p.add_argument("--space", help="a space file or a name from search_space/: unified, unified_short "
+                                   "(shorter trials, for CPUs: the quickstart's), small, mam, unipelt, seq2seq "
+                                   + default("space"))
+    p.add_argument("--trials", type=int, help=f"trained trials the study should hold {default('trials')}")
+    p.add_argument("--sampler", help=f"tpe, nsga2, random, gp or presets {default('sampler')}")
     p.add_argument("--strategy", choices=["sampler", "oneshot", "both"],
-                   help="sampler (default); oneshot: a supernet's proposals; both: those, then the sampler's")
+                   help="sampler; oneshot: a supernet's proposals; both: those, then the sampler's "
+                        + default("strategy"))
     p.add_argument("--oneshot-runs", type=int, metavar="N",
-                   help="supernet runs; above 1, Optuna searches the supernet's knobs across them (oneshot.search)")
-    p.add_argument("--presets", help="auto (every preset that fits), none, or a comma-separated list")
-    p.add_argument("--executor", help="ray (default) or local (no Ray: trials in this process; several local "
-                                       "workers can share one study, docs/cluster.md)")
-    p.add_argument("--scheduler", help="asha (default) or fifo")
-    p.add_argument("--ray-address", help="an existing Ray cluster")
-    p.add_argument("--cpus-per-trial", type=float, help="CPU cores Ray reserves for each trial")
+                   help="supernet runs; above 1, Optuna searches the supernet's knobs across them (oneshot.search) "
+                        + default("runs", OneShot))
+    p.add_argument("--presets",
+                   help=f"auto (every preset that fits), none, or a comma-separated list {default('presets')}")
+    p.add_argument("--executor", help="ray or local (no Ray: trials in this process; several local "
+                                       f"workers can share one study, docs/cluster.md) {default('executor')}")
+    p.add_argument("--scheduler", help=f"asha or fifo {default('scheduler')}")
+    p.add_argument("--ray-address", help="an existing Ray cluster (default: a local Ray instance)")
+    p.add_argument("--cpus-per-trial", type=float,
+                   help=f"CPU cores Ray reserves for each trial {default('cpus_per_trial')}")
     p.add_argument("--gpus-per-trial", type=_number_or_auto("GPUs"),
-                   help="a share of a GPU per trial (fractions share a card), or auto (the default): "
-                        "none without GPUs, else as many trials per GPU as the first one's memory allows")
-    p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
+                   help="a share of a GPU per trial (fractions share a card), or auto: none without GPUs, else as "
+                        f"many trials per GPU as the first one's memory allows {default('gpus_per_trial')}")
+    p.add_argument("--storage", help=f"{STORAGE_FORMS} (default runs/NAME/{STUDY_FILE})")
     p.add_argument("--study", help="study name (default: the experiment name)")
     p.add_argument("--warm-start", metavar="URL[#STUDY]",
                    help="enqueue an earlier study's front first (another task or backbone), re-counted and filtered")
-    p.add_argument("--objectives", help="score,params (default), then any of step_time, memory, latency "
-                                        "(measured costs, minimised too)")
+    p.add_argument("--objectives", help="score,params, then any of step_time, memory, latency "
+                                        f"(measured costs, minimised too) {default('objectives')}")
     p.add_argument("--force-new-study", action="store_true",
                    help="replace a study made with another space or other scoring settings (task, budget, K, ...)")
-    p.add_argument("--k", type=int, help="training examples per trial (low-resource protocol)")
-    p.add_argument("--epochs", type=_number_or_auto("epochs"), help="epochs per search trial, or auto (calibrated before the search)")
-    p.add_argument("--seed", type=int, help="the seed of the sampler and of each trial's training (default 0)")
+    p.add_argument("--k", type=int,
+                   help=f"training examples per trial (low-resource protocol) {default('k', Fidelity)}")
+    p.add_argument("--epochs", type=_number_or_auto("epochs"),
+                   help="epochs per search trial, or auto (calibrated before the search) "
+                        + default("epochs", Fidelity))
+    p.add_argument("--seed", type=int, help=f"the seed of the sampler and of each trial's training {default('seed')}")
     p.set_defaults(func=cmd_search)
 
 
@@ -569,7 +626,7 @@ def _suite_command(sub) -> None:
 
 def _export_command(sub) -> None:
     p = _command(sub, "export", "choose a configuration from a study's Pareto front and write it")
-    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
+    p.add_argument("--storage", required=True, help="the study: " + STORAGE_FORMS)
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
     p.add_argument("--budget", help="only front members at or under this budget (0.3%% or a count)")
     p.add_argument("--pick", default="best", help="best (default: with final.confirm, a searched configuration "
@@ -596,9 +653,11 @@ def _train_command(sub) -> None:
     p = _command(sub, "train", "train an exported configuration; save only its PETL weights")
     p.add_argument("--config", required=True, help="a record written by petl-nas export")
     p.add_argument("--seeds", type=int, help="runs with seeds 0..N-1 (default: the record's, at least 1)")
-    p.add_argument("--out", default="petl_out", help="output folder: seed_N/ per run, and metrics.json")
+    p.add_argument("-o", "--output", "--out", dest="output", default="petl_out",
+                   help="output folder: seed_N/ per run, and metrics.json (default %(default)s; --out is its "
+                        "former name)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the runs another record left in --out (without it they are kept and the "
+                   help="replace the runs another record left in -o (without it they are kept and the "
                         "command refuses; the same record's runs are always kept and resumed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--compile", choices=COMPILE_MODES,
@@ -610,9 +669,13 @@ def _train_command(sub) -> None:
 
 
 def _predict_command(sub) -> None:
-    p = _command(sub, "predict", "label texts with a trained PETL directory")
-    p.add_argument("--model", required=True, help="a directory written by petl-nas train")
-    p.add_argument("--input", required=True, help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns")
+    p = _command(sub, "predict", "label texts with a trained PETL directory (one JSON line per text)")
+    _run_argument(p)
+    p.add_argument("--input", help=".txt (one text per line) or .csv/.tsv/.jsonl with the task's columns, or - for "
+                                   "standard input (one text per line; read too when neither --input nor --text "
+                                   "is given and it is not a terminal)")
+    p.add_argument("--text", action="append", metavar="TEXT",
+                   help="a text to label (repeat for several; a task of text pairs takes them tab-separated)")
     p.add_argument("--backbone", help="override the recorded backbone (name, path)")
     p.add_argument("--max-text-bytes", type=int, default=MAX_TEXT_BYTES,
                    help=f"refuse a text (line or cell) longer than this many bytes (default {MAX_TEXT_BYTES:,}); "
@@ -624,7 +687,7 @@ def _predict_command(sub) -> None:
 def _convert_command(sub) -> None:
     p = _command(sub, "convert", "write a trained directory as a HF PEFT adapter, a sentence-transformers folder or a "
                                  "merged transformers model")
-    p.add_argument("--model", required=True, help="a directory written by petl-nas train (e.g. runs/best/seed_0)")
+    _run_argument(p)
     p.add_argument("--to", choices=["peft", "sentence-transformers", "merged"],
                    help="peft: a PEFT adapter folder (PeftModel.from_pretrained; a head its model cannot read as "
                         "trained, e.g. after mean pooling, saved beside it); sentence-transformers: a folder "
@@ -637,6 +700,24 @@ def _convert_command(sub) -> None:
     p.add_argument("--base-name", help="with --to peft: the base model's name to write in adapter_config.json "
                                        "(default: the backbone's hub name, or its path when the run was given a folder)")
     p.set_defaults(func=cmd_convert)
+
+
+def _run_argument(p) -> None:
+    """``--run``: a trained run (``--model``, its former name, still read, with a line saying so)."""
+    p.add_argument("--run", metavar="DIR", help="a directory written by petl-nas train (e.g. runs/best/seed_0)")
+    p.add_argument("--model", dest="model_renamed", help=argparse.SUPPRESS)
+
+
+def _trained_run(args) -> str:
+    """The run ``--run`` (or the former ``--model``) names; one line on stderr for ``--model``."""
+    if args.run and args.model_renamed:
+        raise ConfigError("give --run DIR only (--model is its former name)")
+    if args.model_renamed:
+        print("petl-nas: warning: --model is renamed --run here (--model still works, for now)", file=sys.stderr)
+        return args.model_renamed
+    if not args.run:
+        raise ConfigError("give --run DIR: a directory written by petl-nas train (e.g. runs/best/seed_0)")
+    return args.run
 
 
 def _space_command(sub) -> None:
@@ -654,7 +735,8 @@ def _count_command(sub) -> None:
     p.add_argument("--preset", help="a named preset (see `petl-nas presets`)")
     p.add_argument("--config", help="a PetlConfig YAML or JSON file, an export record (export -o), or a "
                                     "trained model's folder or petl_config.json")
-    p.add_argument("--num-labels", type=int, default=2, help="size of the task head (1 = regression)")
+    p.add_argument("--num-labels", type=int, default=2,
+                   help="size of the task head (1 = regression; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_count)
 
@@ -668,7 +750,7 @@ def _presets_command(sub) -> None:
 
 def _dashboard_command(sub) -> None:
     p = _command(sub, "dashboard", "browse a study in optuna-dashboard, read-only (until Ctrl-C)")
-    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL (SQLite or PostgreSQL)")
+    p.add_argument("--storage", required=True, help="the study: " + STORAGE_FORMS)
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only). The dashboard has no "
@@ -685,7 +767,7 @@ def _dashboard_command(sub) -> None:
 
 def _report_command(sub) -> None:
     p = _command(sub, "report", "write a study's Pareto plot, hypervolume, importances and front table (HTML + PNG)")
-    p.add_argument("--storage", required=True, help="the study's SQLAlchemy URL")
+    p.add_argument("--storage", required=True, help="the study: " + STORAGE_FORMS)
     p.add_argument("--study", help="study name (may be left out when the storage holds one study)")
     p.add_argument("-o", "--output", required=True, help="folder for report.html and the PNGs")
     p.set_defaults(func=cmd_report)
@@ -700,15 +782,15 @@ def _quickstart_command(sub) -> None:
     p.add_argument("--k", type=int, help="training examples per trial (default 500)")
     p.add_argument("--epochs", type=float, help="epochs per trial (default 3)")
     p.add_argument("--final-seeds", type=int, help="seeds of the front's final re-evaluation (default 2; 0 skips it)")
-    p.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///runs/NAME/study.db)")
+    p.add_argument("--storage", help=f"{STORAGE_FORMS} (default runs/NAME/{STUDY_FILE})")
     p.add_argument("--executor", help="ray (default: local Ray) or local (no Ray)")
     p.set_defaults(func=cmd_quickstart)
 
 
 def _doctor_command(sub) -> None:
     p = _command(sub, "doctor", "check this environment: versions, GPUs, Ray, storage, extras, data, hub")
-    p.add_argument("--storage", default="sqlite:///runs/quickstart/study.db",
-                   help="the SQLAlchemy URL to check (default the quickstart's SQLite file)")
+    p.add_argument("--storage", default=DEFAULT_STORAGE,
+                   help=f"the storage to check: {STORAGE_FORMS} (default {DEFAULT_STORAGE}, the quickstart's)")
     p.add_argument("--start-ray", action="store_true", help="also start a local Ray instance and run a task")
     p.add_argument("--data-dir", help="a GLUE directory to check instead of the usual places")
     p.set_defaults(func=cmd_doctor)

@@ -139,10 +139,10 @@ def next_steps(exp: Experiment) -> str:
         f"  petl-nas report --storage {url} -o {out}/report",
         "export the best configuration and train it (full recipe, saves only the PETL weights):",
         f"  petl-nas export --storage {url} -o {out}/best.yaml",
-        f"  petl-nas train --config {out}/best.yaml --out {out}/best",
+        f"  petl-nas train --config {out}/best.yaml -o {out}/best",
         "write it for tools without petl-nas (the most standard form that represents it exactly: for a LoRA on",
         "mean-pooled MiniLM, a sentence-transformers folder, head included) and load it in Python:",
-        f"  petl-nas convert --model {out}/best/seed_0 -o {out}/model",
+        f"  petl-nas convert --run {out}/best/seed_0 -o {out}/model",
         *(f"  {line}" for line in load_lines(f"{out}/model")),
     ])
 

@@ -104,7 +104,7 @@ def convert(directory: str | Path, out: str | Path, to: str | None = None, backb
             raise ConfigError(f"convert: the {to} model's outputs equal the trained model's, but its own generate() "
                               f"answers otherwise (step logits differ by up to {_gap(generated, answer):.2e}"
                               f"{_PEFT_PROMPT_GENERATION if prompt else ''}); nothing written (petl-nas predict "
-                              f"--model {directory} generates with it)")
+                              f"--run {directory} generates with it)")
         _usual_modes(staging)
         if out.exists():
             out.rmdir()
@@ -254,7 +254,7 @@ def _peft_model(model, directory: Path, task, apart: bool):
         raise ConfigError(f"{directory}: {e}") from None
     if len(configs) > 1:
         raise ConfigError(f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
-                          f"holds it but cannot save it (save_pretrained raises); petl-nas predict --model reads it")
+                          f"holds it but cannot save it (save_pretrained raises); petl-nas predict --run reads it")
     base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
     (adapter, exported), = configs.items()
     wrapped = peft.get_peft_model(base.base_model if apart else base, peft.get_peft_config(exported))
@@ -361,7 +361,7 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
     try:
         merge_and_unload(model)
     except ConfigError as e:
-        refused = ConfigError(f"{directory}: {e} (petl-nas predict --model reads it as it is)")
+        refused = ConfigError(f"{directory}: {e} (petl-nas predict --run reads it as it is)")
         if stock_head_fields(model, model.petl.pooling) != {}:
             raise refused from None
         try:                                      # a form PEFT expresses and merges (each form's own hooks)

@@ -36,6 +36,7 @@ from ..fileio import atomic_folder, atomic_write
 from ..core.inject import CONFIG_FILE, load_petl, save_petl
 from ..core.precision import autocast_for
 from ..tasks import load_splits, recorded_task, resolve_task
+from ..tasks.glue import label_names
 from ..search.experiment import Experiment
 from ..core.models import check_backbone_files
 from ..training.loop import train
@@ -109,7 +110,7 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     n = seeds or rec.seeds or 1
 
     def one(seed: int) -> tuple[dict, object]:
-        run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --model OUT/seed_0)
+        run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --run OUT/seed_0)
         key = run_key(rec, seed)
         done = _finished_run(run_dir, key)
         if done is not None and not keep_models:
@@ -375,7 +376,8 @@ def read_texts(path: str | Path, text_columns, max_bytes: int = MAX_TEXT_BYTES) 
 
 
 def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[dict]:
-    """Label each row: {"label", "probabilities": {label: p}} (classification), {"score"} (regression), or
+    """Label each row: {"label", "label_id", "probabilities": {label: p}} (classification: the label's name,
+    GLUE's for its numbered labels, and its index in the task's labels), {"score"} (regression), or
     {"generated"} (text of a seq2seq or causal-LM task, from the row's source or prompt)."""
     info = getattr(model.petl, "info", {}) or {}
     tok = model.petl_tokenizer
@@ -394,9 +396,9 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
                 out += [{"score": float(v)} for v in logits[:, 0]]
             else:
                 probs = logits.softmax(-1)
-                labels = info.get("labels") or [str(j) for j in range(probs.shape[-1])]
-                out += [{"label": labels[int(p.argmax())],
-                         "probabilities": {name: round(float(x), 6) for name, x in zip(labels, p)}} for p in probs]
+                names = label_names(info.get("task"), info.get("labels") or [str(j) for j in range(probs.shape[-1])])
+                out += [{"label": names[int(p.argmax())], "label_id": int(p.argmax()),
+                         "probabilities": {name: round(float(x), 6) for name, x in zip(names, p)}} for p in probs]
     return out
 
 

@@ -20,6 +20,10 @@ Today's small-budget methods ((IA)³, VeRA, FourierFT, LN-tuning, LoKr, DoRA: th
 paper sets it where it fits, else its largest shape that fits (`petl_nas.core.budget.fitted`: the
 most top layers, then the largest size), and none where no shape of it fits.
 
+`best_2022_baseline` is the best baseline among the methods the space held before those (no form
+of `petl_nas.core.eras.RECENT_FORMS`, no DoRA): what the pick is also compared with, so a suite shows
+what today's methods changed.
+
 `anchors` names the largest baseline of each kind that fits a budget: what a one-shot supernet
 builds around (`petl_nas.search.oneshot.derive.anchored`), so that a proposal can be a baseline
 plus what the supernet finds for the rest of the budget.
@@ -29,8 +33,11 @@ from __future__ import annotations
 
 import re
 
+from optuna.trial import TrialState
+
 from ..core.budget import count_parameters, fits, fitted
 from ..core.config import ModuleSpec, PetlConfig
+from ..core.eras import uses_recent_method
 from ..errors import ConfigError
 from .records import LR_FROM_SAMPLER, StoredTrial
 
@@ -116,6 +123,27 @@ def anchors(model_config, budget: int | None, n_layers: int) -> list[tuple[str, 
     return sorted(largest.values(), key=lambda p: count_parameters(model_config, p[1]).deployable)
 
 
+def best_2022_baseline(study):
+    """The best baseline (preset or sweep point) whose configuration uses no method added in 2023–24:
+    among those that learned, the best confirmed mean where confirmation re-scored any of them, else
+    the best search score; where none learned, the complete one with the best search score (as
+    confirmation's best baseline falls back); None where the study has no such baseline."""
+    from .confirm import confirmed_scores, is_baseline, mean_score
+
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE and t.values is not None and is_baseline(t) and not _recent(t)]
+    learned = [t for t in done if not StoredTrial.of(t).did_not_learn]
+    confirmed = set(confirmed_scores(study))
+    if [t for t in learned if t.number in confirmed]:
+        return max((t for t in learned if t.number in confirmed), key=lambda t: mean_score(study, t))
+    return max(learned or done, key=lambda t: t.values[0], default=None)
+
+
+def _recent(trial) -> bool:
+    stored = StoredTrial.of(trial)
+    return stored.petl_config is not None and uses_recent_method(stored.config(resolved=False))
+
+
 def sweep_trials(study) -> set[str]:
     """Names of the sweep points already in the study (whatever their state)."""
     return {s.sweep for s in map(StoredTrial.of, study.get_trials(deepcopy=False)) if s.sweep}
@@ -192,4 +220,5 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
     return len(have) + len(queued), lines
 
 
-__all__ = ["lora_sweep", "budget_baselines", "family_baselines", "seed_sweep", "sweep_trials", "RANKS", "PROMPT_TOKENS"]
+__all__ = ["best_2022_baseline", "lora_sweep", "budget_baselines", "family_baselines", "seed_sweep", "sweep_trials",
+           "RANKS", "PROMPT_TOKENS"]

@@ -37,7 +37,7 @@ from .inputs import check_inputs
 from ..fileio import atomic_write
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .packing import GpuPacking
-from .records import SEARCH_DEV_LABELS, StoredTrial, record_session, stored_trials
+from .records import SEARCH_DEV_LABELS, StoredTrial, mark_finished, record_session, stored_trials
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
 from .storage import (ClaimLock, Heartbeat, close_storage, fail_interrupted, fail_stale, redact,
                       running_without_heartbeat, sqlite_path)
@@ -220,7 +220,9 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     exp = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, length_buckets=recorded["length_buckets"],
                                                                 precision=recorded.get("precision", "auto")))
     try:
+        mark_finished(study, False)
         summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
+        mark_finished(study, True)
     finally:
         try:
             _record_run(study, start, printer)   # stopped or not: the study's wall time adds up over resumes

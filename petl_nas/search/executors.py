@@ -38,6 +38,7 @@ from .interrupts import caused_by_interrupt, raise_if_stopped
 from .packing import GpuPacking
 from .results import TrialResult
 from ..tasks.significance import Z, did_not_learn
+from .experiment import Experiment
 from .storage import as_stored
 from .study import Proposal, TrialSource
 from ..tasks import resolve_task
@@ -460,8 +461,9 @@ def private_ray():
 
 
 def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
-            run_dir: str, cpus_per_trial: float = 1.0, gpus_per_trial: float | str = "auto",
-            concurrent: int | None = None, scheduler: str = "asha", address: str | None = None,
+            run_dir: str, cpus_per_trial: float = Experiment.cpus_per_trial,
+            gpus_per_trial: float | str = Experiment.gpus_per_trial, concurrent: int | None = None,
+            scheduler: str = Experiment.scheduler, address: str | None = None,
             first_rung: int = 1, reserved_mb: float = 0.0, packing: GpuPacking | None = None,
             printer: Callable[[str], None] = print) -> GpuPacking | None:
     """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first

@@ -16,25 +16,30 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..training.compiling import COMPILE_MODES
 from ..errors import ConfigError, check_keys, read_text, read_yaml
-from ..rules import TEXT, auto_or, check_fields, number, one_of, optional, whole, yaml_hint
+from ..rules import (BOOL, TEXT, Rule, auto_or, check_fields, field_rules, number, one_of, option, optional, whole,
+                     yaml_hint)
 from ..training.costs import check_objectives
 from ..core.presets import check_preset_names, preset_names
+from .storage_url import STUDY_FILE, as_url
 
 # a trial trains on one device: more than one GPU would be reserved and idle (and Ray takes no 1.5 GPUs)
-_ONE_GPU_AT_MOST = ((lambda v: number(0, False)[0](v) and v <= 1),
-                    "a number from 0 to 1 (a trial trains on one GPU; a fraction shares a card)")
+_ONE_GPU_AT_MOST = Rule((lambda v: number(0, False)[0](v) and v <= 1),
+                        "a number from 0 to 1 (a trial trains on one GPU; a fraction shares a card)",
+                        {"type": "number", "minimum": 0, "maximum": 1})
 # A search's name is also its folder, runs/NAME: one plain path component, so no name writes elsewhere.
-_RUN_NAME = ((lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v) is not None),
-             "a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME)")
+_RUN_NAME = Rule((lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v) is not None),
+                 "a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME)",
+                 {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"})
 
 
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(%?)$")
+BUDGET_SCHEMA = {"anyOf": [{"type": "string", "pattern": _BUDGET.pattern}, {"type": "integer", "minimum": 0}]}
 
 
 def check_budget_text(text: str | int | float) -> re.Match:
@@ -84,6 +89,13 @@ def parse_budget(text: str | int | float | None, backbone_params: int | None) ->
 
 NEW_STUDY_PRECISION = "native"    # `fidelity.precision: auto` in a new study: bf16 where computed natively
 NEW_STUDY_LENGTH_BUCKETS = 16    # `fidelity.length_buckets: auto` in a new study: 0.36x the tokens on SST-2
+
+
+_SHARE_FROM_0 = Rule((lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1),
+                     "a number in [0, 1)", {"type": "number", "minimum": 0, "exclusiveMaximum": 1})
+
+
+_NAME_OR_MAPPING = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "object"}]}
 
 
 LARGE_BUDGET = 0.10     # of the backbone: PETL methods train well under 5% (Houlsby's adapters 3.6%)
@@ -143,20 +155,33 @@ class Fidelity:
             which the final recipe then does not reproduce.
     """
 
-    k: int | None = 1000
-    epochs: float | str = "auto"
-    batch_size: int = 32
-    max_length: int = 64
-    evals_per_epoch: int = 1
-    length_buckets: int | str = "auto"   # 0: uniform shuffle; N: similar lengths from pools of N batches
-    frozen_cache_mb: int = 0    # 0: off; N: reuse the frozen layers' output, up to N MiB per worker
-    precision: str = "auto"     # auto (new study: native), native, bf16, fp32
-    compile: str = "off"        # off, or a torch.compile mode (petl_nas.training.compiling)
-    cuda_graphs: bool = False   # on a GPU: replay each step as a CUDA graph (petl_nas.training.step_graphs)
-    search_dev: int = 500
-    max_steps: int | None = None
-    eval_rows: int | None = None
-    score: str = "last"
+    k: int | None = option(1000, "training rows per trial (`null`: all of them)", optional(whole(1)))
+    epochs: float | str = option("auto", "epochs per trial, or `auto`: calibrated on a few presets before the search",
+                                 auto_or(number(0, True)))
+    batch_size: int = option(32, "rows per batch", whole(1))
+    max_length: int = option(64, "tokens per row (longer rows are cut)", whole(1))
+    evals_per_epoch: int = option(1, "evaluations per epoch where every one is read (ASHA, `score: best`); "
+                                     "otherwise a trial evaluates once", whole(1))
+    length_buckets: int | str = option(
+        "auto", "`0`: a uniform shuffle; N: batches of rows of similar lengths, from pools of N batches; `auto`: 16 "
+                "in a new study, what a resumed study recorded", auto_or(whole(0)))
+    frozen_cache_mb: int = option(0, "`0`: off; N: reuse what the frozen layers below a trial's lowest trained one "
+                                     "compute, up to N MiB per worker", whole(0))
+    precision: str = option(
+        "auto", "`native` (bf16 wherever the device computes it natively: a GPU from Ampere on, a CPU with "
+                "AVX512-BF16 or AMX; fp32 elsewhere), `bf16`, `fp32`, or `auto`: `native` for a new study, what a "
+                "resumed study recorded (one made before `native` recorded `auto`: bf16 on a GPU, fp32 on a CPU)",
+        one_of("auto", "native", "bf16", "fp32"))
+    compile: str = option("off", "`off`, or a `torch.compile` mode for every trial's steps",
+                          Rule(one_of(*COMPILE_MODES)[0], one_of(*COMPILE_MODES)[1],
+                               {"enum": [*COMPILE_MODES, False]}))    # YAML 1.1 reads a bare off as false
+    cuda_graphs: bool = option(False, "on a GPU: each step recorded once per batch shape and replayed as a CUDA graph",
+                               BOOL)
+    search_dev: int = option(500, "rows carved from the training data to score trials on", whole(1))
+    max_steps: int | None = option(None, "a cap on each trial's optimiser steps", optional(whole(1)))
+    eval_rows: int | None = option(None, "score each evaluation on the search dev's first rows only",
+                                   optional(whole(1)))
+    score: str = option("last", "a trial's score: its `last` evaluation or its `best` one", one_of("last", "best"))
 
     def __post_init__(self):
         if self.compile is False:             # YAML 1.1 reads a bare ``off`` as false
@@ -164,12 +189,7 @@ class Fidelity:
         if self.compile is True:
             raise ConfigError("fidelity: compile: expected one of " + ", ".join(COMPILE_MODES) + ", got true (YAML "
                               "reads on and yes as true: name a mode, such as default)")
-        check_fields(self, "fidelity: ", {"score": one_of("last", "best"),
-            "k": optional(whole(1)), "epochs": auto_or(number(0, True)), "batch_size": whole(1),
-            "max_length": whole(1), "evals_per_epoch": whole(1), "search_dev": whole(1),
-            "length_buckets": auto_or(whole(0)), "frozen_cache_mb": whole(0), "precision": one_of("auto", "native", "bf16", "fp32"),
-            "compile": one_of(*COMPILE_MODES), "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
-            "cuda_graphs": ((lambda v: isinstance(v, bool)), "true or false")})
+        check_fields(self, "fidelity: ", field_rules(Fidelity))
         if self.compile != "off" and self.frozen_cache_mb:
             raise ConfigError("fidelity: compile and frozen_cache_mb cannot be combined (the cached layers' "
                               "per-batch feeding would recompile every step); set one of them to its default")
@@ -182,27 +202,33 @@ class Fidelity:
 class FinalEval:
     """The re-evaluation of the Pareto front on the held-out test split (the task's dev set)."""
 
-    seeds: int = 3
-    epochs: float = 10.0
-    k: int | None = -1          # -1: the same K as the search; None: the full training set
-    max_front: int = 8          # re-evaluate at most this many front members (best search scores first)
-    presets: str = "best"       # also re-evaluate the best preset within budget ("all", "none")
-    max_steps: int | None = None  # cap on optimiser steps per run (the search's cap does not apply)
-    eval_rows: int | None = None  # score on the first rows of the test split only (None: all of it)
-    baselines: bool = True      # the LoRA rank sweep within budget (baselines.py), trained in the search on top of trials
-    confirm: int = 3            # re-score this many top trials and the best baseline over extra seeds on search-dev (confirm.py)
-    confirm_seeds: int = 2      # the extra seeds of each confirmed trial
-    confirm_baselines: int = 3  # and up to this many baselines within noise of the best one's search score
-    reference: str | None = "lora"  # a preset a larger pick must beat beyond noise on search-dev (confirm.py)
+    seeds: int = option(3, "seeds each re-evaluated configuration trains (`0`: no re-evaluation)", whole(0))
+    epochs: float = option(10.0, "epochs of the final recipe", number(0, True))
+    k: int | None = option(-1, "training rows of the final runs: `-1` the search's K, `null` all of them",
+                           optional(whole(-1)))
+    max_front: int = option(8, "front members re-evaluated at most (best search scores first)", whole(1))
+    presets: str = option("best", "also re-evaluate the best preset within budget (`all`, `none`)",
+                          one_of("best", "all", "none"))
+    max_steps: int | None = option(None, "a cap on each final run's optimiser steps", optional(whole(1)))
+    eval_rows: int | None = option(None, "score on the test split's first rows only", optional(whole(1)))
+    baselines: bool = option(True, "the LoRA rank sweep within the budget, trained on top of `trials`", BOOL)
+    confirm: int = option(3, "re-score this many top trials, and the best baselines (`confirm_baselines`), over "
+                             "extra seeds on the search dev before choosing (`0`: choose by single scores)", whole(0))
+    confirm_seeds: int = option(2, "the extra seeds of each confirmed trial", whole(1))
+    confirm_baselines: int = option(
+        3, "also re-score up to this many baselines (presets, rank-sweep points, the baselines built for the budget) "
+           "whose search scores are within noise of the best baseline's; the best baseline is then the best "
+           "confirmed mean among them (where none learned and a searched trial did: the one with the best search "
+           "score)", whole(1))
+    reference: str | None = option(
+        "lora", "a preset (PEFT's LoRA r=8 on q, v by default) confirmed beside them wherever it learned; a pick "
+                "with more deployable parameters that does not beat it beyond noise on search-dev gives way to it, "
+                "unless the best baseline or the best confirmed mean does (`null`: off; no effect where the preset "
+                "is over the budget or not among the study's presets)",
+        lambda: optional(one_of(*preset_names())))
 
     def __post_init__(self):
-        check_fields(self, "final: ", {
-            "seeds": whole(0), "epochs": number(0, True), "k": optional(whole(-1)),
-            "max_front": whole(1), "presets": one_of("best", "all", "none"),
-            "max_steps": optional(whole(1)), "eval_rows": optional(whole(1)),
-            "baselines": ((lambda v: isinstance(v, bool)), "true or false"),
-            "confirm": whole(0), "confirm_seeds": whole(1),
-            "confirm_baselines": whole(1), "reference": optional(one_of(*preset_names()))})
+        check_fields(self, "final: ", field_rules(FinalEval))
 
 
 @dataclass(frozen=True)
@@ -227,17 +253,21 @@ class Rates:
             rate times the factor measured on the others.
     """
 
-    calibrate: str = "auto"
-    file: str | None = None
-    spread: float = 2.0
-    share: float = 0.15
+    calibrate: str = option("auto", "`auto`: measure each family's rate on search-dev before the trials, which then "
+                                    "draw only `lr_scale`; `off`: one rate per trial from the space's `lr`",
+                            one_of("auto", "off"))
+    file: str | None = option(None, "a `rates.json` of an earlier study on the same backbone to reuse instead of "
+                                    "measuring (rates in (0, 1], scales in (0, 1000])", optional(TEXT))
+    spread: float = option(2.0, "`lr_scale` ranges over [1/spread, spread] around the measured rates (`1`: exactly "
+                                "them)", number(1, False))
+    share: float = option(0.15, "calibration takes at most this share of the runs the study will train (trials, "
+                                "presets, sweep, baselines, one-shot proposals, confirmation, finals)",
+                          Rule((lambda v: number(0, True)[0](v) and v < 1), "a number between 0 and 1",
+                               {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}))
     FILE = "rates.json"        # what a study that measures the rates writes in its run folder
 
     def __post_init__(self):
-        check_fields(self, "rates: ", {"calibrate": one_of("auto", "off"), "file": optional(TEXT),
-                                       "spread": number(1, False),
-                                       "share": ((lambda v: number(0, True)[0](v) and v < 1),
-                                                 "a number between 0 and 1")})
+        check_fields(self, "rates: ", field_rules(Rates))
         if self.file is not None and self.calibrate == "off":
             raise ConfigError("rates: file gives measured rates, and calibrate: off asks for none; drop one of them")
 
@@ -299,37 +329,53 @@ class OneShot:
     DEFAULT_SEARCH = {"lr": (3e-4, 3e-3), "gate_lr": (0.01, 0.2), "penalty_step": (0.005, 0.08),
                       "temperature": (1 / 3, 1.0)}
 
-    rungs: int = 10
-    lr: float = 1e-3
-    proposal_lr: str | float = "supernet"
-    gate_lr: float = 0.05
-    epochs: float | None = None
-    init_open: float = 0.9
-    penalty_step: float = 0.02
-    warmup: float = 0.5
-    temperature: float = 2 / 3
-    runs: int = 1
-    search: dict | None = None
-    budgets: list | None = None
-    file: str | None = None
-    anchors: bool = True
-    retry_lr: float = 1 / 3
+    rungs: int = option(10, "budgets on the ladder up to the budget, each read off the supernet as one proposal",
+                        whole(1))
+    lr: float = option(1e-3, "the supernet's learning rate; in a study with measured rates (`rates: auto`), each "
+                             "family of the supernet trains at its measured rate instead (a knob search's `lr` moves "
+                             "them all by `lr` / this value)", number(0, True))
+    proposal_lr: str | float = option(
+        "supernet", "the proposals' rate as trials: `supernet` (its `lr`), `sampler`, or a number",
+        Rule((lambda v: v in ("sampler", "supernet") or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                          and v > 0)), "sampler, supernet or a positive number",
+             {"anyOf": [{"enum": ["sampler", "supernet"]}, {"type": "number", "exclusiveMinimum": 0}]}))
+    gate_lr: float = option(0.05, "the gates' learning rate", number(0, True))
+    epochs: float | None = option(None, "the supernet's training length (default: the trials' epochs)",
+                                  optional(number(0, True)))
+    init_open: float = option(0.9, "every gate's starting chance of being open",
+                              Rule((lambda v: isinstance(v, (int, float)) and 0 < v < 1), "a number between 0 and 1",
+                                   {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}))
+    penalty_step: float = option(0.02, "how fast the count's penalty rises while over the budget", number(0, True))
+    warmup: float = option(0.5, "the share of the supernet's steps trained before the count's penalty starts (its "
+                                "weights and gates learn the task first; `0`: the penalty from the first step, as "
+                                "before 2026-11-29)", _SHARE_FROM_0)
+    temperature: float = option(2 / 3, "the hard-concrete gates' β (2/3)", number(0, True))
+    runs: int = option(1, "supernet runs; with more, Optuna searches the knobs in `search` across them", whole(1))
+    search: dict | None = option(
+        None, "`{knob: [low, high]}` for `lr`, `gate_lr`, `penalty_step`, `temperature`, `init_open` (default with "
+              "`runs` > 1: the first four)", accepts="a mapping of knob: [low, high], or null",
+        schema={"anyOf": [{"type": "null"}, {"type": "object", "minProperties": 1,
+                                             "propertyNames": {"enum": ["lr", "gate_lr", "penalty_step",
+                                                                        "temperature", "init_open"]},
+                                             "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2,
+                                                                      "items": {"type": "number",
+                                                                                "exclusiveMinimum": 0}}}]})
+    budgets: list | None = option(
+        None, "smaller budgets (`0.01%` or counts) the supernet also proposes for, each with its own ladder, written "
+              "to `runs/NAME/oneshot.json`", accepts="a list of budgets (0.01% or counts), or null",
+        schema={"anyOf": [{"type": "null"}, {"type": "array", "minItems": 1, "items": BUDGET_SCHEMA}]})
+    file: str | None = option(None, "an `oneshot.json` of another study: enqueue its proposals for this budget and "
+                                    "train no supernet (same backbone, task, data and space)", optional(TEXT))
+    anchors: bool = option(True, "also propose, at each budget, the largest baseline of each kind that fits (LoRA on "
+                                 "q, v; on every linear layer; on the top layers; a prompt; BitFit; LayerNorms) "
+                                 "whole, with what the supernet keeps beside it in the rest of the budget", BOOL)
+    retry_lr: float = option(1 / 3, "a supernet that did not learn (search-dev within noise of the trivial baseline) "
+                                    "or whose loss diverged is trained once more with every rate times this (`0`: not "
+                                    "retried; a knob search is not retried); the record keeps the first run's score",
+                             _SHARE_FROM_0)
 
     def __post_init__(self):
-        check_fields(self, "oneshot: ", {"rungs": whole(1), "lr": number(0, True), "gate_lr": number(0, True),
-                                          "proposal_lr": ((lambda v: v in ("sampler", "supernet") or (
-                                              isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)),
-                                              "sampler, supernet or a positive number"),
-                                          "epochs": optional(number(0, True)),
-                                          "init_open": ((lambda v: isinstance(v, (int, float)) and 0 < v < 1),
-                                                        "a number between 0 and 1"),
-                                          "penalty_step": number(0, True), "temperature": number(0, True),
-                                          "warmup": ((lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                      and 0 <= v < 1), "a number in [0, 1)"),
-                                          "runs": whole(1), "file": optional(TEXT),
-                                          "anchors": ((lambda v: isinstance(v, bool)), "true or false"),
-                                          "retry_lr": ((lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                        and 0 <= v < 1), "a number in [0, 1)")})
+        check_fields(self, "oneshot: ", field_rules(OneShot))
         if self.budgets is not None:
             object.__setattr__(self, "budgets", check_budget_list(self.budgets, "oneshot: budgets"))
         if self.file is not None and (self.budgets or self.runs > 1):
@@ -372,54 +418,70 @@ class OneShot:
 
 @dataclass(frozen=True)
 class Experiment:
-    name: str = "search"
-    backbone: Any = "all-MiniLM-L6-v2"
-    task: Any = "sst2"          # a name, or {train, dev, text_columns, label_column, ...} files
-    data_dir: str | None = None
-    budget: str | int | None = "0.5%"
-    space: str = "unified"
-    trials: int = 24
-    sampler: str = "tpe"
-    startup_trials: int = 10    # TPE/GP: proposals drawn at random before the model takes over
-    presets: Any = "auto"       # "auto" (every preset that fits), a list of names, or "none"
-    warm_start: str | None = None  # URL[#STUDY]: an earlier study's front as the first proposals (warm_start.py)
-    objectives: tuple = ("score", "params")  # then any of step_time, memory, latency (costs.py), all minimised
-    strategy: str = "sampler"   # sampler, oneshot (a supernet's proposals, petl_nas.search.oneshot) or both
-    oneshot: OneShot = field(default_factory=OneShot)
-    seed: int = 0
-    data_seed: int = 111
-    executor: str = "ray"
-    ray_address: str | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float | str = "auto"   # auto: none without GPUs, else packed by measured memory
-    concurrent: int | None = None
-    scheduler: str = "fifo"     # asha stops trials by how fast they learn (docs/guide.md)
-    storage: str | None = None
-    study: str | None = None
-    fidelity: Fidelity = field(default_factory=Fidelity)
-    final: FinalEval = field(default_factory=FinalEval)
-    rates: Rates = field(default_factory=Rates)
-    heartbeat_interval: int = 20    # seconds between heartbeats of each running trial
-    grace_period: int = 60          # a RUNNING trial silent this long lost its worker: FAIL, then retried
-    stale_retries: int = 1          # how many times a lost trial is enqueued again
+    name: str = option("search", "the study's name and its `runs/NAME/` folder: letters, digits, `.`, `_`, `-`",
+                       _RUN_NAME)
+    backbone: Any = option("all-MiniLM-L6-v2", "a local folder, a hub name, or `{tiny: {hidden_size: 32, ...}}` (a "
+                                               "random model built from a config)",
+                           accepts="a folder, a hub name or a mapping", schema=_NAME_OR_MAPPING)
+    task: Any = option("sst2", "a GLUE task, `xsum`, `wmt16_en_ro`, a demo (`demo_sentiment`, `demo_keyword`, "
+                               "`demo_copy`, `demo_reverse`), or your own files: `{train: f.csv, dev: g.csv, ...}`",
+                       accepts="a task name or a mapping of files", schema=_NAME_OR_MAPPING)
+    data_dir: str | None = option(None, "the folder of a built-in task's files (else the usual places are looked in)",
+                                  optional(TEXT))
+    budget: str | int | None = option(
+        "0.5%", "deployable parameters: a share of the backbone, or a count such as `120000`; at most the whole "
+                "backbone (over 10% warns)",
+        Rule((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
+             "a count or a percentage such as 0.5%", {"anyOf": [*BUDGET_SCHEMA["anyOf"], {"type": "null"}]}))
+    space: str = option("unified", "a space file, or a name from `search_space/`", TEXT)
+    trials: int = option(24, "trained trials the study should hold, presets and warm starts among them",
+                         Rule(whole(0)[0], "a whole number >= 1", {"type": "integer", "minimum": 0}))  # 0: oneshot
+    sampler: str = option("tpe", "`tpe`, `nsga2`, `random`, `gp` or `presets` (the presets alone)", TEXT)
+    startup_trials: int = option(10, "TPE's and GP's random proposals before their model takes over", whole(1))
+    presets: Any = option(
+        "auto", "`auto` (every preset that fits the budget), a list of names, or `none`",
+        Rule((lambda v: v in ("auto", "none") or (isinstance(v, (list, tuple)) and all(isinstance(n, str) for n in v))),
+             "auto, none or a list of preset names",
+             {"anyOf": [{"enum": ["auto", "none"]}, {"type": "array", "items": {"type": "string"}}]}))
+    warm_start: str | None = option(None, "`URL[#STUDY]`: an earlier study's front as the first proposals",
+                                    optional(TEXT))
+    objectives: tuple = option(("score", "params"), "then any of `step_time`, `memory`, `latency`, minimised too",
+                               accepts="[score, params], then any of step_time, memory, latency",
+                               schema={"type": "array", "minItems": 2, "prefixItems": [{"const": "score"},
+                                                                                       {"const": "params"}],
+                                       "items": {"enum": ["step_time", "memory", "latency"]}})
+    strategy: str = option("sampler", "`sampler`, `oneshot` (a supernet's proposals) or `both`",
+                           one_of("sampler", "oneshot", "both"))
+    oneshot: OneShot = option(meaning="the supernet of `strategy: oneshot` or `both`", factory=OneShot)
+    seed: int = option(0, "the sampler's and the trials' seed", whole(0))
+    data_seed: int = option(111, "which K rows train, and which rows the search dev takes", whole(0))
+    executor: str = option("ray", "`ray` (Ray Tune) or `local` (trials in this process)", TEXT)
+    ray_address: str | None = option(None, "an existing Ray cluster to join (else a local one)", optional(TEXT))
+    cpus_per_trial: float = option(1.0, "CPUs Ray gives each trial", number(0, True))
+    gpus_per_trial: float | str = option(
+        "auto", "`auto` (none without a GPU, else trials packed by their measured memory) or a share of one GPU",
+        auto_or(_ONE_GPU_AT_MOST))
+    concurrent: int | None = option(None, "trials in flight at once (default: the slots the CPUs and GPUs give)",
+                                    optional(whole(1)))
+    scheduler: str = option(
+        "fifo", "`fifo` (every trial trains to its end; with `score: last` it evaluates once) or `asha` (stops "
+                "trials whose early scores are low, that is, those that learn slowly; reads every evaluation)",
+        one_of("asha", "fifo"))
+    storage: str | None = option(None, "the study's SQLAlchemy URL (default: SQLite in `runs/NAME/study.db`)",
+                                 optional(TEXT))
+    study: str | None = option(None, "the study's name in the storage (default: `name`)", optional(TEXT))
+    fidelity: Fidelity = option(meaning="how each trial trains and is scored", factory=Fidelity)
+    final: FinalEval = option(meaning="the re-evaluation on the test split", factory=FinalEval)
+    rates: Rates = option(meaning="each family's learning rate", factory=Rates)
+    heartbeat_interval: int = option(20, "seconds between a running trial's heartbeats", whole(1))
+    grace_period: int = option(60, "a running trial silent this long lost its worker: failed, then trained again",
+                               whole(2))
+    stale_retries: int = option(1, "how many times a lost trial is trained again", whole(0))
     source: str = "<flags>"
 
     def __post_init__(self):
         where = "" if self.source == "<flags>" else f"{self.source}: "
-        check_fields(self, where, {
-            "name": _RUN_NAME, "space": TEXT, "sampler": TEXT, "executor": TEXT,
-            "trials": (whole(0)[0], "a whole number >= 1"),                # 0: strategy oneshot, below
-            "startup_trials": whole(1), "seed": whole(0), "data_seed": whole(0), "cpus_per_trial": number(0, True),
-            "gpus_per_trial": auto_or(_ONE_GPU_AT_MOST), "concurrent": optional(whole(1)),
-            "scheduler": one_of("asha", "fifo"), "strategy": one_of("sampler", "oneshot", "both"),
-            "data_dir": optional(TEXT), "storage": optional(TEXT),
-            "study": optional(TEXT), "ray_address": optional(TEXT), "warm_start": optional(TEXT),
-            "budget": ((lambda v: v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool))),
-                       "a count or a percentage such as 0.5%"),
-            "presets": ((lambda v: v in ("auto", "none") or (isinstance(v, (list, tuple)) and
-                                                            all(isinstance(n, str) for n in v))),
-                        "auto, none or a list of preset names"),
-            "heartbeat_interval": whole(1), "grace_period": whole(2), "stale_retries": whole(0)})
+        check_fields(self, where, field_rules(Experiment))
         if isinstance(self.presets, (list, tuple)):
             try:
                 check_preset_names(self.presets)
@@ -441,7 +503,7 @@ class Experiment:
 
     @property
     def storage_url(self) -> str:
-        return self.storage or f"sqlite:///runs/{self.name}/study.db"
+        return as_url(self.storage) if self.storage else f"sqlite:///runs/{self.name}/{STUDY_FILE}"
 
     @property
     def run_dir(self) -> Path:
@@ -511,6 +573,7 @@ def _sub(cls, data, where):
         raise ConfigError(f"{where.rsplit(': ', 1)[0]}: {e}") from None
 
 
-__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "Rates", "parse_budget", "check_budget_text",
+__all__ = ["Experiment", "Fidelity", "FinalEval", "OneShot", "Rates", "BUDGET_SCHEMA", "parse_budget",
+           "check_budget_text",
            "check_budget_list",
            "large_budget_warning"]

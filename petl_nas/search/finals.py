@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from ..tasks.significance import mean_std
 from ..training.loop import Recipe
+from .baselines import best_2022_baseline
 from .confirm import confirm, verdict
 from .progress import Stage
 from .records import FINAL, StoredTrial, stored_trials
@@ -28,7 +29,8 @@ from .worker import run_trial
 def reevaluate_front(study, exp, task, recipe: Recipe, printer) -> None:
     """Re-train front members (and presets, for comparison) at full fidelity with several seeds,
     scored on the held-out test split; results go to study attributes ``final:<trial number>``.
-    With ``final.confirm``, the confirmed pick and the best baseline are always among them."""
+    With ``final.confirm``, the confirmed pick, the best baseline and the best 2021–22 baseline are
+    always among them."""
     todo = _members(study, exp, recipe, printer)
     k, seeds = final_k(exp), range(exp.final.seeds)
     ran = {(t.number, seed): t.test_run(final_recipe(exp, recipe, t.lr, seed).to_dict(), k)
@@ -61,14 +63,19 @@ def _all_seeds(ran: dict, t: StoredTrial, seeds) -> list[dict] | None:
 
 
 def _members(study, exp, recipe: Recipe, printer) -> list[StoredTrial]:
-    """The trials to re-evaluate that have no final scores yet: confirmation's best (its pick and
-    best baseline always among them) or the front's best, then the presets ``final.presets`` names."""
+    """The trials to re-evaluate that have no final scores yet: confirmation's best (its pick, best
+    baseline and the best baseline of the 2021–22 methods, `best_2022_baseline`, always among them)
+    or the front's best, then the presets ``final.presets`` names. A study finished before the last
+    was added trains just its runs when it is run again."""
     if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
         ranked = confirm(study, exp, recipe, printer)
         members = ranked[: exp.final.max_front]
         said = verdict(study)              # its pick, the best baseline and the reference are re-evaluated, wherever
         members += [t for t in ranked[exp.final.max_front:]          # their means rank them: paired on test
                     if said is not None and t.number in (said.pick, said.baseline, said.reference)]
+        older = best_2022_baseline(study)          # the best of the 2021–22 methods: Δ to it, paired on test
+        if older is not None and older.number not in {t.number for t in members}:
+            members.append(older)
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
     members = [StoredTrial.of(t, study.user_attrs) for t in members]   # with their confirmation's test runs

@@ -4,8 +4,9 @@ Python runs a signal's handler between two bytecodes of the main thread. When th
 finaliser or a weakref callback (SQLAlchemy cleans its sessions up with them), the
 KeyboardInterrupt the handler raises is printed as "Exception ignored in ..." and dropped, and the
 search goes on as if nothing was pressed (seen: 1 of 300 interrupts of a storage read in a loop).
-`stops_on_signals` remembers every stop it raised; `raise_if_stopped`, called where a search
-hears from its trials (each report and result, each trial drawn), raises it again.
+`stops_on_signals` remembers every stop it raised, keeps such a dropped stop off stderr (Python's
+"Exception ignored" traceback), and `raise_if_stopped`, called where a search hears from its trials
+(each report and result, each trial drawn), raises it again.
 `interruptible` runs what a stop must be cleaned up after (a search's running trials marked as
 interrupted), out of the except block that caught it, and a second Ctrl-C does not cut that
 clean-up short: it is said and the search stops when the clean-up ends, as the first one asked.
@@ -50,6 +51,8 @@ def stops_on_signals():
     for s, handler in previous.items():
         if handler is not signal.SIG_IGN or s == signal.SIGTERM:
             signal.signal(s, stop)
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_about_stops(unraisable)
     try:
         yield
     except KeyboardInterrupt as e:
@@ -60,8 +63,17 @@ def stops_on_signals():
         for s, handler in previous.items():
             if handler is not None:                  # None: a handler not set from Python, left as it is
                 signal.signal(s, handler)
+        sys.unraisablehook = unraisable
         _STOPPED.clear()
         _SIGNALLED.clear()
+
+
+def _quiet_about_stops(hook):
+    """``hook``, except for a stop dropped in a finaliser: `raise_if_stopped` raises it again."""
+    def quiet(unraisable):
+        if not isinstance(unraisable.exc_value, Stopped):
+            hook(unraisable)
+    return quiet
 
 
 def exit_status(stop: BaseException) -> int:

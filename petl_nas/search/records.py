@@ -41,6 +41,7 @@ ONESHOT_ANCHOR = "oneshot_anchor"      # trial attribute: the baseline a one-sho
 RATES_SETTING = "rates"                 # study attribute: {calibrated, spread}: how its trials' rates are set
 RATE_CALIBRATION = "rate_calibration"   # study attribute: each family's measured rate (search/rates.py)
 LR_FROM_SAMPLER = "lr_from_sampler"    # trial attribute: a configuration given whole whose rate the sampler draws
+FINISHED = "finished"                  # study attribute: False while a run goes on, True once one ended well
 SESSION = "session:"                   # study attribute session:<start> <host>:<pid>: a run's seconds
 INTERRUPTED = "interrupted (trained again on resume)"   # failure kinds: stopped by Ctrl-C, ...
 INVALID = "invalid configuration"                        # ... or drawn and refused before training
@@ -217,6 +218,22 @@ def record_session(study: optuna.Study, started: float) -> None:
     study.set_user_attr(f"{SESSION}{when} {socket.gethostname()}:{os.getpid()}", round(time.time() - started, 1))
 
 
+def mark_finished(study: optuna.Study, done: bool) -> None:
+    """Record that a run of the search starts (``done`` False) or ended well, finals included
+    (True): what `run_state` reads."""
+    study.set_user_attr(FINISHED, done)
+
+
+def run_state(study: optuna.Study) -> str:
+    """``finished`` once a run ended well and no trial runs or waits; else ``running`` (a run killed
+    before it ended reads so too, until the same command goes on). A study from before
+    `mark_finished` is finished once a run of it was recorded (`sessions`)."""
+    if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in study.get_trials(deepcopy=False)):
+        return "running"
+    done = study.user_attrs.get(FINISHED)
+    return "finished" if (done if done is not None else sessions(study.user_attrs)) else "running"
+
+
 def sessions(study_attrs: dict) -> list[dict]:
     """The study's recorded runs of the search, earliest first: {started, where, wall_s}."""
     out = []
@@ -270,6 +287,6 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 
 
 __all__ = ["StoredTrial", "stored_trials", "load_study", "state_counts", "failure_kind", "failure_counts",
-           "trial_config", "record_session", "sessions", "study_wall_s",
+           "trial_config", "record_session", "sessions", "study_wall_s", "mark_finished", "run_state", "FINISHED",
            "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "CONFIRMED_ROWS", "SEARCH_DEV_LABELS", "ONESHOT_ANCHOR",
            "ONESHOT", "LR_FROM_SAMPLER", "SESSION", "INTERRUPTED", "INVALID"]

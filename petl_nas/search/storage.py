@@ -155,8 +155,9 @@ def check_existing(url: str) -> None:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"storage {redact(url)!r} is not an SQLAlchemy URL (expected e.g. sqlite:///runs/NAME/study.db "
-                          f"or postgresql+psycopg2://user:password@host/db)") from None
+        raise ConfigError(f"storage {redact(url)!r} is not an SQLAlchemy URL or a path (expected e.g. runs/NAME/, "
+                          f"runs/NAME/study.db, sqlite:///runs/NAME/study.db or "
+                          f"postgresql+psycopg2://user:password@host/db)") from None
     _refuse_postgres_alias(parsed, redact(url))
     check_driver(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
@@ -180,8 +181,8 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except Exception:                                           # noqa: BLE001 - any parse error
-        raise ConfigError(f"storage {shown!r} is not a database URL (e.g. sqlite:///runs/x/study.db, "
-                          f"postgresql://user:password@host/db)") from None
+        raise ConfigError(f"storage {shown!r} is not a database URL or a path (e.g. runs/x/, runs/x/study.db, "
+                          f"sqlite:///runs/x/study.db, postgresql://user:password@host/db)") from None
     _refuse_postgres_alias(parsed, shown)
     check_driver(url)
     backend = parsed.get_backend_name()

@@ -4,8 +4,11 @@ Owns the study's creation and attributes, the sampler choice, seeding presets, a
 `TrialSource` that turns the sampler's proposals into trainable trials, and what counts as a
 trained trial (the stopping rule) and why a trial failed. A proposal over the budget
 is never trained: it is counted on the meta device (milliseconds), recorded as PRUNED with
-``rejected = "over_budget"``, its counts and a violated ``budget`` constraint (so TPE and NSGA-II
-learn to avoid the region), and the next proposal is drawn. Every trained trial carries its
+``rejected = "over_budget"``, ``over_budget = true`` (the column the Optuna dashboard shows beside
+its "Pruned" state), its counts and a violated ``budget`` constraint (so TPE and NSGA-II learn to
+avoid the region), and the next proposal is drawn. It stays PRUNED, not FAIL: TPE reads pruned
+trials (these as infeasible, by that constraint) and skips failed ones, so FAIL would change what
+is sampled. Every trained trial carries its
 counts, its PetlConfig and its recipe as user attributes; the objectives are (task metric: max,
 deployable parameters: min).
 
@@ -313,6 +316,7 @@ class TrialSource:
                 trial.set_constraint("budget", float(count.deployable - self.budget))
             if count.deployable > self.budget:
                 trial.set_user_attr("rejected", "over_budget")
+                trial.set_user_attr("over_budget", True)       # the dashboard's column: PRUNED means this here
                 self.study.tell(trial, state=TrialState.PRUNED)
                 self.rejected += 1
                 return None

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml
-from ..search.experiment import Experiment, OneShot, Rates, check_budget_list, check_budget_text
+from ..rules import option
+from ..search.experiment import BUDGET_SCHEMA, Experiment, OneShot, Rates, check_budget_list, check_budget_text
 
 FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")   # each study's own
 SUPERNET = ("per_budget", "shared")     # a supernet per study, or one per task serving its budgets
@@ -41,15 +42,35 @@ class SuiteTask:
     study: dict | None = None          # experiment fields this task changes in the protocol
 
 
+_TASK_SCHEMA = {"anyOf": [{"type": "string", "pattern": f"^{_LABEL.pattern}$"},
+                          {"type": "object", "required": ["task"], "additionalProperties": False,
+                           "properties": {"name": {"type": "string", "pattern": f"^{_LABEL.pattern}$"},
+                                          "task": {"anyOf": [{"type": "string"}, {"type": "object"}]},
+                                          "data_dir": {"type": ["string", "null"]},
+                                          "study": {"type": ["object", "null"]}}}]}
+
+
 @dataclass(frozen=True)
 class Suite:
-    name: str
-    tasks: tuple[SuiteTask, ...]
-    budgets: tuple[str, ...]
-    study: dict
-    data_dir: str | None = None
+    name: str = option(meaning="the suite's name: its `runs/NAME/` folder and the prefix of its studies' names",
+                       accepts="letters, digits, '_' or '-'",
+                       schema={"type": "string", "pattern": f"^{_LABEL.pattern}$"})
+    tasks: tuple[SuiteTask, ...] = option(
+        meaning="task names, or mappings `{name, task, data_dir, study}`: a file task, its own data folder, the "
+                "protocol's keys this task changes", accepts="a non-empty list of names or mappings",
+        schema={"type": "array", "minItems": 1, "items": _TASK_SCHEMA})
+    budgets: tuple[str, ...] = option(meaning="each task's studies' budgets (`0.01%` or counts), each given once",
+                                      accepts="a non-empty list of budgets",
+                                      schema={"type": "array", "minItems": 1, "items": BUDGET_SCHEMA})
+    study: dict = option(meaning="the protocol: the experiment-file keys every study shares, except `name`, `task`, "
+                                 "`budget`, `data_dir` and `study`", accepts="a mapping of experiment-file keys",
+                         schema={"type": ["object", "null"]}, factory=dict)   # the reference fills in the experiment's keys
+    data_dir: str | None = option(None, "the folder of the tasks' files (a task's own `data_dir` wins)",
+                                  accepts="a folder, or null", schema={"type": ["string", "null"]})
     source: str = "<suite>"
-    supernet: str = "per_budget"       # per_budget, or shared: a task's largest budget's serves the others
+    supernet: str = option("per_budget", "`per_budget` (a supernet per study) or `shared` (each task's largest "
+                                         "budget's supernet proposes for its other budgets)",
+                           accepts="one of " + ", ".join(SUPERNET), schema={"enum": list(SUPERNET)})
 
     @classmethod
     def load(cls, path: str | Path) -> Suite:

@@ -2,10 +2,11 @@
 
 Each study is an ordinary search (`petl_nas.search.driver.run_search`), so a suite run again after a
 kill resumes where it stopped: finished studies train nothing (their trials, confirmations and final
-runs are in their storage), the interrupted one goes on from its last finished trial. The table is
-rewritten after every study, so it shows what has been measured so far (the studies not run yet
-as empty rows; the macro-average says over how many tasks it is). With ``jobs`` above 1 the
-studies run side by side (`petl_nas.suite.jobs`).
+runs are in their storage) but the final runs a newer version asks for, and the interrupted one
+goes on from its last finished trial. The table is rewritten after every study, so it shows what
+has been measured so far (the studies not run yet, and those still running, as rows that say so;
+the macro-average says over how many tasks it is).
+With ``jobs`` above 1 the studies run side by side (`petl_nas.suite.jobs`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..fileio import atomic_write
-from ..search.records import load_study
+from ..search.records import load_study, run_state
 from ..search.storage import close_storage
 from . import cells as table
 from .config import Suite, in_suite_terms
@@ -34,7 +35,7 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
 
     def finished(task: str, budget: str, exp) -> None:
         done[task, budget] = _cell(exp, task, budget)
-        write(suite, [done.get((t, b)) or table.empty(t, b) for t, b, _ in suite.experiments()])
+        write(suite, [done.get((t, b)) or _unread(e, t, b) for t, b, e in suite.experiments()])
 
     if train and jobs > 1:
         from .jobs import run_side_by_side
@@ -79,6 +80,20 @@ def _cell(exp, task: str, budget: str) -> dict:
         return table.empty(task, budget)
     try:
         return table.cell(study, task, budget)
+    finally:
+        close_storage(study)
+
+
+def _unread(exp, task: str, budget: str) -> dict:
+    """The row of a study this run has not read yet: ``not run yet`` where it has no study, a
+    finished one's cell (a suite run again reads it before it resumes it), else ``running``."""
+    try:
+        study = load_study(exp.storage_url, exp.study_name)
+    except ConfigError:
+        return table.empty(task, budget)
+    try:
+        return table.cell(study, task, budget) if run_state(study) == "finished" else \
+            table.empty(task, budget, table.RUNNING)
     finally:
         close_storage(study)
 

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from .metrics import ranking_metric
 from .registry import Split, Task, make_split, register_source, register_task
 
-__all__ = ["GLUE_TASKS", "load_glue"]
+__all__ = ["GLUE_TASKS", "LABEL_NAMES", "label_names", "load_glue"]
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,21 @@ _GLUE = {  # name: (text columns, labels, customary metric, metrics, how its glu
     "rte": (("sentence1", "sentence2"), _NLI2, "accuracy", _ACC,
             _GlueFormat("RTE", ("sentence1", "sentence2", "label"), "rte")),
 }
+# What GLUE's 0/1 labels mean, where its files write numbers (MNLI, QNLI and RTE write the names).
+LABEL_NAMES = {"cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
+               "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate")}
 GLUE_TASKS: dict[str, Task] = {
     name: Task(name, cols, "label", kind, labels, ranking_metric(customary, kind), metrics, customary_metric=customary)
     for name, (cols, labels, customary, metrics, _) in _GLUE.items()
     for kind in ["classification" if labels else "regression"]
 }
+
+
+def label_names(task, labels) -> list[str]:
+    """The names of a recorded task's ``labels`` (in their order): GLUE's for a GLUE task whose files
+    write numbers, else the labels as they are. ``task``: its name, or the spec of a task on files."""
+    names = LABEL_NAMES.get(task) if isinstance(task, str) else None
+    return list(names) if names and tuple(labels) == GLUE_TASKS[task].labels else list(labels)
 
 
 def _read_glue_tsv(task: Task, path: Path, fmt: _GlueFormat) -> Split:

@@ -251,15 +251,15 @@ RECORD = {"backbone": "no-such-model", "task": "demo_keyword", "petl_config": {}
     (["train", "--config", "rec.yaml", "--out", "afile/best"], "output folder 'afile/best' cannot be created"),
     (["train", "--config", "typo.yaml"], "recipe.epoch: unknown key (did you mean 'epochs'?)"),
     (["train", "--config", "negative.yaml"], "recipe.lr: expected a number > 0, got -0.001"),
-    (["predict", "--model", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
-    (["predict", "--model", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
-    (["predict", "--model", "nowhere", "--input", "latin1.txt"], "latin1.txt: not UTF-8 text (byte 0xe9 on line 2); "
+    (["predict", "--run", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
+    (["predict", "--run", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
+    (["predict", "--run", "nowhere", "--input", "latin1.txt"], "latin1.txt: not UTF-8 text (byte 0xe9 on line 2); "
                                                                 "save it as UTF-8"),
-    (["predict", "--model", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
-    (["predict", "--model", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
-    (["predict", "--model", "rec.yaml", "--input", "in.txt"], "rec.yaml: a file, not a trained run's folder "
+    (["predict", "--run", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
+    (["predict", "--run", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
+    (["predict", "--run", "rec.yaml", "--input", "in.txt"], "rec.yaml: a file, not a trained run's folder "
                                                               "(petl-nas train --config FILE --out DIR"),
-    (["predict", "--model", "out", "--input", "in.txt"], "out: a `petl-nas train` output folder; pass one of its runs: "
+    (["predict", "--run", "out", "--input", "in.txt"], "out: a `petl-nas train` output folder; pass one of its runs: "
                                                          "out/seed_0 (or seed_1)"),
     (["train", "--config", "rec.yaml", "--out", "out"], "output folder 'out' holds runs of another record "
                                                          "(seed_0, seed_1); choose another --out, or pass --overwrite"),
@@ -428,7 +428,7 @@ def test_blank_lines_of_a_text_input_are_skipped_and_said_once(tmp_path, monkeyp
         "info": {"task": "demo_sentiment", "labels": ["neg", "pos"]}})()})())
     monkeypatch.setattr(deploy, "predict", lambda model, rows: [{"label": row[0][-3:]} for row in rows])
     (tmp_path / "in.txt").write_text("a good film pos\n\n  \nawful neg\n\n")
-    assert main(["predict", "--model", "m", "--input", str(tmp_path / "in.txt")]) == 0
+    assert main(["predict", "--run", "m", "--input", str(tmp_path / "in.txt")]) == 0
     out, err = capsys.readouterr()
     assert [json.loads(line) for line in out.splitlines()] == [{"text": "a good film pos", "label": "pos"},
                                                                {"text": "awful neg", "label": "neg"}]

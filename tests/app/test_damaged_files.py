@@ -48,21 +48,21 @@ def _damaged_backbone(root) -> None:
 # (id, damage done to the copied run folder "run" or the working folder, argv, words)
 CASES = [
     ("predict-weights-cut-short", lambda r: _cut(r / "run" / "petl_weights.safetensors", 100),
-     ["predict", "--model", "run", "--input", "in.txt"], "run/petl_weights.safetensors: damaged (its header says"),
+     ["predict", "--run", "run", "--input", "in.txt"], "run/petl_weights.safetensors: damaged (its header says"),
     ("convert-weights-cut-short", lambda r: _cut(r / "run" / "petl_weights.safetensors", 300),
-     ["convert", "--model", "run", "--output", "peft", "--to", "peft"], "run/petl_weights.safetensors: damaged ("),
+     ["convert", "--run", "run", "--output", "peft", "--to", "peft"], "run/petl_weights.safetensors: damaged ("),
     ("predict-config-cut-short", lambda r: _cut(r / "run" / "petl_config.json", 30),
-     ["predict", "--model", "run", "--input", "in.txt"], "run/petl_config.json: damaged (not JSON: "),
+     ["predict", "--run", "run", "--input", "in.txt"], "run/petl_config.json: damaged (not JSON: "),
     ("convert-config-not-a-run", lambda r: (r / "run" / "petl_config.json").write_text("[1, 2]"),
-     ["convert", "--model", "run", "--output", "peft", "--to", "merged"],
+     ["convert", "--run", "run", "--output", "peft", "--to", "merged"],
      "run/petl_config.json: damaged (no petl_config in it)"),
     ("predict-tiny-run-without-tokenizer", lambda r: shutil.rmtree(r / "run" / "tokenizer"),
-     ["predict", "--model", "run", "--input", "in.txt"],
+     ["predict", "--run", "run", "--input", "in.txt"],
      "run: a run on a tiny backbone keeps its tokenizer in tokenizer/, and it is missing"),
     ("convert-tiny-run-without-tokenizer", lambda r: shutil.rmtree(r / "run" / "tokenizer"),
-     ["convert", "--model", "run", "--output", "peft", "--to", "peft"], "tokenizer/, and it is missing"),
+     ["convert", "--run", "run", "--output", "peft", "--to", "peft"], "tokenizer/, and it is missing"),
     ("predict-backbone-damaged", _damaged_backbone,
-     ["predict", "--model", "run", "--backbone", "bert", "--input", "in.txt"],
+     ["predict", "--run", "run", "--backbone", "bert", "--input", "in.txt"],
      "model 'bert': model.safetensors is damaged (its header says 4,096 header bytes"),
     ("train-backbone-damaged", _damaged_backbone, ["train", "--config", "bert.yaml", "--out", "out"],
      "model 'bert': model.safetensors is damaged (its header says 4,096 header bytes"),
@@ -96,5 +96,5 @@ def test_a_sound_run_predicts(trained, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(trained, tmp_path / "run")
     (tmp_path / "in.txt").write_text("a red film\n")
-    assert main(["predict", "--model", "run", "--input", "in.txt"]) == 0
+    assert main(["predict", "--run", "run", "--input", "in.txt"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == "a red film"

@@ -36,7 +36,7 @@ def no_model(monkeypatch):
 def test_a_text_over_the_cap_is_one_short_line(tmp_path, monkeypatch, capsys, no_model, name, text, args, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / name).write_text(text)
-    assert main(["predict", "--model", "m", "--input", name, *args]) == 2
+    assert main(["predict", "--run", "m", "--input", name, *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("petl-nas: error: ") and err.count("\n") == 1 and words in err, err
     assert len(err) < 160
@@ -47,6 +47,6 @@ def test_a_text_over_the_cap_is_one_short_line(tmp_path, monkeypatch, capsys, no
 def test_an_answer_shows_the_start_of_a_long_text(tmp_path, monkeypatch, capsys, no_model):
     long = "a good film " + "z" * 1000
     (tmp_path / "in.txt").write_text(f"short\n{long}\n")
-    assert main(["predict", "--model", "m", "--input", str(tmp_path / "in.txt")]) == 0
+    assert main(["predict", "--run", "m", "--input", str(tmp_path / "in.txt")]) == 0
     answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert answers == [{"text": "short", "label": "pos"}, {"text": long[:ECHO_CHARS] + "...", "label": "pos"}]

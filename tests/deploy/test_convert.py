@@ -94,14 +94,14 @@ def test_a_converted_run_is_the_trained_model_in_peft_and_merged(name, tmp_path_
     run = trained(tmp_path_factory, backbone, task, config)
     batch, expected = outputs_on_test_rows(run, task)
 
-    assert main(["convert", "--model", str(run), "--to", "peft", "-o", str(tmp_path / "peft")]) == 0
+    assert main(["convert", "--run", str(run), "--to", "peft", "-o", str(tmp_path / "peft")]) == 0
     files = {p.name for p in (tmp_path / "peft").iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json"} <= files
     adapter = peft.PeftModel.from_pretrained(fresh_backbone(run)[0], str(tmp_path / "peft")).eval()
     with torch.no_grad():
         assert torch.allclose(adapter(**batch).logits, expected, atol=1e-5)
 
-    assert main(["convert", "--model", str(run), "--to", "merged", "-o", str(tmp_path / "merged")]) == 0
+    assert main(["convert", "--run", str(run), "--to", "merged", "-o", str(tmp_path / "merged")]) == 0
     umask = os.umask(0)
     os.umask(umask)
     for folder in ("peft", "merged"):             # readable like any file (transformers writes weights 0600)
@@ -126,12 +126,12 @@ def test_a_converted_run_is_the_trained_model_in_peft_and_merged(name, tmp_path_
 def test_fused_slices_and_a_head_that_pools_by_its_config_are_merged(tmp_path_factory, tmp_path):
     run = trained(tmp_path_factory, TINY_MODERNBERT, "demo_sentiment", LORA_QV_MEAN)   # q, v: slices of Wqkv
     batch, expected = outputs_on_test_rows(run, "demo_sentiment")
-    assert main(["convert", "--model", str(run), "--to", "merged", "-o", str(tmp_path / "merged")]) == 0
+    assert main(["convert", "--run", str(run), "--to", "merged", "-o", str(tmp_path / "merged")]) == 0
     merged = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "merged")).eval()
     assert merged.config.classifier_pooling == "mean"
     with torch.no_grad():
         assert torch.allclose(merged(**batch).logits, expected, atol=1e-5)
-    assert main(["convert", "--model", str(run), "--to", "peft", "-o", str(tmp_path / "peft")]) == 2
+    assert main(["convert", "--run", str(run), "--to", "peft", "-o", str(tmp_path / "peft")]) == 2
     assert not (tmp_path / "peft").exists()
 
 
@@ -141,7 +141,7 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
                    PetlConfig(modules=(ModuleSpec(form="lora", size=4),), pooling="mean"))
     expected = {
         (adapter, "merged"): "cannot be merged into a plain transformers model: modules[0] (adapter at ffn) computes "
-                             "beside the weights (petl-nas predict --model reads it as it is)",
+                             "beside the weights (petl-nas predict --run reads it as it is)",
         (adapter, "peft"): "not expressible in HF PEFT: modules[0] (adapter at ffn): PEFT has no bottleneck adapters",
         (mean, "merged"): "pooling: mean (the stock BertForSequenceClassification head reads [CLS] through the "
                           "pooler; trained with pooling: pooler_trained, it merges; convert --to "
@@ -151,23 +151,23 @@ def test_what_cannot_be_converted_is_one_line_and_nothing_is_written(tmp_path_fa
     }
     for (run, to), message in expected.items():
         capsys.readouterr()
-        assert main(["convert", "--model", str(run), "--to", to, "-o", str(tmp_path / "new" / "deeper" / "out")]) == 2
+        assert main(["convert", "--run", str(run), "--to", to, "-o", str(tmp_path / "new" / "deeper" / "out")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("petl-nas: error: ") and message in err
     assert sorted(p.name for p in tmp_path.iterdir()) == []        # no folder (not its parents), no staging left
 
-    assert main(["convert", "--model", str(mean), "--to", "merged", "-o", str(tmp_path / "out"),
+    assert main(["convert", "--run", str(mean), "--to", "merged", "-o", str(tmp_path / "out"),
                  "--backbone", "/no/such/model"]) == 2                            # one line, as `count` says it
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model '/no/such/model': no such local directory" in err
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
-    assert main(["convert", "--model", str(mean), "--to", "peft", "-o", str(tmp_path / "taken")]) == 2
+    assert main(["convert", "--run", str(mean), "--to", "peft", "-o", str(tmp_path / "taken")]) == 2
     assert "exists and is not an empty folder" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
     for to, name, message in (("merged", "org/bert", "--base-name names the base model of a PEFT adapter"),
                               ("peft", " ", "--base-name is empty")):
-        assert main(["convert", "--model", str(mean), "--to", to, "-o", str(tmp_path / "out"),
+        assert main(["convert", "--run", str(mean), "--to", to, "-o", str(tmp_path / "out"),
                      "--base-name", name]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err
@@ -284,11 +284,11 @@ def test_the_adapter_names_the_base_the_user_gives_and_says_so(tmp_path_factory,
     base_of = lambda name: json.loads((tmp_path / name / "adapter_config.json").read_text())["base_model_name_or_path"]
 
     capsys.readouterr()
-    assert main(["convert", "--model", str(out / "seed_0"), "--to", "peft", "-o", str(tmp_path / "here")]) == 0
+    assert main(["convert", "--run", str(out / "seed_0"), "--to", "peft", "-o", str(tmp_path / "here")]) == 0
     assert base_of("here") == str(folder.resolve())
     printed = capsys.readouterr().out
     assert f"names its base by a path on this machine, {folder.resolve()}; --base-name NAME" in printed
-    assert main(["convert", "--model", str(out / "seed_0"), "--to", "peft", "-o", str(tmp_path / "named"),
+    assert main(["convert", "--run", str(out / "seed_0"), "--to", "peft", "-o", str(tmp_path / "named"),
                  "--base-name", "my-org/tiny-bert"]) == 0
     assert base_of("named") == "my-org/tiny-bert"
     assert "adapter_config.json names its base 'my-org/tiny-bert'" in capsys.readouterr().out
@@ -321,7 +321,7 @@ def test_a_decoder_lm_prompt_is_checked_by_generation_too(tmp_path_factory, tmp_
         assert torch.equal(ours.generate(input_ids=ids, max_new_tokens=4, do_sample=False)[:, -4:], stepwise(ours, ids))
     capsys.readouterr()
     for to in ("peft", "merged"):
-        assert main(["convert", "--model", str(run), "--to", to, "-o", str(tmp_path / to)]) == 2
+        assert main(["convert", "--run", str(run), "--to", to, "-o", str(tmp_path / to)]) == 2
         assert not (tmp_path / to).exists()
     peft_error, merged_error = capsys.readouterr().err.strip().splitlines()[-2:]
     assert "generate() answers otherwise" in peft_error and "renamed); nothing written" in peft_error

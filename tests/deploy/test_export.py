@@ -294,7 +294,7 @@ def test_cli_train_and_predict(tmp_path, capsys, monkeypatch):
     assert len(seeds) == 2 and all(re.search(r" \(\d+ CPU threads?\) -> ", line) for line in seeds)   # chosen, said
     (tmp_path / "in.txt").write_text("a great film\nawful dull movie\n")
     monkeypatch.setattr(threads, "_kept", None)
-    assert main(["predict", "--model", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
+    assert main(["predict", "--run", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
     assert threads._kept is not None                                   # predicting chose its threads too
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["text"] for line in lines] == ["a great film", "awful dull movie"]
@@ -320,7 +320,7 @@ def test_a_run_on_files_predicts_after_its_files_are_gone(tmp_path, capsys):
     shutil.rmtree(data)
     (tmp_path / "in.txt").write_text("a great film 😀\n", encoding="utf-8")
     capsys.readouterr()
-    assert main(["predict", "--model", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
+    assert main(["predict", "--run", str(tmp_path / "o" / "seed_0"), "--input", str(tmp_path / "in.txt")]) == 0
     out = capsys.readouterr().out
     assert '"a great film 😀"' in out                                    # as written, not \ud83d\ude00
     (line,) = [json.loads(line) for line in out.splitlines()]

@@ -16,7 +16,7 @@ from petl_nas import ConfigError
 from petl_nas.app.cli import main
 from petl_nas.search import confirm, executors, worker
 from petl_nas.search.records import sessions
-from petl_nas.suite.cells import macro, markdown, plot_png
+from petl_nas.suite.cells import empty, macro, markdown, plot_png
 from petl_nas.suite.config import Suite
 from petl_nas.suite.runner import run_suite
 
@@ -88,11 +88,11 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
                                  {k: v for k, v in study.user_attrs.items() if k.startswith(("final:", "confirm:"))})
         assert any(k.startswith("final:") for k in first[exp.study_name][1])
     so_far = (tmp_path / "runs" / "s" / "suite.md").read_text()              # the table so far
-    assert "| colours | 1% | - | - | - |" in so_far and "| 1 of 2 |" in so_far
+    assert "| colours | 1% | not run yet | - | - |" in so_far and "| 1 of 2 |" in so_far
 
     calls = trained_runs(monkeypatch)
     assert main(["suite", "--experiment", suite_file(tmp_path), "--table-only"]) == 0 and calls == []
-    assert "| colours | 1% | - | - | - |" in (tmp_path / "runs" / "s" / "suite.md").read_text()   # not run yet
+    assert "| colours | 1% | not run yet | - |" in (tmp_path / "runs" / "s" / "suite.md").read_text()
     capsys.readouterr()
     assert main(["suite", "--experiment", suite_file(tmp_path)]) == 0
     assert calls and "demo_keyword" not in {str(spec.task) for spec in calls}     # nothing trained twice
@@ -162,14 +162,14 @@ def test_the_time_left_in_a_suite_is_judged_by_the_studies_run_at_each_budget():
 
 
 def test_a_cell_not_run_yet_reads_as_not_measured():
-    empty = {"task": "x", "budget": "1%", "budget_params": None, "metric": None, "pick": None, "baseline": None,
-             "beaten": False, "delta": None, "best_mean_delta": None, "trial_min": 0, "wall_min": None}
-    text = markdown("s", [empty])
-    assert "| x | 1% | - | - | - | - | - | - | no | - | 0 | - |" in text and "| 1% | - | - | 0 of 1 |" in text
+    row = empty("x", "1%")
+    text = markdown("s", [row])
+    assert "| x | 1% | not run yet | - | - | - | - | - | - | - | - | - | - | - | - | no | - | 0 | - |" in text
+    assert "| 1% | - | - | 0 of 1 | - | - | 0 of 1 |" in text
     assert "Wall time per task" not in text                        # nothing recorded: nothing said
     with warnings.catch_warnings():
         warnings.simplefilter("error")                             # no empty legend warned about
-        assert plot_png([empty]).startswith(b"\x89PNG")
+        assert plot_png([row]).startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("change, said", [
