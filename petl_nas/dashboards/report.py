@@ -18,9 +18,10 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
-from ..search import rates
 from ..search.confirm import confirmed_text
-from ..search.records import sessions, study_wall_s
+from ..search.picks import best_of, candidates
+from ..search.rates_text import lines as rate_lines
+from ..search.records import RATE_CALIBRATION, RATES_SETTING, sessions, study_wall_s
 from ..training.costs import UNITS
 from ..fileio import atomic_write
 from ..tasks.shift import shift_line
@@ -58,13 +59,21 @@ def write_report(storage_url: str, study_name: str | None, out_dir: str | Path) 
         figures["importance.png"] = plots.importance(ranked, view.metric)
     if view.cost_objectives:
         figures["costs.png"] = plots.costs(view)
-    page = render(view, figures, note, hypervolume_history(view)["reference"])
+    page = render(view, figures, note, hypervolume_history(view)["reference"], pick=_picked(study))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data in {**figures, REPORT: page.encode()}.items():
         atomic_write(out / name, lambda p, data=data: Path(p).write_bytes(data))
         written.append(out / name)
     return written
+
+
+def _picked(study) -> int | str:
+    """The number of the trial ``petl-nas export`` writes by default (`search.picks`), or why it has none."""
+    try:
+        return best_of(study, candidates(study)).number
+    except ConfigError as e:
+        return str(e)
 
 
 # ---- HTML -----------------------------------------------------------------------------------
@@ -133,7 +142,7 @@ def _rates(record: dict | None, setting: dict | None) -> str:
     if not record:
         return ("– (one learning rate per trial, drawn from the space's lr range)" if not (setting or {}).get("calibrated")
                 else "– (not measured yet)")
-    return "<br>".join(map(_e, rates.lines(record))) + _e(f"; trials draw lr_scale in [1/{setting['spread']:g}, "
+    return "<br>".join(map(_e, rate_lines(record))) + _e(f"; trials draw lr_scale in [1/{setting['spread']:g}, "
                                                            f"{setting['spread']:g}] of them")
 
 
@@ -192,7 +201,7 @@ def _facts(view: StudyView) -> str:
                              if view.baseline else "–"),
         "inputs: search-dev vs test": _e(shift_line(a["input_shift"])) if a.get("input_shift") else "–",
         "fidelity calibration": _calibration(a.get("fidelity_calibration")),
-        "learning rates": _rates(a.get(rates.ATTR), a.get(rates.SETTING)),
+        "learning rates": _rates(a.get(RATE_CALIBRATION), a.get(RATES_SETTING)),
         "one-shot supernet": _oneshot(a.get("oneshot")),
         "fronts": _fronts(view),
         "final.confirm": _confirmed(view) + (f"<br>{_e(view.verdict_line)}" if view.verdict_line else ""),
@@ -212,8 +221,30 @@ def _wall(attrs: dict) -> str:
             f"{_e(runs[0]['started'])}")
 
 
-def render(view: StudyView, figures: dict[str, bytes], importance_note: str, reference) -> str:
-    """The report page."""
+def _pick(view: StudyView, pick: int | str | None) -> str:
+    """What ``petl-nas export`` writes by default, and the command that writes it (`render`'s ``pick``)."""
+    point = next((p for p in view.points if p.number == pick), None)
+    if point is None:
+        return f"<p id='pick'><strong>The pick:</strong> none; {_e(pick or 'no trial is picked yet')}.</p>"
+    pct = view.pct(point.deployable)
+    share = f" ({pct:.3f}% of the backbone)" if pct is not None else ""
+    said = [f"search {_e(view.metric)} {point.score:.4f}" + (f" ± {point.se:.4f}" if point.se is not None else ""),
+            f"{point.deployable:,} deployable parameters{share}"]
+    if point.confirmed:
+        said.insert(1, _e(confirmed_text(point.confirmed, point.on_front)))
+    if point.final:
+        n = len(point.final.get("scores", []))
+        said.insert(1, f"test {mean_std(point.final['mean'], point.final.get('std'), n)}")
+    return (f"<p id='pick'><strong>The pick:</strong> trial {point.number}, {_e(point.config_text)}: "
+            f"{'; '.join(said)}. Write it with <code>petl-nas export --storage {_e(view.storage)} -o best.yaml"
+            f"</code> (<code>--list</code> shows the candidates).</p>")
+
+
+def render(view: StudyView, figures: dict[str, bytes], importance_note: str, reference,
+           pick: int | str | None = None) -> str:
+    """The report page: the Pareto plot, the pick and the front's table first, then the study's facts and the
+    other figures. ``pick``: the number of the trial export writes by default (`search.picks`), or why
+    there is none."""
     m, name = _e(view.metric), _e(view.name)
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     parts = [
@@ -221,7 +252,6 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
         f"<style>{CSS}</style></head><body>",
         f"<h1>Study {name}</h1><p class='note'>petl-nas {_e(__version__)} report, {when}. "
         f"Browse it live: <code>petl-nas dashboard --storage {_e(view.storage)}</code></p>",
-        _facts(view),
         "<h2>Pareto front</h2>",
         _figure(figures, "pareto.png",
                 f"Search {m} (on the dev split carved from the training data) against deployable parameters, "
@@ -230,6 +260,7 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
                 "re-trained at full fidelity with several seeds and scored on the held-out test split "
                 "(mean ± std); dotted line: the trivial baseline on search-dev; grey crosses: trials within "
                 "noise of it (did not learn), never on the front."),
+        _pick(view, pick),
         _table(view, view.front, "front"),
     ]
     if view.presets:
@@ -238,6 +269,7 @@ def render(view: StudyView, figures: dict[str, bytes], importance_note: str, ref
         parts += ["<h2>Confirmed by final.confirm, off the front</h2>",
                   "<p class='note'>Export's candidates too, by their mean.</p>",
                   _table(view, view.confirmed_off_front, "confirmed")]
+    parts += ["<h2>How the study ran</h2>", _facts(view)]
     if "costs.png" in figures:
         parts += ["<h2>Costs</h2>", _figure(figures, "costs.png",
                   f"The study minimises {', '.join(_e(c) for c in view.cost_objectives)} besides deployable "

@@ -26,8 +26,7 @@ from ..errors import ConfigError
 from ..search.confirm import confirmed_scores, verdict
 from ..training.costs import COSTS
 from ..search.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
-from ..search.records import StoredTrial
-from ..search.study import state_counts
+from ..search.records import StoredTrial, state_counts
 from ..core.describe import describe_config
 
 MIN_TRIALS_FOR_IMPORTANCE = 20   # complete sampled trials before importances are shown (`importance_refusal`)

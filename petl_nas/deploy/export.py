@@ -4,10 +4,11 @@ A record (YAML) holds everything `petl-nas train` needs and where it came from: 
 backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
 study, trial, metric ± std, petl-nas version, space hash).
 
-Choice rules (`choose`): candidates are the front's members at or under the budget, and the
-trials `final.confirm` re-scored over extra seeds (on the front or not, as the search's own pick),
-ranked by their search score (measured on the search-dev split carved from the training data; the
-mean over seeds where confirmed). The held-out
+Choice rules (`choose`; the candidates and the default pick are `petl_nas.search.picks`'s, which the
+report names too): candidates are the front's members at or under the budget, and the trials
+`final.confirm` re-scored over extra seeds (on the front or not, as the search's own pick), ranked
+by their search score (measured on the search-dev split carved from the training data; the mean
+over seeds where confirmed). The held-out
 test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
 ``best`` takes the highest search score, ties to fewer parameters; with ``final.confirm``, the
@@ -26,7 +27,7 @@ highest search score. With ``objectives: [score, params, latency]`` the front ho
 fast configurations too; with two objectives, the fastest of the (score, parameters) front.
 
 The record itself, its reading and writing, is `petl_nas.deploy.record`; its recipe's defaults are
-`training.loop.Recipe`'s and the experiment's (`search.experiment`), never typed here again.
+`training.recipe.Recipe`'s and the experiment's (`search.experiment`), never typed here again.
 
 Example:
     >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
@@ -45,10 +46,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .. import __version__
-from ..search.confirm import confirmed_now, confirmed_text, mean_score, verdict
+from ..search.confirm import confirmed_now, confirmed_text, verdict
 from ..errors import ConfigError
 from ..search.experiment import Experiment, FinalEval
 from ..search.fronts import group_of, source_of
+from ..search.picks import best_of, candidates
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import mean_std
 from ..search.records import StoredTrial
@@ -64,30 +66,6 @@ LATENCY_TIE = 0.10
 """Latencies within this share of the fastest count as equal for ``fastest-within``: timed quietly
 on 2 CPU cores, configurations doing the backbone's work (merged LoRA) and little more spread 14%
 (`experiments/sst2_latency/README.md`)."""
-
-
-def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[FrozenTrial, float]]:
-    """(trial, search score) for the front members within ``budget``, and the trials ``final.confirm``
-    re-scored (`petl_nas.search.confirm`): the mean over seeds where it re-scored them. Test-split scores
-    play no part."""
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if not complete:
-        raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
-    front = [t for t in study.best_trials if budget is None or t.values[1] <= budget]
-    if not study.best_trials:
-        raise ConfigError(f"study {study.study_name!r} has no feasible trial: every complete trial is over its "
-                          f"budget or did not learn (within noise of the trivial baseline)")
-    if not front:
-        smallest = min(t.values[1] for t in study.best_trials)
-        raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
-                          f"(the smallest has {int(smallest):,} deployable parameters)")
-    # A trial final.confirm re-scored is a candidate even off the front: the search's own pick is the
-    # best confirmed mean wherever it lies, and export must not disagree with it. Only the trials the
-    # study's current setting confirms count: an earlier run's (with a larger N) are not its pick.
-    seen, now = {t.number for t in front}, confirmed_now(study)
-    confirmed = [t for t in complete if t.number not in seen and t.number in now
-                 and (budget is None or t.values[1] <= budget)]
-    return [(t, mean_score(study, t) if t.number in now else t.values[0]) for t in front + confirmed]
 
 
 def _named_by_verdict(study: optuna.Study, pool: list[tuple[FrozenTrial, float]], pick: str) -> FrozenTrial:
@@ -117,11 +95,11 @@ def choose(study: optuna.Study, budget: int | None = None, pick: str = "best",
     pool = candidates(study, budget)
     if pick in (WITHIN_NOISE, BEST_MEAN):
         return _named_by_verdict(study, pool, pick)
+    if pick == "best":                              # the search's own pick where the budget admits it
+        return best_of(study, pool)
     top = max(pool, key=lambda c: (c[1], -c[0].values[1]))
     said = verdict(study)
     by_number = {c[0].number: c for c in pool}
-    if pick == "best":                              # the search's own pick where the budget admits it
-        return by_number.get(said.pick if said else None, top)[0]
     if said is not None and said.best in by_number:    # "within X of the best": its confirmed mean
         top = by_number[said.best]
     floor = top[1] - float(m.group(2)) / points_per_unit(study.user_attrs.get("metric", "accuracy"))
@@ -191,17 +169,17 @@ def preset_record(study: optuna.Study, name: str, storage_url: str | None = None
     what the study measured and compared); one it did not train is the preset at the rates the
     study measured for its families (``rates: auto``), as the study trains its baselines, else at
     its paper rate (``provenance.rates``: ``measured`` or ``paper``)."""
-    from ..core.budget import count_parameters
+    trained = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+               if StoredTrial.of(t).preset == name]
+    if trained:
+        return record(study, trained[0], storage_url, recipe)
+    from ..core.budget import count_parameters           # torch: a preset the study did not train is counted
     from ..core.family_rates import at_rates
     from ..core.presets import preset, preset_lr
     from ..search.records import RATE_CALIBRATION
     from ..tasks import resolve_task
     from ..training.loading import model_config_for
 
-    trained = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-               if StoredTrial.of(t).preset == name]
-    if trained:
-        return record(study, trained[0], storage_url, recipe)
     a = study.user_attrs
     task = resolve_task(a.get("task_spec") or a["task"])
     model_config = model_config_for(json.loads(a["backbone"]), task)
@@ -257,7 +235,7 @@ def record_recipe(lr: float, fidelity: dict, length: dict) -> dict:
     the schedule's settings and one evaluation per epoch as `Recipe` has them; and how the trials ran
     where that is not `Recipe`'s default. What a study did not store takes `Recipe`'s default
     (`FinalEval`'s for the epochs)."""
-    from ..training.loop import Recipe
+    from ..training.recipe import Recipe
 
     default = Recipe()
     recipe = {"lr": lr, "epochs": length.get("epochs", FinalEval.epochs),

@@ -76,7 +76,7 @@ class ExportRecord:
     def training_recipe(self, **overrides):
         """The recipe as a `training.loop.Recipe` (keys it does not know left out), with ``overrides``
         where they are not None."""
-        from ..training.loop import Recipe
+        from ..training.recipe import Recipe
 
         fields = {k: v for k, v in (self.recipe or {}).items() if k in Recipe.__dataclass_fields__}
         return Recipe(**fields).with_overrides(**overrides)
@@ -134,7 +134,7 @@ def read_record(path: str | Path) -> ExportRecord:
 def _check_recipe(path: Path, recipe) -> None:
     """A record's recipe: known keys only (a misspelt one would silently train at the default) and
     positive sizes and rates."""
-    from ..training.loop import Recipe
+    from ..training.recipe import Recipe
 
     if not isinstance(recipe, dict):
         raise ConfigError(f"{path}: recipe: expected a mapping of {', '.join(Recipe.__dataclass_fields__)}")

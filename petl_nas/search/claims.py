@@ -16,10 +16,28 @@ import socket
 import time
 from typing import Callable
 
-from .oneshot.propose import training_elsewhere
 from .progress import repeating
 
 PREFIX = "claim:"           # the study attribute of a measurement's claim: claim:<its record's attribute>
+
+
+def training_elsewhere(started: dict | None, grace_period: float) -> bool:
+    """Whether the run that ``started`` records (a measurement's claim, a supernet's start) is still going in
+    another process: its beat is younger than ``grace_period`` and, on this host, its process is alive (a
+    process of this host that is gone, or this one, trains nothing; a run from before beats were kept is
+    taken over)."""
+    if not started or "beat" not in started or started.get("diverged"):
+        return False
+    if started.get("host") == socket.gethostname():
+        if started.get("pid") == os.getpid():
+            return False
+        try:
+            os.kill(started["pid"], 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, OSError, TypeError):
+            pass
+    return time.time() - started["beat"] < grace_period
 
 
 def once(study, lock, attr: str, measure: Callable[[], dict], printer, what: str, interval: float, grace: float,

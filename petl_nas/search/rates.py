@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..core.budget import count_parameters, fitted
 from ..core.config import PetlConfig
 from ..core.family_rates import at_rates as apply, families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
@@ -54,6 +53,7 @@ from ..fileio import atomic_write
 from . import claims
 from .progress import Stage
 from .rates_file import check_record, keep_file, write_file
+from .rates_text import lines
 from .records import RATE_CALIBRATION, RATES_SETTING
 from .results import TrialResult
 from .space import SearchSpace
@@ -103,6 +103,8 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
     """The first preset of ``family`` that fits the budget, as the study trains it (lr_scale 1);
     when none does, the first one the backbone takes with its modules' sizes halved until it fits
     (`shrunk`): a family is measured whenever one of its modules fits at all."""
+    from ..core.budget import count_parameters, fitted    # torch: counting builds a meta model
+
     taken = []
     for name in FAMILY_PROBES[family]:
         config = as_trained(name, space, model_config)
@@ -125,6 +127,8 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
 
 def as_trained(name: str, space, model_config) -> PetlConfig | None:
     """Preset ``name`` as the study trains it (lr_scale 1); None if the backbone refuses it."""
+    from ..core.budget import count_parameters
+
     try:
         config, _ = preset_in_space(space, name, model_config, model_config.num_hidden_layers, lr=1.0)
         count_parameters(model_config, config)
@@ -140,6 +144,7 @@ def shrunk(config: PetlConfig, model_config, budget: int) -> PetlConfig | None:
     do not fit (or it has no module to shrink)."""
     import dataclasses
 
+    from ..core.budget import count_parameters
     from ..core.forms import form_named
 
     def step(m) -> int:
@@ -330,37 +335,6 @@ def _measurer(exp, family: str, name: str, config: PetlConfig, printer, stage: S
         return score
 
     return measure, runs
-
-
-def lines(record: dict) -> list[str]:
-    """One line per family: its rate and how it was found; then what calibration cost."""
-    out = []
-    trained = record.get("rates", {})               # what each family trains at: said, whatever families says
-    for family, f in record["families"].items():
-        rate = trained.get(family, f["rate"])
-        if "tried" in f:
-            how = ", ".join(f"{r:.1e} {s:.4f}" if s > -math.inf else f"{r:.1e} diverged" for r, s in f["tried"])
-            edge = ("; the best is at the edge of the rates tried: more runs (rates.share) may find a better one"
-                    if f.get("edge") else "")
-            out.append(f"rate {family}: {rate:.1e} (measured on {f['probe']}: {how}{edge})")
-        else:
-            out.append(f"rate {family}: {rate:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
-                       f"the factor measured on the others; {f['why']})")
-    folded = {f: v for f, v in (record.get("scales") or {}).items() if scale_can_be_a_rate(f)}
-    if folded:                                         # (a multi-head adapter's scale is structure: not listed)
-        out.append("scales: a fixed scale on a module whose output starts at zero is a rate of its own (under Adam, "
-                   "s times the output projection's), so such modules train at the scale their family's rate was "
-                   "measured at: " + ", ".join(f"{f} s={v:g}" for f, v in folded.items()))
-    if record.get("source"):
-        out.append(f"rates: from {record['source']}, not measured again")
-    else:
-        if record.get("planned"):
-            share = f"{record['runs'] / record['planned']:.0%} of the {record['planned']} runs the study plans"
-        else:                                        # a record from before calibration counted every run
-            share = (f"{record['runs'] / record['trials']:.0%} of {record['trials']} trials" if record['trials'] else
-                     "the study asks for no trials of the sampler's; the fewest a calibration takes")
-        out.append(f"rates: calibration took {record['runs']} runs ({share}) and {record['cost_s'] / 60:.1f} min")
-    return out
 
 
 def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:

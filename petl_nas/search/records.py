@@ -1,7 +1,8 @@
 """Reading a study as a search wrote it: finding it in its storage by name (`load_study`), and each
 trial's user attributes as one typed view (`StoredTrial`): how it was proposed, what it trains, its
 counts, costs and outcome, and what the study stored about it afterwards (its final re-evaluation,
-its confirmation). The search, warm start, retiming, export and the dashboards read trials through
+its confirmation); the study's trials counted by state and by failure (`state_counts`,
+`failure_counts`). The search, warm start, retiming, export and the dashboards read trials through
 here, never an attribute by its name.
 
 Studies written by older versions lack some attributes: each field then takes the value the readers
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -256,7 +258,35 @@ def trial_config(trial: FrozenTrial) -> dict:
     return StoredTrial.of(trial).config_dict()
 
 
-__all__ = ["StoredTrial", "stored_trials", "load_study", "trial_config", "record_session", "sessions", "study_wall_s",
-           "mark_finished", "run_state", "FINISHED",
+def failure_kind(t: FrozenTrial) -> str | None:
+    """Why a trial failed, in a few words (None when it did not): `StoredTrial.failure`."""
+    return StoredTrial.of(t).failure if t.state in (TrialState.FAIL, TrialState.PRUNED) else None
+
+
+def failure_counts(study: optuna.Study) -> dict[str, int]:
+    """Failed (and NaN-pruned) trials by kind, most frequent first."""
+    kinds = Counter(k for t in study.get_trials(deepcopy=False) if (k := failure_kind(t)))
+    return dict(kinds.most_common())
+
+
+def state_counts(study: optuna.Study) -> dict[str, int]:
+    """Trials by state; over budget (``rejected``) and stopped by Ctrl-C (``interrupted``, trained
+    again on resume) apart from the pruned and failed ones."""
+    counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "interrupted": 0, "rejected": 0, "waiting": 0}
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.PRUNED and StoredTrial.of(t).rejected:
+            counts["rejected"] += 1
+        elif failure_kind(t) == INTERRUPTED:
+            counts["interrupted"] += 1
+        else:
+            key = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running",
+                   TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
+                   TrialState.WAITING: "waiting"}[t.state]
+            counts[key] += 1
+    return counts
+
+
+__all__ = ["StoredTrial", "stored_trials", "load_study", "state_counts", "failure_kind", "failure_counts",
+           "trial_config", "record_session", "sessions", "study_wall_s", "mark_finished", "run_state", "FINISHED",
            "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "CONFIRMED_ROWS", "SEARCH_DEV_LABELS", "ONESHOT_ANCHOR",
            "ONESHOT", "LR_FROM_SAMPLER", "SESSION", "INTERRUPTED", "INVALID"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,7 +38,7 @@ from ..core.canonical import canonical
 from ..core.describe import describe_config
 from ..core.family_rates import at_rates as apply_rates
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
-from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial
+from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial, failure_counts, failure_kind, state_counts
 from ..tasks.files import FILE_KEYS
 from .space import SearchSpace
 from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
@@ -526,34 +525,6 @@ def claimed(study: optuna.Study) -> int:
     """Trained trials plus running ones (of every worker): what the stopping rule counts."""
     return sum(1 for t in study.get_trials(deepcopy=False)
                if t.state == TrialState.RUNNING or is_trained(t))
-
-
-def failure_kind(t: FrozenTrial) -> str | None:
-    """Why a trial failed, in a few words (None when it did not): `StoredTrial.failure`."""
-    return StoredTrial.of(t).failure if t.state in (TrialState.FAIL, TrialState.PRUNED) else None
-
-
-def failure_counts(study: optuna.Study) -> dict[str, int]:
-    """Failed (and NaN-pruned) trials by kind, most frequent first."""
-    kinds = Counter(k for t in study.get_trials(deepcopy=False) if (k := failure_kind(t)))
-    return dict(kinds.most_common())
-
-
-def state_counts(study: optuna.Study) -> dict[str, int]:
-    """Trials by state; over budget (``rejected``) and stopped by Ctrl-C (``interrupted``, trained
-    again on resume) apart from the pruned and failed ones."""
-    counts = {"complete": 0, "running": 0, "pruned": 0, "failed": 0, "interrupted": 0, "rejected": 0, "waiting": 0}
-    for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.PRUNED and StoredTrial.of(t).rejected:
-            counts["rejected"] += 1
-        elif failure_kind(t) == INTERRUPTED:
-            counts["interrupted"] += 1
-        else:
-            key = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running",
-                   TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
-                   TrialState.WAITING: "waiting"}[t.state]
-            counts[key] += 1
-    return counts
 
 
 __all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "presets_within", "preset_in_space", "front",

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import ConfigError, suggest
 from .metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
@@ -151,7 +151,8 @@ class Task:
 
 
 def _numpy(x) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
+    torch = sys.modules.get("torch")             # a tensor means torch is loaded; a study read loads none
+    if torch is not None and isinstance(x, torch.Tensor):
         x = x.detach().cpu().float() if x.is_floating_point() else x.detach().cpu()
     return np.asarray(x)
 

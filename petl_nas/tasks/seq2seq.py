@@ -15,12 +15,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:                  # torch is imported where it is used: reading a study's tasks needs none
+    import torch
 
 __all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "check_languages", "language_start", "tiny_seq2seq",
            "SEQ2SEQ_FAMILIES"]
@@ -147,6 +147,8 @@ def seq2seq_loss(model, batch: dict[str, torch.Tensor], label_smoothing: float) 
     token, T5 with padding, mBART with the language code); smoothing spreads ε uniformly over the
     vocabulary as in torch's ``cross_entropy(label_smoothing=ε)`` and transformers' Trainer.
     """
+    import torch.nn.functional as F
+
     labels = batch["labels"]                                            # [B, T], -100 at padding
     if hasattr(model, "prepare_decoder_input_ids_from_labels"):
         decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels=labels)
@@ -184,6 +186,7 @@ def tiny_seq2seq(model_type: str = "bart", tokenizer=None, seed: int = 0, hidden
     Example:
         >>> model = tiny_seq2seq("bart", tokenizer=tiny_tokenizer(["a b c"], 50))  # doctest: +SKIP
     """
+    import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
     family = _FAMILY.get(model_type)

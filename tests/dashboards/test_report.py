@@ -3,6 +3,7 @@ size; the HTML holds the front's trials, the presets and the re-evaluations; hea
 renders it with its figures; hypervolume agrees with Optuna's; bad input writes nothing."""
 
 import base64
+import html
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from sqlalchemy.engine import make_url
 from petl_nas.app.cli import main
 from petl_nas.dashboards import plots, view
 from petl_nas.dashboards.report import write_report
+from petl_nas.errors import ConfigError
 from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search.driver import run_search
 from petl_nas.search.records import sessions
@@ -249,6 +251,44 @@ def test_the_report_shows_the_confirmed_means_as_the_summary_does(tmp_path):
     assert "<td class='n'>0.9000<br>confirmed: mean 0.6333 over 3 seeds</td>" in page
     assert ('<h2>Confirmed by final.confirm, off the front</h2>' in page and '<tr id="confirmed-trial-1">' in page
             and "<td class='n'>0.8000<br>confirmed: mean 0.8267 over 3 seeds, off the front</td>" in page)
+
+
+def test_the_report_opens_with_the_plot_then_the_pick_and_the_front(searched, tmp_path):
+    """The Pareto plot comes first, then the pick (the trial export writes by default, with its command)
+    and the front's table, then the study's facts; the page names the trial `export.choose` picks, or
+    why it picks none (the tiny study's trials learn too little)."""
+    from petl_nas.deploy.export import choose
+
+    def opening(page: str) -> dict[str, int]:
+        marks = {"plot": 'id="fig-pareto"', "pick": "<p id='pick'>", "front": '<table id="front">',
+                 "facts": '<table class="facts">'}
+        return {name: page.index(mark) for name, mark in marks.items()}
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="picked", storage=url, directions=["maximize", "minimize"])
+    study.set_user_attr("metric", "accuracy")
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)}
+    for score, size in [(0.7, 100), (0.9, 300), (0.8, 200)]:
+        config = {"modules": [{"form": "lora", "position": "attn", "size": size // 100}]}
+        study.add_trial(create_trial(values=[score, size], params={"lr": 1e-3}, distributions=dist,
+                                     user_attrs={"petl_config": config, "recipe": {"lr": 1e-3}}))
+    page = write_report(url, "picked", tmp_path / "r")[-1].read_text()
+    at = opening(page)
+    assert list(at) == sorted(at, key=at.get), at
+    before_plot = re.sub(r"<style>.*?</style>|<[^>]+>", " ", page[:at["plot"]], flags=re.S).split()
+    assert len(before_plot) < 40, " ".join(before_plot)
+    pick = page[at["pick"]:page.index("</p>", at["pick"])]
+    assert choose(study).number == 1 and "trial 1, attn LoRA r=3" in pick and "search accuracy 0.9000" in pick
+    assert f"petl-nas export --storage {url} -o best.yaml" in pick
+
+    page = write_report(searched[0], "rep", tmp_path / "tiny")[-1].read_text()
+    at = opening(page)
+    assert list(at) == sorted(at, key=at.get), at
+    try:
+        said = f"<strong>The pick:</strong> trial {choose(searched[1]).number}, "
+    except ConfigError as e:
+        said = f"<strong>The pick:</strong> none; {html.escape(str(e))}."
+    assert said in page
 
 
 def test_report_on_postgresql(tmp_path):

@@ -55,6 +55,7 @@ from pathlib import Path
 from ...errors import ConfigError
 from ...fileio import atomic_write
 from ..experiment import OneShot, parse_budget
+from ..claims import training_elsewhere
 from ..storage import as_stored
 from ..progress import Stage, repeating
 from ..records import LR_FROM_SAMPLER, ONESHOT, ONESHOT_ANCHOR as ANCHOR, RATE_CALIBRATION, RATES_SETTING
@@ -123,24 +124,6 @@ def over_budget_note(expected_count: float, budget: int) -> str:
         return ""
     return (f"; its gates ended over the budget of {budget:,} (the proposals are cut to each budget exactly, "
             f"from gates that had not decided: more oneshot.epochs or a larger oneshot.penalty_step let them)")
-
-
-def training_elsewhere(started: dict | None, grace_period: float) -> bool:
-    """Whether the supernet run that ``started`` records is still training in another process: its
-    beat is younger than ``grace_period`` and, on this host, its process is alive (a process of this
-    host that is gone, or this one, trains nothing; a run from before beats were kept is taken over)."""
-    if not started or "beat" not in started or started.get("diverged"):
-        return False
-    if started.get("host") == socket.gethostname():
-        if started.get("pid") == os.getpid():
-            return False
-        try:
-            os.kill(started["pid"], 0)
-        except ProcessLookupError:
-            return False
-        except (PermissionError, OSError, TypeError):
-            pass
-    return time.time() - started["beat"] < grace_period
 
 
 def _beating(study, started: dict, interval: float):
