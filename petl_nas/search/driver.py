@@ -188,9 +188,10 @@ class Progress:
             what += (" did not learn (within noise of the baseline)" if info.get("score_se") is not None
                      else " did not learn (no better than the baseline)")     # a metric without an error bar
         if info.get("reused"):
-            what += f" ({info['reused']} run, reused)"
+            what += f" (reused: {info['reused']})"
         tag = f"{p.preset}: " if p.preset else "one-shot: " if StoredTrial.of(p.trial).oneshot else ""
-        states = "".join(f" | {k} {c[k]}" for k in ("running", "pruned", "failed", "rejected") if c[k])
+        states = f" | done {c['complete']}" + "".join(f" {k} {c[k]}" for k in ("running", "pruned", "failed",
+                                                                              "rejected") if c[k])
         self.print(f"[{self.done}/{self.total}] trial {p.number} {tag}{short_name(p.config)}  {what}  "
                    f"{p.deployable:,} params{states} | front {len(front(self.study))} | ETA {_minutes(eta)}")
 
@@ -344,7 +345,7 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     if baseline is not None:
         near = "within noise of" if has_error_bar(task) else "no better than"
         printer(f"trivial baseline on search-dev: {baseline['what']}, {baseline['metric']} "
-                f"{baseline['score']:.4f}; {near} it = did not learn")
+                f"{baseline['score']:.4f}; did not learn: {near} it")
     if len(splits.search_dev) < FEW_SEARCH_DEV_ROWS:
         printer(f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
                 f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)")

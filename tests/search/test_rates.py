@@ -120,8 +120,8 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
     done = [line for line in lines if line.startswith("  rates: ") and "running for" not in line]
     assert [line.rsplit("(", 1)[1].split(" runs")[0] for line in done] == [f"{i} of 6" for i in range(1, len(done) + 1)]
     assert "at most" in done[0]                                         # the share is a bound: it may stop sooner
-    assert [line.split(":")[0] for line in lines if line.startswith("rate ")] == ["rate lora", "rate adapter",
-                                                                                  "rate prefix"]
+    table = lines.index("rates, the rate each family trains at:")       # a row per family, under its header
+    assert [line.split()[0] for line in lines[table + 2:table + 5]] == ["lora", "adapter", "prefix"]
     for family, f in record["families"].items():
         if "tried" in f:                                                # the best score's rate is the family's
             assert f["rate"] == max(f["tried"], key=lambda t: t[1])[0]

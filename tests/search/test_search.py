@@ -1133,11 +1133,11 @@ def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_
     assert sum(bool(t.user_attrs.get("preset")) for t in study.trials) == 3
     assert not [t for t in study.trials if t.state == TrialState.WAITING]
     assert all(t.user_attrs.get("preset") or t.user_attrs.get("baseline") for t in trained(study))
-    assert ("trials: 1 is no more than the 3 presets and warm starts queued: all of them train, and the sampler "
-            "proposes nothing (raise trials to search beyond them)") in lines
+    assert ("trials: 1, no more than the 3 presets and warm starts queued: the sampler proposes nothing (raise "
+            "trials to search)") in lines
     equal = []
     run_search(experiment(tmp_path, name="eq", trials=3, budget="20%"), printer=equal.append)
-    assert any(line.startswith("trials: 3 is no more than the 3 presets") for line in equal)
+    assert any(line.startswith("trials: 3, no more than the 3 presets") for line in equal)
     again = []
     run_search(exp, printer=again.append)
     assert len(load(exp).trials) == len(study.trials) and any("; 0 to train;" in line for line in again)
@@ -1221,7 +1221,8 @@ def test_a_trial_line_names_its_configuration_and_its_eta_is_time_per_trial_trai
     for _ in range(2):
         now[0] += 120.0
         progress(trial, "complete", {"score": 0.5, "score_se": 0.01})
-    assert lines[1].startswith("[2/4] trial 5 LoRA r=2 q,v L3-5 + prompt 4  0.5000 ± 0.0100  1,234 params")
+    assert lines[0].startswith("[1/4] trial 5 LoRA r=2 q,v L3-5 + prompt 4  0.5000 (reused: calibration)  1,234 params")
+    assert lines[1].startswith("[2/4] trial 5 LoRA r=2 q,v L3-5 + prompt 4  0.5000 ± 0.0100  1,234 params | done ")
     assert [line.rsplit("ETA ", 1)[1] for line in lines[1:]] == ["4.0 min", "2.0 min"]
 
 
