@@ -173,7 +173,7 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
         storage: str | None = None, executor: str | None = None, printer=None) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..search.console import SaidOnce
+    from ..search.console import SaidOnce, say
     from ..search.driver import run_search
 
     hf_logging.set_verbosity_error()                  # no load reports between the progress lines
@@ -184,7 +184,7 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
     if final_seeds is not None:
         exp = dataclasses.replace(exp, final=dataclasses.replace(exp.final, seeds=final_seeds))
     _check_resumable(exp)
-    printer = SaidOnce(printer or (lambda line: print(line, flush=True)))     # each line once, live when piped
+    printer = SaidOnce(printer or say)               # each line once, within the width, live when piped
     printer(f"petl-nas quickstart: {exp.trials} trials of the {exp.space} space under {exp.budget} of the "
             f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epoch{'s' * (exp.fidelity.epochs != 1)} each")
     printer(f"  storage: {redact(exp.storage_url)}")

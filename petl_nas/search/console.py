@@ -56,9 +56,15 @@ def fit(line: str) -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
+def say(text: str) -> None:
+    """Print ``text`` on standard output, each line `fit` to the width, at once (live when piped)."""
+    for line in str(text).split("\n"):
+        print(fit(line), flush=True)
+
+
 class SaidOnce:
-    """A printer that passes each line on once, `fit` to the width: a line said before in this run
-    (a warning met again, a verdict) is not printed again. ``said`` holds every line printed."""
+    """A printer that passes each line on once: a line said before in this run (a warning met
+    again, a verdict) is not printed again. ``said`` holds every line printed."""
 
     def __init__(self, printer: Callable[[str], None]):
         self.printer = getattr(printer, "printer", printer)       # wrapping one again: share its memory
@@ -69,8 +75,7 @@ class SaidOnce:
                  if not line.strip() or line.strip() not in self.said]
         self.said.update(line.strip() for line in fresh if line.strip())
         for line in fresh:
-            for part in fit(line).split("\n"):
-                self.printer(part)
+            self.printer(line)
 
     def detail(self, text: str) -> None:
         """``text`` only with ``--verbose``."""
@@ -84,4 +89,4 @@ def detail(printer: Callable[[str], None], text: str) -> None:
         printer(text)
 
 
-__all__ = ["WIDTH", "VERBOSE_ENV", "SaidOnce", "detail", "fit", "set_verbose", "table", "verbose"]
+__all__ = ["WIDTH", "VERBOSE_ENV", "SaidOnce", "detail", "fit", "say", "set_verbose", "table", "verbose"]

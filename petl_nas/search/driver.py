@@ -31,7 +31,7 @@ from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose, read_pro
 from .confirm import confirmed_scores, verdict
 from .finals import reevaluate_front
 from . import progress as progress_lines
-from .console import SaidOnce, fit, table
+from .console import SaidOnce, fit, say, table
 from ..core.describe import short_name
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder
@@ -214,7 +214,7 @@ def _absolute_paths(exp: Experiment) -> Experiment:
 
 def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
     start = time.time()
-    printer = SaidOnce(printer or (lambda line: print(line, flush=True)))     # live even when piped to a file
+    printer = SaidOnce(printer or say)              # each line once; on the console, live and within the width
     exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
     with before_writing():                       # a stop here has written nothing: the CLI says so

@@ -1,7 +1,7 @@
 """`search.console`: aligned tables, each line said once and fit to the width, details only with
 ``--verbose``."""
 
-from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, set_verbose, table
+from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, say, set_verbose, table
 
 
 def test_a_table_aligns_its_columns():
@@ -9,7 +9,7 @@ def test_a_table_aligns_its_columns():
         "  family      score", "  lora          0.8", "  mh_adapter   0.75"]
 
 
-def test_a_line_said_before_is_not_said_again_and_a_long_one_is_wrapped():
+def test_a_line_said_before_is_not_said_again():
     said = []
     printer = SaidOnce(said.append)
     printer("warning: the inputs differ")
@@ -20,9 +20,12 @@ def test_a_line_said_before_is_not_said_again_and_a_long_one_is_wrapped():
     again = SaidOnce(printer)                            # wrapping it again keeps its memory
     again("new line")
     assert said[-1] == "" and again.said is printer.said
-    long = "word " * 40
-    printer(long)
-    assert len(said) > 5 and all(len(line) <= WIDTH for line in said) and said[-1].startswith("  ")
+
+
+def test_the_console_wraps_a_long_line(capsys):
+    say("word " * 40 + "\nshort")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(len(line) <= WIDTH for line in lines) and lines[1].startswith("  ")
 
 
 def test_a_command_or_a_path_is_never_cut():
