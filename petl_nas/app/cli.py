@@ -606,6 +606,8 @@ def _search_command(sub) -> None:
                    help="epochs per search trial, or auto (calibrated before the search) "
                         + default("epochs", Fidelity))
     p.add_argument("--seed", type=int, help=f"the seed of the sampler and of each trial's training {default('seed')}")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the details too (every rate tried, why scales are rates); the report has them all")
     p.set_defaults(func=cmd_search)
 
 
@@ -621,6 +623,8 @@ def _suite_command(sub) -> None:
     p.add_argument("--executor", choices=["ray", "local"],
                    help="how every study runs its trials, in place of the suite file's: ray (Ray Tune) or "
                         "local (no Ray: one after another in the study's process)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the details too (every rate tried, why scales are rates); the report has them all")
     p.set_defaults(func=cmd_suite)
 
 
@@ -784,6 +788,8 @@ def _quickstart_command(sub) -> None:
     p.add_argument("--final-seeds", type=int, help="seeds of the front's final re-evaluation (default 2; 0 skips it)")
     p.add_argument("--storage", help=f"{STORAGE_FORMS} (default runs/NAME/{STUDY_FILE})")
     p.add_argument("--executor", help="ray (default: local Ray) or local (no Ray)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the details too (every rate tried, why scales are rates); the report has them all")
     p.set_defaults(func=cmd_quickstart)
 
 
@@ -833,6 +839,9 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:                       # said by the subcommand's parser: "see petl-nas search --help"
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if hasattr(args, "verbose"):      # search, suite, quickstart: the details, here and in the processes they start
+        from ..search.console import set_verbose
+        set_verbose(args.verbose)
     try:
         with _own_warnings_as_lines():
             return args.func(args)

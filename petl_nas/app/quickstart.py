@@ -99,7 +99,7 @@ def plan(data_dir: str | None = None, demo: bool = False, hub: tuple[bool, str] 
             return exp, notes
         looked = ", ".join(str(p) for p in glue_candidates())
         notes.append(f"no GLUE data (looked in {looked}; give --data-dir DIR) and the hub is {hub[1]}")
-    notes.append(f"data: {DEMO_LABEL}")
+    notes.append("data: DEMO, the built-in demo task (demo_sentiment, 2,000 synthetic sentences)")
     return dataclasses.replace(exp, name="quickstart_demo", task="demo_sentiment"), notes
 
 
@@ -170,9 +170,10 @@ def activate_first() -> list[str]:
 
 def run(data_dir: str | None = None, demo: bool = False, name: str | None = None, trials: int | None = None,
         k: int | None = None, epochs: float | None = None, final_seeds: int | None = None,
-        storage: str | None = None, executor: str | None = None, printer=print) -> int:
+        storage: str | None = None, executor: str | None = None, printer=None) -> int:
     from transformers.utils import logging as hf_logging
 
+    from ..search.console import SaidOnce, say
     from ..search.driver import run_search
 
     hf_logging.set_verbosity_error()                  # no load reports between the progress lines
@@ -183,12 +184,13 @@ def run(data_dir: str | None = None, demo: bool = False, name: str | None = None
     if final_seeds is not None:
         exp = dataclasses.replace(exp, final=dataclasses.replace(exp.final, seeds=final_seeds))
     _check_resumable(exp)
+    printer = SaidOnce(printer or say)               # each line once, within the width, live when piped
     printer(f"petl-nas quickstart: {exp.trials} trials of the {exp.space} space under {exp.budget} of the "
-            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epoch{'s' * (exp.fidelity.epochs != 1)} each; "
-            f"storage {redact(exp.storage_url)}")
+            f"backbone, K={exp.fidelity.k}, {exp.fidelity.epochs:g} epoch{'s' * (exp.fidelity.epochs != 1)} each")
+    printer(f"  storage: {redact(exp.storage_url)}")
     for line in notes:
         printer("  " + line)
-    summary = run_search(exp)
+    summary = run_search(exp, printer=printer)
     printer("")
     if exp.task == "demo_sentiment":
         printer(DEMO_LABEL)

@@ -51,6 +51,8 @@ import statistics
 from optuna.trial import TrialState
 
 from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
+from ..core.describe import short_name
+from .console import table
 from .progress import Stage
 from .side_by_side import describe, for_stage, run_all
 from .records import CONFIRMED as PREFIX, CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
@@ -162,11 +164,16 @@ def confirm(study, exp, recipe, printer) -> list:
             printer(f"  confirming: trial {t.number} done ({stage.left()})")
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
     attrs = study.user_attrs
+    rows = []
     for t in ranked:
-        s = StoredTrial.of(t, attrs).confirmed
-        seeds = f"{len(s)} seed{'s' if len(s) != 1 else ''}"
-        printer(f"confirmed trial {t.number}{' [' + _name(t) + ']' if is_baseline(t) else ''}: search score "
-                f"{s[0]:.4f}, mean over {seeds} {statistics.fmean(s):.4f} (" + ", ".join(f"{v:.4f}" for v in s) + ")")
+        stored = StoredTrial.of(t, attrs)
+        s = stored.confirmed
+        rows.append([t.number, _name(t) if is_baseline(t) else short_name(stored.petl_config), f"{s[0]:.4f}",
+                     f"{statistics.fmean(s):.4f}", len(s), ", ".join(f"{v:.4f}" for v in s[1:])])
+    if rows:
+        printer("confirmed on search-dev, best mean first:")
+        printer("\n".join(table(["trial", "configuration", "search", "mean", "seeds", "other seeds' scores"], rows,
+                                right=(0, 2, 3, 4))))
     if (said := verdict(study)) is not None:
         printer(said.line)
     return ranked

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +28,11 @@ from optuna.trial import TrialState
 from .. import __version__
 from . import calibrate, rates, study_note
 from .oneshot.propose import ATTR as ONESHOT, check_resumable, propose, read_proposals
-from .confirm import confirmed_scores, confirmed_text, verdict
+from .confirm import confirmed_scores, verdict
 from .finals import reevaluate_front
 from . import progress as progress_lines
+from .console import SaidOnce, fit, say, table
+from ..core.describe import short_name
 from ..training.costs import UNITS
 from .executors import EXECUTORS, Recorder
 from .experiment import Experiment, large_budget_warning
@@ -74,37 +77,52 @@ class SearchSummary:
     calibrated_epochs: float | None = None            # the trial length `fidelity: auto` chose, when it did
     confirmed: list[dict] = field(default_factory=list)   # trials final.confirm re-scored, off the front
     verdict: str | None = None                        # what confirmation concluded against the best baseline
+    said: set = field(default_factory=set, repr=False, compare=False)   # lines this run printed already
 
-    def _row(self, r: dict) -> str:
+    def _row(self, r: dict) -> dict[str, str]:
         test = mean_std(r["test_mean"], r["test_std"], r.get("test_n")) if r.get("test_mean") is not None else "-"
         search = f"{r['score']:.4f}" + (f" ± {r['se']:.4f}" if r.get("se") is not None else "")
         paired, pts = r.get("paired"), points_per_unit(self.metric)
         vs = (f"{pts * paired['mean']:+.2f}" + (f" ± {pts * paired['std']:.2f}" if paired["std"] is not None
                                                  else " (1 seed)")) if paired else "-"
         relation = ", ".join(r["dominates"] + [f"~{n}" for n in r.get("matches", [])]) or "-"
-        flag = ("  did not learn" if r.get("did_not_learn") else "") + ("  head only (no PETL module)"
-                                                                        if r["deployable"] == 0 else "")
-        costs = "".join(f"  {name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
-                        if value is not None)
-        confirmed = f"  {confirmed_text(r['confirmed'], r.get('on_front', True))}" if r.get("confirmed") else ""
-        return (f"{r['number']:>5}  {r['preset']:<17}{search:>24}{test:>20}{vs:>17}"
-                f"{r['deployable']:>12,}{r['pct']:>8.3f}  {relation}{flag}{costs}{confirmed}")
+        notes = []
+        if r.get("confirmed"):
+            notes.append(f"confirmed {statistics.fmean(r['confirmed']):.4f} ({len(r['confirmed'])} seeds)"
+                         + ("" if r.get("on_front", True) else ", off the front"))
+        notes += ["did not learn"] * bool(r.get("did_not_learn"))
+        notes += ["head only (no PETL module)"] * (r["deployable"] == 0)
+        notes += [f"{name} {value:.1f} {UNITS[name]}" for name, value in (r.get("costs") or {}).items()
+                  if value is not None]
+        return {"trial": str(r["number"]), "source": r["preset"], "search (±se)": search, "test (±std)": test,
+                "paired Δ pts": vs, "deployable": f"{r['deployable']:,}", "%": f"{r['pct']:.3f}",
+                "dominates": relation, "notes": ", ".join(notes)}
+
+    def _rows(self, rows: list[dict]) -> list[str]:
+        """The rows as a table; the test and paired columns only where a row has one."""
+        cells = [self._row(r) for r in rows]
+        heads = [h for h in cells[0] if h not in ("test (±std)", "paired Δ pts", "notes")
+                 or any(c[h] not in ("-", "") for c in cells)] if cells else []
+        return table(heads, [[c[h] for h in heads] for c in cells], indent="",
+                     right=[i for i, h in enumerate(heads) if h not in ("source", "dominates", "notes")])
 
     def table(self) -> str:
+        """The front, the presets off it and the confirmed trials off it as one table, then what
+        the search concluded; a line this run already printed (``said``) is not said again."""
         against = ["deployable parameters", *dict.fromkeys(c for r in self.front for c in (r.get("costs") or {}))]
         against = " and ".join([", ".join(against[:-1]), against[-1]] if len(against) > 1 else against)
         lines = [f"Pareto front of study {self.study_name!r} ({self.metric} vs {against}"
                  + (f", budget {self.budget:,}" if self.budget is not None else "") + ")"]
-        head = (f"{'trial':>5}  {'source':<17}{'search ' + self.metric + ' (±se)':>24}{'test (±std)':>20}"
-                f"{'paired Δ pts':>17}{'deployable':>12}{'%':>8}  dominates")
-        lines.append(head)
-        lines += [self._row(r) for r in self.front]
-        if self.presets:
-            lines.append("presets measured in this study:")
-            lines += [self._row(r) for r in self.presets]
+        on_front = {r["number"] for r in self.front}
+        off = [r for r in self.presets if r["number"] not in on_front]
+        rows = self._rows(self.front + off + self.confirmed)
+        lines += rows[:1 + len(self.front)]
+        if off:
+            lines.append("presets measured in this study, off the front:")
+            lines += rows[1 + len(self.front):1 + len(self.front) + len(off)]
         if self.confirmed:
             lines.append("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
-            lines += [self._row(r) for r in self.confirmed]
+            lines += rows[1 + len(self.front) + len(off):]
         if self.verdict:
             lines.append(self.verdict)
         shown = self.front + self.presets + self.confirmed
@@ -138,19 +156,20 @@ class SearchSummary:
             near = "within noise of" if measured else "no better than"     # a metric without an error bar
             lines.append(f"{self.did_not_learn} of {c['complete']} complete trials did not learn ({near} "
                          f"the baseline): train longer ({longer}), raise the learning rate range{head}")
-        return "\n".join(lines)
+        return "\n".join(fit(line) for line in lines if line.strip() not in self.said)
 
 
 class Progress:
-    """A live line per trial this worker finishes: states so far, the front's size and an ETA.
+    """A line per trial this worker finishes: its configuration in a few words (`short_name`), its
+    score and size, states so far, the front's size and an ETA from the time per trial trained.
 
     ``[i/N]`` counts the study's trials trained since this worker started, by every worker (N: what
     was left to train then), so workers sharing a study count to the same end, and the ETA is the
     study's."""
 
-    def __init__(self, study, total: int, printer):
-        self.study, self.total, self.print = study, total, printer
-        self.start, self.done, self.reused = time.time(), 0, 0
+    def __init__(self, study, total: int, printer, clock=time.time):
+        self.study, self.total, self.print, self.clock = study, total, printer, clock
+        self.start, self.done, self.reused = clock(), 0, 0
         self.before = {t.number for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING}
 
     def __call__(self, p, state: str, info: dict) -> None:
@@ -159,22 +178,26 @@ class Progress:
         self.done = max(self.done + 1, finished)
         self.total = max(self.total, self.done)   # a lost trial trained again comes on top of the count
         self.reused += bool(info.get("reused"))
-        elapsed = time.time() - self.start
+        elapsed = self.clock() - self.start       # per trial trained: a reused run took no time
         eta = elapsed / max(1, self.done - self.reused) * (self.total - self.done)
         c = state_counts(self.study)
-        what = f"score {info['score']:.4f}" if state == "complete" else info.get("reason", "")
+        what = f"{info['score']:.4f}" if state == "complete" else f"{state}: {info.get('reason', '')}"
         if state == "complete" and info.get("score_se") is not None:
             what += f" ± {info['score_se']:.4f}"
         if info.get("did_not_learn"):
-            what += (" (did not learn: within noise of the baseline)" if info.get("score_se") is not None
-                     else " (did not learn: no better than the baseline)")     # a metric without an error bar
+            what += (" did not learn (within noise of the baseline)" if info.get("score_se") is not None
+                     else " did not learn (no better than the baseline)")     # a metric without an error bar
         if info.get("reused"):
-            what += f" (the {info['reused']} run of this spec, not trained again)"
-        tag = f" [{p.preset}]" if p.preset else " [one-shot]" if StoredTrial.of(p.trial).oneshot else ""
-        self.print(f"[{self.done}/{self.total}] trial {p.number}{tag} {state} {what} "
-                   f"params {p.deployable:,} | done {c['complete']} running {c['running']} "
-                   f"pruned {c['pruned']} failed {c['failed']} "
-                   f"rejected {c['rejected']} | front {len(front(self.study))} | ETA {eta / 60:.1f} min")
+            what += f" (reused: {info['reused']})"
+        tag = f"{p.preset}: " if p.preset else "one-shot: " if StoredTrial.of(p.trial).oneshot else ""
+        states = f" | done {c['complete']}" + "".join(f" {k} {c[k]}" for k in ("running", "pruned", "failed",
+                                                                              "rejected") if c[k])
+        self.print(f"[{self.done}/{self.total}] trial {p.number} {tag}{short_name(p.config)}  {what}  "
+                   f"{p.deployable:,} params{states} | front {len(front(self.study))} | ETA {_minutes(eta)}")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
 
 
 def _absolute_paths(exp: Experiment) -> Experiment:
@@ -191,7 +214,7 @@ def _absolute_paths(exp: Experiment) -> Experiment:
 
 def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> SearchSummary:
     start = time.time()
-    printer = printer or (lambda line: print(line, flush=True))     # live even when piped to a file
+    printer = SaidOnce(printer or say)              # each line once; on the console, live and within the width
     exp = _absolute_paths(exp)
     # ---- validate the inputs before touching the study --------------------------------------
     with before_writing():                       # a stop here has written nothing: the CLI says so
@@ -228,7 +251,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
             _record_run(study, start, printer)   # stopped or not: the study's wall time adds up over resumes
         finally:
             close_storage(study)
-    summary.wall_s = time.time() - start
+    summary.wall_s, summary.said = time.time() - start, printer.said
     return summary
 
 
@@ -300,11 +323,12 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     later = ("" if exp.strategy == "sampler" or ONESHOT in study.user_attrs else
              f" besides the proposals read from {exp.oneshot.file}" if exp.oneshot.file else
              " besides the supernet's proposals (it trains first)")
-    printer(f"study {exp.study_name!r} at {redact(exp.storage_url)}: {trained} trained so far; "
-            f"{remaining} to train{later}; presets queued: {', '.join(seeded) or 'none new'}")
+    printer(f"study {exp.study_name!r}: {trained} trained so far; {remaining} to train{later}; presets queued: "
+            f"{', '.join(seeded) or 'none new'}")
+    printer(f"  storage: {redact(exp.storage_url)}")
     if queued >= exp.trials and exp.sampler != "presets" and exp.strategy != "oneshot":
-        printer(f"trials: {exp.trials} is no more than the {queued} presets and warm starts queued: all of them "
-                f"train, and the sampler proposes nothing (raise trials to search beyond them)")
+        printer(f"trials: {exp.trials}, no more than the {queued} presets and warm starts queued: the sampler "
+                f"proposes nothing (raise trials to search)")
     if over_budget:
         printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
     if refused:
@@ -322,8 +346,8 @@ def _search(study, exp: Experiment, task, splits, space, model_config, budget, b
     baseline = study.user_attrs.get("baseline")
     if baseline is not None:
         near = "within noise of" if has_error_bar(task) else "no better than"
-        printer(f"trivial baseline on search-dev: {baseline['what']} scores {baseline['metric']} "
-                f"{baseline['score']:.4f}; a trial {near} it did not learn")
+        printer(f"trivial baseline on search-dev: {baseline['what']}, {baseline['metric']} "
+                f"{baseline['score']:.4f}; did not learn: {near} it")
     if len(splits.search_dev) < FEW_SEARCH_DEV_ROWS:
         printer(f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
                 f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)")

@@ -5,7 +5,7 @@ A stage is a number of runs of about equal length, trained one after another in 
 a run goes on, `Stage.run` prints what it trains at least every `EVERY_S` seconds, with how long it
 has run and, once a run of the stage has finished, about how long the stage has left (or what the
 run says of itself, e.g. a supernet's epochs done and time left); `countdown` is the line after
-each run.
+each run. `time_left` keeps an estimate from jumping while a run outlasts the mean.
 
 Example:
     >>> stage = Stage(print, total=3)                                  # doctest: +SKIP
@@ -30,6 +30,19 @@ def countdown(spent_s: float, done: int, total: int, unit: str = "", bound: str 
             + (f", {bound} {max(1, round(left / 60))} min left" if done < total else ""))
 
 
+def time_left(per_unit_s: float, done: int, total: int, running_s: float = 0.0) -> float:
+    """Seconds left of ``total`` units of about equal length, ``done`` of them done at ``per_unit_s``
+    each and the next one running for ``running_s``. The running unit counts as at least as long as
+    it has run: once it runs past the mean, the estimate grows from there, where subtracting its
+    time from the mean's would fall to nothing and jump back up when it ends."""
+    left = total - done
+    if left <= 0:
+        return 0.0
+    if running_s <= per_unit_s:
+        return per_unit_s * left - running_s
+    return (per_unit_s * done + running_s) / (done + 1) * (left - 1)
+
+
 class Stage:
     """``total`` runs of about equal length (an upper bound where the stage may stop early: its
     estimate is then "at most"), each inside `run`."""
@@ -45,7 +58,7 @@ class Stage:
         itself says it stands, e.g. its epochs done, said after that)."""
         line = f"  {what}: running for {running_s / 60:.1f} min" + (f"; {detail}" if detail else "")
         if self.done and self.done < self.total:
-            left = self.spent_s / self.done * (self.total - self.done) - running_s
+            left = time_left(self.spent_s / self.done, self.done, self.total, running_s)
             line += (f"; {self._bound} {max(1, round(left / 60))} min left in this stage ({self.done} of "
                      f"{self.total} runs done)")
         return line
@@ -93,4 +106,4 @@ def repeating(every_s: float, action: Callable[[], None], name: str) -> Iterator
         thread.join(timeout=every_s + 5)
 
 
-__all__ = ["EVERY_S", "Stage", "countdown", "repeating"]
+__all__ = ["EVERY_S", "Stage", "countdown", "repeating", "time_left"]

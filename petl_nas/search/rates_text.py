@@ -1,5 +1,5 @@
-"""What a study's rate calibration record says: a line per family (its rate and how it was found),
-the scales its modules train at, and what calibration cost. Plain text from the stored record, for the
+"""What a study's rate calibration record says: a table of the families (its rate and how it was
+found), the scales its modules train at, and what calibration cost. Plain text from the stored record, for the
 console, the report and the dashboard's note, with no model or backbone at hand."""
 
 from __future__ import annotations
@@ -7,29 +7,46 @@ from __future__ import annotations
 import math
 
 from ..core.family_rates import scale_can_be_a_rate
+from .console import detail, table, verbose
 
 __all__ = ["lines"]
 
 
 def lines(record: dict) -> list[str]:
-    """One line per family: its rate and how it was found; then what calibration cost."""
-    out = []
+    """A table of the families (rate, how it was chosen, the best score measured), each reason
+    said once under it, the scales, then what calibration cost; with ``--verbose``, every rate tried."""
     trained = record.get("rates", {})               # what each family trains at: said, whatever families says
+    rows, notes = [], {}
+
+    def note(text: str) -> str:
+        return f"[{notes.setdefault(text, len(notes) + 1)}]"
+
     for family, f in record["families"].items():
         rate = trained.get(family, f["rate"])
         if "tried" in f:
-            how = ", ".join(f"{r:.1e} {s:.4f}" if s > -math.inf else f"{r:.1e} diverged" for r, s in f["tried"])
-            edge = ("; the best is at the edge of the rates tried: more runs (rates.share) may find a better one"
-                    if f.get("edge") else "")
-            out.append(f"rate {family}: {rate:.1e} (measured on {f['probe']}: {how}{edge})")
+            best = max((s for _, s in f["tried"]), default=-math.inf)
+            how = f"measured on {f['probe']}, {len(f['tried'])} rate{'s' * (len(f['tried']) != 1)}"
+            if f.get("edge"):
+                how += " " + note("the best is at the edge of the rates tried: more runs (rates.share) may "
+                                  "find a better one")
+            rows.append([family, f"{rate:.1e}", how, f"{best:.4f}" if best > -math.inf else "diverged"])
         else:
-            out.append(f"rate {family}: {rate:.1e} (its starting rate {f['prior']:.1e} x {record['factor']:.2f}, "
-                       f"the factor measured on the others; {f['why']})")
+            start = note("start x f: the family's starting rate times the factor measured on the others")
+            rows.append([family, f"{rate:.1e}", f"start {f['prior']:.1e} x {record['factor']:.2f} {start}, "
+                         f"{note(f['why'])}", "-"])
+    out = ["rates, the rate each family trains at:",
+           *table(["family", "rate", "how chosen", "best score"], rows, right=(3,)),
+           *(f"  {mark}" for mark in (f"[{n}] {text}" for text, n in notes.items()))]
+    if verbose():
+        out += [f"  {family} tried: " + ", ".join(f"{r:.1e} {s:.4f}" if s > -math.inf else f"{r:.1e} diverged"
+                                                   for r, s in f["tried"])
+                for family, f in record["families"].items() if "tried" in f]
     folded = {f: v for f, v in (record.get("scales") or {}).items() if scale_can_be_a_rate(f)}
     if folded:                                         # (a multi-head adapter's scale is structure: not listed)
-        out.append("scales: a fixed scale on a module whose output starts at zero is a rate of its own (under Adam, "
-                   "s times the output projection's), so such modules train at the scale their family's rate was "
-                   "measured at: " + ", ".join(f"{f} s={v:g}" for f, v in folded.items()))
+        out.append("scales: " + ", ".join(f"{f} s={v:g}" for f, v in folded.items())
+                   + ", the scales their families' rates were measured at")
+        detail(out.append, "  a fixed scale on a module whose output starts at zero is a rate of its own (under "
+                           "Adam, s times the output projection's), so such modules train at that scale")
     if record.get("source"):
         out.append(f"rates: from {record['source']}, not measured again")
     else:

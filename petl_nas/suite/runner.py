@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..fileio import atomic_write
+from ..search.console import say
 from ..search.records import load_study, run_state
 from ..search.storage import close_storage
 from . import cells as table
@@ -27,7 +28,7 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
     """Run every study of ``suite`` (``train`` False: only read those that exist), ``jobs`` at a time,
     and write the table; returns its cells. ``printer`` hears every line; with ``jobs`` above 1 only
     the suite's own, each study printing its lines to standard output from its process."""
-    printer = printer or (lambda line: print(line, flush=True))
+    printer = printer or say                      # each line within the width, live when piped
     studies = suite.in_running_order()
     if train:
         check_plan(suite)                     # every study's input, before the first trains

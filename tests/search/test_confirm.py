@@ -51,7 +51,9 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     assert sorted(calls) == sorted((t.number, exp.seed + i, "search_dev") for t in top for i in (1, 2))
     assert study.user_attrs[f"confirm:{first.number}"] == [first.values[0], 0.0, 0.0]
     assert f"final:{second.number}" in study.user_attrs and f"final:{first.number}" not in study.user_attrs
-    assert any(line.startswith(f"confirmed trial {second.number}") for line in lines)
+    table = lines.index("confirmed on search-dev, best mean first:")      # a table, best mean first
+    assert lines[table + 1].split()[:4] == ["trial", "configuration", "search", "mean"]
+    assert lines[table + 2].split()[0] == str(second.number)
     progress = [line for line in lines if line.startswith(("confirming", "  confirming"))]   # said as it goes
     assert progress[0].startswith("confirming 3 candidate(s) with 2 more seed(s) each on search-dev, in this process")
     assert [line.split("(")[1].split(",")[0].rstrip(")") for line in progress[1:]] == [f"{n} of 6 runs" for n in (2, 4, 6)]
@@ -252,11 +254,12 @@ def test_the_summary_shows_confirmed_means_and_keeps_an_off_front_trial_off_the_
     section = lines.index("confirmed by final.confirm, off the front (export's candidates too, by their mean):")
     rows = {int(line.split()[0]): (i, line) for i, line in enumerate(lines) if line[:5].strip().isdigit()}
     assert rows[0][0] < section < rows[1][0]
-    assert rows[0][1].endswith("  confirmed: mean 0.6333 over 3 seeds")
-    assert rows[1][1].endswith("  confirmed: mean 0.8267 over 3 seeds, off the front") and "0.8100 ± 0.0100" in rows[1][1]
-    assert not rows[2][1].endswith("seeds")
-    listed = {int(line.split()[0]): line for line in front_table(study).splitlines()[1:]}
-    assert all(listed[n].endswith(line.split("  confirmed: ")[1]) for n, (_, line) in rows.items() if n != 2)
+    assert rows[0][1].endswith("  confirmed 0.6333 (3 seeds)")
+    assert rows[1][1].endswith("  confirmed 0.8267 (3 seeds), off the front") and "0.8100 ± 0.0100" in rows[1][1]
+    assert not rows[2][1].endswith("seeds)")
+    listed = {int(line.split()[0]): line for line in front_table(study).splitlines()[1:]}   # export --list's mean
+    assert all(listed[n].split("confirmed: mean ")[1][:6] == line.split("confirmed ")[1][:6]
+               for n, (_, line) in rows.items() if n != 2)
 
 
 def test_export_follows_the_current_confirm_not_an_earlier_runs():

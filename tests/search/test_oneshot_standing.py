@@ -23,7 +23,26 @@ def test_the_time_left_comes_from_the_epochs_done_in_this_run(tmp_path):
         json.dump({"epoch": 3, "epochs": 10, "first_epoch": 0, "began": 1000.0, "at": 1180.0}, f)
     assert describe(path, since=0, now=1240.0) == "epoch 3 of 10 done, about 6 min left"
     assert describe(path, since=1200.0) is None                          # written before this run began: not its
-    assert describe(path, since=0, now=5000.0) == "epoch 3 of 10 done, about 1 min left"   # never "0 min"
+    # an epoch running far past the others' 60 s counts as at least that long: the estimate grows, never
+    # running down to "1 min" to jump back up when it ends: (180 + 3820) / 4 = 1000 s an epoch, 6 more to go
+    assert describe(path, since=0, now=5000.0) == "epoch 3 of 10 done, about 100 min left"
+
+
+def test_the_estimate_does_not_jump_when_an_epoch_outlasts_the_first(tmp_path):
+    """A fake clock over a run whose first epoch took 1 min and whose later ones take 5: the minutes
+    left never fall to nothing and jump back (the line said "about 1 min left", then "about 37")."""
+    def said(state: dict, now: float) -> int:
+        with open(path, "w") as f:
+            json.dump(state, f)
+        return int(describe(path, since=0, now=now).split("about ")[1].split()[0])
+
+    path = tmp_path / "s.json"
+    one = {"epoch": 1, "epochs": 10, "first_epoch": 0, "began": 0.0, "first_done": 60.0, "at": 60.0}
+    during = [said(one, 60.0 + s) for s in range(0, 301, 30)]          # epoch 2 runs for 5 min
+    after = said({**one, "epoch": 2, "at": 360.0}, 360.0)
+    assert min(during) >= 4 and after <= max(during) + 15 and during[-1] >= 10
+    slow_first = {"epoch": 2, "epochs": 10, "first_epoch": 0, "began": 0.0, "first_done": 600.0, "at": 660.0}
+    assert said(slow_first, 660.0) == 8      # a 10-min first epoch (warm-up) is not extrapolated: 8 x 1 min
 
 
 def test_a_resumed_run_times_only_the_epochs_it_trained(tmp_path):

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from petl_nas.search.progress import Stage, countdown
+from petl_nas.search.progress import Stage, countdown, time_left
 
 
 def test_the_heartbeat_says_what_runs_and_what_is_left_once_a_run_has_finished():
@@ -20,6 +20,17 @@ def test_the_heartbeat_says_what_runs_and_what_is_left_once_a_run_has_finished()
     assert stage.left() == "1 of 3 runs, at most 4 min left"
     stage.done = 3
     assert stage.heartbeat("x", 10) == "  x: running for 0.2 min" and stage.left() == "3 of 3 runs"
+
+
+def test_a_run_outlasting_the_mean_raises_the_estimate_instead_of_running_it_down():
+    """A fake clock: 1 of 3 runs took 2 min; the next runs on. The minutes left fall while it runs
+    within the mean, then grow with it (it takes at least as long as it has run), never "1 min left"
+    before a jump back up when it ends."""
+    stage = Stage(print, total=3)
+    stage.done, stage.spent_s = 1, 120.0
+    said = [int(stage.heartbeat("x", s).split("; about ")[1].split()[0]) for s in (0, 60, 120, 300, 600)]
+    assert said == [4, 3, 2, 4, 6]                   # (120 + 300) / 2 for the one left after it: 3.5 min
+    assert time_left(60.0, 2, 2, 500.0) == 0.0 and time_left(60.0, 1, 2, 500.0) == 0.0   # the last one: done soon
 
 
 def test_countdown():

@@ -120,8 +120,8 @@ def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_
     done = [line for line in lines if line.startswith("  rates: ") and "running for" not in line]
     assert [line.rsplit("(", 1)[1].split(" runs")[0] for line in done] == [f"{i} of 6" for i in range(1, len(done) + 1)]
     assert "at most" in done[0]                                         # the share is a bound: it may stop sooner
-    assert [line.split(":")[0] for line in lines if line.startswith("rate ")] == ["rate lora", "rate adapter",
-                                                                                  "rate prefix"]
+    table = lines.index("rates, the rate each family trains at:")       # a row per family, under its header
+    assert [line.split()[0] for line in lines[table + 2:table + 5]] == ["lora", "adapter", "prefix"]
     for family, f in record["families"].items():
         if "tried" in f:                                                # the best score's rate is the family's
             assert f["rate"] == max(f["tried"], key=lambda t: t[1])[0]
@@ -211,21 +211,31 @@ def test_the_lora_sweep_trains_at_loras_measured_rate(tmp_path):
     assert others and all(t.lr_scale == 1.0 for t in others)        # today's methods, at their families' rates
 
 
-def test_each_family_is_one_line_saying_how_its_rate_was_found():
+def test_the_families_are_a_table_saying_how_each_rate_was_found_each_reason_once(monkeypatch):
     record = {"families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 4.5e-3, "edge": True,
                                     "tried": [[5e-4, 0.737], [1.5e-3, 0.813], [4.5e-3, 0.817]]},
                            "adapter": {"prior": 1e-4, "probe": "pfeiffer", "rate": 3e-4, "edge": False,
                                        "tried": [[1e-4, 0.61], [3e-4, 0.65], [9e-4, -math.inf]]},
                            "prefix": {"prior": 2e-4, "rate": 6e-4, "why": "not measured: calibration's share of the "
+                                                                             "study's runs is spent"},
+                           "prompt": {"prior": 1e-3, "rate": 3e-3, "why": "not measured: calibration's share of the "
                                                                              "study's runs is spent"}},
               "factor": 3.0, "runs": 6, "trials": 40, "cost_s": 252.0, "planned": 56}
+    monkeypatch.delenv("PETL_NAS_VERBOSE", raising=False)
     assert rates.lines(record) == [
-        "rate lora: 4.5e-03 (measured on lora: 5.0e-04 0.7370, 1.5e-03 0.8130, 4.5e-03 0.8170; the best is at the "
-        "edge of the rates tried: more runs (rates.share) may find a better one)",
-        "rate adapter: 3.0e-04 (measured on pfeiffer: 1.0e-04 0.6100, 3.0e-04 0.6500, 9.0e-04 diverged)",
-        "rate prefix: 6.0e-04 (its starting rate 2.0e-04 x 3.00, the factor measured on the others; not measured: "
-        "calibration's share of the study's runs is spent)",
+        "rates, the rate each family trains at:",
+        "  family   rate     how chosen                     best score",
+        "  lora     4.5e-03  measured on lora, 3 rates [1]      0.8170",
+        "  adapter  3.0e-04  measured on pfeiffer, 3 rates      0.6500",
+        "  prefix   6.0e-04  start 2.0e-04 x 3.00 [2], [3]           -",
+        "  prompt   3.0e-03  start 1.0e-03 x 3.00 [2], [3]           -",
+        "  [1] the best is at the edge of the rates tried: more runs (rates.share) may find a better one",
+        "  [2] start x f: the family's starting rate times the factor measured on the others",
+        "  [3] not measured: calibration's share of the study's runs is spent",
         "rates: calibration took 6 runs (11% of the 56 runs the study plans) and 4.2 min"]
+    monkeypatch.setenv("PETL_NAS_VERBOSE", "1")                       # --verbose: every rate tried as well
+    assert rates.lines(record)[9:11] == ["  lora tried: 5.0e-04 0.7370, 1.5e-03 0.8130, 4.5e-03 0.8170",
+                                         "  adapter tried: 1.0e-04 0.6100, 3.0e-04 0.6500, 9.0e-04 diverged"]
     assert rates.lines({**record, "planned": None})[-1] == "rates: calibration took 6 runs (15% of 40 trials) and 4.2 min"
     assert rates.lines({**record, "runs": 2, "trials": 0, "planned": None})[-1] == (   # recorded before "planned"
         "rates: calibration took 2 runs (the study asks for no trials of the sampler's; the fewest a calibration "
@@ -245,9 +255,7 @@ def test_the_reference_scales_are_one_line_and_a_file_without_them_takes_its_pro
     read, _ = rates.read_file(str(path), Experiment(backbone={"tiny": {}}, task="demo_sentiment"))
     assert read["scales"] == {"lora": 2.0, "adapter": 1.0}          # lora's preset s = 2, pfeiffer's add
     assert [line for line in rates.lines(read) if line.startswith("scales: ")] == [
-        "scales: a fixed scale on a module whose output starts at zero is a rate of its own (under Adam, s times "
-        "the output projection's), so such modules train at the scale their family's rate was measured at: "
-        "lora s=2, adapter s=1"]
+        "scales: lora s=2, adapter s=1, the scales their families' rates were measured at"]
 
 
 def test_a_family_whose_output_never_starts_at_zero_has_no_reference_scale_to_list():
@@ -259,7 +267,7 @@ def test_a_family_whose_output_never_starts_at_zero_has_no_reference_scale_to_li
     old = {"rates": {"lora": 1.5e-3, "mh_adapter": 6e-4}, "factor": 3.0, "families": families, "runs": 2,
            "trials": 4, "cost_s": 60.0, "planned": 8, "scales": {"lora": 2.0, "mh_adapter": 1.0}}
     (line,) = [line for line in rates.lines(old) if line.startswith("scales: ")]
-    assert line.endswith("measured at: lora s=2")
+    assert line.startswith("scales: lora s=2, the scales")
     assert not [line for line in rates.lines({**old, "scales": {"mh_adapter": 1.0}}) if line.startswith("scales: ")]
 
 

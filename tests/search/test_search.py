@@ -1133,11 +1133,11 @@ def test_presets_beyond_the_trials_asked_for_still_leave_room_for_the_sweep(tmp_
     assert sum(bool(t.user_attrs.get("preset")) for t in study.trials) == 3
     assert not [t for t in study.trials if t.state == TrialState.WAITING]
     assert all(t.user_attrs.get("preset") or t.user_attrs.get("baseline") for t in trained(study))
-    assert ("trials: 1 is no more than the 3 presets and warm starts queued: all of them train, and the sampler "
-            "proposes nothing (raise trials to search beyond them)") in lines
+    assert ("trials: 1, no more than the 3 presets and warm starts queued: the sampler proposes nothing (raise "
+            "trials to search)") in lines
     equal = []
     run_search(experiment(tmp_path, name="eq", trials=3, budget="20%"), printer=equal.append)
-    assert any(line.startswith("trials: 3 is no more than the 3 presets") for line in equal)
+    assert any(line.startswith("trials: 3, no more than the 3 presets") for line in equal)
     again = []
     run_search(exp, printer=again.append)
     assert len(load(exp).trials) == len(study.trials) and any("; 0 to train;" in line for line in again)
@@ -1169,6 +1169,7 @@ def test_progress_of_workers_sharing_a_study_counts_the_study_trials():
     started, and trials over the budget (never trained), are not counted."""
     from types import SimpleNamespace
 
+    from petl_nas import PetlConfig
     from petl_nas.search.driver import Progress
 
     study = optuna.create_study(directions=["maximize", "minimize"])
@@ -1181,7 +1182,7 @@ def test_progress_of_workers_sharing_a_study_counts_the_study_trials():
         study.tell(over, state=optuna.trial.TrialState.PRUNED)
         trial = study.ask()
         study.tell(trial, [0.5, 10])
-        workers[w](SimpleNamespace(number=trial.number, preset=None, deployable=10,
+        workers[w](SimpleNamespace(number=trial.number, preset=None, deployable=10, config=PetlConfig(),
                                    trial=SimpleNamespace(user_attrs={})), "complete", {"score": 0.5})
     assert [line.split()[0] for line in lines["a"]] == ["[1/4]", "[3/4]"]
     assert [line.split()[0] for line in lines["b"]] == ["[2/4]", "[4/4]"]
@@ -1191,15 +1192,38 @@ def test_progress_never_counts_past_its_total_nor_below_zero_minutes():
     """A lost trial trained again on resume comes on top of the announced count: [3/3], not [3/2]."""
     from types import SimpleNamespace
 
+    from petl_nas import PetlConfig
     from petl_nas.search.driver import Progress
 
     lines = []
     progress = Progress(optuna.create_study(directions=["maximize", "minimize"]), 2, lines.append)
-    trial = SimpleNamespace(number=0, preset=None, deployable=10, trial=SimpleNamespace(user_attrs={}))
+    trial = SimpleNamespace(number=0, preset=None, deployable=10, config=PetlConfig(),
+                            trial=SimpleNamespace(user_attrs={}))
     for _ in range(3):
         progress(trial, "complete", {"score": 0.5})
     assert [line.split()[0] for line in lines] == ["[1/2]", "[2/2]", "[3/3]"]
     assert all("ETA -" not in line for line in lines)
+
+
+def test_a_trial_line_names_its_configuration_and_its_eta_is_time_per_trial_trained():
+    """A fake clock: trials of 2 min each; a calibration run reused (no time) is not counted as one
+    trained, so the ETA stays 2 min a trial left, and each line names its configuration."""
+    from types import SimpleNamespace
+
+    from petl_nas import ModuleSpec, PetlConfig
+    from petl_nas.search.driver import Progress
+
+    now, lines = [0.0], []
+    progress = Progress(optuna.create_study(directions=["maximize", "minimize"]), 4, lines.append, clock=lambda: now[0])
+    lora = PetlConfig(modules=(ModuleSpec(form="lora", size=2, layers=(3, 4, 5)),), prompt_length=4)
+    trial = SimpleNamespace(number=5, preset=None, deployable=1234, config=lora, trial=SimpleNamespace(user_attrs={}))
+    progress(trial, "complete", {"score": 0.5, "reused": "calibration"})      # at once: read, not trained
+    for _ in range(2):
+        now[0] += 120.0
+        progress(trial, "complete", {"score": 0.5, "score_se": 0.01})
+    assert lines[0].startswith("[1/4] trial 5 LoRA r=2 q,v L3-5 + prompt 4  0.5000 (reused: calibration)  1,234 params")
+    assert lines[1].startswith("[2/4] trial 5 LoRA r=2 q,v L3-5 + prompt 4  0.5000 ± 0.0100  1,234 params | done ")
+    assert [line.rsplit("ETA ", 1)[1] for line in lines[1:]] == ["4.0 min", "2.0 min"]
 
 
 def test_a_dropped_stop_is_raised_again_once():

@@ -274,7 +274,7 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     assert 1 <= evaluated <= exp.final.max_front + 2          # the best confirmed means, the pick, the best baseline
     assert len(list((tmp_path / "runs" / exp.name / "trials").glob("*.json"))) == len(done)
     assert "LoRA rank sweep" in summary.table()
-    assert "search rougeL" in summary.table()           # export --list: the front, and the confirmed off it
+    assert "(rougeL vs deployable parameters" in summary.table()    # export --list: the front, and the confirmed off it
     assert len(front_table(study).splitlines()) == 1 + len(candidates(study))
 
 

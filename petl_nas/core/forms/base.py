@@ -136,6 +136,10 @@ class Form:
         """What a description says after ``<position> <title> <letter>=<size>``."""
         return []
 
+    def short_words(self, spec) -> list[str]:
+        """What a short name (a console line) says after ``<title> <letter>=<size>``: where it sits."""
+        return [spec.position]
+
     def adapters_config(self, spec, hidden_size: int, leave_out: list[int], scaling: float, where: str,
                         reasons: list[str]) -> dict | None:
         """Its AdapterHub config, or None with a reason appended when it has none."""

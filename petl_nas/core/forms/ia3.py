@@ -65,6 +65,9 @@ class IA3Form(Form):
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)]
 
+    def short_words(self, spec):
+        return [",".join(spec.targets)]
+
     # ---- PEFT: IA3Config ----------------------------------------------------------------------
     peft_type = "IA3"
 

@@ -48,6 +48,9 @@ class LoRAForm(WeightUpdate):
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)] + (["DoRA"] if spec.dora else [])
 
+    def short_words(self, spec):
+        return [",".join(spec.targets)] + (["DoRA"] if spec.dora else [])
+
     def adapters_config(self, spec, hidden_size, leave_out, scaling, where, reasons):
         attn = [t for t in spec.targets if t in ("q", "k", "v")]
         if "o" in spec.targets:

@@ -27,6 +27,9 @@ class WeightUpdate(Form):
     def default_targets(self, position):
         return ("q", "v") if position == "attn" else WEIGHTS["ffn"]
 
+    def short_words(self, spec):
+        return [",".join(spec.targets)]
+
     def check(self, spec, where):
         from ...errors import ConfigError
 

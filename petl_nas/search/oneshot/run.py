@@ -114,9 +114,13 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
         state = None                                        # another run's state: start from scratch
     began, first_epoch = time.time(), state["epoch"] if state is not None else 0
 
+    ends: list[float] = []                                  # when each epoch trained here ended
+
     def save(s: dict) -> None:                              # after every epoch: its state, and where it stands
         checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint)
-        standing.write(standing.standing_path(spec.checkpoint), s["epoch"], spec.epochs, first_epoch, began)
+        ends.append(time.time())
+        standing.write(standing.standing_path(spec.checkpoint), s["epoch"], spec.epochs, first_epoch, began,
+                       first_done=ends[0])
     result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
                             epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
                             seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,

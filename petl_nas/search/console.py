@@ -1,0 +1,92 @@
+"""How a search talks on the console: rows as aligned plain-text tables, each sentence said once,
+details only with ``--verbose``, and the width a line should keep to.
+
+The output is plain text whether or not it goes to a terminal (no colours, no live bars), so a log
+or a test reads what a user sees.
+
+Example:
+    >>> print("\\n".join(table(["family", "rate"], [["lora", "5.0e-04"], ["prompt", "3.0e-03"]])))
+      family  rate
+      lora    5.0e-04
+      prompt  3.0e-03
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from typing import Callable, Sequence
+
+WIDTH = 120                      # the longest line worth printing, a path or a command aside
+VERBOSE_ENV = "PETL_NAS_VERBOSE"  # set by --verbose: seen by workers and a suite's study processes too
+
+
+def verbose() -> bool:
+    """Whether ``--verbose`` asked for the details."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def set_verbose(on: bool) -> None:
+    """Say the details from now on (``--verbose``), in this process and those it starts."""
+    if on:
+        os.environ[VERBOSE_ENV] = "1"
+    else:
+        os.environ.pop(VERBOSE_ENV, None)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ",
+          right: Sequence[int] = ()) -> list[str]:
+    """``rows`` under ``headers`` in aligned columns (those numbered in ``right`` aligned right)."""
+    cells = [[str(c) for c in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return indent + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                                  for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return [line(r) for r in cells]
+
+
+def fit(line: str) -> str:
+    """``line`` wrapped at WIDTH, its later lines indented two more spaces; a command (an indented
+    ``petl-nas ...``) and any one word (a path, a URL) are never cut."""
+    if len(line) <= WIDTH or line.lstrip().startswith(("petl-nas ", "source ")):
+        return line
+    indent = line[:len(line) - len(line.lstrip())]
+    return textwrap.fill(line.strip(), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def say(text: str) -> None:
+    """Print ``text`` on standard output, each line `fit` to the width, at once (live when piped)."""
+    for line in str(text).split("\n"):
+        print(fit(line), flush=True)
+
+
+class SaidOnce:
+    """A printer that passes each line on once: a line said before in this run (a warning met
+    again, a verdict) is not printed again. ``said`` holds every line printed."""
+
+    def __init__(self, printer: Callable[[str], None]):
+        self.printer = getattr(printer, "printer", printer)       # wrapping one again: share its memory
+        self.said: set[str] = getattr(printer, "said", set())
+
+    def __call__(self, text: str) -> None:
+        fresh = [line for line in str(text).split("\n")
+                 if not line.strip() or line.strip() not in self.said]
+        self.said.update(line.strip() for line in fresh if line.strip())
+        for line in fresh:
+            self.printer(line)
+
+    def detail(self, text: str) -> None:
+        """``text`` only with ``--verbose``."""
+        if verbose():
+            self(text)
+
+
+def detail(printer: Callable[[str], None], text: str) -> None:
+    """Print ``text`` with ``printer`` only with ``--verbose``."""
+    if verbose():
+        printer(text)
+
+
+__all__ = ["WIDTH", "VERBOSE_ENV", "SaidOnce", "detail", "fit", "say", "set_verbose", "table", "verbose"]

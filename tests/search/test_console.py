@@ -1,0 +1,46 @@
+"""`search.console`: aligned tables, each line said once and fit to the width, details only with
+``--verbose``."""
+
+from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, say, set_verbose, table
+
+
+def test_a_table_aligns_its_columns():
+    assert table(["family", "score"], [["lora", "0.8"], ["mh_adapter", "0.75"]], right=(1,)) == [
+        "  family      score", "  lora          0.8", "  mh_adapter   0.75"]
+
+
+def test_a_line_said_before_is_not_said_again():
+    said = []
+    printer = SaidOnce(said.append)
+    printer("warning: the inputs differ")
+    printer("warning: the inputs differ\nnew line")
+    printer("")
+    printer("")                                          # blank lines separate: always kept
+    assert said == ["warning: the inputs differ", "new line", "", ""]
+    again = SaidOnce(printer)                            # wrapping it again keeps its memory
+    again("new line")
+    assert said[-1] == "" and again.said is printer.said
+
+
+def test_the_console_wraps_a_long_line(capsys):
+    say("word " * 40 + "\nshort")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(len(line) <= WIDTH for line in lines) and lines[1].startswith("  ")
+
+
+def test_a_command_or_a_path_is_never_cut():
+    command = "  petl-nas export --storage sqlite:///" + "x" * 130
+    assert fit(command) == command
+    path = "/" + "p" * 130
+    assert path in fit(f"see {path} for the rest").split()          # on a line of its own, whole
+
+
+def test_details_only_with_verbose(monkeypatch):
+    monkeypatch.delenv("PETL_NAS_VERBOSE", raising=False)
+    said = []
+    detail(said.append, "every rate tried")
+    set_verbose(True)
+    detail(said.append, "every rate tried")
+    set_verbose(False)
+    detail(said.append, "every rate tried")
+    assert said == ["every rate tried"]
