@@ -20,11 +20,11 @@ import datetime
 import statistics
 
 import torch
+from preset_trials import emit
+from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, timed_ms, training_step
 from torch import nn
 from transformers import BertConfig
 
-from preset_trials import emit
-from step_time import TINY, frozen_floor, machine, petl_row, step_inputs, timed_ms, training_step
 from petl_nas.training.compiling import COMPILE_MODES, compiled
 from petl_nas.training.loop import adamw
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     for name, build in builders.items():
         for mode in ("off", args.mode):
             step = stepper(build(config), mode, args.device, args.batch, config.vocab_size)
-            first[(name, mode)] = step() / 1000                 # compiling, for the compiled one
+            first[(name, mode)] = step() / 1000  # compiling, for the compiled one
             step()
             steps[(name, mode)] = (step, [])
             print(f"  {name:<14} {mode:<16} first step {first[(name, mode)]:.1f} s", flush=True)
@@ -69,15 +69,23 @@ def main(argv=None) -> int:
     low = {k: min(v) for k, (_, v) in steps.items()}
     floor = {mode: med[("frozen floor", mode)] for mode in ("off", args.mode)}
     floor_low = {mode: low[("frozen floor", mode)] for mode in ("off", args.mode)}
-    lines = [f"# Eager against compiled ({args.mode}) training steps, interleaved", "",
-             f"{datetime.date.today()} | {machine()} | device {args.device}", "",
-             f"{'tiny BERT' if args.tiny else 'BERT-base size'}, random init, batch {args.batch} x 128; "
-             f"{args.rounds} rounds of {args.steps} steps per (method, mode), after 2 untimed steps.", "",
-             "| method | mode | ms/step (median) | ms/step (min) | × eager floor (median) | × own mode's floor (median) "
-             "| × own mode's floor (min) | first step, s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Eager against compiled ({args.mode}) training steps, interleaved",
+        "",
+        f"{datetime.date.today()} | {machine()} | device {args.device}",
+        "",
+        f"{'tiny BERT' if args.tiny else 'BERT-base size'}, random init, batch {args.batch} x 128; "
+        f"{args.rounds} rounds of {args.steps} steps per (method, mode), after 2 untimed steps.",
+        "",
+        "| method | mode | ms/step (median) | ms/step (min) | × eager floor (median) | × own mode's floor (median) "
+        "| × own mode's floor (min) | first step, s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for (name, mode), m in med.items():
-        lines.append(f"| {name} | {mode} | {m:.0f} | {low[(name, mode)]:.0f} | {m / floor['off']:.3f} | "
-                     f"{m / floor[mode]:.3f} | {low[(name, mode)] / floor_low[mode]:.3f} | {first[(name, mode)]:.1f} |")
+        lines.append(
+            f"| {name} | {mode} | {m:.0f} | {low[(name, mode)]:.0f} | {m / floor['off']:.3f} | "
+            f"{m / floor[mode]:.3f} | {low[(name, mode)] / floor_low[mode]:.3f} | {first[(name, mode)]:.1f} |"
+        )
     emit("\n".join(lines) + "\n", args.out)
     return 0
 

@@ -50,11 +50,18 @@ def unconfirmed_copy(db: Path, to: Path) -> str:
 def confirm_on(exp, storage: str, executor: str) -> tuple[float, dict, str]:
     """(wall seconds, {trial: confirmed scores}, the layout line confirmation printed)."""
     study = optuna.load_study(study_name=exp.study_name, storage=storage)
-    recorded = study.user_attrs["fidelity"]       # as `run_search` resumes it: the recipe the study recorded
-    fidelity = dataclasses.replace(exp.fidelity, length_buckets=recorded["length_buckets"],
-                                   precision=recorded.get("precision", "auto"))
-    run, _ = calibrate.resolve(study, dataclasses.replace(exp, storage=storage, executor=executor, fidelity=fidelity),
-                               None, None, None, printer=lambda line: None)   # and the trial length it recorded
+    recorded = study.user_attrs["fidelity"]  # as `run_search` resumes it: the recipe the study recorded
+    fidelity = dataclasses.replace(
+        exp.fidelity, length_buckets=recorded["length_buckets"], precision=recorded.get("precision", "auto")
+    )
+    run, _ = calibrate.resolve(
+        study,
+        dataclasses.replace(exp, storage=storage, executor=executor, fidelity=fidelity),
+        None,
+        None,
+        None,
+        printer=lambda line: None,
+    )  # and the trial length it recorded
     lines: list[str] = []
     began = time.perf_counter()
     confirm.confirm(study, run, trial_recipe(run), printer=lambda line: (lines.append(line), print(line, flush=True)))
@@ -66,18 +73,27 @@ def confirm_on(exp, storage: str, executor: str) -> tuple[float, dict, str]:
 
 def table(exp, walls: dict, scores: dict, said: dict) -> str:
     first, second = (name for name, _ in LAYOUTS)
-    out = [f"# Confirmation one after another vs side by side ({datetime.date.today()})", "",
-           f"Study `{exp.study_name}` (its trials as the suite trained them); the same candidates and seeds "
-           f"confirmed twice on copies of its database, one layout after the other, in one run.", ""]
+    out = [
+        f"# Confirmation one after another vs side by side ({datetime.date.today()})",
+        "",
+        f"Study `{exp.study_name}` (its trials as the suite trained them); the same candidates and seeds "
+        f"confirmed twice on copies of its database, one layout after the other, in one run.",
+        "",
+    ]
     out += [f"- {name}: `{said[name]}`" for name, _ in LAYOUTS] + [""]
     out += ["| layout | wall, min | runs |", "| --- | ---: | ---: |"]
     for name, _ in LAYOUTS:
         runs = sum(len(v) - 1 for v in scores[name].values())
         out.append(f"| {name} | {walls[name] / 60:.2f} | {runs} |")
-    out += ["", f"**{walls[first] / walls[second]:.2f}x faster** side by side.", "",
-            f"| trial | {first} | {second} |", "| ---: | --- | --- |"]
+    out += [
+        "",
+        f"**{walls[first] / walls[second]:.2f}x faster** side by side.",
+        "",
+        f"| trial | {first} | {second} |",
+        "| ---: | --- | --- |",
+    ]
     for n in sorted(scores[first]):
-        fmt = lambda v: ", ".join(f"{x:.4f}" for x in v)          # noqa: E731
+        fmt = lambda v: ", ".join(f"{x:.4f}" for x in v)  # noqa: E731
         out.append(f"| {n} | {fmt(scores[first][n])} | {fmt(scores[second].get(n, []))} |")
     return "\n".join(out) + "\n"
 

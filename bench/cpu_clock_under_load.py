@@ -29,8 +29,15 @@ from transformers import BertConfig, BertForSequenceClassification
 from petl_nas import apply_petl, preset
 from petl_nas.training.loop import adamw
 
-MINILM = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
-                    vocab_size=30522, max_position_embeddings=512, num_labels=2)
+MINILM = BertConfig(
+    hidden_size=384,
+    num_hidden_layers=6,
+    num_attention_heads=12,
+    intermediate_size=1536,
+    vocab_size=30522,
+    max_position_embeddings=512,
+    num_labels=2,
+)
 BATCH, LENGTH, CONFIGS = 32, 64, ("lora", "houlsby")
 
 
@@ -44,7 +51,7 @@ def _busy(stop) -> None:
 
 def _model(name: str) -> nn.Module:
     torch.manual_seed(0)
-    config = dataclasses.replace(preset(name, MINILM), pooling="mean")   # a random pooler: no warning
+    config = dataclasses.replace(preset(name, MINILM), pooling="mean")  # a random pooler: no warning
     return apply_petl(BertForSequenceClassification(MINILM), config)
 
 
@@ -79,6 +86,7 @@ def _step_and_forward(name: str):
         model.eval()
         with torch.no_grad():
             model(input_ids=ids[:8])
+
     return step, forward
 
 
@@ -92,13 +100,14 @@ def run(steps: int, loads: list[int]) -> list[dict]:
         others = [ctx.Process(target=_busy, args=(stop,), daemon=True) for _ in range(load)]
         for p in others:
             p.start()
-        time.sleep(2.0 if load else 0.0)          # let them start their loops
+        time.sleep(2.0 if load else 0.0)  # let them start their loops
         try:
             for name in CONFIGS:
                 step, forward = work[name]
                 rows.append({"load": load, "config": name, "what": "training step", **_pair(_measure(step, steps))})
-                rows.append({"load": load, "config": name, "what": "forward (8 rows)",
-                             **_pair(_measure(forward, 3 * steps))})
+                rows.append(
+                    {"load": load, "config": name, "what": "forward (8 rows)", **_pair(_measure(forward, 3 * steps))}
+                )
         finally:
             stop.set()
             for p in others:
@@ -112,16 +121,22 @@ def _pair(wall_cpu: tuple[float, float]) -> dict:
 
 def markdown(rows: list[dict], steps: int) -> str:
     quiet = {(r["config"], r["what"]): r for r in rows if r["load"] == 0}
-    lines = [f"# Wall time against CPU time under load ({datetime.date.today()})", "",
-             f"{platform.processor() or platform.machine()}, {mp.cpu_count()} CPUs, torch {torch.__version__}, "
-             f"1 thread; MiniLM-sized BERT (random init), batch {BATCH} x {LENGTH}; training step: mean of {steps} "
-             f"after 3 warm-up; forward: 8 rows, mean of {3 * steps}. Competing processes: one-thread matmul loops.", "",
-             "| competing processes | configuration | what | wall ms | wall × quiet | CPU ms | CPU × quiet |",
-             "|---:|---|---|---:|---:|---:|---:|"]
+    lines = [
+        f"# Wall time against CPU time under load ({datetime.date.today()})",
+        "",
+        f"{platform.processor() or platform.machine()}, {mp.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"1 thread; MiniLM-sized BERT (random init), batch {BATCH} x {LENGTH}; training step: mean of {steps} "
+        f"after 3 warm-up; forward: 8 rows, mean of {3 * steps}. Competing processes: one-thread matmul loops.",
+        "",
+        "| competing processes | configuration | what | wall ms | wall × quiet | CPU ms | CPU × quiet |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
         q = quiet.get((r["config"], r["what"]), r)
-        lines.append(f"| {r['load']} | {r['config']} | {r['what']} | {r['wall']:.1f} | {r['wall'] / q['wall']:.2f} | "
-                     f"{r['cpu']:.1f} | {r['cpu'] / q['cpu']:.2f} |")
+        lines.append(
+            f"| {r['load']} | {r['config']} | {r['what']} | {r['wall']:.1f} | {r['wall'] / q['wall']:.2f} | "
+            f"{r['cpu']:.1f} | {r['cpu'] / q['cpu']:.2f} |"
+        )
     lines += ["", "| competing processes | what | houlsby / lora, wall | houlsby / lora, CPU |", "|---:|---|---:|---:|"]
     by = {(r["load"], r["config"], r["what"]): r for r in rows}
     for load in sorted({r["load"] for r in rows}):

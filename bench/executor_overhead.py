@@ -26,7 +26,6 @@ import tempfile
 from pathlib import Path
 
 import yaml
-
 from search_runs import run_search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,28 +53,45 @@ def main(argv=None) -> None:
         work = Path(tmp)
         experiment = one_at_a_time(Path(args.experiment).resolve(), work)
         for executor in args.executors.split(","):
-            flags = ["--experiment", str(experiment), "--executor", executor, "--trials", str(args.trials),
-                     *args.search_flags]
+            flags = [
+                "--experiment",
+                str(experiment),
+                "--executor",
+                executor,
+                "--trials",
+                str(args.trials),
+                *args.search_flags,
+            ]
             rows.append(run_search(executor, flags, work))
-    lines = [f"# Per-trial time outside the training loop: local executor against Ray ({datetime.date.today()})",
-             "", f"{Path(args.experiment).name}, one trial at a time, FIFO, random sampler, {args.trials} trials.",
-             "", "Times per trial are means over the trials after the first (the first loads the backbone, "
-             "tokenises, and on a GPU starts CUDA).", "",
-             "| executor | trials | search wall (s) | between trial ends (s) | trial's own wall (s) "
-             "| set-up: first / later trials (s) | training (s) | after training (s) | executor's share per trial (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Per-trial time outside the training loop: local executor against Ray ({datetime.date.today()})",
+        "",
+        f"{Path(args.experiment).name}, one trial at a time, FIFO, random sampler, {args.trials} trials.",
+        "",
+        "Times per trial are means over the trials after the first (the first loads the backbone, "
+        "tokenises, and on a GPU starts CUDA).",
+        "",
+        "| executor | trials | search wall (s) | between trial ends (s) | trial's own wall (s) "
+        "| set-up: first / later trials (s) | training (s) | after training (s) | executor's share per trial (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         share = r["between_s"] - r["later_wall_s"]
         after = r["later_wall_s"] - r["later_setup_s"] - r["later_train_s"]
-        lines.append(f"| {r['label']} | {r['trials']} | {r['wall_s']:.1f} | {r['between_s']:.2f} | "
-                     f"{r['later_wall_s']:.2f} | {r['first_setup_s']:.2f} / {r['later_setup_s']:.2f} | "
-                     f"{r['later_train_s']:.2f} | {after:.2f} | {share:+.2f} |")
+        lines.append(
+            f"| {r['label']} | {r['trials']} | {r['wall_s']:.1f} | {r['between_s']:.2f} | "
+            f"{r['later_wall_s']:.2f} | {r['first_setup_s']:.2f} / {r['later_setup_s']:.2f} | "
+            f"{r['later_train_s']:.2f} | {after:.2f} | {share:+.2f} |"
+        )
     if len(rows) == 2:
         same = sum(a == b for a, b in zip(rows[0]["scores"], rows[1]["scores"]))
-        lines += ["", f"{rows[1]['label']} against {rows[0]['label']}: **{rows[1]['between_s'] - rows[0]['between_s']:+.2f} s "
-                  f"per trial** between trial ends, of which training {rows[1]['later_train_s'] - rows[0]['later_train_s']:+.2f} s, "
-                  f"and {rows[1]['wall_s'] - rows[0]['wall_s']:+.1f} s on the whole search. "
-                  f"{same} of {min(len(rows[0]['scores']), len(rows[1]['scores']))} trials scored the same in both."]
+        lines += [
+            "",
+            f"{rows[1]['label']} against {rows[0]['label']}: **{rows[1]['between_s'] - rows[0]['between_s']:+.2f} s "
+            f"per trial** between trial ends, of which training {rows[1]['later_train_s'] - rows[0]['later_train_s']:+.2f} s, "
+            f"and {rows[1]['wall_s'] - rows[0]['wall_s']:+.1f} s on the whole search. "
+            f"{same} of {min(len(rows[0]['scores']), len(rows[1]['scores']))} trials scored the same in both.",
+        ]
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:

@@ -28,7 +28,7 @@ def lowest_trainable_layer(config: PetlConfig, n_layers: int) -> int:
     """The first layer whose computation a training step changes (0: reuse nothing)."""
     if config.bitfit or config.train_layernorms or config.prompt_length:
         return 0
-    lowest = n_layers                                 # only the head trains: every layer is frozen
+    lowest = n_layers  # only the head trains: every layer is frozen
     for m in config.modules:
         lowest = min(lowest, min(config.layers_of(m, n_layers)))
     return lowest

@@ -50,13 +50,16 @@ N, B, L, H, D, HID = 4096, 32, 128, 12, 64, 768
 
 def timed_us(fn, params, device) -> float:
     """µs per replay of ``fn``'s forward + backward recorded as a CUDA graph (eager on a CPU)."""
+
     def step():
         for p in params:
             p.grad = None
         out = fn()
         out.float().square().mean().backward()
+
     if device.type != "cuda":
         import time
+
         step()
         t = time.perf_counter()
         for _ in range(5):
@@ -112,6 +115,7 @@ def bias_grad_case(device, n):
 
     def ones_product():
         return (ones @ g_src).view(-1)
+
     return f"bias gradient, [{N}, {n}] -> [{n}]", [("sum(0)", reduce_sum), ("ones[1,N] @ g", ones_product)], [g_src]
 
 
@@ -134,7 +138,7 @@ class OnesBiasLinear(torch.autograd.Function):
 def linear_case(device, fan_in, fan_out):
     dt = torch.bfloat16
     x = torch.randn(B, L, fan_in, device=device, dtype=dt, requires_grad=True)
-    w = (torch.randn(fan_out, fan_in, device=device, dtype=dt) * fan_in ** -0.5).requires_grad_()
+    w = (torch.randn(fan_out, fan_in, device=device, dtype=dt) * fan_in**-0.5).requires_grad_()
     b = torch.randn(fan_out, device=device, dtype=dt, requires_grad=True)
 
     def plain():
@@ -142,8 +146,12 @@ def linear_case(device, fan_in, fan_out):
 
     def ones_bias():
         return OnesBiasLinear.apply(x, w, b)
-    return (f"linear {fan_in} -> {fan_out} with bias, x [{B}, {L}, {fan_in}]",
-            [("F.linear (bias grad: sum)", plain), ("bias grad: ones @ g", ones_bias)], [x, w, b])
+
+    return (
+        f"linear {fan_in} -> {fan_out} with bias, x [{B}, {L}, {fan_in}]",
+        [("F.linear (bias grad: sum)", plain), ("bias grad: ones @ g", ones_bias)],
+        [x, w, b],
+    )
 
 
 def prefix_cat_case(device, p_len=30):
@@ -179,16 +187,23 @@ def prefix_cat_case(device, p_len=30):
 
     def no_prefix():
         return sdpa(heads(q_lin), heads(k_lin), heads(v_lin))
-    return (f"prefix of {p_len} joined to the keys and values, then SDPA (one layer)",
-            [("cat [B,H,L,D] (now)", head_major), ("cat [B,L,H,D], transposed view", token_major),
-             ("empty [B,H,P+L,D], two copies", buffer), ("no prefix (the floor's attention)", no_prefix)],
-            [q_lin, k_lin, v_lin, pk, pv])
+
+    return (
+        f"prefix of {p_len} joined to the keys and values, then SDPA (one layer)",
+        [
+            ("cat [B,H,L,D] (now)", head_major),
+            ("cat [B,L,H,D], transposed view", token_major),
+            ("empty [B,H,P+L,D], two copies", buffer),
+            ("no prefix (the floor's attention)", no_prefix),
+        ],
+        [q_lin, k_lin, v_lin, pk, pv],
+    )
 
 
 def scaled_output_case(device, r=48, s=4.0):
     dt = torch.bfloat16
     a = torch.randn(B, L, r, device=device, dtype=dt, requires_grad=True)
-    w = (torch.randn(HID, r, device=device, dtype=dt) * r ** -0.5).requires_grad_()
+    w = (torch.randn(HID, r, device=device, dtype=dt) * r**-0.5).requires_grad_()
     b = torch.randn(HID, device=device, dtype=dt, requires_grad=True)
 
     def after():
@@ -199,15 +214,18 @@ def scaled_output_case(device, r=48, s=4.0):
 
     def alpha_beta():
         return torch.addmm(b, a.view(-1, r), w.t(), beta=s, alpha=s).view(B, L, HID)
-    return (f"scaled adapter output, s = {s:g}, a [{B}, {L}, {r}] -> {HID}",
-            [("s times the output (now)", after), ("(s·a)·Wᵀ + s·b", folded), ("addmm alpha = beta = s", alpha_beta)],
-            [a, w, b])
+
+    return (
+        f"scaled adapter output, s = {s:g}, a [{B}, {L}, {r}] -> {HID}",
+        [("s times the output (now)", after), ("(s·a)·Wᵀ + s·b", folded), ("addmm alpha = beta = s", alpha_beta)],
+        [a, w, b],
+    )
 
 
 def gated_output_case(device, r=48):
     dt = torch.bfloat16
     a = torch.randn(B, L, r, device=device, dtype=dt, requires_grad=True)
-    w = (torch.randn(HID, r, device=device, dtype=dt) * r ** -0.5).requires_grad_()
+    w = (torch.randn(HID, r, device=device, dtype=dt) * r**-0.5).requires_grad_()
     b = torch.randn(HID, device=device, dtype=dt, requires_grad=True)
     g = torch.rand(B, 1, 1, device=device, dtype=dt, requires_grad=True)
 
@@ -221,10 +239,17 @@ def gated_output_case(device, r=48):
 
     def bias_apart():
         return nn.functional.linear(a * g, w) + g * b
-    return (f"gated adapter output, g per example, a [{B}, {L}, {r}] -> {HID}",
-            [("g times the output (now)", after), (f"[g·a, g]·[W, b]ᵀ ({r + 1} columns)", column),
-             (f"the same padded to {r + 1 + (-(r + 1) % 8)}", lambda: column(-(r + 1) % 8)),
-             ("(g·a)·Wᵀ + g·b", bias_apart)], [a, w, b, g])
+
+    return (
+        f"gated adapter output, g per example, a [{B}, {L}, {r}] -> {HID}",
+        [
+            ("g times the output (now)", after),
+            (f"[g·a, g]·[W, b]ᵀ ({r + 1} columns)", column),
+            (f"the same padded to {r + 1 + (-(r + 1) % 8)}", lambda: column(-(r + 1) % 8)),
+            ("(g·a)·Wᵀ + g·b", bias_apart),
+        ],
+        [a, w, b, g],
+    )
 
 
 def odd_width_case(device, width=19, padded=24):
@@ -238,8 +263,12 @@ def odd_width_case(device, width=19, padded=24):
 
     def pad():
         return (x @ torch.cat([w, zeros]).t())[:, :width]
-    return (f"x [{N}, {HID}] projected to {width} columns", [(f"width {width} (now)", odd),
-                                                            (f"padded to {padded}, sliced", pad)], [x, w])
+
+    return (
+        f"x [{N}, {HID}] projected to {width} columns",
+        [(f"width {width} (now)", odd), (f"padded to {padded}, sliced", pad)],
+        [x, w],
+    )
 
 
 def mh_case(device, size=30, padded=32):
@@ -254,8 +283,12 @@ def mh_case(device, size=30, padded=32):
 
     def pad():
         return torch.relu(q @ torch.cat([keys, zeros], 1).transpose(-1, -2)) @ torch.cat([values, zeros], 1)
-    return (f"multi-head adapter, {size} positions", [(f"{size} (now)", plain), (f"padded to {padded}", pad)],
-            [q, keys, values])
+
+    return (
+        f"multi-head adapter, {size} positions",
+        [(f"{size} (now)", plain), (f"padded to {padded}", pad)],
+        [q, keys, values],
+    )
 
 
 def master_casts_case(device, adapters=24, r=48):
@@ -277,16 +310,22 @@ def master_casts_case(device, adapters=24, r=48):
 
     def flat_once():
         return chain([w.view(shape) for w, shape in zip(flat.to(torch.bfloat16).split(sizes), shapes)])
-    return (f"{len(shapes)} fp32 weights cast to bf16, {adapters} sequential adapters on x [{N}, {HID}]",
-            [("a cast per weight and per gradient (now)", one_by_one, apart),
-             ("one flat buffer: one cast, one split; one join and cast back", flat_once, [flat])], apart)
+
+    return (
+        f"{len(shapes)} fp32 weights cast to bf16, {adapters} sequential adapters on x [{N}, {HID}]",
+        [
+            ("a cast per weight and per gradient (now)", one_by_one, apart),
+            ("one flat buffer: one cast, one split; one join and cast back", flat_once, [flat]),
+        ],
+        apart,
+    )
 
 
 def lora_add_case(device, fan_out=3072, r=8):
     dt = torch.bfloat16
     x = torch.randn(N, HID, device=device, dtype=dt, requires_grad=True)
-    w = torch.randn(fan_out, HID, device=device, dtype=dt) * HID ** -0.5      # frozen
-    a = (torch.randn(r, HID, device=device, dtype=dt) * HID ** -0.5).requires_grad_()
+    w = torch.randn(fan_out, HID, device=device, dtype=dt) * HID**-0.5  # frozen
+    a = (torch.randn(r, HID, device=device, dtype=dt) * HID**-0.5).requires_grad_()
     b = (torch.randn(fan_out, r, device=device, dtype=dt) * 0.02).requires_grad_()
 
     def added():
@@ -294,8 +333,12 @@ def lora_add_case(device, fan_out=3072, r=8):
 
     def in_place():
         return nn.functional.linear(x, w).addmm_(x @ a.t(), b.t())
-    return (f"LoRA update onto its linear's output, x [{N}, {HID}] -> {fan_out}, r = {r}",
-            [("h + u·Bᵀ (now)", added), ("h.addmm_(u, Bᵀ), 2-D, in place", in_place)], [a, b])
+
+    return (
+        f"LoRA update onto its linear's output, x [{N}, {HID}] -> {fan_out}, r = {r}",
+        [("h + u·Bᵀ (now)", added), ("h.addmm_(u, Bᵀ), 2-D, in place", in_place)],
+        [a, b],
+    )
 
 
 class JoinedRead(torch.autograd.Function):
@@ -320,8 +363,8 @@ class JoinedRead(torch.autograd.Function):
 def joined_read_case(device, fan_in=3072, fan_out=HID, r=8):
     dt = torch.bfloat16
     x = torch.randn(N, fan_in, device=device, dtype=dt, requires_grad=True)
-    w = torch.randn(fan_out, fan_in, device=device, dtype=dt) * fan_in ** -0.5      # frozen
-    a = (torch.randn(r, fan_in, device=device, dtype=dt) * fan_in ** -0.5).requires_grad_()
+    w = torch.randn(fan_out, fan_in, device=device, dtype=dt) * fan_in**-0.5  # frozen
+    a = (torch.randn(r, fan_in, device=device, dtype=dt) * fan_in**-0.5).requires_grad_()
     b = (torch.randn(fan_out, r, device=device, dtype=dt) * 0.02).requires_grad_()
 
     def apart():
@@ -330,9 +373,12 @@ def joined_read_case(device, fan_in=3072, fan_out=HID, r=8):
     def joined():
         h, u = JoinedRead.apply(x, w, a)
         return h + u @ b.t()
-    return (f"joined read: LoRA's A beside its frozen weight, x [{N}, {fan_in}] -> {fan_out}, r = {r}",
-            [("two products, x's gradients added (now)", apart), (f"one product of {fan_out + r} columns", joined)],
-            [x, a, b])
+
+    return (
+        f"joined read: LoRA's A beside its frozen weight, x [{N}, {fan_in}] -> {fan_out}, r = {r}",
+        [("two products, x's gradients added (now)", apart), (f"one product of {fan_out + r} columns", joined)],
+        [x, a, b],
+    )
 
 
 def main(argv=None):
@@ -345,20 +391,33 @@ def main(argv=None):
     cases = [bias_grad_case(device, n) for n in (768, 64, 512, 3072)]
     cases += [linear_case(device, i, o) for i, o in ((768, 64), (64, 768), (768, 512), (512, 768))]
     cases += [prefix_cat_case(device, 30), prefix_cat_case(device, 10), odd_width_case(device), mh_case(device)]
-    cases += [scaled_output_case(device), gated_output_case(device), master_casts_case(device), lora_add_case(device),
-              joined_read_case(device, 3072, HID), joined_read_case(device, HID, 3072)]
+    cases += [
+        scaled_output_case(device),
+        gated_output_case(device),
+        master_casts_case(device),
+        lora_add_case(device),
+        joined_read_case(device, 3072, HID),
+        joined_read_case(device, HID, 3072),
+    ]
     if args.only:
         cases = [c for c in cases if any(word in c[0] for word in args.only.split(","))]
-    lines = [f"# Small GPU operations, A/B\n\n{name} | torch {torch.__version__}\n",
-             "| case | formulation | µs per forward + backward | × first | max difference (relative) |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        f"# Small GPU operations, A/B\n\n{name} | torch {torch.__version__}\n",
+        "| case | formulation | µs per forward + backward | × first | max difference (relative) |",
+        "|---|---|---:|---:|---:|",
+    ]
     for title, variants, params in cases:
         first = None
-        variants = [(label, fn, *(own or [params])) for label, fn, *own in variants]   # each its own leaves, or the case's
+        variants = [
+            (label, fn, *(own or [params])) for label, fn, *own in variants
+        ]  # each its own leaves, or the case's
         for label, fn, leaves in variants:
             try:
-                diff = "-" if first is None else (same(variants[0][1], variants[0][2], fn, leaves)
-                                                  if "no prefix" not in label else "n/a")
+                diff = (
+                    "-"
+                    if first is None
+                    else (same(variants[0][1], variants[0][2], fn, leaves) if "no prefix" not in label else "n/a")
+                )
                 us = timed_us(fn, leaves, device)
             except Exception as e:  # one failing formulation is reported, not fatal
                 lines.append(f"| {title} | {label} | failed: {type(e).__name__}: {str(e)[:80]} | - | - |")

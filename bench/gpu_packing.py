@@ -49,7 +49,7 @@ def random_copy(source: str, target: Path) -> str:
     for item in src.iterdir():
         if item.suffix in (".safetensors", ".bin", ".pt", ".h5", ".onnx") or item.name in ("onnx", "openvino"):
             continue
-        if item.is_dir():                       # a second run into the same folder overwrites it
+        if item.is_dir():  # a second run into the same folder overwrites it
             shutil.copytree(item, target / item.name, dirs_exist_ok=True)
         else:
             shutil.copy(item, target / item.name)
@@ -68,9 +68,12 @@ class GpuSampler:
     def _run(self):
         while not self._stop.is_set():
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                      "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                     timeout=5).stdout.split(",")
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout.split(",")
                 self.util.append(float(out[0]))
                 self.mem.append(float(out[1]))
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
@@ -89,38 +92,60 @@ class GpuSampler:
 def run_layout(label: str, gpus: str, trials: int, args, work: Path, limit_s: float | None = None) -> dict:
     """One search with ``--gpus-per-trial gpus`` (stopped after ``limit_s``); what it trained, how
     fast, and the GPU's load."""
-    flags = ["--experiment", str(args.experiment), "--model", args.model, "--data-dir", args.data_dir,
-             "--trials", str(trials), "--gpus-per-trial", gpus, "--cpus-per-trial", str(args.cpus_per_trial)]
+    flags = [
+        "--experiment",
+        str(args.experiment),
+        "--model",
+        args.model,
+        "--data-dir",
+        args.data_dir,
+        "--trials",
+        str(trials),
+        "--gpus-per-trial",
+        gpus,
+        "--cpus-per-trial",
+        str(args.cpus_per_trial),
+    ]
     gpu = GpuSampler()
     r = run_search(label, flags, work, during=gpu, limit_s=limit_s)
     shares = {t.user_attrs.get("gpu_share") for t in r["done"]} - {None}
-    return {**r, "gpus": gpus, "shares": sorted(shares), "util": statistics.mean(gpu.util) if gpu.util else None,
-            "mem_gb": max(gpu.mem) / 1024 if gpu.mem else None}
+    return {
+        **r,
+        "gpus": gpus,
+        "shares": sorted(shares),
+        "util": statistics.mean(gpu.util) if gpu.util else None,
+        "mem_gb": max(gpu.mem) / 1024 if gpu.mem else None,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| layout | --gpus-per-trial | trials | wall (s) | trials per hour | after the first trial "
-             "| second half of the completions | mean training s per trial | mean setup s | mean s in the worker "
-             "| mean s outside it | GPU share granted | mean GPU util | peak GPU memory |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    lines = [
+        "| layout | --gpus-per-trial | trials | wall (s) | trials per hour | after the first trial "
+        "| second half of the completions | mean training s per trial | mean setup s | mean s in the worker "
+        "| mean s outside it | GPU share granted | mean GPU util | peak GPU memory |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
     for r in rows:
-        fmt = lambda v, f: f.format(v) if v is not None else "-"   # noqa: E731
+        fmt = lambda v, f: f.format(v) if v is not None else "-"  # noqa: E731
         label = f"{r['label']} (cut at {r['wall_s']:.0f} s)" if r["cut"] else r["label"]
-        lines.append(f"| {label} | {r['gpus']} | {r['trials']} | {r['wall_s']:.0f} | {r['per_hour']:.0f} | "
-                     f"{fmt(r['steady'], '{:.0f}')} | {fmt(r['late'], '{:.0f}')} | "
-                     f"{fmt(r['train_s'], '{:.1f}')} | {fmt(r['setup_s'], '{:.1f}')} | "
-                     f"{fmt(r['trial_wall_s'], '{:.1f}')} | {fmt(r['outside_s'], '{:.1f}')} | "
-                     f"{', '.join(f'{s:g}' for s in r['shares']) or '-'} | "
-                     f"{fmt(r['util'], '{:.0f}%')} | {fmt(r['mem_gb'], '{:.1f} GiB')} |")
+        lines.append(
+            f"| {label} | {r['gpus']} | {r['trials']} | {r['wall_s']:.0f} | {r['per_hour']:.0f} | "
+            f"{fmt(r['steady'], '{:.0f}')} | {fmt(r['late'], '{:.0f}')} | "
+            f"{fmt(r['train_s'], '{:.1f}')} | {fmt(r['setup_s'], '{:.1f}')} | "
+            f"{fmt(r['trial_wall_s'], '{:.1f}')} | {fmt(r['outside_s'], '{:.1f}')} | "
+            f"{', '.join(f'{s:g}' for s in r['shares']) or '-'} | "
+            f"{fmt(r['util'], '{:.0f}%')} | {fmt(r['mem_gb'], '{:.1f} GiB')} |"
+        )
     return "\n".join(lines)
 
 
 def timeline(r: dict) -> str:
     """Each trial of a layout in the order they ended: when (from the first trial's creation), its
     number, setup (a worker's first trial loads the backbone and the data), training and wall seconds."""
-    fmt = lambda v: f"{v:.1f}" if v is not None else "-"   # noqa: E731
-    return f"{r['label']}: " + "; ".join(f"{end:.0f}s #{n} ({fmt(setup)}+{fmt(train)}/{fmt(wall)})"
-                                         for end, n, setup, train, wall in r["timeline"])
+    fmt = lambda v: f"{v:.1f}" if v is not None else "-"  # noqa: E731
+    return f"{r['label']}: " + "; ".join(
+        f"{end:.0f}s #{n} ({fmt(setup)}+{fmt(train)}/{fmt(wall)})" for end, n, setup, train, wall in r["timeline"]
+    )
 
 
 def main(argv=None) -> None:
@@ -141,29 +166,46 @@ def main(argv=None) -> None:
         args.model = random_copy(args.model, Path(args.random_init).resolve())
 
     import torch
+
     if not torch.cuda.is_available():
         raise SystemExit("gpu_packing: no CUDA device is visible to torch; this benchmark measures GPU packing")
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run_layout("alone", "1", args.alone, args, Path(tmp), args.alone_limit_s),
-                run_layout("packed", "auto", args.packed, args, Path(tmp), args.packed_limit_s)]
+        rows = [
+            run_layout("alone", "1", args.alone, args, Path(tmp), args.alone_limit_s),
+            run_layout("packed", "auto", args.packed, args, Path(tmp), args.packed_limit_s),
+        ]
     ratio = rows[1]["per_hour"] / rows[0]["per_hour"]
     steady = rows[1]["steady"] / rows[0]["steady"] if rows[0]["steady"] and rows[1]["steady"] else None
     late = rows[1]["late"] / rows[0]["late"] if rows[0]["late"] and rows[1]["late"] else None
     common = min(len(rows[0]["scores"]), len(rows[1]["scores"]))
     same = [a for a, b in zip(rows[0]["scores"][:common], rows[1]["scores"][:common]) if a == b]
-    report = "\n".join([
-        f"# Trials per hour on one GPU: one at a time against gpus_per_trial auto",
-        "", f"{datetime.datetime.now().isoformat(timespec='seconds')} | {torch.cuda.get_device_name()} | "
-        f"torch {torch.__version__} | experiment {Path(args.experiment).name} | model "
-        f"{'random init of ' if args.random_init else ''}{Path(args.model).name}", "", table(rows), "",
-        f"**{ratio:.2f}x trials per hour** packed against one trial at a time over the whole search (Ray's "
-        f"start and the first, measuring trial included)" + (f"; **{steady:.2f}x** from the first trial's end "
-        "to the last (trials completed after the first, over that time)" if steady else "") +
-        (f"; **{late:.2f}x** over the second half of each search's completions." if late else "."),
-        f"The first {common} trials of both studies: {len(same)} of {common} scored the same.",
-        f"Scores (trial, search score): alone {rows[0]['scores']}; packed {rows[1]['scores']}", "",
-        "Timeline (end from the first trial's creation, trial, setup s + training s / wall s in the worker):", "",
-        *(timeline(r) + "\n" for r in rows)])
+    report = "\n".join(
+        [
+            "# Trials per hour on one GPU: one at a time against gpus_per_trial auto",
+            "",
+            f"{datetime.datetime.now().isoformat(timespec='seconds')} | {torch.cuda.get_device_name()} | "
+            f"torch {torch.__version__} | experiment {Path(args.experiment).name} | model "
+            f"{'random init of ' if args.random_init else ''}{Path(args.model).name}",
+            "",
+            table(rows),
+            "",
+            f"**{ratio:.2f}x trials per hour** packed against one trial at a time over the whole search (Ray's "
+            f"start and the first, measuring trial included)"
+            + (
+                f"; **{steady:.2f}x** from the first trial's end "
+                "to the last (trials completed after the first, over that time)"
+                if steady
+                else ""
+            )
+            + (f"; **{late:.2f}x** over the second half of each search's completions." if late else "."),
+            f"The first {common} trials of both studies: {len(same)} of {common} scored the same.",
+            f"Scores (trial, search score): alone {rows[0]['scores']}; packed {rows[1]['scores']}",
+            "",
+            "Timeline (end from the first trial's creation, trial, setup s + training s / wall s in the worker):",
+            "",
+            *(timeline(r) + "\n" for r in rows),
+        ]
+    )
     print("\n" + report)
     if args.out:
         Path(args.out).write_text(report + "\n")

@@ -20,9 +20,9 @@ import argparse
 import datetime
 from pathlib import Path
 
-from petl_nas.tasks.encoding import encode
 from petl_nas.core.models import resolve_model
 from petl_nas.tasks import get_task, load_splits
+from petl_nas.tasks.encoding import encode
 from petl_nas.training.loop import epoch_seed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,21 +59,30 @@ def main(argv=None) -> int:
     train = encode(splits, AutoTokenizer.from_pretrained(resolve_model(args.model)), args.max_length).train
     rows = []
     for label, pool in [("uniform shuffle (length_buckets: 0)", 0)] + [
-            (f"length_buckets: {n}", int(n)) for n in args.pools.split(",")]:
+        (f"length_buckets: {n}", int(n)) for n in args.pools.split(",")
+    ]:
         util, computed = [], []
         for epoch in range(args.epochs):
             seed = epoch_seed(0, epoch)
-            order = (train.bucketed_order(args.batch_size, seed, pool) if pool else
-                     torch.randperm(len(train), generator=torch.Generator().manual_seed(seed)))
+            order = (
+                train.bucketed_order(args.batch_size, seed, pool)
+                if pool
+                else torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))
+            )
             u, c = utilisation(train, args.batch_size, order)
             util.append(u)
             computed.append(c)
         rows.append((label, sum(util) / len(util), sum(computed) / len(computed)))
     base = rows[0][2]
-    lines = [f"# Padding in training batches: {args.task}, K={args.k}, batch {args.batch_size}, "
-             f"max length {args.max_length}, {args.model} tokenizer, {args.epochs} epochs",
-             "", f"Measured {datetime.date.today().isoformat()} by `bench/length_buckets.py`.", "",
-             "| order | token utilisation | tokens computed per epoch (real + padding) | x uniform |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        f"# Padding in training batches: {args.task}, K={args.k}, batch {args.batch_size}, "
+        f"max length {args.max_length}, {args.model} tokenizer, {args.epochs} epochs",
+        "",
+        f"Measured {datetime.date.today().isoformat()} by `bench/length_buckets.py`.",
+        "",
+        "| order | token utilisation | tokens computed per epoch (real + padding) | x uniform |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     lines += [f"| {label} | {u:.1%} | {c:,.0f} | {c / base:.2f} |" for label, u, c in rows]
     text = "\n".join(lines) + "\n"
     print(text)

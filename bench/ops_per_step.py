@@ -21,17 +21,36 @@ import collections
 import dataclasses
 
 import torch
+from preset_trials import emit
+from step_time import backbone, frozen_floor
 from transformers import BertConfig
 
 from petl_nas import apply_petl, preset, preset_names
-from petl_nas.training.operations import Operations
 from petl_nas.training.loop import adamw
-from preset_trials import emit
-from step_time import backbone, frozen_floor
+from petl_nas.training.operations import Operations
 
 # operations that only re-describe memory: no kernel on a GPU
-VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
-         "detach", "alias", "as_strided", "split", "split_with_sizes", "unbind", "reshape", "_reshape_alias", "lift_fresh"}
+VIEWS = {
+    "view",
+    "_unsafe_view",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "detach",
+    "alias",
+    "as_strided",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "reshape",
+    "_reshape_alias",
+    "lift_fresh",
+}
 
 
 def ops_of(model: torch.nn.Module, vocab: int) -> collections.Counter:
@@ -63,21 +82,26 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated presets (the floor always runs)")
     ap.add_argument("--out", help="also write the table to this markdown file")
     args = ap.parse_args(argv)
-    config = BertConfig(hidden_size=64, num_hidden_layers=12, num_attention_heads=4, intermediate_size=128,
-                        num_labels=2)
+    config = BertConfig(
+        hidden_size=64, num_hidden_layers=12, num_attention_heads=4, intermediate_size=128, num_labels=2
+    )
     names = args.only.split(",") if args.only else preset_names()
     rows = [("frozen floor", ops_of(frozen_floor(config), config.vocab_size))]
     for name in names:
         model = apply_petl(backbone(config), dataclasses.replace(preset(name, config), pooling="mean"))
         rows.append((name, ops_of(model, config.vocab_size)))
     base = sum(n for op, n in rows[0][1].items() if op not in VIEWS)
-    lines = ["| method | operations per step | computing | × floor (computing) | commonest computing operations |",
-             "|---|---:|---:|---:|---|"]
+    lines = [
+        "| method | operations per step | computing | × floor (computing) | commonest computing operations |",
+        "|---|---:|---:|---:|---|",
+    ]
     for name, ops in rows:
         computing = collections.Counter({op: n for op, n in ops.items() if op not in VIEWS})
         common = ", ".join(f"{op} {n}" for op, n in computing.most_common(6))
-        lines.append(f"| {name} | {sum(ops.values()):,} | {sum(computing.values()):,} | "
-                     f"{sum(computing.values()) / base:.2f} | {common} |")
+        lines.append(
+            f"| {name} | {sum(ops.values()):,} | {sum(computing.values()):,} | "
+            f"{sum(computing.values()) / base:.2f} | {common} |"
+        )
     emit("# Operations per training step (12 layers, batch 4 × 16, CPU)\n\n" + "\n".join(lines) + "\n", args.out)
     return 0
 

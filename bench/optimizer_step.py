@@ -29,11 +29,17 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = BertConfig(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=12,
-                        intermediate_size=4 * args.hidden, num_labels=2)
+    config = BertConfig(
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=12,
+        intermediate_size=4 * args.hidden,
+        num_labels=2,
+    )
     torch.manual_seed(0)
-    model = apply_petl(BertForSequenceClassification(config),
-                       dataclasses.replace(preset(args.preset, config), pooling="mean"))
+    model = apply_petl(
+        BertForSequenceClassification(config), dataclasses.replace(preset(args.preset, config), pooling="mean")
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     times = {}
     for name, kw in (("loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})):
@@ -47,8 +53,10 @@ def main(argv=None) -> int:
             if i >= 10:
                 ts.append(1000 * (time.perf_counter() - start))
         times[name] = statistics.median(ts)
-    print(f"{args.preset} on d={args.hidden}, {args.layers} layers: {len(params)} tensors, "
-          f"{sum(p.numel() for p in params):,} parameters, {args.threads} thread(s)")
+    print(
+        f"{args.preset} on d={args.hidden}, {args.layers} layers: {len(params)} tensors, "
+        f"{sum(p.numel() for p in params):,} parameters, {args.threads} thread(s)"
+    )
     for name, ms in times.items():
         print(f"  {name:8s} {ms:7.2f} ms/step  ({times['loop'] / ms:.1f}x the loop)")
     return 0

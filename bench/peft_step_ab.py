@@ -17,13 +17,14 @@ import statistics
 import time
 import warnings
 
+import step_time
 import torch
 from transformers import BertConfig
 
-import step_time
-
-SIZES = {"minilm": step_time.MINILM,
-         "small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)}
+SIZES = {
+    "minilm": step_time.MINILM,
+    "small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512),
+}
 
 
 def stepper(model, batch):
@@ -33,6 +34,7 @@ def stepper(model, batch):
         model(**batch).loss.backward()
         opt.step()
         opt.zero_grad()
+
     return step
 
 
@@ -64,10 +66,14 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     config = BertConfig(num_labels=2, **SIZES[args.size])
     g = torch.Generator().manual_seed(0)
-    batch = {"input_ids": torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=g),
-             "labels": torch.randint(0, 2, (args.batch,), generator=g)}
-    print(f"{step_time.machine()}\n{args.size} BERT {SIZES[args.size]}, batch {args.batch} x {args.seq}, "
-          f"{args.threads} threads, median of {args.steps} alternating steps\n")
+    batch = {
+        "input_ids": torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=g),
+        "labels": torch.randint(0, 2, (args.batch,), generator=g),
+    }
+    print(
+        f"{step_time.machine()}\n{args.size} BERT {SIZES[args.size]}, batch {args.batch} x {args.seq}, "
+        f"{args.threads} threads, median of {args.steps} alternating steps\n"
+    )
     print("| method | petl-nas ms | PEFT ms | petl-nas / PEFT |\n|---|---:|---:|---:|")
     for name in args.only.split(","):
         ours, theirs = ab(name, config, batch, args.steps)

@@ -46,7 +46,7 @@ NOTES = {
     "unipelt_ap": "prefix (l=30 for 10) + sequential adapter; its gates are the rest",
     "unipelt_apl": "prefix + sequential adapter + LoRA q, v; its gates are the rest",
 }
-FIXED = {"ln"}      # a part no cut to the modules changes: the paper trains the LayerNorms
+FIXED = {"ln"}  # a part no cut to the modules changes: the paper trains the LayerNorms
 
 
 def read_ratios(table: Path, column: str) -> dict[str, float]:
@@ -95,17 +95,29 @@ def rows(ratios: dict[str, float], target: float) -> list[dict]:
         fixed = sum(n * excess[p] for p, n in parts if p in FIXED)
         pieces = sum(n for p, n in parts if p not in FIXED)
         allowed, now = (target - 1 - fixed) / pieces, (predicted - fixed) / pieces
-        out.append({"preset": name, "made of": NOTES[name], "measured": f"{ratios[name]:.2f}",
-                    "1 + sum of parts": f"{1 + predicted:.2f}", "rest": f"{excess[name] - predicted:+.2f}",
-                    "a part's excess now (mean)": f"{now:.3f}",
-                    f"a part's excess for ≤ {target:.2f}×": f"{allowed:.3f}",
-                    "cut each part needs": f"{max(0.0, 1 - allowed / now):.0%}"})
+        out.append(
+            {
+                "preset": name,
+                "made of": NOTES[name],
+                "measured": f"{ratios[name]:.2f}",
+                "1 + sum of parts": f"{1 + predicted:.2f}",
+                "rest": f"{excess[name] - predicted:+.2f}",
+                "a part's excess now (mean)": f"{now:.3f}",
+                f"a part's excess for ≤ {target:.2f}×": f"{allowed:.3f}",
+                "cut each part needs": f"{max(0.0, 1 - allowed / now):.0%}",
+            }
+        )
     return out
 
 
 def markdown(rows: list[dict], intro: str) -> str:
     head = list(rows[0])
-    lines = [intro, "", "| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|"]
+    lines = [
+        intro,
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|",
+    ]
     lines += ["| " + " | ".join(r[h] for h in head) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -123,10 +135,13 @@ def main(argv=None) -> int:
         print(f"preset_parts: {args.table} lacks the presets to compare", file=sys.stderr)
         return 1
     excess = excesses(ratios)
-    singles = ", ".join(f"{n} {excess[n]:+.3f}" for n in ("pfeiffer", "scaled_pa", "prefix", "lora", "phm", "ln")
-                        if n in excess)
-    intro = (f"Read from `{args.table.as_posix()}`, column \"{args.column}\" (nothing timed here). "
-             f"Each part's excess over the floor: {singles}.")
+    singles = ", ".join(
+        f"{n} {excess[n]:+.3f}" for n in ("pfeiffer", "scaled_pa", "prefix", "lora", "phm", "ln") if n in excess
+    )
+    intro = (
+        f"Read from `{args.table.as_posix()}`, column \"{args.column}\" (nothing timed here). "
+        f"Each part's excess over the floor: {singles}."
+    )
     emit(markdown(parts, intro), args.out)
     return 0
 

@@ -42,10 +42,23 @@ def preset_jobs(args) -> list[dict]:
     for name in args.configs.split(","):
         config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)
         for seed in range(args.seeds):
-            recipe = {"lr": lr, "epochs": args.epochs, "batch_size": args.batch_size,
-                      "max_length": args.max_length, "seed": seed}
-            spec = {"backbone": args.model, "task": args.task, "config": config.to_dict(), "recipe": recipe,
-                    "data_dir": args.data_dir, "k": args.k, "data_seed": 111, "search_dev": args.search_dev}
+            recipe = {
+                "lr": lr,
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "max_length": args.max_length,
+                "seed": seed,
+            }
+            spec = {
+                "backbone": args.model,
+                "task": args.task,
+                "config": config.to_dict(),
+                "recipe": recipe,
+                "data_dir": args.data_dir,
+                "k": args.k,
+                "data_seed": 111,
+                "search_dev": args.search_dev,
+            }
             out.append({"config": name, "seed": seed, "spec": spec})
     return out
 
@@ -56,9 +69,18 @@ def run_job(job: dict) -> dict:
 
     start = time.perf_counter()
     r = run_trial(TrialSpec(**job["spec"]))
-    return {**{k: v for k, v in job.items() if k != "spec"}, "score": r.score, "se": r.score_se,
-            "wall_s": time.perf_counter() - start, "train_s": r.train_s, "setup_s": r.setup_s,
-            "step_ms": r.train_step_ms, "evals": len(r.history), "steps": r.steps, "graphs": r.graphs}
+    return {
+        **{k: v for k, v in job.items() if k != "spec"},
+        "score": r.score,
+        "se": r.score_se,
+        "wall_s": time.perf_counter() - start,
+        "train_s": r.train_s,
+        "setup_s": r.setup_s,
+        "step_ms": r.train_step_ms,
+        "evals": len(r.history),
+        "steps": r.steps,
+        "graphs": r.graphs,
+    }
 
 
 def emit(text: str, out: str | None) -> None:

@@ -60,11 +60,13 @@ def journey(work: Path, data_dir: str, flags: list[str]) -> dict:
     weights' sizes."""
     log = work / "quickstart.log"
     storage = "sqlite:///runs/quickstart/study.db"
-    times = {"quickstart": _timed([*CLI, "quickstart", "--data-dir", data_dir, "--name", "quickstart", *flags],
-                                  work, log),
-             "export": _timed([*CLI, "export", "--storage", storage, "-o", "runs/quickstart/best.yaml"], work, log),
-             "train": _timed([*CLI, "train", "--config", "runs/quickstart/best.yaml", "--out", "runs/quickstart/best"],
-                             work, log)}
+    times = {
+        "quickstart": _timed([*CLI, "quickstart", "--data-dir", data_dir, "--name", "quickstart", *flags], work, log),
+        "export": _timed([*CLI, "export", "--storage", storage, "-o", "runs/quickstart/best.yaml"], work, log),
+        "train": _timed(
+            [*CLI, "train", "--config", "runs/quickstart/best.yaml", "--out", "runs/quickstart/best"], work, log
+        ),
+    }
     weights = sorted(p for p in (work / "runs" / "quickstart" / "best").rglob("*.safetensors"))
     return {**times, "weights_kb": [round(p.stat().st_size / 1000) for p in weights]}
 
@@ -75,8 +77,12 @@ def main(argv=None) -> None:
     ap.add_argument("--competitor-threads", type=int, default=2)
     ap.add_argument("--keep", help="keep the quiet run's folder here")
     ap.add_argument("--out", help="also write the table to this markdown file")
-    ap.add_argument("quickstart_flags", nargs="*", help="after --: more flags for quickstart (a smoke run: "
-                    "-- --demo --trials 2 --k 128 --epochs 1 --final-seeds 1)")
+    ap.add_argument(
+        "quickstart_flags",
+        nargs="*",
+        help="after --: more flags for quickstart (a smoke run: "
+        "-- --demo --trials 2 --k 128 --epochs 1 --final-seeds 1)",
+    )
     args = ap.parse_args(argv)
     data_dir = str(Path(args.data_dir).resolve())
     rows = {}
@@ -91,21 +97,25 @@ def main(argv=None) -> None:
             if args.keep and not loaded:
                 shutil.copytree(work, args.keep, dirs_exist_ok=False)
     quiet = rows[False]
-    lines = [f"# The README's journey alone and beside a {args.competitor_threads}-thread job ({datetime.date.today()})",
-             "",
-             f"`python bench/quickstart_under_load.py` on {platform.processor() or platform.machine()}, "
-             f"{mp.cpu_count()} cores: `petl-nas quickstart --data-dir GLUE{''.join(' ' + f for f in args.quickstart_flags)}`, "
-             "then `export` and `train` as the "
-             "README prints them, each in a fresh folder; quiet first, then beside another process running "
-             f"{args.competitor_threads} threads of MiniLM-sized matmuls.",
-             "",
-             "| beside | quickstart (min) | × quiet | export (s) | train (min) | × quiet | the other job's matmuls/s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# The README's journey alone and beside a {args.competitor_threads}-thread job ({datetime.date.today()})",
+        "",
+        f"`python bench/quickstart_under_load.py` on {platform.processor() or platform.machine()}, "
+        f"{mp.cpu_count()} cores: `petl-nas quickstart --data-dir GLUE{''.join(' ' + f for f in args.quickstart_flags)}`, "
+        "then `export` and `train` as the "
+        "README prints them, each in a fresh folder; quiet first, then beside another process running "
+        f"{args.competitor_threads} threads of MiniLM-sized matmuls.",
+        "",
+        "| beside | quickstart (min) | × quiet | export (s) | train (min) | × quiet | the other job's matmuls/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for loaded, r in rows.items():
         job = "-" if r["job_rate"] is None else f"{r['job_rate']:.1f}"
-        lines.append(f"| {'a ' + str(args.competitor_threads) + '-thread job' if loaded else 'nothing'} "
-                     f"| {r['quickstart'] / 60:.2f} | {r['quickstart'] / quiet['quickstart']:.2f} | {r['export']:.1f} "
-                     f"| {r['train'] / 60:.2f} | {r['train'] / quiet['train']:.2f} | {job} |")
+        lines.append(
+            f"| {'a ' + str(args.competitor_threads) + '-thread job' if loaded else 'nothing'} "
+            f"| {r['quickstart'] / 60:.2f} | {r['quickstart'] / quiet['quickstart']:.2f} | {r['export']:.1f} "
+            f"| {r['train'] / 60:.2f} | {r['train'] / quiet['train']:.2f} | {job} |"
+        )
     lines += ["", f"PETL weights saved per seed (quiet run): {', '.join(f'{kb} KB' for kb in quiet['weights_kb'])}."]
     emit("\n".join(lines) + "\n", args.out)
 

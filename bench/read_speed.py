@@ -26,16 +26,32 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTUNA = ("import optuna, sys; s = optuna.load_study(study_name=None, storage=sys.argv[1]); "
-          "print(len(s.best_trials))")
+OPTUNA = "import optuna, sys; s = optuna.load_study(study_name=None, storage=sys.argv[1]); print(len(s.best_trials))"
 
 
 def quickstart_study(work: Path, code: Path) -> str:
     """A small quickstart study made in ``work`` with the code at ``code``; its storage URL."""
-    flags = ["quickstart", "--demo", "--executor", "local", "--trials", "4", "--k", "100", "--epochs", "1",
-             "--final-seeds", "0"]
-    subprocess.run([sys.executable, "-m", "petl_nas.app.cli", *flags], cwd=work, env=_env(code), check=True,
-                   stdout=subprocess.DEVNULL)
+    flags = [
+        "quickstart",
+        "--demo",
+        "--executor",
+        "local",
+        "--trials",
+        "4",
+        "--k",
+        "100",
+        "--epochs",
+        "1",
+        "--final-seeds",
+        "0",
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "petl_nas.app.cli", *flags],
+        cwd=work,
+        env=_env(code),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return f"sqlite:///{work}/runs/quickstart_demo/study.db"
 
 
@@ -56,8 +72,9 @@ def timed(argv: list[str], code: Path | None, cwd: Path) -> float:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--storage", help="the study's URL (default: make a small quickstart study)")
-    ap.add_argument("--code", action="append", help="LABEL=PATH of a code tree to time (repeatable; default "
-                                                    "this checkout)")
+    ap.add_argument(
+        "--code", action="append", help="LABEL=PATH of a code tree to time (repeatable; default this checkout)"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", help="also write the table to this markdown file")
     args = ap.parse_args(argv)
@@ -66,32 +83,60 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for label, path in trees.items():
-            found = subprocess.run([sys.executable, "-c", "import petl_nas; print(petl_nas.__file__)"], cwd=work,
-                                   env=_env(path), capture_output=True, text=True, check=True).stdout.strip()
+            found = subprocess.run(
+                [sys.executable, "-c", "import petl_nas; print(petl_nas.__file__)"],
+                cwd=work,
+                env=_env(path),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             if not found.startswith(str(path)):
                 raise SystemExit(f"--code {label}={path}: petl_nas is imported from {found}, not from there")
         storage = args.storage or quickstart_study(work, next(iter(trees.values())))
         runs = {("plain Optuna: load_study(...).best_trials", None): ["-c", OPTUNA, storage]}
         for label, path in trees.items():
-            runs[("petl-nas export --list", label)] = ["-m", "petl_nas.app.cli", "export", "--list",
-                                                       "--storage", storage]
-            runs[("petl-nas report", label)] = ["-m", "petl_nas.app.cli", "report", "--storage", storage,
-                                                "-o", str(work / f"report-{len(runs)}")]
+            runs[("petl-nas export --list", label)] = [
+                "-m",
+                "petl_nas.app.cli",
+                "export",
+                "--list",
+                "--storage",
+                storage,
+            ]
+            runs[("petl-nas report", label)] = [
+                "-m",
+                "petl_nas.app.cli",
+                "report",
+                "--storage",
+                storage,
+                "-o",
+                str(work / f"report-{len(runs)}"),
+            ]
         times: dict = {key: [] for key in runs}
         for r in range(args.rounds):
             for (what, label), command in runs.items():
                 times[(what, label)].append(timed(command, trees.get(label), work))
-            print(f"round {r + 1} of {args.rounds}: " + ", ".join(f"{w.split(':')[0]}{f' ({l})' if l else ''} "
-                                                                 f"{t[-1]:.2f} s" for (w, l), t in times.items()),
-                  flush=True)
+            print(
+                f"round {r + 1} of {args.rounds}: "
+                + ", ".join(f"{w.split(':')[0]}{f' ({l})' if l else ''} {t[-1]:.2f} s" for (w, l), t in times.items()),
+                flush=True,
+            )
     base = statistics.median(times[next(iter(runs))])
-    lines = [f"# Read-only commands against plain Optuna ({datetime.date.today()})", "",
-             f"Study: {'the one given, ' + storage if args.storage else 'a small quickstart study made for the run'}."
-             f" Each command a fresh process; {args.rounds} interleaved rounds, medians.", "",
-             "| command | code | median (s) | min–max (s) | × plain Optuna |", "|---|---|---:|---:|---:|"]
+    lines = [
+        f"# Read-only commands against plain Optuna ({datetime.date.today()})",
+        "",
+        f"Study: {'the one given, ' + storage if args.storage else 'a small quickstart study made for the run'}."
+        f" Each command a fresh process; {args.rounds} interleaved rounds, medians.",
+        "",
+        "| command | code | median (s) | min–max (s) | × plain Optuna |",
+        "|---|---|---:|---:|---:|",
+    ]
     for (what, label), t in times.items():
-        lines.append(f"| {what} | {label or '-'} | {statistics.median(t):.2f} | {min(t):.2f}–{max(t):.2f} | "
-                     f"{statistics.median(t) / base:.2f} |")
+        lines.append(
+            f"| {what} | {label or '-'} | {statistics.median(t):.2f} | {min(t):.2f}–{max(t):.2f} | "
+            f"{statistics.median(t) / base:.2f} |"
+        )
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:

@@ -42,7 +42,6 @@ import tempfile
 from pathlib import Path
 
 import yaml
-
 from preset_trials import emit
 from search_runs import run_search
 
@@ -56,13 +55,32 @@ RECIPES = {
 
 def experiment(label: str, args, work: Path) -> Path:
     """The search both layouts share, with ``label``'s trial recipe."""
-    data = {"name": label, "backbone": args.model, "task": args.task, "data_dir": str(Path(args.data_dir).resolve()),
-            "budget": args.budget, "space": "unified", "trials": args.trials, "sampler": "random", "seed": 0,
-            "data_seed": 111, "strategy": "sampler", "presets": "none", "rates": "off", "concurrent": args.concurrent,
-            "scheduler": "fifo",
-            "final": {"seeds": 0, "baselines": False, "confirm": 0}}
-    data["fidelity"] = {"k": args.k, "epochs": args.epochs, "batch_size": 32, "max_length": 64,
-                        "search_dev": args.search_dev, **RECIPES[label]["fidelity"]}
+    data = {
+        "name": label,
+        "backbone": args.model,
+        "task": args.task,
+        "data_dir": str(Path(args.data_dir).resolve()),
+        "budget": args.budget,
+        "space": "unified",
+        "trials": args.trials,
+        "sampler": "random",
+        "seed": 0,
+        "data_seed": 111,
+        "strategy": "sampler",
+        "presets": "none",
+        "rates": "off",
+        "concurrent": args.concurrent,
+        "scheduler": "fifo",
+        "final": {"seeds": 0, "baselines": False, "confirm": 0},
+    }
+    data["fidelity"] = {
+        "k": args.k,
+        "epochs": args.epochs,
+        "batch_size": 32,
+        "max_length": 64,
+        "search_dev": args.search_dev,
+        **RECIPES[label]["fidelity"],
+    }
     path = work / f"{label}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -88,23 +106,34 @@ def where_the_time_goes(done, workers: int) -> dict:
         worker = sum(t.user_attrs["wall_s"] for t in trials)
         setup = sum(t.user_attrs["setup_s"] for t in trials)
         loop = sum(t.user_attrs["train_s"] for t in trials)
-        parts[group] = {"trials": len(trials), "span": span, "loop": loop, "setup": setup,
-                        "after": worker - setup - loop, "ray": span - worker}
+        parts[group] = {
+            "trials": len(trials),
+            "span": span,
+            "loop": loop,
+            "setup": setup,
+            "after": worker - setup - loop,
+            "ray": span - worker,
+        }
     return parts
 
 
 def time_table(rows: dict, workers: int) -> list[str]:
     """The breakdown of `where_the_time_goes` for each search, with the share of all spans."""
-    lines = ["", "| defaults | trials | spans (s) | training loops (s) | outside the loop (s): first trials' Ray "
-             "+ set-up + after | later trials' Ray + set-up + after | outside, share of all spans |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "",
+        "| defaults | trials | spans (s) | training loops (s) | outside the loop (s): first trials' Ray "
+        "+ set-up + after | later trials' Ray + set-up + after | outside, share of all spans |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for label, r in rows.items():
         p = where_the_time_goes(r["done"], workers)
         f, l = p["first"], p["later"]
         span, loop = f["span"] + l["span"], f["loop"] + l["loop"]
-        lines.append(f"| {label} | {f['trials']} + {l['trials']} | {span:.0f} | {loop:.0f} "
-                     f"| {f['ray']:.1f} + {f['setup']:.1f} + {f['after']:.1f} "
-                     f"| {l['ray']:.1f} + {l['setup']:.1f} + {l['after']:.1f} | {100 * (span - loop) / span:.1f}% |")
+        lines.append(
+            f"| {label} | {f['trials']} + {l['trials']} | {span:.0f} | {loop:.0f} "
+            f"| {f['ray']:.1f} + {f['setup']:.1f} + {f['after']:.1f} "
+            f"| {l['ray']:.1f} + {l['setup']:.1f} + {l['after']:.1f} | {100 * (span - loop) / span:.1f}% |"
+        )
     return lines
 
 
@@ -133,25 +162,29 @@ def main(argv=None) -> None:
             done = rows[label]["done"]
             rows[label]["outside"] = outside_share(done)
             rows[label]["by_config"] = {t.number: t for t in done}
-    lines = [f"# Trials per hour of a real search: be77920's defaults against a new study's ({datetime.date.today()})",
-             "",
-             f"`python bench/search_defaults.py --trials {args.trials}"
-             f"{'' if args.recipes == 'old,new' else ' --recipes ' + args.recipes}` on {platform.processor() or platform.machine()}: "
-             f"{args.model}, {args.task} K={args.k}, {args.epochs} epochs, batch 32, length 64, "
-             f"search-dev {args.search_dev}, budget {args.budget}, the random sampler (seed 0, `rates: off`), "
-             f"{args.concurrent} trials at a time on Ray"
-             f"{'; old and new run one after the other' if len(rows) > 1 else ''}.",
-             "",
-             "| defaults | trials | search wall (min) | trials per hour | × old | trial: set-up first / later (s) "
-             "| trial: training loop (s) | outside the loop, share of a trial's span: mean (max) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Trials per hour of a real search: be77920's defaults against a new study's ({datetime.date.today()})",
+        "",
+        f"`python bench/search_defaults.py --trials {args.trials}"
+        f"{'' if args.recipes == 'old,new' else ' --recipes ' + args.recipes}` on {platform.processor() or platform.machine()}: "
+        f"{args.model}, {args.task} K={args.k}, {args.epochs} epochs, batch 32, length 64, "
+        f"search-dev {args.search_dev}, budget {args.budget}, the random sampler (seed 0, `rates: off`), "
+        f"{args.concurrent} trials at a time on Ray"
+        f"{'; old and new run one after the other' if len(rows) > 1 else ''}.",
+        "",
+        "| defaults | trials | search wall (min) | trials per hour | × old | trial: set-up first / later (s) "
+        "| trial: training loop (s) | outside the loop, share of a trial's span: mean (max) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     old = rows.get("old")
     for label, r in rows.items():
-        ratio = f"{r['per_hour'] / old['per_hour']:.2f}" if old else "-"        # no old search: no ratio
-        lines.append(f"| {label} | {r['trials']} | {r['wall_s'] / 60:.1f} | {r['per_hour']:.1f} "
-                     f"| {ratio} | {r['first_setup_s']:.1f} / {r['later_setup_s']:.1f} "
-                     f"| {r['train_s']:.1f} | {100 * statistics.mean(r['outside']):.1f}% "
-                     f"({100 * max(r['outside']):.1f}%) |")
+        ratio = f"{r['per_hour'] / old['per_hour']:.2f}" if old else "-"  # no old search: no ratio
+        lines.append(
+            f"| {label} | {r['trials']} | {r['wall_s'] / 60:.1f} | {r['per_hour']:.1f} "
+            f"| {ratio} | {r['first_setup_s']:.1f} / {r['later_setup_s']:.1f} "
+            f"| {r['train_s']:.1f} | {100 * statistics.mean(r['outside']):.1f}% "
+            f"({100 * max(r['outside']):.1f}%) |"
+        )
     lines += time_table(rows, args.concurrent)
     if {"old", "new"} <= set(rows):
         lines += paired_scores(rows["old"], rows["new"])
@@ -168,10 +201,13 @@ def paired_scores(old: dict, new: dict) -> list[str]:
     lines = ["", "| trial | old: last evaluation | new: score | new − old (points) |", "|---:|---:|---:|---:|"]
     for (a, b), d in zip(pairs, diffs):
         lines.append(f"| {a.number} | {a.user_attrs['last_score']:.4f} | {b.user_attrs['last_score']:.4f} | {d:+.2f} |")
-    lines += ["", f"new against old: **{new['per_hour'] / old['per_hour']:.2f}× the trials per hour**; "
-              f"scores {statistics.mean(diffs):+.2f} ± {se:.2f} points over {len(pairs)} paired configurations "
-              f"({'the same configurations' if same else 'CONFIGURATIONS DIFFER'}; one score's standard error "
-              f"{one_se:.2f})."]
+    lines += [
+        "",
+        f"new against old: **{new['per_hour'] / old['per_hour']:.2f}× the trials per hour**; "
+        f"scores {statistics.mean(diffs):+.2f} ± {se:.2f} points over {len(pairs)} paired configurations "
+        f"({'the same configurations' if same else 'CONFIGURATIONS DIFFER'}; one score's standard error "
+        f"{one_se:.2f}).",
+    ]
     return lines
 
 

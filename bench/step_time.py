@@ -53,8 +53,8 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from petl_nas import apply_petl, preset, preset_names
 from petl_nas.training.compiling import COMPILE_MODES, fresh_compiled
-from petl_nas.training.step_graphs import WARMUP, GraphedSteps, prepare_optimizer
 from petl_nas.training.loop import adamw
+from petl_nas.training.step_graphs import WARMUP, GraphedSteps, prepare_optimizer
 
 SEED = 0
 SEQ_LEN = 128
@@ -69,15 +69,15 @@ class Row:
     trainable: int | None = None
     ms: float | None = None
     flops: float | None = None
-    kernels: int | None = None        # CUDA kernels launched by one step
-    gpu_ms: float | None = None       # time the GPU spent in them
-    first_s: float | None = None      # the first step after compiling: compile time included
-    graph_ms: float | None = None     # the step replayed as a CUDA graph (--graphs)
+    kernels: int | None = None  # CUDA kernels launched by one step
+    gpu_ms: float | None = None  # time the GPU spent in them
+    first_s: float | None = None  # the first step after compiling: compile time included
+    graph_ms: float | None = None  # the step replayed as a CUDA graph (--graphs)
     graph_gpu_ms: float | None = None
-    record_s: float | None = None     # the first graphed step: recording included
+    record_s: float | None = None  # the first graphed step: recording included
     graph_error: str | None = None
     error: str | None = None
-    by_kind: dict | None = None       # kernel family -> [count, GPU µs], eager step (`profile_step`)
+    by_kind: dict | None = None  # kernel family -> [count, GPU µs], eager step (`profile_step`)
     by_name: dict | None = None
     graph_kernels: int | None = None  # the same, of one replayed graph
     graph_by_kind: dict | None = None
@@ -85,6 +85,7 @@ class Row:
 
 
 # --- models -------------------------------------------------------------------------------------
+
 
 def backbone(config: BertConfig) -> nn.Module:
     """A fresh randomly initialised model, identical for every row."""
@@ -114,41 +115,66 @@ def petl_row(name: str) -> Callable:
     def build(config):
         model = backbone(config)
         return apply_petl(model, preset(name, config))
+
     return build
 
 
 def peft_row(make_config: Callable) -> Callable:
     def build(config):
         from peft import get_peft_model
+
         return get_peft_model(backbone(config), make_config())
+
     return build
 
 
 def peft_configs() -> dict[str, Callable]:
     """PEFT configs at the sizes of the petl-nas preset each is compared with."""
-    from peft import (FourierFTConfig, IA3Config, LNTuningConfig, LoKrConfig, LoraConfig, PrefixTuningConfig,
-                      PromptTuningConfig, TaskType, VeraConfig)
+    from peft import (
+        FourierFTConfig,
+        IA3Config,
+        LNTuningConfig,
+        LoKrConfig,
+        LoraConfig,
+        PrefixTuningConfig,
+        PromptTuningConfig,
+        TaskType,
+        VeraConfig,
+    )
+
     cls = TaskType.SEQ_CLS
     return {
-        "lora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
-                                   target_modules=["query", "value"]),
+        "lora": lambda: LoraConfig(
+            task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["query", "value"]
+        ),
         # FFN W1 and W2 only: the regex skips attention.output.dense.
-        "lora_ffn": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0,
-                                       target_modules=r".*\.\d+\.output\.dense|.*intermediate\.dense"),
-        "prefix": lambda: PrefixTuningConfig(task_type=cls, num_virtual_tokens=30, prefix_projection=True,
-                                             encoder_hidden_size=800),
+        "lora_ffn": lambda: LoraConfig(
+            task_type=cls,
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.0,
+            target_modules=r".*\.\d+\.output\.dense|.*intermediate\.dense",
+        ),
+        "prefix": lambda: PrefixTuningConfig(
+            task_type=cls, num_virtual_tokens=30, prefix_projection=True, encoder_hidden_size=800
+        ),
         "prompt_tuning": lambda: PromptTuningConfig(task_type=cls, num_virtual_tokens=20),
         # k, v and W2's input; "output.dense" alone would also match attention.output.dense.
-        "ia3": lambda: IA3Config(task_type=cls, target_modules=r".*\.(key|value)|.*\.\d+\.output\.dense",
-                                 feedforward_modules=r".*\.\d+\.output\.dense"),
+        "ia3": lambda: IA3Config(
+            task_type=cls,
+            target_modules=r".*\.(key|value)|.*\.\d+\.output\.dense",
+            feedforward_modules=r".*\.\d+\.output\.dense",
+        ),
         "ia3_kv": lambda: IA3Config(task_type=cls, target_modules=["key", "value"], feedforward_modules=[]),
         "ln_tuning": lambda: LNTuningConfig(task_type=cls, target_modules=r".*\.\d+\.(attention\.)?output\.LayerNorm"),
-        "dora": lambda: LoraConfig(task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0, use_dora=True,
-                                   target_modules=["query", "value"]),
+        "dora": lambda: LoraConfig(
+            task_type=cls, r=8, lora_alpha=16, lora_dropout=0.0, use_dora=True, target_modules=["query", "value"]
+        ),
         "lokr": lambda: LoKrConfig(task_type=cls, r=8, alpha=8, target_modules=["query", "value"]),
         "vera": lambda: VeraConfig(task_type=cls, r=1024, target_modules=["query", "value"], projection_prng_key=0),
-        "fourierft": lambda: FourierFTConfig(task_type=cls, n_frequency=1000, scaling=140.0, random_loc_seed=0,
-                                             target_modules=["query", "value"]),
+        "fourierft": lambda: FourierFTConfig(
+            task_type=cls, n_frequency=1000, scaling=140.0, random_loc_seed=0, target_modules=["query", "value"]
+        ),
     }
 
 
@@ -168,6 +194,7 @@ def methods() -> list[tuple[str, str, Callable]]:
 
 
 # --- timing -------------------------------------------------------------------------------------
+
 
 def _count_cpu_attention() -> None:
     """Teach the FLOP counter SDPA's CPU kernels (it knows only the CUDA ones), with its own formulas."""
@@ -211,6 +238,7 @@ def training_step(net: nn.Module, opt: torch.optim.Optimizer, inputs: tuple, cud
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -235,6 +263,7 @@ def graphed_step(model: nn.Module, opt: torch.optim.Optimizer, inputs: tuple) ->
         runner(host)
         if runner.info.why_not is not None:
             raise RuntimeError(f"not graphed: {runner.info.why_not}")
+
     return step
 
 
@@ -249,8 +278,16 @@ def timed_ms(step: Callable[[], None], cuda: bool) -> float:
     return 1000 * (time.perf_counter() - start)
 
 
-def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: int, batch: int,
-               compile_mode: str = "off", graphs: bool = False) -> dict:
+def time_steps(
+    model: nn.Module,
+    device: str,
+    steps: int,
+    warmup: int,
+    vocab: int,
+    batch: int,
+    compile_mode: str = "off",
+    graphs: bool = False,
+) -> dict:
     """Median ms of ``steps`` training steps after ``warmup`` untimed ones (``ms``), the FLOPs of one
     step (``flops``) and, on CUDA, one profiled step's kernel count and GPU time (`profile_step`).
 
@@ -267,10 +304,10 @@ def time_steps(model: nn.Module, device: str, steps: int, warmup: int, vocab: in
     # The anchor again, as a leaf on the device: moved with the model it is a copy of the CPU leaf,
     # and every backward would send its gradient to the host (a wait, which no graph can record)
     for module in model.modules():
-        if "grad_anchor" in module._buffers:                        # under a PEFT wrapper too
+        if "grad_anchor" in module._buffers:  # under a PEFT wrapper too
             module.grad_anchor = torch.zeros((), device=device, requires_grad=True)
     inputs = step_inputs(device, vocab, batch)
-    opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)    # the optimizer trials use
+    opt = adamw([p for p in model.parameters() if p.requires_grad], 1e-4)  # the optimizer trials use
     cuda = device == "cuda"
     step = training_step(model, opt, inputs, cuda)
 
@@ -313,8 +350,12 @@ def time_graphed(model: nn.Module, opt, inputs: tuple, steps: int, warmup: int) 
     out["graph_ms"] = statistics.median(times)
     try:
         profiled = profile_step(step)
-        out.update(graph_gpu_ms=profiled["gpu_ms"], graph_kernels=profiled["kernels"],
-                   graph_by_kind=profiled["by_kind"], graph_by_name=profiled["by_name"])
+        out.update(
+            graph_gpu_ms=profiled["gpu_ms"],
+            graph_kernels=profiled["kernels"],
+            graph_by_kind=profiled["by_kind"],
+            graph_by_name=profiled["by_name"],
+        )
     except Exception as e:
         print(f"    (graph profile failed: {type(e).__name__}: {str(e)[:100]})")
     return out
@@ -355,8 +396,12 @@ def profile_step(step: Callable[[], None]) -> dict:
             entry = table.setdefault(key, [0, 0.0])
             entry[0] += 1
             entry[1] += e.device_time
-    return {"kernels": len(kernels), "gpu_ms": sum(e.device_time for e in kernels) / 1000,
-            "by_kind": by_kind, "by_name": by_name}
+    return {
+        "kernels": len(kernels),
+        "gpu_ms": sum(e.device_time for e in kernels) / 1000,
+        "by_kind": by_kind,
+        "by_name": by_name,
+    }
 
 
 def run_table(config, device, steps, warmup, only, batch, compile_mode="off", graphs=False) -> list[Row]:
@@ -368,8 +413,9 @@ def run_table(config, device, steps, warmup, only, batch, compile_mode="off", gr
         try:
             model = build(config)
             row.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            for key, value in time_steps(model, device, steps, warmup, config.vocab_size, batch,
-                                         compile_mode, graphs and device == "cuda").items():
+            for key, value in time_steps(
+                model, device, steps, warmup, config.vocab_size, batch, compile_mode, graphs and device == "cuda"
+            ).items():
                 setattr(row, key, value)
         except Exception as e:  # a failing method is reported in the table, not fatal
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
@@ -379,19 +425,27 @@ def run_table(config, device, steps, warmup, only, batch, compile_mode="off", gr
                 torch.cuda.empty_cache()
         gpu = f"  {row.kernels:5d} kernels, GPU {row.gpu_ms:6.1f} ms" if row.kernels is not None else ""
         gpu += f"  (first step {row.first_s:.1f} s)" if row.first_s is not None else ""
-        gpu += (f"  | graphed {row.graph_ms:6.1f} ms, GPU {row.graph_gpu_ms or 0:6.1f} ms, recorded in {row.record_s:.2f} s"
-                if row.graph_ms is not None else "")
-        print(f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms{gpu}" if row.ms else f"FAILED {row.error}"),
-              flush=True)
+        gpu += (
+            f"  | graphed {row.graph_ms:6.1f} ms, GPU {row.graph_gpu_ms or 0:6.1f} ms, recorded in {row.record_s:.2f} s"
+            if row.graph_ms is not None
+            else ""
+        )
+        print(
+            f"  {method:<18} {library:<9} " + (f"{row.ms:9.1f} ms{gpu}" if row.ms else f"FAILED {row.error}"),
+            flush=True,
+        )
         rows.append(row)
     return rows
 
 
 # --- report -------------------------------------------------------------------------------------
 
+
 def machine() -> str:
-    return (f"{datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
-            f"threads {torch.get_num_threads()} | CPUs {os.cpu_count()} | {platform.processor() or platform.machine()}")
+    return (
+        f"{datetime.datetime.now().isoformat(timespec='seconds')} | torch {torch.__version__} | "
+        f"threads {torch.get_num_threads()} | CPUs {os.cpu_count()} | {platform.processor() or platform.machine()}"
+    )
 
 
 def markdown(rows: list[Row], title: str) -> str:
@@ -400,22 +454,32 @@ def markdown(rows: list[Row], title: str) -> str:
     compiled = any(r.first_s is not None for r in rows)
     extra = " | CUDA kernels per step | GPU ms per step | GPU time × floor" if profiled else ""
     extra += " | first step, s (compiling)" if compiled else ""
-    lines = [f"### {title}", "", "| method | library | trainable params (PETL + head) | ms/step (median) | × floor "
-             f"| FLOPs × floor{extra} |", "|---|---|---:|---:|---:|---:" + ("|---:|---:|---:" if profiled else "")
-             + ("|---:" if compiled else "") + "|"]
+    lines = [
+        f"### {title}",
+        "",
+        f"| method | library | trainable params (PETL + head) | ms/step (median) | × floor | FLOPs × floor{extra} |",
+        "|---|---|---:|---:|---:|---:" + ("|---:|---:|---:" if profiled else "") + ("|---:" if compiled else "") + "|",
+    ]
     for r in rows:
         params = f"{r.trainable:,}" if r.trainable is not None else "-"
         if r.ms is None:
-            lines.append(f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | -"
-                         + (" | - | - | -" if profiled else "") + (" | -" if compiled else "") + " |")
+            lines.append(
+                f"| {r.method} | {r.library} | {params} | failed: {r.error} | - | -"
+                + (" | - | - | -" if profiled else "")
+                + (" | -" if compiled else "")
+                + " |"
+            )
             continue
         ratio = f"{r.ms / base.ms:.2f}" if base else "-"
         flops = f"{r.flops / base.flops:.3f}" if base and base.flops and r.flops else "-"
         cells = [r.method, r.library, params, f"{r.ms:.1f}", ratio, flops]
         if profiled:
             gpu_ratio = f"{r.gpu_ms / base.gpu_ms:.2f}" if base and base.gpu_ms and r.gpu_ms else "-"
-            cells += [f"{r.kernels:,}" if r.kernels is not None else "-",
-                      f"{r.gpu_ms:.2f}" if r.gpu_ms is not None else "-", gpu_ratio]
+            cells += [
+                f"{r.kernels:,}" if r.kernels is not None else "-",
+                f"{r.gpu_ms:.2f}" if r.gpu_ms is not None else "-",
+                gpu_ratio,
+            ]
         if compiled:
             cells.append(f"{r.first_s:.1f}" if r.first_s is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
@@ -425,19 +489,27 @@ def markdown(rows: list[Row], title: str) -> str:
 def graphs_markdown(rows: list[Row], title: str) -> str:
     """Eager against graphed, each ratio to the floor measured the same way in the same run."""
     base = next((r for r in rows if r.method == "frozen floor" and r.graph_ms), None)
-    lines = [f"### {title}, eager against CUDA graphs (`step_graphs.GraphedSteps`)", "",
-             "| method | library | eager ms/step | × eager floor | graphed ms/step | × graphed floor | graphed / eager "
-             "| graphed GPU ms | GPU time × graphed floor | first graphed step (recording), s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"### {title}, eager against CUDA graphs (`step_graphs.GraphedSteps`)",
+        "",
+        "| method | library | eager ms/step | × eager floor | graphed ms/step | × graphed floor | graphed / eager "
+        "| graphed GPU ms | GPU time × graphed floor | first graphed step (recording), s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         if r.graph_ms is None or base is None:
-            lines.append(f"| {r.method} | {r.library} | " + (f"{r.ms:.1f}" if r.ms else "-")
-                         + f" | - | failed: {r.graph_error or r.error or 'not graphed'} | - | - | - | - | - |")
+            lines.append(
+                f"| {r.method} | {r.library} | "
+                + (f"{r.ms:.1f}" if r.ms else "-")
+                + f" | - | failed: {r.graph_error or r.error or 'not graphed'} | - | - | - | - | - |"
+            )
             continue
         gpu = f"{r.graph_gpu_ms:.2f}" if r.graph_gpu_ms else "-"
         gpu_ratio = f"{r.graph_gpu_ms / base.graph_gpu_ms:.2f}" if r.graph_gpu_ms and base.graph_gpu_ms else "-"
-        lines.append(f"| {r.method} | {r.library} | {r.ms:.1f} | {r.ms / base.ms:.2f} | {r.graph_ms:.1f} | "
-                     f"{r.graph_ms / base.graph_ms:.2f} | {r.graph_ms / r.ms:.2f} | {gpu} | {gpu_ratio} | {r.record_s:.2f} |")
+        lines.append(
+            f"| {r.method} | {r.library} | {r.ms:.1f} | {r.ms / base.ms:.2f} | {r.graph_ms:.1f} | "
+            f"{r.graph_ms / base.graph_ms:.2f} | {r.graph_ms / r.ms:.2f} | {gpu} | {gpu_ratio} | {r.record_s:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -445,6 +517,7 @@ def kernels_markdown(rows: list[Row], top: int = 8) -> str:
     """Where each row's GPU time goes beyond the floor's: kernels and GPU µs per kernel family, and
     the kernel names that add the most time. From the replayed graph where there is one (the
     host's share gone), else from the eager step."""
+
     def breakdown(r, how=None):
         how = how or ("graphed" if r.graph_by_kind else "eager")
         return (r.graph_by_kind, r.graph_by_name, how) if how == "graphed" else (r.by_kind, r.by_name, how)
@@ -454,9 +527,12 @@ def kernels_markdown(rows: list[Row], top: int = 8) -> str:
     if base is None:
         return "### Kernels\n\nno profiled floor"
     kinds = [k for k, _ in KERNEL_KINDS] + ["other"]
-    lines = ["### GPU time per step by kernel family, beyond the floor (kernels / µs)", "",
-             "| method | library | step | " + " | ".join(kinds) + " |",
-             "|---|---|---|" + "---:|" * len(kinds)]
+    lines = [
+        "### GPU time per step by kernel family, beyond the floor (kernels / µs)",
+        "",
+        "| method | library | step | " + " | ".join(kinds) + " |",
+        "|---|---|---|" + "---:|" * len(kinds),
+    ]
     for r in rows:
         by_kind, _, how = breakdown(r)
         base_kind = breakdown(base, how)[0] or {}
@@ -467,17 +543,30 @@ def kernels_markdown(rows: list[Row], top: int = 8) -> str:
                 n, us = n - base_kind.get(k, (0, 0.0))[0], us - base_kind.get(k, (0, 0.0))[1]
             cells.append(f"{n:+d} / {us:+,.0f}" if r is not base else f"{n} / {us:,.0f}")
         lines.append(f"| {r.method} | {r.library} | {how} | " + " | ".join(cells) + " |")
-    lines += ["", "The floor's row is its own count and time (its graphed step); every other row is its difference "
-              "from the floor's step of the same kind.", ""]
+    lines += [
+        "",
+        "The floor's row is its own count and time (its graphed step); every other row is its difference "
+        "from the floor's step of the same kind.",
+        "",
+    ]
     for r in rows:
         if r is base:
             continue
         _, by_name, how = breakdown(r)
         base_name = breakdown(base, how)[1] or {}
-        extra = sorted(((us - base_name.get(name, (0, 0.0))[1], n - base_name.get(name, (0, 0.0))[0], name)
-                        for name, (n, us) in by_name.items()), reverse=True)[:top]
-        lines += [f"#### {r.method} ({r.library}, {how}): the kernels adding the most GPU time", "",
-                  "| + µs | + kernels | kernel |", "|---:|---:|---|"]
+        extra = sorted(
+            (
+                (us - base_name.get(name, (0, 0.0))[1], n - base_name.get(name, (0, 0.0))[0], name)
+                for name, (n, us) in by_name.items()
+            ),
+            reverse=True,
+        )[:top]
+        lines += [
+            f"#### {r.method} ({r.library}, {how}): the kernels adding the most GPU time",
+            "",
+            "| + µs | + kernels | kernel |",
+            "|---:|---:|---|",
+        ]
         lines += [f"| {us:+,.0f} | {n:+d} | `{name[:140]}` |" for us, n, name in extra]
         lines.append("")
     return "\n".join(lines)
@@ -492,14 +581,28 @@ def main(argv=None):
     ap.add_argument("--only", help="comma-separated method names (the floor always runs)")
     ap.add_argument("--out", help="also write the markdown tables to this path")
     ap.add_argument("--batch", type=int, default=8, help="rows per step (default 8; 32 for the GPU table)")
-    ap.add_argument("--compile", default="off", choices=COMPILE_MODES,
-                    help="torch.compile every row's model in this mode (as fidelity.compile does a trial's)")
-    ap.add_argument("--graphs", action="store_true",
-                    help="on a GPU, also time every row's step replayed as a CUDA graph (fidelity.cuda_graphs)")
-    ap.add_argument("--kernels", help="on a GPU, also write where each row's GPU time goes (kernel families "
-                    "and names beyond the floor's) to this path")
-    ap.add_argument("--device", choices=["all", "cpu", "cuda"], default="all",
-                    help="all: the CPU table, then the GPU table when CUDA is available")
+    ap.add_argument(
+        "--compile",
+        default="off",
+        choices=COMPILE_MODES,
+        help="torch.compile every row's model in this mode (as fidelity.compile does a trial's)",
+    )
+    ap.add_argument(
+        "--graphs",
+        action="store_true",
+        help="on a GPU, also time every row's step replayed as a CUDA graph (fidelity.cuda_graphs)",
+    )
+    ap.add_argument(
+        "--kernels",
+        help="on a GPU, also write where each row's GPU time goes (kernel families "
+        "and names beyond the floor's) to this path",
+    )
+    ap.add_argument(
+        "--device",
+        choices=["all", "cpu", "cuda"],
+        default="all",
+        help="all: the CPU table, then the GPU table when CUDA is available",
+    )
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device is visible to torch")
@@ -510,11 +613,18 @@ def main(argv=None):
 
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # raised inside PEFT
-    size = ("tiny BERT (d=64, 2 layers)" if args.tiny else "MiniLM-L6 size (d=384, 6 layers)" if args.minilm
-            else "BERT-base size (d=768, 12 layers)")
-    header = (f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {args.batch} x {SEQ_LEN} tokens, "
-              f"median of {steps} steps after {warmup} warm-up; one step = forward + CE loss + backward "
-              f"+ AdamW + zero_grad; embedding output requires grad in every row.")
+    size = (
+        "tiny BERT (d=64, 2 layers)"
+        if args.tiny
+        else "MiniLM-L6 size (d=384, 6 layers)"
+        if args.minilm
+        else "BERT-base size (d=768, 12 layers)"
+    )
+    header = (
+        f"# Training step time\n\n{machine()}\n\n{size}, random init, batch {args.batch} x {SEQ_LEN} tokens, "
+        f"median of {steps} steps after {warmup} warm-up; one step = forward + CE loss + backward "
+        f"+ AdamW + zero_grad; embedding output requires grad in every row."
+    )
     if args.compile != "off":
         header += f" Every model compiled (torch.compile, mode {args.compile}) after its FLOPs are counted."
     print(header, flush=True)
@@ -530,8 +640,11 @@ def main(argv=None):
             tables.append(graphs_markdown(rows, title))
         if args.kernels and device == "cuda":
             with open(args.kernels, "w") as f:
-                f.write(f"# Kernels per training step\n\n{machine()}\n\n{title}, batch {args.batch} x {SEQ_LEN}\n\n"
-                        + kernels_markdown(rows) + "\n")
+                f.write(
+                    f"# Kernels per training step\n\n{machine()}\n\n{title}, batch {args.batch} x {SEQ_LEN}\n\n"
+                    + kernels_markdown(rows)
+                    + "\n"
+                )
     report = header + "\n\n" + "\n\n".join(tables) + "\n"
     print("\n" + "\n\n".join(tables))
     if args.out:

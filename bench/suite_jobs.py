@@ -52,8 +52,12 @@ def run(jobs: int, work: Path, data_dir: str) -> tuple[float, dict]:
     print(f"--jobs {jobs}: running (about 25 min on 2 cores); the suite's own progress: tail -f {log}", flush=True)
     start = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run([*CLI, "suite", "--experiment", "suite.yaml", "--jobs", str(jobs)], cwd=work,
-                              stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [*CLI, "suite", "--experiment", "suite.yaml", "--jobs", str(jobs)],
+            cwd=work,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"the suite with --jobs {jobs} exited {done.returncode}; see {log}")
@@ -83,14 +87,21 @@ def main(argv=None) -> None:
             print(f"--jobs {jobs}: {results[jobs][0] / 60:.1f} min", flush=True)
     (one, a), (two, b) = results[1], results[2]
     suite = SUITE.format(data_dir=data_dir).splitlines()
-    lines = [f"# `petl-nas suite --jobs` on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
-             f"{datetime.date.today()}", "",
-             f"The suite: {suite[2]}, {suite[3]}, {suite[-1].strip()} (one-shot studies, the product's defaults "
-             "otherwise; `bench/suite_jobs.py`).", "",
-             "| layout | wall (min) | × --jobs 1 |", "|---|---:|---:|",
-             f"| --jobs 1 (one study at a time, 2 threads) | {one / 60:.1f} | 1.00 |",
-             f"| --jobs 2 (two at once, 1 thread each) | {two / 60:.1f} | **{one / two:.2f}** |", "",
-             "| task | budget | --jobs 1: pick (deployable), test, Δ | --jobs 2: the same |", "|---|---|---|---|"]
+    lines = [
+        f"# `petl-nas suite --jobs` on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"{datetime.date.today()}",
+        "",
+        f"The suite: {suite[2]}, {suite[3]}, {suite[-1].strip()} (one-shot studies, the product's defaults "
+        "otherwise; `bench/suite_jobs.py`).",
+        "",
+        "| layout | wall (min) | × --jobs 1 |",
+        "|---|---:|---:|",
+        f"| --jobs 1 (one study at a time, 2 threads) | {one / 60:.1f} | 1.00 |",
+        f"| --jobs 2 (two at once, 1 thread each) | {two / 60:.1f} | **{one / two:.2f}** |",
+        "",
+        "| task | budget | --jobs 1: pick (deployable), test, Δ | --jobs 2: the same |",
+        "|---|---|---|---|",
+    ]
     for x, y in zip(a["cells"], b["cells"]):
         lines.append(f"| {x['task']} | {x['budget']} | {_cell(x)} | {_cell(y)} |")
     text = "\n".join(lines) + "\n"

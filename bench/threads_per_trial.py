@@ -39,9 +39,16 @@ def _init_worker(threads: int) -> None:
 
 
 def jobs(args) -> list[dict]:
-    return [{**job, "spec": {**job["spec"], "recipe": {**job["spec"]["recipe"], "evals_per_epoch": 0,
-                                                       "length_buckets": args.length_buckets}}}
-            for job in preset_jobs(args)]
+    return [
+        {
+            **job,
+            "spec": {
+                **job["spec"],
+                "recipe": {**job["spec"]["recipe"], "evals_per_epoch": 0, "length_buckets": args.length_buckets},
+            },
+        }
+        for job in preset_jobs(args)
+    ]
 
 
 def run_layout(todo: list[dict], workers: int, threads: int) -> tuple[list[dict], float]:
@@ -50,35 +57,51 @@ def run_layout(todo: list[dict], workers: int, threads: int) -> tuple[list[dict]
         results = []
         for r in pool.imap_unordered(run_job, todo):
             results.append(r)
-            print(f"  {workers} x {threads} thread(s): {r['config']:<18} seed {r['seed']} score {r['score']:.4f}, "
-                  f"{r['wall_s'] / 60:.2f} min ({len(results)}/{len(todo)})", flush=True)
+            print(
+                f"  {workers} x {threads} thread(s): {r['config']:<18} seed {r['seed']} score {r['score']:.4f}, "
+                f"{r['wall_s'] / 60:.2f} min ({len(results)}/{len(todo)})",
+                flush=True,
+            )
     return results, time.perf_counter() - start
 
 
 def table(layouts: dict, args) -> str:
     n = len(next(iter(layouts.values()))[0])
-    lines = [f"# Threads per trial vs trials side by side ({datetime.date.today()})", "",
-             f"{args.task}, {args.model}, K={args.k}, {args.epochs:g} epochs, batch {args.batch_size}, length "
-             f"{args.max_length}, length buckets {args.length_buckets}, search-dev {args.search_dev}, one evaluation; "
-             f"{n} trials per layout ({args.configs}; seeds 0-{args.seeds - 1}) on {args.cores} cores, "
-             f"layouts run one after the other in one run.", "",
-             "| layout | wall, min | trials per hour | trial wall, min (mean) | training loop, min (mean) | "
-             "step, ms (mean) | setup, s (mean) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"# Threads per trial vs trials side by side ({datetime.date.today()})",
+        "",
+        f"{args.task}, {args.model}, K={args.k}, {args.epochs:g} epochs, batch {args.batch_size}, length "
+        f"{args.max_length}, length buckets {args.length_buckets}, search-dev {args.search_dev}, one evaluation; "
+        f"{n} trials per layout ({args.configs}; seeds 0-{args.seeds - 1}) on {args.cores} cores, "
+        f"layouts run one after the other in one run.",
+        "",
+        "| layout | wall, min | trials per hour | trial wall, min (mean) | training loop, min (mean) | "
+        "step, ms (mean) | setup, s (mean) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     per_hour = {}
     for name, (rs, wall) in layouts.items():
         per_hour[name] = 3600 * len(rs) / wall
-        lines.append(f"| {name} | {wall / 60:.2f} | {per_hour[name]:.1f} | "
-                     f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.2f} | "
-                     f"{statistics.fmean(r['train_s'] for r in rs) / 60:.2f} | "
-                     f"{statistics.fmean(r['step_ms'] for r in rs):.0f} | {statistics.fmean(r['setup_s'] for r in rs):.1f} |")
+        lines.append(
+            f"| {name} | {wall / 60:.2f} | {per_hour[name]:.1f} | "
+            f"{statistics.fmean(r['wall_s'] for r in rs) / 60:.2f} | "
+            f"{statistics.fmean(r['train_s'] for r in rs) / 60:.2f} | "
+            f"{statistics.fmean(r['step_ms'] for r in rs):.0f} | {statistics.fmean(r['setup_s'] for r in rs):.1f} |"
+        )
     (a, ra), (b, rb) = per_hour.items()
-    lines += ["", f"**{ra / rb:.2f}× trials per hour** for {a} over {b}.", "",
-              "| configuration | seed | " + " | ".join(layouts) + " | difference (points) |",
-              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        f"**{ra / rb:.2f}× trials per hour** for {a} over {b}.",
+        "",
+        "| configuration | seed | " + " | ".join(layouts) + " | difference (points) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     first, second = (sorted(rs, key=lambda r: (r["config"], r["seed"])) for rs, _ in layouts.values())
     for x, y in zip(first, second):
-        lines.append(f"| {x['config']} | {x['seed']} | {x['score']:.4f} | {y['score']:.4f} | "
-                     f"{100 * (x['score'] - y['score']):+.2f} |")
+        lines.append(
+            f"| {x['config']} | {x['seed']} | {x['score']:.4f} | {y['score']:.4f} | "
+            f"{100 * (x['score'] - y['score']):+.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -91,8 +114,10 @@ def main(argv=None) -> int:
 
     todo = jobs(args)
     layouts = {}
-    for name, workers, threads in ((f"{args.cores} trials x 1 thread", args.cores, 1),
-                                   (f"1 trial x {args.cores} threads", 1, args.cores)):
+    for name, workers, threads in (
+        (f"{args.cores} trials x 1 thread", args.cores, 1),
+        (f"1 trial x {args.cores} threads", 1, args.cores),
+    ):
         print(name, flush=True)
         layouts[name] = run_layout(todo, workers, threads)
     emit(table(layouts, args), args.out)

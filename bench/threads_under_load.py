@@ -69,7 +69,7 @@ def competing_job(threads: int | None):
     stop, counter = mp.Event(), mp.Value("l", 0)
     job = mp.Process(target=_competitor, args=(stop, counter, threads))
     job.start()
-    time.sleep(3)                                          # the job is running before the block starts
+    time.sleep(3)  # the job is running before the block starts
     start, before = time.perf_counter(), counter.value
     try:
         yield lambda: (counter.value - before) / (time.perf_counter() - start)
@@ -88,15 +88,25 @@ def _spec(args) -> dict:
     model_config = model_config_for(args.model, task)
     config, lr = preset_in_space(SearchSpace.load("unified"), args.config, model_config, model_config.num_hidden_layers)
     recipe = {"lr": lr, "epochs": 1, "batch_size": 32, "max_length": 64, "seed": 0, "evals_per_epoch": 0}
-    return {"backbone": args.model, "task": args.task, "config": config.to_dict(), "recipe": recipe,
-            "data_dir": args.data_dir, "k": args.k, "data_seed": 111, "search_dev": args.search_dev}
+    return {
+        "backbone": args.model,
+        "task": args.task,
+        "config": config.to_dict(),
+        "recipe": recipe,
+        "data_dir": args.data_dir,
+        "k": args.k,
+        "data_seed": 111,
+        "search_dev": args.search_dev,
+    }
 
 
 def _run(spec: dict, inherited: bool, cores: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if inherited:
         env["OMP_NUM_THREADS"] = str(cores)
-    run = subprocess.run([sys.executable, "-c", RUN, json.dumps(spec)], env=env, cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", RUN, json.dumps(spec)], env=env, cwd=ROOT, capture_output=True, text=True
+    )
     if run.returncode:
         raise SystemExit(f"the training run failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -127,22 +137,26 @@ def main() -> None:
             rows.append({"loaded": loaded, "inherited": inherited, **r, "job_rate": rate})
             print(json.dumps(rows[-1]), flush=True)
     quiet = {row["inherited"]: row["train_s"] / row["steps"] for row in rows if not row["loaded"]}
-    lines = [f"# A training run's threads: inherited against chosen, alone and beside a "
-             f"{args.competitor_threads}-thread job",
-             "",
-             f"`python bench/threads_under_load.py` on {datetime.date.today()}: {platform.processor() or platform.machine()}, "
-             f"{cores} usable cores; {args.config} on {args.model}, {args.task} K={args.k}, 1 epoch of batch 32, length 64 "
-             f"({rows[0]['steps']} steps), each in a fresh process.",
-             "",
-             "| beside | threads | run's threads | s per step | × its quiet run | × chosen, quiet | the other job's matmuls/s | score |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"# A training run's threads: inherited against chosen, alone and beside a "
+        f"{args.competitor_threads}-thread job",
+        "",
+        f"`python bench/threads_under_load.py` on {datetime.date.today()}: {platform.processor() or platform.machine()}, "
+        f"{cores} usable cores; {args.config} on {args.model}, {args.task} K={args.k}, 1 epoch of batch 32, length 64 "
+        f"({rows[0]['steps']} steps), each in a fresh process.",
+        "",
+        "| beside | threads | run's threads | s per step | × its quiet run | × chosen, quiet | the other job's matmuls/s | score |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         per_step = row["train_s"] / row["steps"]
         job = "-" if row["job_rate"] is None else f"{row['job_rate']:.1f}"
-        lines.append(f"| {'a ' + str(args.competitor_threads) + '-thread job' if row['loaded'] else 'nothing'} "
-                     f"| {'inherited (torch default)' if row['inherited'] else 'chosen'} | {row['threads']} "
-                     f"| {per_step:.3f} | {per_step / quiet[row['inherited']]:.2f} | {per_step / quiet[False]:.2f} "
-                     f"| {job} | {row['score']:.4f} |")
+        lines.append(
+            f"| {'a ' + str(args.competitor_threads) + '-thread job' if row['loaded'] else 'nothing'} "
+            f"| {'inherited (torch default)' if row['inherited'] else 'chosen'} | {row['threads']} "
+            f"| {per_step:.3f} | {per_step / quiet[row['inherited']]:.2f} | {per_step / quiet[False]:.2f} "
+            f"| {job} | {row['score']:.4f} |"
+        )
     lines += ["", f"chosen, beside the job: {rows[-1]['reason']}", ""]
     emit("\n".join(lines), args.out)
 

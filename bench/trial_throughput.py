@@ -41,12 +41,14 @@ import time
 
 from preset_trials import add_arguments, emit, preset_jobs, run_job
 
-PATHS = {"old": {"evals_per_epoch": 1, "length_buckets": 0},
-         "new": {"evals_per_epoch": 0, "length_buckets": 16},
-         "bf16": {"evals_per_epoch": 0, "length_buckets": 16, "precision": "bf16"},
-         "graphs": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "reduce-overhead"},
-         "compiled": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "default"},
-         "cudagraphs": {"evals_per_epoch": 0, "length_buckets": 16, "cuda_graphs": True}}
+PATHS = {
+    "old": {"evals_per_epoch": 1, "length_buckets": 0},
+    "new": {"evals_per_epoch": 0, "length_buckets": 16},
+    "bf16": {"evals_per_epoch": 0, "length_buckets": 16, "precision": "bf16"},
+    "graphs": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "reduce-overhead"},
+    "compiled": {"evals_per_epoch": 0, "length_buckets": 16, "compile": "default"},
+    "cudagraphs": {"evals_per_epoch": 0, "length_buckets": 16, "cuda_graphs": True},
+}
 
 
 def _init_worker() -> None:
@@ -58,7 +60,7 @@ def _init_worker() -> None:
 def jobs(args) -> list[dict]:
     out = []
     for i, job in enumerate(preset_jobs(args)):
-        shift = i % len(args.paths)                                # no path always first
+        shift = i % len(args.paths)  # no path always first
         for path in args.paths[shift:] + args.paths[:shift]:
             spec = {**job["spec"], "recipe": {**job["spec"]["recipe"], **PATHS[path]}}
             out.append({**job, "path": path, "spec": spec})
@@ -69,38 +71,67 @@ def table(results: list[dict], args, wall: dict) -> str:
     paths = args.paths
     by = {p: [r for r in results if r["path"] == p] for p in paths}
     mean = {p: statistics.fmean(r["wall_s"] for r in by[p]) for p in paths}
-    lines = [f"# Trials per hour: old trial path vs new ({datetime.date.today()})", "",
-             f"{args.task}, {args.model}, K={args.k}, {args.epochs:g} epochs, batch {args.batch_size}, "
-             f"length {args.max_length}, search-dev {args.search_dev}; {len(by[paths[0]])} trials per path "
-             f"({args.configs}; seeds 0-{args.seeds - 1}); {args.workers} worker processes, 1 thread each, "
-             f"paths interleaved. Wall time of the whole run: {wall['total'] / 60:.1f} min.", "",
-             "| path | what it runs | evaluations per trial | trial wall, min (mean) | training loop, min | setup, s | "
-             "trials per hour | CPU-minutes per trial | × old |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"# Trials per hour: old trial path vs new ({datetime.date.today()})",
+        "",
+        f"{args.task}, {args.model}, K={args.k}, {args.epochs:g} epochs, batch {args.batch_size}, "
+        f"length {args.max_length}, search-dev {args.search_dev}; {len(by[paths[0]])} trials per path "
+        f"({args.configs}; seeds 0-{args.seeds - 1}); {args.workers} worker processes, 1 thread each, "
+        f"paths interleaved. Wall time of the whole run: {wall['total'] / 60:.1f} min.",
+        "",
+        "| path | what it runs | evaluations per trial | trial wall, min (mean) | training loop, min | setup, s | "
+        "trials per hour | CPU-minutes per trial | × old |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for p in paths:
         rs = by[p]
         what = ", ".join(f"{k} {v}" for k, v in PATHS[p].items())
-        lines.append(f"| {p} | {what} | {statistics.fmean(r['evals'] for r in rs):.0f} | {mean[p] / 60:.2f} | "
-                     f"{statistics.fmean(r['train_s'] for r in rs) / 60:.2f} | "
-                     f"{statistics.fmean(r['setup_s'] for r in rs):.1f} | {args.workers * 3600 / mean[p]:.1f} | "
-                     f"{mean[p] / 60:.2f} | {mean[paths[0]] / mean[p]:.2f} |")
-    lines += [""] + [f"**{mean[paths[0]] / mean[p]:.2f}× trials per hour** ({p} over {paths[0]}, same machine, same run)."
-                     for p in paths[1:]]
-    lines += ["", "| configuration | seed | " + " | ".join(f"{p} score" for p in paths) + " | "
-              + " | ".join(f"{p} − {paths[0]} (points)" for p in paths[1:]) + f" | se of {paths[0]} (points) |",
-              "| --- | ---: | " + " | ".join("---:" for _ in paths) + " | " + " | ".join("---:" for _ in paths[1:]) + " | ---: |"]
+        lines.append(
+            f"| {p} | {what} | {statistics.fmean(r['evals'] for r in rs):.0f} | {mean[p] / 60:.2f} | "
+            f"{statistics.fmean(r['train_s'] for r in rs) / 60:.2f} | "
+            f"{statistics.fmean(r['setup_s'] for r in rs):.1f} | {args.workers * 3600 / mean[p]:.1f} | "
+            f"{mean[p] / 60:.2f} | {mean[paths[0]] / mean[p]:.2f} |"
+        )
+    lines += [""] + [
+        f"**{mean[paths[0]] / mean[p]:.2f}× trials per hour** ({p} over {paths[0]}, same machine, same run)."
+        for p in paths[1:]
+    ]
+    lines += [
+        "",
+        "| configuration | seed | "
+        + " | ".join(f"{p} score" for p in paths)
+        + " | "
+        + " | ".join(f"{p} − {paths[0]} (points)" for p in paths[1:])
+        + f" | se of {paths[0]} (points) |",
+        "| --- | ---: | "
+        + " | ".join("---:" for _ in paths)
+        + " | "
+        + " | ".join("---:" for _ in paths[1:])
+        + " | ---: |",
+    ]
     diffs = {p: [] for p in paths[1:]}
     for r in sorted(by[paths[0]], key=lambda r: (r["config"], r["seed"])):
         same = {p: next(x for x in by[p] if x["config"] == r["config"] and x["seed"] == r["seed"]) for p in paths}
         for p in paths[1:]:
             diffs[p].append(100 * (same[p]["score"] - r["score"]))
-        lines.append(f"| {r['config']} | {r['seed']} | " + " | ".join(f"{same[p]['score']:.4f}" for p in paths) + " | "
-                     + " | ".join(f"{diffs[p][-1]:+.2f}" for p in paths[1:]) + f" | {100 * (r['se'] or 0):.2f} |")
+        lines.append(
+            f"| {r['config']} | {r['seed']} | "
+            + " | ".join(f"{same[p]['score']:.4f}" for p in paths)
+            + " | "
+            + " | ".join(f"{diffs[p][-1]:+.2f}" for p in paths[1:])
+            + f" | {100 * (r['se'] or 0):.2f} |"
+        )
     lines.append("")
     for p, d in diffs.items():
         sd = statistics.stdev(d) if len(d) > 1 else 0.0
-        lines.append(f"Paired difference {p} − {paths[0]} over {len(d)} pairs: {statistics.fmean(d):+.2f} ± {sd:.2f} "
-                     f"points (mean ± std).")
-    lines += ["", f"One score's standard error is about {100 * statistics.fmean(r['se'] or 0 for r in results):.2f} points."]
+        lines.append(
+            f"Paired difference {p} − {paths[0]} over {len(d)} pairs: {statistics.fmean(d):+.2f} ± {sd:.2f} "
+            f"points (mean ± std)."
+        )
+    lines += [
+        "",
+        f"One score's standard error is about {100 * statistics.fmean(r['se'] or 0 for r in results):.2f} points.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -108,7 +139,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(p, epochs=10, seeds=2)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--paths", default="old,new,bf16", help=f"comma-separated, the first the reference ({', '.join(PATHS)})")
+    p.add_argument(
+        "--paths", default="old,new,bf16", help=f"comma-separated, the first the reference ({', '.join(PATHS)})"
+    )
     args = p.parse_args(argv)
     args.paths = args.paths.split(",")
     if len(args.paths) < 2 or any(x not in PATHS for x in args.paths):
@@ -120,9 +153,12 @@ def main(argv=None) -> int:
         results = []
         for r in pool.imap_unordered(run_job, todo):
             results.append(r)
-            print(f"{r['config']:<18} seed {r['seed']} {r['path']}: score {r['score']:.4f}, "
-                  f"{r['wall_s'] / 60:.2f} min, training {r['train_s']:.1f} s, step {r['step_ms']:.1f} ms "
-                  f"({len(results)}/{len(todo)})" + (f"; graphs {r['graphs']}" if r.get("graphs") else ""), flush=True)
+            print(
+                f"{r['config']:<18} seed {r['seed']} {r['path']}: score {r['score']:.4f}, "
+                f"{r['wall_s'] / 60:.2f} min, training {r['train_s']:.1f} s, step {r['step_ms']:.1f} ms "
+                f"({len(results)}/{len(todo)})" + (f"; graphs {r['graphs']}" if r.get("graphs") else ""),
+                flush=True,
+            )
     emit(table(results, args, {"total": time.perf_counter() - start}), args.out)
     return 0
 

@@ -41,8 +41,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice",
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -54,9 +53,10 @@ def read_text(path: str | Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save it as "
-                          f"UTF-8") from None
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
 
 
 def read_yaml(text: str, source: str | Path):

@@ -21,7 +21,7 @@ def atomic_write(path: Path, write) -> None:
     renamed over ``path``: readers see the old file or the new one, never half of one."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:                         # name the file asked for, not the temporary one
+    except OSError as e:  # name the file asked for, not the temporary one
         raise OSError(e.errno, f"cannot write here ({e.strerror})", str(path)) from None
     os.close(fd)
     umask = os.umask(0)
@@ -29,9 +29,9 @@ def atomic_write(path: Path, write) -> None:
     try:
         with _named_as(path):
             write(tmp)
-            os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes 0600; keep the usual file mode
-            with open(tmp, "rb") as f:           # on disk before the rename, so a power cut cannot
-                os.fsync(f.fileno())             # leave an empty file under the final name
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; keep the usual file mode
+            with open(tmp, "rb") as f:  # on disk before the rename, so a power cut cannot
+                os.fsync(f.fileno())  # leave an empty file under the final name
             os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -64,7 +64,7 @@ def _named_as(path: Path):
         yield
     except OSError as e:
         raise OSError(e.errno, e.strerror or str(e), str(path)) from None
-    except Exception as e:                      # noqa: BLE001 - re-raised as it is unless a full disk
+    except Exception as e:  # noqa: BLE001 - re-raised as it is unless a full disk
         if "os error 28" not in str(e) and "No space left on device" not in str(e):
             raise
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None

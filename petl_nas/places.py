@@ -17,10 +17,15 @@ def glue_candidates() -> list[Path]:
     """Where a GLUE directory is looked for, in order: $GLUE_DIR, ``../shared/data/glue`` next to
     the source checkout and next to the working directory, ``./glue_data``, ``./data/glue``,
     ``~/glue_data``."""
-    repo = Path(sys.modules[__name__.partition(".")[0]].__file__).resolve().parent.parent   # the checkout
+    repo = Path(sys.modules[__name__.partition(".")[0]].__file__).resolve().parent.parent  # the checkout
     found = [Path(os.environ["GLUE_DIR"])] if os.environ.get("GLUE_DIR") else []
-    found += [repo.parent / "shared" / "data" / "glue", Path.cwd().parent / "shared" / "data" / "glue",
-              Path.cwd() / "glue_data", Path.cwd() / "data" / "glue", Path.home() / "glue_data"]
+    found += [
+        repo.parent / "shared" / "data" / "glue",
+        Path.cwd().parent / "shared" / "data" / "glue",
+        Path.cwd() / "glue_data",
+        Path.cwd() / "data" / "glue",
+        Path.home() / "glue_data",
+    ]
     unique: list[Path] = []
     for p in found:
         if p.resolve() not in [u.resolve() for u in unique]:

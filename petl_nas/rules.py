@@ -23,7 +23,6 @@ from typing import Any, Callable
 from .errors import ConfigError
 
 
-
 class Rule(tuple):
     """``(ok, what)``: a test and the words for what it accepts; ``schema``: the JSON Schema of the
     values it accepts (None where none was given)."""
@@ -45,8 +44,9 @@ def _is_whole(v) -> bool:
 NUMBER = Rule(_is_number, "a number", {"type": "number"})
 WHOLE = Rule(_is_whole, "a whole number", {"type": "integer"})
 BOOL = Rule((lambda v: isinstance(v, bool)), "true or false", {"type": "boolean"})
-TEXT = Rule((lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string",
-            {"type": "string", "pattern": "\\S"})
+TEXT = Rule(
+    (lambda v: isinstance(v, str) and v.strip() != ""), "a non-empty string", {"type": "string", "pattern": "\\S"}
+)
 
 
 def whole(low: int) -> Rule:
@@ -56,15 +56,19 @@ def whole(low: int) -> Rule:
 def number(low: float, strict: bool) -> Rule:
     """A finite number above ``low`` (``strict``) or at least ``low``: inf and nan are refused too."""
     ok = lambda v: _is_number(v) and math.isfinite(v) and (v > low if strict else v >= low)  # noqa: E731
-    return Rule(ok, f"a number {'>' if strict else '>='} {low:g}",
-                {"type": "number", ("exclusiveMinimum" if strict else "minimum"): low})
+    return Rule(
+        ok,
+        f"a number {'>' if strict else '>='} {low:g}",
+        {"type": "number", ("exclusiveMinimum" if strict else "minimum"): low},
+    )
 
 
 def between(low: float, high: float) -> Rule:
     """A finite number above ``low`` and at most ``high``: a range a value must lie in to be sane."""
     ok = lambda v: _is_number(v) and math.isfinite(v) and low < v <= high  # noqa: E731
-    return Rule(ok, f"a number above {low:g} and at most {high:g}",
-                {"type": "number", "exclusiveMinimum": low, "maximum": high})
+    return Rule(
+        ok, f"a number above {low:g} and at most {high:g}", {"type": "number", "exclusiveMinimum": low, "maximum": high}
+    )
 
 
 def _either(*schemas) -> dict | None:
@@ -73,14 +77,16 @@ def _either(*schemas) -> dict | None:
 
 def optional(rule: Rule) -> Rule:
     ok, what = rule
-    return Rule((lambda v: v is None or ok(v)), f"{what} or null", _either(getattr(rule, "schema", None),
-                                                                           {"type": "null"}))
+    return Rule(
+        (lambda v: v is None or ok(v)), f"{what} or null", _either(getattr(rule, "schema", None), {"type": "null"})
+    )
 
 
 def auto_or(rule: Rule) -> Rule:
     ok, what = rule
-    return Rule((lambda v: v == "auto" or ok(v)), f"auto or {what}", _either({"const": "auto"},
-                                                                            getattr(rule, "schema", None)))
+    return Rule(
+        (lambda v: v == "auto" or ok(v)), f"auto or {what}", _either({"const": "auto"}, getattr(rule, "schema", None))
+    )
 
 
 def one_of(*names) -> Rule:
@@ -90,12 +96,22 @@ def one_of(*names) -> Rule:
 def list_of(rule: Rule, what: str) -> Rule:
     """A list (or tuple) whose every item keeps ``rule``; None passes (the field's default)."""
     ok, items = rule[0], getattr(rule, "schema", None)
-    return Rule((lambda v: v is None or (isinstance(v, (list, tuple)) and all(ok(x) for x in v))), f"a list of {what}",
-                _either({"type": "null"}, items and {"type": "array", "items": items}))
+    return Rule(
+        (lambda v: v is None or (isinstance(v, (list, tuple)) and all(ok(x) for x in v))),
+        f"a list of {what}",
+        _either({"type": "null"}, items and {"type": "array", "items": items}),
+    )
 
 
-def option(default=dataclasses.MISSING, meaning: str = "", rule: Rule | Callable[[], Rule] | None = None, *,
-           factory=dataclasses.MISSING, accepts: str | None = None, schema: dict | None = None):
+def option(
+    default=dataclasses.MISSING,
+    meaning: str = "",
+    rule: Rule | Callable[[], Rule] | None = None,
+    *,
+    factory=dataclasses.MISSING,
+    accepts: str | None = None,
+    schema: dict | None = None,
+):
     """A dataclass field that is a file's key: its ``default`` (or ``factory``), its one-line
     ``meaning``, and its ``rule`` (a `Rule`, or a function returning one, read when checked) that
     `field_rules` collects. A key checked elsewhere has no rule: ``accepts`` says what it takes and
@@ -141,5 +157,21 @@ def yaml_hint(value) -> str:
     return ""
 
 
-__all__ = ["Rule", "NUMBER", "WHOLE", "BOOL", "TEXT", "whole", "number", "between", "optional", "auto_or", "one_of",
-           "list_of", "option", "field_rules", "check_fields", "yaml_hint"]
+__all__ = [
+    "Rule",
+    "NUMBER",
+    "WHOLE",
+    "BOOL",
+    "TEXT",
+    "whole",
+    "number",
+    "between",
+    "optional",
+    "auto_or",
+    "one_of",
+    "list_of",
+    "option",
+    "field_rules",
+    "check_fields",
+    "yaml_hint",
+]

@@ -29,12 +29,18 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
 
 import pytest
 import torch
-from transformers import (AttentionInterface, BertConfig, BertForSequenceClassification, RobertaConfig,
-                          RobertaForSequenceClassification)
+from transformers import (
+    AttentionInterface,
+    BertConfig,
+    BertForSequenceClassification,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from petl_nas import ModuleSpec
 from petl_nas.core.modules.head_attention import edits_of
+
 
 def pytest_unconfigure(config):
     if COMPILE_CACHE is not None:
@@ -47,13 +53,27 @@ REPO = Path(__file__).resolve().parent.parent
 for _folder in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.is_dir() and p.name != "__pycache__"):
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
-SHARED_GLUE = REPO.parent / "shared" / "data" / "glue"      # real GLUE rows, when ../shared is there
+SHARED_GLUE = REPO.parent / "shared" / "data" / "glue"  # real GLUE rows, when ../shared is there
 # The tiny random BERT an experiment or a record names as its backbone (built from a config).
-TINY_BACKBONE = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                          "intermediate_size": 64, "vocab_size": 400}}
+TINY_BACKBONE = {
+    "tiny": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "vocab_size": 400,
+    }
+}
 
-TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-            intermediate_size=64, max_position_embeddings=64, num_labels=2)
+TINY = dict(
+    vocab_size=120,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    num_labels=2,
+)
 
 BACKBONES = {
     "bert": (BertConfig, BertForSequenceClassification),
@@ -81,8 +101,8 @@ def batch(kind: str = "bert", seed: int = 1, n: int = 3, length: int = 9):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, TINY["vocab_size"], (n, length), generator=g)
     mask = torch.ones(n, length, dtype=torch.long)
-    mask[-1, length - 3:] = 0
-    ids[-1, length - 3:] = 1 if kind == "roberta" else 0
+    mask[-1, length - 3 :] = 0
+    ids[-1, length - 3 :] = 1 if kind == "roberta" else 0
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -91,8 +111,9 @@ def kind(request):
     return request.param
 
 
-def reference_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                               position_bias=None, **_):
+def reference_prefix_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, position_bias=None, **_
+):
     """Textbook attention over [prefix; tokens]: eager softmax, float mask (eager_mask), T5's bias, GQA by
     repetition; the prefix indexed here, not through its per-forward cache."""
     e = edits_of(module)
@@ -121,8 +142,9 @@ AttentionMaskInterface.register(REFERENCE_ATTENTION, eager_mask)
 # Modules whose Δh is exactly 0 at initialisation (LoRA's B, an adapter's up projection start at 0).
 ZERO_INIT = {
     "parallel adapter": ModuleSpec(form="adapter", position="ffn", size=4, init="lora"),
-    "scaled PA at attn": ModuleSpec(form="adapter", position="attn", size=4, init="lora", composition="scaled",
-                                    scale=4.0),
+    "scaled PA at attn": ModuleSpec(
+        form="adapter", position="attn", size=4, init="lora", composition="scaled", scale=4.0
+    ),
     "sequential adapter": ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, init="lora"),
     "lora qkvo": ModuleSpec(form="lora", size=4, targets=("q", "k", "v", "o")),
     "lora ffn": ModuleSpec(form="lora", position="ffn", size=4),
@@ -139,7 +161,7 @@ def _no_rates():
     return Rates(calibrate="off")
 
 
-NO_RATES = _no_rates()      # one rate per trial, drawn from the space (tests not about measured rates)
+NO_RATES = _no_rates()  # one rate per trial, drawn from the space (tests not about measured rates)
 
 
 def tiny_experiment(**changes):
@@ -148,10 +170,19 @@ def tiny_experiment(**changes):
     any field (``fidelity=Fidelity(length_buckets=0, ...)`` replaces the whole fidelity)."""
     from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 
-    fields = dict(name="tiny", rates=NO_RATES, backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=2,
-                  presets="none", executor="local",
-                  fidelity=Fidelity(length_buckets=0, k=80, epochs=1, batch_size=16, max_length=16, search_dev=32),
-                  final=FinalEval(seeds=0, baselines=False))
+    fields = dict(
+        name="tiny",
+        rates=NO_RATES,
+        backbone=TINY_BACKBONE,
+        task="demo_sentiment",
+        budget="5%",
+        space="small",
+        trials=2,
+        presets="none",
+        executor="local",
+        fidelity=Fidelity(length_buckets=0, k=80, epochs=1, batch_size=16, max_length=16, search_dev=32),
+        final=FinalEval(seeds=0, baselines=False),
+    )
     return Experiment(**{**fields, **changes})
 
 
@@ -165,12 +196,24 @@ def small_study(tmp_path_factory):
     from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 
     d = tmp_path_factory.mktemp("small_study")
-    exp = Experiment(rates=NO_RATES, name="rep", backbone=TINY_BACKBONE, task="demo_sentiment", budget="5%", space="small", trials=6,
-                     presets=["pfeiffer", "bitfit", "prefix"], executor="local", storage=f"sqlite:///{d}/study.db",
-                     fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2, search_dev=64),
-                     final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False))
+    exp = Experiment(
+        rates=NO_RATES,
+        name="rep",
+        backbone=TINY_BACKBONE,
+        task="demo_sentiment",
+        budget="5%",
+        space="small",
+        trials=6,
+        presets=["pfeiffer", "bitfit", "prefix"],
+        executor="local",
+        storage=f"sqlite:///{d}/study.db",
+        fidelity=Fidelity(
+            length_buckets=0, k=160, epochs=1, batch_size=32, max_length=24, evals_per_epoch=2, search_dev=64
+        ),
+        final=FinalEval(seeds=2, epochs=1, max_front=2, baselines=False),
+    )
     cwd = os.getcwd()
-    os.chdir(d)                                       # runs/rep goes here
+    os.chdir(d)  # runs/rep goes here
     try:
         run_search(exp, printer=lambda *a: None)
     finally:
@@ -188,6 +231,7 @@ def trained_runs(monkeypatch) -> list:
     def counted(spec, *a, **kw):
         specs.append(spec)
         return real(spec, *a, **kw)
+
     for module in (executors, worker, finals):
         monkeypatch.setattr(module, "run_trial", counted)
     return specs

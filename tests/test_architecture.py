@@ -26,7 +26,7 @@ def module_name(path: Path) -> str:
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) < 2:
-        return None                                    # petl_nas itself: the public API, imports lazily
+        return None  # petl_nas itself: the public API, imports lazily
     return "base" if parts[1] in BASE else parts[1]
 
 
@@ -40,7 +40,7 @@ def imports(path: Path, modules: set[str], top_level_only: bool = False) -> set[
     for node in tree.body if top_level_only else ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(base + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
@@ -72,8 +72,12 @@ def test_every_module_is_in_a_layer():
 
 
 def test_imports_only_go_down():
-    upward = sorted(f"{m} -> {t}" for m, targets in GRAPH.items() for t in targets
-                    if layer_of(m) and layer_of(t) and LAYERS.index(layer_of(t)) > LAYERS.index(layer_of(m)))
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if layer_of(m) and layer_of(t) and LAYERS.index(layer_of(t)) > LAYERS.index(layer_of(m))
+    )
     assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
 
 
@@ -81,32 +85,43 @@ def test_no_cycle_between_modules():
     """Imports at module level only (a function's lazy import runs after both modules loaded)."""
     paths = sorted(PACKAGE.rglob("*.py"))
     modules = {module_name(p) for p in paths}
-    top = {module_name(p): {t for t in imports(p, modules, top_level_only=True) if not t.startswith(module_name(p) + ".")}
-           for p in paths}                             # a package importing its own submodules is no cycle
+    top = {
+        module_name(p): {t for t in imports(p, modules, top_level_only=True) if not t.startswith(module_name(p) + ".")}
+        for p in paths
+    }  # a package importing its own submodules is no cycle
     done, cycles = set(), []
 
     def visit(m, path):
         for t in sorted(top[m]):
             if t in path:
-                cycles.append(path[path.index(t):] + [t])
+                cycles.append(path[path.index(t) :] + [t])
             elif t not in done:
                 visit(t, path + [t])
         done.add(m)
+
     for m in sorted(top):
         if m not in done:
             visit(m, [m])
     assert not cycles, f"import cycles: {cycles[:3]}"
 
 
-@pytest.mark.parametrize("importer, imported, why", [
-    ("petl_nas.search.", "petl_nas.deploy.", "search-time code reads studies through search.records, not export"),
-    ("petl_nas.dashboards.", "petl_nas.deploy.", "the dashboards read studies through search.records"),
-    ("petl_nas.deploy.runs", "petl_nas.search.worker", "a backbone loads through training.loading"),
-    ("petl_nas.app.doctor", "petl_nas.app.quickstart", "doctor finds GLUE and the hub through places"),
-])
+@pytest.mark.parametrize(
+    "importer, imported, why",
+    [
+        ("petl_nas.search.", "petl_nas.deploy.", "search-time code reads studies through search.records, not export"),
+        ("petl_nas.dashboards.", "petl_nas.deploy.", "the dashboards read studies through search.records"),
+        ("petl_nas.deploy.runs", "petl_nas.search.worker", "a backbone loads through training.loading"),
+        ("petl_nas.app.doctor", "petl_nas.app.quickstart", "doctor finds GLUE and the hub through places"),
+    ],
+)
 def test_the_seams_that_ran_the_wrong_way_stay_cut(importer, imported, why):
-    found = sorted(f"{m} -> {t}" for m, targets in GRAPH.items() if m.startswith(importer)
-                   for t in targets if t.startswith(imported))
+    found = sorted(
+        f"{m} -> {t}"
+        for m, targets in GRAPH.items()
+        if m.startswith(importer)
+        for t in targets
+        if t.startswith(imported)
+    )
     assert not found, f"{why}: {found}"
 
 
@@ -124,8 +139,13 @@ def test_errors_and_file_writes_have_their_own_modules():
 
 def test_the_core_imports_neither_optuna_nor_ray():
     """DESIGN.md: the design space applied to a model runs without the search's libraries."""
-    heavy = sorted(f"{m}: {n}" for m in GRAPH if layer_of(m) in ("base", "core")
-                   for n in _third_party(m) if n.split(".")[0] in ("optuna", "ray"))
+    heavy = sorted(
+        f"{m}: {n}"
+        for m in GRAPH
+        if layer_of(m) in ("base", "core")
+        for n in _third_party(m)
+        if n.split(".")[0] in ("optuna", "ray")
+    )
     assert not heavy, heavy
 
 

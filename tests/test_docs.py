@@ -80,7 +80,6 @@ def test_relative_links_resolve(doc):
 def test_guide_yaml_examples_load():
     from petl_nas.core.config import PetlConfig
     from petl_nas.search.experiment import Experiment
-
     from petl_nas.suite.config import Suite
 
     experiment, suite, preset = blocks(ROOT / "docs" / "guide.md", "yaml")
@@ -122,10 +121,15 @@ def test_the_experiment_file_reference_lists_every_key_with_its_default():
         if line.startswith("| `") and len(cells) == 4:
             rows[cells[0].strip("`")] = yaml.safe_load(cells[1].strip("`"))
     seen = []
-    for prefix, cls in (("", Experiment), ("fidelity.", Fidelity), ("final.", FinalEval), ("oneshot.", OneShot),
-                        ("rates.", Rates)):
+    for prefix, cls in (
+        ("", Experiment),
+        ("fidelity.", Fidelity),
+        ("final.", FinalEval),
+        ("oneshot.", OneShot),
+        ("rates.", Rates),
+    ):
         for f in dataclasses.fields(cls):
-            if f.name in ("source", "fidelity", "final", "oneshot", "rates"):   # where it came from; the sections
+            if f.name in ("source", "fidelity", "final", "oneshot", "rates"):  # where it came from; the sections
                 continue
             key = prefix + f.name
             seen.append(key)

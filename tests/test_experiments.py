@@ -33,7 +33,7 @@ def test_every_yaml_file_loads_as_what_it_is(path, monkeypatch):
     from petl_nas.search.experiment import Experiment
     from petl_nas.search.space import SearchSpace
 
-    monkeypatch.chdir(ROOT)                          # paths in the files are the repository's
+    monkeypatch.chdir(ROOT)  # paths in the files are the repository's
     kind = kind_of(path)
     if kind == "record":
         assert read_record(path).petl_config is not None
@@ -77,8 +77,9 @@ def test_every_local_link_of_a_write_up_resolves(path):
 
 
 def test_no_file_name_carries_a_version():
-    versioned = [str(p.relative_to(EXPERIMENTS)) for p in EXPERIMENTS.rglob("*")
-                 if p.is_file() and re.search(r"_v\d", p.stem)]
+    versioned = [
+        str(p.relative_to(EXPERIMENTS)) for p in EXPERIMENTS.rglob("*") if p.is_file() and re.search(r"_v\d", p.stem)
+    ]
     assert not versioned, versioned
 
 

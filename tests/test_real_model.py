@@ -59,8 +59,10 @@ def test_preset_learns_sst2_on_minilm(name, lr):
     assert count_model(model).deployable > 0
 
     train_rows, held_out = train_and_held_out()
-    encode = lambda part: (tok([s for s, _ in part], padding=True, truncation=True, max_length=64,
-                               return_tensors="pt"), torch.tensor([y for _, y in part]))
+    encode = lambda part: (
+        tok([s for s, _ in part], padding=True, truncation=True, max_length=64, return_tensors="pt"),
+        torch.tensor([y for _, y in part]),
+    )
 
     def held_out_accuracy():
         model.eval()
@@ -74,7 +76,7 @@ def test_preset_learns_sst2_on_minilm(name, lr):
     before = held_out_accuracy()
     model.train()
     for step in range(30):
-        x, y = encode(train_rows[step % 4 * 16:(step % 4 + 1) * 16])
+        x, y = encode(train_rows[step % 4 * 16 : (step % 4 + 1) * 16])
         loss = model(**x, labels=y).loss
         loss.backward()
         opt.step()

@@ -29,24 +29,31 @@ from pathlib import Path
 
 import torch
 
-from petl_nas.search.experiment import Experiment
-from petl_nas.core.inject import apply_petl
 from petl_nas.core.config import PetlConfig
+from petl_nas.core.inject import apply_petl
 from petl_nas.core.presets import preset, preset_lr
 from petl_nas.search.driver import final_recipe, trial_recipe
-from petl_nas.training.loop import evaluate, train
+from petl_nas.search.experiment import Experiment
+from petl_nas.search.worker import TrialSpec, prepare
 from petl_nas.training.loading import TrainData
-from petl_nas.search.worker import prepare, TrialSpec
+from petl_nas.training.loop import evaluate, train
 
 
 def run(experiment: str, what: str, lr: float, seed: int, threads: int) -> dict:
     """Train ``what`` (``full`` or a preset name) once; its search-dev and test scores at the end."""
     torch.set_num_threads(threads)
     exp = Experiment.load(experiment)
-    recipe = final_recipe(exp, trial_recipe(exp), lr, seed)        # what the study's finals train
-    spec = TrialSpec(backbone=exp.backbone, task=exp.task, config={}, recipe=recipe.to_dict(),
-                     data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
-                     search_dev=exp.fidelity.search_dev)
+    recipe = final_recipe(exp, trial_recipe(exp), lr, seed)  # what the study's finals train
+    spec = TrialSpec(
+        backbone=exp.backbone,
+        task=exp.task,
+        config={},
+        recipe=recipe.to_dict(),
+        data_dir=exp.data_dir,
+        k=exp.fidelity.k,
+        data_seed=exp.data_seed,
+        search_dev=exp.fidelity.search_dev,
+    )
     task, base, _, encoded = prepare(spec)
     torch.manual_seed(seed)
     config = PetlConfig() if what == "full" else preset(what, base.config)
@@ -57,9 +64,15 @@ def run(experiment: str, what: str, lr: float, seed: int, threads: int) -> dict:
     start = time.perf_counter()
     result = train(model, TrainData(encoded.train, encoded.search_dev), task, recipe)
     test = evaluate(model, encoded.test, task, recipe.eval_batch_size, "cpu")
-    return {"what": what, "lr": lr, "seed": seed, "search_dev": result.last_score, "test": test[task.main_metric],
-            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
-            "cpu_s": round(time.perf_counter() - start, 1)}
+    return {
+        "what": what,
+        "lr": lr,
+        "seed": seed,
+        "search_dev": result.last_score,
+        "test": test[task.main_metric],
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "cpu_s": round(time.perf_counter() - start, 1),
+    }
 
 
 def table(rows: list[dict], reference: str) -> str:
@@ -74,19 +87,23 @@ def table(rows: list[dict], reference: str) -> str:
         if what not in chosen or mean > chosen[what][1]:
             chosen[what] = (lr, mean)
     ref = {r["seed"]: r["test"] for r in groups[(reference, chosen[reference][0])]} if reference in chosen else {}
-    lines = ["| configuration | lr | trainable | search-dev, mean | test, mean ± std | test per seed | paired Δ to "
-             f"{reference} (points) | chosen on search-dev | CPU s per run |",
-             "|---|---:|---:|---:|---|---|---|:-:|---:|"]
+    lines = [
+        "| configuration | lr | trainable | search-dev, mean | test, mean ± std | test per seed | paired Δ to "
+        f"{reference} (points) | chosen on search-dev | CPU s per run |",
+        "|---|---:|---:|---:|---|---|---|:-:|---:|",
+    ]
     for (what, lr), rs in sorted(groups.items()):
         rs = sorted(rs, key=lambda r: r["seed"])
         test = [r["test"] for r in rs]
         sd = statistics.stdev(test) if len(test) > 1 else 0.0
         diffs = [100 * (r["test"] - ref[r["seed"]]) for r in rs if r["seed"] in ref]
-        paired = (f"{statistics.fmean(diffs):+.2f} ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else "-")
-        lines.append(f"| {what} | {lr:g} | {rs[0]['trainable']:,} | {statistics.fmean(r['search_dev'] for r in rs):.4f} "
-                     f"| {100 * statistics.fmean(test):.2f} ± {100 * sd:.2f} | "
-                     f"{', '.join(f'{100 * t:.2f}' for t in test)} | {paired} | "
-                     f"{'yes' if chosen[what][0] == lr else ''} | {statistics.fmean(r['cpu_s'] for r in rs):.0f} |")
+        paired = f"{statistics.fmean(diffs):+.2f} ± {statistics.stdev(diffs):.2f}" if len(diffs) > 1 else "-"
+        lines.append(
+            f"| {what} | {lr:g} | {rs[0]['trainable']:,} | {statistics.fmean(r['search_dev'] for r in rs):.4f} "
+            f"| {100 * statistics.fmean(test):.2f} ± {100 * sd:.2f} | "
+            f"{', '.join(f'{100 * t:.2f}' for t in test)} | {paired} | "
+            f"{'yes' if chosen[what][0] == lr else ''} | {statistics.fmean(r['cpu_s'] for r in rs):.0f} |"
+        )
     return "\n".join(lines)
 
 

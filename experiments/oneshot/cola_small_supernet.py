@@ -24,14 +24,22 @@ BUDGET = 11_356
 
 
 def main() -> None:
-    (_, _, exp), = [e for e in Suite.load("suites/cola_small_retry.yaml").experiments() if e[1] == "0.05%"]
+    ((_, _, exp),) = [e for e in Suite.load("suites/cola_small_retry.yaml").experiments() if e[1] == "0.05%"]
     measured = json.load(open("experiments/suite/rates/cola_0.5pct.json"))
     rates, scales = measured["rates"], measured["scales"]
-    spec = dataclasses.replace(supernet_spec(exp, BUDGET, rates, scales), epochs=10, length_buckets=16,
-                               precision="native", anchors=False, checkpoint=None)
-    variants = {"every rate / 3 (the retry)": ({f: r / 3 for f, r in rates.items()}, spec.warmup),
-                "every rate / 9": ({f: r / 9 for f, r in rates.items()}, spec.warmup),
-                "every rate / 3, no count penalty": ({f: r / 3 for f, r in rates.items()}, 1.0)}
+    spec = dataclasses.replace(
+        supernet_spec(exp, BUDGET, rates, scales),
+        epochs=10,
+        length_buckets=16,
+        precision="native",
+        anchors=False,
+        checkpoint=None,
+    )
+    variants = {
+        "every rate / 3 (the retry)": ({f: r / 3 for f, r in rates.items()}, spec.warmup),
+        "every rate / 9": ({f: r / 9 for f, r in rates.items()}, spec.warmup),
+        "every rate / 3, no count penalty": ({f: r / 3 for f, r in rates.items()}, 1.0),
+    }
     only = [int(a) for a in sys.argv[1:]]
     for i, (name, (at, warmup)) in enumerate(variants.items()):
         if only and i not in only:
@@ -39,8 +47,11 @@ def main() -> None:
         start = time.perf_counter()
         run = dataclasses.replace(spec, warmup=warmup, lr_multiples={f: r / spec.lr for f, r in at.items()})
         out = run_supernet(run, device="cpu")
-        print(f"{name}: search-dev MCC {out['score']:.4f}, expected size {round(out['expected_count']):,}, "
-              f"{time.perf_counter() - start:.0f} s", flush=True)
+        print(
+            f"{name}: search-dev MCC {out['score']:.4f}, expected size {round(out['expected_count']):,}, "
+            f"{time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -20,31 +20,44 @@ from petl_nas.search.oneshot.propose import supernet_spec
 from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
 from petl_nas.suite.config import Suite
 
-MEASURED = {"lora": 4.5e-3, "adapter": 9e-4}             # the CoLA study's measured rates
+MEASURED = {"lora": 4.5e-3, "adapter": 9e-4}  # the CoLA study's measured rates
 PAPER = {"compacter": 1e-3, "prefix": 2e-4, "mh_adapter": 2e-4, "prompt": 3e-3, "bitfit": 1e-4}
 SCALES = {"lora": 2.0, "adapter": 1.0, "compacter": 1.0, "mh_adapter": 1.0}
 
 
 def spec_for(exp, budget: int, rates: dict) -> SupernetSpec:
     """The supernet the study trained (as `propose` builds it), with the settings it resolved and ``rates``."""
-    return dataclasses.replace(supernet_spec(exp, budget, rates, SCALES), epochs=10, length_buckets=16,
-                               precision="native", anchors=False, checkpoint=None)
+    return dataclasses.replace(
+        supernet_spec(exp, budget, rates, SCALES),
+        epochs=10,
+        length_buckets=16,
+        precision="native",
+        anchors=False,
+        checkpoint=None,
+    )
 
 
 def main() -> None:
-    (_, _, exp), = [e for e in Suite.load("suites/cola_scales.yaml").experiments() if e[1] == "0.5%"]
+    ((_, _, exp),) = [e for e in Suite.load("suites/cola_scales.yaml").experiments() if e[1] == "0.5%"]
     budget = 113_566
-    variants = {"the study's (unmeasured families at paper x 9)": {**MEASURED, **{f: r * 9 for f, r in PAPER.items()}},
-                "unmeasured families at their paper rates": {**MEASURED, **PAPER},
-                "every rate of the study / 3": {f: r / 3 for f, r in {**MEASURED, **{f: r * 9 for f, r in PAPER.items()}}.items()}}
-    only = [int(a) for a in sys.argv[1:]]                   # e.g. `... 2`: the third variant alone
+    variants = {
+        "the study's (unmeasured families at paper x 9)": {**MEASURED, **{f: r * 9 for f, r in PAPER.items()}},
+        "unmeasured families at their paper rates": {**MEASURED, **PAPER},
+        "every rate of the study / 3": {
+            f: r / 3 for f, r in {**MEASURED, **{f: r * 9 for f, r in PAPER.items()}}.items()
+        },
+    }
+    only = [int(a) for a in sys.argv[1:]]  # e.g. `... 2`: the third variant alone
     for i, (name, rates) in enumerate(variants.items()):
         if only and i not in only:
             continue
         start = time.perf_counter()
         out = run_supernet(spec_for(exp, budget, rates), device="cpu")
-        print(f"{name}: search-dev MCC {out['score']:.4f}, expected size {round(out['expected_count']):,}, "
-              f"{time.perf_counter() - start:.0f} s", flush=True)
+        print(
+            f"{name}: search-dev MCC {out['score']:.4f}, expected size {round(out['expected_count']):,}, "
+            f"{time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

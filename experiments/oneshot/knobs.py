@@ -35,10 +35,16 @@ def main() -> None:
     print("|---:|" + "---:|" * len(ranges) + "---:|---:|---:|")
     for r in search["runs"]:
         mark = " (chosen)" if r["number"] == search["chosen"] else ""
-        print(f"| {r['number']}{mark} | " + " | ".join(f"{r['knobs'][k]:.3g}" for k in ranges)
-              + f" | {r['score']:.4f} | {r['hypervolume']:.4f} | {r['cost_s']:.0f} s |")
-    trained = {t.user_attrs["deployable"]: t.values[0] for t in study.get_trials(deepcopy=False)
-               if t.user_attrs.get("oneshot") == record["run"] and t.values}
+        print(
+            f"| {r['number']}{mark} | "
+            + " | ".join(f"{r['knobs'][k]:.3g}" for k in ranges)
+            + f" | {r['score']:.4f} | {r['hypervolume']:.4f} | {r['cost_s']:.0f} s |"
+        )
+    trained = {
+        t.user_attrs["deployable"]: t.values[0]
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("oneshot") == record["run"] and t.values
+    }
     chosen = next(r for r in search["runs"] if r["number"] == search["chosen"])
     pairs = [(d, s, trained[d]) for d, s in chosen["proposals"] if d in trained]
     print(f"\nThe chosen run's proposals (run {search['chosen']}):\n")

@@ -38,21 +38,40 @@ def spec_of(study, rates: str, warmup: float = 0.0) -> SupernetSpec:
     measured = measured_rates(study) if rates == "measured" else None
     if rates == "measured" and not measured:
         raise SystemExit(f"supernet_rates: study {study.study_name!r} measured no rates (rates: auto)")
-    return SupernetSpec(backbone=json.loads(a["backbone"]), task=a.get("task_spec") or a["task"],
-                        data_dir=a.get("data_dir"), k=f["k"], data_seed=a["data_seed"], search_dev=f["search_dev"],
-                        space=a["space"], budget=a["budget"], rungs=o["settings"]["rungs"], lr=o["lr"],
-                        gate_lr=o["gate_lr"], epochs=o["epochs"], init_open=o["init_open"],
-                        batch_size=f["batch_size"], max_length=f["max_length"], length_buckets=f["length_buckets"],
-                        seed=int(o["run"].split("-")[1]), precision=f["precision"], penalty_step=o["penalty_step"],
-                        temperature=o["temperature"], anchors=False, warmup=warmup,
-                        lr_multiples={k: v / o["lr"] for k, v in measured.items()} if measured else None)
+    return SupernetSpec(
+        backbone=json.loads(a["backbone"]),
+        task=a.get("task_spec") or a["task"],
+        data_dir=a.get("data_dir"),
+        k=f["k"],
+        data_seed=a["data_seed"],
+        search_dev=f["search_dev"],
+        space=a["space"],
+        budget=a["budget"],
+        rungs=o["settings"]["rungs"],
+        lr=o["lr"],
+        gate_lr=o["gate_lr"],
+        epochs=o["epochs"],
+        init_open=o["init_open"],
+        batch_size=f["batch_size"],
+        max_length=f["max_length"],
+        length_buckets=f["length_buckets"],
+        seed=int(o["run"].split("-")[1]),
+        precision=f["precision"],
+        penalty_step=o["penalty_step"],
+        temperature=o["temperature"],
+        anchors=False,
+        warmup=warmup,
+        lr_multiples={k: v / o["lr"] for k, v in measured.items()} if measured else None,
+    )
 
 
 def row(label: str, r: dict, baseline: dict) -> str:
     se = f" ± {r['score_se']:.4f}" if r.get("score_se") is not None else ""
-    sizes = ", ".join(f"{p['deployable']:,}" for p in r["proposed"] if not p.get("anchor"))   # the ladder
-    return (f"| {label} | {r['score']:.4f}{se} | {r['score'] - baseline['score']:+.4f} | {r['expected_count']:,.0f} "
-            f"| {r['multiplier']:.3g} | {r['train_s'] / 60:.1f} min | {sizes} |")
+    sizes = ", ".join(f"{p['deployable']:,}" for p in r["proposed"] if not p.get("anchor"))  # the ladder
+    return (
+        f"| {label} | {r['score']:.4f}{se} | {r['score'] - baseline['score']:+.4f} | {r['expected_count']:,.0f} "
+        f"| {r['multiplier']:.3g} | {r['train_s'] / 60:.1f} min | {sizes} |"
+    )
 
 
 def traced(real):
@@ -72,13 +91,19 @@ def traced(real):
             score = evaluate(net.model, dev, task, 128, "cpu")[task.main_metric]
             net.model.train(was)
             kept = {}
-            for u in (u for u in net.units if u.gate_of is None):         # UniPELT's gates left out
-                name = {BITFIT: "bitfit", LAYERNORMS: "layernorms", PROMPT: "prompt"}.get(u.candidate) \
-                    or names[u.candidate]
+            for u in (u for u in net.units if u.gate_of is None):  # UniPELT's gates left out
+                name = {BITFIT: "bitfit", LAYERNORMS: "layernorms", PROMPT: "prompt"}.get(u.candidate) or names[
+                    u.candidate
+                ]
                 kept[name] = kept.get(name, 0.0) + float(u.gate.p_open().sum().detach()) * u.unit_cost
-            print(f"| {state['epoch']} | {score:.4f} | {float(net.expected_count().detach()):,.0f} | "
-                  f"{net.multiplier:.3g} | " + ", ".join(f"{k} {v:,.0f}" for k, v in kept.items()) + " |", flush=True)
+            print(
+                f"| {state['epoch']} | {score:.4f} | {float(net.expected_count().detach()):,.0f} | "
+                f"{net.multiplier:.3g} | " + ", ".join(f"{k} {v:,.0f}" for k, v in kept.items()) + " |",
+                flush=True,
+            )
+
         return real(net, backbone, task, splits, *args, **{**kw, "on_epoch": trace})
+
     return train_supernet
 
 
@@ -98,13 +123,19 @@ def main() -> None:
     record, baseline = study.user_attrs["oneshot"], study.user_attrs["baseline"]
     rates = measured_rates(study) or {}
     print(f"## {name}: the supernet at one rate and at measured rates\n")
-    print(f"Trivial baseline on search-dev: {baseline['what']}, {baseline['score']:.4f}. Measured rates: "
-          + ", ".join(f"{k} {v:.2g}" for k, v in rates.items()) + f"; `oneshot.lr` {record['lr']:g}.\n")
-    print("| rates | supernet search-dev | − trivial | expected size | multiplier | training | proposals (deployable) |")
+    print(
+        f"Trivial baseline on search-dev: {baseline['what']}, {baseline['score']:.4f}. Measured rates: "
+        + ", ".join(f"{k} {v:.2g}" for k, v in rates.items())
+        + f"; `oneshot.lr` {record['lr']:g}.\n"
+    )
+    print(
+        "| rates | supernet search-dev | − trivial | expected size | multiplier | training | proposals (deployable) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|")
     if args.rates == ["measured"]:
-        was = ("measured" if record.get("family_rates") else "single") \
-            + (f", penalty after {record['warmup']:.0%} of the steps" if record.get("warmup") else "")
+        was = ("measured" if record.get("family_rates") else "single") + (
+            f", penalty after {record['warmup']:.0%} of the steps" if record.get("warmup") else ""
+        )
         print(row(f"{was} (the study's record)", {**record, "train_s": record["cost_s"]}, baseline))
     for mode in args.rates:
         start = time.perf_counter()

@@ -37,6 +37,7 @@ HALVES_SEED = 20261124
 
 # --- jobs: what to train, read from a finished study ------------------------------------------------
 
+
 def make_jobs(args) -> list[dict]:
     """One job per (learned trial, seed), with the study's trial recipe and the trial's own rate."""
     import optuna
@@ -52,16 +53,40 @@ def make_jobs(args) -> list[dict]:
         if t.state != optuna.trial.TrialState.COMPLETE or t.user_attrs.get("did_not_learn"):
             continue
         for seed in args.seeds:
-            recipe = Recipe(epochs=fid.epochs, batch_size=fid.batch_size, max_length=fid.max_length,
-                            evals_per_epoch=0, seed=seed, max_steps=fid.max_steps, eval_rows=fid.eval_rows,
-                            length_buckets=fid.length_buckets, lr=t.user_attrs["recipe"]["lr"])
-            spec = {"backbone": args.backbone or exp.backbone, "task": exp.task,
-                    "config": t.user_attrs["petl_config"], "recipe": recipe.to_dict(),
-                    "data_dir": args.data_dir or exp.data_dir, "k": fid.k, "data_seed": exp.data_seed,
-                    "search_dev": fid.search_dev, "number": t.number, "score": fid.score}
-            jobs.append({"trial": t.number, "seed": seed, "preset": t.user_attrs.get("preset"),
-                         "source": source(t.user_attrs),
-                         "deployable": t.user_attrs.get("deployable"), "study_score": t.values[0], "spec": spec})
+            recipe = Recipe(
+                epochs=fid.epochs,
+                batch_size=fid.batch_size,
+                max_length=fid.max_length,
+                evals_per_epoch=0,
+                seed=seed,
+                max_steps=fid.max_steps,
+                eval_rows=fid.eval_rows,
+                length_buckets=fid.length_buckets,
+                lr=t.user_attrs["recipe"]["lr"],
+            )
+            spec = {
+                "backbone": args.backbone or exp.backbone,
+                "task": exp.task,
+                "config": t.user_attrs["petl_config"],
+                "recipe": recipe.to_dict(),
+                "data_dir": args.data_dir or exp.data_dir,
+                "k": fid.k,
+                "data_seed": exp.data_seed,
+                "search_dev": fid.search_dev,
+                "number": t.number,
+                "score": fid.score,
+            }
+            jobs.append(
+                {
+                    "trial": t.number,
+                    "seed": seed,
+                    "preset": t.user_attrs.get("preset"),
+                    "source": source(t.user_attrs),
+                    "deployable": t.user_attrs.get("deployable"),
+                    "study_score": t.values[0],
+                    "spec": spec,
+                }
+            )
     return jobs
 
 
@@ -74,19 +99,20 @@ def source(attrs: dict) -> str:
 
 # --- run: train each job, score it on search-dev and both halves ------------------------------------
 
+
 def halves(n: int) -> tuple[list[int], list[int]]:
     """Two fixed random halves of ``n`` test rows (the same for every run and every machine)."""
     import torch
 
     order = torch.randperm(n, generator=torch.Generator().manual_seed(HALVES_SEED)).tolist()
-    return sorted(order[: n // 2]), sorted(order[n // 2:])
+    return sorted(order[: n // 2]), sorted(order[n // 2 :])
 
 
 def rows_of(split, index: list[int]):
     """The rows ``index`` of an encoded classification or regression split."""
     from petl_nas.tasks.encoding import EncodedSplit
 
-    pick = lambda rows: tuple(rows[i] for i in index) if rows is not None else None   # noqa: E731
+    pick = lambda rows: tuple(rows[i] for i in index) if rows is not None else None  # noqa: E731
     return EncodedSplit(pick(split.input_ids), pick(split.token_type_ids), split.labels[index], split.pad_token_id)
 
 
@@ -95,9 +121,9 @@ def run_job(job: dict) -> dict:
     import torch
 
     from petl_nas.core.config import PetlConfig
-    from petl_nas.training.loop import Recipe, evaluate, train
-    from petl_nas.training.loading import TrainData, petl_copy
     from petl_nas.search.worker import TrialSpec, prepare
+    from petl_nas.training.loading import TrainData, petl_copy
+    from petl_nas.training.loop import Recipe, evaluate, train
 
     torch.set_num_threads(job.get("threads", 1))
     start = time.perf_counter()
@@ -109,11 +135,17 @@ def run_job(job: dict) -> dict:
     result = train(model, TrainData(encoded.train, encoded.search_dev), task, recipe, device)
     a, b = halves(len(encoded.test))
     metric = task.main_metric
-    score = lambda split: evaluate(model, split, task, recipe.batch_size, device)[metric]   # noqa: E731
-    return {**{k: v for k, v in job.items() if k not in ("spec", "threads")}, "metric": metric,
-            "search": result.last_score, "test": score(encoded.test),
-            "half_a": score(rows_of(encoded.test, a)), "half_b": score(rows_of(encoded.test, b)),
-            "train_s": result.wall_s, "wall_s": time.perf_counter() - start}
+    score = lambda split: evaluate(model, split, task, recipe.batch_size, device)[metric]  # noqa: E731
+    return {
+        **{k: v for k, v in job.items() if k not in ("spec", "threads")},
+        "metric": metric,
+        "search": result.last_score,
+        "test": score(encoded.test),
+        "half_a": score(rows_of(encoded.test, a)),
+        "half_b": score(rows_of(encoded.test, b)),
+        "train_s": result.wall_s,
+        "wall_s": time.perf_counter() - start,
+    }
 
 
 def run_all(jobs: list[dict], workers: int, threads: int, out: Path) -> list[dict]:
@@ -130,13 +162,17 @@ def run_all(jobs: list[dict], workers: int, threads: int, out: Path) -> list[dic
         for r in pool.imap_unordered(run_job, todo):
             done.append(r)
             out.write_text(json.dumps(done, indent=1))
-            print(f"[{time.perf_counter() - start:6.0f}s] trial {r['trial']:3d} seed {r['seed']}: search "
-                  f"{r['search']:.4f}  test {r['test']:.4f}  A {r['half_a']:.4f}  B {r['half_b']:.4f}  "
-                  f"({r['train_s']:.0f}s)", flush=True)
+            print(
+                f"[{time.perf_counter() - start:6.0f}s] trial {r['trial']:3d} seed {r['seed']}: search "
+                f"{r['search']:.4f}  test {r['test']:.4f}  A {r['half_a']:.4f}  B {r['half_b']:.4f}  "
+                f"({r['train_s']:.0f}s)",
+                flush=True,
+            )
     return done
 
 
 # --- report: how well each score ranks the trials on half B -----------------------------------------
+
 
 def _paired(a: list[dict], b: list[dict], key: str) -> tuple[float, float]:
     """Mean and std over shared seeds of a's score minus b's (points)."""
@@ -155,39 +191,64 @@ def report(runs: list[dict]) -> str:
         by_trial.setdefault(r["trial"], []).append(r)
     rows = []
     for number, rs in sorted(by_trial.items()):
-        mean = lambda key: statistics.fmean(r[key] for r in rs)   # noqa: E731
-        rows.append({"trial": number, "source": rs[0]["source"], "preset": rs[0]["preset"], "runs": rs,
-                     "deployable": rs[0]["deployable"], "seeds": len(rs), "study": rs[0]["study_score"],
-                     **{k: mean(k) for k in ("search", "half_a", "half_b", "test")}})
+        mean = lambda key: statistics.fmean(r[key] for r in rs)  # noqa: E731
+        rows.append(
+            {
+                "trial": number,
+                "source": rs[0]["source"],
+                "preset": rs[0]["preset"],
+                "runs": rs,
+                "deployable": rs[0]["deployable"],
+                "seeds": len(rs),
+                "study": rs[0]["study_score"],
+                **{k: mean(k) for k in ("search", "half_a", "half_b", "test")},
+            }
+        )
     better = sorted(rows, key=lambda r: -r["half_b"])[: max(3, len(rows) // 2)]
     presets = [r for r in rows if r["preset"]]
-    names = {"study": "the study's one search score", "search": "mean search-dev score",
-             "half_a": "mean half-A score (drawn like the test split)",
-             "half_b": "mean half-B score itself (the ceiling: no rule can pick better)"}
-    out = [f"{len(rows)} trials x {max(r['seeds'] for r in rows)} seeds, metric {runs[0]['metric']}, test halves "
-           f"drawn with seed {HALVES_SEED}. Spearman: with the mean half-B score, over all trials and over "
-           f"the better half ({len(better)} trials by half B). Δ: the pick minus the best preset by the same "
-           "score, in points, mean ± std over paired seeds.", "",
-           "| ranked by | Spearman, all | Spearman, better half | its pick | best preset by it "
-           "| Δ on half B | Δ on the whole test |", "|---|---:|---:|---|---|---:|---:|"]
+    names = {
+        "study": "the study's one search score",
+        "search": "mean search-dev score",
+        "half_a": "mean half-A score (drawn like the test split)",
+        "half_b": "mean half-B score itself (the ceiling: no rule can pick better)",
+    }
+    out = [
+        f"{len(rows)} trials x {max(r['seeds'] for r in rows)} seeds, metric {runs[0]['metric']}, test halves "
+        f"drawn with seed {HALVES_SEED}. Spearman: with the mean half-B score, over all trials and over "
+        f"the better half ({len(better)} trials by half B). Δ: the pick minus the best preset by the same "
+        "score, in points, mean ± std over paired seeds.",
+        "",
+        "| ranked by | Spearman, all | Spearman, better half | its pick | best preset by it "
+        "| Δ on half B | Δ on the whole test |",
+        "|---|---:|---:|---|---|---:|---:|",
+    ]
     for key, name in names.items():
-        corr = lambda group: spearman([r[key] for r in group], [r["half_b"] for r in group])   # noqa: E731
+        corr = lambda group: spearman([r[key] for r in group], [r["half_b"] for r in group])  # noqa: E731
         pick = max(rows, key=lambda r: r[key])
         preset = max(presets, key=lambda r: r[key]) if presets else None
-        cells = [name, "-" if key == "half_b" else f"{corr(rows):.3f}",
-                 "-" if key == "half_b" else f"{corr(better):.3f}",
-                 f"trial {pick['trial']} ({pick['source']}, {pick['deployable']:,})"]
+        cells = [
+            name,
+            "-" if key == "half_b" else f"{corr(rows):.3f}",
+            "-" if key == "half_b" else f"{corr(better):.3f}",
+            f"trial {pick['trial']} ({pick['source']}, {pick['deployable']:,})",
+        ]
         if preset:
-            cells += [preset["preset"]] + ["{:+.2f} ± {:.2f}".format(*_paired(pick["runs"], preset["runs"], k))
-                                           for k in ("half_b", "test")]
+            cells += [preset["preset"]] + [
+                "{:+.2f} ± {:.2f}".format(*_paired(pick["runs"], preset["runs"], k)) for k in ("half_b", "test")
+            ]
         else:
             cells += ["-", "-", "-"]
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", "| trial | source | deployable | study score | search-dev mean | half A | half B | test |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    out += [
+        "",
+        "| trial | source | deployable | study score | search-dev mean | half A | half B | test |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in sorted(rows, key=lambda r: -r["half_b"]):
-        out.append(f"| {r['trial']} | {r['source']} | {r['deployable']:,} | {r['study']:.4f} | {r['search']:.4f} "
-                   f"| {r['half_a']:.4f} | {r['half_b']:.4f} | {r['test']:.4f} |")
+        out.append(
+            f"| {r['trial']} | {r['source']} | {r['deployable']:,} | {r['study']:.4f} | {r['search']:.4f} "
+            f"| {r['half_a']:.4f} | {r['half_b']:.4f} | {r['test']:.4f} |"
+        )
     return "\n".join(out)
 
 

@@ -34,26 +34,40 @@ def measure(url: str, name: str) -> dict:
     fit = stats.linregress([math.log(r) for r in rate], score)
     var = statistics.pvariance(score)
     se = statistics.median(t.score_se for t in drawn if t.score_se is not None)
-    beyond = max(0.0, var - se ** 2) / var if var else 0.0
-    return {"study": name, "trials": len(drawn), "by": "lr_scale" if drawn and drawn[0].lr_scale is not None else "lr",
-            "range": (min(rate), max(rate)), "rho": rho, "p": p, "r2": fit.rvalue ** 2,
-            "sd": math.sqrt(var), "se": se, "beyond": beyond, "structure": max(0.0, beyond - fit.rvalue ** 2),
-            "scores": (min(score), max(score))}
+    beyond = max(0.0, var - se**2) / var if var else 0.0
+    return {
+        "study": name,
+        "trials": len(drawn),
+        "by": "lr_scale" if drawn and drawn[0].lr_scale is not None else "lr",
+        "range": (min(rate), max(rate)),
+        "rho": rho,
+        "p": p,
+        "r2": fit.rvalue**2,
+        "sd": math.sqrt(var),
+        "se": se,
+        "beyond": beyond,
+        "structure": max(0.0, beyond - fit.rvalue**2),
+        "scores": (min(score), max(score)),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("studies", nargs="+", help="URL#STUDY")
     args = parser.parse_args()
-    print("| study | drawn trials | rate | its range | Spearman ρ (p) | R² of log rate | scores | sd of scores "
-          "| median se | variance beyond noise | beyond noise, not the rate |")
+    print(
+        "| study | drawn trials | rate | its range | Spearman ρ (p) | R² of log rate | scores | sd of scores "
+        "| median se | variance beyond noise | beyond noise, not the rate |"
+    )
     print("| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
     for source in args.studies:
         url, _, name = source.partition("#")
         m = measure(url, name)
-        print(f"| {m['study']} | {m['trials']} | {m['by']} | {m['range'][0]:.3g}–{m['range'][1]:.3g} | "
-              f"{m['rho']:+.2f} ({m['p']:.2g}) | {m['r2']:.2f} | {m['scores'][0]:.3f}–{m['scores'][1]:.3f} | "
-              f"{m['sd']:.4f} | {m['se']:.4f} | {m['beyond']:.0%} | {m['structure']:.0%} |")
+        print(
+            f"| {m['study']} | {m['trials']} | {m['by']} | {m['range'][0]:.3g}–{m['range'][1]:.3g} | "
+            f"{m['rho']:+.2f} ({m['p']:.2g}) | {m['r2']:.2f} | {m['scores'][0]:.3f}–{m['scores'][1]:.3f} | "
+            f"{m['sd']:.4f} | {m['se']:.4f} | {m['beyond']:.0%} | {m['structure']:.0%} |"
+        )
 
 
 if __name__ == "__main__":

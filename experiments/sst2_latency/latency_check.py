@@ -31,14 +31,16 @@ def main(argv=None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=args.study, storage=args.storage)
     trials = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    quiet = retime(study, trials, rounds=args.rounds, device="cpu", limit=len(trials))   # as export does
-    trials = [t for t in trials if t.number in quiet]           # (those whose backbone copies fit)
+    quiet = retime(study, trials, rounds=args.rounds, device="cpu", limit=len(trials))  # as export does
+    trials = [t for t in trials if t.number in quiet]  # (those whose backbone copies fit)
     rows = sorted(trials, key=lambda t: quiet[t.number])
     print("| trial | configuration | in the study, ms | quiet, ms (median of %d) |" % args.rounds)
     print("| ---: | --- | ---: | ---: |")
     for t in rows:
-        print(f"| {t.number} | {t.user_attrs.get('preset') or t.user_attrs['config_text'][:60]} | "
-              f"{t.user_attrs['latency_ms']:.1f} | {quiet[t.number]:.1f} |")
+        print(
+            f"| {t.number} | {t.user_attrs.get('preset') or t.user_attrs['config_text'][:60]} | "
+            f"{t.user_attrs['latency_ms']:.1f} | {quiet[t.number]:.1f} |"
+        )
     rho = spearmanr([t.user_attrs["latency_ms"] for t in rows], [quiet[t.number] for t in rows])[0]
     print(f"\nSpearman rank correlation, study vs quiet: {rho:.2f} over {len(rows)} trials")
     return 0

@@ -41,8 +41,9 @@ def replay(study, groups: tuple[str, ...] = GROUPS, charge: str = "wall") -> lis
     """Steps in the order they finished: (cost in CPU-seconds, trial or None, running hypervolume)."""
     a = study.user_attrs
     ref = (a["baseline"]["score"], float(a["budget"]))
-    complete = [t for t in study.get_trials(deepcopy=False)
-                if t.state == TrialState.COMPLETE and "wall_s" in t.user_attrs]
+    complete = [
+        t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and "wall_s" in t.user_attrs
+    ]
     trained = sorted((t for t in complete if group_of(t) in groups), key=lambda t: t.datetime_complete)
     if charge == "wall":
         cost = {t.number: t.user_attrs["wall_s"] for t in trained}
@@ -60,9 +61,13 @@ def replay(study, groups: tuple[str, ...] = GROUPS, charge: str = "wall") -> lis
         t = s["trial"]
         if t is not None and not t.user_attrs.get("did_not_learn"):
             learned.append((t.values[0], t.values[1]))
-        s.update(cpu_min=spent / 60, units=spent / unit, hv=hypervolume(learned, ref) if learned else 0.0,
-                 best=max((p[0] for p in learned), default=float("nan")),
-                 front=[(round(x, 4), int(n)) for x, n in pareto(learned, score=lambda p: p[0], size=lambda p: p[1])])
+        s.update(
+            cpu_min=spent / 60,
+            units=spent / unit,
+            hv=hypervolume(learned, ref) if learned else 0.0,
+            best=max((p[0] for p in learned), default=float("nan")),
+            front=[(round(x, 4), int(n)) for x, n in pareto(learned, score=lambda p: p[0], size=lambda p: p[1])],
+        )
     return steps
 
 
@@ -74,10 +79,18 @@ def at(steps: list[dict], units: float) -> dict | None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arm", action="append", required=True,
-                   help="name=storage_url:study_name[:group,group] (groups: " + ", ".join(GROUPS) + "; default all)")
-    p.add_argument("--charge", choices=("wall", "trials"), default="wall",
-                   help="a trained trial costs its wall time (wall) or one trial equivalent (trials)")
+    p.add_argument(
+        "--arm",
+        action="append",
+        required=True,
+        help="name=storage_url:study_name[:group,group] (groups: " + ", ".join(GROUPS) + "; default all)",
+    )
+    p.add_argument(
+        "--charge",
+        choices=("wall", "trials"),
+        default="wall",
+        help="a trained trial costs its wall time (wall) or one trial equivalent (trials)",
+    )
     p.add_argument("--at", default="4,8,12,16", help="trial equivalents to tabulate at")
     p.add_argument("--plot", help="write hypervolume against trial equivalents here (PNG)")
     args = p.parse_args(argv)
@@ -92,13 +105,17 @@ def main(argv=None) -> int:
             url, study_name = url.rsplit(":", 1)
         arms[name] = replay(optuna.load_study(study_name=study_name, storage=url), groups, args.charge)
     marks = [float(x) for x in args.at.split(",")]
-    print("| arm | " + " | ".join(f"hv at {m:g}" for m in marks) + " | total: trial equivalents | CPU-min | hv | best |")
+    print(
+        "| arm | " + " | ".join(f"hv at {m:g}" for m in marks) + " | total: trial equivalents | CPU-min | hv | best |"
+    )
     print("| --- | " + " | ".join("---:" for _ in marks) + " | ---: | ---: | ---: | ---: |")
     for name, steps in arms.items():
         cells = [f"{s['hv']:.3f}" if (s := at(steps, m)) else "-" for m in marks]
         last = steps[-1]
-        print(f"| {name} | " + " | ".join(cells) + f" | {last['units']:.1f} | {last['cpu_min']:.1f} | "
-              f"{last['hv']:.3f} | {last['best']:.4f} |")
+        print(
+            f"| {name} | " + " | ".join(cells) + f" | {last['units']:.1f} | {last['cpu_min']:.1f} | "
+            f"{last['hv']:.3f} | {last['best']:.4f} |"
+        )
     for name, steps in arms.items():
         print(f"\n{name}: final front (score, deployable): {steps[-1]['front']}")
     if args.plot:

@@ -29,9 +29,15 @@ def rows(study, checkpoints) -> list[dict]:
         learned = [t for t in first if not t.user_attrs.get("did_not_learn")]
         points = [(t.values[0], t.values[1]) for t in learned]
         ref = reference_from(points or [(a["baseline"]["score"], a["budget"])], a.get("baseline"), a.get("budget"))
-        out.append({"n": min(n, len(trained)), "hv": hypervolume(points, ref) if points else 0.0,
-                    "learned": len(learned), "best": max((t.values[0] for t in first), default=float("nan")),
-                    "warm": sum(1 for t in trained[:n] if t.user_attrs.get("warm_start"))})
+        out.append(
+            {
+                "n": min(n, len(trained)),
+                "hv": hypervolume(points, ref) if points else 0.0,
+                "learned": len(learned),
+                "best": max((t.values[0] for t in first), default=float("nan")),
+                "warm": sum(1 for t in trained[:n] if t.user_attrs.get("warm_start")),
+            }
+        )
     return out
 
 

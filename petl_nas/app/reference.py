@@ -16,11 +16,15 @@ from ..search.experiment import Experiment
 from ..suite.config import FROM_THE_SUITE, Suite
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-NOT_A_KEY = ("source",)          # where a value came from, set by the loader: no file gives it
+NOT_A_KEY = ("source",)  # where a value came from, set by the loader: no file gives it
 # a section given as one word instead of a mapping (`Experiment.from_dict`)
-SHORTHAND = {"fidelity": ("`fidelity: auto` is short for `{epochs: auto}`.", {"const": "auto"}),
-             "rates": ("`rates: off` is short for `{calibrate: off}`, `rates: auto` for the defaults.",
-                       {"enum": ["auto", "off", False]})}
+SHORTHAND = {
+    "fidelity": ("`fidelity: auto` is short for `{epochs: auto}`.", {"const": "auto"}),
+    "rates": (
+        "`rates: off` is short for `{calibrate: off}`, `rates: auto` for the defaults.",
+        {"enum": ["auto", "off", False]},
+    ),
+}
 
 INTRO = """\
 # Every key of an experiment file
@@ -115,15 +119,16 @@ def table(cls, prefix: str = "") -> list[str]:
     for f in keys(cls):
         if is_section(f):
             continue
-        rows.append(f"| `{prefix}{f.name}` | `{as_yaml(default_of(f))}` | {cell(accepts(f))} | "
-                    f"{cell(f.metadata['meaning'])} |")
+        rows.append(
+            f"| `{prefix}{f.name}` | `{as_yaml(default_of(f))}` | {cell(accepts(f))} | {cell(f.metadata['meaning'])} |"
+        )
     return rows
 
 
 def markdown() -> str:
     """docs/experiment-file.md."""
     out = [INTRO, "## The search", "", *table(Experiment)]
-    for f in sorted(keys(Experiment), key=lambda f: f.name == "oneshot"):     # the supernet's knobs last
+    for f in sorted(keys(Experiment), key=lambda f: f.name == "oneshot"):  # the supernet's knobs last
         if is_section(f):
             note = SHORTHAND.get(f.name, ("",))[0]
             out += ["", f"## `{f.name}:` {f.metadata['meaning']}", ""] + ([note, ""] if note else [])
@@ -147,13 +152,21 @@ def properties(cls) -> dict:
                 schema["default"] = default
         props[f.name] = {"description": f.metadata["meaning"], **schema}
     required = [f.name for f in keys(cls) if default_of(f) is dataclasses.MISSING and not is_section(f)]
-    return {"type": "object", "additionalProperties": False, "properties": props,
-            **({"required": required} if required else {})}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": props,
+        **({"required": required} if required else {}),
+    }
 
 
 def experiment_schema() -> dict:
-    return {"$schema": SCHEMA_DIALECT, "$id": "experiment.schema.json", "title": "petl-nas experiment file",
-            **properties(Experiment)}
+    return {
+        "$schema": SCHEMA_DIALECT,
+        "$id": "experiment.schema.json",
+        "title": "petl-nas experiment file",
+        **properties(Experiment),
+    }
 
 
 def suite_schema() -> dict:
@@ -166,16 +179,24 @@ def suite_schema() -> dict:
     study.update(either)
     task = next(s for s in schema["properties"]["tasks"]["items"]["anyOf"] if s["type"] == "object")
     task["properties"]["study"] = {"description": "the protocol's keys this task changes", **either}
-    return {"$schema": SCHEMA_DIALECT, "$id": "suite.schema.json", "title": "petl-nas suite file", **schema,
-            "$defs": {"protocol": protocol}}
+    return {
+        "$schema": SCHEMA_DIALECT,
+        "$id": "suite.schema.json",
+        "title": "petl-nas suite file",
+        **schema,
+        "$defs": {"protocol": protocol},
+    }
 
 
 def as_json(schema: dict) -> str:
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
-FILES = {"experiment-file.md": markdown, "experiment.schema.json": lambda: as_json(experiment_schema()),
-         "suite.schema.json": lambda: as_json(suite_schema())}
+FILES = {
+    "experiment-file.md": markdown,
+    "experiment.schema.json": lambda: as_json(experiment_schema()),
+    "suite.schema.json": lambda: as_json(suite_schema()),
+}
 
 
 def write(docs: Path) -> list[Path]:

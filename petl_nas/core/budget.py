@@ -102,19 +102,23 @@ def count_model(model: nn.Module) -> ParameterCount:
     backbone_ids = {id(p) for p in backbone_params}
     rows = _group_rows(root)
     cfg = root.config
-    pooler_ids = {id(p) for p in pooler_parameters(model, root.pooling)}   # trained with the head
+    pooler_ids = {id(p) for p in pooler_parameters(model, root.pooling)}  # trained with the head
     bias_ids = set()
     if cfg.bitfit:
-        named = [(n, p) for n, p in model.base_model.named_parameters()
-                 if id(p) in backbone_ids and id(p) not in pooler_ids]
+        named = [
+            (n, p) for n, p in model.base_model.named_parameters() if id(p) in backbone_ids and id(p) not in pooler_ids
+        ]
         biases = [p for n, p in named if n.endswith("bias")]
         bias_ids = {id(p) for p in biases}
         rows.append(CountRow("bitfit (biases)", _numel(biases), _numel(biases)))
     if cfg.train_layernorms:
         norms = [p for p in backbone_params if p.requires_grad and id(p) not in bias_ids | pooler_ids]
         rows.append(CountRow("layernorms", _numel(norms), _numel(norms)))
-    head = _numel(p for p in model.parameters()
-                  if (id(p) not in backbone_ids and id(p) not in petl_ids and p.requires_grad) or id(p) in pooler_ids)
+    head = _numel(
+        p
+        for p in model.parameters()
+        if (id(p) not in backbone_ids and id(p) not in petl_ids and p.requires_grad) or id(p) in pooler_ids
+    )
     return ParameterCount(
         trainable=sum(r.trainable for r in rows),
         deployable=sum(r.deployable for r in rows),
@@ -142,7 +146,7 @@ def meta_model(model_config, num_labels: int | None = None) -> nn.Module:
         with torch.device("meta"), no_init_weights():
             try:
                 _META_CACHE[key] = AutoModelForSequenceClassification.from_config(cfg)
-            except ValueError:                              # no classification head for this family
+            except ValueError:  # no classification head for this family
                 _META_CACHE[key] = AutoModel.from_config(cfg)
         # no_init_weights also skips tying: tie shared embeddings (BART, T5) so they count once.
         _META_CACHE[key].tie_weights()
@@ -170,8 +174,10 @@ def check_positions(model_config, max_length: int, where: str = "max_length") ->
     of a longer text would fail inside the model)."""
     limit = position_limit(model_config)
     if limit is not None and max_length > limit:
-        raise ConfigError(f"{where} {max_length:,} is more than the {limit:,} positions this backbone "
-                          f"({model_config.model_type}) can read: give at most {limit:,}")
+        raise ConfigError(
+            f"{where} {max_length:,} is more than the {limit:,} positions this backbone "
+            f"({model_config.model_type}) can read: give at most {limit:,}"
+        )
 
 
 def count_parameters(model_config, config: PetlConfig, num_labels: int | None = None) -> ParameterCount:
@@ -184,7 +190,7 @@ def count_parameters(model_config, config: PetlConfig, num_labels: int | None = 
     try:
         return count_model(model)
     finally:
-        remove_petl(model, warn=False)          # the meta model is only counted
+        remove_petl(model, warn=False)  # the meta model is only counted
 
 
 def refusal(model_config, config: PetlConfig) -> str | None:
@@ -224,9 +230,13 @@ def fitted(model_config, config: PetlConfig, budget: int | None, n_layers: int) 
 
     def shaped(size_of, top: int) -> PetlConfig:
         layers = tuple(range(n_layers - top, n_layers))
-        return dataclasses.replace(config, modules=tuple(
-            dataclasses.replace(m, size=size_of(m), layers=layers if top < n_layers else m.layers)
-            for m in config.modules))
+        return dataclasses.replace(
+            config,
+            modules=tuple(
+                dataclasses.replace(m, size=size_of(m), layers=layers if top < n_layers else m.layers)
+                for m in config.modules
+            ),
+        )
 
     def step(m) -> int:
         return form_named(m.form).size_step(dataclasses.asdict(m)) if form_named(m.form).sized else m.size
@@ -234,8 +244,8 @@ def fitted(model_config, config: PetlConfig, budget: int | None, n_layers: int) 
     top = next((k for k in range(n_layers, 0, -1) if fits(model_config, shaped(step, k), budget)), None)
     if top is None:
         return None
-    lo, hi = 1, max(m.size // step(m) for m in config.modules)      # in units of each module's step
-    while lo < hi:                                                   # the largest multiple that fits
+    lo, hi = 1, max(m.size // step(m) for m in config.modules)  # in units of each module's step
+    while lo < hi:  # the largest multiple that fits
         mid = (lo + hi + 1) // 2
         if fits(model_config, shaped(lambda m: min(m.size, mid * step(m)), top), budget):
             lo = mid
@@ -249,5 +259,16 @@ def applies(model_config, config: PetlConfig) -> bool:
     return refusal(model_config, config) is None
 
 
-__all__ = ["position_limit", "check_positions", "ParameterCount", "CountRow", "count_parameters", "count_model", "meta_model", "applies", "refusal",
-           "fits", "fitted"]
+__all__ = [
+    "position_limit",
+    "check_positions",
+    "ParameterCount",
+    "CountRow",
+    "count_parameters",
+    "count_model",
+    "meta_model",
+    "applies",
+    "refusal",
+    "fits",
+    "fitted",
+]

@@ -29,11 +29,10 @@ INSERTIONS = ("sequential", "parallel")
 COMPOSITIONS = ("add", "scaled", "gated")
 NONLINEARITIES = ("relu", "gelu", "tanh", "swish", "identity")
 GATE_SCOPES = ("example", "token")
-POOLINGS = ("auto", "cls", "mean", "pooler", "pooler_trained")   # see head.py
+POOLINGS = ("auto", "cls", "mean", "pooler", "pooler_trained")  # see head.py
 # Attention kinds of a backbone (He et al.'s N_attn): an encoder-decoder has all three, an encoder
 # only `encoder`, a decoder-only model only `decoder`. FFNs live in the encoder and decoder blocks.
 BLOCKS = ("encoder", "decoder", "cross")
-
 
 
 def form_keys(form: str) -> tuple[str, ...]:
@@ -138,14 +137,27 @@ class ModuleSpec:
         """Before anything is converted: each field's type (a quoted "no" is no boolean, "qv" no list
         of targets), and no field this form does not use set away from its default (``to_dict``
         would drop it, so the design would not round-trip)."""
-        check_fields(self, f"{where}.", {
-            "scale": NUMBER, "dropout": NUMBER, "learn_scale": BOOL, "gate": BOOL, "dora": BOOL, "reparam": WHOLE, "phm_n": WHOLE,
-            "phm_rank": WHOLE, "seed": WHOLE, "layers": list_of(WHOLE, "layer indices"),
-            "targets": list_of(((lambda v: isinstance(v, str)), ""), "weight names such as [q, v]")})
+        check_fields(
+            self,
+            f"{where}.",
+            {
+                "scale": NUMBER,
+                "dropout": NUMBER,
+                "learn_scale": BOOL,
+                "gate": BOOL,
+                "dora": BOOL,
+                "reparam": WHOLE,
+                "phm_n": WHOLE,
+                "phm_rank": WHOLE,
+                "seed": WHOLE,
+                "layers": list_of(WHOLE, "layer indices"),
+                "targets": list_of(((lambda v: isinstance(v, str)), ""), "weight names such as [q, v]"),
+            },
+        )
         if self.targets is not None and len(set(self.targets)) != len(self.targets):
             raise ConfigError(f"{where}.targets: {list(self.targets)} names a weight twice")
         if self.form in form_names():
-            filled = {"init": form_named(self.form).init}   # what `_normalise` fills in for this form
+            filled = {"init": form_named(self.form).init}  # what `_normalise` fills in for this form
             keys = form_keys(self.form)
             for f in dataclasses.fields(self):
                 unused = f.name not in keys
@@ -155,7 +167,7 @@ class ModuleSpec:
     def _normalise(self) -> None:
         # Fill form-dependent defaults so that equal designs are equal values.
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
-        form = form_named(self.form, "module.form") if self.form in form_names() else None   # else: `check` says
+        form = form_named(self.form, "module.form") if self.form in form_names() else None  # else: `check` says
         if self.composition is None:
             set_("composition", form.composition if form else "add")
         if self.init is None:
@@ -167,7 +179,7 @@ class ModuleSpec:
         if self.layers is not None:
             set_("layers", tuple(sorted(set(int(i) for i in self.layers))))
         if self.blocks is not None:
-            set_("blocks", parse_blocks(self.blocks, "module.blocks"))   # canonical order, "all" -> None
+            set_("blocks", parse_blocks(self.blocks, "module.blocks"))  # canonical order, "all" -> None
         set_("scale", float(self.scale))
 
     def check(self, where: str) -> None:
@@ -184,19 +196,23 @@ class ModuleSpec:
         if self.position not in form.positions:
             raise ConfigError(
                 f"{where}.position: {self.form} modifies head attention, so position must be 'attn', "
-                f"got {self.position!r}" if form.head_attention else
-                f"{where}.position: {self.form} sits at {', '.join(form.positions)}, got {self.position!r}")
+                f"got {self.position!r}"
+                if form.head_attention
+                else f"{where}.position: {self.form} sits at {', '.join(form.positions)}, got {self.position!r}"
+            )
         if form.parallel_only and self.insertion != "parallel":
-            raise ConfigError(f"{where}.insertion: {self.form} is a parallel insertion by construction, "
-                              f"got {self.insertion!r}")
+            raise ConfigError(
+                f"{where}.insertion: {self.form} is a parallel insertion by construction, got {self.insertion!r}"
+            )
         if self.composition == "gated" and not form.gated_composition:
-            raise ConfigError(f"{where}.composition: 'gated' is prefix tuning's λ gate; for UniPELT's "
-                              f"learned gate on a {self.form} set gate: true (accepted: add, scaled)")
+            raise ConfigError(
+                f"{where}.composition: 'gated' is prefix tuning's λ gate; for UniPELT's "
+                f"learned gate on a {self.form} set gate: true (accepted: add, scaled)"
+            )
         if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size <= 0:
             raise ConfigError(f"{where}.size: must be a positive integer, got {self.size!r}")
         if self.composition != "scaled" and (self.scale != 1.0 or self.learn_scale):
-            raise ConfigError(f"{where}.scale: composition {self.composition!r} has no s; "
-                              f"use composition 'scaled'")
+            raise ConfigError(f"{where}.scale: composition {self.composition!r} has no s; use composition 'scaled'")
         if self.scale <= 0:
             raise ConfigError(f"{where}.scale: must be positive, got {self.scale}")
         if not 0.0 <= self.dropout < 1.0:
@@ -210,8 +226,7 @@ class ModuleSpec:
             if not self.blocks:
                 raise ConfigError(f"{where}.blocks: empty list; leave it out to use every block")
             if self.position == "ffn" and "cross" in self.blocks:
-                raise ConfigError(f"{where}.blocks: cross-attention has no FFN; position 'ffn' takes "
-                                  f"encoder, decoder")
+                raise ConfigError(f"{where}.blocks: cross-attention has no FFN; position 'ffn' takes encoder, decoder")
         if form.targets(self.position):
             for t in self.targets or ():
                 _check_choice(f"{where}.targets", t, form.targets(self.position))
@@ -235,11 +250,11 @@ class ModuleSpec:
         out = {}
         for k in form_keys(self.form):
             v = getattr(self, k)
-            if k == "blocks" and v is None:               # the default; written only when restricted
+            if k == "blocks" and v is None:  # the default; written only when restricted
                 continue
-            if k == "gate_per" and not self.gate:          # meaningful only with a gate
+            if k == "gate_per" and not self.gate:  # meaningful only with a gate
                 continue
-            if k == "dora" and not v:                     # written only when set: LoRA's dicts stay as they were
+            if k == "dora" and not v:  # written only when set: LoRA's dicts stay as they were
                 continue
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
@@ -259,7 +274,7 @@ class ModuleSpec:
                 why = f"{form} does not use it" if k in known else f"unknown key{suggest(k, allowed)}"
                 raise ConfigError(f"{where}.{k}: {why}")
         kw = dict(data)
-        if kw.get("blocks") is not None:                 # a list, or "all" / "decoder+cross" as spaces write it
+        if kw.get("blocks") is not None:  # a list, or "all" / "decoder+cross" as spaces write it
             kw["blocks"] = parse_blocks(kw["blocks"], f"{where}.blocks")
         for k in ("layers", "targets"):
             if kw.get(k) is not None:
@@ -311,8 +326,10 @@ class PetlConfig:
 
     def __post_init__(self):
         if isinstance(self.modules, ModuleSpec) or not isinstance(self.modules, (list, tuple)):
-            raise ConfigError(f"modules: expected a list of ModuleSpec, got {type(self.modules).__name__} "
-                              f"(one module: modules=(ModuleSpec(...),))")
+            raise ConfigError(
+                f"modules: expected a list of ModuleSpec, got {type(self.modules).__name__} "
+                f"(one module: modules=(ModuleSpec(...),))"
+            )
         object.__setattr__(self, "modules", tuple(self.modules))
         for name in ("bitfit", "train_layernorms"):
             if not isinstance(getattr(self, name), bool):
@@ -323,11 +340,15 @@ class PetlConfig:
         if not isinstance(self.prompt_length, int) or self.prompt_length < 0:
             raise ConfigError(f"prompt_length: must be a non-negative integer, got {self.prompt_length!r}")
         _check_choice("pooling", self.pooling, POOLINGS)
-        if self.head_dropout is not None and not (isinstance(self.head_dropout, (int, float))
-                                                  and 0.0 <= self.head_dropout < 1.0):
+        if self.head_dropout is not None and not (
+            isinstance(self.head_dropout, (int, float)) and 0.0 <= self.head_dropout < 1.0
+        ):
             raise ConfigError(f"head_dropout: must be in [0, 1) or null, got {self.head_dropout!r}")
-        if not isinstance(self.head_lr_mult, (int, float)) or isinstance(self.head_lr_mult, bool) \
-                or self.head_lr_mult <= 0:
+        if (
+            not isinstance(self.head_lr_mult, (int, float))
+            or isinstance(self.head_lr_mult, bool)
+            or self.head_lr_mult <= 0
+        ):
             raise ConfigError(f"head_lr_mult: must be a positive number, got {self.head_lr_mult!r}")
         object.__setattr__(self, "head_lr_mult", float(self.head_lr_mult))
         object.__setattr__(self, "lr_mults", _checked_lr_mults(self.lr_mults))
@@ -347,9 +368,11 @@ class PetlConfig:
                     continue
                 for j, other in seen.items():
                     if overlap(other.layers, m.layers) and overlap(other.blocks, m.blocks):
-                        raise ConfigError(f"modules[{i}].layers: a second {form} on layers already "
-                                          f"covered by modules[{j}] in the same blocks; merge them into one "
-                                          f"module or give them disjoint layers or blocks")
+                        raise ConfigError(
+                            f"modules[{i}].layers: a second {form} on layers already "
+                            f"covered by modules[{j}] in the same blocks; merge them into one "
+                            f"module or give them disjoint layers or blocks"
+                        )
                 seen[i] = m
 
     def check_backbone(self, depths: dict[str, dict[str, int]], name: str = "this backbone") -> None:
@@ -363,13 +386,15 @@ class PetlConfig:
             have = depths[m.position]
             for b in self.blocks_of(m, have):
                 if b not in have:
-                    raise ConfigError(f"modules[{i}].blocks: {name} has no {b!r} block at {m.position}; "
-                                      f"it has {', '.join(have)}")
+                    raise ConfigError(
+                        f"modules[{i}].blocks: {name} has no {b!r} block at {m.position}; it has {', '.join(have)}"
+                    )
                 n = have[b]
                 if m.layers is not None and m.layers[-1] >= n:
                     where = "the model's" if single else f"the {b} stack's"
-                    raise ConfigError(f"modules[{i}].layers: layer {m.layers[-1]} is past {where} depth "
-                                      f"({n} layers: 0..{n - 1})")
+                    raise ConfigError(
+                        f"modules[{i}].layers: layer {m.layers[-1]} is past {where} depth ({n} layers: 0..{n - 1})"
+                    )
 
     def blocks_of(self, spec: ModuleSpec, available) -> tuple[str, ...]:
         """The blocks ``spec`` applies to, given the backbone's blocks at its position."""
@@ -388,7 +413,7 @@ class PetlConfig:
             "pooling": self.pooling,
             "head_dropout": self.head_dropout,
             "head_lr_mult": self.head_lr_mult,
-            **({"lr_mults": dict(self.lr_mults)} if self.lr_mults else {}),   # absent: as configs always read
+            **({"lr_mults": dict(self.lr_mults)} if self.lr_mults else {}),  # absent: as configs always read
         }
 
     @classmethod
@@ -405,11 +430,16 @@ class PetlConfig:
         for k in ("bitfit", "train_layernorms"):
             if not isinstance(data.get(k, False), bool):
                 raise ConfigError(f"{k}: expected true or false, got {data[k]!r}")
-        return cls(modules=specs, bitfit=data.get("bitfit", False),
-                   prompt_length=data.get("prompt_length", 0),
-                   train_layernorms=data.get("train_layernorms", False),
-                   pooling=data.get("pooling", "auto"), head_dropout=data.get("head_dropout"),
-                   head_lr_mult=data.get("head_lr_mult", 1.0), lr_mults=data.get("lr_mults") or ())
+        return cls(
+            modules=specs,
+            bitfit=data.get("bitfit", False),
+            prompt_length=data.get("prompt_length", 0),
+            train_layernorms=data.get("train_layernorms", False),
+            pooling=data.get("pooling", "auto"),
+            head_dropout=data.get("head_dropout"),
+            head_lr_mult=data.get("head_lr_mult", 1.0),
+            lr_mults=data.get("lr_mults") or (),
+        )
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=False)
@@ -455,8 +485,19 @@ def _checked_lr_mults(value) -> tuple[tuple[str, float], ...]:
         family, mult = pair
         if family not in lr_families():
             raise ConfigError(f"lr_mults.{family}: unknown family{suggest(family, lr_families())}")
-        check_fields({family: mult}, "lr_mults.", {family: number(0, True)})    # finite too: not inf
+        check_fields({family: mult}, "lr_mults.", {family: number(0, True)})  # finite too: not inf
         checked[family] = float(mult)
     return tuple(sorted(checked.items()))
 
-__all__ = ["PetlConfig", "ModuleSpec", "lr_families", "parse_blocks", "form_keys", "POSITIONS", "BLOCKS", "GATE_SCOPES", "POOLINGS"]
+
+__all__ = [
+    "PetlConfig",
+    "ModuleSpec",
+    "lr_families",
+    "parse_blocks",
+    "form_keys",
+    "POSITIONS",
+    "BLOCKS",
+    "GATE_SCOPES",
+    "POOLINGS",
+]

@@ -69,8 +69,16 @@ def short_name(config: PetlConfig | dict) -> str:
     parts = []
     for m in config.modules:
         form = form_named(m.form)
-        parts.append(" ".join([form.title, *([f"{form.size_letter}={m.size}"] if form.sized else []),
-                               *form.short_words(m), *_short_layers(m.layers)]))
+        parts.append(
+            " ".join(
+                [
+                    form.title,
+                    *([f"{form.size_letter}={m.size}"] if form.sized else []),
+                    *form.short_words(m),
+                    *_short_layers(m.layers),
+                ]
+            )
+        )
     parts += ["BitFit"] * bool(config.bitfit) + [f"prompt {config.prompt_length}"] * bool(config.prompt_length)
     parts += ["LN"] * bool(config.train_layernorms)
     return " + ".join(parts) or "head only"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .config import ModuleSpec, PetlConfig
 
-RECENT_FORMS = frozenset({"ia3", "ln", "vera", "fourierft", "lokr"})    # forms added in 2023–24
+RECENT_FORMS = frozenset({"ia3", "ln", "vera", "fourierft", "lokr"})  # forms added in 2023–24
 
 
 def _module_family(m: ModuleSpec) -> str:

@@ -60,7 +60,7 @@ def at_reference_scales(config: PetlConfig, scales: dict[str, float]) -> PetlCon
 def scale_can_be_a_rate(family: str) -> bool:
     """Can a module of ``family`` have a scale that is only a rate (some init starts its output at
     zero)? A family that cannot has no reference scale to train at: its scale is structure."""
-    return family in form_names() and bool(form_named(family).zero_start_inits)    # prompt, bitfit: no form
+    return family in form_names() and bool(form_named(family).zero_start_inits)  # prompt, bitfit: no form
 
 
 def _scale(spec) -> float:
@@ -77,8 +77,9 @@ def reference_scale(config: PetlConfig, family: str) -> float | None:
     return None
 
 
-def at_rates(rates: dict[str, float], config: PetlConfig, scale: float,
-             scales: dict[str, float] | None = None) -> tuple[PetlConfig, float]:
+def at_rates(
+    rates: dict[str, float], config: PetlConfig, scale: float, scales: dict[str, float] | None = None
+) -> tuple[PetlConfig, float]:
     """(``config`` with its ``lr_mults``, the recipe's rate) that train each family of ``config`` at
     ``rates[family]`` times ``scale``. The first family with a rate sets the recipe's rate and the
     others are multiples of it; a family without one trains at the recipe's rate, and a

@@ -36,7 +36,6 @@ from torch import nn
 from ..errors import ConfigError, PetlWarning
 from .config import POOLINGS
 
-
 _WARNED: set[str] = set()
 
 
@@ -55,7 +54,7 @@ def checkpoint_pooling(path) -> str | None:
         return "mean"
     if modes.get("pooling_mode_cls_token"):
         return "cls"
-    return None                                      # max / weighted pooling: not offered here
+    return None  # max / weighted pooling: not offered here
 
 
 def _pooler(model: nn.Module) -> nn.Module | None:
@@ -86,8 +85,7 @@ def resolve_pooling(requested: str, model: nn.Module, sequence_model: bool = Tru
     if requested == "auto":
         return checkpoint_pooling(getattr(model, "name_or_path", None)) or native_pooling(model)
     if requested in ("pooler", "pooler_trained") and _pooler(model) is None:
-        raise ConfigError(f"pooling: the {model.config.model_type} classifier has no pooler; "
-                          f"accepted: auto, cls, mean")
+        raise ConfigError(f"pooling: the {model.config.model_type} classifier has no pooler; accepted: auto, cls, mean")
     return requested
 
 
@@ -121,24 +119,28 @@ def install_pooling(model: nn.Module, pooling: str, pad_mask, handles: list) -> 
     if pooling in ("native", "pooler", "pooler_trained"):
         name = getattr(model, "name_or_path", "") or model.config.model_type
         if pooling == "pooler" and name not in _WARNED and untrained_pooler(model):
-            _WARNED.add(name)                               # once per process and checkpoint
-            warnings.warn(f"{name}: the frozen pooler looks "
-                          f"untrained (its bias is all zeros), so the classifier reads noise; set pooling: "
-                          f"mean (or cls, pooler_trained)", PetlWarning, stacklevel=3)
+            _WARNED.add(name)  # once per process and checkpoint
+            warnings.warn(
+                f"{name}: the frozen pooler looks "
+                f"untrained (its bias is all zeros), so the classifier reads noise; set pooling: "
+                f"mean (or cls, pooler_trained)",
+                PetlWarning,
+                stacklevel=3,
+            )
         return
-    if _configured_pooling(model) is not None:             # the head pools as its config says: say ours
+    if _configured_pooling(model) is not None:  # the head pools as its config says: say ours
         handles.append(_ConfigField(model.config, "classifier_pooling", pooling))
         return
     reads_pooler = _pooler(model) is not None
     if pooling == "cls" and not reads_pooler:
-        return                                             # first-token heads already read [CLS]
-    pool = functools.partial(_pool, pooling, pad_mask, reads_pooler)     # no closure: a deep copy rebinds it
+        return  # first-token heads already read [CLS]
+    pool = functools.partial(_pool, pooling, pad_mask, reads_pooler)  # no closure: a deep copy rebinds it
     handles.append(model.base_model.register_forward_hook(pool, with_kwargs=True))
 
 
 def _pool(pooling: str, pad_mask, reads_pooler: bool, mod, args, kwargs, out):
     """The base model's forward hook: what the classifier reads, pooled as ``pooling`` says."""
-    h = out["last_hidden_state"]                                         # [B, L, d]
+    h = out["last_hidden_state"]  # [B, L, d]
     if pooling == "mean":
         mask = pad_mask()
         if mask is None or mask.shape != h.shape[:2]:
@@ -150,7 +152,7 @@ def _pool(pooling: str, pad_mask, reads_pooler: bool, mod, args, kwargs, out):
         vector = h[:, 0]
     if reads_pooler:
         out["pooler_output"] = vector
-    else:                                              # first-token heads read position 0
+    else:  # first-token heads read position 0
         out["last_hidden_state"] = torch.cat([vector.unsqueeze(1), h[:, 1:]], dim=1)
     return out
 
@@ -173,8 +175,11 @@ def head_parameters(model: nn.Module, pooling: str) -> list[nn.Parameter]:
     """The trained head: trainable tensors outside the base model and PETL, plus a trained pooler."""
     base = {id(p) for p in model.base_model.parameters()}
     pooler = {id(p) for p in pooler_parameters(model, pooling)}
-    return [p for n, p in model.named_parameters()
-            if p.requires_grad and not n.startswith("petl.") and (id(p) not in base or id(p) in pooler)]
+    return [
+        p
+        for n, p in model.named_parameters()
+        if p.requires_grad and not n.startswith("petl.") and (id(p) not in base or id(p) in pooler)
+    ]
 
 
 def set_head_dropout(model: nn.Module, p: float | None) -> None:
@@ -203,13 +208,23 @@ def start_regression_at_mean(model: nn.Module, mean: float) -> bool:
     if not outputs or outputs[-1].bias is None:
         return False
     bias = outputs[-1].bias
-    if bias.detach().any():                         # trained already: not a new head
+    if bias.detach().any():  # trained already: not a new head
         return False
     with torch.no_grad():
         bias.fill_(float(mean))
     return True
 
 
-__all__ = ["POOLINGS", "checkpoint_pooling", "native_pooling", "resolve_pooling", "pooler_parameters",
-           "untrained_pooler", "install_pooling", "stock_head_fields", "head_parameters", "set_head_dropout",
-           "start_regression_at_mean"]
+__all__ = [
+    "POOLINGS",
+    "checkpoint_pooling",
+    "native_pooling",
+    "resolve_pooling",
+    "pooler_parameters",
+    "untrained_pooler",
+    "install_pooling",
+    "stock_head_fields",
+    "head_parameters",
+    "set_head_dropout",
+    "start_regression_at_mean",
+]

@@ -33,16 +33,32 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.initialization import no_init_weights
 
-from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for, stacks
-from ..fileio import atomic_write
 from ..errors import ConfigError, PetlWarning
+from ..fileio import atomic_write
+from .backbones import BackboneSpec, Block, OutSlice, depths, features, spec_for, stacks
 from .config import PetlConfig
-from .head import (head_parameters, install_pooling, native_pooling, pooler_parameters, resolve_pooling,
-                   set_head_dropout, stock_head_fields)
-from .precision import master_dtype
 from .forms import form_named
-from .modules import ATTENTION_NAME, HeadEdits, LoRA, PrefixEncoder, SharedRead, SharedRule, SoftPrompt, as_param_dtype
-from .modules import head_attention
+from .head import (
+    head_parameters,
+    install_pooling,
+    native_pooling,
+    pooler_parameters,
+    resolve_pooling,
+    set_head_dropout,
+    stock_head_fields,
+)
+from .modules import (
+    ATTENTION_NAME,
+    HeadEdits,
+    LoRA,
+    PrefixEncoder,
+    SharedRead,
+    SharedRule,
+    SoftPrompt,
+    as_param_dtype,
+    head_attention,
+)
+from .precision import master_dtype
 
 ROOT = "petl"
 CONFIG_FILE = "petl_config.json"
@@ -67,14 +83,14 @@ class PetlRoot(nn.Module):
         self._handles: list = []
         self._attn_modules: list[nn.Module] = []
         self._inputs: dict[tuple[str, int, str], torch.Tensor] = {}
-        self._pad_mask: torch.Tensor | None = None     # this forward's [B, L] padding mask (per-example gates)
+        self._pad_mask: torch.Tensor | None = None  # this forward's [B, L] padding mask (per-example gates)
         self._previous_attn: str | None = None
         self._sites: list[tuple[nn.Module, list, object]] = []  # (linear, its edits, its hook): `merge_lora` folds
-        self._input_sites: list[tuple[nn.Module, list]] = []   # (module, the edits that rewrite its input)
-        self._shared_reads: list[SharedRead] = []      # modules of one layer reading one input (`shared_read`)
-        self.pooling = "native"                        # the concrete pooling the classifier reads (head.py)
-        self.merged = 0                                # LoRA updates `merge_lora` folded into their weights
-        self.scales_ids_in_stack = False               # the prompt's stack scales token embeddings (BackboneSpec)
+        self._input_sites: list[tuple[nn.Module, list]] = []  # (module, the edits that rewrite its input)
+        self._shared_reads: list[SharedRead] = []  # modules of one layer reading one input (`shared_read`)
+        self.pooling = "native"  # the concrete pooling the classifier reads (head.py)
+        self.merged = 0  # LoRA updates `merge_lora` folded into their weights
+        self.scales_ids_in_stack = False  # the prompt's stack scales token embeddings (BackboneSpec)
 
     def prefix_encoders(self) -> list[tuple[str, PrefixEncoder]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, PrefixEncoder)]
@@ -86,7 +102,7 @@ class PetlRoot(nn.Module):
 
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())
-        state.update(_inputs=dict.fromkeys(self._inputs), _pad_mask=None)   # this forward's: maybe in its graph
+        state.update(_inputs=dict.fromkeys(self._inputs), _pad_mask=None)  # this forward's: maybe in its graph
         return state
 
     # What the hooks read and call (bound methods, so that a copy's hooks are the copy's).
@@ -109,14 +125,14 @@ class PetlRoot(nn.Module):
     def begin_forward(self, mod, args, kwargs):
         """At the stack that takes the inputs: a fresh forward; the prompt's tokens inserted."""
         self.clear_caches()
-        self._inputs.update(dict.fromkeys(self._inputs))    # drop last forward's inputs, keep the keys
+        self._inputs.update(dict.fromkeys(self._inputs))  # drop last forward's inputs, keep the keys
         self._pad_mask = kwargs.get("attention_mask")
         if self.prompt is None or not self.enabled:
             return None
         scale = getattr(mod, "embed_scale", 1.0) if self.scales_ids_in_stack else 1.0
         args, kwargs, inserted = self.prompt.rewrite_inputs(mod, args, kwargs, scale)
         mod.__dict__["_petl_prompt_inserted"] = inserted
-        self._pad_mask = kwargs.get("attention_mask")          # grown by the prompt's positions
+        self._pad_mask = kwargs.get("attention_mask")  # grown by the prompt's positions
         return args, kwargs
 
     def end_forward(self, mod, args, kwargs, out):
@@ -156,12 +172,16 @@ def head_attention_refusal(model_config) -> str | None:
     than the model (soft-capping)."""
     spec = spec_for(model_config)
     if any(b.attention is None for b in spec.blocks):
-        return (f"transformers' attention interface is needed, and the {model_config.model_type} backbone "
-                f"computes attention in its own code")
+        return (
+            f"transformers' attention interface is needed, and the {model_config.model_type} backbone "
+            f"computes attention in its own code"
+        )
     if getattr(model_config, "attn_logit_softcapping", None):
-        return (f"attention goes through SDPA, which cannot soft-cap attention logits as this "
-                f"{model_config.model_type} backbone does (attn_logit_softcapping="
-                f"{model_config.attn_logit_softcapping})")
+        return (
+            f"attention goes through SDPA, which cannot soft-cap attention logits as this "
+            f"{model_config.model_type} backbone does (attn_logit_softcapping="
+            f"{model_config.attn_logit_softcapping})"
+        )
     return None
 
 
@@ -174,7 +194,7 @@ class _Site:
     """The ordered edits on one module: its input rewritten (``input``); then on its output a
     replacement (``replace``), the updates reading its input (``lora``, ``weight``), then adapters."""
 
-    ORDER = {"input": -2, "replace": -1, "lora": 0, "weight": 0}           # every other kind: 1
+    ORDER = {"input": -2, "replace": -1, "lora": 0, "weight": 0}  # every other kind: 1
 
     def __init__(self):
         self.edits: list[tuple[int, str, nn.Module, object]] = []  # (order, kind, module, x source | slice)
@@ -199,8 +219,25 @@ class Placement:
         flat_prefix, root: build prefixes flat (as loaded); the model's `PetlRoot`.
     """
 
-    def __init__(self, model, root, block_name: str, block: Block, layers, covered, modules, shared, causal: bool,
-                 heads: tuple[int, int, int], flat_prefix: bool, sites, captures, readers, head_edits, new_edits):
+    def __init__(
+        self,
+        model,
+        root,
+        block_name: str,
+        block: Block,
+        layers,
+        covered,
+        modules,
+        shared,
+        causal: bool,
+        heads: tuple[int, int, int],
+        flat_prefix: bool,
+        sites,
+        captures,
+        readers,
+        head_edits,
+        new_edits,
+    ):
         self.model_config, self.root = model.config, root
         self.block_name, self.block, self._layers, self.covered = block_name, block, layers, covered
         self.modules, self.shared, self.causal, self.flat_prefix = modules, shared, causal, flat_prefix
@@ -272,25 +309,31 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
     if hasattr(model, ROOT):
         raise ConfigError("model already has PETL modules; apply a config to a fresh backbone")
     if not hasattr(getattr(model, "config", None), "model_type") or not hasattr(model, "base_model"):
-        raise ConfigError(f"apply_petl: expected a transformers model (a PreTrainedModel, e.g. from "
-                          f"AutoModelForSequenceClassification.from_pretrained), got a {type(model).__name__}")
+        raise ConfigError(
+            f"apply_petl: expected a transformers model (a PreTrainedModel, e.g. from "
+            f"AutoModelForSequenceClassification.from_pretrained), got a {type(model).__name__}"
+        )
     if not isinstance(config, PetlConfig):
-        raise ConfigError(f"apply_petl: expected a PetlConfig (PetlConfig(modules=(ModuleSpec(...),)), "
-                          f"PetlConfig.from_dict(...) or preset(name, model.config)), got a {type(config).__name__}")
+        raise ConfigError(
+            f"apply_petl: expected a PetlConfig (PetlConfig(modules=(ModuleSpec(...),)), "
+            f"PetlConfig.from_dict(...) or preset(name, model.config)), got a {type(config).__name__}"
+        )
     spec, layer_lists = stacks(model)
     available = depths(spec, layer_lists)
     config.check_backbone(available, name=f"the {model.config.model_type} backbone")
     if config.bitfit and not any(n.endswith("bias") for n, _ in model.base_model.named_parameters()):
-        raise ConfigError(f"bitfit: the {model.config.model_type} backbone has no bias terms, so BitFit "
-                          f"would train nothing; use another method")
+        raise ConfigError(
+            f"bitfit: the {model.config.model_type} backbone has no bias terms, so BitFit "
+            f"would train nothing; use another method"
+        )
     ref = next(model.parameters())
     root = PetlRoot(config, flat_prefix)
     root_edits = functools.partial(HeadEdits, is_enabled=root.is_enabled, pad_mask=root.pad_mask)
-    sites: dict[tuple[str, int, str], _Site] = defaultdict(_Site)   # (block, layer, module path)
-    captures: set[tuple[str, int, str]] = set()    # (block, layer, 'attn'|'ffn') whose input x is kept
+    sites: dict[tuple[str, int, str], _Site] = defaultdict(_Site)  # (block, layer, module path)
+    captures: set[tuple[str, int, str]] = set()  # (block, layer, 'attn'|'ffn') whose input x is kept
     head_edits: dict[tuple[str, int], HeadEdits] = {}
-    readers: dict[tuple[str, int, str], list[nn.Module]] = defaultdict(list)   # (block, layer, input): `shared_read`
-    single = len(spec.blocks) == 1   # one block: parameter names carry no block name
+    readers: dict[tuple[str, int, str], list[nn.Module]] = defaultdict(list)  # (block, layer, input): `shared_read`
+    single = len(spec.blocks) == 1  # one block: parameter names carry no block name
 
     # On the meta device (parameter counting) weights have no values: skip their initialisation.
     skip_init = no_init_weights() if ref.device.type == "meta" else contextlib.nullcontext()
@@ -299,7 +342,7 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
             group = nn.ModuleDict()
             root.groups[f"{i}_{m.key}"] = group
             form = form_named(m.form)
-            shared = form.shared(m)                                     # one per module, every layer's
+            shared = form.shared(m)  # one per module, every layer's
             if shared is not None:
                 group["rule"] = shared
             for name in config.blocks_of(m, available[m.position]):
@@ -308,17 +351,33 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
                     group[name] = nn.ModuleDict()
                 if form.head_attention:
                     _check_head_attention(model.config, i, m.form)
-                form.place(m, Placement(model, root, name, block, layers, config.layers_of(m, len(layers)),
-                                        group if single else group[name], shared,
-                                        spec.decoder_only or name in ("decoder", "cross"),   # tokens must not see later ones
-                                        _head_dims(model.config, block, layers[0]), flat_prefix, sites, captures,
-                                        readers, head_edits, root_edits))
+                form.place(
+                    m,
+                    Placement(
+                        model,
+                        root,
+                        name,
+                        block,
+                        layers,
+                        config.layers_of(m, len(layers)),
+                        group if single else group[name],
+                        shared,
+                        spec.decoder_only or name in ("decoder", "cross"),  # tokens must not see later ones
+                        _head_dims(model.config, block, layers[0]),
+                        flat_prefix,
+                        sites,
+                        captures,
+                        readers,
+                        head_edits,
+                        root_edits,
+                    ),
+                )
         for group in (rs for rs in readers.values() if len(rs) > 1):
             root._shared_reads.append(SharedRead())
             for reader in group:
                 root._shared_reads[-1].add(reader)
         if config.prompt_length:
-            width = model.get_input_embeddings().embedding_dim     # ELECTRA embeds narrower than d
+            width = model.get_input_embeddings().embedding_dim  # ELECTRA embeds narrower than d
             root.prompt = SoftPrompt(config.prompt_length, width, at=0 if spec.decoder_only else 1)
     root.to(master_dtype(ref.dtype))
 
@@ -352,14 +411,14 @@ def _undone_on_error(model: nn.Module):
 def _freeze(model: nn.Module, root: PetlRoot, config: PetlConfig) -> None:
     backbone = {id(p) for p in model.base_model.parameters()} - {id(p) for p in root.parameters()}
     lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if lm_head is not None:              # a language-model head is pretrained (often tied): it stays frozen
+    if lm_head is not None:  # a language-model head is pretrained (often tied): it stays frozen
         backbone |= {id(p) for p in lm_head.parameters()}
     for p in model.parameters():
-        p.requires_grad_(id(p) not in backbone)            # PETL and the task head train
+        p.requires_grad_(id(p) not in backbone)  # PETL and the task head train
     for name, p in model.base_model.named_parameters():
         if id(p) in backbone and config.bitfit and name.endswith("bias"):
             p.requires_grad_(True)
-    for p in pooler_parameters(model, root.pooling):      # pooling: pooler_trained
+    for p in pooler_parameters(model, root.pooling):  # pooling: pooler_trained
         p.requires_grad_(True)
     if config.train_layernorms:
         for mod in norm_modules(model):
@@ -374,7 +433,7 @@ def parameter_families(model: nn.Module) -> dict[int, str]:
     `PetlConfig.lr_mult` gives a learning rate of its own."""
     root: PetlRoot = getattr(model, ROOT)
     families: dict[int, str] = {}
-    for key, group in root.groups.items():            # "<i>_<key>": module spec i
+    for key, group in root.groups.items():  # "<i>_<key>": module spec i
         form = root.config.modules[int(key.split("_", 1)[0])].form
         families.update((id(p), form) for p in group.parameters())
     if root.prompt is not None:
@@ -385,14 +444,17 @@ def parameter_families(model: nn.Module) -> dict[int, str]:
         families.update((id(p), "layernorms") for p in mod.parameters() if p.requires_grad)
     for p in model.parameters():
         if p.requires_grad and id(p) not in families:
-            families[id(p)] = "bitfit"                   # what is left trains because of BitFit
+            families[id(p)] = "bitfit"  # what is left trains because of BitFit
     return families
 
 
 def norm_modules(model: nn.Module) -> list[nn.Module]:
     """The backbone's LayerNorms (and RMSNorms): what ``train_layernorms`` trains."""
-    return [mod for mod in model.base_model.modules()
-            if isinstance(mod, nn.LayerNorm) or type(mod).__name__.endswith(("LayerNorm", "RMSNorm"))]
+    return [
+        mod
+        for mod in model.base_model.modules()
+        if isinstance(mod, nn.LayerNorm) or type(mod).__name__.endswith(("LayerNorm", "RMSNorm"))
+    ]
 
 
 def _upcast_trained(model: nn.Module, root: PetlRoot) -> None:
@@ -412,8 +474,10 @@ def _upcast_trained(model: nn.Module, root: PetlRoot) -> None:
             owners.append(mod)
     for mod in owners:
         dtype = next(p.dtype for p in mod.parameters(recurse=False) if p.requires_grad)
-        root._handles += [mod.register_forward_pre_hook(functools.partial(_to_master, dtype)),
-                          mod.register_forward_hook(_to_body)]
+        root._handles += [
+            mod.register_forward_pre_hook(functools.partial(_to_master, dtype)),
+            mod.register_forward_hook(_to_body),
+        ]
 
 
 def _to_master(dtype: torch.dtype, m: nn.Module, args):
@@ -424,7 +488,6 @@ def _to_master(dtype: torch.dtype, m: nn.Module, args):
 def _to_body(m: nn.Module, args, out):
     body = m.__dict__.pop("_petl_in_dtype", None)
     return out.to(body) if torch.is_tensor(out) and body is not None and out.is_floating_point() else out
-
 
 
 def _as_params(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
@@ -438,7 +501,7 @@ def _install_hooks(model, root, spec: BackboneSpec, layer_lists, sites, captures
         # x of the attention sublayer is q's input; x of the FFN is W1's input.
         block = spec.block(name)
         src = block.sites("q")[0] if position == "attn" else block.sites("ffn_in")[0]
-        root._inputs[(name, l, position)] = None   # every key from the start: a compiled forward guards on the size
+        root._inputs[(name, l, position)] = None  # every key from the start: a compiled forward guards on the size
         keep = functools.partial(root.keep_input, (name, l, position))
         handles.append(layer_lists[name][l].get_submodule(src.path).register_forward_pre_hook(keep))
 
@@ -483,7 +546,7 @@ def _apply_edits(root: PetlRoot, edits: list, name: str, l: int, mod, args, out)
         return None
     x, mask, own = args[0], root._pad_mask, out
     for kind, block, extra in edits:
-        if kind == "replace":                           # first: the module's own output is dropped
+        if kind == "replace":  # first: the module's own output is dropped
             out = block(_as_params(x, block), mask).to(out.dtype)
             continue
         if kind in ("lora", "weight"):
@@ -492,13 +555,13 @@ def _apply_edits(root: PetlRoot, edits: list, name: str, l: int, mod, args, out)
             else:
                 weight, base = _weight_read(mod, x, own, extra)
                 delta = block(_as_params(x, block), mask, _as_params(weight, block), _as_params(base, block))
-            if extra is not None:                       # one slice of a fused projection
+            if extra is not None:  # one slice of a fused projection
                 delta = extra.pad(delta)
         elif kind == "sequential":
             delta = block(_as_params(out, block), mask)
         else:
             delta = block(_as_params(root._inputs[(name, l, extra)], block), mask)
-        out = out + delta.to(out.dtype)                 # the body's activations keep its dtype
+        out = out + delta.to(out.dtype)  # the body's activations keep its dtype
     return out
 
 
@@ -527,7 +590,7 @@ def gate_prompt(model: nn.Module, gate) -> None:
     root.prompt.position_gate = gate
     spec, layer_lists = stacks(model)
     for block in spec.blocks:
-        if spec.encoder_decoder and block.name == "decoder":      # its self-attention never sees the prompt
+        if spec.encoder_decoder and block.name == "decoder":  # its self-attention never sees the prompt
             continue
         for layer in layer_lists[block.name]:
             attn = layer.get_submodule(block.attention)
@@ -578,9 +641,13 @@ def remove_petl(model: nn.Module, warn: bool = True) -> nn.Module:
     `convert.merge_and_unload`."""
     root = petl_root(model, "remove_petl")
     if warn and root.pooling != "native" and stock_head_fields(model, root.pooling) is None:
-        warnings.warn(f"remove_petl: the classifier was trained reading {root.pooling} pooling, which the stock "
-                      f"{type(model).__name__} head does not read, so its outputs change (merge_and_unload keeps "
-                      f"them where it can, or says why not)", PetlWarning, stacklevel=2)
+        warnings.warn(
+            f"remove_petl: the classifier was trained reading {root.pooling} pooling, which the stock "
+            f"{type(model).__name__} head does not read, so its outputs change (merge_and_unload keeps "
+            f"them where it can, or says why not)",
+            PetlWarning,
+            stacklevel=2,
+        )
     for h in root._handles:
         h.remove()
     for attn in root._attn_modules:
@@ -605,25 +672,25 @@ def merge_lora(model: nn.Module) -> int:
     with torch.no_grad():
         for linear, edits, hook in root._sites:
             beside = [kind for kind, _, _ in edits if kind in ("lora", "weight")]
-            shared = "weight" in beside and len(beside) > 1      # DoRA reads W: fold nothing into it
+            shared = "weight" in beside and len(beside) > 1  # DoRA reads W: fold nothing into it
             for edit in list(edits):
                 kind, module, extra = edit
                 if kind not in ("lora", "weight") or module.compose.gate is not None or not root.enabled:
                     continue
                 if shared:
                     continue
-                weight = linear.weight                           # GPT-2's Conv1D keeps W as [in, out]
+                weight = linear.weight  # GPT-2's Conv1D keeps W as [in, out]
                 target = weight if isinstance(linear, nn.Linear) else weight.t()
                 delta = module.delta_weight() if kind == "lora" else module.delta_weight(site_weight(linear, extra))
-                if extra is not None:                            # one slice of a fused projection
+                if extra is not None:  # one slice of a fused projection
                     target, delta = extra.rows(target), delta.unflatten(0, (extra.groups, extra.width))
                 target += delta.to(weight.dtype)
                 edits.remove(edit)
-                if "shared_read" in module.__dict__:             # no longer reads its input
+                if "shared_read" in module.__dict__:  # no longer reads its input
                     module.__dict__["shared_read"].remove(module)
                 folded += 1
             if not edits:
-                hook.remove()                                    # nothing left to compute beside W
+                hook.remove()  # nothing left to compute beside W
     root.merged += folded
     return folded
 
@@ -633,8 +700,12 @@ def lora_updates(model: nn.Module) -> list[tuple[str, LoRA, OutSlice | None]]:
     updates, relative to ``model``; the LoRA; where its slice of a fused projection sits, or None)."""
     root = petl_root(model, "lora_updates")
     names = {id(m): n for n, m in model.named_modules()}
-    return [(names[id(linear)], module, extra)
-            for linear, edits, _ in root._sites for kind, module, extra in edits if kind in ("lora", "weight")]
+    return [
+        (names[id(linear)], module, extra)
+        for linear, edits, _ in root._sites
+        for kind, module, extra in edits
+        if kind in ("lora", "weight")
+    ]
 
 
 def weight_edits(model: nn.Module) -> list[tuple[str, int, nn.Module, OutSlice | None]]:
@@ -646,10 +717,16 @@ def weight_edits(model: nn.Module) -> list[tuple[str, int, nn.Module, OutSlice |
     root = petl_root(model, "weight_edits")
     names = {id(m): n for n, m in model.named_modules()}
     owner = {id(m): int(key.split("_", 1)[0]) for key, group in root.groups.items() for m in group.modules()}
-    rewritten = [(names[id(linear)], owner[id(module)], module, None)
-                 for linear, inputs in root._input_sites for module in inputs]
-    return rewritten + [(names[id(linear)], owner[id(module)], module, extra if isinstance(extra, OutSlice) else None)
-                        for linear, edits, _ in root._sites for kind, module, extra in edits]
+    rewritten = [
+        (names[id(linear)], owner[id(module)], module, None)
+        for linear, inputs in root._input_sites
+        for module in inputs
+    ]
+    return rewritten + [
+        (names[id(linear)], owner[id(module)], module, extra if isinstance(extra, OutSlice) else None)
+        for linear, edits, _ in root._sites
+        for kind, module, extra in edits
+    ]
 
 
 @contextlib.contextmanager
@@ -660,8 +737,12 @@ def petl_disabled(model: nn.Module):
     `merge_lora` folded into the weights (a warning says so)."""
     root = petl_root(model, "petl_disabled")
     if root.merged:
-        warnings.warn(f"petl_disabled: {root.merged} LoRA update(s) were merged into the weights (merge_lora) "
-                      f"and stay on; the output is not the bare backbone's", PetlWarning, stacklevel=3)
+        warnings.warn(
+            f"petl_disabled: {root.merged} LoRA update(s) were merged into the weights (merge_lora) "
+            f"and stay on; the output is not the bare backbone's",
+            PetlWarning,
+            stacklevel=3,
+        )
     root.enabled = False
     try:
         yield model
@@ -695,13 +776,18 @@ def save_petl(model: nn.Module, directory: str | os.PathLike, info: dict | None 
     ``info`` (backbone, task, labels, metric, ...) is kept in the config file for loading and prediction.
     """
     directory = Path(directory)
-    root = petl_root(model, "save_petl")         # before the folder is made: nothing half-written
+    root = petl_root(model, "save_petl")  # before the folder is made: nothing half-written
     directory.mkdir(parents=True, exist_ok=True)
     config = root.config.to_dict()
-    if root.pooling != "native":          # the pooling `auto` resolved to, so a load elsewhere reads the same
+    if root.pooling != "native":  # the pooling `auto` resolved to, so a load elsewhere reads the same
         config["pooling"] = root.pooling
-    meta = {"petl_config": config, "model_type": model.config.model_type,
-            "num_layers": len(next(iter(stacks(model)[1].values()))), "flat_prefix": True, "info": info or {}}
+    meta = {
+        "petl_config": config,
+        "model_type": model.config.model_type,
+        "num_layers": len(next(iter(stacks(model)[1].values()))),
+        "flat_prefix": True,
+        "info": info or {},
+    }
     atomic_write(directory / WEIGHTS_FILE, lambda p: save_file(petl_state_dict(model), str(p)))
     atomic_write(directory / CONFIG_FILE, lambda p: Path(p).write_text(json.dumps(meta, indent=2), encoding="utf-8"))
     return directory
@@ -714,32 +800,48 @@ def load_petl(model: nn.Module, directory: str | os.PathLike) -> nn.Module:
         raise FileNotFoundError(f"{directory}: no {CONFIG_FILE} here (not a saved PETL directory)")
     meta = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
     if meta["model_type"] != model.config.model_type:
-        raise ConfigError(f"{directory}: saved for the {meta['model_type']} backbone, "
-                          f"got {model.config.model_type}")
+        raise ConfigError(f"{directory}: saved for the {meta['model_type']} backbone, got {model.config.model_type}")
     if not (directory / WEIGHTS_FILE).exists():
         raise FileNotFoundError(f"{directory}: no {WEIGHTS_FILE} beside its {CONFIG_FILE} (an incomplete save)")
     saved = dict(meta["petl_config"])
-    saved.setdefault("pooling", native_pooling(model))     # saved before the head was configurable
+    saved.setdefault("pooling", native_pooling(model))  # saved before the head was configurable
     state = load_file(str(directory / WEIGHTS_FILE), device=str(next(model.parameters()).device))
-    with _undone_on_error(model):                          # weights that do not fit: the model as it was
+    with _undone_on_error(model):  # weights that do not fit: the model as it was
         apply_petl(model, PetlConfig.from_dict(saved), flat_prefix=meta.get("flat_prefix", True))
         getattr(model, ROOT).info = meta.get("info", {})
         expected = {n for n, p in model.named_parameters() if p.requires_grad}
         missing, unexpected = expected - set(state), set(state) - expected
         if missing or unexpected:
-            raise ConfigError(f"{directory}: weights do not match the config "
-                              f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+            raise ConfigError(
+                f"{directory}: weights do not match the config "
+                f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+            )
         params = dict(model.named_parameters())
         for name, tensor in state.items():
             if params[name].shape != tensor.shape:
-                raise ConfigError(f"{directory}: {name} has shape {tuple(tensor.shape)}, the backbone "
-                                  f"expects {tuple(params[name].shape)}")
+                raise ConfigError(
+                    f"{directory}: {name} has shape {tuple(tensor.shape)}, the backbone "
+                    f"expects {tuple(params[name].shape)}"
+                )
         with torch.no_grad():
             for name, tensor in state.items():
                 params[name].copy_(tensor)
     return model
 
 
-__all__ = ["apply_petl", "norm_modules", "parameter_families", "gate_prompt", "remove_petl", "merge_lora", "lora_updates", "weight_edits",
-           "petl_disabled",
-           "petl_config_of", "petl_state_dict", "save_petl", "load_petl", "PetlRoot"]
+__all__ = [
+    "apply_petl",
+    "norm_modules",
+    "parameter_families",
+    "gate_prompt",
+    "remove_petl",
+    "merge_lora",
+    "lora_updates",
+    "weight_edits",
+    "petl_disabled",
+    "petl_config_of",
+    "petl_state_dict",
+    "save_petl",
+    "load_petl",
+    "PetlRoot",
+]

@@ -52,8 +52,9 @@ def check_weight_files(folder: str | Path) -> None:
             raise ConfigError(f"model '{folder}': {file.name} is damaged ({why}); copy or download it again")
     for file in sorted(folder.glob("pytorch_model*.bin")):
         if not zipfile.is_zipfile(file):
-            raise ConfigError(f"model '{folder}': {file.name} is damaged (not a whole torch archive); copy or "
-                              f"download it again")
+            raise ConfigError(
+                f"model '{folder}': {file.name} is damaged (not a whole torch archive); copy or download it again"
+            )
     for index in sorted(folder.glob("*.index.json")):
         try:
             shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
@@ -61,13 +62,21 @@ def check_weight_files(folder: str | Path) -> None:
             raise ConfigError(f"model '{folder}': {index.name} is not a weight index (no weight_map)") from None
         missing = sorted(s for s in shards if not (folder / s).is_file())
         if missing:
-            raise ConfigError(f"model '{folder}': {index.name} names shards that are not there "
-                              f"({', '.join(missing[:3])})")
+            raise ConfigError(
+                f"model '{folder}': {index.name} names shards that are not there ({', '.join(missing[:3])})"
+            )
 
 
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
-              "tokenizer.model", "spm.model")          # spm.model: DeBERTa v2/v3's only tokenizer file
+TOKENIZER = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "spm.model",
+)  # spm.model: DeBERTa v2/v3's only tokenizer file
 
 
 def check_backbone_files(backbone) -> None:
@@ -77,7 +86,7 @@ def check_backbone_files(backbone) -> None:
         return
     path = Path(resolve_model(backbone))
     if not path.is_dir():
-        return                                  # a hub name: its config was found, the rest follows
+        return  # a hub name: its config was found, the rest follows
     if not any(any(path.glob(g)) for g in WEIGHTS):
         raise ConfigError(f"model {backbone!r}: the folder has no weights (model.safetensors or pytorch_model.bin)")
     if not any((path / f).is_file() for f in TOKENIZER):
@@ -131,7 +140,7 @@ def hub_datasets_offline_when_unreachable():
     import huggingface_hub.constants as hub_constants
 
     flags = [(hub_constants, "HF_HUB_OFFLINE")]
-    if hasattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE"):   # datasets keeps its own copy
+    if hasattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE"):  # datasets keeps its own copy
         flags.append((datasets.config, "HF_HUB_OFFLINE"))
     before = [getattr(owner, name) for owner, name in flags]
     for owner, name in flags:
@@ -159,12 +168,16 @@ def load_model_config(name_or_path: str, num_labels: int | None = None):
         cfg = AutoConfig.from_pretrained(path, **options)
     except (OSError, ValueError) as e:
         if Path(path).exists():
-            raise ConfigError(f"model {name_or_path!r}: not a transformers model directory (no config.json "
-                              f"that transformers reads)") from None
-        if path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:     # a path, never a hub name
+            raise ConfigError(
+                f"model {name_or_path!r}: not a transformers model directory (no config.json that transformers reads)"
+            ) from None
+        if path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:  # a path, never a hub name
             raise ConfigError(f"model {name_or_path!r}: no such local directory") from None
-        hub = ("the hub cannot be reached from here and it is not in the local cache: give the path of a "
-               "local copy" if options else "it could not be loaded from the hub")
+        hub = (
+            "the hub cannot be reached from here and it is not in the local cache: give the path of a local copy"
+            if options
+            else "it could not be loaded from the hub"
+        )
         raise ConfigError(f"model {name_or_path!r}: no such local directory, and {hub} ({type(e).__name__})") from None
     if num_labels is not None:
         cfg.num_labels = num_labels
@@ -177,8 +190,11 @@ _HEADS = {
     "seq2seq": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LM"),
     "causal_lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LM"),
 }
-_CLASSIFIER = ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
-               "sequence-classification")
+_CLASSIFIER = (
+    "AutoModelForSequenceClassification",
+    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "sequence-classification",
+)
 
 
 def auto_class_name(task) -> str:
@@ -192,17 +208,27 @@ def check_task_head(model_type: str, task, name: str) -> None:
     from transformers.models.auto import modeling_auto
 
     _, mapping, what = _HEADS.get(task.kind, _CLASSIFIER)
-    if task.kind == "causal_lm" and _encoder_decoder(model_type):   # BartForCausalLM: its decoder alone
-        raise ConfigError(f"model {name!r} ({model_type}) is an encoder-decoder: a causal_lm task needs a "
-                          f"decoder-only model (GPT-2, Llama, ...); use it for a seq2seq task (kind: seq2seq)")
+    if task.kind == "causal_lm" and _encoder_decoder(model_type):  # BartForCausalLM: its decoder alone
+        raise ConfigError(
+            f"model {name!r} ({model_type}) is an encoder-decoder: a causal_lm task needs a "
+            f"decoder-only model (GPT-2, Llama, ...); use it for a seq2seq task (kind: seq2seq)"
+        )
     if model_type not in getattr(modeling_auto, mapping):
-        kinds = {"classification or regression": _CLASSIFIER, "seq2seq": _HEADS["seq2seq"],
-                 "causal_lm": _HEADS["causal_lm"]}
-        has = [k for k, (_, m, _) in kinds.items() if model_type in getattr(modeling_auto, m)
-               and not (k == "causal_lm" and _encoder_decoder(model_type))]
+        kinds = {
+            "classification or regression": _CLASSIFIER,
+            "seq2seq": _HEADS["seq2seq"],
+            "causal_lm": _HEADS["causal_lm"],
+        }
+        has = [
+            k
+            for k, (_, m, _) in kinds.items()
+            if model_type in getattr(modeling_auto, m) and not (k == "causal_lm" and _encoder_decoder(model_type))
+        ]
         use = (f"a {' or '.join(has)} task" if has else "nothing petl-nas trains") + ", or another backbone"
-        raise ConfigError(f"model {name!r} ({model_type}): transformers has no {what} head for this family, "
-                          f"which task {task.name!r} needs; use it for {use}")
+        raise ConfigError(
+            f"model {name!r} ({model_type}): transformers has no {what} head for this family, "
+            f"which task {task.name!r} needs; use it for {use}"
+        )
 
 
 def _encoder_decoder(model_type: str) -> bool:
@@ -210,7 +236,7 @@ def _encoder_decoder(model_type: str) -> bool:
 
     try:
         return spec_for(model_type).encoder_decoder
-    except ConfigError:                    # no spec: said where the backbone is applied
+    except ConfigError:  # no spec: said where the backbone is applied
         return False
 
 
@@ -224,11 +250,13 @@ def load_for_task(name_or_path: str, task, **kwargs):
     auto = getattr(transformers, auto_class_name(task))
     try:
         return _from_pretrained(auto, name_or_path, cfg, **kwargs)
-    except ValueError as e:          # e.g. an encoder-only model for a seq2seq task
+    except ValueError as e:  # e.g. an encoder-only model for a seq2seq task
         if not task.generative:
             raise
-        raise ConfigError(f"model {name_or_path!r} ({cfg.model_type}) has no {task.kind} head for task "
-                          f"{task.name!r}: {str(e).splitlines()[0]}") from None
+        raise ConfigError(
+            f"model {name_or_path!r} ({cfg.model_type}) has no {task.kind} head for task "
+            f"{task.name!r}: {str(e).splitlines()[0]}"
+        ) from None
 
 
 def load_classifier(name_or_path: str, num_labels: int = 2, **kwargs):
@@ -264,6 +292,11 @@ def _from_pretrained(auto, name_or_path: str, cfg, **kwargs):
         model, info = auto.from_pretrained(path, config=cfg, output_loading_info=True, **hub_options(path), **kwargs)
     body_missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(HEAD_PREFIXES))
     if body_missing:
-        log.warning("%s: %d backbone weights were not in the checkpoint and start random: %s%s", name_or_path,
-                    len(body_missing), ", ".join(body_missing[:5]), " ..." if len(body_missing) > 5 else "")
+        log.warning(
+            "%s: %d backbone weights were not in the checkpoint and start random: %s%s",
+            name_or_path,
+            len(body_missing),
+            ", ".join(body_missing[:5]),
+            " ..." if len(body_missing) > 5 else "",
+        )
     return model

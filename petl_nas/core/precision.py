@@ -25,7 +25,7 @@ import torch
 
 HALF = (torch.float16, torch.bfloat16)
 PRECISIONS = ("auto", "native", "bf16", "fp32")
-_ATTR = "petl_nas_precision"        # where `use_precision` leaves a model's choice for `compute_dtype`
+_ATTR = "petl_nas_precision"  # where `use_precision` leaves a model's choice for `compute_dtype`
 
 
 def master_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -35,8 +35,7 @@ def master_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def body_dtype(model: torch.nn.Module) -> torch.dtype:
     """The dtype of the frozen floating-point tensors (fp32 when nothing is frozen)."""
-    return next((p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()),
-                torch.float32)
+    return next((p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()), torch.float32)
 
 
 def use_precision(model: torch.nn.Module, precision: str) -> None:
@@ -45,8 +44,9 @@ def use_precision(model: torch.nn.Module, precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32" and body_dtype(model) in HALF:
-        raise ValueError(f"precision: fp32 needs an fp32 checkpoint; this one is {body_dtype(model)} "
-                         f"(use auto or bf16)")
+        raise ValueError(
+            f"precision: fp32 needs an fp32 checkpoint; this one is {body_dtype(model)} (use auto or bf16)"
+        )
     setattr(model, _ATTR, precision)
 
 
@@ -78,7 +78,7 @@ def compute_dtype(model: torch.nn.Module, device) -> torch.dtype | None:
     if chosen == "native" and torch.device(device).type == "cpu" and cpu_has_native_bf16():
         return torch.bfloat16
     if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False):
-        return torch.bfloat16                     # native only: a pre-Ampere GPU (V100, T4) emulates it, slower
+        return torch.bfloat16  # native only: a pre-Ampere GPU (V100, T4) emulates it, slower
     return None
 
 
@@ -95,5 +95,14 @@ def grad_scaler_for(model: torch.nn.Module, device) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(torch.device(device).type, enabled=compute_dtype(model, device) == torch.float16)
 
 
-__all__ = ["master_dtype", "body_dtype", "compute_dtype", "autocast_for", "grad_scaler_for", "use_precision",
-           "cpu_has_native_bf16", "HALF", "PRECISIONS"]
+__all__ = [
+    "master_dtype",
+    "body_dtype",
+    "compute_dtype",
+    "autocast_for",
+    "grad_scaler_for",
+    "use_precision",
+    "cpu_has_native_bf16",
+    "HALF",
+    "PRECISIONS",
+]

@@ -25,7 +25,7 @@ _RATIO = re.compile(r"^d\s*/\s*(\d+)$")
 
 def space_dir() -> Path:
     """The `search_space/` folder: the repository's, or the copy installed with the package."""
-    repo = Path(__file__).resolve().parents[2] / "search_space"        # petl_nas/core/presets.py
+    repo = Path(__file__).resolve().parents[2] / "search_space"  # petl_nas/core/presets.py
     if repo.is_dir():
         return repo
     return Path(str(resources.files("petl_nas") / "search_space"))
@@ -85,8 +85,10 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
         match = _RATIO.match(str(m.get("size", "")))
         if match:
             if d is None:
-                raise ConfigError(f"preset {name}: modules[{i}].size is {m['size']}, which needs the "
-                                  f"backbone's hidden size (pass model_config or hidden_size)")
+                raise ConfigError(
+                    f"preset {name}: modules[{i}].size is {m['size']}, which needs the "
+                    f"backbone's hidden size (pass model_config or hidden_size)"
+                )
             size = max(1, d // int(match.group(1)))
             if m.get("form") == "compacter":  # PHM layers need n | size: round up to a multiple of n
                 n = int(m.get("phm_n", 4))
@@ -100,5 +102,13 @@ def preset(name: str, model_config=None, hidden_size: int | None = None) -> Petl
         raise ConfigError(f"preset {name}: {e}") from None
 
 
-__all__ = ["preset", "preset_names", "check_preset_names", "preset_doc", "preset_entry", "preset_lr", "space_dir",
-           "budget_baseline_presets"]
+__all__ = [
+    "preset",
+    "preset_names",
+    "check_preset_names",
+    "preset_doc",
+    "preset_entry",
+    "preset_lr",
+    "space_dir",
+    "budget_baseline_presets",
+]

@@ -23,13 +23,18 @@ import torch
 __all__ = ["tiny_tokenizer", "tiny_backbone", "in_family_names", "SPECIAL_TOKENS", "TINY_CONFIG"]
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                   max_position_embeddings=514)
+TINY_CONFIG = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=514
+)
 # Families that name the same sizes differently (DistilBERT's config maps some of them, not the FFN
 # width; GPT-2's FFN is n_inner; OPT's is ffn_dim).
 _OWN_NAMES = {
-    "distilbert": {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
-                   "intermediate_size": "hidden_dim"},
+    "distilbert": {
+        "hidden_size": "dim",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "intermediate_size": "hidden_dim",
+    },
     "gpt2": {"intermediate_size": "n_inner"},
     "opt": {"intermediate_size": "ffn_dim"},
 }
@@ -71,8 +76,9 @@ def tiny_tokenizer(texts: Iterable[str], vocab_size: int = 1000):
         for char in word[1:]:
             continuations["##" + char] += count
     by_frequency = lambda counts: sorted(counts, key=lambda piece: (-counts[piece], piece))  # noqa: E731
-    pieces = list(dict.fromkeys([*SPECIAL_TOKENS, *by_frequency(starts), *by_frequency(continuations),
-                                 *by_frequency(words)]))[:vocab_size]
+    pieces = list(
+        dict.fromkeys([*SPECIAL_TOKENS, *by_frequency(starts), *by_frequency(continuations), *by_frequency(words)])
+    )[:vocab_size]
     vocab = {piece: i for i, piece in enumerate(pieces)}
     digest = hashlib.sha1(repr(pieces).encode()).hexdigest()[:12]
     # BertTokenizerFast rebuilds BERT's normaliser, pre-tokeniser and [CLS]/[SEP] template around
@@ -80,8 +86,7 @@ def tiny_tokenizer(texts: Iterable[str], vocab_size: int = 1000):
     return BertTokenizerFast(vocab=vocab, do_lower_case=True, name_or_path=f"tiny-wordpiece-{digest}")
 
 
-def tiny_backbone(model_type: str = "bert", num_labels: int = 2, tokenizer=None, seed: int = 0,
-                  **config_overrides):
+def tiny_backbone(model_type: str = "bert", num_labels: int = 2, tokenizer=None, seed: int = 0, **config_overrides):
     """A randomly initialised ``AutoModelForSequenceClassification`` from a tiny config, in eval mode.
 
     Args:

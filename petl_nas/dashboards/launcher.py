@@ -8,7 +8,8 @@ this machine (it has no authentication). Bound to an address other machines reac
 
 Example:
     >>> serve("sqlite:///runs/smoke/study.db", port=8080)    # doctest: +SKIP
-    optuna-dashboard on sqlite:///runs/smoke/study.db (1 study: smoke) at http://127.0.0.1:8080/, read-only (Ctrl-C to stop)
+    optuna-dashboard on sqlite:///runs/smoke/study.db (1 study: smoke) at http://127.0.0.1:8080/, read-only \
+(Ctrl-C to stop)
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from .storage import open_storage, redact
 
 
 class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True             # Ctrl-C never waits for a browser's open connection
+    daemon_threads = True  # Ctrl-C never waits for a browser's open connection
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):   # noqa: A002 - the base class's signature
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass
 
 
@@ -54,8 +55,9 @@ def is_loopback(host: str) -> bool:
         return host.lower().rstrip(".") in LOCAL_NAMES
 
 
-def make_dashboard(storage_url: str, host: str = "127.0.0.1", port: int = 8080, allow_writes: bool = False,
-                   allowed_hosts=()) -> tuple[WSGIServer, list[str]]:
+def make_dashboard(
+    storage_url: str, host: str = "127.0.0.1", port: int = 8080, allow_writes: bool = False, allowed_hosts=()
+) -> tuple[WSGIServer, list[str]]:
     """A bound (not yet serving) optuna-dashboard server on the storage at ``storage_url``, and the
     names of the studies it holds. Read-only unless ``allow_writes``; ``allowed_hosts``: host names
     beside this machine's own that requests may address (`readonly.ReadOnly`)."""
@@ -69,26 +71,39 @@ def make_dashboard(storage_url: str, host: str = "127.0.0.1", port: int = 8080, 
     try:
         return make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler), names
     except OSError as e:
-        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port "
-                          f"(0 picks a free one) or --host") from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port (0 picks a free one) or --host"
+        ) from None
 
 
-def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, printer=None, allow_writes: bool = False,
-          allowed_hosts=()) -> None:
+def serve(
+    storage_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    printer=None,
+    allow_writes: bool = False,
+    allowed_hosts=(),
+) -> None:
     """Serve until Ctrl-C (or SIGTERM); returns normally when stopped. Arguments as `make_dashboard`."""
     printer = printer or (lambda line: print(line, flush=True))
     server, names = make_dashboard(storage_url, host, port, allow_writes, allowed_hosts)
     if not is_loopback(host):
-        warnings.warn(f"the dashboard listens on {host}, which other machines may reach, and has no "
-                      f"authentication: anyone who reaches port {server.server_port} reads the study"
-                      f"{' and may change or delete it (--allow-writes)' if allow_writes else ' (read-only)'}; "
-                      f"prefer the default 127.0.0.1 and an SSH tunnel: "
-                      f"ssh -L {server.server_port}:127.0.0.1:{server.server_port} THIS_HOST", PetlWarning, stacklevel=2)
+        warnings.warn(
+            f"the dashboard listens on {host}, which other machines may reach, and has no "
+            f"authentication: anyone who reaches port {server.server_port} reads the study"
+            f"{' and may change or delete it (--allow-writes)' if allow_writes else ' (read-only)'}; "
+            f"prefer the default 127.0.0.1 and an SSH tunnel: "
+            f"ssh -L {server.server_port}:127.0.0.1:{server.server_port} THIS_HOST",
+            PetlWarning,
+            stacklevel=2,
+        )
     shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-    printer(f"optuna-dashboard on {redact(storage_url)} ({len(names)} "
-            f"{'study' if len(names) == 1 else 'studies'}{': ' + shown if names else ''}) "
-            f"at http://{host}:{server.server_port}/, {'read/write' if allow_writes else 'read-only'} "
-            f"(Ctrl-C to stop)")
+    printer(
+        f"optuna-dashboard on {redact(storage_url)} ({len(names)} "
+        f"{'study' if len(names) == 1 else 'studies'}{': ' + shown if names else ''}) "
+        f"at http://{host}:{server.server_port}/, {'read/write' if allow_writes else 'read-only'} "
+        f"(Ctrl-C to stop)"
+    )
     previous = _stop_on_sigterm()
     try:
         server.serve_forever()
@@ -96,7 +111,7 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, printer=N
         pass
     finally:
         server.server_close()
-        if previous is not None:                    # a caller in-process (a test) keeps its own handler
+        if previous is not None:  # a caller in-process (a test) keeps its own handler
             signal.signal(signal.SIGTERM, previous)
 
 

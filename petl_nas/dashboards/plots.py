@@ -15,10 +15,18 @@ from ..search.fronts import pareto as pareto_front
 from .view import StudyView
 
 DPI = 100
-SIZES = {"pareto": (1000, 600), "hypervolume": (1000, 400), "importance": (800, 500), "forms": (1000, 450),
-         "costs": (1000, 450)}
-COST_LABELS = {"latency": "inference latency of the deployed form (ms)", "step_time": "training step time (ms)",
-               "memory": "the trial's peak memory (MB)"}
+SIZES = {
+    "pareto": (1000, 600),
+    "hypervolume": (1000, 400),
+    "importance": (800, 500),
+    "forms": (1000, 450),
+    "costs": (1000, 450),
+}
+COST_LABELS = {
+    "latency": "inference latency of the deployed form (ms)",
+    "step_time": "training step time (ms)",
+    "memory": "the trial's peak memory (MB)",
+}
 FORM_ORDER = ("none", "adapter", "mh_adapter", "lora", "prefix", "compacter")
 TOP_IMPORTANCES = 15
 
@@ -52,12 +60,24 @@ def _place_labels(ax, items: list[tuple[float, float, str]], color: str, taken: 
             if ann is not None:
                 ann.remove()
             far = abs(dy) > 20
-            ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=8,
-                              color=color, ha="left" if dx > 0 else "right",
-                              arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if far else None)
+            ann = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=8,
+                color=color,
+                ha="left" if dx > 0 else "right",
+                arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if far else None,
+            )
             box = ann.get_window_extent(renderer)
-            if (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1
-                    and not any(box.overlaps(b) for b in taken)):
+            if (
+                box.x0 >= inside.x0
+                and box.x1 <= inside.x1
+                and box.y0 >= inside.y0
+                and box.y1 <= inside.y1
+                and not any(box.overlaps(b) for b in taken)
+            ):
                 break
         taken.append(ann.get_window_extent(renderer))
 
@@ -92,63 +112,151 @@ def pareto(view: StudyView) -> bytes:
     (scale, scale_kwargs), xlim = x_axis(view)
     ax.set_xscale(scale, **scale_kwargs)
     others = [p for p in view.points if not p.on_front and not p.did_not_learn]
-    ax.scatter([p.deployable for p in others], [p.score for p in others], s=22, color="0.6", alpha=0.7,
-               label="complete trial", zorder=2)
+    ax.scatter(
+        [p.deployable for p in others],
+        [p.score for p in others],
+        s=22,
+        color="0.6",
+        alpha=0.7,
+        label="complete trial",
+        zorder=2,
+    )
     flat = [p for p in view.points if p.did_not_learn]
     if flat:
-        ax.scatter([p.deployable for p in flat], [p.score for p in flat], s=26, marker="x", color="0.45",
-                   label="did not learn (within noise of the baseline)", zorder=2)
+        ax.scatter(
+            [p.deployable for p in flat],
+            [p.score for p in flat],
+            s=26,
+            marker="x",
+            color="0.45",
+            label="did not learn (within noise of the baseline)",
+            zorder=2,
+        )
     if view.baseline:
-        ax.axhline(view.baseline["score"], color="0.3", ls=":", lw=1.2, zorder=1,
-                   label=f"trivial baseline: {view.baseline['what']}")
+        ax.axhline(
+            view.baseline["score"],
+            color="0.3",
+            ls=":",
+            lw=1.2,
+            zorder=1,
+            label=f"trivial baseline: {view.baseline['what']}",
+        )
     front = view.front
     steps = pareto_front(front, score=lambda p: p.score, size=lambda p: p.deployable)
-    ax.plot([p.deployable for p in steps], [p.score for p in steps], "-o", drawstyle="steps-post",
-            color="tab:blue", markersize=6, lw=1.2, label="Pareto front (search score)", zorder=3)
-    by_costs = [p for p in front if p not in steps]    # on the front by a cost this plot does not show
+    ax.plot(
+        [p.deployable for p in steps],
+        [p.score for p in steps],
+        "-o",
+        drawstyle="steps-post",
+        color="tab:blue",
+        markersize=6,
+        lw=1.2,
+        label="Pareto front (search score)",
+        zorder=3,
+    )
+    by_costs = [p for p in front if p not in steps]  # on the front by a cost this plot does not show
     if by_costs:
-        ax.scatter([p.deployable for p in by_costs], [p.score for p in by_costs], s=40, facecolors="none",
-                   edgecolors="tab:blue", linewidths=1.4, zorder=3,
-                   label=f"on the front by {', '.join(view.cost_objectives)} (see the Costs figure)")
+        ax.scatter(
+            [p.deployable for p in by_costs],
+            [p.score for p in by_costs],
+            s=40,
+            facecolors="none",
+            edgecolors="tab:blue",
+            linewidths=1.4,
+            zorder=3,
+            label=f"on the front by {', '.join(view.cost_objectives)} (see the Costs figure)",
+        )
     if view.sweep:
-        steps = pareto_front([p for p in view.sweep if not p.did_not_learn],
-                             score=lambda p: p.score, size=lambda p: p.deployable)
-        ax.plot([p.deployable for p in steps], [p.score for p in steps], "--^", drawstyle="steps-post",
-                color="tab:green", markersize=6, lw=1.0, label="LoRA rank sweep (its front)", zorder=3)
-        ax.scatter([p.deployable for p in view.sweep], [p.score for p in view.sweep], marker="^", s=30,
-                   color="tab:green", alpha=0.5, zorder=3)
+        steps = pareto_front(
+            [p for p in view.sweep if not p.did_not_learn], score=lambda p: p.score, size=lambda p: p.deployable
+        )
+        ax.plot(
+            [p.deployable for p in steps],
+            [p.score for p in steps],
+            "--^",
+            drawstyle="steps-post",
+            color="tab:green",
+            markersize=6,
+            lw=1.0,
+            label="LoRA rank sweep (its front)",
+            zorder=3,
+        )
+        ax.scatter(
+            [p.deployable for p in view.sweep],
+            [p.score for p in view.sweep],
+            marker="^",
+            s=30,
+            color="tab:green",
+            alpha=0.5,
+            zorder=3,
+        )
     oneshot = [p for p in view.points if p.group == "oneshot"]
     if oneshot:
-        ax.scatter([p.deployable for p in oneshot], [p.score for p in oneshot], marker="s", s=34,
-                   facecolors="none", edgecolors="tab:purple", linewidths=1.4,
-                   label="one-shot proposal (read off the supernet)", zorder=4)
+        ax.scatter(
+            [p.deployable for p in oneshot],
+            [p.score for p in oneshot],
+            marker="s",
+            s=34,
+            facecolors="none",
+            edgecolors="tab:purple",
+            linewidths=1.4,
+            label="one-shot proposal (read off the supernet)",
+            zorder=4,
+        )
     presets = view.presets
-    ax.scatter([p.deployable for p in presets], [p.score for p in presets], marker="D", s=46,
-               facecolors="none", edgecolors="tab:orange", linewidths=1.6, label="preset (seeded trial)", zorder=4)
+    ax.scatter(
+        [p.deployable for p in presets],
+        [p.score for p in presets],
+        marker="D",
+        s=46,
+        facecolors="none",
+        edgecolors="tab:orange",
+        linewidths=1.6,
+        label="preset (seeded trial)",
+        zorder=4,
+    )
     finals = view.reevaluated
     if finals:
         seeds = finals[0].final.get("seeds") or len(finals[0].final.get("scores", []))
-        ax.errorbar([p.deployable for p in finals], [p.final["mean"] for p in finals],
-                    yerr=[p.final.get("std") or 0.0 for p in finals], fmt="s", color="black", markersize=5,
-                    capsize=4, lw=1.2, label=("re-evaluated: test score (1 seed)" if seeds == 1 else
-                           f"re-evaluated: test mean ± std ({seeds} seeds)"), zorder=5)
+        ax.errorbar(
+            [p.deployable for p in finals],
+            [p.final["mean"] for p in finals],
+            yerr=[p.final.get("std") or 0.0 for p in finals],
+            fmt="s",
+            color="black",
+            markersize=5,
+            capsize=4,
+            lw=1.2,
+            label=(
+                "re-evaluated: test score (1 seed)" if seeds == 1 else f"re-evaluated: test mean ± std ({seeds} seeds)"
+            ),
+            zorder=5,
+        )
         for p in finals:
             ax.plot([p.deployable] * 2, [p.score, p.final["mean"]], ":", color="black", lw=0.8, zorder=1)
     if view.budget:
         pct = view.pct(view.budget)
-        ax.axvline(view.budget, color="tab:red", ls="--", lw=1.2, zorder=1,
-                   label=f"budget {view.budget:,}" + (f" ({pct:.2f}% of the backbone)" if pct else ""))
+        ax.axvline(
+            view.budget,
+            color="tab:red",
+            ls="--",
+            lw=1.2,
+            zorder=1,
+            label=f"budget {view.budget:,}" + (f" ({pct:.2f}% of the backbone)" if pct else ""),
+        )
     ax.set_xlim(*xlim)
-    ys = [p.score for p in view.points] + [p.final["mean"] + s * (p.final.get("std") or 0)
-                                           for p in finals for s in (-1, 1)]
+    ys = [p.score for p in view.points] + [
+        p.final["mean"] + s * (p.final.get("std") or 0) for p in finals for s in (-1, 1)
+    ]
     ys += [view.baseline["score"]] if view.baseline else []
     span = max(ys) - min(ys) or 0.05
-    ax.set_ylim(min(ys) - 0.1 * span, max(ys) + 0.25 * span)       # room for the labels
+    ax.set_ylim(min(ys) - 0.1 * span, max(ys) + 0.25 * span)  # room for the labels
     ax.xaxis.set_major_formatter(_count)
     ax.xaxis.set_minor_formatter(lambda n, _: _count(n) if _leading(n) in (2, 5) else "")
-    if view.backbone_params and scale != "symlog":    # matplotlib maps a secondary axis linearly on symlog
-        top = ax.secondary_xaxis("top", functions=(lambda n: 100 * n / view.backbone_params,
-                                                   lambda pct: pct * view.backbone_params / 100))
+    if view.backbone_params and scale != "symlog":  # matplotlib maps a secondary axis linearly on symlog
+        top = ax.secondary_xaxis(
+            "top", functions=(lambda n: 100 * n / view.backbone_params, lambda pct: pct * view.backbone_params / 100)
+        )
         top.xaxis.set_major_formatter(lambda v, _: f"{v:g}%")
         top.xaxis.set_minor_formatter(lambda v, _: f"{v:g}%" if _leading(v) in (2, 5) else "")
         top.set_xlabel("% of the backbone's parameters")
@@ -156,8 +264,8 @@ def pareto(view: StudyView) -> bytes:
     ax.set_ylabel(f"{view.metric} (search dev; test where re-evaluated)")
     ax.set_title(f"Pareto front of study {view.name!r}: {view.metric} vs deployable parameters", fontsize=11)
     ax.grid(True, which="major", alpha=0.3)
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)   # never over a point
-    fig.canvas.draw()                   # fix the layout, then place labels in final coordinates
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)  # never over a point
+    fig.canvas.draw()  # fix the layout, then place labels in final coordinates
     fig.set_layout_engine("none")
     taken: list = []
     groups: dict[tuple[int, float], list[str]] = {}
@@ -183,8 +291,11 @@ def hypervolume(history: dict, metric: str) -> bytes:
     for ax in (left, right):
         ax.set_ylabel(f"hypervolume ({metric} × decades)")
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"Hypervolume of (search {metric} ↑, log10 deployable parameters ↓) from the reference "
-                 f"point ({metric} {ref_score:.4g}, {ref_params:,.0f} parameters)", fontsize=10)
+    fig.suptitle(
+        f"Hypervolume of (search {metric} ↑, log10 deployable parameters ↓) from the reference "
+        f"point ({metric} {ref_score:.4g}, {ref_params:,.0f} parameters)",
+        fontsize=10,
+    )
     return _png(fig)
 
 
@@ -212,20 +323,29 @@ def forms(rows_by_position: dict[str, list[dict]], metric: str) -> bytes:
     sc = None
     for ax, (pos, rows) in zip(axes, rows_by_position.items()):
         seen = {r["form"] for r in rows}
-        order = [f for f in FORM_ORDER if f in seen] + sorted(seen - set(FORM_ORDER)) or ["none"]   # new forms last
+        order = [f for f in FORM_ORDER if f in seen] + sorted(seen - set(FORM_ORDER)) or ["none"]  # new forms last
         labels = []
         for i, form in enumerate(order):
             these = [r for r in rows if r["form"] == form]
             on_front = sum(r["on_front"] for r in these)
             labels.append(f"{form}\n{len(these)} trials" + (f"\n{on_front} on front" if on_front else ""))
-            sized = sorted((r for r in these if r["size"]), key=lambda r: r["score"])   # best on top
+            sized = sorted((r for r in these if r["size"]), key=lambda r: r["score"])  # best on top
             if not sized:
                 continue
             # Spread points sideways a little (deterministic) so equal sizes stay visible.
             xs = [i + 0.5 * ((r["number"] * 0.618034) % 1 - 0.5) for r in sized]
-            sc = ax.scatter(xs, [r["size"] for r in sized], c=[r["score"] for r in sized], cmap="viridis",
-                            vmin=lo, vmax=hi, s=36, edgecolors=["tab:red" if r["on_front"] else "none" for r in sized],
-                            linewidths=1.8, zorder=3)
+            sc = ax.scatter(
+                xs,
+                [r["size"] for r in sized],
+                c=[r["score"] for r in sized],
+                cmap="viridis",
+                vmin=lo,
+                vmax=hi,
+                s=36,
+                edgecolors=["tab:red" if r["on_front"] else "none" for r in sized],
+                linewidths=1.8,
+                zorder=3,
+            )
         ax.set_xticks(range(len(order)), labels, fontsize=8)
         ax.set_xlim(-0.6, len(order) - 0.4)
         ax.set_yscale("log")
@@ -250,26 +370,43 @@ def costs(view: StudyView) -> bytes:
     sizes = [math.log10(max(p.deployable, 1)) for p in learned] or [0.0]
     sc = None
     for ax, name in zip(axes, names):
-        sc = ax.scatter([p.costs[name] for p in learned], [p.score for p in learned], c=sizes[:len(learned)],
-                        cmap="viridis", vmin=min(sizes), vmax=max(sizes) + 1e-6, s=36, zorder=3,
-                        edgecolors=["tab:red" if p.on_front else "none" for p in learned], linewidths=1.8)
+        sc = ax.scatter(
+            [p.costs[name] for p in learned],
+            [p.score for p in learned],
+            c=sizes[: len(learned)],
+            cmap="viridis",
+            vmin=min(sizes),
+            vmax=max(sizes) + 1e-6,
+            s=36,
+            zorder=3,
+            edgecolors=["tab:red" if p.on_front else "none" for p in learned],
+            linewidths=1.8,
+        )
         ax.scatter([p.costs[name] for p in flat], [p.score for p in flat], marker="x", color="0.45", s=26, zorder=2)
         for p in learned:
             if p.on_front:
-                ax.annotate(f"#{p.number}", (p.costs[name], p.score), textcoords="offset points", xytext=(5, 4),
-                            fontsize=7, color="tab:red")
+                ax.annotate(
+                    f"#{p.number}",
+                    (p.costs[name], p.score),
+                    textcoords="offset points",
+                    xytext=(5, 4),
+                    fontsize=7,
+                    color="tab:red",
+                )
         if view.baseline:
             ax.axhline(view.baseline["score"], color="0.3", ls=":", lw=1.2, zorder=1)
         ax.set_xlabel(COST_LABELS[name])
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(f"search {view.metric}")
-    one_size = len({p.deployable for p in learned}) == 1       # a colour scale of one value says nothing
+    one_size = len({p.deployable for p in learned}) == 1  # a colour scale of one value says nothing
     if sc is not None and not one_size:
         fig.colorbar(sc, ax=list(axes), label="log10 deployable parameters")
-    fig.suptitle(f"Search {view.metric} against the measured costs the study minimises "
-                 f"(red ring: on the front of all {2 + len(names)} objectives)"
-                 + (f"; every trial has {learned[0].deployable:,} deployable parameters" if one_size else ""),
-                 fontsize=10)
+    fig.suptitle(
+        f"Search {view.metric} against the measured costs the study minimises "
+        f"(red ring: on the front of all {2 + len(names)} objectives)"
+        + (f"; every trial has {learned[0].deployable:,} deployable parameters" if one_size else ""),
+        fontsize=10,
+    )
     return _png(fig)
 
 

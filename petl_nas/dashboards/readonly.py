@@ -70,16 +70,22 @@ class ReadOnly:
         origin = environ.get("HTTP_ORIGIN")
         method = environ.get("REQUEST_METHOD", "GET").upper()
         if not self.allowed(hostname(host)):
-            return _refuse(start_response, "403 Forbidden",
-                           f"Host {host!r} is not an address of this dashboard; if that name reaches this "
-                           f"machine, restart with --allowed-host NAME")
+            return _refuse(
+                start_response,
+                "403 Forbidden",
+                f"Host {host!r} is not an address of this dashboard; if that name reaches this "
+                f"machine, restart with --allowed-host NAME",
+            )
         if origin is not None and not self.allowed(hostname(origin)):
             return _refuse(start_response, "403 Forbidden", f"requests from {origin!r} are refused")
         if method not in READS and not self.allow_writes:
-            return _refuse(start_response, "405 Method Not Allowed",
-                           f"this dashboard is read-only ({method} refused); to delete, rename or annotate, "
-                           f"restart it with petl-nas dashboard --allow-writes",
-                           [("Allow", ", ".join(READS))])
+            return _refuse(
+                start_response,
+                "405 Method Not Allowed",
+                f"this dashboard is read-only ({method} refused); to delete, rename or annotate, "
+                f"restart it with petl-nas dashboard --allow-writes",
+                [("Allow", ", ".join(READS))],
+            )
         return self.app(environ, start_response)
 
 

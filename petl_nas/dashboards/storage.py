@@ -14,9 +14,9 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     """The RDB storage at ``url``, checked by listing its studies."""
     check_existing(url)
     try:
-        storage = optuna.storages.RDBStorage(with_installed_driver(url))   # a bare postgresql:// too
+        storage = optuna.storages.RDBStorage(with_installed_driver(url))  # a bare postgresql:// too
         storage.get_all_studies()
-    except Exception as e:                                      # noqa: BLE001 - any driver error
+    except Exception as e:  # noqa: BLE001 - any driver error
         raise ConfigError(f"storage {redact(url)!r} cannot be opened: {str(e).splitlines()[0]}") from None
     return storage
 

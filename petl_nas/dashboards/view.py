@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
+from ..core.describe import describe_config
 from ..errors import ConfigError
 from ..search.confirm import confirmed_scores, verdict
-from ..training.costs import COSTS
 from ..search.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
 from ..search.records import StoredTrial, state_counts
-from ..core.describe import describe_config
+from ..training.costs import COSTS
 
-MIN_TRIALS_FOR_IMPORTANCE = 20   # complete sampled trials before importances are shown (`importance_refusal`)
-NOISE_MULTIPLE = 2.0             # the scores' sd must exceed this many median standard errors
+MIN_TRIALS_FOR_IMPORTANCE = 20  # complete sampled trials before importances are shown (`importance_refusal`)
+NOISE_MULTIPLE = 2.0  # the scores' sd must exceed this many median standard errors
 
 
 @dataclass(frozen=True)
@@ -38,25 +38,25 @@ class Point:
     """One complete trial as the report sees it."""
 
     number: int
-    score: float                      # search score (the study's first objective)
+    score: float  # search score (the study's first objective)
     deployable: int
     trainable: int | None
     preset: str | None
     config: dict | None
     config_text: str
     lr: float | None
-    final: dict | None                # held-out re-evaluation: mean, std, scores, seeds, ...
+    final: dict | None  # held-out re-evaluation: mean, std, scores, seeds, ...
     on_front: bool
-    finished_s: float                 # seconds from the study's first trial start to completion
+    finished_s: float  # seconds from the study's first trial start to completion
     train_s: float | None
-    se: float | None = None           # the search score's standard error
-    did_not_learn: bool = False       # within noise of the trivial baseline
-    group: str = "searched"           # searched, oneshot, preset or sweep (fronts.py)
-    baseline: str | None = None       # the sweep point's name (lora_qv_r8, ...)
-    costs: dict = field(default_factory=dict)   # measured costs by objective name (costs.py): latency, ...
-    source: str = "-"                 # what proposed it, as the summary names it (fronts.source_of)
-    confirmed: list | None = None     # final.confirm's scores: the search score, then one per extra seed
-    trial: StoredTrial | None = field(default=None, compare=False, repr=False)   # all the study holds of it
+    se: float | None = None  # the search score's standard error
+    did_not_learn: bool = False  # within noise of the trivial baseline
+    group: str = "searched"  # searched, oneshot, preset or sweep (fronts.py)
+    baseline: str | None = None  # the sweep point's name (lora_qv_r8, ...)
+    costs: dict = field(default_factory=dict)  # measured costs by objective name (costs.py): latency, ...
+    source: str = "-"  # what proposed it, as the summary names it (fronts.source_of)
+    confirmed: list | None = None  # final.confirm's scores: the search score, then one per extra seed
+    trial: StoredTrial | None = field(default=None, compare=False, repr=False)  # all the study holds of it
 
 
 @dataclass
@@ -69,8 +69,8 @@ class StudyView:
     attrs: dict
     counts: dict
     points: list[Point] = field(default_factory=list)
-    sweep_line: str | None = None     # the searched front against the LoRA rank sweep (fronts.py)
-    verdict_line: str | None = None   # what confirmation concluded against the best baseline (confirm.py)
+    sweep_line: str | None = None  # the searched front against the LoRA rank sweep (fronts.py)
+    verdict_line: str | None = None  # what confirmation concluded against the best baseline (confirm.py)
 
     @property
     def cost_objectives(self) -> list[str]:
@@ -98,8 +98,9 @@ class StudyView:
     @property
     def confirmed_off_front(self) -> list[Point]:
         """The trials ``final.confirm`` re-scored that are not on the front (presets have their own table)."""
-        return sorted((p for p in self.points if p.confirmed and not p.on_front and not p.preset),
-                      key=lambda p: p.deployable)
+        return sorted(
+            (p for p in self.points if p.confirmed and not p.on_front and not p.preset), key=lambda p: p.deployable
+        )
 
     @property
     def reevaluated(self) -> list[Point]:
@@ -114,8 +115,10 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None]
     if not complete:
-        raise ConfigError(f"study {study.study_name!r} has no complete trial yet: nothing to report "
-                          f"({', '.join(f'{v} {k}' for k, v in state_counts(study).items() if v) or 'no trials'})")
+        raise ConfigError(
+            f"study {study.study_name!r} has no complete trial yet: nothing to report "
+            f"({', '.join(f'{v} {k}' for k, v in state_counts(study).items() if v) or 'no trials'})"
+        )
     starts = [t.datetime_start for t in trials if t.datetime_start is not None]
     t0 = min(starts)
     front = {t.number for t in study.best_trials}
@@ -123,24 +126,48 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
     names = study.metric_names or ["score", "deployable_params"]
     confirmed = confirmed_scores(study)
     return StudyView(
-        name=study.study_name, storage=storage_url, metric=a.get("metric") or names[0],
-        budget=a.get("budget"), backbone_params=a.get("backbone_params"), attrs=a,
+        name=study.study_name,
+        storage=storage_url,
+        metric=a.get("metric") or names[0],
+        budget=a.get("budget"),
+        backbone_params=a.get("backbone_params"),
+        attrs=a,
         counts=state_counts(study),
-        points=[_point(StoredTrial.of(t, a), t.datetime_complete, t0, t.number in front, confirmed.get(t.number))
-                for t in complete],
-        sweep_line=sweep_line(study), verdict_line=said.line if (said := verdict(study)) is not None else None)
+        points=[
+            _point(StoredTrial.of(t, a), t.datetime_complete, t0, t.number in front, confirmed.get(t.number))
+            for t in complete
+        ],
+        sweep_line=sweep_line(study),
+        verdict_line=said.line if (said := verdict(study)) is not None else None,
+    )
 
 
 def _point(t: StoredTrial, completed, t0, on_front: bool, confirmed: list | None) -> Point:
     config = t.petl_config
     text = t.config_text or (describe_config(config) if config is not None else "?")
     finished = (completed - t0).total_seconds() if completed else math.nan
-    return Point(number=t.number, score=float(t.values[0]), deployable=int(t.values[1]),
-                 trainable=t.trainable, preset=t.preset, config=config, config_text=text,
-                 lr=t.lr, final=t.final, on_front=on_front, finished_s=finished, train_s=t.train_s, se=t.score_se,
-                 did_not_learn=t.did_not_learn, group=group_of(t), baseline=t.sweep,
-                 costs={name: t.cost(name) for name in COSTS if t.cost(name) is not None},
-                 source=source_of(t), confirmed=confirmed, trial=t)
+    return Point(
+        number=t.number,
+        score=float(t.values[0]),
+        deployable=int(t.values[1]),
+        trainable=t.trainable,
+        preset=t.preset,
+        config=config,
+        config_text=text,
+        lr=t.lr,
+        final=t.final,
+        on_front=on_front,
+        finished_s=finished,
+        train_s=t.train_s,
+        se=t.score_se,
+        did_not_learn=t.did_not_learn,
+        group=group_of(t),
+        baseline=t.sweep,
+        costs={name: t.cost(name) for name in COSTS if t.cost(name) is not None},
+        source=source_of(t),
+        confirmed=confirmed,
+        trial=t,
+    )
 
 
 # ---- hypervolume ----------------------------------------------------------------------------
@@ -174,8 +201,11 @@ def importances(study: optuna.Study) -> tuple[list[tuple[str, float]], str]:
     parameters. Presets outside the space carry no parameters and are left out. The list is empty,
     and the note says why, unless the trials can support a ranking (`importance_refusal`).
     """
-    trials = [t for t in study.get_trials(deepcopy=False)
-              if t.state == TrialState.COMPLETE and t.values is not None and t.params]
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE and t.values is not None and t.params
+    ]
     refusal = importance_refusal(trials)
     if refusal:
         return [], f"not shown: {refusal}"
@@ -190,9 +220,11 @@ def importances(study: optuna.Study) -> tuple[list[tuple[str, float]], str]:
         return [], f"not shown: {str(e).splitlines()[0]}"
     ranked = [(k, float(v)) for k, v in found.items() if v == v]
     unchecked = "" if _median_se(trials) is not None else "; no standard errors stored: noise not ruled out"
-    return ranked, (f"PED-ANOVA (Optuna's default evaluator; conditional parameters included) over "
-                    f"{len(trials)} complete trials: how much each parameter sets apart the top 10% "
-                    f"by search score{unchecked}")
+    return ranked, (
+        f"PED-ANOVA (Optuna's default evaluator; conditional parameters included) over "
+        f"{len(trials)} complete trials: how much each parameter sets apart the top 10% "
+        f"by search score{unchecked}"
+    )
 
 
 def importance_refusal(trials: list) -> str | None:
@@ -212,15 +244,19 @@ def importance_refusal(trials: list) -> str | None:
       least noise there is. Scores without standard errors are checked only for ties.
     """
     if len(trials) < MIN_TRIALS_FOR_IMPORTANCE:
-        return (f"{len(trials)} complete trials with sampled parameters; importance needs at least "
-                f"{MIN_TRIALS_FOR_IMPORTANCE}")
+        return (
+            f"{len(trials)} complete trials with sampled parameters; importance needs at least "
+            f"{MIN_TRIALS_FOR_IMPORTANCE}"
+        )
     scores = [t.values[0] for t in trials]
     if len(set(scores)) < 2:
         return f"all {len(trials)} complete trials have the same score"
     spread, se = statistics.stdev(scores), _median_se(trials)
     if se is not None and spread <= NOISE_MULTIPLE * se:
-        return (f"the scores' spread (sd {spread:.4g}) is within {NOISE_MULTIPLE:g}x the noise of one "
-                f"score (median se {se:.4g}), so a ranking would rank noise")
+        return (
+            f"the scores' spread (sd {spread:.4g}) is within {NOISE_MULTIPLE:g}x the noise of one "
+            f"score (median se {se:.4g}), so a ranking would rank noise"
+        )
     return None
 
 
@@ -243,13 +279,30 @@ def modules_by_position(view: StudyView) -> dict[str, list[dict]]:
         for pos, rows in out.items():
             mods = [m for m in config.modules if m.position == pos]
             for m in mods or [None]:
-                rows.append({"form": m.form if m else "none", "size": m.size if m else None,
-                             "layers": len(m.layers) if m and m.layers else None,
-                             "score": p.score, "number": p.number, "on_front": p.on_front,
-                             "preset": p.preset})
+                rows.append(
+                    {
+                        "form": m.form if m else "none",
+                        "size": m.size if m else None,
+                        "layers": len(m.layers) if m and m.layers else None,
+                        "score": p.score,
+                        "number": p.number,
+                        "on_front": p.on_front,
+                        "preset": p.preset,
+                    }
+                )
     return out
 
 
-__all__ = ["Point", "StudyView", "study_view", "reference_point", "hypervolume", "hypervolume_history",
-           "importances", "importance_refusal", "modules_by_position", "MIN_TRIALS_FOR_IMPORTANCE",
-           "NOISE_MULTIPLE"]
+__all__ = [
+    "Point",
+    "StudyView",
+    "study_view",
+    "reference_point",
+    "hypervolume",
+    "hypervolume_history",
+    "importances",
+    "importance_refusal",
+    "modules_by_position",
+    "MIN_TRIALS_FOR_IMPORTANCE",
+    "NOISE_MULTIPLE",
+]

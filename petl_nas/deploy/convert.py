@@ -35,24 +35,41 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError
-from .runs import fresh_backbone, load
-from ..core.head import native_pooling, stock_head_fields
 from ..core.forms import form_named
+from ..core.head import native_pooling, stock_head_fields
 from ..core.inject import lora_updates, merge_lora, petl_config_of, remove_petl, weight_edits
-from .interop import NotExpressible, peft_configs
-from .pooled import (HEAD_FILE, HeadApart, SentenceLogits, check_sentence_transformers, head_apart, head_load_lines,
-                     linear_head, write_head, write_sentence_transformers)
-from ..core.models import (DEMO_NAMES, auto_class_name, hub_options, load_for_task, load_model_config, resolve_model,
-                           transformers_quiet)
+from ..core.models import (
+    DEMO_NAMES,
+    auto_class_name,
+    hub_options,
+    load_for_task,
+    load_model_config,
+    resolve_model,
+    transformers_quiet,
+)
+from ..errors import ConfigError
 from ..tasks import recorded_task
+from .interop import NotExpressible, peft_configs
+from .pooled import (
+    HEAD_FILE,
+    HeadApart,
+    SentenceLogits,
+    check_sentence_transformers,
+    head_apart,
+    head_load_lines,
+    linear_head,
+    write_head,
+    write_sentence_transformers,
+)
+from .runs import fresh_backbone, load
 
 TARGETS = ("peft", "sentence-transformers", "merged")
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
 
 
-def convert(directory: str | Path, out: str | Path, to: str | None = None, backbone=None,
-            base_name: str | None = None) -> dict:
+def convert(
+    directory: str | Path, out: str | Path, to: str | None = None, backbone=None, base_name: str | None = None
+) -> dict:
     """Write the trained run ``directory`` as ``to`` (one of `TARGETS`; None: the first of them that
     represents it exactly, `_first_that_fits`) into the new folder ``out``; returns what was written,
     why that target, and the largest output difference the check measured. ``base_name``: what a PEFT
@@ -62,30 +79,35 @@ def convert(directory: str | Path, out: str | Path, to: str | None = None, backb
     if to not in TARGETS:
         raise ConfigError(f"convert: --to {to!r}: expected one of {', '.join(TARGETS)}")
     if base_name is not None and to != "peft":
-        raise ConfigError("convert: --base-name names the base model of a PEFT adapter; a merged model has no "
-                          "separate base (use it with --to peft)")
+        raise ConfigError(
+            "convert: --base-name names the base model of a PEFT adapter; a merged model has no "
+            "separate base (use it with --to peft)"
+        )
     if base_name is not None and not base_name.strip():
         raise ConfigError("convert: --base-name is empty; give the base model's hub name or path")
     directory, out = Path(directory), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"output {str(out)!r} exists and is not an empty folder; choose another -o")
     model = load(backbone, directory)
-    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))   # its files may be gone
+    task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))  # its files may be gone
     probe = _probe(model.petl_tokenizer, task)
     expected = _outputs(model, probe)
     with transformers_quiet():
         answer = _greedy(model, probe) if task.kind == "causal_lm" else None
-    prompt = petl_config_of(model).prompt_length if to == "peft" else 0    # PEFT's logits begin with the prompt's
+    prompt = petl_config_of(model).prompt_length if to == "peft" else 0  # PEFT's logits begin with the prompt's
     backbone_name = backbone if backbone is not None else model.petl.info.get("backbone")
     named = base_name if base_name is not None else _base_name(backbone_name)
-    write, reload = {"peft": (_write_peft, _reload_peft), "merged": (_write_merged, _reload_merged),
-                     "sentence-transformers": (_write_sentence, _reload_sentence)}[to]
+    write, reload = {
+        "peft": (_write_peft, _reload_peft),
+        "merged": (_write_merged, _reload_merged),
+        "sentence-transformers": (_write_sentence, _reload_sentence),
+    }[to]
     overrides = _base_overrides(model, backbone_name)
-    created = [p for p in out.parents if not p.exists()]        # innermost first: removed again if refused
+    created = [p for p in out.parents if not p.exists()]  # innermost first: removed again if refused
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as e:                          # name the folder asked for, not a temporary one
+    except OSError as e:  # name the folder asked for, not a temporary one
         raise ConfigError(f"output {str(out)!r} cannot be created ({e.strerror})") from None
     written = False
     try:
@@ -98,13 +120,17 @@ def convert(directory: str | Path, out: str | Path, to: str | None = None, backb
             generated = _greedy(reloaded, probe) if answer is not None else None
         diff = _gap(got, expected)
         if not _close(got, expected):
-            raise ConfigError(f"convert: the {to} model's outputs differ from the trained model's by up to "
-                              f"{diff:.2e}; nothing written")
+            raise ConfigError(
+                f"convert: the {to} model's outputs differ from the trained model's by up to "
+                f"{diff:.2e}; nothing written"
+            )
         if answer is not None and not _close(generated, answer):
-            raise ConfigError(f"convert: the {to} model's outputs equal the trained model's, but its own generate() "
-                              f"answers otherwise (step logits differ by up to {_gap(generated, answer):.2e}"
-                              f"{_PEFT_PROMPT_GENERATION if prompt else ''}); nothing written (petl-nas predict "
-                              f"--run {directory} generates with it)")
+            raise ConfigError(
+                f"convert: the {to} model's outputs equal the trained model's, but its own generate() "
+                f"answers otherwise (step logits differ by up to {_gap(generated, answer):.2e}"
+                f"{_PEFT_PROMPT_GENERATION if prompt else ''}); nothing written (petl-nas predict "
+                f"--run {directory} generates with it)"
+            )
         _usual_modes(staging)
         if out.exists():
             out.rmdir()
@@ -112,11 +138,17 @@ def convert(directory: str | Path, out: str | Path, to: str | None = None, backb
         written = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        for folder in [] if written else created:             # nothing written: nothing left behind
+        for folder in [] if written else created:  # nothing written: nothing left behind
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
-    return {"to": to, "out": str(out), "max_abs_diff": diff, "answer_checked": answer is not None, **what,
-            "load_with": _load_with(to, task, str(out), backbone_name, overrides)}
+    return {
+        "to": to,
+        "out": str(out),
+        "max_abs_diff": diff,
+        "answer_checked": answer is not None,
+        **what,
+        "load_with": _load_with(to, task, str(out), backbone_name, overrides),
+    }
 
 
 def _first_that_fits(directory, out, backbone, base_name) -> dict:
@@ -127,9 +159,12 @@ def _first_that_fits(directory, out, backbone, base_name) -> dict:
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
     apart = head_apart(model, task)
     order = ("sentence-transformers", "peft", "merged") if apart else ("peft", "merged")
-    why = (f"pooling {model.petl.pooling}, which the stock {type(model).__name__} head does not read: "
-           f"a sentence-transformers folder holds the pooling and the head" if apart else
-           "a PEFT adapter with the trained head as modules_to_save: what PEFT users load")
+    why = (
+        f"pooling {model.petl.pooling}, which the stock {type(model).__name__} head does not read: "
+        f"a sentence-transformers folder holds the pooling and the head"
+        if apart
+        else "a PEFT adapter with the trained head as modules_to_save: what PEFT users load"
+    )
     refused = []
     for to in order:
         try:
@@ -163,8 +198,9 @@ def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
 # peft 0.21.2 with transformers 5.24: PEFT's generation looks for the cache under its old name,
 # past_key_values (peft_model.py), where transformers' generate() now keeps it as cache
 # (generation/utils.py); its prompt-tuning answers then differ from its own forward pass (measured).
-_PEFT_PROMPT_GENERATION = ("; PEFT's prompt tuning generates from its cache under the name past_key_values, "
-                           "which transformers 5.24 renamed")
+_PEFT_PROMPT_GENERATION = (
+    "; PEFT's prompt tuning generates from its cache under the name past_key_values, which transformers 5.24 renamed"
+)
 
 
 def _greedy(model, batch: dict, new_tokens: int = 6) -> torch.Tensor:
@@ -173,9 +209,15 @@ def _greedy(model, batch: dict, new_tokens: int = 6) -> torch.Tensor:
     real = batch["attention_mask"][0].bool()
     ids = batch["input_ids"][:1, real].to(next(model.parameters()).device)
     with torch.no_grad():
-        out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                    min_new_tokens=new_tokens, do_sample=False, output_logits=True,
-                                    return_dict_in_generate=True)
+        out = model.eval().generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     return torch.cat(out.logits).float().cpu()
 
 
@@ -207,7 +249,10 @@ def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
     if to == "merged":
         return f"{auto_class_name(task)}.from_pretrained({out!r})"
     if to == "sentence-transformers":
-        return f"from sentence_transformers import SentenceTransformer\nlogits = SentenceTransformer({out!r}).encode(texts)"
+        return (
+            "from sentence_transformers import SentenceTransformer\n"
+            f"logits = SentenceTransformer({out!r}).encode(texts)"
+        )
     base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
     if (Path(out) / HEAD_FILE).exists():
         return "\n".join(head_load_lines(base, out))
@@ -248,22 +293,27 @@ def _peft_model(model, directory: Path, task, apart: bool):
     config = petl_config_of(model)
     edits = [(model.get_submodule(path), config.modules[i], module) for path, i, module, _ in weight_edits(model)]
     prompt = model.petl.prompt.embeddings.detach().clone() if model.petl.prompt is not None else None
-    try:                                          # before anything changes: a refusal leaves the model as it was
+    try:  # before anything changes: a refusal leaves the model as it was
         configs = peft_configs(config, model.config, task.kind, head_apart=apart)
     except NotExpressible as e:
         raise ConfigError(f"{directory}: {e}") from None
     if len(configs) > 1:
-        raise ConfigError(f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
-                          f"holds it but cannot save it (save_pretrained raises); petl-nas predict --run reads it")
-    base = remove_petl(model, warn=False)         # the backbone with its trained head and biases in place
-    (adapter, exported), = configs.items()
+        raise ConfigError(
+            f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
+            f"holds it but cannot save it (save_pretrained raises); petl-nas predict --run reads it"
+        )
+    base = remove_petl(model, warn=False)  # the backbone with its trained head and biases in place
+    ((adapter, exported),) = configs.items()
     wrapped = peft.get_peft_model(base.base_model if apart else base, peft.get_peft_config(exported))
-    layers = {id(layer.get_base_layer()): layer for layer in wrapped.modules()
-              if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)}
+    layers = {
+        id(layer.get_base_layer()): layer
+        for layer in wrapped.modules()
+        if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)
+    }
     with torch.no_grad():
         for linear, spec, module in edits:
             form_named(spec.form).peft_weights(module, layers[id(linear)], adapter)
-        if prompt is not None:                    # a decoder's prompt: PEFT's prompt tuning, prepended alike
+        if prompt is not None:  # a decoder's prompt: PEFT's prompt tuning, prepended alike
             wrapped.prompt_encoder[adapter].embedding.weight.copy_(prompt)
     return wrapped, exported, len(edits)
 
@@ -272,9 +322,9 @@ def _write_peft(model, directory: Path, task, staging: Path, base_name: str | No
     apart = head_apart(model, task)
     head = write_head(model, staging, model.petl.info.get("labels"), f"{directory}") if apart else {}
     wrapped, exported, n = _peft_model(model, directory, task, apart)
-    wrapped.peft_config["default"].base_model_name_or_path = base_name   # PEFT's would be the path loaded here
-    wrapped.save_pretrained(str(staging), save_embedding_layers=False)   # nothing trains them; and PEFT would ask
-                                                                       # the hub about the base named above
+    wrapped.peft_config["default"].base_model_name_or_path = base_name  # PEFT's would be the path loaded here
+    wrapped.save_pretrained(str(staging), save_embedding_layers=False)  # nothing trains them; and PEFT would ask
+    # the hub about the base named above
     return {"updates": n, "peft_config": exported, "base_name": base_name, **head}
 
 
@@ -288,7 +338,8 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
         apart = (staging / HEAD_FILE).exists()
         auto = "AutoModel" if apart else auto_class_name(task)
         base = getattr(transformers, auto).from_pretrained(
-            path, **({} if apart else _base_arguments(task, overrides)), **hub_options(path))
+            path, **({} if apart else _base_arguments(task, overrides)), **hub_options(path)
+        )
     else:
         base, _, _ = fresh_backbone(directory, backbone)
         base = base.base_model if (staging / HEAD_FILE).exists() else base
@@ -299,10 +350,16 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
 # ---- merged ---------------------------------------------------------------------------------------
 def _same_weight(a, b) -> bool:
     """Do modules ``a`` and ``b`` update one weight somewhere (a target, a layer and a block in common)?"""
+
     def overlap(x, y):
         return x is None or y is None or bool(set(x) & set(y))
-    return (a.position == b.position and bool(set(a.targets) & set(b.targets)) and overlap(a.layers, b.layers)
-            and overlap(a.blocks, b.blocks))
+
+    return (
+        a.position == b.position
+        and bool(set(a.targets) & set(b.targets))
+        and overlap(a.layers, b.layers)
+        and overlap(a.blocks, b.blocks)
+    )
 
 
 def _fold_refusals(model) -> list[str]:
@@ -326,10 +383,12 @@ def _merge_refusals(model) -> list[str]:
     reasons = _fold_refusals(model)
     if stock_head_fields(model, model.petl.pooling) is None:
         native = native_pooling(model)
-        reasons.append(f"pooling: {model.petl.pooling} (the stock {type(model).__name__} head reads "
-                       f"{'[CLS] through the pooler' if native == 'pooler' else native}; trained with pooling: "
-                       f"{'pooler_trained' if native == 'pooler' else native}, it merges; convert --to sentence-transformers writes "
-                       f"this pooling and head)")
+        reasons.append(
+            f"pooling: {model.petl.pooling} (the stock {type(model).__name__} head reads "
+            f"{'[CLS] through the pooler' if native == 'pooler' else native}; trained with pooling: "
+            f"{'pooler_trained' if native == 'pooler' else native}, it merges; convert --to sentence-transformers "
+            f"writes this pooling and head)"
+        )
     return reasons
 
 
@@ -364,18 +423,18 @@ def _write_merged(model, directory: Path, task, staging: Path, base_name: None =
         refused = ConfigError(f"{directory}: {e} (petl-nas predict --run reads it as it is)")
         if stock_head_fields(model, model.petl.pooling) != {}:
             raise refused from None
-        try:                                      # a form PEFT expresses and merges (each form's own hooks)
+        try:  # a form PEFT expresses and merges (each form's own hooks)
             wrapped, _, folded = _peft_model(model, directory, task, apart=False)
         except ConfigError:
             raise refused from None
-        try:                                      # a soft prompt: PEFT's prompt tuning has nothing to merge
+        try:  # a soft prompt: PEFT's prompt tuning has nothing to merge
             model = wrapped.merge_and_unload()
         except (ValueError, NotImplementedError, AttributeError):
             raise refused from None
     if task.kind == "classification" and labels:
         model.config.id2label = dict(enumerate(labels))
         model.config.label2id = {label: i for i, label in enumerate(labels)}
-    if task.kind == "seq2seq":                    # a plain generate() decodes as petl-nas predict does
+    if task.kind == "seq2seq":  # a plain generate() decodes as petl-nas predict does
         for key, value in task.seq2seq.generate_kwargs().items():
             setattr(model.generation_config, key, value)
     model.save_pretrained(str(staging))
@@ -387,15 +446,17 @@ def _write_sentence(model, directory: Path, task, staging: Path, base_name: None
     check_sentence_transformers(model, task, str(directory))
     _, head = linear_head(model, str(directory))
     pooling, max_length = model.petl.pooling, model.petl.info.get("max_length", 128)
-    if not _fold_refusals(model):                 # petl-nas folds it: LoRA, BitFit, LayerNorms
+    if not _fold_refusals(model):  # petl-nas folds it: LoRA, BitFit, LayerNorms
         updates = merge_lora(model)
         encoder = remove_petl(model, warn=False).base_model
-    else:                                         # a form PEFT expresses: PEFT folds it
+    else:  # a form PEFT expresses: PEFT folds it
         wrapped, _, updates = _peft_model(model, directory, task, apart=True)
         try:
             encoder = wrapped.merge_and_unload()
         except (ValueError, NotImplementedError, AttributeError) as e:
-            raise ConfigError(f"{directory}: PEFT cannot merge it ({e}); convert --to peft writes the adapter") from None
+            raise ConfigError(
+                f"{directory}: PEFT cannot merge it ({e}); convert --to peft writes the adapter"
+            ) from None
     written = write_sentence_transformers(encoder, head, pooling, model.petl_tokenizer, max_length, staging)
     return {"updates": updates, **written}
 

@@ -5,11 +5,11 @@ something different.
 Both are written as plain JSON in the libraries' own config vocabulary (neither library is
 imported): ``adapters.ConfigUnion.load(d)`` / ``peft.get_peft_config(d)`` read them.
 AdapterHub reference: its ``adapter_config.py`` (bottleneck, lora, prefix_tuning, prompt_tuning,
-union). PEFT: each form says its own tuner (`Form.peft_type`, `Form.peft_fields`); this file names
-no form, only what PEFT's tuners share (target patterns, per-module ranks, bias, head). PEFT's prefix tuning is not this prefix on any family under transformers
-5 (measured with peft 0.21, `tests/deploy/test_peft_export.py`): BERT-style encoders take no past key
-values, so it cannot run there; on decoders it moves the real tokens' positions by the prefix
-length, a different model (equal to this prefix with the positions shifted).
+union). PEFT: each form says its own tuner (`Form.peft_type`, `Form.peft_fields`); this file names no form, only
+what PEFT's tuners share (target patterns, per-module ranks, bias, head). PEFT's prefix tuning is not this
+prefix on any family under transformers 5 (measured with peft 0.21, `tests/deploy/test_peft_export.py`):
+BERT-style encoders take no past key values, so it cannot run there; on decoders it moves the real tokens'
+positions by the prefix length, a different model (equal to this prefix with the positions shifted).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..core.budget import meta_model
 from ..core.config import ModuleSpec, PetlConfig
 from ..core.forms import form_named
 from ..core.head import checkpoint_pooling, native_pooling
+
 
 class NotExpressible(ValueError):
     """The configuration has dimensions the target library cannot express."""
@@ -52,8 +53,9 @@ def to_adapters(config: PetlConfig, hidden_size: int, n_layers: int, task_kind: 
     if config.prompt_length:
         reasons.append("prompt tokens after the first token (AdapterHub's prompt tuning prepends them)")
     if config.pooling in ("mean", "pooler", "pooler_trained") and task_kind in ("classification", "regression"):
-        reasons.append(f"pooling: {config.pooling} (AdapterHub's classification heads read [CLS] into a new "
-                       f"dense layer)")
+        reasons.append(
+            f"pooling: {config.pooling} (AdapterHub's classification heads read [CLS] into a new dense layer)"
+        )
     for i, m in enumerate(config.modules):
         where = f"modules[{i}] ({m.form} at {m.position})"
         if m.blocks is not None:
@@ -80,8 +82,11 @@ def _head_modules(config: PetlConfig, model: nn.Module, task_kind: str) -> dict:
     PEFT's own default for SEQ_CLS is only ``classifier`` and ``score``."""
     if task_kind not in ("classification", "regression"):
         return {}
-    head = [name for name, child in model.named_children()
-            if child is not model.base_model and any(True for _ in child.parameters())]
+    head = [
+        name
+        for name, child in model.named_children()
+        if child is not model.base_model and any(True for _ in child.parameters())
+    ]
     if config.pooling == "pooler_trained":
         head.append("pooler")
     return {"modules_to_save": sorted(set(head))}
@@ -96,7 +101,9 @@ def _resolved_pooling(config: PetlConfig, model_config) -> tuple[str, str]:
     return checkpoint_pooling(getattr(model_config, "_name_or_path", None)) or native, native
 
 
-def _target_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) -> tuple[str, list[str], list[nn.Module]]:
+def _target_pattern(
+    spec, model, m: ModuleSpec, where: str, reasons: list[str]
+) -> tuple[str, list[str], list[nn.Module]]:
     """A regular expression naming exactly the weights ``m`` adapts (its layers written in), their
     names without the layer (to check overlaps) and their layer-0 modules; a fused slice is a reason
     instead."""
@@ -110,8 +117,10 @@ def _target_pattern(spec, model, m: ModuleSpec, where: str, reasons: list[str]) 
         for t in m.targets:
             for site in block.sites(t):
                 if site.parts > 1:
-                    reasons.append(f"{where}: {t} is one of {site.parts} slices of the fused {site.path} "
-                                   f"(PEFT adapts whole modules)")
+                    reasons.append(
+                        f"{where}: {t} is one of {site.parts} slices of the fused {site.path} "
+                        f"(PEFT adapts whole modules)"
+                    )
                     continue
                 alternatives.append(rf"{re.escape(block.layers)}\.(?:{layers})\.{re.escape(site.path)}")
                 names.append(f"{block.layers}.{site.path}")
@@ -159,25 +168,36 @@ def _common_reasons(config: PetlConfig, model_config, spec, task_kind: str, head
         if m.learn_scale:
             reasons.append(f"{where}: learned scale")
         if form.peft_type in _PAST_KEY_VALUES:
-            reasons.append(f"{where}: PEFT's prefix tuning passes past key values, which transformers' "
-                           f"{model_type} models do not take" if not (spec.decoder_only or spec.encoder_decoder) else
-                           f"{where}: PEFT's prefix tuning on the {model_type} backbone moves the real tokens' "
-                           f"positions by the prefix length (a different model)")
+            reasons.append(
+                f"{where}: PEFT's prefix tuning passes past key values, which transformers' "
+                f"{model_type} models do not take"
+                if not (spec.decoder_only or spec.encoder_decoder)
+                else f"{where}: PEFT's prefix tuning on the {model_type} backbone moves the real tokens' "
+                f"positions by the prefix length (a different model)"
+            )
     if config.train_layernorms:
         reasons.append("train_layernorms")
-    if task_kind in ("classification", "regression") and not (spec.decoder_only or spec.encoder_decoder) \
-            and not head_apart:
+    if (
+        task_kind in ("classification", "regression")
+        and not (spec.decoder_only or spec.encoder_decoder)
+        and not head_apart
+    ):
         pooling, native = _resolved_pooling(config, model_config)
         if pooling not in {native} | ({"pooler_trained"} if native == "pooler" else set()):
-            reasons.append(f"pooling: {pooling} (PEFT trains the model's own head, which reads "
-                           f"{'[CLS] through the pooler' if native == 'pooler' else native}; a space or "
-                           f"configuration with pooling: {'pooler_trained' if native == 'pooler' else native} "
-                           f"exports); convert --to peft writes a trained run with its head apart")
-    prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"     # both prepend: the same model
+            reasons.append(
+                f"pooling: {pooling} (PEFT trains the model's own head, which reads "
+                f"{'[CLS] through the pooler' if native == 'pooler' else native}; a space or "
+                f"configuration with pooling: {'pooler_trained' if native == 'pooler' else native} "
+                f"exports); convert --to peft writes a trained run with its head apart"
+            )
+    prompt_as_peft = spec.decoder_only and task_kind == "causal_lm"  # both prepend: the same model
     if config.prompt_length and not prompt_as_peft:
-        reasons.append("a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "
-                       "a pad token wherever a row is right-padded)" if spec.decoder_only else
-                       "prompt tokens after the first token (PEFT prepends them)")
+        reasons.append(
+            "a prompt on a decoder-only classifier (PEFT's classifier then reads the last position, "
+            "a pad token wherever a row is right-padded)"
+            if spec.decoder_only
+            else "prompt tokens after the first token (PEFT prepends them)"
+        )
     return reasons
 
 
@@ -209,13 +229,15 @@ def _tuner(group: list[tuple[int, ModuleSpec]], spec, model, reasons: list[str])
             if key in _PER_MODULE:
                 out.setdefault(_PER_MODULE[key], {})[pattern] = value
             else:
-                reasons.append(f"{where}: its {key} differs from modules[{group[0][0]}]'s (PEFT takes one {key} "
-                               f"per tuner)")
+                reasons.append(
+                    f"{where}: its {key} differs from modules[{group[0][0]}]'s (PEFT takes one {key} per tuner)"
+                )
     return out, adapted
 
 
-def peft_configs(config: PetlConfig, model_config, task_kind: str = "classification",
-                 head_apart: bool = False) -> dict[str, dict]:
+def peft_configs(
+    config: PetlConfig, model_config, task_kind: str = "classification", head_apart: bool = False
+) -> dict[str, dict]:
     """The PEFT config dicts of ``config`` on the backbone ``model_config``, by adapter name:
     ``{"default": ...}`` for one tuner type, one entry per type (named by it, lowercase) for a mix
     that `peft.PeftMixedModel` holds. Each form PEFT expresses writes its own fields (`Form.peft_fields`);
@@ -231,10 +253,14 @@ def peft_configs(config: PetlConfig, model_config, task_kind: str = "classificat
         if form.peft_refusal(m, "") is None and form.peft_type not in _PAST_KEY_VALUES:
             groups.setdefault(form.peft_type, []).append((i, m))
     if config.prompt_length and groups:
-        reasons.append("several methods at once (a soft prompt and a tuner: PEFT's prompt tuning is a config of its own)")
+        reasons.append(
+            "several methods at once (a soft prompt and a tuner: PEFT's prompt tuning is a config of its own)"
+        )
     if len(groups) > 1 and (blocking := [t for t in groups if t not in MIXABLE]):
-        reasons.append(f"a mix of PEFT tuners ({' + '.join(groups)}): PeftMixedModel mixes only "
-                       f"{', '.join(MIXABLE)}, not {', '.join(blocking)}")
+        reasons.append(
+            f"a mix of PEFT tuners ({' + '.join(groups)}): PeftMixedModel mixes only "
+            f"{', '.join(MIXABLE)}, not {', '.join(blocking)}"
+        )
     tuners = {t: _tuner(g, spec, model, reasons) for t, g in groups.items()}
     if config.bitfit and not any("bias" in fields for fields, _ in tuners.values()):
         reasons.append("bitfit without LoRA (PEFT trains biases only beside a tuner that takes bias='all')")
@@ -247,14 +273,24 @@ def peft_configs(config: PetlConfig, model_config, task_kind: str = "classificat
         if "bias" in fields and config.bitfit:
             fields["bias"] = "all"
         if "fan_in_fan_out" in fields and not all(isinstance(module, nn.Linear) for module in adapted):
-            fields["fan_in_fan_out"] = True           # GPT-2's Conv1D keeps its weight as [in, out]
-        out["default" if len(tuners) == 1 else peft_type.lower()] = {**base, "peft_type": peft_type, **fields,
-                                                                      **(head if n == 0 else {})}
+            fields["fan_in_fan_out"] = True  # GPT-2's Conv1D keeps its weight as [in, out]
+        out["default" if len(tuners) == 1 else peft_type.lower()] = {
+            **base,
+            "peft_type": peft_type,
+            **fields,
+            **(head if n == 0 else {}),
+        }
     if out:
         return out
-    if config.prompt_length:                              # PEFT's logits begin with the prompt positions'
-        return {"default": {**base, "peft_type": "PROMPT_TUNING", "num_virtual_tokens": config.prompt_length,
-                            "token_dim": model.get_input_embeddings().embedding_dim}}
+    if config.prompt_length:  # PEFT's logits begin with the prompt positions'
+        return {
+            "default": {
+                **base,
+                "peft_type": "PROMPT_TUNING",
+                "num_virtual_tokens": config.prompt_length,
+                "token_dim": model.get_input_embeddings().embedding_dim,
+            }
+        }
     raise NotExpressible("HF PEFT", ["an empty configuration"])
 
 
@@ -265,8 +301,13 @@ def to_peft(config: PetlConfig, model_config, task_kind: str = "classification",
     tuning (both prepend it)."""
     configs = peft_configs(config, model_config, task_kind, head_apart)
     if len(configs) > 1:
-        raise NotExpressible("HF PEFT", [f"a mix of PEFT tuners ({' + '.join(c['peft_type'] for c in configs.values())}"
-                                         f"): one config holds one (petl-nas convert --to peft writes a PeftMixedModel)"])
+        raise NotExpressible(
+            "HF PEFT",
+            [
+                f"a mix of PEFT tuners ({' + '.join(c['peft_type'] for c in configs.values())}"
+                f"): one config holds one (petl-nas convert --to peft writes a PeftMixedModel)"
+            ],
+        )
     return configs["default"]
 
 

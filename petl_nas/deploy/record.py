@@ -115,8 +115,10 @@ def read_record(path: str | Path) -> ExportRecord:
     searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)
     for key in rec:
         if key in searched and not {"petl_config", "recipe"} & set(rec):
-            raise ConfigError(f"{path}: this is an experiment file (key {key!r}): petl-nas search --experiment "
-                              f"runs it; train takes a record that petl-nas export writes")
+            raise ConfigError(
+                f"{path}: this is an experiment file (key {key!r}): petl-nas search --experiment "
+                f"runs it; train takes a record that petl-nas export writes"
+            )
         if key not in RECORD_KEYS:
             raise ConfigError(f"{path}: unknown key {key!r}{suggest(key, RECORD_KEYS)}")
     for key in ("backbone", "task", "petl_config", "recipe"):
@@ -141,7 +143,9 @@ def _check_recipe(path: Path, recipe) -> None:
     for key in recipe:
         if key not in Recipe.__dataclass_fields__:
             raise ConfigError(f"{path}: recipe.{key}: unknown key{suggest(key, Recipe.__dataclass_fields__)}")
-    check_fields(recipe, f"{path}: recipe.", {key: number(0, True) for key in ("lr", "epochs", "batch_size", "max_length")})
+    check_fields(
+        recipe, f"{path}: recipe.", {key: number(0, True) for key in ("lr", "epochs", "batch_size", "max_length")}
+    )
 
 
 __all__ = ["ExportRecord", "RECORD_KEYS", "read_record", "write_record", "make_parent"]

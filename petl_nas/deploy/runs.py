@@ -30,27 +30,36 @@ from pathlib import Path
 import torch
 
 from ..core.budget import check_positions, count_parameters
-from ..errors import ConfigError, PetlWarning, read_text
-from ..tasks.encoding import encode
-from ..fileio import atomic_folder, atomic_write
 from ..core.inject import CONFIG_FILE, load_petl, save_petl
-from ..core.precision import autocast_for
-from ..tasks import load_splits, recorded_task, resolve_task
-from ..tasks.glue import label_names
-from ..search.experiment import Experiment
 from ..core.models import check_backbone_files
-from ..training.loop import train
+from ..core.precision import autocast_for
+from ..errors import ConfigError, PetlWarning, read_text
+from ..fileio import atomic_folder, atomic_write
+from ..search.experiment import Experiment
+from ..tasks import load_splits, recorded_task, resolve_task
+from ..tasks.encoding import encode
+from ..tasks.glue import label_names
 from ..training.loading import TrainData, load_backbone, petl_copy, tiny_model
+from ..training.loop import train
 from ..training.threads import use_threads
 from .record import ExportRecord
-from .texts import MAX_TEXT_BYTES, check_size, echo
+from .texts import MAX_TEXT_BYTES, check_size
 
 TOKENIZER_DIR = "tokenizer"
 
 
-def train_record(rec: ExportRecord | dict, seeds: int | None = None, out: str | Path = "petl_out", device: str | None = None,
-                 progress: bool = True, printer=print, keep_models: bool = False, compile: str | None = None,
-                 cuda_graphs: bool | None = None, overwrite: bool = False) -> dict:
+def train_record(
+    rec: ExportRecord | dict,
+    seeds: int | None = None,
+    out: str | Path = "petl_out",
+    device: str | None = None,
+    progress: bool = True,
+    printer=print,
+    keep_models: bool = False,
+    compile: str | None = None,
+    cuda_graphs: bool | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Train ``rec`` (a record, or a mapping of its keys) once per seed; save each run's PETL weights;
     return (and write) the metrics.
     With ``keep_models`` the trained models come back too, under ``"models"`` (not written).
@@ -63,46 +72,58 @@ def train_record(rec: ExportRecord | dict, seeds: int | None = None, out: str | 
         raise ConfigError(f"seeds: expected a whole number >= 1, got {seeds}")
     others = runs_of_other_records(out, rec)
     if others and not overwrite:
-        raise ConfigError(f"output folder {str(out)!r} holds runs of another record ({', '.join(others[:3])}"
-                          f"{', ...' if len(others) > 3 else ''}); choose another --out, or pass --overwrite "
-                          f"to replace them")
-    created = [p for p in (out, *out.parents) if not p.exists()]      # innermost first
-    try:                                  # before any training: a path that cannot be a folder fails now
+        raise ConfigError(
+            f"output folder {str(out)!r} holds runs of another record ({', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''}); choose another --out, or pass --overwrite "
+            f"to replace them"
+        )
+    created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
+    try:  # before any training: a path that cannot be a folder fails now
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"output folder {str(out)!r} cannot be created ({e.strerror})") from None
     foreign = sorted(p.name for p in out.iterdir() if not (p.name == "metrics.json" or p.name.startswith("seed_")))
-    if foreign:                           # another tool's folder (a converted model, ...): not ours to mix into
-        raise ConfigError(f"output folder {str(out)!r} holds other files ({', '.join(foreign[:3])}"
-                          f"{', ...' if len(foreign) > 3 else ''}); choose another --out")
+    if foreign:  # another tool's folder (a converted model, ...): not ours to mix into
+        raise ConfigError(
+            f"output folder {str(out)!r} holds other files ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); choose another --out"
+        )
     try:
         return _train_seeds(rec, seeds, out, device, progress, printer, keep_models, compile, cuda_graphs)
-    except BaseException:                 # nothing trained: the folders made for it go too
+    except BaseException:  # nothing trained: the folders made for it go too
         for folder in created:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
 
 
-def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer, keep_models, compile,
-                 cuda_graphs) -> dict:
+def _train_seeds(
+    rec: ExportRecord, seeds, out: Path, device, progress, printer, keep_models, compile, cuda_graphs
+) -> dict:
     task = resolve_task(rec.task)
     config = rec.config()
     base_recipe = rec.training_recipe(compile=compile, cuda_graphs=cuda_graphs)
     task.check_max_length(base_recipe.max_length, "recipe.max_length")
-    data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed     # a record may leave it out
-    splits = load_splits(task, data_dir=rec.data_dir, k=rec.k, data_seed=data_seed,
-                         search_dev_size=1 if rec.k is None else rec.search_dev)
+    data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed  # a record may leave it out
+    splits = load_splits(
+        task,
+        data_dir=rec.data_dir,
+        k=rec.k,
+        data_seed=data_seed,
+        search_dev_size=1 if rec.k is None else rec.search_dev,
+    )
     check_backbone_files(rec.backbone)
     model, tok = load_backbone(rec.backbone, task, splits)
     check_positions(model.config, base_recipe.max_length, "recipe.max_length")
     counts = count_parameters(model.config, config, task.num_labels)
-    deployable = counts.deployable                                                  # as trained
+    deployable = counts.deployable  # as trained
     _check_room(out, seeds or rec.seeds or 1, counts)
     recorded = (rec.counts or {}).get("deployable")
-    if recorded is not None and recorded != deployable:     # a record edited onto another backbone or task
-        printer(f"note: on this backbone the configuration has {deployable:,} deployable parameters; the record's "
-                f"counts say {recorded:,} (it was exported for another backbone or task)")
+    if recorded is not None and recorded != deployable:  # a record edited onto another backbone or task
+        printer(
+            f"note: on this backbone the configuration has {deployable:,} deployable parameters; the record's "
+            f"counts say {recorded:,} (it was exported for another backbone or task)"
+        )
     if rec.k is None:
         splits = splits.for_final_training()
     encoded = encode(splits, tok, max_length=base_recipe.max_length)
@@ -110,41 +131,65 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     n = seeds or rec.seeds or 1
 
     def one(seed: int) -> tuple[dict, object]:
-        run_dir = out / f"seed_{seed}"                # one layout whatever the seed count (predict --run OUT/seed_0)
+        run_dir = out / f"seed_{seed}"  # one layout whatever the seed count (predict --run OUT/seed_0)
         key = run_key(rec, seed)
         done = _finished_run(run_dir, key)
         if done is not None and not keep_models:
             printer(f"seed {seed}: already trained, test {task.main_metric} {done['last']:.4f} -> {run_dir} (kept)")
             return done, None
         if done is None and (run_dir / CONFIG_FILE).exists():
-            printer(f"seed {seed}: {run_dir} holds a run of another record (configuration, recipe, backbone or "
-                    f"data); it is replaced")
+            printer(
+                f"seed {seed}: {run_dir} holds a run of another record (configuration, recipe, backbone or "
+                f"data); it is replaced"
+            )
         trained = petl_copy(model, config, seed)
-        result = train(trained, TrainData(encoded.train, encoded.test), task, base_recipe.with_overrides(seed=seed),
-                       device, progress=progress)
-        run = {"seed": seed, "dir": str(run_dir), "last": result.last_score, "best": result.score,
-               "train_s": result.wall_s,               # and every metric of the task at its last evaluation
-               "metrics": {m: result.history[-1][m] for m in task.metrics if m in result.history[-1]}}
-        info = {"backbone": rec.backbone, "task": rec.task, "kind": task.kind, "labels": list(task.labels),
-                "max_length": base_recipe.max_length, "metric": task.main_metric, "score": result.last_score,
-                "data_dir": rec.data_dir, "run_key": key, "run": run}
-        if isinstance(rec.backbone, dict):              # tiny backbones: keep their tokenizer too
+        result = train(
+            trained,
+            TrainData(encoded.train, encoded.test),
+            task,
+            base_recipe.with_overrides(seed=seed),
+            device,
+            progress=progress,
+        )
+        run = {
+            "seed": seed,
+            "dir": str(run_dir),
+            "last": result.last_score,
+            "best": result.score,
+            "train_s": result.wall_s,  # and every metric of the task at its last evaluation
+            "metrics": {m: result.history[-1][m] for m in task.metrics if m in result.history[-1]},
+        }
+        info = {
+            "backbone": rec.backbone,
+            "task": rec.task,
+            "kind": task.kind,
+            "labels": list(task.labels),
+            "max_length": base_recipe.max_length,
+            "metric": task.main_metric,
+            "score": result.last_score,
+            "data_dir": rec.data_dir,
+            "run_key": key,
+            "run": run,
+        }
+        if isinstance(rec.backbone, dict):  # tiny backbones: keep their tokenizer too
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_folder(run_dir / TOKENIZER_DIR, lambda folder: tok.save_pretrained(str(folder)))
-        save_petl(trained.cpu(), run_dir, info=info)       # last: its config file marks the run finished
-        printer(f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s "
-                f"({result.threads} CPU thread{'s' * (result.threads != 1)}) -> {run_dir}")
+        save_petl(trained.cpu(), run_dir, info=info)  # last: its config file marks the run finished
+        printer(
+            f"seed {seed}: test {task.main_metric} {result.last_score:.4f} in {result.wall_s:.0f}s "
+            f"({result.threads} CPU thread{'s' * (result.threads != 1)}) -> {run_dir}"
+        )
         return run, trained
 
     finished: dict[int, tuple[dict, object]] = {}
-    elsewhere = []                                     # seeds another `train` into this folder is training
+    elsewhere = []  # seeds another `train` into this folder is training
     for seed in range(n):
         with claim_seed(out, seed, wait=False) as mine:
             if mine:
                 finished[seed] = one(seed)
             else:
                 elsewhere.append(seed)
-    for seed in elsewhere:                             # then each is read as trained (or trained, if it stopped)
+    for seed in elsewhere:  # then each is read as trained (or trained, if it stopped)
         printer(f"seed {seed}: another `petl-nas train` into {out} is training it; waiting for it")
         with claim_seed(out, seed, wait=True):
             finished[seed] = one(seed)
@@ -152,15 +197,20 @@ def _train_seeds(rec: ExportRecord, seeds, out: Path, device, progress, printer,
     models = [finished[seed][1] for seed in range(n) if finished[seed][1] is not None]
     _remove_other_records(out, rec, n, printer)
     last = [r["last"] for r in runs]
-    scored = [r["metrics"] for r in runs if "metrics" in r]            # (runs an earlier petl-nas saved lack them)
+    scored = [r["metrics"] for r in runs if "metrics" in r]  # (runs an earlier petl-nas saved lack them)
     test_rows = len(encoded.test) if base_recipe.eval_rows is None else min(len(encoded.test), base_recipe.eval_rows)
-    summary = {"metric": task.main_metric, "split": "test", "mean": statistics.fmean(last),
-               "std": statistics.stdev(last) if len(last) > 1 else None, "runs": runs,
-               "metrics": ({m: statistics.fmean(r[m] for r in scored) for m in scored[0]}
-                           if len(scored) == len(runs) else {}),
-               "test_rows": test_rows, "test_rows_of": len(encoded.test),
-               "deployable": deployable,
-               "provenance": rec.provenance}
+    summary = {
+        "metric": task.main_metric,
+        "split": "test",
+        "mean": statistics.fmean(last),
+        "std": statistics.stdev(last) if len(last) > 1 else None,
+        "runs": runs,
+        "metrics": ({m: statistics.fmean(r[m] for r in scored) for m in scored[0]} if len(scored) == len(runs) else {}),
+        "test_rows": test_rows,
+        "test_rows_of": len(encoded.test),
+        "deployable": deployable,
+        "provenance": rec.provenance,
+    }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
     return {**summary, "models": models} if keep_models else summary
@@ -198,7 +248,7 @@ def _remove_other_records(out: Path, rec: ExportRecord, n: int, printer) -> None
             printer(f"{run_dir}: a run of another record (or an unfinished one); removed")
 
 
-RUN_FILES_BYTES = 64 * 1024        # a run's config file, its tokenizer when tiny, and metrics.json, with room
+RUN_FILES_BYTES = 64 * 1024  # a run's config file, its tokenizer when tiny, and metrics.json, with room
 
 
 def _check_room(out: Path, n: int, counts) -> None:
@@ -207,9 +257,11 @@ def _check_room(out: Path, n: int, counts) -> None:
     need = n * (4 * (counts.deployable + counts.head) + RUN_FILES_BYTES)
     free = shutil.disk_usage(out).free
     if free < need:
-        raise ConfigError(f"output folder {str(out)!r}: {free / 1024:,.0f} KiB free on its disk, and {n} "
-                          f"run{'s' if n > 1 else ''} need about {need / 1024:,.0f} KiB; free some space or "
-                          f"choose another --out")
+        raise ConfigError(
+            f"output folder {str(out)!r}: {free / 1024:,.0f} KiB free on its disk, and {n} "
+            f"run{'s' if n > 1 else ''} need about {need / 1024:,.0f} KiB; free some space or "
+            f"choose another --out"
+        )
 
 
 def runs_of_other_records(out: Path, rec: ExportRecord) -> list[str]:
@@ -219,7 +271,7 @@ def runs_of_other_records(out: Path, rec: ExportRecord) -> list[str]:
     for run_dir in sorted(Path(out).glob("seed_*")) if Path(out).is_dir() else ():
         seed = run_dir.name.removeprefix("seed_")
         if not (seed.isdigit() and (run_dir / CONFIG_FILE).is_file()):
-            continue                                     # an unfinished run: ours to train again
+            continue  # an unfinished run: ours to train again
         try:
             key = _info(run_dir).get("run_key")
         except (ConfigError, ValueError):
@@ -251,15 +303,19 @@ def _info(directory: Path) -> dict:
     directory = Path(directory)
     path = directory / CONFIG_FILE
     if not path.exists():
-        if directory.is_file():                    # an export record, say: train it first
-            raise ConfigError(f"{directory}: a file, not a trained run's folder (petl-nas train --config FILE "
-                              f"--out DIR trains an exported record; then pass DIR/seed_0)")
+        if directory.is_file():  # an export record, say: train it first
+            raise ConfigError(
+                f"{directory}: a file, not a trained run's folder (petl-nas train --config FILE "
+                f"--out DIR trains an exported record; then pass DIR/seed_0)"
+            )
         if not directory.is_dir():
             raise ConfigError(f"{directory}: no such directory")
         runs = sorted(p.parent.name for p in directory.glob(f"seed_*/{CONFIG_FILE}"))
-        if runs:                                   # the folder `train --out` wrote: one run per seed inside
-            raise ConfigError(f"{directory}: a `petl-nas train` output folder; pass one of its runs: "
-                              f"{directory / runs[0]}" + (f" (or {', '.join(runs[1:])})" if runs[1:] else ""))
+        if runs:  # the folder `train --out` wrote: one run per seed inside
+            raise ConfigError(
+                f"{directory}: a `petl-nas train` output folder; pass one of its runs: "
+                f"{directory / runs[0]}" + (f" (or {', '.join(runs[1:])})" if runs[1:] else "")
+            )
         raise ConfigError(f"{directory}: no {CONFIG_FILE} here (not a trained PETL directory)")
     return check_run(directory)
 
@@ -294,17 +350,19 @@ def fresh_backbone(directory: str | Path, backbone=None):
     backbone = backbone if backbone is not None else info.get("backbone")
     if backbone is None:
         raise ConfigError(f"{directory}: the backbone is not recorded; pass it")
-    task = recorded_task(info["task"], info.get("labels"))       # a file task's files may be gone
+    task = recorded_task(info["task"], info.get("labels"))  # a file task's files may be gone
     if isinstance(backbone, dict):
         from transformers import AutoTokenizer
 
-        if not (directory / TOKENIZER_DIR).is_dir():        # else transformers would ask the hub for it
-            raise ConfigError(f"{directory}: a run on a tiny backbone keeps its tokenizer in {TOKENIZER_DIR}/, "
-                              f"and it is missing; copy the run's folder whole")
+        if not (directory / TOKENIZER_DIR).is_dir():  # else transformers would ask the hub for it
+            raise ConfigError(
+                f"{directory}: a run on a tiny backbone keeps its tokenizer in {TOKENIZER_DIR}/, "
+                f"and it is missing; copy the run's folder whole"
+            )
         tok = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR))
         return tiny_model(backbone, task, tok), tok, info
-    check_backbone_files(backbone)                # a damaged folder (--backbone DIR): one line naming the file
-    model, tok = load_backbone(backbone, task)    # a name or path that is no model: one line, as count says it
+    check_backbone_files(backbone)  # a damaged folder (--backbone DIR): one line naming the file
+    model, tok = load_backbone(backbone, task)  # a name or path that is no model: one line, as count says it
     return copy.deepcopy(model), tok, info
 
 
@@ -321,7 +379,7 @@ def check_input(path: str | Path, max_bytes: int = MAX_TEXT_BYTES) -> Path:
     """``path`` if it is a file `read_texts` can read (checked before a model is loaded)."""
     path = _input_path(path)
     if path.suffix.lower() == ".txt":
-        _text_lines(path, say_skipped=False, max_bytes=max_bytes)     # said once, when `read_texts` reads them
+        _text_lines(path, say_skipped=False, max_bytes=max_bytes)  # said once, when `read_texts` reads them
     return path
 
 
@@ -347,10 +405,14 @@ def _text_lines(path: Path, say_skipped: bool = True, max_bytes: int = MAX_TEXT_
     if not texts:
         raise ConfigError(f"input '{path}': no texts in it")
     last = max(i for i, line in enumerate(lines) if line.strip())
-    blank = [i + 1 for i, line in enumerate(lines[:last]) if not line.strip()]     # trailing ones: nothing to say
+    blank = [i + 1 for i, line in enumerate(lines[:last]) if not line.strip()]  # trailing ones: nothing to say
     if blank and say_skipped:
-        warnings.warn(f"input '{path}': {len(blank)} blank line{'s' if len(blank) > 1 else ''} skipped (line "
-                      f"{', '.join(map(str, blank[:5]))}{', ...' if len(blank) > 5 else ''})", PetlWarning, stacklevel=2)
+        warnings.warn(
+            f"input '{path}': {len(blank)} blank line{'s' if len(blank) > 1 else ''} skipped (line "
+            f"{', '.join(map(str, blank[:5]))}{', ...' if len(blank) > 5 else ''})",
+            PetlWarning,
+            stacklevel=2,
+        )
     return texts
 
 
@@ -360,12 +422,14 @@ def read_texts(path: str | Path, text_columns, max_bytes: int = MAX_TEXT_BYTES) 
     from ..tasks.files import read_table
     from ..tasks.registry import checked_texts
 
-    path = _input_path(path)                           # its lines are read once, below
+    path = _input_path(path)  # its lines are read once, below
     text_columns = list(text_columns)
     if path.suffix.lower() == ".txt":
         if len(text_columns) > 1:
-            raise ConfigError(f"input '{path}': the model reads {len(text_columns)} texts a row "
-                              f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns")
+            raise ConfigError(
+                f"input '{path}': the model reads {len(text_columns)} texts a row "
+                f"({', '.join(text_columns)}); give a .csv, .tsv, .json or .jsonl file with those columns"
+            )
         return [(line,) for line in _text_lines(path, max_bytes=max_bytes)]
     table = read_table(str(path), text_columns)
     rows = list(zip(*[checked_texts(c, table[c], lambda i: f"{path}, row {i + 1}") for c in text_columns]))
@@ -388,17 +452,28 @@ def predict(model, rows: list[tuple[str, ...]], batch_size: int = 64) -> list[di
     use_threads()
     with torch.no_grad(), autocast_for(model, device):
         for i in range(0, len(rows), batch_size):
-            chunk = rows[i:i + batch_size]
-            enc = tok(*[list(col) for col in zip(*chunk)], truncation=True, padding=True,
-                      max_length=info.get("max_length", 128), return_tensors="pt").to(device)
+            chunk = rows[i : i + batch_size]
+            enc = tok(
+                *[list(col) for col in zip(*chunk)],
+                truncation=True,
+                padding=True,
+                max_length=info.get("max_length", 128),
+                return_tensors="pt",
+            ).to(device)
             logits = model(**enc).logits.float().cpu()
             if logits.shape[-1] == 1:
                 out += [{"score": float(v)} for v in logits[:, 0]]
             else:
                 probs = logits.softmax(-1)
                 names = label_names(info.get("task"), info.get("labels") or [str(j) for j in range(probs.shape[-1])])
-                out += [{"label": names[int(p.argmax())], "label_id": int(p.argmax()),
-                         "probabilities": {name: round(float(x), 6) for name, x in zip(names, p)}} for p in probs]
+                out += [
+                    {
+                        "label": names[int(p.argmax())],
+                        "label_id": int(p.argmax()),
+                        "probabilities": {name: round(float(x), 6) for name, x in zip(names, p)},
+                    }
+                    for p in probs
+                ]
     return out
 
 

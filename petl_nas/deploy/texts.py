@@ -41,8 +41,10 @@ def rows_of(texts: dict[int, str], text_columns, where) -> list[tuple[str, ...]]
     for i, text in texts.items():
         row = tuple(text.split("\t")) if len(columns) > 1 else (text,)
         if len(row) != len(columns):
-            raise ConfigError(f"{where(i)}: the model reads {len(columns)} texts a row ({', '.join(columns)}), "
-                              f"tab-separated; found {len(row)} (starts {echo(text, 20)!r})")
+            raise ConfigError(
+                f"{where(i)}: the model reads {len(columns)} texts a row ({', '.join(columns)}), "
+                f"tab-separated; found {len(row)} (starts {echo(text, 20)!r})"
+            )
         rows.append(row)
     return rows
 

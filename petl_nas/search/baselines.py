@@ -1,9 +1,9 @@
 """The LoRA rank sweep: the baseline front a searched front must rise above.
 
-The most common objection to a PEFT search is that its front is not above a plain LoRA rank sweep.
-With ``final: {baselines: true}`` (the default; ``false`` leaves it out) a study also trains LoRA at r = 1, 2, 4, ... 32 on q,v
-and on every linear layer (q, k, v, o and both FFN matrices), s = 2 as the LoRA preset, with the
-space's head, at every rank whose deployable count fits the budget. Each sweep point is enqueued as a
+The most common objection to a PEFT search is that its front is not above a plain LoRA rank sweep. With ``final:
+{baselines: true}`` (the default; ``false`` leaves it out) a study also trains LoRA at r = 1, 2, 4, ... 32 on
+q,v and on every linear layer (q, k, v, o and both FFN matrices), s = 2 as the LoRA preset, with the space's
+head, at every rank whose deployable count fits the budget. Each sweep point is enqueued as a
 point of the space with its learning rate left to the sampler, so it is chosen the same way as every
 searched trial's, trained and scored the same way, and marked ``baseline: lora_<targets>_r<r>``.
 Sweep trials come on top of ``trials``. `fronts.py` compares the fronts.
@@ -42,12 +42,13 @@ from ..errors import ConfigError
 from .records import LR_FROM_SAMPLER, StoredTrial
 
 RANKS = (1, 2, 4, 8, 16, 32)
-PROMPT_TOKENS = 20                      # the prompt_tuning preset's length: the longest tried here
+PROMPT_TOKENS = 20  # the prompt_tuning preset's length: the longest tried here
 
 
 def _lora_qv(r: int, layers=None) -> PetlConfig:
-    return PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=r, composition="scaled",
-                                          scale=2.0, layers=layers),))
+    return PetlConfig(
+        modules=(ModuleSpec(form="lora", targets=("q", "v"), size=r, composition="scaled", scale=2.0, layers=layers),)
+    )
 
 
 def budget_baselines(model_config, budget: int | None, n_layers: int) -> list[tuple[str, PetlConfig]]:
@@ -56,8 +57,11 @@ def budget_baselines(model_config, budget: int | None, n_layers: int) -> list[tu
     if budget is None or fits(model_config, _lora_qv(1), budget):
         return []
     found = [("head_only", PetlConfig())]
-    top = [k for k in range(n_layers - 1, 0, -1)
-           if fits(model_config, _lora_qv(1, tuple(range(n_layers - k, n_layers))), budget)]
+    top = [
+        k
+        for k in range(n_layers - 1, 0, -1)
+        if fits(model_config, _lora_qv(1, tuple(range(n_layers - k, n_layers))), budget)
+    ]
     if top:
         found.append((f"lora_qv_r1_top{top[0]}", _lora_qv(1, tuple(range(n_layers - top[0], n_layers)))))
     prompt = [n for n in range(PROMPT_TOKENS, 0, -1) if fits(model_config, PetlConfig(prompt_length=n), budget)]
@@ -88,8 +92,12 @@ def family_baselines(model_config, budget: int | None, n_layers: int, names=None
             continue
         label = name
         if shaped != config:
-            sizes = "_".join(f"{form_named(m.form).size_letter}{m.size}" for m in shaped.modules
-                             if form_named(m.form).sized) or ""
+            sizes = (
+                "_".join(
+                    f"{form_named(m.form).size_letter}{m.size}" for m in shaped.modules if form_named(m.form).sized
+                )
+                or ""
+            )
             layers = shaped.modules[0].layers
             top = f"top{len(layers)}" if layers is not None and layers != config.modules[0].layers else ""
             label = "_".join(p for p in (name, sizes, top) if p)
@@ -102,9 +110,12 @@ def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]
     points = []
     for r in RANKS:
         qv = PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=r, composition="scaled", scale=2.0),))
-        every = PetlConfig(modules=(
-            ModuleSpec(form="lora", targets=("q", "k", "v", "o"), size=r, composition="scaled", scale=2.0),
-            ModuleSpec(form="lora", position="ffn", size=r, composition="scaled", scale=2.0)))
+        every = PetlConfig(
+            modules=(
+                ModuleSpec(form="lora", targets=("q", "k", "v", "o"), size=r, composition="scaled", scale=2.0),
+                ModuleSpec(form="lora", position="ffn", size=r, composition="scaled", scale=2.0),
+            )
+        )
         for name, config in ((f"lora_qv_r{r}", qv), (f"lora_all_r{r}", every)):
             n = count_parameters(model_config, config).deployable
             if budget is None or n <= budget:
@@ -119,7 +130,7 @@ def anchors(model_config, budget: int | None, n_layers: int) -> list[tuple[str, 
     largest: dict[str, tuple[str, PetlConfig]] = {}
     for name, config in lora_sweep(model_config, budget) + budget_baselines(model_config, budget, n_layers):
         if name != "head_only":
-            largest[re.sub(r"\d+$", "", name)] = (name, config)       # both lists run smallest first
+            largest[re.sub(r"\d+$", "", name)] = (name, config)  # both lists run smallest first
     return sorted(largest.values(), key=lambda p: count_parameters(model_config, p[1]).deployable)
 
 
@@ -130,8 +141,11 @@ def best_2022_baseline(study):
     confirmation's best baseline falls back); None where the study has no such baseline."""
     from .confirm import confirmed_scores, is_baseline, mean_score
 
-    done = [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.COMPLETE and t.values is not None and is_baseline(t) and not _recent(t)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE and t.values is not None and is_baseline(t) and not _recent(t)
+    ]
     learned = [t for t in done if not StoredTrial.of(t).did_not_learn]
     confirmed = set(confirmed_scores(study))
     if [t for t in learned if t.number in confirmed]:
@@ -149,8 +163,9 @@ def sweep_trials(study) -> set[str]:
     return {s.sweep for s in map(StoredTrial.of, study.get_trials(deepcopy=False)) if s.sweep}
 
 
-def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
-               calibrated: bool = False, presets=(), families=None) -> tuple[int, list[str]]:
+def seed_sweep(
+    study, space, model_config, budget: int | None, n_layers: int, calibrated: bool = False, presets=(), families=None
+) -> tuple[int, list[str]]:
     """Enqueue the sweep points the study lacks; returns (sweep trials in the study, lines to print).
 
     A point the space cannot hold (a rank past its range, targets it lacks) is skipped and named.
@@ -169,17 +184,18 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
     if calibrated:
         for name, config in fitting:
             near = space.nearest_point(config, 1.0, n_layers)
-            if near is not None and not near[1]:                  # the preset as it is, no sizes clamped
+            if near is not None and not near[1]:  # the preset as it is, no sizes clamped
                 twins[repr(sorted(near[0].items()))] = name
     preset_configs = {repr(config): name for name, config in fitting}
     small = []
-    for name, config in budget_baselines(model_config, budget, n_layers) + family_baselines(model_config, budget,
-                                                                                               n_layers, families):
+    for name, config in budget_baselines(model_config, budget, n_layers) + family_baselines(
+        model_config, budget, n_layers, families
+    ):
         twin = preset_configs.get(repr(space.with_head(config)))
         if twin is None:
             small.append((name, config))
-        elif name not in have:                                    # prompt tuning of 20 tokens, BitFit:
-            same.append(f"{name} (the {twin} preset)")              # the preset's trial is that run
+        elif name not in have:  # prompt tuning of 20 tokens, BitFit:
+            same.append(f"{name} (the {twin} preset)")  # the preset's trial is that run
     for name, config in lora_sweep(model_config, budget) + small:
         if name in have:
             continue
@@ -187,8 +203,11 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
         lr = 1.0 if calibrated else space.globals["lr"].low
         params = space.params_for(config, lr, n_layers) if "lr" in space.globals else None
         if params is None and small and name in dict(small):
-            attrs = {"baseline": name, "petl_config": config.to_dict(),       # given whole, as off-space presets
-                     **({"recipe": {"lr_scale": 1.0}} if calibrated else {LR_FROM_SAMPLER: True})}
+            attrs = {
+                "baseline": name,
+                "petl_config": config.to_dict(),  # given whole, as off-space presets
+                **({"recipe": {"lr_scale": 1.0}} if calibrated else {LR_FROM_SAMPLER: True}),
+            }
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
             queued.append(name)
             continue
@@ -200,25 +219,36 @@ def seed_sweep(study, space, model_config, budget: int | None, n_layers: int,
             same.append(f"{name} (the {twin} preset)")
             continue
         if not calibrated:
-            params.pop("lr", None)                 # the sampler chooses it, as for every searched trial
+            params.pop("lr", None)  # the sampler chooses it, as for every searched trial
         study.enqueue_trial(params, user_attrs={"baseline": name}, skip_if_exists=False)
         queued.append(name)
     sweep = {name for name, _ in lora_sweep(model_config, budget)}
     lines = []
-    for kind, names, rates in (("LoRA rank sweep", [n for n in queued if n in sweep], "at LoRA's measured rate"),
-                               ("baselines for this budget", [n for n in queued if n not in sweep],
-                                "at their families' measured rates")):
+    for kind, names, rates in (
+        ("LoRA rank sweep", [n for n in queued if n in sweep], "at LoRA's measured rate"),
+        ("baselines for this budget", [n for n in queued if n not in sweep], "at their families' measured rates"),
+    ):
         if names:
             rates = rates if calibrated else "learning rates from the sampler"
             lines.append(f"{kind} queued (on top of the trials; {rates}): {', '.join(names)}")
     if skipped:
         lines.append(f"LoRA rank sweep: not points of space {space.name!r}, skipped: {', '.join(skipped)}")
-    for kind, names in (("baselines for this budget: the same configuration", [s for s in same if s.split()[0] not in sweep]),
-                        ("LoRA rank sweep: the same configuration and rate", [s for s in same if s.split()[0] in sweep])):
+    for kind, names in (
+        ("baselines for this budget: the same configuration", [s for s in same if s.split()[0] not in sweep]),
+        ("LoRA rank sweep: the same configuration and rate", [s for s in same if s.split()[0] in sweep]),
+    ):
         if names and queued:
             lines.append(f"{kind} as a preset, its trial stands for it: {', '.join(names)}")
     return len(have) + len(queued), lines
 
 
-__all__ = ["best_2022_baseline", "lora_sweep", "budget_baselines", "family_baselines", "seed_sweep", "sweep_trials",
-           "RANKS", "PROMPT_TOKENS"]
+__all__ = [
+    "best_2022_baseline",
+    "lora_sweep",
+    "budget_baselines",
+    "family_baselines",
+    "seed_sweep",
+    "sweep_trials",
+    "RANKS",
+    "PROMPT_TOKENS",
+]

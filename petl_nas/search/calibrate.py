@@ -33,11 +33,11 @@ import time
 from ..core.budget import count_parameters
 from ..core.presets import preset
 from ..tasks.significance import clearly_better, did_not_learn
-from .storage import as_stored
+from . import claims
 from .progress import Stage
 from .results import TrialResult
 from .specs import trial_recipe, trial_spec
-from . import claims
+from .storage import as_stored
 from .study import CALIBRATION_ATTR, preset_in_space
 from .worker import free_memory, run_trial
 
@@ -63,7 +63,7 @@ def calibration_presets(exp, model_config, budget: int | None, n: int = 3) -> li
     for name in named + [p for p in CALIBRATION_PRESETS if p not in named]:
         try:
             count = count_parameters(model_config, preset(name, model_config)).deployable
-        except Exception:                                    # noqa: BLE001 - not for this backbone
+        except Exception:  # noqa: BLE001 - not for this backbone
             continue
         if budget is None or count <= budget:
             chosen.append(name)
@@ -80,8 +80,9 @@ def ranks_as(short: dict, long: dict) -> bool:
     a, b = short["scores"], long["scores"]
     for x in b:
         for y in b:
-            if clearly_better(b[x]["score"], b[x]["se"], b[y]["score"], b[y]["se"]) and not \
-                    clearly_better(a[x]["score"], a[x]["se"], a[y]["score"], a[y]["se"]):
+            if clearly_better(b[x]["score"], b[x]["se"], b[y]["score"], b[y]["se"]) and not clearly_better(
+                a[x]["score"], a[x]["se"], a[y]["score"], a[y]["se"]
+            ):
                 return False
     return True
 
@@ -109,46 +110,70 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
     space = SearchSpace.load(exp.space)
     names = calibration_presets(exp, model_config, budget)
     *shorter, longest = ladder(exp.final.epochs)
-    if not names:                                     # nothing to rank: the final length, and why
-        printer(f"  calibration: no preset fits the budget{f' of {budget:,}' if budget is not None else ''}, so "
-                f"nothing can show a shorter length ranks as the final one")
-        return {"presets": [], "steps": [], "epochs": longest, "stable": False, "rule": "final", "skipped": shorter,
-                "final_learned": None, "first_learned_epochs": None, "no_presets": True,
-                "cost_s": round(time.perf_counter() - start, 1)}
+    if not names:  # nothing to rank: the final length, and why
+        printer(
+            f"  calibration: no preset fits the budget{f' of {budget:,}' if budget is not None else ''}, so "
+            f"nothing can show a shorter length ranks as the final one"
+        )
+        return {
+            "presets": [],
+            "steps": [],
+            "epochs": longest,
+            "stable": False,
+            "rule": "final",
+            "skipped": shorter,
+            "final_learned": None,
+            "first_learned_epochs": None,
+            "no_presets": True,
+            "cost_s": round(time.perf_counter() - start, 1),
+        }
 
     def measure(epochs: float) -> dict:
-        recipe = trial_recipe(exp).with_overrides(epochs=epochs, evals_per_epoch=0)   # one evaluation, at the end
+        recipe = trial_recipe(exp).with_overrides(epochs=epochs, evals_per_epoch=0)  # one evaluation, at the end
         scores, results, stage = {}, {}, Stage(printer, len(names))
         for name in names:
             config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
             spec = trial_spec(exp, config, recipe.with_overrides(lr=lr))
             with stage.run(f"calibration: {name} at {epochs:g} epochs"):
                 r = run_trial(spec)
-            scores[name] = {"score": r.score, "se": r.score_se,
-                            "learned": not did_not_learn(r.score, r.score_se, baseline)}
+            scores[name] = {
+                "score": r.score,
+                "se": r.score_se,
+                "learned": not did_not_learn(r.score, r.score_se, baseline),
+            }
             result = {k: v for k, v in r.to_dict().items() if k != "history"}
             results[name] = as_stored({"spec": spec.to_dict(), "result": result})
             if len(names) > 1:
                 printer(f"  calibration: {name} at {epochs:g} epochs: {r.score:.4f} ({stage.left()})")
-        step = {"epochs": epochs, "scores": scores, "order": sorted(names, key=lambda n: -scores[n]["score"]),
-                "all_learned": all(s["learned"] for s in scores.values()), "results": results}
-        printer(f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
-                + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}"
-                            for n, s in scores.items()))
+        step = {
+            "epochs": epochs,
+            "scores": scores,
+            "order": sorted(names, key=lambda n: -scores[n]["score"]),
+            "all_learned": all(s["learned"] for s in scores.values()),
+            "results": results,
+        }
+        printer(
+            f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
+            + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}" for n, s in scores.items())
+        )
         return step
 
     final = measure(longest)
     steps, chosen, skipped = [final], None, []
-    spent = len(names) * longest                      # preset-epochs trained so far
+    spent = len(names) * longest  # preset-epochs trained so far
     if not final["all_learned"]:
-        printer("  calibration stops: not every preset learned at the final length, so no shorter length "
-                "can rank them as it does")
-        skipped, shorter = shorter, []                # nothing shorter is tried
+        printer(
+            "  calibration stops: not every preset learned at the final length, so no shorter length "
+            "can rank them as it does"
+        )
+        skipped, shorter = shorter, []  # nothing shorter is tried
     for epochs in shorter:
         if not pays(spent + len(names) * epochs, exp.trials, longest, epochs):
             skipped = [e for e in shorter if e >= epochs]
-            printer(f"  calibration stops before {epochs:g} epochs: with {exp.trials} trials it could save at "
-                    f"most {exp.trials * (longest - epochs):g} trial-epochs, less than calibrating it costs")
+            printer(
+                f"  calibration stops before {epochs:g} epochs: with {exp.trials} trials it could save at "
+                f"most {exp.trials * (longest - epochs):g} trial-epochs, less than calibrating it costs"
+            )
             break
         spent += len(names) * epochs
         step = measure(epochs)
@@ -158,10 +183,17 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             break
     steps.sort(key=lambda s: s["epochs"])
     learned = [s["epochs"] for s in steps if s["all_learned"]]
-    return {"presets": names, "steps": steps, "epochs": chosen or longest, "stable": chosen is not None,
-            "rule": "final", "skipped": skipped, "final_learned": final["all_learned"],
-            "first_learned_epochs": learned[0] if learned else None,
-            "cost_s": round(time.perf_counter() - start, 1)}
+    return {
+        "presets": names,
+        "steps": steps,
+        "epochs": chosen or longest,
+        "stable": chosen is not None,
+        "rule": "final",
+        "skipped": skipped,
+        "final_learned": final["all_learned"],
+        "first_learned_epochs": learned[0] if learned else None,
+        "cost_s": round(time.perf_counter() - start, 1),
+    }
 
 
 def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
@@ -169,33 +201,47 @@ def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
     at the final length): a trial with the same spec (a preset, at the length chosen) is recorded
     from it, not trained again, and marked ``reused: calibration``."""
     steps = (record or {}).get("steps", [])
-    return [(r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
-            for s in steps for r in s.get("results", {}).values()]
+    return [
+        (r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
+        for s in steps
+        for r in s.get("results", {}).values()
+    ]
 
 
 def describe(record: dict) -> str:
     """One line: what calibration chose and why, and what it cost."""
-    if record.get("rule") != "final":             # recorded by an older version: compared with the next length
-        why = ("the presets cleared the baseline and ranked as at the next length" if record["stable"]
-               else "no length up to the final recipe's gave a stable order of presets clear of the baseline")
+    if record.get("rule") != "final":  # recorded by an older version: compared with the next length
+        why = (
+            "the presets cleared the baseline and ranked as at the next length"
+            if record["stable"]
+            else "no length up to the final recipe's gave a stable order of presets clear of the baseline"
+        )
     elif record.get("no_presets"):
         why = "no preset fits the budget, so none could calibrate a shorter length"
     elif record["stable"]:
         why = "the presets cleared the baseline, ranked as at the final length and scored within noise of it"
     elif record.get("final_learned") is False:
-        why = ("not every preset learned even at the final length, so no shorter length can rank them; "
-               "more training rows (k), more epochs or other learning rates may be needed")
+        why = (
+            "not every preset learned even at the final length, so no shorter length can rank them; "
+            "more training rows (k), more epochs or other learning rates may be needed"
+        )
     elif record.get("skipped"):
-        shorter = [s["epochs"] for s in record["steps"]][:-1]          # the lengths tried before the final one
+        shorter = [s["epochs"] for s in record["steps"]][:-1]  # the lengths tried before the final one
         skipped = ", ".join(f"{e:g}" for e in record["skipped"])
-        why = (f"no shorter length ranked and scored as the final length did up to {max(shorter):g} epochs; "
-               f"{skipped} could not repay calibrating them" if shorter else
-               f"no shorter length was tried: {skipped} epochs could not repay calibrating them")
+        why = (
+            f"no shorter length ranked and scored as the final length did up to {max(shorter):g} epochs; "
+            f"{skipped} could not repay calibrating them"
+            if shorter
+            else f"no shorter length was tried: {skipped} epochs could not repay calibrating them"
+        )
     else:
         why = "no shorter length ranked and scored as the final length did"
-    return (f"fidelity auto: {record['epochs']:g} epochs per trial, the final length ({why})" if record.get("no_presets")
-            else f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
-                 f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)")
+    return (
+        f"fidelity auto: {record['epochs']:g} epochs per trial, the final length ({why})"
+        if record.get("no_presets")
+        else f"fidelity auto: {record['epochs']:g} epochs per trial ({why}; "
+        f"{', '.join(record['presets'])}; calibration took {record['cost_s'] / 60:.1f} min)"
+    )
 
 
 def resolve(study, exp, baseline: dict | None, model_config, budget: int | None, printer, lock=None):
@@ -206,6 +252,7 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
         return exp, None
     record = study.user_attrs.get(ATTR)
     if record is None:
+
         def measure() -> dict:
             names = calibration_presets(exp, model_config, budget)
             if names:
@@ -213,13 +260,26 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
             try:
                 return calibrate(exp, baseline, model_config, budget, printer)
             finally:
-                free_memory()      # the presets trained here: their GPU memory is the trials' again
-        record, _ = claims.once(study, lock, ATTR, measure, printer, "fidelity auto", exp.heartbeat_interval,
-                                exp.grace_period)
+                free_memory()  # the presets trained here: their GPU memory is the trials' again
+
+        record, _ = claims.once(
+            study, lock, ATTR, measure, printer, "fidelity auto", exp.heartbeat_interval, exp.grace_period
+        )
     printer(describe(record))
     resolved = dataclasses.replace(exp, fidelity=dataclasses.replace(exp.fidelity, epochs=record["epochs"]))
     study.set_user_attr("fidelity", resolved.fidelity.__dict__)
     return resolved, record
 
 
-__all__ = ["calibrate", "resolve", "known_results", "ladder", "calibration_presets", "describe", "settled", "ranks_as", "pays", "CALIBRATION_PRESETS"]
+__all__ = [
+    "calibrate",
+    "resolve",
+    "known_results",
+    "ladder",
+    "calibration_presets",
+    "describe",
+    "settled",
+    "ranks_as",
+    "pays",
+    "CALIBRATION_PRESETS",
+]

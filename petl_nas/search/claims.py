@@ -18,7 +18,7 @@ from typing import Callable
 
 from .progress import repeating
 
-PREFIX = "claim:"           # the study attribute of a measurement's claim: claim:<its record's attribute>
+PREFIX = "claim:"  # the study attribute of a measurement's claim: claim:<its record's attribute>
 
 
 def training_elsewhere(started: dict | None, grace_period: float) -> bool:
@@ -40,8 +40,17 @@ def training_elsewhere(started: dict | None, grace_period: float) -> bool:
     return time.time() - started["beat"] < grace_period
 
 
-def once(study, lock, attr: str, measure: Callable[[], dict], printer, what: str, interval: float, grace: float,
-         keep: Callable[[dict], None] | None = None) -> tuple[dict, bool]:
+def once(
+    study,
+    lock,
+    attr: str,
+    measure: Callable[[], dict],
+    printer,
+    what: str,
+    interval: float,
+    grace: float,
+    keep: Callable[[dict], None] | None = None,
+) -> tuple[dict, bool]:
     """(the study's record ``attr``, whether this worker measured it). ``measure`` runs in one worker
     of the study at a time, outside ``lock``; ``keep(record)`` runs under it once the record is
     stored (by the worker that stored it)."""
@@ -54,24 +63,30 @@ def once(study, lock, attr: str, measure: Callable[[], dict], printer, what: str
                 return record, False
             claim = study.user_attrs.get(key)
             if not training_elsewhere(claim, grace):
-                mine = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "host": socket.gethostname(),
-                        "pid": os.getpid(), "beat": time.time()}
+                mine = {
+                    "at": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "beat": time.time(),
+                }
                 study.set_user_attr(key, mine)
                 break
         if not waited:
-            printer(f"{what}: another worker ({claim['host']}, process {claim['pid']}) has been measuring it since "
-                    f"{claim['at']}; waiting for its record")
+            printer(
+                f"{what}: another worker ({claim['host']}, process {claim['pid']}) has been measuring it since "
+                f"{claim['at']}; waiting for its record"
+            )
             waited = True
         time.sleep(min(5.0, interval))
     try:
         with _beating(study, key, mine, interval):
             record = measure()
-    except BaseException:                # stopped or failed: the next worker need not wait out the beat
+    except BaseException:  # stopped or failed: the next worker need not wait out the beat
         _release(study, lock, key, mine)
         raise
     with lock():
         stored = study.user_attrs.get(attr)
-        if stored is None:               # else a worker that took over a lapsed claim stored first: its stands
+        if stored is None:  # else a worker that took over a lapsed claim stored first: its stands
             study.set_user_attr(attr, record)
             if keep is not None:
                 keep(record)
@@ -84,7 +99,7 @@ def _release(study, lock, key: str, mine: dict) -> None:
             current = study.user_attrs.get(key)
             if current and (current.get("host"), current.get("pid")) == (mine["host"], mine["pid"]):
                 study.set_user_attr(key, None)
-    except Exception:                    # noqa: BLE001 - the beat lapses instead
+    except Exception:  # noqa: BLE001 - the beat lapses instead
         pass
 
 
@@ -94,7 +109,7 @@ def _beating(study, key: str, mine: dict, interval: float):
             current = study.user_attrs.get(key)
             if current and (current.get("host"), current.get("pid")) == (mine["host"], mine["pid"]):
                 study.set_user_attr(key, {**current, "beat": time.time()})
-        except Exception:                # noqa: BLE001 - a database hiccup: the next beat retries
+        except Exception:  # noqa: BLE001 - a database hiccup: the next beat retries
             pass
 
     return repeating(interval, beat, "petl-nas-claim-beat")

@@ -50,12 +50,13 @@ import statistics
 
 from optuna.trial import TrialState
 
-from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
 from ..core.describe import short_name
+from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
 from .console import table
 from .progress import Stage
+from .records import CONFIRMED as PREFIX
+from .records import CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
 from .side_by_side import describe, for_stage, run_all
-from .records import CONFIRMED as PREFIX, CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
 
 
 def candidates(study, n: int, baselines: int = 1, reference: str | None = None) -> list:
@@ -92,7 +93,7 @@ def baselines_to_confirm(study, n: int) -> list:
     best confirmed mean among these."""
     learned = _learned(study)
     ranked = sorted((t for t in learned if is_baseline(t)), key=lambda t: -t.values[0])
-    if not ranked:                                   # then whatever learned is a searched trial
+    if not ranked:  # then whatever learned is a searched trial
         return _unlearned_baseline(study, learned)[:n]
     best = StoredTrial.of(ranked[0])
     return [t for t in ranked[:n] if not _behind_beyond_noise(StoredTrial.of(t), best)]
@@ -119,8 +120,11 @@ def _behind_beyond_noise(trial: StoredTrial, best: StoredTrial) -> bool:
 
 
 def _learned(study) -> list:
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.COMPLETE and not StoredTrial.of(t).did_not_learn]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE and not StoredTrial.of(t).did_not_learn
+    ]
 
 
 def is_baseline(trial) -> bool:
@@ -136,7 +140,7 @@ def best_baseline(study):
 
 def confirm(study, exp, recipe, printer) -> list:
     """Re-score the top ``exp.final.confirm`` trials over extra seeds; returns them, best mean first."""
-    from .specs import trial_spec                 # torch: only where trials are trained
+    from .specs import trial_spec  # torch: only where trials are trained
     from .worker import run_trial
 
     n, extra = exp.final.confirm, exp.final.confirm_seeds
@@ -147,19 +151,21 @@ def confirm(study, exp, recipe, printer) -> list:
     for t, i in jobs:
         stored = StoredTrial.of(t, study.user_attrs)
         run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
-        if exp.fidelity.score == "last":              # one evaluation, at the end, is all "last" reads
+        if exp.fidelity.score == "last":  # one evaluation, at the end, is all "last" reads
             run = dataclasses.replace(run, evals_per_epoch=0)
         specs.append(trial_spec(exp, stored.petl_config, run, number=t.number))
     where = for_stage(len(specs), exp.executor, exp.cpus_per_trial)
     if jobs:
-        printer(f"confirming {len(todo)} candidate(s) with {extra} more seed(s) each on search-dev, {describe(where)} ...")
+        printer(
+            f"confirming {len(todo)} candidate(s) with {extra} more seed(s) each on search-dev, {describe(where)} ..."
+        )
     stage = Stage(printer, len(jobs))
     got: dict[int, dict[int, object]] = {t.number: {} for t in todo}
     labels = [f"confirming trial {t.number}, seed {exp.seed + i}" for t, i in jobs]
     for index, result in run_all(specs, labels, where, stage, run_trial):
         t, i = jobs[index]
         got[t.number][i] = result
-        if len(got[t.number]) == extra:                  # all its seeds: stored at once, as one record
+        if len(got[t.number]) == extra:  # all its seeds: stored at once, as one record
             _store(study, t, [got[t.number][j] for j in range(1, extra + 1)])
             printer(f"  confirming: trial {t.number} done ({stage.left()})")
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
@@ -168,12 +174,27 @@ def confirm(study, exp, recipe, printer) -> list:
     for t in ranked:
         stored = StoredTrial.of(t, attrs)
         s = stored.confirmed
-        rows.append([t.number, _name(t) if is_baseline(t) else short_name(stored.petl_config), f"{s[0]:.4f}",
-                     f"{statistics.fmean(s):.4f}", len(s), ", ".join(f"{v:.4f}" for v in s[1:])])
+        rows.append(
+            [
+                t.number,
+                _name(t) if is_baseline(t) else short_name(stored.petl_config),
+                f"{s[0]:.4f}",
+                f"{statistics.fmean(s):.4f}",
+                len(s),
+                ", ".join(f"{v:.4f}" for v in s[1:]),
+            ]
+        )
     if rows:
         printer("confirmed on search-dev, best mean first:")
-        printer("\n".join(table(["trial", "configuration", "search", "mean", "seeds", "other seeds' scores"], rows,
-                                right=(0, 2, 3, 4))))
+        printer(
+            "\n".join(
+                table(
+                    ["trial", "configuration", "search", "mean", "seeds", "other seeds' scores"],
+                    rows,
+                    right=(0, 2, 3, 4),
+                )
+            )
+        )
     if (said := verdict(study)) is not None:
         printer(said.line)
     return ranked
@@ -183,8 +204,8 @@ def _store(study, t, results: list) -> None:
     """One confirmed trial's extra seeds' scores, per-row predictions and test runs, on the study."""
     stored = StoredTrial.of(t, study.user_attrs)
     scores, rows = [t.values[0]] + [r.score for r in results], [stored.rows] + [r.rows for r in results]
-    tested = [r.test_run for r in results if r.test_run]     # for the final re-evaluation only
-    if all(r is not None for r in rows):              # a trial trained before rows were kept has none
+    tested = [r.test_run for r in results if r.test_run]  # for the final re-evaluation only
+    if all(r is not None for r in rows):  # a trial trained before rows were kept has none
         study.set_user_attr(CONFIRMED_ROWS + str(t.number), rows)
     if tested:
         study.set_user_attr(CONFIRMED_TEST + str(t.number), tested)
@@ -201,9 +222,15 @@ def confirmed_scores(study) -> dict[int, list[float]]:
     """{trial number: its search score, then one per extra seed} for the trials `confirmed_now` names."""
     attrs = study.user_attrs
     final = attrs.get("final") or {}
-    n = final.get("confirm") or 0                  # a study from before confirm_baselines confirmed one
-    stored = [StoredTrial.of(t, attrs) for t in candidates(study, n, final.get("confirm_baselines", 1),
-                                                          final.get("reference"))] if n else []
+    n = final.get("confirm") or 0  # a study from before confirm_baselines confirmed one
+    stored = (
+        [
+            StoredTrial.of(t, attrs)
+            for t in candidates(study, n, final.get("confirm_baselines", 1), final.get("reference"))
+        ]
+        if n
+        else []
+    )
     return {s.number: s.confirmed for s in stored if s.confirmed is not None}
 
 
@@ -250,7 +277,7 @@ def beyond_noise(a: list[float], b: list[float], rows: Rows | None = None) -> bo
     (trials trained before they were kept) the seeds alone decide."""
     d = paired_difference(a, b)
     if d["std"] is None:
-        return False                                      # one seed tells nothing apart
+        return False  # one seed tells nothing apart
     if not d["mean"] > Z * d["std"] / d["n"] ** 0.5:
         return False
     if rows is None:
@@ -274,31 +301,51 @@ def verdict(study) -> Verdict | None:
     baseline = max(baselines, key=lambda n: statistics.fmean(scores[n])) if baselines else None
     searched = [n for n in trials if n not in baselines]
     if baseline is None:
-        return Verdict(best, None, False, f"search's pick: trial {best}, the best confirmed mean (no baseline "
-                                          f"learned to compare it with)", smallest, best)
+        return Verdict(
+            best,
+            None,
+            False,
+            f"search's pick: trial {best}, the best confirmed mean (no baseline learned to compare it with)",
+            smallest,
+            best,
+        )
     winners = [n for n in searched if apart(n, baseline)]
     reference = _confirmed_reference(study, trials)
     if winners:
         winner = max(winners, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
         pick = _no_larger_than_reference(winner, reference, trials, apart, baseline, best)
-        line = (f"trial {winner} beats the best baseline "
-                f"({_name(trials[baseline])}{_unlearned(trials[baseline])}) beyond noise on search-dev "
-                f"({statistics.fmean(scores[winner]):.4f} against {statistics.fmean(scores[baseline]):.4f})")
-        line = (f"search's pick: {line}" if pick == winner else
-                f"{line}, but {_reference_clause(trials, scores, reference)}")
+        line = (
+            f"trial {winner} beats the best baseline "
+            f"({_name(trials[baseline])}{_unlearned(trials[baseline])}) beyond noise on search-dev "
+            f"({statistics.fmean(scores[winner]):.4f} against {statistics.fmean(scores[baseline]):.4f})"
+        )
+        line = (
+            f"search's pick: {line}"
+            if pick == winner
+            else f"{line}, but {_reference_clause(trials, scores, reference)}"
+        )
         return Verdict(pick, baseline, True, line, smallest, best, reference)
     pick = _no_larger_than_reference(baseline, reference, trials, apart, best)
-    line = (f"no searched configuration beats the best baseline ({_name(trials[baseline])}"
-            f"{_unlearned(trials[baseline])}, mean {statistics.fmean(scores[baseline]):.4f}) beyond noise on "
-            f"search-dev: " + (f"the pick is that baseline, {_described(trials[baseline])}" if pick == baseline else
-                               f"that baseline, {_described(trials[baseline])}, "
-                               f"{_reference_clause(trials, scores, reference)}"))
+    line = (
+        f"no searched configuration beats the best baseline ({_name(trials[baseline])}"
+        f"{_unlearned(trials[baseline])}, mean {statistics.fmean(scores[baseline]):.4f}) beyond noise on "
+        f"search-dev: "
+        + (
+            f"the pick is that baseline, {_described(trials[baseline])}"
+            if pick == baseline
+            else f"that baseline, {_described(trials[baseline])}, {_reference_clause(trials, scores, reference)}"
+        )
+    )
     if best != baseline:
-        line += (f"; the best confirmed mean, {_described(trials[best])} at {statistics.fmean(scores[best]):.4f}, "
-                 f"is within noise of {'it' if pick == baseline else 'the best baseline'} (export --pick best-mean)")
+        line += (
+            f"; the best confirmed mean, {_described(trials[best])} at {statistics.fmean(scores[best]):.4f}, "
+            f"is within noise of {'it' if pick == baseline else 'the best baseline'} (export --pick best-mean)"
+        )
     if smallest not in (baseline, best, pick):
-        line += (f"; the smallest within noise of the best is {_described(trials[smallest])} "
-                 f"(export --pick smallest-within-noise)")
+        line += (
+            f"; the smallest within noise of the best is {_described(trials[smallest])} "
+            f"(export --pick smallest-within-noise)"
+        )
     return Verdict(pick, baseline, False, line, smallest, best, reference)
 
 
@@ -316,16 +363,22 @@ def _no_larger_than_reference(pick: int, reference: int | None, trials: dict, ap
     led LoRA r=8 by 2.2 points on one search score and tied it on test; experiments/suite/README.md).
     Never where one of ``others`` (the best baseline, the best confirmed mean) beats the reference
     beyond noise: the default export trails neither."""
-    if reference is None or pick == reference or trials[pick].values[1] <= trials[reference].values[1] \
-            or any(apart(n, reference) for n in (pick, *others) if n != reference):
+    if (
+        reference is None
+        or pick == reference
+        or trials[pick].values[1] <= trials[reference].values[1]
+        or any(apart(n, reference) for n in (pick, *others) if n != reference)
+    ):
         return pick
     return reference
 
 
 def _reference_clause(trials: dict, scores: dict, reference: int) -> str:
-    return (f"holds more deployable parameters than the reference ({_name(trials[reference])}, mean "
-            f"{statistics.fmean(scores[reference]):.4f}) and does not beat it beyond noise: the pick is the "
-            f"reference, {_described(trials[reference])}")
+    return (
+        f"holds more deployable parameters than the reference ({_name(trials[reference])}, mean "
+        f"{statistics.fmean(scores[reference]):.4f}) and does not beat it beyond noise: the pick is the "
+        f"reference, {_described(trials[reference])}"
+    )
 
 
 def _comparer(study, scores: dict, trials: dict):
@@ -343,8 +396,9 @@ def _comparer(study, scores: dict, trials: dict):
                 kept[n] = [decode_rows(r) for r in rows]
 
     def apart(x: int, y: int) -> bool:
-        rows = Rows(kept[x], kept[y], labels[:len(kept[x][0])], metric) if x in kept and y in kept else None
+        rows = Rows(kept[x], kept[y], labels[: len(kept[x][0])], metric) if x in kept and y in kept else None
         return beyond_noise(scores[x], scores[y], rows)
+
     return apart
 
 
@@ -355,7 +409,9 @@ def _name(trial) -> str:
 
 def _unlearned(trial) -> str:
     """What a verdict says of a best baseline confirmed though its search score did not learn."""
-    return ", whose search score was within noise of the trivial baseline" if StoredTrial.of(trial).did_not_learn else ""
+    return (
+        ", whose search score was within noise of the trivial baseline" if StoredTrial.of(trial).did_not_learn else ""
+    )
 
 
 def _described(trial) -> str:
@@ -371,4 +427,20 @@ def mean_score(study, trial) -> float:
     return statistics.fmean(scores) if scores else trial.values[0]
 
 
-__all__ = ["confirm", "candidates", "baselines_to_confirm", "reference_trial", "best_baseline", "is_baseline", "verdict", "Verdict", "Rows", "beyond_noise", "confirmed_now", "confirmed_scores", "confirmed_text", "mean_score", "PREFIX"]
+__all__ = [
+    "confirm",
+    "candidates",
+    "baselines_to_confirm",
+    "reference_trial",
+    "best_baseline",
+    "is_baseline",
+    "verdict",
+    "Verdict",
+    "Rows",
+    "beyond_noise",
+    "confirmed_now",
+    "confirmed_scores",
+    "confirmed_text",
+    "mean_score",
+    "PREFIX",
+]

@@ -17,7 +17,7 @@ import os
 import textwrap
 from typing import Callable, Sequence
 
-WIDTH = 120                      # the longest line worth printing, a path or a command aside
+WIDTH = 120  # the longest line worth printing, a path or a command aside
 VERBOSE_ENV = "PETL_NAS_VERBOSE"  # set by --verbose: seen by workers and a suite's study processes too
 
 
@@ -34,15 +34,19 @@ def set_verbose(on: bool) -> None:
         os.environ.pop(VERBOSE_ENV, None)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ",
-          right: Sequence[int] = ()) -> list[str]:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ", right: Sequence[int] = ()
+) -> list[str]:
     """``rows`` under ``headers`` in aligned columns (those numbered in ``right`` aligned right)."""
     cells = [[str(c) for c in headers], *[[str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r: list[str]) -> str:
-        return indent + "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                                  for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return (
+            indent
+            + "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        )
+
     return [line(r) for r in cells]
 
 
@@ -51,9 +55,15 @@ def fit(line: str) -> str:
     ``petl-nas ...``) and any one word (a path, a URL) are never cut."""
     if len(line) <= WIDTH or line.lstrip().startswith(("petl-nas ", "source ")):
         return line
-    indent = line[:len(line) - len(line.lstrip())]
-    return textwrap.fill(line.strip(), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_long_words=False, break_on_hyphens=False)
+    indent = line[: len(line) - len(line.lstrip())]
+    return textwrap.fill(
+        line.strip(),
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def say(text: str) -> None:
@@ -67,12 +77,11 @@ class SaidOnce:
     again, a verdict) is not printed again. ``said`` holds every line printed."""
 
     def __init__(self, printer: Callable[[str], None]):
-        self.printer = getattr(printer, "printer", printer)       # wrapping one again: share its memory
+        self.printer = getattr(printer, "printer", printer)  # wrapping one again: share its memory
         self.said: set[str] = getattr(printer, "said", set())
 
     def __call__(self, text: str) -> None:
-        fresh = [line for line in str(text).split("\n")
-                 if not line.strip() or line.strip() not in self.said]
+        fresh = [line for line in str(text).split("\n") if not line.strip() or line.strip() not in self.said]
         self.said.update(line.strip() for line in fresh if line.strip())
         for line in fresh:
             self.printer(line)

@@ -33,19 +33,19 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from ..errors import ConfigError
+from ..tasks import resolve_task
+from ..tasks.significance import Z, did_not_learn
 from ..training.costs import cost_values
+from ..training.loop import NonFiniteLoss
+from .experiment import Experiment
 from .interrupts import caused_by_interrupt, raise_if_stopped
 from .packing import GpuPacking
 from .results import TrialResult
-from ..tasks.significance import Z, did_not_learn
-from .experiment import Experiment
 from .storage import as_stored
 from .study import Proposal, TrialSource
-from ..tasks import resolve_task
-from ..training.loop import NonFiniteLoss
 from .worker import TrialSpec, free_memory, run_trial
 
-FAILED_SCORE = -2.0   # below every metric's range; only ever seen by the scheduler for a failed trial
+FAILED_SCORE = -2.0  # below every metric's range; only ever seen by the scheduler for a failed trial
 OOM = "out of memory"
 _OOM_WORDS = (OOM, "not enough memory", "can't allocate memory", "cannot allocate memory")
 
@@ -58,13 +58,13 @@ class Recorder:
     source: TrialSource
     on_done: Callable[[Proposal, str, dict], None] = lambda p, state, info: None
     intermediate: dict[int, list[float]] = field(default_factory=dict)
-    baseline: dict | None = None        # the task's trivial baseline on search-dev (significance.py)
-    objectives: tuple = ("score", "params")   # the study's; costs after the first two (costs.py)
+    baseline: dict | None = None  # the task's trivial baseline on search-dev (significance.py)
+    objectives: tuple = ("score", "params")  # the study's; costs after the first two (costs.py)
     known: list = field(default_factory=list)  # (trial spec as stored, TrialResult) already trained elsewhere
 
     def reuse(self, p: Proposal, spec: TrialSpec) -> bool:
         """Record ``p`` from a known result of the same spec (its number aside); False when none."""
-        key = as_stored({**spec.to_dict(), "number": None, "final_twin": None})   # what trains, not what is scored
+        key = as_stored({**spec.to_dict(), "number": None, "final_twin": None})  # what trains, not what is scored
         for i, (known_spec, result) in enumerate(self.known):
             if {**known_spec, "number": None, "final_twin": None} == key:
                 del self.known[i]
@@ -73,7 +73,7 @@ class Recorder:
         return False
 
     def result(self, p: Proposal, index: int, score: float) -> None:
-        raise_if_stopped()                       # a Ctrl-C Python dropped stops the search here
+        raise_if_stopped()  # a Ctrl-C Python dropped stops the search here
         self.add_intermediate(p, score)
 
     def add_intermediate(self, p: Proposal, score: float) -> None:
@@ -93,7 +93,7 @@ class Recorder:
         def write():
             self._attrs(p, result.attributes())
             p.trial.set_user_attr("did_not_learn", flat)
-            if self.baseline is not None:     # infeasible when flat: never on the front, never dominates
+            if self.baseline is not None:  # infeasible when flat: never on the front, never dominates
                 margin = score - self.baseline["score"] - Z * (result.score_se or 0.0)
                 p.trial.set_constraint("learned", 0.0 if margin > 0 else float(-margin) + 1e-9)
             self.source.study.tell(p.trial, [score, float(p.deployable), *cost_values(self.objectives, info)])
@@ -117,6 +117,7 @@ class Recorder:
         """A failed trial: its one-line ``reason``, its ``kind`` and, for an error, where it was raised
         (``trace``: the traceback's innermost frames), in the study (the dashboard's attributes) and
         the trial's file."""
+
         def write():
             p.trial.set_user_attr("fail_reason", reason[-2000:])
             p.trial.set_user_attr("fail_kind", kind)
@@ -140,8 +141,11 @@ class Recorder:
             if not now.state.is_finished():
                 raise
             self.source.release(p)
-            self.on_done(p, "dropped", {"reason": f"already {now.state.name} (failed as lost by another "
-                                                  f"worker); this result is dropped"})
+            self.on_done(
+                p,
+                "dropped",
+                {"reason": f"already {now.state.name} (failed as lost by another worker); this result is dropped"},
+            )
             return False
         self.source.release(p)
         return True
@@ -167,8 +171,9 @@ def _kind(e: BaseException) -> str:
     """A failure's kind, for counting: out of memory (CPU or GPU), or the exception's type."""
     import torch
 
-    if isinstance(e, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))) \
-            or any(w in str(e).lower() for w in _OOM_WORDS):
+    if isinstance(e, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))) or any(
+        w in str(e).lower() for w in _OOM_WORDS
+    ):
         return OOM
     return f"error: {type(e).__name__}"
 
@@ -180,11 +185,11 @@ def attempt(spec: TrialSpec, report=None) -> tuple[str, TrialResult | dict]:
         return "complete", run_trial(spec, report=report)
     except NonFiniteLoss as e:
         outcome = "nan", {"reason": f"non-finite loss: {e}"}
-    except Exception as e:                                      # noqa: BLE001 - recorded, search goes on
-        if caused_by_interrupt(e):                  # raised on the way out of a Ctrl-C: the interrupt's
+    except Exception as e:  # noqa: BLE001 - recorded, search goes on
+        if caused_by_interrupt(e):  # raised on the way out of a Ctrl-C: the interrupt's
             raise
         outcome = "failed", {"reason": _reason(e), "kind": _kind(e), "traceback": _trace(e)}
-    free_memory()           # out of the except block: no traceback pins the failed trial's tensors now
+    free_memory()  # out of the except block: no traceback pins the failed trial's tensors now
     return outcome
 
 
@@ -199,12 +204,13 @@ def next_to_train(source: TrialSource, make_spec, recorder: Recorder) -> tuple[P
     return None
 
 
-def run_local(source: TrialSource, n_trials: int, make_spec: Callable[[Proposal], TrialSpec],
-              recorder: Recorder, **_) -> None:
+def run_local(
+    source: TrialSource, n_trials: int, make_spec: Callable[[Proposal], TrialSpec], recorder: Recorder, **_
+) -> None:
     """Run up to ``n_trials`` one after another in this process (no early stopping)."""
     for _ in range(n_trials):
         drawn = next_to_train(source, make_spec, recorder)
-        if drawn is None:                                       # the study is full
+        if drawn is None:  # the study is full
             return
         p, spec = drawn
         metric = resolve_task(spec.task).main_metric
@@ -228,7 +234,7 @@ def ray_trainable(config: dict) -> None:
     best = [float("-inf")]
 
     def report(index: int, metrics: dict, last: bool) -> None:
-        if last:            # the closing report carries it: no scheduler's rung falls on a trained trial
+        if last:  # the closing report carries it: no scheduler's rung falls on a trained trial
             return
         score = metrics[metric]
         best[0] = max(best[0], score)
@@ -237,17 +243,32 @@ def ray_trainable(config: dict) -> None:
     outcome, info = attempt(spec, report)
     node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
     if outcome != "complete":
-        tune.report({"score": FAILED_SCORE, "final": False, "failed": info["reason"], "kind": info.get("kind"),
-                     "traceback": info.get("traceback"), "nan": outcome == "nan", "node": node})
+        tune.report(
+            {
+                "score": FAILED_SCORE,
+                "final": False,
+                "failed": info["reason"],
+                "kind": info.get("kind"),
+                "traceback": info.get("traceback"),
+                "nan": outcome == "nan",
+                "node": node,
+            }
+        )
         return
     # One more report carries the whole result; `final` tells it from a scheduler's stop.
-    granted = ray.get_runtime_context().get_assigned_resources()       # what Ray gave this trial
-    shared = {"gpu_share": round(granted.get("GPU", 0.0), 4)} if "gpu" in config else {}   # gpus_per_trial: auto
+    granted = ray.get_runtime_context().get_assigned_resources()  # what Ray gave this trial
+    shared = {"gpu_share": round(granted.get("GPU", 0.0), 4)} if "gpu" in config else {}  # gpus_per_trial: auto
     tune.report({**info.to_report(), "final": True, "node": node, **shared})
 
 
-def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Recorder,
-                   packing: GpuPacking | None = None, printer: Callable[[str], None] = print):
+def _make_searcher(
+    source: TrialSource,
+    n_trials: int,
+    make_spec,
+    recorder: Recorder,
+    packing: GpuPacking | None = None,
+    printer: Callable[[str], None] = print,
+):
     from ray.tune.search import Searcher
 
     class StudySearcher(Searcher):
@@ -256,16 +277,16 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
         def __init__(self):
             super().__init__(metric="score", mode="max")
             self.live: dict[str, Proposal] = {}
-            self.shares: dict[str, float] = {}                 # the GPU share each live trial was given
+            self.shares: dict[str, float] = {}  # the GPU share each live trial was given
             self.remaining = n_trials
 
         def suggest(self, trial_id: str):
             if self.remaining <= 0:
                 return Searcher.FINISHED
             if packing is not None and packing.must_wait(len(self.live)):
-                return None                                     # asked again once the first trial is measured
+                return None  # asked again once the first trial is measured
             drawn = next_to_train(source, make_spec, recorder)
-            if drawn is None:                                   # the study is full
+            if drawn is None:  # the study is full
                 self.remaining = 0
                 return Searcher.FINISHED
             p, spec = drawn
@@ -290,22 +311,24 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
                 if line:
                     printer(line)
             if error or not result:
-                recorder.failed(p, "the trial's worker died or raised outside the trainer (see the Ray logs)",
-                                "worker crashed")
+                recorder.failed(
+                    p, "the trial's worker died or raised outside the trainer (see the Ray logs)", "worker crashed"
+                )
             elif "failed" in result:
                 if result.get("nan"):
                     recorder.pruned(p, result["failed"], node=result.get("node"))
                 else:
                     recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
             elif result.get("final"):
-                if result.get("last_score") is not None:            # its last evaluation, reported here only
+                if result.get("last_score") is not None:  # its last evaluation, reported here only
                     self._record(p, result.get("training_iteration", 0), result["last_score"])
                 recorder.complete(p, TrialResult.from_report(result))
             else:
                 evaluations = result.get("training_iteration", 0)
                 self._record(p, evaluations, result["score"])
-                recorder.pruned(p, f"stopped early by the scheduler after {evaluations} evaluations",
-                                last_score=result.get("score"))
+                recorder.pruned(
+                    p, f"stopped early by the scheduler after {evaluations} evaluations", last_score=result.get("score")
+                )
 
         def _record(self, p: Proposal, evaluations: int, score: float) -> None:
             """The score of evaluation ``evaluations``, unless recorded: Ray shows the searcher no
@@ -329,8 +352,10 @@ def _make_searcher(source: TrialSource, n_trials: int, make_spec, recorder: Reco
 
 
 def _searcher_not_restorable():
-    raise RuntimeError("petl-nas's Ray Tune searcher is not saved with Tune's files: a search goes on from "
-                       "its study; run the same `petl-nas search` command again")
+    raise RuntimeError(
+        "petl-nas's Ray Tune searcher is not saved with Tune's files: a search goes on from "
+        "its study; run the same `petl-nas search` command again"
+    )
 
 
 def _gpu_resources(cpus_per_trial: float):
@@ -346,13 +371,16 @@ def check_ray_address(address: str | None) -> None:
         return
     host, _, port = address.split("://", 1)[-1].rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"ray_address {address!r}: expected HOST:PORT (printed by `ray start --head`), "
-                          f"ray://HOST:PORT or auto")
+        raise ConfigError(
+            f"ray_address {address!r}: expected HOST:PORT (printed by `ray start --head`), ray://HOST:PORT or auto"
+        )
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as e:
-        raise ConfigError(f"ray_address {address!r}: nothing answers there ({e.strerror or e}); start the "
-                          f"head with `ray start --head` or check the address") from None
+        raise ConfigError(
+            f"ray_address {address!r}: nothing answers there ({e.strerror or e}); start the "
+            f"head with `ray start --head` or check the address"
+        ) from None
     _check_not_connected_elsewhere(address)
 
 
@@ -364,8 +392,10 @@ def _check_not_connected_elsewhere(address: str | None) -> None:
         return
     current = ray.get_runtime_context().gcs_address
     if current != address.split("://", 1)[-1]:
-        raise ConfigError(f"ray_address {address!r}: this process is already connected to the Ray at {current} "
-                          f"(an earlier search); call ray.shutdown() first, or search in a new process")
+        raise ConfigError(
+            f"ray_address {address!r}: this process is already connected to the Ray at {current} "
+            f"(an earlier search); call ray.shutdown() first, or search in a new process"
+        )
 
 
 def _slots(resources: dict, cpus_per_trial: float, gpus_per_trial: float) -> int:
@@ -391,7 +421,7 @@ def init_ray(address: str | None = None):
     cluster some other `ray start` left on this machine), private to it (`private_ray`); quiet,
     without usage stats. Authentication is Ray's own (its default, or the user's RAY_AUTH_MODE)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")       # with verbose=0: Tune prints nothing
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: Tune prints nothing
     # Ctrl-C is petl-nas's to handle (running trials failed for a retry, the study kept, one line);
     # Tune's own handler would swallow it, end fit() without results and suggest a Tuner.restore.
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
@@ -460,12 +490,24 @@ def private_ray():
         notice.setLevel(level)
 
 
-def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *, n_evals: int,
-            run_dir: str, cpus_per_trial: float = Experiment.cpus_per_trial,
-            gpus_per_trial: float | str = Experiment.gpus_per_trial, concurrent: int | None = None,
-            scheduler: str = Experiment.scheduler, address: str | None = None,
-            first_rung: int = 1, reserved_mb: float = 0.0, packing: GpuPacking | None = None,
-            printer: Callable[[str], None] = print) -> GpuPacking | None:
+def run_ray(
+    source: TrialSource,
+    n_trials: int,
+    make_spec,
+    recorder: Recorder,
+    *,
+    n_evals: int,
+    run_dir: str,
+    cpus_per_trial: float = Experiment.cpus_per_trial,
+    gpus_per_trial: float | str = Experiment.gpus_per_trial,
+    concurrent: int | None = None,
+    scheduler: str = Experiment.scheduler,
+    address: str | None = None,
+    first_rung: int = 1,
+    reserved_mb: float = 0.0,
+    packing: GpuPacking | None = None,
+    printer: Callable[[str], None] = print,
+) -> GpuPacking | None:
     """Run ``n_trials`` through Ray Tune (local Ray, or the cluster at ``address``). ASHA's first
     rung is at evaluation ``first_rung`` (where `fidelity: auto` saw the presets learn).
     ``gpus_per_trial: auto``: no GPU where the cluster has none, else shares sized by `GpuPacking`,
@@ -477,36 +519,43 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
     ray = init_ray(address)
     resources, learned, packing = ray.cluster_resources(), packing, None
-    if gpus_per_trial == "auto":        # shares travel in each trial's config; only CPUs bound the slots
+    if gpus_per_trial == "auto":  # shares travel in each trial's config; only CPUs bound the slots
         gpus_per_trial, n_gpus = 0.0, int(resources.get("GPU", 0))
         if n_gpus and learned is not None and learned.measured:
-            packing = learned               # never more per GPU than this cluster's CPUs drive now
+            packing = learned  # never more per GPU than this cluster's CPUs drive now
             packing.most = min(packing.most, max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus))
             packing.per_gpu = min(packing.per_gpu, packing.most)
             printer(f"gpus_per_trial auto: {packing.per_gpu} trial(s) per GPU, as learned earlier in this search")
         elif n_gpus:
-            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus),
-                                 reserved_mb=reserved_mb)
-            printer(f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
-                    f"its memory, then up to {packing.most} trials share each GPU")
+            packing = GpuPacking(most=max(1, _slots(resources, cpus_per_trial, 0.0) // n_gpus), reserved_mb=reserved_mb)
+            printer(
+                f"gpus_per_trial auto: {n_gpus} GPU(s); the first trial runs alone on one to measure "
+                f"its memory, then up to {packing.most} trials share each GPU"
+            )
     concurrent = concurrent or _slots(resources, cpus_per_trial, gpus_per_trial)
     if scheduler == "asha" and n_evals > 1:
         # A trial reports evaluations 1 .. n-1, then its closing report (time n) carries the last
         # evaluation with the whole result: a rung at n, or max_t, can only stop what has ended.
-        sched = ASHAScheduler(metric="score", mode="max", max_t=n_evals,
-                              grace_period=min(first_rung, n_evals), reduction_factor=2)
+        sched = ASHAScheduler(
+            metric="score", mode="max", max_t=n_evals, grace_period=min(first_rung, n_evals), reduction_factor=2
+        )
     else:
         sched = FIFOScheduler()
-    trainable = tune.with_resources(ray_trainable, _gpu_resources(cpus_per_trial) if packing
-                                    else {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+    trainable = tune.with_resources(
+        ray_trainable, _gpu_resources(cpus_per_trial) if packing else {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
+    )
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=_make_searcher(source, n_trials, make_spec, recorder, packing, printer),
-                                    scheduler=sched, num_samples=n_trials, reuse_actors=True,
-                                    max_concurrent_trials=concurrent, trial_name_creator=_trial_name,
-                                    trial_dirname_creator=_trial_name),
-        run_config=tune.RunConfig(name="tune", storage_path=os.path.abspath(os.path.join(run_dir, "ray")),
-                                  verbose=0),
+        tune_config=tune.TuneConfig(
+            search_alg=_make_searcher(source, n_trials, make_spec, recorder, packing, printer),
+            scheduler=sched,
+            num_samples=n_trials,
+            reuse_actors=True,
+            max_concurrent_trials=concurrent,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(name="tune", storage_path=os.path.abspath(os.path.join(run_dir, "ray")), verbose=0),
     )
     tuner.fit()
     return packing
@@ -514,5 +563,14 @@ def run_ray(source: TrialSource, n_trials: int, make_spec, recorder: Recorder, *
 
 EXECUTORS = {"local": run_local, "ray": run_ray}
 
-__all__ = ["run_local", "run_ray", "init_ray", "private_ray", "ray_trainable", "attempt", "check_ray_address",
-           "Recorder", "EXECUTORS"]
+__all__ = [
+    "run_local",
+    "run_ray",
+    "init_ray",
+    "private_ray",
+    "ray_trainable",
+    "attempt",
+    "check_ray_address",
+    "Recorder",
+    "EXECUTORS",
+]

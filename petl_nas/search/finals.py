@@ -33,25 +33,34 @@ def reevaluate_front(study, exp, task, recipe: Recipe, printer) -> None:
     always among them."""
     todo = _members(study, exp, recipe, printer)
     k, seeds = final_k(exp), range(exp.final.seeds)
-    ran = {(t.number, seed): t.test_run(final_recipe(exp, recipe, t.lr, seed).to_dict(), k)
-           for t in todo for seed in seeds}
+    ran = {
+        (t.number, seed): t.test_run(final_recipe(exp, recipe, t.lr, seed).to_dict(), k) for t in todo for seed in seeds
+    }
     jobs = [(t, seed) for t in todo for seed in seeds if ran[(t.number, seed)] is None]
-    specs = [trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
-             for t, seed in jobs]
+    specs = [
+        trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=t.number, final=True)
+        for t, seed in jobs
+    ]
     where = for_stage(len(specs), exp.executor, exp.cpus_per_trial)
     if todo:
         kept = len(ran) - len(jobs)
-        printer(f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, {describe(where)}"
-                + (f"; {kept} of the {len(ran)} runs are trials or confirmations that trained as the final runs "
-                   f"do and were scored on test then, so they are read, not trained again" if kept else ""))
+        printer(
+            f"final: {len(todo)} configuration(s) x {exp.final.seeds} seed(s) on the test split, {describe(where)}"
+            + (
+                f"; {kept} of the {len(ran)} runs are trials or confirmations that trained as the final runs "
+                f"do and were scored on test then, so they are read, not trained again"
+                if kept
+                else ""
+            )
+        )
     stage = Stage(printer, len(jobs))
-    for t in todo:                                       # those read in full are stored first
+    for t in todo:  # those read in full are stored first
         if (runs := _all_seeds(ran, t, seeds)) is not None:
             _store(study, exp, task, t, runs, stage)
     labels = [f"final: trial {t.number}, seed {seed}, on the test split" for t, seed in jobs]
     for index, result in run_all(specs, labels, where, stage, run_trial):
         t, seed = jobs[index]
-        ran[(t.number, seed)] = result.history[-1]       # the last evaluation: no checkpoint picking
+        ran[(t.number, seed)] = result.history[-1]  # the last evaluation: no checkpoint picking
         if (runs := _all_seeds(ran, t, seeds)) is not None:
             _store(study, exp, task, t, runs, stage)
 
@@ -67,44 +76,62 @@ def _members(study, exp, recipe: Recipe, printer) -> list[StoredTrial]:
     baseline and the best baseline of the 2021–22 methods, `best_2022_baseline`, always among them)
     or the front's best, then the presets ``final.presets`` names. A study finished before the last
     was added trains just its runs when it is run again."""
-    if exp.final.confirm:                  # chosen by the mean over extra seeds on search-dev
+    if exp.final.confirm:  # chosen by the mean over extra seeds on search-dev
         ranked = confirm(study, exp, recipe, printer)
         members = ranked[: exp.final.max_front]
-        said = verdict(study)              # its pick, the best baseline and the reference are re-evaluated, wherever
-        members += [t for t in ranked[exp.final.max_front:]          # their means rank them: paired on test
-                    if said is not None and t.number in (said.pick, said.baseline, said.reference)]
-        older = best_2022_baseline(study)          # the best of the 2021–22 methods: Δ to it, paired on test
+        said = verdict(study)  # its pick, the best baseline and the reference are re-evaluated, wherever
+        members += [
+            t
+            for t in ranked[exp.final.max_front :]  # their means rank them: paired on test
+            if said is not None and t.number in (said.pick, said.baseline, said.reference)
+        ]
+        older = best_2022_baseline(study)  # the best of the 2021–22 methods: Δ to it, paired on test
         if older is not None and older.number not in {t.number for t in members}:
             members.append(older)
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
-    members = [StoredTrial.of(t, study.user_attrs) for t in members]   # with their confirmation's test runs
+    members = [StoredTrial.of(t, study.user_attrs) for t in members]  # with their confirmation's test runs
     presets = sorted((t for t in stored_trials(study, (TrialState.COMPLETE,)) if t.preset), key=lambda t: -t.values[0])
     if exp.final.presets == "best":
         presets = presets[:1]
     elif exp.final.presets == "none":
         presets = []
     chosen = {m.number for m in members}
-    return [t for t in members + [p for p in presets if p.number not in chosen]
-            if f"{FINAL}{t.number}" not in study.user_attrs]
+    return [
+        t
+        for t in members + [p for p in presets if p.number not in chosen]
+        if f"{FINAL}{t.number}" not in study.user_attrs
+    ]
 
 
 def _store(study, exp, task, t: StoredTrial, runs: list[dict], stage: Stage) -> None:
     """One trial's test scores over its seeds, as one record, and the line that reports them."""
-    beside = task.customary_metric if task.customary_metric != task.main_metric else None   # F1 beside accuracy
-    scores = [last[task.main_metric] for last in runs]          # on the test split
+    beside = task.customary_metric if task.customary_metric != task.main_metric else None  # F1 beside accuracy
+    scores = [last[task.main_metric] for last in runs]  # on the test split
     customary = [last[beside] for last in runs if beside is not None and beside in last]
     mean = statistics.fmean(scores)
-    std = statistics.stdev(scores) if len(scores) > 1 else None      # one seed has no spread
+    std = statistics.stdev(scores) if len(scores) > 1 else None  # one seed has no spread
     reported = {beside: customary} if customary and len(customary) == len(scores) else {}
-    study.set_user_attr(f"{FINAL}{t.number}", {"mean": mean, "std": std, "scores": scores, "seeds": exp.final.seeds,
-                                               "epochs": exp.final.epochs, "k": final_k(exp), "split": "test",
-                                               **({"customary": reported} if reported else {})})
+    study.set_user_attr(
+        f"{FINAL}{t.number}",
+        {
+            "mean": mean,
+            "std": std,
+            "scores": scores,
+            "seeds": exp.final.seeds,
+            "epochs": exp.final.epochs,
+            "k": final_k(exp),
+            "split": "test",
+            **({"customary": reported} if reported else {}),
+        },
+    )
     tag = f" [{t.preset}]" if t.preset else ""
     floor = (study.user_attrs.get("baseline") or {}).get("test_score")
     printer = stage.printer
-    printer(f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
-            + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
-            + "".join(f" ({name} {statistics.fmean(v):.4f}, as papers report it)" for name, v in reported.items())
-            + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else "")
-            + (f"; {stage.left()}" if stage.total else ""))          # every run read: nothing to count
+    printer(
+        f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"
+        + (f" over {len(scores)} seeds" if len(scores) != 1 else "")
+        + "".join(f" ({name} {statistics.fmean(v):.4f}, as papers report it)" for name, v in reported.items())
+        + (f" (the trivial baseline scores {floor:.4f} on test)" if floor is not None else "")
+        + (f"; {stage.left()}" if stage.total else "")
+    )  # every run read: nothing to count

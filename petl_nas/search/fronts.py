@@ -24,7 +24,7 @@ from ..tasks.significance import clearly_better
 from .records import StoredTrial, stored_trials
 
 GROUPS = ("searched", "oneshot", "preset", "sweep")
-FOUND = ("searched", "oneshot")            # what the tool proposed, against its baselines
+FOUND = ("searched", "oneshot")  # what the tool proposed, against its baselines
 
 
 def _stored(t: FrozenTrial | StoredTrial) -> StoredTrial:
@@ -52,9 +52,14 @@ def source_of(t: FrozenTrial | StoredTrial) -> str:
 
 def learned_trials(study, group: str | None = None) -> list[FrozenTrial]:
     """Complete trials that learned (not within noise of the trivial baseline), of one group or all."""
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.COMPLETE and t.values is not None and not StoredTrial.of(t).did_not_learn
-            and (group is None or group_of(t) == group)]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE
+        and t.values is not None
+        and not StoredTrial.of(t).did_not_learn
+        and (group is None or group_of(t) == group)
+    ]
 
 
 def pareto(items: list, score=lambda t: t.values[0], size=lambda t: t.values[1]) -> list:
@@ -89,8 +94,11 @@ def reference_from(points: list[tuple[float, float]], baseline: dict | None, bud
 
 def reference_point(study) -> tuple[float, float] | None:
     """`reference_from` for a study's complete trials (None when it has none)."""
-    complete = [(t.values[0], t.values[1]) for t in study.get_trials(deepcopy=False)
-                if t.state == TrialState.COMPLETE and t.values]
+    complete = [
+        (t.values[0], t.values[1])
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE and t.values
+    ]
     if not complete:
         return None
     return reference_from(complete, study.user_attrs.get("baseline"), study.user_attrs.get("budget"))
@@ -116,11 +124,17 @@ def compare_to_sweep(study) -> list[dict]:
     for s in sorted(sweep, key=lambda t: t.values[1]):
         fits = [t for t in searched if t.values[1] <= s.values[1]]
         best = max(fits, key=lambda t: t.values[0]) if fits else None
-        rows.append({"sweep": s.sweep, "params": int(s.values[1]), "sweep_score": s.values[0],
-                     "searched": best.number if best else None, "searched_score": best.values[0] if best else None,
-                     "higher": bool(best and best.values[0] > s.values[0]),
-                     "beyond_noise": bool(best and clearly_better(best.values[0], best.score_se,
-                                                                  s.values[0], s.score_se))})
+        rows.append(
+            {
+                "sweep": s.sweep,
+                "params": int(s.values[1]),
+                "sweep_score": s.values[0],
+                "searched": best.number if best else None,
+                "searched_score": best.values[0] if best else None,
+                "higher": bool(best and best.values[0] > s.values[0]),
+                "beyond_noise": bool(best and clearly_better(best.values[0], best.score_se, s.values[0], s.score_se)),
+            }
+        )
     return rows
 
 
@@ -133,14 +147,29 @@ def sweep_line(study) -> str | None:
         if not points:
             return None
         states = Counter(t.state.name.lower() for t in points)
-        return (f"LoRA rank sweep: none of its {len(points)} points completed "
-                f"({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}); nothing to compare the searched front with")
+        return (
+            f"LoRA rank sweep: none of its {len(points)} points completed "
+            f"({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}); nothing to compare the searched front with"
+        )
     hv = group_hypervolumes(study)
     higher, clear = sum(r["higher"] for r in rows), sum(r["beyond_noise"] for r in rows)
     volumes = ", ".join(f"{g} {hv[g]:.3f}" for g in GROUPS if g in hv)
-    return (f"searched front vs the LoRA rank sweep (search-dev): higher at {higher} of {len(rows)} sweep sizes, "
-            f"beyond noise at {clear}; hypervolume {volumes or 'n/a'}")
+    return (
+        f"searched front vs the LoRA rank sweep (search-dev): higher at {higher} of {len(rows)} sweep sizes, "
+        f"beyond noise at {clear}; hypervolume {volumes or 'n/a'}"
+    )
 
 
-__all__ = ["GROUPS", "group_of", "source_of", "learned_trials", "pareto", "hypervolume", "reference_from", "reference_point",
-           "group_hypervolumes", "compare_to_sweep", "sweep_line"]
+__all__ = [
+    "GROUPS",
+    "group_of",
+    "source_of",
+    "learned_trials",
+    "pareto",
+    "hypervolume",
+    "reference_from",
+    "reference_point",
+    "group_hypervolumes",
+    "compare_to_sweep",
+    "sweep_line",
+]

@@ -43,11 +43,12 @@ def check_inputs(exp: Experiment, written_later=frozenset()) -> Inputs:
     task = resolve_task(exp.task)
     task.check_max_length(exp.fidelity.max_length, "fidelity.max_length")
     if exp.sampler not in SAMPLERS:
-        make_sampler(exp.sampler, exp.seed)                      # raises with the names
+        make_sampler(exp.sampler, exp.seed)  # raises with the names
     if exp.executor not in EXECUTORS:
         raise ConfigError(f"executor: unknown name {exp.executor!r}; accepted: {', '.join(EXECUTORS)}")
-    splits = load_splits(task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed,
-                         search_dev_size=exp.fidelity.search_dev)
+    splits = load_splits(
+        task, data_dir=exp.data_dir, k=exp.fidelity.k, data_seed=exp.data_seed, search_dev_size=exp.fidelity.search_dev
+    )
     model_config = model_config_for(exp.backbone, task, splits)
     check_positions(model_config, exp.fidelity.max_length, "fidelity.max_length")
     if task.kind == "seq2seq" and (task.seq2seq.source_lang or task.seq2seq.target_lang):
@@ -58,12 +59,16 @@ def check_inputs(exp: Experiment, written_later=frozenset()) -> Inputs:
     budget = parse_budget(exp.budget, backbone_params)
     smallest = smallest_count(space, model_config, n_layers)
     if budget is not None and budget < smallest:
-        raise ConfigError(f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
-                          f"({smallest:,} deployable parameters on this backbone)")
+        raise ConfigError(
+            f"budget {budget:,} is below the smallest configuration of space {space.name!r} "
+            f"({smallest:,} deployable parameters on this backbone)"
+        )
     fewest = smallest_module(space, model_config, n_layers)
     if budget is not None and fewest is not None and budget < fewest:
-        raise ConfigError(f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
-                          f"{fewest:,} deployable parameters on this backbone (only the head would train)")
+        raise ConfigError(
+            f"budget {budget:,} admits no PETL module of space {space.name!r}: the smallest takes "
+            f"{fewest:,} deployable parameters on this backbone (only the head would train)"
+        )
     check_backbone_files(exp.backbone)
     if exp.sampler == "presets" and exp.strategy == "sampler" and not exp.warm_start and not exp.final.baselines:
         _check_some_preset_fits(exp.presets, space, model_config, budget)
@@ -74,9 +79,9 @@ def check_inputs(exp: Experiment, written_later=frozenset()) -> Inputs:
     if exp.executor == "ray":
         check_ray_address(exp.ray_address)
     if exp.warm_start:
-        front_of(exp.warm_start)                 # a source that cannot be read is said before a study exists
+        front_of(exp.warm_start)  # a source that cannot be read is said before a study exists
     if exp.rates.on and exp.rates.file and Path(exp.rates.file) not in written_later and Path(exp.rates.file).exists():
-        rates.read_file(exp.rates.file, exp)         # a damaged or out-of-range file: said before a study exists
+        rates.read_file(exp.rates.file, exp)  # a damaged or out-of-range file: said before a study exists
     return Inputs(task, splits, model_config, space, budget, backbone_params)
 
 
@@ -90,10 +95,15 @@ def _check_oneshot_budgets(budgets, budget: int, smallest: int, backbone_params:
         except ConfigError as e:
             raise ConfigError(f"oneshot: budgets: {e}") from None
         if not smallest <= count < budget:
-            raise ConfigError(f"oneshot: budgets: {text} ({count:,} deployable parameters) is "
-                              + (f"not below the study's budget of {budget:,}" if count >= budget else
-                                 f"below the space's smallest module ({smallest:,})")
-                              + ": the supernet proposes for smaller budgets it can fill")
+            raise ConfigError(
+                f"oneshot: budgets: {text} ({count:,} deployable parameters) is "
+                + (
+                    f"not below the study's budget of {budget:,}"
+                    if count >= budget
+                    else f"below the space's smallest module ({smallest:,})"
+                )
+                + ": the supernet proposes for smaller budgets it can fill"
+            )
 
 
 def _check_some_preset_fits(names, space, model_config, budget: int | None) -> None:
@@ -101,11 +111,18 @@ def _check_some_preset_fits(names, space, model_config, budget: int | None) -> N
     fitting, over, refused = presets_within(names, space, model_config, budget)
     if fitting:
         return
-    whys = ([f"over the budget of {budget:,} deployable parameters: "
-             + ", ".join(f"{name} ({count:,})" for name, count in over)] if over else [])
+    whys = (
+        [
+            f"over the budget of {budget:,} deployable parameters: "
+            + ", ".join(f"{name} ({count:,})" for name, count in over)
+        ]
+        if over
+        else []
+    )
     whys += [f"the backbone cannot take {name} ({why})" for name, why in refused]
-    raise ConfigError(f"sampler: presets trains only presets, and none can train here: "
-                      f"{'; '.join(whys) if whys else 'presets: none'}")
+    raise ConfigError(
+        f"sampler: presets trains only presets, and none can train here: {'; '.join(whys) if whys else 'presets: none'}"
+    )
 
 
 __all__ = ["Inputs", "check_inputs"]

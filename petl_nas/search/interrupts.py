@@ -21,8 +21,8 @@ import threading
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
-_STOPPED: list[int] = []              # the signal of a stop raised and not raised again since
-_SIGNALLED: list[int] = []            # the signal of the last stop within `stops_on_signals`
+_STOPPED: list[int] = []  # the signal of a stop raised and not raised again since
+_SIGNALLED: list[int] = []  # the signal of the last stop within `stops_on_signals`
 
 
 class Stopped(KeyboardInterrupt):
@@ -45,6 +45,7 @@ def stops_on_signals():
     def stop(signum, frame):
         _STOPPED[:] = _SIGNALLED[:] = [signum]
         raise Stopped(signum)
+
     _STOPPED.clear()
     _SIGNALLED.clear()
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -56,12 +57,12 @@ def stops_on_signals():
     try:
         yield
     except KeyboardInterrupt as e:
-        if _SIGNALLED and not isinstance(e, Stopped):   # re-raised plainly (Ray Tune does): the signal it was
+        if _SIGNALLED and not isinstance(e, Stopped):  # re-raised plainly (Ray Tune does): the signal it was
             raise Stopped(_SIGNALLED[0]) from e
         raise
     finally:
         for s, handler in previous.items():
-            if handler is not None:                  # None: a handler not set from Python, left as it is
+            if handler is not None:  # None: a handler not set from Python, left as it is
                 signal.signal(s, handler)
         sys.unraisablehook = unraisable
         _STOPPED.clear()
@@ -70,9 +71,11 @@ def stops_on_signals():
 
 def _quiet_about_stops(hook):
     """``hook``, except for a stop dropped in a finaliser: `raise_if_stopped` raises it again."""
+
     def quiet(unraisable):
         if not isinstance(unraisable.exc_value, Stopped):
             hook(unraisable)
+
     return quiet
 
 
@@ -118,13 +121,13 @@ def interruptible(body: Callable[[], T], on_stop: Callable[[str | None], None]) 
         return body()
     except KeyboardInterrupt as e:
         masked, signum = None, _signal_of(e)
-    except Exception as e:                                   # noqa: BLE001 - re-raised unless an interrupt's
+    except Exception as e:  # noqa: BLE001 - re-raised unless an interrupt's
         if not caused_by_interrupt(e):
             raise
         masked, signum = one_line(e), _signal_of(e)
     with _stops_wait():
         on_stop(masked)
-    raise Stopped(_SIGNALLED[0] if _SIGNALLED else signum)   # Ray re-raises a stop as a plain KeyboardInterrupt
+    raise Stopped(_SIGNALLED[0] if _SIGNALLED else signum)  # Ray re-raises a stop as a plain KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -135,10 +138,15 @@ def _stops_wait():
         return
 
     def wait(signum, frame):
-        print("petl-nas: still stopping: the running trials are being marked as interrupted", file=sys.stderr,
-              flush=True)
-    replaced = {s: h for s in (signal.SIGINT, signal.SIGTERM)      # None: not set from Python; left as it is
-                if (h := signal.getsignal(s)) is not None and h is not signal.SIG_IGN}
+        print(
+            "petl-nas: still stopping: the running trials are being marked as interrupted", file=sys.stderr, flush=True
+        )
+
+    replaced = {
+        s: h
+        for s in (signal.SIGINT, signal.SIGTERM)  # None: not set from Python; left as it is
+        if (h := signal.getsignal(s)) is not None and h is not signal.SIG_IGN
+    }
     for s in replaced:
         signal.signal(s, wait)
     try:
@@ -157,7 +165,7 @@ def before_writing():
     """A stop inside it (or an error raised while one unwinds) comes out as `StoppedBeforeWriting`."""
     try:
         yield
-    except BaseException as e:                               # noqa: BLE001 - re-raised as it is unless a stop
+    except BaseException as e:  # noqa: BLE001 - re-raised as it is unless a stop
         if caused_by_interrupt(e) and not isinstance(e, StoppedBeforeWriting):
             raise StoppedBeforeWriting from e
         raise
@@ -169,5 +177,14 @@ def raise_if_stopped() -> None:
         raise Stopped(_STOPPED.pop())
 
 
-__all__ = ["stops_on_signals", "raise_if_stopped", "caused_by_interrupt", "interruptible", "one_line",
-           "Stopped", "StoppedBeforeWriting", "before_writing", "exit_status"]
+__all__ = [
+    "stops_on_signals",
+    "raise_if_stopped",
+    "caused_by_interrupt",
+    "interruptible",
+    "one_line",
+    "Stopped",
+    "StoppedBeforeWriting",
+    "before_writing",
+    "exit_status",
+]

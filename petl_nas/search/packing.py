@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-HEADROOM = 1.5       # per-trial memory: the measured peak times this
-CONTEXT_MB = 600     # a CUDA context per process, outside the allocator
-USABLE = 0.9         # of the card's memory: the rest for fragmentation and the driver
+HEADROOM = 1.5  # per-trial memory: the measured peak times this
+CONTEXT_MB = 600  # a CUDA context per process, outside the allocator
+USABLE = 0.9  # of the card's memory: the rest for fragmentation and the driver
 
 
 def fits(peak_mb: float, total_mb: float, most: int, reserved_mb: float = 0.0) -> int:
@@ -71,16 +71,21 @@ class GpuPacking:
         self.measured = True
         peak, total = result.get("gpu_reserved_mb"), result.get("gpu_total_mb")
         if not peak or not total:
-            return "gpus_per_trial auto: the first trial reported no GPU memory (no CUDA device in its process); one trial per GPU"
+            return (
+                "gpus_per_trial auto: the first trial reported no GPU memory (no CUDA device in its process); "
+                "one trial per GPU"
+            )
         self.per_gpu = fits(peak, total, self.most, self.reserved_mb)
-        return (f"gpus_per_trial auto: a trial held {peak:,.0f} MB of {total:,.0f} MB; "
-                f"{self.per_gpu} trial(s) per GPU from now on ({self.fraction:g} GPU each)")
+        return (
+            f"gpus_per_trial auto: a trial held {peak:,.0f} MB of {total:,.0f} MB; "
+            f"{self.per_gpu} trial(s) per GPU from now on ({self.fraction:g} GPU each)"
+        )
 
     def out_of_memory(self, share_of_trial: float | None = None) -> str | None:
         """A trial ran out of GPU memory: half as many per GPU from now on. A trial that was granted a
         smaller share than now ran under a packing already halved since (trials that filled the card
         together fail together): it halves nothing again."""
-        self.measured = True                 # nothing to wait for: the failure is the measurement
+        self.measured = True  # nothing to wait for: the failure is the measurement
         if self.per_gpu == 1 or (share_of_trial is not None and share_of_trial < self.fraction):
             return None
         self.per_gpu = max(1, self.per_gpu // 2)

@@ -22,18 +22,23 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
         raise ConfigError(f"study {study.study_name!r} has no complete trial to export")
     front = [t for t in study.best_trials if budget is None or t.values[1] <= budget]
     if not study.best_trials:
-        raise ConfigError(f"study {study.study_name!r} has no feasible trial: every complete trial is over its "
-                          f"budget or did not learn (within noise of the trivial baseline)")
+        raise ConfigError(
+            f"study {study.study_name!r} has no feasible trial: every complete trial is over its "
+            f"budget or did not learn (within noise of the trivial baseline)"
+        )
     if not front:
         smallest = min(t.values[1] for t in study.best_trials)
-        raise ConfigError(f"budget {budget:,} is below every front member of study {study.study_name!r} "
-                          f"(the smallest has {int(smallest):,} deployable parameters)")
+        raise ConfigError(
+            f"budget {budget:,} is below every front member of study {study.study_name!r} "
+            f"(the smallest has {int(smallest):,} deployable parameters)"
+        )
     # A trial final.confirm re-scored is a candidate even off the front: the search's own pick is the
     # best confirmed mean wherever it lies, and export must not disagree with it. Only the trials the
     # study's current setting confirms count: an earlier run's (with a larger N) are not its pick.
     seen, now = {t.number for t in front}, confirmed_now(study)
-    confirmed = [t for t in complete if t.number not in seen and t.number in now
-                 and (budget is None or t.values[1] <= budget)]
+    confirmed = [
+        t for t in complete if t.number not in seen and t.number in now and (budget is None or t.values[1] <= budget)
+    ]
     return [(t, mean_score(study, t) if t.number in now else t.values[0]) for t in front + confirmed]
 
 

@@ -26,8 +26,9 @@ EVERY_S = 30.0
 def countdown(spent_s: float, done: int, total: int, unit: str = "", bound: str = "about") -> str:
     """``i of n[ unit], about M min left`` after the i-th of n jobs of about equal length took ``spent_s``."""
     left = spent_s / done * (total - done)
-    return (f"{done} of {total}{' ' + unit if unit else ''}"
-            + (f", {bound} {max(1, round(left / 60))} min left" if done < total else ""))
+    return f"{done} of {total}{' ' + unit if unit else ''}" + (
+        f", {bound} {max(1, round(left / 60))} min left" if done < total else ""
+    )
 
 
 def time_left(per_unit_s: float, done: int, total: int, running_s: float = 0.0) -> float:
@@ -47,8 +48,7 @@ class Stage:
     """``total`` runs of about equal length (an upper bound where the stage may stop early: its
     estimate is then "at most"), each inside `run`."""
 
-    def __init__(self, printer: Callable[[str], None], total: int, every_s: float | None = None,
-                 at_most: bool = False):
+    def __init__(self, printer: Callable[[str], None], total: int, every_s: float | None = None, at_most: bool = False):
         self.printer, self.total, self.at_most = printer, total, at_most
         self.every_s = EVERY_S if every_s is None else every_s
         self.done, self.spent_s = 0, 0.0
@@ -59,8 +59,10 @@ class Stage:
         line = f"  {what}: running for {running_s / 60:.1f} min" + (f"; {detail}" if detail else "")
         if self.done and self.done < self.total:
             left = time_left(self.spent_s / self.done, self.done, self.total, running_s)
-            line += (f"; {self._bound} {max(1, round(left / 60))} min left in this stage ({self.done} of "
-                     f"{self.total} runs done)")
+            line += (
+                f"; {self._bound} {max(1, round(left / 60))} min left in this stage ({self.done} of "
+                f"{self.total} runs done)"
+            )
         return line
 
     def left(self) -> str:
@@ -79,6 +81,7 @@ class Stage:
 
         def beat() -> None:
             self.printer(self.heartbeat(what, time.perf_counter() - began, detail() if detail else None))
+
         try:
             with repeating(self.every_s, beat, "petl-nas progress"):
                 yield

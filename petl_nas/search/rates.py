@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.config import PetlConfig
-from ..core.family_rates import at_rates as apply, families_of, reference_scale, scale_can_be_a_rate
+from ..core.family_rates import at_rates as apply
+from ..core.family_rates import families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
-from ..fileio import atomic_write
 from . import claims
 from .progress import Stage
 from .rates_file import check_record, keep_file, write_file
@@ -60,21 +60,32 @@ from .space import SearchSpace
 from .storage import as_stored
 from .study import preset_in_space
 
-ATTR = RATE_CALIBRATION          # the study attribute holding the record
-SETTING = RATES_SETTING          # the study attribute holding the mode it searches in
-SCALE = "lr_scale"               # the study parameter the sampler draws in a calibrated study
-STEP = 3.0                       # one step of the climb: a factor of 3
-MAX_STEPS = 3                    # runs per family at most
-NOMINAL_WIDTH = 768              # a hidden size to build a preset at where only its scales are read
+ATTR = RATE_CALIBRATION  # the study attribute holding the record
+SETTING = RATES_SETTING  # the study attribute holding the mode it searches in
+SCALE = "lr_scale"  # the study parameter the sampler draws in a calibrated study
+STEP = 3.0  # one step of the climb: a factor of 3
+MAX_STEPS = 3  # runs per family at most
+NOMINAL_WIDTH = 768  # a hidden size to build a preset at where only its scales are read
 # family -> presets that measure it, in order of preference (the first that fits the budget)
-FAMILY_PROBES = {"lora": ("lora", "lora_ffn"), "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
-                 "compacter": ("compacter_pp", "compacter"), "prefix": ("prefix",), "mh_adapter": ("mh_pa",),
-                 "prompt": ("prompt_tuning",), "bitfit": ("bitfit",), "lokr": ("lokr",), "ia3": ("ia3", "ia3_kv"),
-                 "ln": ("ln_tuning",), "vera": ("vera",), "fourierft": ("fourierft",)}
+FAMILY_PROBES = {
+    "lora": ("lora", "lora_ffn"),
+    "adapter": ("pfeiffer", "parallel_adapter", "houlsby", "scaled_pa"),
+    "compacter": ("compacter_pp", "compacter"),
+    "prefix": ("prefix",),
+    "mh_adapter": ("mh_pa",),
+    "prompt": ("prompt_tuning",),
+    "bitfit": ("bitfit",),
+    "lokr": ("lokr",),
+    "ia3": ("ia3", "ia3_kv"),
+    "ln": ("ln_tuning",),
+    "vera": ("vera",),
+    "fourierft": ("fourierft",),
+}
 
 
 def space_families(space) -> list[str]:
     """The families the space can draw, in `FAMILY_PROBES` order."""
+
     def values(dim) -> tuple:
         return dim.choices or (dim.value,)
 
@@ -103,7 +114,7 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
     """The first preset of ``family`` that fits the budget, as the study trains it (lr_scale 1);
     when none does, the first one the backbone takes with its modules' sizes halved until it fits
     (`shrunk`): a family is measured whenever one of its modules fits at all."""
-    from ..core.budget import count_parameters, fitted    # torch: counting builds a meta model
+    from ..core.budget import count_parameters, fitted  # torch: counting builds a meta model
 
     taken = []
     for name in FAMILY_PROBES[family]:
@@ -117,7 +128,7 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
         small = shrunk(config, model_config, budget)
         if small is not None:
             return f"{name}, {cut(small)} to fit", small
-    for name, config in taken:                # no size fits on every layer: the per-budget baseline's shape
+    for name, config in taken:  # no size fits on every layer: the per-budget baseline's shape
         small = fitted(model_config, config, budget, model_config.num_hidden_layers)
         if small is not None:
             top = len(small.modules[0].layers or ())
@@ -132,7 +143,7 @@ def as_trained(name: str, space, model_config) -> PetlConfig | None:
     try:
         config, _ = preset_in_space(space, name, model_config, model_config.num_hidden_layers, lr=1.0)
         count_parameters(model_config, config)
-    except ConfigError:                                   # a form this backbone refuses
+    except ConfigError:  # a form this backbone refuses
         return None
     return config
 
@@ -170,9 +181,16 @@ def cut(config: PetlConfig) -> str:
     from ..core.forms import form_named
 
     sizes = [str(m.size) for m in config.modules if form_named(m.form).sized]
-    layers = sorted({f"{m.layers[0]}-{m.layers[-1]}" if len(m.layers) > 1 else str(m.layers[0])
-                     for m in config.modules if not form_named(m.form).sized and m.layers is not None})
-    return ", ".join(([f"sizes {'/'.join(sizes)}"] if sizes else []) + ([f"layers {'/'.join(layers)}"] if layers else []))
+    layers = sorted(
+        {
+            f"{m.layers[0]}-{m.layers[-1]}" if len(m.layers) > 1 else str(m.layers[0])
+            for m in config.modules
+            if not form_named(m.form).sized and m.layers is not None
+        }
+    )
+    return ", ".join(
+        ([f"sizes {'/'.join(sizes)}"] if sizes else []) + ([f"layers {'/'.join(layers)}"] if layers else [])
+    )
 
 
 def within(rate: float, lr) -> float:
@@ -195,7 +213,7 @@ def planned_runs(exp, to_train: int, proposals: int = 0) -> int:
     the pick and the best baseline. Calibration's share is of these: a one-shot study asks for no
     trials of the sampler's and still trains dozens of runs."""
     f = exp.final
-    if f.seeds == 0:                                # no final re-evaluation: no confirmation either
+    if f.seeds == 0:  # no final re-evaluation: no confirmation either
         return to_train + proposals
     confirming = (f.confirm + 1) * f.confirm_seeds if f.confirm else 0
     finals = f.seeds * (2 if f.baselines else 1)
@@ -214,7 +232,7 @@ def climb(measure, start: float, runs: int) -> list[tuple[float, float]]:
             if tried[-1][1] <= max(s for r, s in tried[:-1]):
                 break
         if len(tried) >= runs or max(tried, key=lambda t: t[1])[0] > start:
-            break                                         # it rose going up: no reason to go down
+            break  # it rose going up: no reason to go down
     return tried
 
 
@@ -226,7 +244,7 @@ def extend(measure, tried: list[tuple[float, float]], runs: int) -> list[tuple[f
         best = max(tried, key=lambda t: t[1])
         rates_tried = [r for r, _ in tried]
         if best[0] not in (max(rates_tried), min(rates_tried)):
-            break                                          # a peak inside the rates tried
+            break  # a peak inside the rates tried
         rate = best[0] * (STEP if best[0] == max(rates_tried) else 1 / STEP)
         tried.append((rate, measure(rate)))
         runs -= 1
@@ -254,7 +272,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
     stored, TrialResult) pairs: the trial length's calibration runs) is taken from it, not trained.
     ``planned``: the runs the study will train (`planned_runs`; None: ``trials``), of which
     calibration takes at most ``rates.share``."""
-    from .specs import trial_recipe                      # torch: only where runs are trained
+    from .specs import trial_recipe  # torch: only where runs are trained
     from .worker import free_memory
 
     start = time.perf_counter()
@@ -271,11 +289,15 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
         if ref is not None and scale_can_be_a_rate(family):
             scales[family] = ref
         if found is None or left < 2:
-            skipped[family] = {"prior": prior, "why": "no preset of it fits the budget" if found is None
-                               else "not measured: calibration's share of the study's runs is spent"}
+            skipped[family] = {
+                "prior": prior,
+                "why": "no preset of it fits the budget"
+                if found is None
+                else "not measured: calibration's share of the study's runs is spent",
+            }
             continue
         measure, runs = _measurer(exp, family, *found, printer, stage, known)
-        first = within(prior * factor_so_far(climbs), lr_range)     # the recipe moves every rate alike
+        first = within(prior * factor_so_far(climbs), lr_range)  # the recipe moves every rate alike
         climbs[family] = Climb(measure, runs, found[0], prior, climb(measure, first, min(MAX_STEPS, left)))
         left -= len(climbs[family].tried)
     measured, results, records = {}, {}, {}
@@ -285,19 +307,37 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
         rate = max(more, key=lambda t: t[1])[0]
         measured[family] = rate
         spec, r = c.runs[rate]
-        results[family] = as_stored({"spec": spec.to_dict(),
-                                     "result": {k: v for k, v in r.to_dict().items() if k != "history"}})
-        records[family] = {"prior": c.prior, "probe": c.probe, "rate": rate, "tried": [[t, s] for t, s in more],
-                           "edge": len(more) > 1 and rate in (max(t for t, _ in more), min(t for t, _ in more))}
+        results[family] = as_stored(
+            {"spec": spec.to_dict(), "result": {k: v for k, v in r.to_dict().items() if k != "history"}}
+        )
+        records[family] = {
+            "prior": c.prior,
+            "probe": c.probe,
+            "rate": rate,
+            "tried": [[t, s] for t, s in more],
+            "edge": len(more) > 1 and rate in (max(t for t, _ in more), min(t for t, _ in more)),
+        }
     free_memory()
-    factor = (math.exp(statistics.fmean(math.log(measured[f] / records[f]["prior"]) for f in measured))
-              if measured else 1.0)
+    factor = (
+        math.exp(statistics.fmean(math.log(measured[f] / records[f]["prior"]) for f in measured)) if measured else 1.0
+    )
     families = {f: records.get(f) or {**skipped[f], "rate": skipped[f]["prior"] * factor} for f in order}
-    return {"rates": {f: families[f]["rate"] for f in order}, "scales": scales, "families": families, "factor": factor,
-            "runs": sum(len(v.get("tried", ())) for v in families.values()),
-            "allowed": allowance(planned, exp.rates.share), "trials": exp.trials, "planned": planned, "results": results,
-            "epochs": trial_recipe(exp).epochs, "k": exp.fidelity.k, "backbone": json.dumps(exp.backbone),
-            "task": str(exp.task), "cost_s": round(time.perf_counter() - start, 1)}
+    return {
+        "rates": {f: families[f]["rate"] for f in order},
+        "scales": scales,
+        "families": families,
+        "factor": factor,
+        "runs": sum(len(v.get("tried", ())) for v in families.values()),
+        "allowed": allowance(planned, exp.rates.share),
+        "trials": exp.trials,
+        "planned": planned,
+        "results": results,
+        "epochs": trial_recipe(exp).epochs,
+        "k": exp.fidelity.k,
+        "backbone": json.dumps(exp.backbone),
+        "task": str(exp.task),
+        "cost_s": round(time.perf_counter() - start, 1),
+    }
 
 
 def factor_so_far(climbs: dict[str, Climb]) -> float:
@@ -327,10 +367,12 @@ def _measurer(exp, family: str, name: str, config: PetlConfig, printer, stage: S
                 r = run_trial(spec)
         score = r.score if r.score is not None and math.isfinite(r.score) else -math.inf
         runs[rate] = (spec, r)
-        shown = f"{score:.4f}" + (f" ± {r.score_se:.4f}" if r.score_se is not None else "") if score > -math.inf \
+        shown = (
+            f"{score:.4f}" + (f" ± {r.score_se:.4f}" if r.score_se is not None else "")
+            if score > -math.inf
             else "diverged"
-        done = ("the trial length's calibration run of this spec, not trained again" if r.reused
-                else stage.left())
+        )
+        done = "the trial length's calibration run of this spec, not trained again" if r.reused else stage.left()
         printer(f"  rates: {family} ({name}) at {rate:.1e}: {shown} ({done})")
         return score
 
@@ -340,8 +382,10 @@ def _measurer(exp, family: str, name: str, config: PetlConfig, printer, stage: S
 def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:
     """(trial spec, result) of each family's best run: the preset trained at its family's rate is
     recorded from it, not trained again (``reused: calibration``)."""
-    return [(r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
-            for r in (record or {}).get("results", {}).values()]
+    return [
+        (r["spec"], TrialResult.from_dict({**r["result"], "reused": "calibration"}))
+        for r in (record or {}).get("results", {}).values()
+    ]
 
 
 def read_file(path: str, exp) -> tuple[dict, list[str]]:
@@ -351,11 +395,13 @@ def read_file(path: str, exp) -> tuple[dict, list[str]]:
         record = json.loads(read_text(Path(path)))
     except (OSError, ValueError) as e:
         raise ConfigError(f"rates.file {path!r}: cannot be read as a rates file ({str(e).splitlines()[0]})") from None
-    check_record(record, path)                       # finite, positive, within range: said naming file and key
+    check_record(record, path)  # finite, positive, within range: said naming file and key
     if record.get("backbone") != json.dumps(exp.backbone):
-        raise ConfigError(f"rates.file {path!r}: measured on backbone {record.get('backbone')}, not "
-                          f"{json.dumps(exp.backbone)}; rates do not carry across backbones (calibrate again)")
-    if "scales" not in record:                       # a file from before scales were recorded
+        raise ConfigError(
+            f"rates.file {path!r}: measured on backbone {record.get('backbone')}, not "
+            f"{json.dumps(exp.backbone)}; rates do not carry across backbones (calibrate again)"
+        )
+    if "scales" not in record:  # a file from before scales were recorded
         record["scales"] = probe_scales(record)
     notes = []
     if record.get("task") != str(exp.task):
@@ -395,8 +441,9 @@ def mode(study, exp) -> dict:
     return stored
 
 
-def resolve(study, exp, space, model_config, budget: int | None, printer, known=(),
-            planned: int | None = None, lock=None) -> dict | None:
+def resolve(
+    study, exp, space, model_config, budget: int | None, printer, known=(), planned: int | None = None, lock=None
+) -> dict | None:
     """The study's rates: recorded, read from ``rates.file`` or measured now by one worker of the
     study (`claims.once` under ``lock``, the study's `ClaimLock`), stored, and written to
     ``rates.json`` from the study's record; ``planned``: see `calibrate`. None for a study that
@@ -409,19 +456,32 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
         record, notes = read_file(exp.rates.file, exp)
         for note in notes:
             printer(note)
-        if study.user_attrs.get(ATTR) is None:               # another worker may have stored first: its stands
+        if study.user_attrs.get(ATTR) is None:  # another worker may have stored first: its stands
             study.set_user_attr(ATTR, record)
         record = study.user_attrs[ATTR]
     elif record is None:
+
         def measure() -> dict:
-            printer(f"rates auto: measuring the rate of each family "
-                    f"({', '.join(study_families(space, model_config, budget, exp.final.baselines))}) on "
-                    f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
-                    f"runs ...")
+            printer(
+                f"rates auto: measuring the rate of each family "
+                f"({', '.join(study_families(space, model_config, budget, exp.final.baselines))}) on "
+                f"search-dev, at most {allowance(exp.trials if planned is None else planned, exp.rates.share)} "
+                f"runs ..."
+            )
             return calibrate(exp, space, model_config, budget, printer, known, planned)
-        record, _ = claims.once(study, lock, ATTR, measure, printer, "rates auto", exp.heartbeat_interval,
-                                exp.grace_period, keep=lambda stored: write_file(stored, path))
-    if not record.get("source"):                             # measured here: the file is the study's record
+
+        record, _ = claims.once(
+            study,
+            lock,
+            ATTR,
+            measure,
+            printer,
+            "rates auto",
+            exp.heartbeat_interval,
+            exp.grace_period,
+            keep=lambda stored: write_file(stored, path),
+        )
+    if not record.get("source"):  # measured here: the file is the study's record
         said = keep_file(record, path)
         if said:
             printer(said)
@@ -430,5 +490,23 @@ def resolve(study, exp, space, model_config, budget: int | None, printer, known=
     return record
 
 
-__all__ = ["apply", "calibrate", "climb", "families_of", "space_families", "study_families", "known_results", "lines", "mode",
-           "resolve", "read_file", "write_file", "allowance", "planned_runs", "ATTR", "SCALE", "SETTING", "FAMILY_PROBES"]
+__all__ = [
+    "apply",
+    "calibrate",
+    "climb",
+    "families_of",
+    "space_families",
+    "study_families",
+    "known_results",
+    "lines",
+    "mode",
+    "resolve",
+    "read_file",
+    "write_file",
+    "allowance",
+    "planned_runs",
+    "ATTR",
+    "SCALE",
+    "SETTING",
+    "FAMILY_PROBES",
+]

@@ -13,8 +13,8 @@ from ..errors import ConfigError
 from ..fileio import atomic_write
 from ..rules import between, check_fields
 
-RATE_RANGE = (0.0, 1.0)       # a learning rate above 1 trains nothing under Adam: a typo or a damaged file
-SCALE_RANGE = (0.0, 1000.0)   # a module's fixed output scale (LoRA's alpha / r 0.5 to 32; FourierFT's 140)
+RATE_RANGE = (0.0, 1.0)  # a learning rate above 1 trains nothing under Adam: a typo or a damaged file
+SCALE_RANGE = (0.0, 1000.0)  # a module's fixed output scale (LoRA's alpha / r 0.5 to 32; FourierFT's 140)
 
 
 def check_record(record, path) -> None:

@@ -30,21 +30,21 @@ from ..errors import ConfigError
 from ..training.costs import COSTS
 from .storage import LOST, check_existing, redact, with_installed_driver
 
-KNOB_STUDY_SUFFIX = ":oneshot-knobs"   # a search's supernet runs (`oneshot.knobs`), a study beside it
-FINAL = "final:"                       # study attribute final:<trial number>: its re-evaluation on test
-CONFIRMED = "confirm:"                 # study attribute confirm:<trial number>: its scores over seeds
-CONFIRMED_ROWS = "confirm_rows:"       # ... confirm_rows:<trial number>: each seed's per-row predictions
-CONFIRMED_TEST = "confirm_test:"       # ... confirm_test:<trial number>: the test runs of its confirmation's seeds
+KNOB_STUDY_SUFFIX = ":oneshot-knobs"  # a search's supernet runs (`oneshot.knobs`), a study beside it
+FINAL = "final:"  # study attribute final:<trial number>: its re-evaluation on test
+CONFIRMED = "confirm:"  # study attribute confirm:<trial number>: its scores over seeds
+CONFIRMED_ROWS = "confirm_rows:"  # ... confirm_rows:<trial number>: each seed's per-row predictions
+CONFIRMED_TEST = "confirm_test:"  # ... confirm_test:<trial number>: the test runs of its confirmation's seeds
 SEARCH_DEV_LABELS = "search_dev_labels"  # the study's search-dev labels, as `encode_rows` writes them
-ONESHOT = "oneshot"                    # trial attribute: the supernet run that proposed it
-ONESHOT_ANCHOR = "oneshot_anchor"      # trial attribute: the baseline a one-shot proposal builds on
-RATES_SETTING = "rates"                 # study attribute: {calibrated, spread}: how its trials' rates are set
-RATE_CALIBRATION = "rate_calibration"   # study attribute: each family's measured rate (search/rates.py)
-LR_FROM_SAMPLER = "lr_from_sampler"    # trial attribute: a configuration given whole whose rate the sampler draws
-FINISHED = "finished"                  # study attribute: False while a run goes on, True once one ended well
-SESSION = "session:"                   # study attribute session:<start> <host>:<pid>: a run's seconds
-INTERRUPTED = "interrupted (trained again on resume)"   # failure kinds: stopped by Ctrl-C, ...
-INVALID = "invalid configuration"                        # ... or drawn and refused before training
+ONESHOT = "oneshot"  # trial attribute: the supernet run that proposed it
+ONESHOT_ANCHOR = "oneshot_anchor"  # trial attribute: the baseline a one-shot proposal builds on
+RATES_SETTING = "rates"  # study attribute: {calibrated, spread}: how its trials' rates are set
+RATE_CALIBRATION = "rate_calibration"  # study attribute: each family's measured rate (search/rates.py)
+LR_FROM_SAMPLER = "lr_from_sampler"  # trial attribute: a configuration given whole whose rate the sampler draws
+FINISHED = "finished"  # study attribute: False while a run goes on, True once one ended well
+SESSION = "session:"  # study attribute session:<start> <host>:<pid>: a run's seconds
+INTERRUPTED = "interrupted (trained again on resume)"  # failure kinds: stopped by Ctrl-C, ...
+INVALID = "invalid configuration"  # ... or drawn and refused before training
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,9 @@ class StoredTrial:
             the LoRA rank sweep point's name); ``oneshot_budget`` the rung it was read off at;
             ``oneshot_anchor`` the baseline a one-shot proposal builds on (`derive.anchored`);
             ``lr_from_sampler``: a configuration given whole whose learning rate the sampler draws.
-        petl_config: its PetlConfig as drawn (``to_dict``); pooling: what ``auto`` chose on the
-            study's backbone, once trained; config_text: how the tables describe it; lr: its recipe's; lr_scale: in a calibrated
-            study, the multiplier of the measured rates it trains at (`petl_nas.search.rates`).
+        petl_config: its PetlConfig as drawn (``to_dict``); pooling: what ``auto`` chose on the study's
+            backbone, once trained; config_text: how the tables describe it; lr: its recipe's; lr_scale: in a
+            calibrated study, the multiplier of the measured rates it trains at (`petl_nas.search.rates`).
         deployable, trainable, pct_of_backbone: its counts (set when drawn).
         score_se, last_score, best_score, did_not_learn: how it scored (`results.TrialResult`).
         train_s, peak_mem_mb, train_step_ms, latency_ms: what it measured.
@@ -117,21 +117,43 @@ class StoredTrial:
         u, attrs = trial.user_attrs, study_attrs or {}
         values, number = getattr(trial, "values", None), getattr(trial, "number", -1)
         return cls(
-            number=number, state=getattr(trial, "state", TrialState.RUNNING),
-            values=tuple(values) if values is not None else None, params=dict(getattr(trial, "params", {})),
-            preset=u.get("preset"), sweep=u.get("baseline"), oneshot=u.get(ONESHOT),
-            oneshot_budget=u.get("oneshot_budget"), oneshot_anchor=u.get(ONESHOT_ANCHOR), warm_start=u.get("warm_start"),
-            lr_from_sampler=bool(u.get(LR_FROM_SAMPLER)), petl_config=u.get("petl_config"),
-            pooling=u.get("pooling"), config_text=u.get("config_text"), lr=(u.get("recipe") or {}).get("lr"),
+            number=number,
+            state=getattr(trial, "state", TrialState.RUNNING),
+            values=tuple(values) if values is not None else None,
+            params=dict(getattr(trial, "params", {})),
+            preset=u.get("preset"),
+            sweep=u.get("baseline"),
+            oneshot=u.get(ONESHOT),
+            oneshot_budget=u.get("oneshot_budget"),
+            oneshot_anchor=u.get(ONESHOT_ANCHOR),
+            warm_start=u.get("warm_start"),
+            lr_from_sampler=bool(u.get(LR_FROM_SAMPLER)),
+            petl_config=u.get("petl_config"),
+            pooling=u.get("pooling"),
+            config_text=u.get("config_text"),
+            lr=(u.get("recipe") or {}).get("lr"),
             lr_scale=(u.get("recipe") or {}).get("lr_scale"),
-            deployable=u.get("deployable"), trainable=u.get("trainable"), pct_of_backbone=u.get("pct_of_backbone"),
-            score_se=u.get("score_se"), last_score=u.get("last_score"), best_score=u.get("best_score"),
-            did_not_learn=bool(u.get("did_not_learn")), train_s=u.get("train_s"), peak_mem_mb=u.get("peak_mem_mb"),
-            train_step_ms=u.get("train_step_ms"), latency_ms=u.get("latency_ms"), rejected=u.get("rejected"),
-            fail_kind=u.get("fail_kind"), fail_reason=u.get("fail_reason"), pruned_reason=u.get("pruned_reason"),
-            final=attrs.get(FINAL + str(number)), confirmed=attrs.get(CONFIRMED + str(number)),
-            confirmed_rows=attrs.get(CONFIRMED_ROWS + str(number)), rows=u.get("rows"),
-            test_runs=tuple(r for r in [u.get("test_run"), *(attrs.get(CONFIRMED_TEST + str(number)) or [])] if r))
+            deployable=u.get("deployable"),
+            trainable=u.get("trainable"),
+            pct_of_backbone=u.get("pct_of_backbone"),
+            score_se=u.get("score_se"),
+            last_score=u.get("last_score"),
+            best_score=u.get("best_score"),
+            did_not_learn=bool(u.get("did_not_learn")),
+            train_s=u.get("train_s"),
+            peak_mem_mb=u.get("peak_mem_mb"),
+            train_step_ms=u.get("train_step_ms"),
+            latency_ms=u.get("latency_ms"),
+            rejected=u.get("rejected"),
+            fail_kind=u.get("fail_kind"),
+            fail_reason=u.get("fail_reason"),
+            pruned_reason=u.get("pruned_reason"),
+            final=attrs.get(FINAL + str(number)),
+            confirmed=attrs.get(CONFIRMED + str(number)),
+            confirmed_rows=attrs.get(CONFIRMED_ROWS + str(number)),
+            rows=u.get("rows"),
+            test_runs=tuple(r for r in [u.get("test_run"), *(attrs.get(CONFIRMED_TEST + str(number)) or [])] if r),
+        )
 
     def test_run(self, recipe: dict, k: int | None) -> dict | None:
         """The test metrics of this trial's run that trained as the final run of ``recipe`` and ``k``."""
@@ -171,7 +193,7 @@ class StoredTrial:
             if self.fail_kind is not None:
                 return self.fail_kind
             if not self.fail_reason:
-                return LOST               # failed by a heartbeat check: the only FAIL without a reason
+                return LOST  # failed by a heartbeat check: the only FAIL without a reason
             return INVALID if self.fail_reason.startswith("invalid") else "error"
         if self.state == TrialState.PRUNED and str(self.pruned_reason or "").startswith("non-finite"):
             return "non-finite loss"
@@ -192,20 +214,26 @@ def load_study(storage_url: str, study_name: str | None = None, naming: str = "-
     try:
         storage = optuna.storages.RDBStorage(with_installed_driver(storage_url))
         names = [s.study_name for s in storage.get_all_studies()]
-    except Exception as e:                                      # noqa: BLE001 - any driver error
+    except Exception as e:  # noqa: BLE001 - any driver error
         raise ConfigError(f"storage {redact(storage_url)!r} cannot be opened: {str(e).splitlines()[0]}") from None
     if study_name is None:
         searches = [n for n in names if not n.endswith(KNOB_STUDY_SUFFIX)]
         if len(searches) != 1:
-            raise ConfigError(f"storage {redact(storage_url)!r} holds {len(searches)} studies "
-                              f"({', '.join(searches) or 'none'}); name one with {naming.format('NAME')}")
+            raise ConfigError(
+                f"storage {redact(storage_url)!r} holds {len(searches)} studies "
+                f"({', '.join(searches) or 'none'}); name one with {naming.format('NAME')}"
+            )
         study_name = searches[0]
     if study_name not in names:
-        raise ConfigError(f"study {study_name!r} is not in {redact(storage_url)} (studies: {', '.join(names) or 'none'})")
-    if study_name.endswith(KNOB_STUDY_SUFFIX):      # one value per supernet run: no front, no configurations
-        search = study_name[:-len(KNOB_STUDY_SUFFIX)]
-        raise ConfigError(f"study {study_name!r} holds the supernet runs of {search!r}'s knob search, not its "
-                          f"trials; use {naming.format(search)}")
+        raise ConfigError(
+            f"study {study_name!r} is not in {redact(storage_url)} (studies: {', '.join(names) or 'none'})"
+        )
+    if study_name.endswith(KNOB_STUDY_SUFFIX):  # one value per supernet run: no front, no configurations
+        search = study_name[: -len(KNOB_STUDY_SUFFIX)]
+        raise ConfigError(
+            f"study {study_name!r} holds the supernet runs of {search!r}'s knob search, not its "
+            f"trials; use {naming.format(search)}"
+        )
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
@@ -239,7 +267,7 @@ def sessions(study_attrs: dict) -> list[dict]:
     out = []
     for key, seconds in study_attrs.items():
         if key.startswith(SESSION):
-            started, _, where = key[len(SESSION):].partition(" ")
+            started, _, where = key[len(SESSION) :].partition(" ")
             out.append({"started": started, "where": where, "wall_s": seconds})
     return sorted(out, key=lambda s: s["started"])
 
@@ -279,14 +307,40 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
         elif failure_kind(t) == INTERRUPTED:
             counts["interrupted"] += 1
         else:
-            key = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running",
-                   TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
-                   TrialState.WAITING: "waiting"}[t.state]
+            key = {
+                TrialState.COMPLETE: "complete",
+                TrialState.RUNNING: "running",
+                TrialState.PRUNED: "pruned",
+                TrialState.FAIL: "failed",
+                TrialState.WAITING: "waiting",
+            }[t.state]
             counts[key] += 1
     return counts
 
 
-__all__ = ["StoredTrial", "stored_trials", "load_study", "state_counts", "failure_kind", "failure_counts",
-           "trial_config", "record_session", "sessions", "study_wall_s", "mark_finished", "run_state", "FINISHED",
-           "KNOB_STUDY_SUFFIX", "FINAL", "CONFIRMED", "CONFIRMED_ROWS", "SEARCH_DEV_LABELS", "ONESHOT_ANCHOR",
-           "ONESHOT", "LR_FROM_SAMPLER", "SESSION", "INTERRUPTED", "INVALID"]
+__all__ = [
+    "StoredTrial",
+    "stored_trials",
+    "load_study",
+    "state_counts",
+    "failure_kind",
+    "failure_counts",
+    "trial_config",
+    "record_session",
+    "sessions",
+    "study_wall_s",
+    "mark_finished",
+    "run_state",
+    "FINISHED",
+    "KNOB_STUDY_SUFFIX",
+    "FINAL",
+    "CONFIRMED",
+    "CONFIRMED_ROWS",
+    "SEARCH_DEV_LABELS",
+    "ONESHOT_ANCHOR",
+    "ONESHOT",
+    "LR_FROM_SAMPLER",
+    "SESSION",
+    "INTERRUPTED",
+    "INVALID",
+]

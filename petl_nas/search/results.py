@@ -23,8 +23,18 @@ from dataclasses import dataclass, field
 # Where-present fields: left out of `to_dict` (and so of the trial's attributes) when None, as a
 # worker on a CPU reports no GPU memory, a run without frozen-layer reuse no `frozen`, a local
 # trial no Ray node.
-_WHEN_PRESENT = ("gpu_reserved_mb", "gpu_total_mb", "frozen", "graphs", "node", "gpu_share", "reused", "threads",
-                 "rows", "test_run")
+_WHEN_PRESENT = (
+    "gpu_reserved_mb",
+    "gpu_total_mb",
+    "frozen",
+    "graphs",
+    "node",
+    "gpu_share",
+    "reused",
+    "threads",
+    "rows",
+    "test_run",
+)
 # Not stored on the trial: the score is its first objective value, the history is in the trial's
 # file, the metric and the card's size are the study's.
 _NOT_STORED = ("score", "history", "metric", "gpu_total_mb")
@@ -105,8 +115,11 @@ class TrialResult:
         """`to_dict` without the history, for a Ray Tune report: the dict-valued fields as JSON text,
         which Tune passes through as they are (a nested dict it would flatten, and `from_dict` then
         lose: every Ray trial stored empty metrics and no final run)."""
-        return {k: json.dumps(v) if k in _NESTED and v is not None else v
-                for k, v in self.to_dict().items() if k != "history"}
+        return {
+            k: json.dumps(v) if k in _NESTED and v is not None else v
+            for k, v in self.to_dict().items()
+            if k != "history"
+        }
 
     @classmethod
     def from_report(cls, data: dict) -> TrialResult:

@@ -26,45 +26,53 @@ __all__ = ["retime", "ROUNDS", "MAX_CANDIDATES"]
 
 ROUNDS = 15
 MAX_CANDIDATES = 8
-_MEMORY_SHARE = 0.5          # of the memory available now, what the copies may take
+_MEMORY_SHARE = 0.5  # of the memory available now, what the copies may take
 
 
-def retime(study, trials: list, rounds: int = ROUNDS, device: str | None = None,
-           limit: int = MAX_CANDIDATES) -> dict[int, float]:
+def retime(
+    study, trials: list, rounds: int = ROUNDS, device: str | None = None, limit: int = MAX_CANDIDATES
+) -> dict[int, float]:
     """``{trial number: median ms}`` of one forward pass of the study's latency batch, timed here in
     ``rounds`` interleaved rounds; the trials beyond ``limit``, or beyond what can be copied, are
     left out (the ones the study timed slowest first). ConfigError when the backbone or the data
     cannot be read here."""
     import torch
 
-    from ..training.costs import LATENCY_BATCH, deployed_latency_ms
-    from ..tasks.encoding import encode
-    from .records import StoredTrial
     from ..core.inject import apply_petl
     from ..tasks import load_splits, resolve_task
+    from ..tasks.encoding import encode
+    from ..training.costs import LATENCY_BATCH, deployed_latency_ms
     from ..training.loading import load_backbone
+    from .records import StoredTrial
 
     a = study.user_attrs
     fidelity = a.get("fidelity", {})
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
         task = resolve_task(a.get("task_spec") or a["task"])
-        splits = load_splits(task, data_dir=a.get("data_dir"), k=fidelity.get("k"), data_seed=a.get("data_seed", 111),
-                             search_dev_size=fidelity.get("search_dev", 500))
+        splits = load_splits(
+            task,
+            data_dir=a.get("data_dir"),
+            k=fidelity.get("k"),
+            data_seed=a.get("data_seed", 111),
+            search_dev_size=fidelity.get("search_dev", 500),
+        )
         base, tok = load_backbone(json.loads(a["backbone"]), task, splits)
     except (ConfigError, OSError) as e:
-        raise ConfigError(f"the candidates cannot be timed again here ({e}); --no-retime picks by the "
-                          f"latencies the trials measured") from None
-    batch = next(iter(encode(splits, tok, fidelity.get("max_length", 128)).search_dev.batches(LATENCY_BATCH,
-                                                                                               shuffle=False)))
+        raise ConfigError(
+            f"the candidates cannot be timed again here ({e}); --no-retime picks by the latencies the trials measured"
+        ) from None
+    batch = next(
+        iter(encode(splits, tok, fidelity.get("max_length", 128)).search_dev.batches(LATENCY_BATCH, shuffle=False))
+    )
     stored = [StoredTrial.of(t) for t in trials]
     ordered = sorted(stored, key=lambda t: t.latency_ms if t.latency_ms is not None else float("inf"))
-    ordered = ordered[:min(limit, _copies_that_fit(base, device))]
+    ordered = ordered[: min(limit, _copies_that_fit(base, device))]
     models = {}
     for t in ordered:
         torch.manual_seed(0)
         model = apply_petl(copy.deepcopy(base).to(device), t.config())
-        deployed_latency_ms(model, batch, device, repeats=1)           # merges; warms up
+        deployed_latency_ms(model, batch, device, repeats=1)  # merges; warms up
         models[t.number] = model
     times: dict[int, list[float]] = {n: [] for n in models}
     for _ in range(rounds):

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from .progress import Stage
 from .results import TrialResult
 
-if TYPE_CHECKING:                                    # torch loads in a pool process only as it trains
+if TYPE_CHECKING:  # torch loads in a pool process only as it trains
     from .worker import TrialSpec
 
-POLL_S = 1.0       # how often the pool's results are looked for
+POLL_S = 1.0  # how often the pool's results are looked for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +53,11 @@ def slots(n_runs: int, executor: str = "ray", cpus_per_run: float = 1.0, gpu: bo
 
     if gpu is None:
         import torch
+
         gpu = torch.cuda.is_available()
     choice = choose()
     if executor == "local":
-        return Slots(1, choice.threads, choice.reason)                # everything in this process
+        return Slots(1, choice.threads, choice.reason)  # everything in this process
     if gpu:
         return Slots(1, choice.threads, "on the GPU, one after another")
     each = max(1, math.floor(cpus_per_run))
@@ -84,8 +85,9 @@ def describe(s: Slots) -> str:
     return f"in this process with {s.threads} CPU thread(s) ({s.reason})"
 
 
-def run_all(specs: list[TrialSpec], labels: list[str], s: Slots, stage: Stage,
-            run_here: Callable[[TrialSpec], TrialResult]) -> Iterator[tuple[int, TrialResult]]:
+def run_all(
+    specs: list[TrialSpec], labels: list[str], s: Slots, stage: Stage, run_here: Callable[[TrialSpec], TrialResult]
+) -> Iterator[tuple[int, TrialResult]]:
     """Train every spec; yield (its index, its result) as each ends. ``run_here`` trains one in this
     process (one slot); ``labels`` name each run in the progress lines."""
     if s.runs <= 1 or len(specs) <= 1:
@@ -101,7 +103,7 @@ def _pooled(specs, labels, s: Slots, stage: Stage, run_here) -> Iterator[tuple[i
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    context = multiprocessing.get_context("spawn")     # no forked copy of this process's torch or threads
+    context = multiprocessing.get_context("spawn")  # no forked copy of this process's torch or threads
     before = _children()
     pool = ProcessPoolExecutor(s.runs, mp_context=context, initializer=_set_threads, initargs=(s.threads,))
     began = beat = time.perf_counter()
@@ -113,25 +115,29 @@ def _pooled(specs, labels, s: Slots, stage: Stage, run_here) -> Iterator[tuple[i
             for future in done:
                 i = pending.pop(future)
                 try:
-                    result = TrialResult.from_dict(future.result())   # a run's own error is raised here
-                except BrokenProcessPool:                   # a process died (killed, or could not start)
+                    result = TrialResult.from_dict(future.result())  # a run's own error is raised here
+                except BrokenProcessPool:  # a process died (killed, or could not start)
                     left.append(i)
                     continue
                 stage.done += 1
-                stage.spent_s = time.perf_counter() - began      # the stage's wall time: its estimate is wall time
+                stage.spent_s = time.perf_counter() - began  # the stage's wall time: its estimate is wall time
                 yield i, result
             if pending and time.perf_counter() - beat >= stage.every_s:
                 beat = time.perf_counter()
                 running = " and ".join(labels[i] for i in sorted(pending.values())[: s.runs])
-                stage.printer(f"  {running}: {(beat - began) / 60:.1f} min into this stage"
-                              + (f"; {stage.left()}" if stage.done else ""))
+                stage.printer(
+                    f"  {running}: {(beat - began) / 60:.1f} min into this stage"
+                    + (f"; {stage.left()}" if stage.done else "")
+                )
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        for child in _children() - before:               # at a stop: the pool's runs end with this process's
+        for child in _children() - before:  # at a stop: the pool's runs end with this process's
             _end(child)
-    if left:                                             # what the broken pool did not train: here
-        stage.printer(f"  a process of the side-by-side pool ended without its result: the {len(left)} "
-                      f"run(s) it left train in this process, one after another")
+    if left:  # what the broken pool did not train: here
+        stage.printer(
+            f"  a process of the side-by-side pool ended without its result: the {len(left)} "
+            f"run(s) it left train in this process, one after another"
+        )
         for i in sorted(left):
             with stage.run(labels[i]):
                 result = run_here(specs[i])
@@ -147,7 +153,7 @@ def _children() -> set:
 def _cmdline(process) -> list:
     try:
         return process.cmdline()
-    except Exception:                                   # ended meanwhile, or not ours to read
+    except Exception:  # ended meanwhile, or not ours to read
         return []
 
 

@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import warnings
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, read_text, read_yaml, suggest
 from ..core.config import POOLINGS, ModuleSpec, PetlConfig, parse_blocks
 from ..core.forms import all_forms, form_named
 from ..core.forms.weights import SPACE_TARGETS
 from ..core.presets import space_dir
+from ..errors import ConfigError, read_text, read_yaml, suggest
 
 SITES = ("attn", "ffn")
-LORA_TARGETS = SPACE_TARGETS          # a slot's `lora_targets` choices and the weights each names
+LORA_TARGETS = SPACE_TARGETS  # a slot's `lora_targets` choices and the weights each names
 # Where in the model a slot's module goes: every block, or a '+'-joined subset (encoder-decoders).
 BLOCK_CHOICES = ("all", "encoder", "decoder", "cross", "encoder+decoder", "encoder+cross", "decoder+cross")
 # dimension -> (kind, allowed values for categorical/fixed); ranges are int or float
@@ -40,8 +40,8 @@ SLOT_DIMENSIONS = {
     "prefix_composition": ("choice", ("gated", "add", "scaled")),
     "bottleneck": ("int", None),
     "rank": ("int", None),
-    "vera_rank": ("int", None),          # VeRA's r: hundreds where LoRA's is a few
-    "frequencies": ("int", None),        # FourierFT's n coefficients per weight
+    "vera_rank": ("int", None),  # VeRA's r: hundreds where LoRA's is a few
+    "frequencies": ("int", None),  # FourierFT's n coefficients per weight
     "length": ("int", None),
     "scale": ("float", None),
     "nonlinearity": ("choice", ("relu", "gelu", "tanh", "swish", "identity")),
@@ -49,7 +49,7 @@ SLOT_DIMENSIONS = {
     "prefix_reparam": ("int_choice", None),
     "phm_n": ("int_choice", None),
     "init": ("choice", ("bert", "lora")),
-    "dora": ("bool", None),                  # LoRA as DoRA
+    "dora": ("bool", None),  # LoRA as DoRA
     "blocks": ("choice", BLOCK_CHOICES),
 }
 GLOBAL_DIMENSIONS = {
@@ -57,10 +57,10 @@ GLOBAL_DIMENSIONS = {
     "layers": ("choice", ("all", "top", "mask")),
     "bitfit": ("bool", None),
     "lr": ("float", None),
-    "train_layernorms": ("bool", None),      # Houlsby, Compacter
-    "prompt_length": ("int_choice", None),   # soft prompt tokens (0: none)
-    "pooling": ("choice", POOLINGS),          # what the classifier reads (head.py)
-    "head_lr_mult": ("float", None),         # the head's learning rate / the PETL rate
+    "train_layernorms": ("bool", None),  # Houlsby, Compacter
+    "prompt_length": ("int_choice", None),  # soft prompt tokens (0: none)
+    "pooling": ("choice", POOLINGS),  # what the classifier reads (head.py)
+    "head_lr_mult": ("float", None),  # the head's learning rate / the PETL rate
 }
 # Which slot dimensions each form reads (a form ignores the rest).
 
@@ -76,10 +76,25 @@ def form_dimensions(form: str) -> tuple[str, ...]:
     return () if form == "none" else form_named(form).dimensions
 
 
-DEFAULTS = {"insertion": "parallel", "composition": "add", "prefix_composition": "gated",
-            "nonlinearity": "relu", "lora_targets": "qv", "prefix_reparam": 0, "phm_n": 4,
-            "init": "lora", "dora": False, "gates": False, "layers": "all", "bitfit": False, "blocks": "all",
-            "pooling": "auto", "head_lr_mult": 1.0, "train_layernorms": False, "prompt_length": 0}
+DEFAULTS = {
+    "insertion": "parallel",
+    "composition": "add",
+    "prefix_composition": "gated",
+    "nonlinearity": "relu",
+    "lora_targets": "qv",
+    "prefix_reparam": 0,
+    "phm_n": 4,
+    "init": "lora",
+    "dora": False,
+    "gates": False,
+    "layers": "all",
+    "bitfit": False,
+    "blocks": "all",
+    "pooling": "auto",
+    "head_lr_mult": 1.0,
+    "train_layernorms": False,
+    "prompt_length": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,7 @@ class Dimension:
     """One searchable (or fixed) dimension, named as it is stored in the study."""
 
     name: str
-    kind: str                      # choice | int | float | fixed
+    kind: str  # choice | int | float | fixed
     choices: tuple = ()
     low: float | None = None
     high: float | None = None
@@ -131,8 +146,9 @@ def _parse_dimension(name: str, raw, kind: str, allowed, where: str) -> Dimensio
     numeric = kind in ("int", "float")
     if isinstance(raw, dict):
         if not numeric:
-            raise ConfigError(f"{where}: a range needs a numeric dimension; {name} takes one of "
-                              f"{', '.join(map(str, allowed or ()))}")
+            raise ConfigError(
+                f"{where}: a range needs a numeric dimension; {name} takes one of {', '.join(map(str, allowed or ()))}"
+            )
         extra = set(raw) - {"low", "high", "log"}
         if extra or not {"low", "high"} <= set(raw):
             raise ConfigError(f"{where}: a range is {{low, high, log}}, got keys {sorted(raw)}")
@@ -152,12 +168,18 @@ def _parse_dimension(name: str, raw, kind: str, allowed, where: str) -> Dimensio
     if not values:
         raise ConfigError(f"{where}: empty choice list; give at least one value")
     for v in values:
-        ok = (isinstance(v, bool) if kind == "bool"
-              else isinstance(v, (int, float)) and not isinstance(v, bool) if numeric or kind == "int_choice"
-              else v in allowed)
+        ok = (
+            isinstance(v, bool)
+            if kind == "bool"
+            else isinstance(v, (int, float)) and not isinstance(v, bool)
+            if numeric or kind == "int_choice"
+            else v in allowed
+        )
         if not ok:
             accepted = "true, false" if kind == "bool" else "numbers" if allowed is None else ", ".join(allowed)
-            raise ConfigError(f"{where}: invalid value {v!r}{suggest(v, allowed) if allowed else f'; accepted: {accepted}'}")
+            raise ConfigError(
+                f"{where}: invalid value {v!r}{suggest(v, allowed) if allowed else f'; accepted: {accepted}'}"
+            )
     if len(values) == 1:
         return Dimension(name, "fixed", value=values[0])
     return Dimension(name, "choice", choices=tuple(values))
@@ -210,8 +232,7 @@ class SearchSpace:
         site = body.get("site")
         if site not in SITES:
             raise ConfigError(f"{where}.site: must be one of attn, ffn; got {site!r}")
-        forms = _parse_dimension(f"{name}.form", body.get("forms", []), "choice", slot_forms(site),
-                                 f"{where}.forms")
+        forms = _parse_dimension(f"{name}.form", body.get("forms", []), "choice", slot_forms(site), f"{where}.forms")
         dims = {}
         used = {d for f in (forms.choices or (forms.value,)) for d in form_dimensions(f)}
         for dim, (kind, allowed) in SLOT_DIMENSIONS.items():
@@ -223,8 +244,10 @@ class SearchSpace:
             dims[dim] = _parse_dimension(f"{name}.{dim}", raw, kind, allowed, f"{where}.{dim}")
         blocks = dims["blocks"]
         if site == "ffn" and any("cross" in b for b in (blocks.choices or (blocks.value,))):
-            raise ConfigError(f"{where}.blocks: cross-attention has no FFN; an ffn slot takes all, encoder, "
-                              f"decoder (set blocks in the slot to override the top-level choice)")
+            raise ConfigError(
+                f"{where}.blocks: cross-attention has no FFN; an ffn slot takes all, encoder, "
+                f"decoder (set blocks in the slot to override the top-level choice)"
+            )
         return Slot(name, site, forms, dims)
 
     # ---- loading ---------------------------------------------------------------------------
@@ -260,20 +283,28 @@ class SearchSpace:
         for slot in self.slots:
             form = slot.forms.suggest(trial)
             vals = {}
-            for d in (SLOT_DIMENSIONS if flat else form_dimensions(form)):
+            for d in SLOT_DIMENSIONS if flat else form_dimensions(form):
                 if d not in slot.dims:
                     continue
-                if d == "scale" and not flat and "scaled" not in (vals.get("composition"),
-                                                                   vals.get("prefix_composition")):
-                    continue                      # s only exists for scaled composition
+                if (
+                    d == "scale"
+                    and not flat
+                    and "scaled" not in (vals.get("composition"), vals.get("prefix_composition"))
+                ):
+                    continue  # s only exists for scaled composition
                 if d == "lora_targets" and slot.site == "ffn":
-                    continue                      # FFN LoRA always adapts W1 and W2
+                    continue  # FFN LoRA always adapts W1 and W2
                 vals[d] = slot.dims[d].suggest(trial)
             if form != "none":
                 modules.append(self.module_spec(slot, form, vals, g["gates"], layers))
-        config = PetlConfig(modules=tuple(modules), bitfit=bool(g["bitfit"]), pooling=g["pooling"],
-                            head_lr_mult=float(g["head_lr_mult"]), train_layernorms=bool(g["train_layernorms"]),
-                            prompt_length=int(g["prompt_length"]))
+        config = PetlConfig(
+            modules=tuple(modules),
+            bitfit=bool(g["bitfit"]),
+            pooling=g["pooling"],
+            head_lr_mult=float(g["head_lr_mult"]),
+            train_layernorms=bool(g["train_layernorms"]),
+            prompt_length=int(g["prompt_length"]),
+        )
         return config, {"lr": float(g["lr"])}
 
     def with_rate_scale(self, spread: float) -> SearchSpace:
@@ -281,8 +312,14 @@ class SearchSpace:
         its ``lr`` dimension becomes ``lr_scale`` in [1/spread, spread] (log), one multiplier of them
         all (fixed at 1 for a spread of 1). The space file, and so its hash, are the same."""
         scaled = copy.copy(self)
-        scaled.globals = {**self.globals, "lr": (Dimension("lr_scale", "fixed", value=1.0) if spread == 1 else
-                                                 Dimension("lr_scale", "float", low=1 / spread, high=spread, log=True))}
+        scaled.globals = {
+            **self.globals,
+            "lr": (
+                Dimension("lr_scale", "fixed", value=1.0)
+                if spread == 1
+                else Dimension("lr_scale", "float", low=1 / spread, high=spread, log=True)
+            ),
+        }
         return scaled
 
     def sample_lr(self, trial) -> float:
@@ -303,19 +340,27 @@ class SearchSpace:
             return tuple(range(n_layers - top_k, n_layers))
         if choice == "mask":
             chosen = tuple(i for i, on in enumerate(mask) if on)
-            return chosen or (n_layers - 1,)      # an empty mask means the top layer, never nothing
+            return chosen or (n_layers - 1,)  # an empty mask means the top layer, never nothing
         return None
 
     @staticmethod
     def module_spec(slot: Slot, form: str, v: dict, gated: bool, layers) -> ModuleSpec:
         """The ModuleSpec of ``form`` at ``slot`` with dimension values ``v``."""
         shape = form_named(form)
-        kw: dict[str, Any] = {"form": form, "position": slot.site, "gate": bool(gated) and shape.takes_gate,
-                              "layers": layers, "blocks": parse_blocks(v.get("blocks", "all"))}
-        comp = (v.get("prefix_composition") if "prefix_composition" in shape.dimensions
-                else v.get("composition", shape.composition))
+        kw: dict[str, Any] = {
+            "form": form,
+            "position": slot.site,
+            "gate": bool(gated) and shape.takes_gate,
+            "layers": layers,
+            "blocks": parse_blocks(v.get("blocks", "all")),
+        }
+        comp = (
+            v.get("prefix_composition")
+            if "prefix_composition" in shape.dimensions
+            else v.get("composition", shape.composition)
+        )
         kw["composition"] = comp
-        if comp == "scaled" and "scale" in v:     # else the form sets its own s (FourierFT's)
+        if comp == "scaled" and "scale" in v:  # else the form sets its own s (FourierFT's)
             kw["scale"] = float(v["scale"])
         kw.update(shape.spec_fields(slot.site, v))
         return ModuleSpec(**kw)
@@ -330,16 +375,24 @@ class SearchSpace:
         head = {}
         for name in ("pooling", "head_lr_mult"):
             dim, own = self.globals[name], getattr(config, name)
-            head[name] = (dim.value if dim.kind == "fixed" else own if dim.contains(own)
-                          else dim.choices[0] if dim.kind == "choice" else own)
+            head[name] = (
+                dim.value
+                if dim.kind == "fixed"
+                else own
+                if dim.contains(own)
+                else dim.choices[0]
+                if dim.kind == "choice"
+                else own
+            )
         return dataclasses.replace(config, **head)
 
     def params_for(self, config: PetlConfig, lr: float, n_layers: int) -> dict | None:
         """The study parameters that sample exactly ``config`` (and ``lr``), or None if it is not a
         point of this space. Used to enqueue presets so the sampler learns from them."""
         found = self._structural_params(config, lr, n_layers)
-        if found is None or not all(self._dimension(k).contains(v) for k, v in found.items()
-                                    if self._dimension(k) is not None):       # (layer placements are exact)
+        if found is None or not all(
+            self._dimension(k).contains(v) for k, v in found.items() if self._dimension(k) is not None
+        ):  # (layer placements are exact)
             return None
         return {k: v for k, v in found.items() if self._dimension(k) is None or self._dimension(k).kind != "fixed"}
 
@@ -354,7 +407,7 @@ class SearchSpace:
         params, changes = {}, []
         for k, v in found.items():
             dim = self._dimension(k)
-            if dim is None:                       # layers.top_k, layers.mask.<i>: exact by construction
+            if dim is None:  # layers.top_k, layers.mask.<i>: exact by construction
                 params[k] = v
                 continue
             if not dim.contains(v):
@@ -382,15 +435,23 @@ class SearchSpace:
         layers, dim = next(iter(layer_sets), None), self.globals["layers"]
         choices = dim.choices or (dim.value,)
         if (layers is None and "all" not in choices) or (layers is not None and not {"top", "mask"} & set(choices)):
-            return (f"space {self.name!r} has no layers = {'all' if layers is None else list(layers)} "
-                    f"(its layers: {', '.join(choices)})")
+            return (
+                f"space {self.name!r} has no layers = {'all' if layers is None else list(layers)} "
+                f"(its layers: {', '.join(choices)})"
+            )
         gates = any(m.gate for m in config.modules)
-        for name, value in (("bitfit", config.bitfit), ("train_layernorms", config.train_layernorms),
-                            ("prompt_length", config.prompt_length), ("gates", gates)):
+        for name, value in (
+            ("bitfit", config.bitfit),
+            ("train_layernorms", config.train_layernorms),
+            ("prompt_length", config.prompt_length),
+            ("gates", gates),
+        ):
             if not self.globals[name].contains(value):
                 return f"space {self.name!r} has no {name} = {value}"
-        return (f"one of its modules' choices (insertion, composition, nonlinearity, targets, init, layers) "
-                f"is not in space {self.name!r}")
+        return (
+            f"one of its modules' choices (insertion, composition, nonlinearity, targets, init, layers) "
+            f"is not in space {self.name!r}"
+        )
 
     def _structural_params(self, config: PetlConfig, lr: float, n_layers: int) -> dict | None:
         """Study parameters (fixed ones included, values unchecked against ranges) that decode to
@@ -402,19 +463,26 @@ class SearchSpace:
         mods = list(config.modules)
         if len(mods) > len(self.slots):
             return None
-        gates = {m.gate for m in mods if form_named(m.form).takes_gate}     # the others have none either way
+        gates = {m.gate for m in mods if form_named(m.form).takes_gate}  # the others have none either way
         layer_sets = {m.layers for m in mods}
-        if len(gates) > 1 or len(layer_sets) > 1:    # the space places every module on the same layers
+        if len(gates) > 1 or len(layer_sets) > 1:  # the space places every module on the same layers
             return None
         if any(m.gate and m.gate_per != "example" for m in mods):
-            return None                           # the spaces' gates are UniPELT's (per example)
+            return None  # the spaces' gates are UniPELT's (per example)
         placements = self._layer_placements(layer_sets.pop() if layer_sets else None, n_layers)
-        for placement, order in itertools.product(placements, itertools.permutations(range(len(self.slots)),
-                                                                                     len(mods))):
-            params = {"gates": gates.pop() if gates else False, "bitfit": config.bitfit,
-                      self.globals["lr"].name: lr, "pooling": config.pooling, "head_lr_mult": config.head_lr_mult,
-                      "train_layernorms": config.train_layernorms, "prompt_length": config.prompt_length,
-                      **placement}
+        for placement, order in itertools.product(
+            placements, itertools.permutations(range(len(self.slots)), len(mods))
+        ):
+            params = {
+                "gates": gates.pop() if gates else False,
+                "bitfit": config.bitfit,
+                self.globals["lr"].name: lr,
+                "pooling": config.pooling,
+                "head_lr_mult": config.head_lr_mult,
+                "train_layernorms": config.train_layernorms,
+                "prompt_length": config.prompt_length,
+                **placement,
+            }
             gates = {params["gates"]}
             for slot in self.slots:
                 params[f"{slot.name}.form"] = "none"
@@ -433,7 +501,7 @@ class SearchSpace:
             if not all(self._dimension(k).contains(params[k]) for k in categorical):
                 continue
             try:
-                with warnings.catch_warnings():       # FixedTrial warns about values outside a range
+                with warnings.catch_warnings():  # FixedTrial warns about values outside a range
                     warnings.simplefilter("ignore")
                     decoded, recipe = self.sample(optuna.trial.FixedTrial(params), n_layers)
             except (ValueError, KeyError, ConfigError):
@@ -460,15 +528,21 @@ class SearchSpace:
 
     @staticmethod
     def _module_values(m: ModuleSpec) -> dict:
-        v = {"scale": m.scale, "init": m.init, "nonlinearity": m.nonlinearity, "composition": m.composition,
-             "blocks": "all" if m.blocks is None else "+".join(m.blocks), **form_named(m.form).space_values(m)}
+        v = {
+            "scale": m.scale,
+            "init": m.init,
+            "nonlinearity": m.nonlinearity,
+            "composition": m.composition,
+            "blocks": "all" if m.blocks is None else "+".join(m.blocks),
+            **form_named(m.form).space_values(m),
+        }
         keep = set(form_dimensions(m.form)) - ({"scale"} if m.composition != "scaled" else set())
         return {k: val for k, val in v.items() if k in keep}
 
     def _dimension(self, param: str) -> Dimension | None:
         if param in self.globals:
             return self.globals[param]
-        if param == self.globals["lr"].name:               # lr_scale, in a calibrated study
+        if param == self.globals["lr"].name:  # lr_scale, in a calibrated study
             return self.globals["lr"]
         slot_name, _, dim = param.partition(".")
         for slot in self.slots:
@@ -482,8 +556,11 @@ class SearchSpace:
         for slot in self.slots:
             forms = slot.forms.choices or (slot.forms.value,)
             used = {d for f in forms for d in form_dimensions(f)} - ({"lora_targets"} if slot.site == "ffn" else set())
-            out += [slot.dims[d] for d in SLOT_DIMENSIONS if d in used and d in slot.dims
-                    and not (d in ("blocks", "dora") and slot.dims[d].value == DEFAULTS[d])]   # the default says nothing
+            out += [
+                slot.dims[d]
+                for d in SLOT_DIMENSIONS
+                if d in used and d in slot.dims and not (d in ("blocks", "dora") and slot.dims[d].value == DEFAULTS[d])
+            ]  # the default says nothing
         return out + list(self.globals.values())
 
     def layer_parameters(self, n_layers: int | None) -> list[tuple[str, str]]:
@@ -504,9 +581,12 @@ class SearchSpace:
         """Every parameter a study of this space can hold (on an ``n_layers``-layer backbone)."""
         searched = [d for d in self.dimensions() if d.kind != "fixed"]
         layer_rows = self.layer_parameters(n_layers)
-        lines = [f"space {self.name} (version {self.version}, {self.source}, hash {self.hash})",
-                 self.description, "",
-                 f"{'parameter':<26}{'values':<44}"]
+        lines = [
+            f"space {self.name} (version {self.version}, {self.source}, hash {self.hash})",
+            self.description,
+            "",
+            f"{'parameter':<26}{'values':<44}",
+        ]
         lines += [f"{d.name:<26}{d.describe():<44}" for d in self.dimensions()]
         lines += [f"{name:<26}{values:<44}" for name, values in layer_rows]
         finite = 1
@@ -514,11 +594,17 @@ class SearchSpace:
             finite *= d.size()
         size = "infinite (continuous dimensions)" if finite == float("inf") else f"{finite:,.0f} points at most"
         total = len(searched) + len(layer_rows)
-        per_layer = "" if n_layers or not any(n.startswith("layers.mask") for n, _ in layer_rows) else \
-            " plus one layers.mask.<i> per layer beyond the first (--model counts them)"
+        per_layer = (
+            ""
+            if n_layers or not any(n.startswith("layers.mask") for n, _ in layer_rows)
+            else " plus one layers.mask.<i> per layer beyond the first (--model counts them)"
+        )
         where = f" on a {n_layers}-layer backbone" if n_layers else ""
-        lines += ["", f"{total} parameters a study can hold{where}{per_layer}: {len(searched)} searched dimensions "
-                      f"and {len(layer_rows)} layer-placement parameters; {size} (conditional: fewer are active per trial)"]
+        lines += [
+            "",
+            f"{total} parameters a study can hold{where}{per_layer}: {len(searched)} searched dimensions "
+            f"and {len(layer_rows)} layer-placement parameters; {size} (conditional: fewer are active per trial)",
+        ]
         return "\n".join(lines)
 
 

@@ -25,17 +25,31 @@ def trial_recipe(exp) -> Recipe:
     f = exp.fidelity
     reads_all = (exp.executor == "ray" and exp.scheduler == "asha") or f.score == "best"
     buckets = NEW_STUDY_LENGTH_BUCKETS if f.length_buckets == "auto" else f.length_buckets
-    return Recipe(epochs=f.epochs, batch_size=f.batch_size, max_length=f.max_length,
-                  evals_per_epoch=f.evals_per_epoch if reads_all else 0, seed=exp.seed, max_steps=f.max_steps,
-                  eval_rows=f.eval_rows, length_buckets=buckets, frozen_cache_mb=f.frozen_cache_mb,
-                  precision=f.precision, compile=f.compile, cuda_graphs=f.cuda_graphs)
+    return Recipe(
+        epochs=f.epochs,
+        batch_size=f.batch_size,
+        max_length=f.max_length,
+        evals_per_epoch=f.evals_per_epoch if reads_all else 0,
+        seed=exp.seed,
+        max_steps=f.max_steps,
+        eval_rows=f.eval_rows,
+        length_buckets=buckets,
+        frozen_cache_mb=f.frozen_cache_mb,
+        precision=f.precision,
+        compile=f.compile,
+        cuda_graphs=f.cuda_graphs,
+    )
 
 
 def final_recipe(exp, recipe: Recipe, lr: float, seed: int) -> Recipe:
     """The final re-evaluation's recipe: the trials' ``recipe`` at ``final.epochs`` (and its step
     and row caps), ``lr`` and ``seed``, evaluated once, at the end (only that score is reported)."""
-    return dataclasses.replace(recipe.with_overrides(lr=lr, seed=seed, epochs=exp.final.epochs),
-                               max_steps=exp.final.max_steps, eval_rows=exp.final.eval_rows, evals_per_epoch=0)
+    return dataclasses.replace(
+        recipe.with_overrides(lr=lr, seed=seed, epochs=exp.final.epochs),
+        max_steps=exp.final.max_steps,
+        eval_rows=exp.final.eval_rows,
+        evals_per_epoch=0,
+    )
 
 
 def final_twin(exp, recipe: Recipe) -> Recipe | None:
@@ -63,12 +77,20 @@ def trial_spec(exp, config: PetlConfig | dict, recipe: Recipe, *, number: int = 
     search-dev as the trials are (``fidelity.k`` rows, ``fidelity.score``), or with ``final`` on the
     held-out test split, by its last evaluation, with ``final.k`` rows."""
     twin = None if final else final_twin(exp, recipe)
-    return TrialSpec(backbone=exp.backbone, task=exp.task,
-                     config=config.to_dict() if isinstance(config, PetlConfig) else config, recipe=recipe.to_dict(),
-                     data_dir=exp.data_dir, k=final_k(exp) if final else exp.fidelity.k, data_seed=exp.data_seed,
-                     search_dev=exp.fidelity.search_dev, eval_split="test" if final else "search_dev",
-                     number=number, score="last" if final else exp.fidelity.score,
-                     final_twin=twin.to_dict() if twin is not None else None)
+    return TrialSpec(
+        backbone=exp.backbone,
+        task=exp.task,
+        config=config.to_dict() if isinstance(config, PetlConfig) else config,
+        recipe=recipe.to_dict(),
+        data_dir=exp.data_dir,
+        k=final_k(exp) if final else exp.fidelity.k,
+        data_seed=exp.data_seed,
+        search_dev=exp.fidelity.search_dev,
+        eval_split="test" if final else "search_dev",
+        number=number,
+        score="last" if final else exp.fidelity.score,
+        final_twin=twin.to_dict() if twin is not None else None,
+    )
 
 
 __all__ = ["trial_recipe", "final_recipe", "final_twin", "final_k", "trial_spec"]

@@ -44,14 +44,14 @@ from optuna.trial import TrialState
 
 from ..errors import ConfigError, PetlWarning
 
-SQLITE_BUSY_TIMEOUT_S = 120        # how long a writer waits for the SQLite lock before giving up
+SQLITE_BUSY_TIMEOUT_S = 120  # how long a writer waits for the SQLite lock before giving up
 PG_CONNECT_TIMEOUT_S = 10
 _log = logging.getLogger(__name__)
 # We drive trials with ask/tell and keep their heartbeats ourselves (`Heartbeat`), knowingly; the
 # heartbeat arguments and callbacks are marked experimental.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
-_IMMEDIATE = weakref.WeakSet()      # engines whose SQLite transactions begin IMMEDIATE (once opened)
+_IMMEDIATE = weakref.WeakSet()  # engines whose SQLite transactions begin IMMEDIATE (once opened)
 
 
 class _ImmediateSQLite(sqlite3.Connection):
@@ -75,7 +75,7 @@ def _begin_immediate(conn) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.engine in _IMMEDIATE else "BEGIN")
 
 
-SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)   # query parameters that may hold one
+SECRET_PARAMETER = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)  # query parameters that may hold one
 _USER_INFO = re.compile(r"(//[^/@\s:]*):[^/@\s]*@")
 _SECRET_QUERY = re.compile(r"([?&][^=&#\s]*(?:pass|pwd|secret|token|key)[^=&#\s]*=)[^&#\s]*", re.IGNORECASE)
 
@@ -88,7 +88,7 @@ def redact(url: str) -> str:
         parsed = sqlalchemy.engine.make_url(url)
         query = {k: "***" if SECRET_PARAMETER.search(k) else v for k, v in parsed.query.items()}
         return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
-    except Exception:                                           # noqa: BLE001 - only for messages
+    except Exception:  # noqa: BLE001 - only for messages
         return _SECRET_QUERY.sub(r"\1***", _USER_INFO.sub(r"\1:***@", str(url)))
 
 
@@ -98,7 +98,7 @@ def with_installed_driver(url: str) -> str:
     machines) have psycopg2."""
     try:
         parsed = sqlalchemy.engine.make_url(url)
-    except Exception:                                           # noqa: BLE001 - the caller reports it
+    except Exception:  # noqa: BLE001 - the caller reports it
         return url
     if parsed.drivername != "postgresql" or importlib.util.find_spec("psycopg") is not None:
         return url
@@ -114,17 +114,19 @@ def check_driver(url: str) -> None:
     try:
         parsed = sqlalchemy.engine.make_url(with_installed_driver(url))
         dialect = parsed.get_dialect()
-    except Exception:                                           # noqa: BLE001 - the open says what is wrong
+    except Exception:  # noqa: BLE001 - the open says what is wrong
         return
     try:
         dialect.import_dbapi()
     except ImportError as e:
         module = e.name or str(e)
-        if parsed.drivername in ("postgresql", "postgresql+psycopg2"):     # what the postgres extra installs
+        if parsed.drivername in ("postgresql", "postgresql+psycopg2"):  # what the postgres extra installs
             fix = "the PostgreSQL driver psycopg2 is not installed: pip install 'petl-nas[postgres]'"
         elif parsed.get_backend_name() == "postgresql":
-            fix = (f"the PostgreSQL driver {module} ({parsed.drivername}://) is not installed: install it, or use "
-                   f"postgresql+psycopg2:// with pip install 'petl-nas[postgres]'")
+            fix = (
+                f"the PostgreSQL driver {module} ({parsed.drivername}://) is not installed: install it, or use "
+                f"postgresql+psycopg2:// with pip install 'petl-nas[postgres]'"
+            )
         else:
             fix = f"its database driver, the Python module {module!r}, is not installed: install it"
         raise ConfigError(f"storage {redact(url)!r}: {fix}") from None
@@ -141,8 +143,10 @@ def sqlite_path(url: str) -> Path | None:
 def _refuse_postgres_alias(parsed, shown: str) -> None:
     """``postgres://`` (Heroku's, libpq's spelling) is not a SQLAlchemy dialect: say the one that is."""
     if parsed.drivername.split("+")[0] == "postgres":
-        raise ConfigError(f"storage {shown!r}: SQLAlchemy names PostgreSQL 'postgresql://' (or "
-                          f"'postgresql+psycopg2://'), not 'postgres://'")
+        raise ConfigError(
+            f"storage {shown!r}: SQLAlchemy names PostgreSQL 'postgresql://' (or "
+            f"'postgresql+psycopg2://'), not 'postgres://'"
+        )
 
 
 def check_existing(url: str) -> None:
@@ -155,19 +159,28 @@ def check_existing(url: str) -> None:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"storage {redact(url)!r} is not an SQLAlchemy URL or a path (expected e.g. runs/NAME/, "
-                          f"runs/NAME/study.db, sqlite:///runs/NAME/study.db or "
-                          f"postgresql+psycopg2://user:password@host/db)") from None
+        raise ConfigError(
+            f"storage {redact(url)!r} is not an SQLAlchemy URL or a path (expected e.g. runs/NAME/, "
+            f"runs/NAME/study.db, sqlite:///runs/NAME/study.db or "
+            f"postgresql+psycopg2://user:password@host/db)"
+        ) from None
     _refuse_postgres_alias(parsed, redact(url))
     check_driver(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         if not Path(parsed.database).is_file():
-            raise ConfigError(f"storage {redact(url)!r}: no such file {parsed.database!r} "
-                              f"(sqlite:///relative/path.db, sqlite:////absolute/path.db)")
+            raise ConfigError(
+                f"storage {redact(url)!r}: no such file {parsed.database!r} "
+                f"(sqlite:///relative/path.db, sqlite:////absolute/path.db)"
+            )
 
 
-def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: int | None = None,
-                 retries: int = 0, create_dirs: bool = True) -> optuna.storages.RDBStorage:
+def open_storage(
+    url: str,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    retries: int = 0,
+    create_dirs: bool = True,
+) -> optuna.storages.RDBStorage:
     """An `RDBStorage` for ``url`` with the settings above; `ConfigError` if it cannot be opened.
 
     Args:
@@ -180,9 +193,11 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
     url = with_installed_driver(url)
     try:
         parsed = sqlalchemy.engine.make_url(url)
-    except Exception:                                           # noqa: BLE001 - any parse error
-        raise ConfigError(f"storage {shown!r} is not a database URL or a path (e.g. runs/x/, runs/x/study.db, "
-                          f"sqlite:///runs/x/study.db, postgresql://user:password@host/db)") from None
+    except Exception:  # noqa: BLE001 - any parse error
+        raise ConfigError(
+            f"storage {shown!r} is not a database URL or a path (e.g. runs/x/, runs/x/study.db, "
+            f"sqlite:///runs/x/study.db, postgresql://user:password@host/db)"
+        ) from None
     _refuse_postgres_alias(parsed, shown)
     check_driver(url)
     backend = parsed.get_backend_name()
@@ -190,38 +205,53 @@ def open_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
     made: list[Path] = []
     path = sqlite_path(url)
     if path is not None:
-        engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None,
-                                         "factory": _ImmediateSQLite}
+        engine_kwargs["connect_args"] = {
+            "timeout": SQLITE_BUSY_TIMEOUT_S,
+            "isolation_level": None,
+            "factory": _ImmediateSQLite,
+        }
         if create_dirs:
             for parent in reversed([p for p in [path.parent, *path.parent.parents] if not p.exists()]):
                 try:
                     parent.mkdir()
                 except OSError as e:
                     _remove(made)
-                    raise ConfigError(f"storage {shown!r} cannot be opened: cannot create folder "
-                                      f"{parent} ({e.strerror})") from None
+                    raise ConfigError(
+                        f"storage {shown!r} cannot be opened: cannot create folder {parent} ({e.strerror})"
+                    ) from None
                 made.append(parent)
         if path.parent.exists() and not path.parent.is_dir():
             raise ConfigError(f"storage {shown!r} cannot be opened: {path.parent} is a file, not a folder")
     elif backend == "postgresql":
-        engine_kwargs = {"pool_pre_ping": True,
-                         "connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S, "keepalives": 1,
-                                          "keepalives_idle": 30, "keepalives_interval": 10,
-                                          "keepalives_count": 3}}
-    callback = (optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries)
-                if retries and heartbeat_interval else None)
+        engine_kwargs = {
+            "pool_pre_ping": True,
+            "connect_args": {
+                "connect_timeout": PG_CONNECT_TIMEOUT_S,
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+            },
+        }
+    callback = (
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) if retries and heartbeat_interval else None
+    )
     error = None
     lock_file = Path(f"{path}.lock") if path is not None else None
     had_lock_file = lock_file is not None and lock_file.exists()
-    for _ in range(3):                      # concurrent first opens may race to create the tables
+    for _ in range(3):  # concurrent first opens may race to create the tables
         try:
             with _file_lock(path) if path is not None and path.parent.is_dir() else nullcontext():
                 storage = optuna.storages.RDBStorage(
-                    url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
-                    grace_period=grace_period, heartbeat_stale_trial_callback=callback)
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_interval,
+                    grace_period=grace_period,
+                    heartbeat_stale_trial_callback=callback,
+                )
             _IMMEDIATE.add(storage.engine)
             return storage
-        except Exception as e:                                  # noqa: BLE001 - any driver error
+        except Exception as e:  # noqa: BLE001 - any driver error
             error = e
             text = str(getattr(e, "orig", None) or e)
             if not any(w in text for w in ("already exists", "duplicate key")):
@@ -281,13 +311,14 @@ class ClaimLock:
 
     def __init__(self, storage, study_name: str):
         self.rdb = _rdb(storage)
-        self.key = int.from_bytes(hashlib.blake2b(f"petl-nas:{study_name}".encode(), digest_size=8).digest(),
-                                  "big", signed=True)
+        self.key = int.from_bytes(
+            hashlib.blake2b(f"petl-nas:{study_name}".encode(), digest_size=8).digest(), "big", signed=True
+        )
         self.name = f"petl-nas:{hashlib.sha1(study_name.encode()).hexdigest()[:40]}"
         self.local = threading.Lock()
         self.path = sqlite_path(str(self.rdb.engine.url))
 
-    def __getstate__(self):                  # Ray Tune pickles the searcher that holds this
+    def __getstate__(self):  # Ray Tune pickles the searcher that holds this
         return {**self.__dict__, "local": None}
 
     def __setstate__(self, state):
@@ -327,7 +358,7 @@ class Heartbeat:
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def __getstate__(self):                  # a copy (Ray Tune pickles the searcher) beats for nothing
+    def __getstate__(self):  # a copy (Ray Tune pickles the searcher) beats for nothing
         return {"rdb": self.rdb, "interval": self.interval}
 
     def __setstate__(self, state):
@@ -336,7 +367,7 @@ class Heartbeat:
     def add(self, trial_id: int) -> None:
         if not self.interval:
             return
-        self.rdb.record_heartbeat(trial_id)                  # at once: it is never without one
+        self.rdb.record_heartbeat(trial_id)  # at once: it is never without one
         with self.lock:
             self.live.add(trial_id)
             if self.thread is None:
@@ -354,7 +385,7 @@ class Heartbeat:
             for trial_id in ids:
                 try:
                     self.rdb.record_heartbeat(trial_id)
-                except Exception as e:                          # noqa: BLE001 - retried at the next beat
+                except Exception as e:  # noqa: BLE001 - retried at the next beat
                     _log.warning("heartbeat of trial id %s failed: %s", trial_id, e)
 
     def stop(self) -> None:
@@ -363,7 +394,7 @@ class Heartbeat:
             self.thread.join()
 
 
-LOST = "lost: its worker stopped (no heartbeat)"     # the failure kind of a trial whose process died
+LOST = "lost: its worker stopped (no heartbeat)"  # the failure kind of a trial whose process died
 
 
 def fail_stale(study: optuna.Study) -> None:
@@ -377,8 +408,11 @@ def fail_stale(study: optuna.Study) -> None:
         return
     for tid in _trials_without_heartbeat(rdb, study._study_id):
         rdb.record_heartbeat(tid)
-    fail_now(study, rdb._get_stale_trial_ids(study._study_id),     # as optuna.storages.fail_stale_trials,
-             {"fail_kind": LOST, "fail_reason": "its worker stopped: no heartbeat within the grace period"})
+    fail_now(
+        study,
+        rdb._get_stale_trial_ids(study._study_id),  # as optuna.storages.fail_stale_trials,
+        {"fail_kind": LOST, "fail_reason": "its worker stopped: no heartbeat within the grace period"},
+    )
 
 
 def fail_now(study: optuna.Study, trial_ids, user_attrs: dict | None = None) -> list[int]:
@@ -396,19 +430,21 @@ def fail_now(study: optuna.Study, trial_ids, user_attrs: dict | None = None) -> 
                 storage.set_trial_user_attr(trial_id, key, value)
             if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
                 failed.append(trial_id)
-        except optuna.exceptions.UpdateFinishedTrialError:        # finished meanwhile
+        except optuna.exceptions.UpdateFinishedTrialError:  # finished meanwhile
             pass
-    callback = storage.get_heartbeat_stale_trial_callback() if hasattr(storage, "get_heartbeat_stale_trial_callback") \
-        else None
+    callback = (
+        storage.get_heartbeat_stale_trial_callback() if hasattr(storage, "get_heartbeat_stale_trial_callback") else None
+    )
     for trial_id in failed if callback is not None else ():
         trial = copy.deepcopy(storage.get_trial(trial_id))
-        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k not in attrs}   # the retry's
+        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k not in attrs}  # the retry's
         callback(study, trial)
     return failed
 
 
-def fail_interrupted(study: optuna.Study, running_ids, lock, user_attrs: dict, grace_s: int | None,
-                     masked: str | None = None) -> None:
+def fail_interrupted(
+    study: optuna.Study, running_ids, lock, user_attrs: dict, grace_s: int | None, masked: str | None = None
+) -> None:
     """`fail_now` for a worker stopped by Ctrl-C, on the trial ids the callable ``running_ids()``
     names under ``lock`` (the study's `ClaimLock`, called). Run it out of the except block that
     caught the interrupt (`interrupts.interruptible`): the interrupt may have cut a storage call
@@ -424,13 +460,16 @@ def fail_interrupted(study: optuna.Study, running_ids, lock, user_attrs: dict, g
     try:
         with lock():
             fail_now(study, running_ids(), user_attrs)
-    except Exception as e:                                          # noqa: BLE001 - stopping all the same
-        while e.__cause__ is not None:                              # the database's words, not Optuna's guess
+    except Exception as e:  # noqa: BLE001 - stopping all the same
+        while e.__cause__ is not None:  # the database's words, not Optuna's guess
             e = e.__cause__
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         when = f"once their heartbeat is {grace_s}s old" if grace_s else "once they are found stale"
-        warnings.warn(f"the running trials could not be marked as interrupted ({reason}); a resumed search "
-                      f"retries them {when}", PetlWarning, stacklevel=2)
+        warnings.warn(
+            f"the running trials could not be marked as interrupted ({reason}); a resumed search retries them {when}",
+            PetlWarning,
+            stacklevel=2,
+        )
 
 
 def delete_beside(study: optuna.Study, name: str) -> bool:
@@ -458,11 +497,16 @@ def _trials_without_heartbeat(rdb, study_id: int) -> list[int]:
         from optuna.storages._rdb import models
 
         with rdb.scoped_session() as session:
-            return [tid for (tid,) in session.query(models.TrialModel.trial_id)
-                    .outerjoin(models.TrialHeartbeatModel)
-                    .filter(models.TrialModel.study_id == study_id,
-                            models.TrialModel.state == TrialState.RUNNING,
-                            models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))]
+            return [
+                tid
+                for (tid,) in session.query(models.TrialModel.trial_id)
+                .outerjoin(models.TrialHeartbeatModel)
+                .filter(
+                    models.TrialModel.study_id == study_id,
+                    models.TrialModel.state == TrialState.RUNNING,
+                    models.TrialHeartbeatModel.trial_heartbeat_id.is_(None),
+                )
+            ]
     except (ImportError, AttributeError) as e:
         _log.warning("cannot list trials without a heartbeat in this Optuna (%s); those stay RUNNING", e)
         return []
@@ -473,6 +517,22 @@ def as_stored(value):
     return json.loads(json.dumps(value, default=str))
 
 
-__all__ = ["LOST", "as_stored", "check_driver", "check_existing", "open_storage", "redact", "with_installed_driver", "close_storage", "sqlite_path", "ClaimLock", "Heartbeat", "fail_stale",
-           "fail_now", "fail_interrupted", "running_without_heartbeat", "delete_beside",
-           "SQLITE_BUSY_TIMEOUT_S"]
+__all__ = [
+    "LOST",
+    "as_stored",
+    "check_driver",
+    "check_existing",
+    "open_storage",
+    "redact",
+    "with_installed_driver",
+    "close_storage",
+    "sqlite_path",
+    "ClaimLock",
+    "Heartbeat",
+    "fail_stale",
+    "fail_now",
+    "fail_interrupted",
+    "running_without_heartbeat",
+    "delete_beside",
+    "SQLITE_BUSY_TIMEOUT_S",
+]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-STUDY_FILE = "study.db"          # a run folder's study: runs/NAME/study.db
-SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")     # what a SQLite file's path ends with
+STUDY_FILE = "study.db"  # a run folder's study: runs/NAME/study.db
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")  # what a SQLite file's path ends with
 
 
 def is_url(value: str) -> bool:
@@ -29,7 +29,7 @@ def sqlite_file(value: str) -> Path | None:
     """The SQLite file a path names (a folder: its ``study.db``); None for anything else, which is
     left to the opener to read as a URL (and to refuse, in words, if it is none: a mistyped URL or
     a stray word never becomes a new file)."""
-    if is_url(value) or ":" in value.partition("/")[0]:        # a URL, or one mistyped (sqlite:/x.db)
+    if is_url(value) or ":" in value.partition("/")[0]:  # a URL, or one mistyped (sqlite:/x.db)
         return None
     if value.endswith(("/", os.sep)) or Path(value).is_dir():
         return Path(value) / STUDY_FILE

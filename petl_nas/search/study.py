@@ -30,16 +30,16 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from ..core.budget import count_parameters, refusal
-from ..errors import ConfigError, suggest
-from ..core.config import PetlConfig
-from ..core.forms import form_named
-from ..training.costs import directions, metric_names
 from ..core.canonical import canonical
+from ..core.config import PetlConfig
 from ..core.describe import describe_config
 from ..core.family_rates import at_rates as apply_rates
+from ..core.forms import form_named
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
-from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial, failure_counts, failure_kind, state_counts
+from ..errors import ConfigError, suggest
 from ..tasks.files import FILE_KEYS
+from ..training.costs import directions, metric_names
+from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial, failure_counts, failure_kind, state_counts
 from .space import SearchSpace
 from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
@@ -54,8 +54,9 @@ def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.sam
     """Optuna's samplers by name. TPE is multivariate and grouped (conditional spaces) and lies
     about running trials (constant liar) so parallel workers spread out."""
     if name == "tpe":
-        return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
-                                          n_startup_trials=n_startup_trials)
+        return optuna.samplers.TPESampler(
+            multivariate=True, group=True, constant_liar=True, seed=seed, n_startup_trials=n_startup_trials
+        )
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     if name in ("random", "presets"):
@@ -76,10 +77,20 @@ def seeded_sampler(name: str, seed: int, n_startup_trials: int = 10) -> Callable
 # would mix trials measured two ways (and another budget would hide trained front members).
 # The sampler, the strategy, `final:` and how trials execute (compile, CUDA graphs, the frozen
 # cache, evaluations per epoch) may change on resume.
-SCORE_ATTRS = ("task", "metric", "backbone", "budget", "data_seed")   # metric: MRPC ranked by f1 before
-CALIBRATION_ATTR = "fidelity_calibration"             # the study attribute `calibrate` records its choice in
-SCORE_FIDELITY = ("k", "epochs", "batch_size", "max_length", "length_buckets", "precision", "search_dev",
-                  "max_steps", "eval_rows", "score")
+SCORE_ATTRS = ("task", "metric", "backbone", "budget", "data_seed")  # metric: MRPC ranked by f1 before
+CALIBRATION_ATTR = "fidelity_calibration"  # the study attribute `calibrate` records its choice in
+SCORE_FIDELITY = (
+    "k",
+    "epochs",
+    "batch_size",
+    "max_length",
+    "length_buckets",
+    "precision",
+    "search_dev",
+    "max_steps",
+    "eval_rows",
+    "score",
+)
 
 
 def changed_settings(stored: dict, attrs: dict) -> list[str]:
@@ -87,18 +98,27 @@ def changed_settings(stored: dict, attrs: dict) -> list[str]:
     of a file task's mapping (its files, metrics, decoding), that a resumed study's ``attrs`` change
     (settings a study made by an older version did not store are skipped; ``epochs: auto`` matches
     the length its calibration chose and stored)."""
-    changed = [f"{k} {stored[k]} (now {attrs[k]})" for k in SCORE_ATTRS
-               if k in stored and k in attrs and stored[k] != attrs[k]]
-    was, now = stored.get("task_spec"), attrs.get("task_spec")     # a file task: its files, metric, decoding
+    changed = [
+        f"{k} {stored[k]} (now {attrs[k]})" for k in SCORE_ATTRS if k in stored and k in attrs and stored[k] != attrs[k]
+    ]
+    was, now = stored.get("task_spec"), attrs.get("task_spec")  # a file task: its files, metric, decoding
     if isinstance(was, dict) and isinstance(now, dict) and not changed:
-        changed += [f"task.{k} {was.get(k)} (now {now.get(k)})" for k in sorted({*was, *now}, key=str)
-                    if was.get(k) != now.get(k) and not _same_file(stored, attrs, k)]
-        changed += [f"task.{k} {now[k]} (its contents changed since)" for k in FILE_KEYS
-                    if was.get(k) == now.get(k) and _contents(stored, k) not in (None, _contents(attrs, k))]
+        changed += [
+            f"task.{k} {was.get(k)} (now {now.get(k)})"
+            for k in sorted({*was, *now}, key=str)
+            if was.get(k) != now.get(k) and not _same_file(stored, attrs, k)
+        ]
+        changed += [
+            f"task.{k} {now[k]} (its contents changed since)"
+            for k in FILE_KEYS
+            if was.get(k) == now.get(k) and _contents(stored, k) not in (None, _contents(attrs, k))
+        ]
     old, new = stored.get("fidelity") or {}, attrs.get("fidelity") or {}
-    return changed + [f"fidelity.{k} {old[k]} (now {new[k]})" for k in SCORE_FIDELITY
-                      if k in old and k in new and old[k] != new[k]
-                      and not (k == "epochs" and _same_length(stored, old[k], new[k]))]
+    return changed + [
+        f"fidelity.{k} {old[k]} (now {new[k]})"
+        for k in SCORE_FIDELITY
+        if k in old and k in new and old[k] != new[k] and not (k == "epochs" and _same_length(stored, old[k], new[k]))
+    ]
 
 
 def _contents(attrs: dict, key: str) -> str | None:
@@ -140,18 +160,27 @@ def _same_length(stored: dict, old, new) -> bool:
     return old == "auto"
 
 
-def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, force_new: bool = False,
-               heartbeat_interval: int | None = None, grace_period: int | None = None,
-               retries: int = 0, objectives=("score", "params")) -> optuna.Study:
+def open_study(
+    storage_url: str,
+    name: str,
+    sampler,
+    metric: str,
+    attrs: dict,
+    force_new: bool = False,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    retries: int = 0,
+    objectives=("score", "params"),
+) -> optuna.Study:
     """Create or resume the study; refuse one whose stored space hash, objectives or scoring
     settings (`changed_settings`) differ (nothing is written then), or replace it with
     ``force_new``. The heartbeat settings are those of `open_storage`."""
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries)
     try:
-        with ClaimLock(storage, name)():          # one worker at a time checks, replaces or creates it
+        with ClaimLock(storage, name)():  # one worker at a time checks, replaces or creates it
             existing = {s.study_name for s in storage.get_all_studies()}
             old = optuna.load_study(study_name=name, storage=storage) if name in existing else None
-            requested, recorded = attrs, old.user_attrs if old is not None else {}    # read once
+            requested, recorded = attrs, old.user_attrs if old is not None else {}  # read once
             attrs = with_fidelity_resolved(attrs, recorded.get("fidelity") or {} if old is not None else None)
             replaced = False
             if old is not None:
@@ -159,32 +188,45 @@ def open_study(storage_url: str, name: str, sampler, metric: str, attrs: dict, f
                 if stored and stored != attrs["space_hash"]:
                     if not force_new:
                         was, now = recorded.get("space_name"), attrs.get("space_name")
-                        names = (f"{was!r}, now {now!r}" if was and now and was != now else
-                                 f"{was or now!r}, edited since")       # the same name: its file changed
-                        raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with another space "
-                                          f"({names}; hash {stored}, now {attrs['space_hash']}); use a new --study "
-                                          f"name or --force-new-study to replace it")
+                        names = (
+                            f"{was!r}, now {now!r}" if was and now and was != now else f"{was or now!r}, edited since"
+                        )  # the same name: its file changed
+                        raise ConfigError(
+                            f"study {name!r} in {redact(storage_url)} was made with another space "
+                            f"({names}; hash {stored}, now {attrs['space_hash']}); use a new --study "
+                            f"name or --force-new-study to replace it"
+                        )
                     replaced = True
                 elif changed := changed_settings(recorded, attrs):
                     if not force_new:
-                        raise ConfigError(f"study {name!r} in {redact(storage_url)} was made with other settings: "
-                                          f"{', '.join(changed)}; use a new --study name or --force-new-study "
-                                          f"to replace it")
+                        raise ConfigError(
+                            f"study {name!r} in {redact(storage_url)} was made with other settings: "
+                            f"{', '.join(changed)}; use a new --study name or --force-new-study "
+                            f"to replace it"
+                        )
                     replaced = True
-                elif (had := recorded.get("objectives", ["score", "params"])) != list(objectives) \
-                        or len(old.directions) != len(objectives):   # the values stored are of the old ones
+                elif (had := recorded.get("objectives", ["score", "params"])) != list(objectives) or len(
+                    old.directions
+                ) != len(objectives):  # the values stored are of the old ones
                     if not force_new:
-                        raise ConfigError(f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
-                                          f"not [{', '.join(objectives)}]; use a new --study name or "
-                                          f"--force-new-study to replace it")
+                        raise ConfigError(
+                            f"study {name!r} in {redact(storage_url)} has objectives [{', '.join(had)}], "
+                            f"not [{', '.join(objectives)}]; use a new --study name or "
+                            f"--force-new-study to replace it"
+                        )
                     replaced = True
-            if replaced:                              # --force-new-study: a new study, with new defaults
+            if replaced:  # --force-new-study: a new study, with new defaults
                 optuna.delete_study(study_name=name, storage=storage)
                 attrs = with_fidelity_resolved(requested, None)
-            study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                        directions=directions(objectives), load_if_exists=True)
-            have = study.user_attrs          # written under the lock: a worker starting beside this one
-            for k, v in {**attrs, "objectives": list(objectives)}.items():       # reads them whole
+            study = optuna.create_study(
+                study_name=name,
+                storage=storage,
+                sampler=sampler,
+                directions=directions(objectives),
+                load_if_exists=True,
+            )
+            have = study.user_attrs  # written under the lock: a worker starting beside this one
+            for k, v in {**attrs, "objectives": list(objectives)}.items():  # reads them whole
                 if have.get(k, ()) != v:
                     study.set_user_attr(k, v)
     except ConfigError:
@@ -228,12 +270,23 @@ class TrialSource:
     (`petl_nas.core.family_rates.at_reference_scales`), before it is counted and stored.
     """
 
-    def __init__(self, study: optuna.Study, space: SearchSpace, model_config, budget: int | None,
-                 n_layers: int, flat: bool = False, target: int | None = None, lock=None,
-                 heartbeat: Heartbeat | None = None,
-                 sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None, head_trains: bool = True,
-                 on_invalid: Callable[[int, str], None] | None = None, rates: dict[str, float] | None = None,
-                 scales: dict[str, float] | None = None):
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: SearchSpace,
+        model_config,
+        budget: int | None,
+        n_layers: int,
+        flat: bool = False,
+        target: int | None = None,
+        lock=None,
+        heartbeat: Heartbeat | None = None,
+        sampler_for: Callable[[int], optuna.samplers.BaseSampler] | None = None,
+        head_trains: bool = True,
+        on_invalid: Callable[[int, str], None] | None = None,
+        rates: dict[str, float] | None = None,
+        scales: dict[str, float] | None = None,
+    ):
         self.study, self.space, self.model_config = study, space, model_config
         self.budget, self.n_layers, self.flat = budget, n_layers, flat
         self.target, self.lock, self.heartbeat = target, lock or contextlib.nullcontext, heartbeat
@@ -256,10 +309,10 @@ class TrialSource:
 
     def _draw(self) -> Proposal:
         for _ in range(MAX_CONSECUTIVE_REJECTIONS):
-            if self.sampler_for is not None:       # seeded by the number the next trial gets (`seeded_sampler`)
+            if self.sampler_for is not None:  # seeded by the number the next trial gets (`seeded_sampler`)
                 self.study.sampler = self.sampler_for(len(self.study.get_trials(deepcopy=False)))
-            with warnings.catch_warnings():       # "heartbeat is supposed to be used with optimize":
-                warnings.simplefilter("ignore")   # we beat for ask/tell trials ourselves (`Heartbeat`)
+            with warnings.catch_warnings():  # "heartbeat is supposed to be used with optimize":
+                warnings.simplefilter("ignore")  # we beat for ask/tell trials ourselves (`Heartbeat`)
                 trial = self.study.ask()
             if self.heartbeat is not None:
                 self.heartbeat.add(trial._trial_id)
@@ -268,34 +321,36 @@ class TrialSource:
                 return proposal
             if self.heartbeat is not None:
                 self.heartbeat.discard(trial._trial_id)
-        raise ConfigError(f"{MAX_CONSECUTIVE_REJECTIONS} proposals in a row were over the budget "
-                          f"({self.budget:,}); the space is mostly infeasible for it: raise the "
-                          f"budget, narrow the space, or use strategy: oneshot (its supernet proposes "
-                          f"configurations at the budget)")
+        raise ConfigError(
+            f"{MAX_CONSECUTIVE_REJECTIONS} proposals in a row were over the budget "
+            f"({self.budget:,}); the space is mostly infeasible for it: raise the "
+            f"budget, narrow the space, or use strategy: oneshot (its supernet proposes "
+            f"configurations at the budget)"
+        )
 
     def _decide(self, trial: Trial) -> Proposal | None:
         """A proposal for ``trial``, or None once it is recorded as invalid or over the budget."""
         queued = StoredTrial.of(trial)
         scale, drawn = None, False
         try:
-            if queued.given_whole:              # an off-space preset, a one-shot proposal, or the retry
-                config = queued.config(resolved=False)      # of a trial whose worker died once decided
+            if queued.given_whole:  # an off-space preset, a one-shot proposal, or the retry
+                config = queued.config(resolved=False)  # of a trial whose worker died once decided
                 lr = float(queued.lr)
             elif queued.petl_config is not None and (queued.lr_from_sampler or queued.lr_scale is not None):
-                config = queued.config(resolved=False)      # given whole, its rate the sampler's or set
+                config = queued.config(resolved=False)  # given whole, its rate the sampler's or set
                 scale = lr = self.space.sample_lr(trial) if queued.lr_scale is None else float(queued.lr_scale)
             else:
                 config, recipe = self.space.sample(trial, self.n_layers, flat=self.flat)
                 scale = lr = recipe["lr"]
                 drawn = True
-            if self.rates is not None and scale is not None:    # lr is a multiplier of the measured rates
+            if self.rates is not None and scale is not None:  # lr is a multiplier of the measured rates
                 config, lr = apply_rates(self.rates, config, scale, self.scales)
             else:
                 scale = None
-            if drawn:                                   # two LoRAs on one sublayer (at one scale, after the
-                config = canonical(config)              # rates'): one LoRA of their summed rank
+            if drawn:  # two LoRAs on one sublayer (at one scale, after the
+                config = canonical(config)  # rates'): one LoRA of their summed rank
             count = count_parameters(self.model_config, config)
-            if count.trainable == 0 and not self.head_trains:    # no module on a generation model
+            if count.trainable == 0 and not self.head_trains:  # no module on a generation model
                 raise ConfigError("nothing to train: no PETL module, and the task's head (the LM head) stays frozen")
         except ConfigError as e:
             trial.set_user_attr("fail_reason", f"invalid configuration: {e}")
@@ -307,16 +362,18 @@ class TrialSource:
         trial.set_user_attr("deployable", count.deployable)
         trial.set_user_attr("trainable", count.trainable)
         trial.set_user_attr("pct_of_backbone", round(count.deployable_pct, 4))
-        trial.set_user_attr("recipe", {"lr": lr, **({"lr_scale": scale} if scale is not None else {})})  # before petl_config: a retry of a trial killed
-        trial.set_user_attr("config_text", describe_config(config))      # between the two writes is drawn
-        trial.set_user_attr("petl_config", config.to_dict())             # again from its parameters
+        trial.set_user_attr(
+            "recipe", {"lr": lr, **({"lr_scale": scale} if scale is not None else {})}
+        )  # before petl_config: a retry of a trial killed
+        trial.set_user_attr("config_text", describe_config(config))  # between the two writes is drawn
+        trial.set_user_attr("petl_config", config.to_dict())  # again from its parameters
         if self.budget is not None:
-            with warnings.catch_warnings():       # a retry carries its first try's value (the same)
+            with warnings.catch_warnings():  # a retry carries its first try's value (the same)
                 warnings.simplefilter("ignore")
                 trial.set_constraint("budget", float(count.deployable - self.budget))
             if count.deployable > self.budget:
                 trial.set_user_attr("rejected", "over_budget")
-                trial.set_user_attr("over_budget", True)       # the dashboard's column: PRUNED means this here
+                trial.set_user_attr("over_budget", True)  # the dashboard's column: PRUNED means this here
                 self.study.tell(trial, state=TrialState.PRUNED)
                 self.rejected += 1
                 return None
@@ -326,8 +383,11 @@ class TrialSource:
 def smallest_count(space: SearchSpace, model_config, n_layers: int) -> int:
     """The fewest deployable parameters any configuration of the space can have (0 when every slot
     may be empty: the head alone)."""
-    total = sum(_smallest_form(space, slot, model_config, n_layers) for slot in space.slots
-                if "none" not in (slot.forms.choices or (slot.forms.value,)))
+    total = sum(
+        _smallest_form(space, slot, model_config, n_layers)
+        for slot in space.slots
+        if "none" not in (slot.forms.choices or (slot.forms.value,))
+    )
     if space.globals["bitfit"].kind == "fixed" and space.globals["bitfit"].value:
         total += count_parameters(model_config, PetlConfig(bitfit=True)).deployable
     return total
@@ -344,7 +404,7 @@ def smallest_module(space: SearchSpace, model_config, n_layers: int) -> int | No
     lengths = [n for n in (prompt.choices or (prompt.value,)) if n]
     if lengths:
         counts.append(count_parameters(model_config, PetlConfig(prompt_length=min(lengths))).deployable)
-    counts = [n for n in counts if n]                    # None: a form this backbone refuses
+    counts = [n for n in counts if n]  # None: a form this backbone refuses
     return min(counts) if counts else None
 
 
@@ -363,7 +423,7 @@ def _smallest_form(space: SearchSpace, slot, model_config, n_layers: int, skip_n
             continue
         config = PetlConfig(modules=(space.module_spec(slot, form, _smallest_values(slot, form), False, few_layers),))
         n = _deployable(model_config, config)
-        if n is not None:                                # None: a form this backbone refuses, never drawn validly
+        if n is not None:  # None: a form this backbone refuses, never drawn validly
             best = n if best is None else min(best, n)
     return best or 0
 
@@ -391,8 +451,6 @@ def _smallest_values(slot, form: str) -> dict:
     return vals
 
 
-
-
 def unit_costs(space: SearchSpace, model_config) -> list[str]:
     """What one unit of each slot's size dimension costs on this backbone, per form: deployable
     parameters on one layer and on every layer (the difference between two sizes, the form's other
@@ -403,19 +461,19 @@ def unit_costs(space: SearchSpace, model_config) -> list[str]:
         blocks = slot.dims.get("blocks")
         for form in (f for f in slot.forms.choices or (slot.forms.value,) if f != "none"):
             size, vals = form_named(form).size_dimension, _smallest_values(slot, form)
-            if size is None:                                                 # a form of one fixed size
+            if size is None:  # a form of one fixed size
                 lines.append(f"{slot.name:<12}{form:<12}{'-':<14}  no size dimension")
                 continue
-            if blocks is not None and "all" in (blocks.choices or ()):       # in every attention kind, not
-                vals["blocks"] = "all"                                       # the first choice's (cross)
-            step = form_named(form).size_step(vals)                              # PHM sizes are multiples of n
+            if blocks is not None and "all" in (blocks.choices or ()):  # in every attention kind, not
+                vals["blocks"] = "all"  # the first choice's (cross)
+            step = form_named(form).size_step(vals)  # PHM sizes are multiples of n
             low = -(-int(vals[size]) // step) * step
 
             def count(n: int, layers) -> int:
                 spec = space.module_spec(slot, form, {**vals, size: n}, False, layers)
                 return count_parameters(model_config, PetlConfig(modules=(spec,))).deployable
 
-            if (why := refusal(model_config, PetlConfig(modules=(space.module_spec(slot, form, vals, False, None),)))):
+            if why := refusal(model_config, PetlConfig(modules=(space.module_spec(slot, form, vals, False, None),))):
                 lines.append(f"{slot.name:<12}{form:<12}{size:<14}  not for this backbone: {why}")
                 continue
             one = (count(low + step, (0,)) - count(low, (0,))) / step
@@ -424,9 +482,17 @@ def unit_costs(space: SearchSpace, model_config) -> list[str]:
     return lines
 
 
-def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, budget: int | None,
-                 n_layers: int, over_budget: list[str] | None = None, refused: list[str] | None = None,
-                 scale: float | None = None) -> list[str]:
+def seed_presets(
+    study: optuna.Study,
+    space: SearchSpace,
+    names,
+    model_config,
+    budget: int | None,
+    n_layers: int,
+    over_budget: list[str] | None = None,
+    refused: list[str] | None = None,
+    scale: float | None = None,
+) -> list[str]:
     """Enqueue the presets that fit the budget and are not in the study yet, each as a point of the
     space so the sampler learns from it; returns what was queued, with how each was placed.
 
@@ -460,15 +526,22 @@ def seed_presets(study: optuna.Study, space: SearchSpace, names, model_config, b
             queued.append(name + (f" (nearest point: {', '.join(changes)})" if changes else ""))
         elif explicit:
             why = space.why_not(config)
-            study.enqueue_trial({}, user_attrs={"preset": name, "petl_config": config.to_dict(),
-                                                "recipe": {"lr" if scale is None else "lr_scale": lr},
-                                                "off_space": why})
+            study.enqueue_trial(
+                {},
+                user_attrs={
+                    "preset": name,
+                    "petl_config": config.to_dict(),
+                    "recipe": {"lr" if scale is None else "lr_scale": lr},
+                    "off_space": why,
+                },
+            )
             queued.append(f"{name} (off the space: {why})")
     return queued
 
 
-def presets_within(names, space: SearchSpace, model_config, budget: int | None
-                   ) -> tuple[list[tuple[str, PetlConfig]], list[tuple[str, int]], list[tuple[str, str]]]:
+def presets_within(
+    names, space: SearchSpace, model_config, budget: int | None
+) -> tuple[list[tuple[str, PetlConfig]], list[tuple[str, int]], list[tuple[str, str]]]:
     """The presets ``names`` says (``auto``: all; ``none``: none) that fit ``budget``, each with its
     configuration as a study trains it (the space's head); those over it, with their deployable
     counts; and those the backbone cannot take, with the reason."""
@@ -477,10 +550,10 @@ def presets_within(names, space: SearchSpace, model_config, budget: int | None
         return [], [], []
     fitting, over, refused = [], [], []
     for name in preset_names() if names in ("auto", None) else names:
-        config = space.with_head(preset(name, model_config))       # the head the searched trials get
+        config = space.with_head(preset(name, model_config))  # the head the searched trials get
         try:
             count = count_parameters(model_config, config)
-        except ConfigError as e:                                   # a form this backbone refuses
+        except ConfigError as e:  # a form this backbone refuses
             refused.append((name, str(e)))
             continue
         if budget is not None and count.deployable > budget:
@@ -490,8 +563,9 @@ def presets_within(names, space: SearchSpace, model_config, budget: int | None
     return fitting, over, refused
 
 
-def preset_in_space(space: SearchSpace, name: str, model_config, n_layers: int,
-                    lr: float | None = None) -> tuple[PetlConfig, float]:
+def preset_in_space(
+    space: SearchSpace, name: str, model_config, n_layers: int, lr: float | None = None
+) -> tuple[PetlConfig, float]:
     """Preset ``name`` as a study trains it in ``space``: with the space's head, at the space's nearest
     point when it has one (else as the preset is), and the learning rate that goes with it (``lr``,
     else its paper's; in a calibrated study the ``lr_scale``)."""
@@ -523,10 +597,30 @@ def is_trained(t: FrozenTrial) -> bool:
 
 def claimed(study: optuna.Study) -> int:
     """Trained trials plus running ones (of every worker): what the stopping rule counts."""
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state == TrialState.RUNNING or is_trained(t))
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING or is_trained(t))
 
 
-__all__ = ["LR_FROM_SAMPLER", "make_sampler", "seeded_sampler", "open_study", "TrialSource", "Proposal", "seed_presets", "presets_within", "preset_in_space", "front",
-           "state_counts", "smallest_count", "smallest_module", "changed_settings", "is_trained", "claimed", "failure_kind", "failure_counts",
-           "SAMPLERS", "LOST", "INTERRUPTED", "INVALID"]
+__all__ = [
+    "LR_FROM_SAMPLER",
+    "make_sampler",
+    "seeded_sampler",
+    "open_study",
+    "TrialSource",
+    "Proposal",
+    "seed_presets",
+    "presets_within",
+    "preset_in_space",
+    "front",
+    "state_counts",
+    "smallest_count",
+    "smallest_module",
+    "changed_settings",
+    "is_trained",
+    "claimed",
+    "failure_kind",
+    "failure_counts",
+    "SAMPLERS",
+    "LOST",
+    "INTERRUPTED",
+    "INVALID",
+]

@@ -25,26 +25,38 @@ def _score(s: float | None) -> str:
 
 def _length_table(record: dict) -> list[str]:
     names = record["presets"]
-    out = [f"### Trial length (fidelity: auto): {record['epochs']:g} epochs per trial", "",
-           "| epochs | " + " | ".join(names) + " |", "| ---: |" + " ---: |" * len(names)]
+    out = [
+        f"### Trial length (fidelity: auto): {record['epochs']:g} epochs per trial",
+        "",
+        "| epochs | " + " | ".join(names) + " |",
+        "| ---: |" + " ---: |" * len(names),
+    ]
     for step in record["steps"]:
-        cells = [_score(step["scores"][n]["score"]) + ("" if step["scores"][n]["learned"] else " (did not learn)")
-                 for n in names]
+        cells = [
+            _score(step["scores"][n]["score"]) + ("" if step["scores"][n]["learned"] else " (did not learn)")
+            for n in names
+        ]
         chosen = " (chosen)" if step["epochs"] == record["epochs"] else ""
         out.append(f"| {step['epochs']:g}{chosen} | " + " | ".join(cells) + " |")
     return out + ["", calibrate.describe(record)]
 
 
 def _rates_table(record: dict) -> list[str]:
-    out = ["### Learning rates (rates: auto)", "", "| family | rate used | measured on | rates tried: score |",
-           "| --- | ---: | --- | --- |"]
+    out = [
+        "### Learning rates (rates: auto)",
+        "",
+        "| family | rate used | measured on | rates tried: score |",
+        "| --- | ---: | --- | --- |",
+    ]
     for family, f in record["families"].items():
         if "tried" in f:
             tried = ", ".join(f"{r:.1e}: {_score(s)}" for r, s in sorted(f["tried"]))
             out.append(f"| {family} | {f['rate']:.1e} | {f['probe']} | {tried} |")
         else:
-            out.append(f"| {family} | {f['rate']:.1e} | – | {f['why']}: its paper rate {f['prior']:.1e} x "
-                       f"{record['factor']:.2f}, the factor measured on the others |")
+            out.append(
+                f"| {family} | {f['rate']:.1e} | – | {f['why']}: its paper rate {f['prior']:.1e} x "
+                f"{record['factor']:.2f}, the factor measured on the others |"
+            )
     return out + ["", rates.lines(record)[-1]]
 
 

@@ -22,8 +22,8 @@ import dataclasses
 from optuna.trial import FrozenTrial
 
 from ..core.budget import count_parameters
-from ..errors import ConfigError
 from ..core.config import PetlConfig
+from ..errors import ConfigError
 from .fronts import learned_trials, pareto
 from .records import StoredTrial
 from .storage import redact
@@ -50,7 +50,7 @@ def front_of(source: str) -> tuple[str, list[FrozenTrial]]:
     url, name = parse_source(source)
     try:
         study = load_study(url, name, naming=redact(url).replace("{", "{{").replace("}", "}}") + "#{}")
-    except ConfigError as e:                      # said as the warm start's, not as --storage's
+    except ConfigError as e:  # said as the warm start's, not as --storage's
         raise ConfigError(f"warm start: {e}") from None
     return study.study_name, pareto(learned_trials(study))
 
@@ -63,8 +63,16 @@ def _fits(config: PetlConfig, n_layers: int) -> str | None:
     return None
 
 
-def seed_warm_start(study, source: str, space, model_config, budget: int | None, n_layers: int,
-                    storage_url: str, scale: float | None = None) -> list[str]:
+def seed_warm_start(
+    study,
+    source: str,
+    space,
+    model_config,
+    budget: int | None,
+    n_layers: int,
+    storage_url: str,
+    scale: float | None = None,
+) -> list[str]:
     """Enqueue the earlier front's members this study lacks; returns the lines to print. Their
     structure is taken; their rates per family are not (the space has no such dimension): in a
     study whose families train at measured rates they train at this study's (``scale``: 1)."""
@@ -73,8 +81,8 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
     if url == storage_url and name == study.study_name:
         raise ConfigError(f"warm start {shown(source)!r}: that is this study; name an earlier one")
     done = study.user_attrs.get("warm_start", {}).get("source")
-    if done is not None and shown(done) == shown(source):    # older studies stored the URL as given
-        return []                                   # done when the study began; a resume takes nothing twice
+    if done is not None and shown(done) == shown(source):  # older studies stored the URL as given
+        return []  # done when the study began; a resume takes nothing twice
     have = {StoredTrial.of(t).warm_start for t in study.get_trials(deepcopy=False)}
     taken, dropped = [], []
     for t in map(StoredTrial.of, members):
@@ -87,11 +95,14 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
         if why is None:
             try:
                 n = count_parameters(model_config, config).deployable
-            except ConfigError as e:                         # a form this backbone refuses
+            except ConfigError as e:  # a form this backbone refuses
                 why = f"this backbone cannot take it: {e}"
             else:
-                why = (f"{n:,} deployable parameters on this backbone, over the budget of {budget:,}"
-                       if budget is not None and n > budget else None)
+                why = (
+                    f"{n:,} deployable parameters on this backbone, over the budget of {budget:,}"
+                    if budget is not None and n > budget
+                    else None
+                )
         near = space.nearest_point(config, lr, n_layers) if why is None and lr is not None else None
         if why is None and near is None:
             why = space.why_not(config) if lr is not None else "it has no learning rate on record"
@@ -99,17 +110,24 @@ def seed_warm_start(study, source: str, space, model_config, budget: int | None,
             dropped.append(f"trial {t.number} ({why})")
             continue
         params, changes = near
-        study.enqueue_trial(params, user_attrs={"warm_start": tag, **({"mapped": "; ".join(changes)} if changes else {})},
-                            skip_if_exists=False)
+        study.enqueue_trial(
+            params,
+            user_attrs={"warm_start": tag, **({"mapped": "; ".join(changes)} if changes else {})},
+            skip_if_exists=False,
+        )
         taken.append(f"trial {t.number}" + (f" (nearest point: {', '.join(changes)})" if changes else ""))
     study.set_user_attr("warm_start", {"source": shown(source), "taken": taken, "dropped": dropped})
     lines = []
     if not members:
-        lines.append(f"warm start from {name!r}: none of its trials learned (complete and beyond noise of its trivial "
-                     f"baseline), so it has no front to queue")
+        lines.append(
+            f"warm start from {name!r}: none of its trials learned (complete and beyond noise of its trivial "
+            f"baseline), so it has no front to queue"
+        )
     if taken or dropped:
-        lines.append(f"warm start from {name!r}: {len(taken)} of {len(members)} front members queued first"
-                     + (f": {', '.join(taken)}" if taken else ""))
+        lines.append(
+            f"warm start from {name!r}: {len(taken)} of {len(members)} front members queued first"
+            + (f": {', '.join(taken)}" if taken else "")
+        )
     if dropped:
         lines.append(f"warm start: dropped {', '.join(dropped)}")
     return lines

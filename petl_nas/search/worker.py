@@ -15,33 +15,33 @@ from typing import Any, Callable
 import torch
 
 from ..core.config import PetlConfig
-from ..training.costs import LATENCY_BATCH, deployed_latency_ms, gpu_footprint
+from ..tasks import Task, load_splits, resolve_task
 from ..tasks.encoding import encode
 from ..tasks.significance import encode_rows
+from ..training.costs import LATENCY_BATCH, deployed_latency_ms, gpu_footprint
 from ..training.loading import TrainData, load_backbone, petl_copy
-from ..tasks import Task, load_splits, resolve_task
 from ..training.loop import Recipe, train
 from .results import TrialResult
 
-_WARMED: set[str] = set()          # device types this process has warmed up (`_warm_up`)
+_WARMED: set[str] = set()  # device types this process has warmed up (`_warm_up`)
 
 
 @dataclass(frozen=True)
 class TrialSpec:
     """Everything a worker needs for one trial, as plain picklable values."""
 
-    backbone: Any                      # a local path / hub name, or {"tiny": {config overrides}}
-    task: Any                          # a task name, or a file-task mapping (see tasks.resolve_task)
-    config: dict                       # PetlConfig.to_dict()
-    recipe: dict                       # Recipe fields
+    backbone: Any  # a local path / hub name, or {"tiny": {config overrides}}
+    task: Any  # a task name, or a file-task mapping (see tasks.resolve_task)
+    config: dict  # PetlConfig.to_dict()
+    recipe: dict  # Recipe fields
     data_dir: str | None = None
     k: int | None = None
     data_seed: int = 111
     search_dev: int = 500
-    eval_split: str = "search_dev"     # "test" only for the final re-evaluation
+    eval_split: str = "search_dev"  # "test" only for the final re-evaluation
     number: int = -1
-    score: str = "last"                # the trial's score: its "last" evaluation, or its "best" one
-    final_twin: dict | None = None     # the final run's recipe this run trains exactly as: scored on test too
+    score: str = "last"  # the trial's score: its "last" evaluation, or its "best" one
+    final_twin: dict | None = None  # the final run's recipe this run trains exactly as: scored on test too
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,8 +50,9 @@ class TrialSpec:
 def prepare(spec: TrialSpec):
     """(task, backbone model, tokenizer, encoded splits) for a spec, all cached per process."""
     task = resolve_task(spec.task)
-    splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
-                         search_dev_size=spec.search_dev)
+    splits = load_splits(
+        task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed, search_dev_size=spec.search_dev
+    )
     model, tok = load_backbone(spec.backbone, task, splits)
     encoded = encode(splits, tok, max_length=int(spec.recipe.get("max_length", 128)))
     return task, model, tok, encoded
@@ -62,14 +63,16 @@ def _warm_up(base, config: PetlConfig, train_split, scored, task: Task, recipe: 
     trial is measured. What a process allocates once and keeps (thread pools, kernel caches, code
     imported on first use) would otherwise count in the first trial's peak memory: measured on a
     tiny BERT, 21 MB for a trial that later measures 4 MB in the same process."""
-    warm = recipe.with_overrides(max_steps=2, eval_rows=LATENCY_BATCH, evals_per_epoch=0, compile="off",
-                                 frozen_cache_mb=0)
+    warm = recipe.with_overrides(
+        max_steps=2, eval_rows=LATENCY_BATCH, evals_per_epoch=0, compile="off", frozen_cache_mb=0
+    )
     train(petl_copy(base, config, recipe.seed), TrainData(train_split, scored), task, warm, "cpu")
     _WARMED.add("cpu")
 
 
-def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None = None,
-              device: str | None = None) -> TrialResult:
+def run_trial(
+    spec: TrialSpec, report: Callable[[int, dict, bool], None] | None = None, device: str | None = None
+) -> TrialResult:
     """Train and score one configuration."""
     start = time.perf_counter()
     task, base, _, encoded = prepare(spec)
@@ -84,19 +87,36 @@ def run_trial(spec: TrialSpec, report: Callable[[int, dict, bool], None] | None 
     data = TrainData(encoded.train, evaluated, *((encoded.test, twin.get("eval_rows")) if twin else ()))
     result = train(model, data, task, recipe, device, report)
     first = next(iter(evaluated.batches(LATENCY_BATCH, shuffle=False)))
-    gpu = gpu_footprint(device)                                          # before latency's merge and forward
-    latency_ms = deployed_latency_ms(model, first, device)             # merges LoRA: after training
+    gpu = gpu_footprint(device)  # before latency's merge and forward
+    latency_ms = deployed_latency_ms(model, first, device)  # merges LoRA: after training
     scored = result.metrics if spec.score == "best" else result.history[-1]
     score = result.score if spec.score == "best" else result.last_score
     rows = result.rows_of(scored) if spec.eval_split == "search_dev" else None
-    return TrialResult(score=score, score_se=scored.get("se"), pooling=model.petl.pooling,
-                       last_score=result.last_score, best_score=result.score, metrics=result.metrics,
-                       history=result.history, steps=result.steps, train_s=result.wall_s, setup_s=setup_s,
-                       peak_mem_mb=result.peak_mem_mb, train_step_ms=result.train_step_ms, latency_ms=latency_ms,
-                       metric=task.main_metric, wall_s=time.perf_counter() - start, epochs=spec.recipe.get("epochs"),
-                       k=spec.k, **gpu, frozen=result.frozen, graphs=result.graphs,
-                       threads=result.threads, rows=encode_rows(rows) if rows is not None else None,
-                       test_run=_test_run(result.report_metrics, twin, spec.k))
+    return TrialResult(
+        score=score,
+        score_se=scored.get("se"),
+        pooling=model.petl.pooling,
+        last_score=result.last_score,
+        best_score=result.score,
+        metrics=result.metrics,
+        history=result.history,
+        steps=result.steps,
+        train_s=result.wall_s,
+        setup_s=setup_s,
+        peak_mem_mb=result.peak_mem_mb,
+        train_step_ms=result.train_step_ms,
+        latency_ms=latency_ms,
+        metric=task.main_metric,
+        wall_s=time.perf_counter() - start,
+        epochs=spec.recipe.get("epochs"),
+        k=spec.k,
+        **gpu,
+        frozen=result.frozen,
+        graphs=result.graphs,
+        threads=result.threads,
+        rows=encode_rows(rows) if rows is not None else None,
+        test_run=_test_run(result.report_metrics, twin, spec.k),
+    )
 
 
 def _test_run(metrics: dict | None, twin: dict | None, k: int | None) -> dict | None:

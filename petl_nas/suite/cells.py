@@ -29,20 +29,34 @@ from ..search.records import FINAL, StoredTrial, run_state, study_wall_s
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import paired_difference
 
-
 NOT_RUN, RUNNING, NOTHING_LEARNED, MEASURED = "not run yet", "running", "nothing learned", "measured"
 
 
 def empty(task: str, budget: str, state: str = NOT_RUN) -> dict:
     """The row of a study not run yet (or, with ``state``, still running): nothing measured."""
-    return {"task": task, "budget": budget, "state": state, "budget_params": None, "metric": None, "pick": None,
-            "baseline": None, "baseline_2022": None, "beaten": False, "delta": None, "delta_2022": None,
-            "best_mean_delta": None, "best_search": None, "trivial": None, "trial_min": 0, "wall_min": None}
+    return {
+        "task": task,
+        "budget": budget,
+        "state": state,
+        "budget_params": None,
+        "metric": None,
+        "pick": None,
+        "baseline": None,
+        "baseline_2022": None,
+        "beaten": False,
+        "delta": None,
+        "delta_2022": None,
+        "best_mean_delta": None,
+        "best_search": None,
+        "trivial": None,
+        "trial_min": 0,
+        "wall_min": None,
+    }
 
 
 def cell(study, task: str, budget: str) -> dict:
     """The suite's row for one study (see the module docstring)."""
-    from ..deploy.export import choose        # export's default pick: what a user of the study deploys
+    from ..deploy.export import choose  # export's default pick: what a user of the study deploys
 
     attrs, pts = study.user_attrs, points_per_unit(study.user_attrs.get("metric", "accuracy"))
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -52,19 +66,27 @@ def cell(study, task: str, budget: str) -> dict:
     old_no = getattr(best_2022_baseline(study), "number", None)
     try:
         pick = choose(study)
-    except ConfigError:                         # nothing complete yet: an empty row, said as such
+    except ConfigError:  # nothing complete yet: an empty row, said as such
         pick = None
     pick = trials.get(getattr(pick, "number", None))
-    row = {"task": task, "budget": budget, "state": _state(study), "budget_params": attrs.get("budget"),
-           "metric": attrs.get("metric"), "pick": _side(pick, attrs), "baseline": _side(trials.get(base_no), attrs),
-           "baseline_2022": _side(trials.get(old_no), attrs),
-           "beaten": bool(said and said.beaten), "delta": _delta(pick, trials.get(base_no), attrs, pts),
-           "delta_2022": _delta(pick, trials.get(old_no), attrs, pts),
-           "best_mean_delta": _delta(trials.get(said.best), trials.get(base_no), attrs, pts) if said else None,
-           "best_search": max((t.values[0] for t in trials.values() if t.values is not None), default=None),
-           "trivial": (attrs.get("baseline") or {}).get("score"),
-           "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
-           "wall_min": None if wall_s is None else round(wall_s / 60, 1)}
+    row = {
+        "task": task,
+        "budget": budget,
+        "state": _state(study),
+        "budget_params": attrs.get("budget"),
+        "metric": attrs.get("metric"),
+        "pick": _side(pick, attrs),
+        "baseline": _side(trials.get(base_no), attrs),
+        "baseline_2022": _side(trials.get(old_no), attrs),
+        "beaten": bool(said and said.beaten),
+        "delta": _delta(pick, trials.get(base_no), attrs, pts),
+        "delta_2022": _delta(pick, trials.get(old_no), attrs, pts),
+        "best_mean_delta": _delta(trials.get(said.best), trials.get(base_no), attrs, pts) if said else None,
+        "best_search": max((t.values[0] for t in trials.values() if t.values is not None), default=None),
+        "trivial": (attrs.get("baseline") or {}).get("score"),
+        "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
+        "wall_min": None if wall_s is None else round(wall_s / 60, 1),
+    }
     return row
 
 
@@ -81,8 +103,11 @@ def _delta(trial, baseline, attrs: dict, pts: float) -> dict | None:
     p, b = _side(trial, attrs), _side(baseline, attrs)
     if not (p and b and p["test"] and b["test"]):
         return None
-    d = paired_difference(p["test"], b["test"]) if p["number"] != b["number"] else \
-        {"mean": 0.0, "std": 0.0, "n": len(p["test"])}          # the baseline itself
+    d = (
+        paired_difference(p["test"], b["test"])
+        if p["number"] != b["number"]
+        else {"mean": 0.0, "std": 0.0, "n": len(p["test"])}
+    )  # the baseline itself
     return {"mean": pts * d["mean"], "std": None if d["std"] is None else pts * d["std"], "n": d["n"]}
 
 
@@ -92,8 +117,13 @@ def _side(trial, attrs: dict) -> dict | None:
     final = attrs.get(f"{FINAL}{trial.number}") or {}
     stored = StoredTrial.of(trial)
     family = family_name(stored.config(resolved=False)) if stored.petl_config is not None else None
-    return {"number": trial.number, "name": source_of(trial), "deployable": int(trial.values[1]),
-            "family": family, "test": final.get("scores") or None}
+    return {
+        "number": trial.number,
+        "name": source_of(trial),
+        "deployable": int(trial.values[1]),
+        "family": family,
+        "test": final.get("scores") or None,
+    }
 
 
 def macro(cells: list[dict], key: str = "delta") -> list[dict]:
@@ -150,46 +180,61 @@ def state_text(c: dict) -> str:
 
 def markdown(suite_name: str, cells: list[dict]) -> str:
     """The table (one row per task and budget) and the macro-average per budget, in markdown."""
-    lines = [f"# Suite {suite_name}: the search's pick against the best baseline at each budget", "",
-             "| task | budget | state | pick (deployable) | pick's family | test | best baseline (deployable) | "
-             "its family | test | paired Δ pts (test, ±std) | seeds | best 2022 baseline (deployable) | its family | "
-             "test | paired Δ pts to it | beats the best on search-dev | best confirmed mean's Δ | "
-             "trial compute (min) | study wall (min) |",
-             "|" + "---|" * 19]
+    lines = [
+        f"# Suite {suite_name}: the search's pick against the best baseline at each budget",
+        "",
+        "| task | budget | state | pick (deployable) | pick's family | test | best baseline (deployable) | "
+        "its family | test | paired Δ pts (test, ±std) | seeds | best 2022 baseline (deployable) | its family | "
+        "test | paired Δ pts to it | beats the best on search-dev | best confirmed mean's Δ | "
+        "trial compute (min) | study wall (min) |",
+        "|" + "---|" * 19,
+    ]
     for c in cells:
         pts = points_per_unit(c["metric"] or "accuracy")
         d = c["delta"]
         budget = c["budget"] + (f" ({c['budget_params']:,})" if c["budget_params"] is not None else "")
         old = c.get("baseline_2022")
-        lines.append(f"| {c['task']} | {budget} | {state_text(c)} | {_who(c['pick'])} | {_family(c['pick'])} | "
-                     f"{_test(c['pick'], pts)} | {_who(c['baseline'])} | {_family(c['baseline'])} | "
-                     f"{_test(c['baseline'], pts)} | {_signed(d)} | {d['n'] if d else '-'} | {_who(old)} | "
-                     f"{_family(old)} | {_test(old, pts)} | {_signed(c.get('delta_2022'))} | "
-                     f"{'yes' if c['beaten'] else 'no'} | {_signed(c.get('best_mean_delta'))} | {c['trial_min']:g} | "
-                     f"{_minutes(c.get('wall_min'))} |")
-    lines += ["", "| budget | macro-average Δ pts over the tasks measured (± se) | lowest cell | tasks measured | "
-              "macro-average Δ pts to the best 2022 baseline (± se) | lowest cell | tasks measured |",
-              "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {c['task']} | {budget} | {state_text(c)} | {_who(c['pick'])} | {_family(c['pick'])} | "
+            f"{_test(c['pick'], pts)} | {_who(c['baseline'])} | {_family(c['baseline'])} | "
+            f"{_test(c['baseline'], pts)} | {_signed(d)} | {d['n'] if d else '-'} | {_who(old)} | "
+            f"{_family(old)} | {_test(old, pts)} | {_signed(c.get('delta_2022'))} | "
+            f"{'yes' if c['beaten'] else 'no'} | {_signed(c.get('best_mean_delta'))} | {c['trial_min']:g} | "
+            f"{_minutes(c.get('wall_min'))} |"
+        )
+    lines += [
+        "",
+        "| budget | macro-average Δ pts over the tasks measured (± se) | lowest cell | tasks measured | "
+        "macro-average Δ pts to the best 2022 baseline (± se) | lowest cell | tasks measured |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m, old in zip(macro(cells), macro(cells, "delta_2022")):
         lines.append(f"| {m['budget']} | {_macro_cells(m)} | {_macro_cells(old)} |")
-    lines += ["", "State: not run yet (no study), running (a run started and has not ended), nothing learned "
-              "(finished, every trial within noise of the trivial baseline; best search-dev score beside the "
-              "trivial baseline's, in points) or measured. "
-              "Δ: the pick's test score minus the best baseline's, seed by seed (the same seeds), in points; "
-              "the pick is what `petl-nas export` takes by default, the best baseline the one confirmation compared "
-              "it with on search-dev; where nothing beats that baseline beyond noise, the pick is the baseline itself "
-              "(Δ 0), or the reference preset (`final.reference`) where that baseline is larger than it and does not "
-              "beat it beyond noise, and the best confirmed mean's Δ is what `export --pick best-mean` would have "
-              "given. The best 2022 baseline: the best baseline among the methods the space held before 2023 (no "
-              "(IA)³, LN-tuning, VeRA, FourierFT, LoKr or DoRA), by confirmed mean where confirmed, else by search "
-              "score. Family: the trained families of the configuration. "
-              "Trial compute: the studies' trials' wall time, calibration and finals aside. "
-              "Study wall: the study's runs from start to end (calibration, supernet, trials, confirmation, finals), "
-              "summed over its resumes."]
+    lines += [
+        "",
+        "State: not run yet (no study), running (a run started and has not ended), nothing learned "
+        "(finished, every trial within noise of the trivial baseline; best search-dev score beside the "
+        "trivial baseline's, in points) or measured. "
+        "Δ: the pick's test score minus the best baseline's, seed by seed (the same seeds), in points; "
+        "the pick is what `petl-nas export` takes by default, the best baseline the one confirmation compared "
+        "it with on search-dev; where nothing beats that baseline beyond noise, the pick is the baseline itself "
+        "(Δ 0), or the reference preset (`final.reference`) where that baseline is larger than it and does not "
+        "beat it beyond noise, and the best confirmed mean's Δ is what `export --pick best-mean` would have "
+        "given. The best 2022 baseline: the best baseline among the methods the space held before 2023 (no "
+        "(IA)³, LN-tuning, VeRA, FourierFT, LoKr or DoRA), by confirmed mean where confirmed, else by search "
+        "score. Family: the trained families of the configuration. "
+        "Trial compute: the studies' trials' wall time, calibration and finals aside. "
+        "Study wall: the study's runs from start to end (calibration, supernet, trials, confirmation, finals), "
+        "summed over its resumes.",
+    ]
     walls = per_task_wall(cells)
     if walls:
-        lines += ["", "Wall time per task, its studies summed: " + "; ".join(
-            f"{w['task']} {w['minutes']:g} min ({w['studies']} of {w['of']} studies)" for w in walls) + "."]
+        lines += [
+            "",
+            "Wall time per task, its studies summed: "
+            + "; ".join(f"{w['task']} {w['minutes']:g} min ({w['studies']} of {w['of']} studies)" for w in walls)
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -236,18 +281,42 @@ def plot_png(cells: list[dict]) -> bytes:
     for task in dict.fromkeys(c["task"] for c in cells):
         points = [(budgets.index(c["budget"]), c["delta"]) for c in cells if c["task"] == task and c["delta"]]
         if points:
-            ax.errorbar([x for x, _ in points], [d["mean"] for _, d in points],
-                        yerr=[d["std"] or 0 for _, d in points], marker="o", capsize=3, alpha=0.6, label=task)
-    for key, style in (("delta", {"color": "black", "linewidth": 2.5, "marker": "s", "capsize": 4,
-                                  "label": "macro-average (± se)"}),
-                       ("delta_2022", {"color": "dimgrey", "linewidth": 1.5, "linestyle": "--", "marker": "D",
-                                       "capsize": 3, "label": "macro-average to the best 2022 baseline"})):
+            ax.errorbar(
+                [x for x, _ in points],
+                [d["mean"] for _, d in points],
+                yerr=[d["std"] or 0 for _, d in points],
+                marker="o",
+                capsize=3,
+                alpha=0.6,
+                label=task,
+            )
+    for key, style in (
+        ("delta", {"color": "black", "linewidth": 2.5, "marker": "s", "capsize": 4, "label": "macro-average (± se)"}),
+        (
+            "delta_2022",
+            {
+                "color": "dimgrey",
+                "linewidth": 1.5,
+                "linestyle": "--",
+                "marker": "D",
+                "capsize": 3,
+                "label": "macro-average to the best 2022 baseline",
+            },
+        ),
+    ):
         avg = [(i, m) for i, m in enumerate(macro(cells, key)) if m["mean"] is not None]
         if avg:
             ax.errorbar([i for i, _ in avg], [m["mean"] for _, m in avg], yerr=[m["se"] or 0 for _, m in avg], **style)
-    for x, line, text in plot_notes(cells):            # named where they stand, stacked below the axis line
-        ax.annotate(text, (x, 0), xytext=(0, -14 * (1 + line)), textcoords="offset points", ha="center",
-                    fontsize=7, color="grey")
+    for x, line, text in plot_notes(cells):  # named where they stand, stacked below the axis line
+        ax.annotate(
+            text,
+            (x, 0),
+            xytext=(0, -14 * (1 + line)),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color="grey",
+        )
     ax.set_xticks(range(len(budgets)), budgets)
     ax.set_xlim(-0.5, len(budgets) - 0.5)
     ax.set_xlabel("parameter budget (share of the backbone)")
@@ -272,5 +341,17 @@ def plot_notes(cells: list[dict]) -> list[tuple[int, int, str]]:
     return out
 
 
-__all__ = ["cell", "empty", "macro", "markdown", "per_task_wall", "plot_notes", "plot_png", "state_text", "NOT_RUN",
-           "RUNNING", "NOTHING_LEARNED", "MEASURED"]
+__all__ = [
+    "cell",
+    "empty",
+    "macro",
+    "markdown",
+    "per_task_wall",
+    "plot_notes",
+    "plot_png",
+    "state_text",
+    "NOT_RUN",
+    "RUNNING",
+    "NOTHING_LEARNED",
+    "MEASURED",
+]

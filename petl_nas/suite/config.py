@@ -26,8 +26,8 @@ from ..errors import ConfigError, check_keys, read_text, read_yaml
 from ..rules import option
 from ..search.experiment import BUDGET_SCHEMA, Experiment, OneShot, Rates, check_budget_list, check_budget_text
 
-FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")   # each study's own
-SUPERNET = ("per_budget", "shared")     # a supernet per study, or one per task serving its budgets
+FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")  # each study's own
+SUPERNET = ("per_budget", "shared")  # a supernet per study, or one per task serving its budgets
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
 
@@ -39,38 +39,66 @@ class SuiteTask:
     label: str
     task: object
     data_dir: str | None = None
-    study: dict | None = None          # experiment fields this task changes in the protocol
+    study: dict | None = None  # experiment fields this task changes in the protocol
 
 
-_TASK_SCHEMA = {"anyOf": [{"type": "string", "pattern": f"^{_LABEL.pattern}$"},
-                          {"type": "object", "required": ["task"], "additionalProperties": False,
-                           "properties": {"name": {"type": "string", "pattern": f"^{_LABEL.pattern}$"},
-                                          "task": {"anyOf": [{"type": "string"}, {"type": "object"}]},
-                                          "data_dir": {"type": ["string", "null"]},
-                                          "study": {"type": ["object", "null"]}}}]}
+_TASK_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": f"^{_LABEL.pattern}$"},
+        {
+            "type": "object",
+            "required": ["task"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{_LABEL.pattern}$"},
+                "task": {"anyOf": [{"type": "string"}, {"type": "object"}]},
+                "data_dir": {"type": ["string", "null"]},
+                "study": {"type": ["object", "null"]},
+            },
+        },
+    ]
+}
 
 
 @dataclass(frozen=True)
 class Suite:
-    name: str = option(meaning="the suite's name: its `runs/NAME/` folder and the prefix of its studies' names",
-                       accepts="letters, digits, '_' or '-'",
-                       schema={"type": "string", "pattern": f"^{_LABEL.pattern}$"})
+    name: str = option(
+        meaning="the suite's name: its `runs/NAME/` folder and the prefix of its studies' names",
+        accepts="letters, digits, '_' or '-'",
+        schema={"type": "string", "pattern": f"^{_LABEL.pattern}$"},
+    )
     tasks: tuple[SuiteTask, ...] = option(
         meaning="task names, or mappings `{name, task, data_dir, study}`: a file task, its own data folder, the "
-                "protocol's keys this task changes", accepts="a non-empty list of names or mappings",
-        schema={"type": "array", "minItems": 1, "items": _TASK_SCHEMA})
-    budgets: tuple[str, ...] = option(meaning="each task's studies' budgets (`0.01%` or counts), each given once",
-                                      accepts="a non-empty list of budgets",
-                                      schema={"type": "array", "minItems": 1, "items": BUDGET_SCHEMA})
-    study: dict = option(meaning="the protocol: the experiment-file keys every study shares, except `name`, `task`, "
-                                 "`budget`, `data_dir` and `study`", accepts="a mapping of experiment-file keys",
-                         schema={"type": ["object", "null"]}, factory=dict)   # the reference fills in the experiment's keys
-    data_dir: str | None = option(None, "the folder of the tasks' files (a task's own `data_dir` wins)",
-                                  accepts="a folder, or null", schema={"type": ["string", "null"]})
+        "protocol's keys this task changes",
+        accepts="a non-empty list of names or mappings",
+        schema={"type": "array", "minItems": 1, "items": _TASK_SCHEMA},
+    )
+    budgets: tuple[str, ...] = option(
+        meaning="each task's studies' budgets (`0.01%` or counts), each given once",
+        accepts="a non-empty list of budgets",
+        schema={"type": "array", "minItems": 1, "items": BUDGET_SCHEMA},
+    )
+    study: dict = option(
+        meaning="the protocol: the experiment-file keys every study shares, except `name`, `task`, "
+        "`budget`, `data_dir` and `study`",
+        accepts="a mapping of experiment-file keys",
+        schema={"type": ["object", "null"]},
+        factory=dict,
+    )  # the reference fills in the experiment's keys
+    data_dir: str | None = option(
+        None,
+        "the folder of the tasks' files (a task's own `data_dir` wins)",
+        accepts="a folder, or null",
+        schema={"type": ["string", "null"]},
+    )
     source: str = "<suite>"
-    supernet: str = option("per_budget", "`per_budget` (a supernet per study) or `shared` (each task's largest "
-                                         "budget's supernet proposes for its other budgets)",
-                           accepts="one of " + ", ".join(SUPERNET), schema={"enum": list(SUPERNET)})
+    supernet: str = option(
+        "per_budget",
+        "`per_budget` (a supernet per study) or `shared` (each task's largest "
+        "budget's supernet proposes for its other budgets)",
+        accepts="one of " + ", ".join(SUPERNET),
+        schema={"enum": list(SUPERNET)},
+    )
 
     @classmethod
     def load(cls, path: str | Path) -> Suite:
@@ -98,8 +126,15 @@ class Suite:
         supernet = data.get("supernet", "per_budget")
         if supernet not in SUPERNET:
             raise ConfigError(f"{source}: supernet: expected one of {', '.join(SUPERNET)}, got {supernet!r}")
-        suite = cls(data["name"], tuple(_task(t, source) for t in tasks), tuple(str(b) for b in budgets), study,
-                    data.get("data_dir"), source, supernet)
+        suite = cls(
+            data["name"],
+            tuple(_task(t, source) for t in tasks),
+            tuple(str(b) for b in budgets),
+            study,
+            data.get("data_dir"),
+            source,
+            supernet,
+        )
         labels = [t.label for t in suite.tasks]
         twice = next((n for n in labels if labels.count(n) > 1), None)
         if twice is not None:
@@ -110,9 +145,11 @@ class Suite:
             same = [b for b, v in zip(suite.budgets, values) if v == budget_value(twice)]
             raise ConfigError(f"{source}: budgets: a budget is given twice ({', '.join(same)})")
         if supernet == "shared" and len({bool(check_budget_text(b).group(2)) for b in suite.budgets}) > 1:
-            raise ConfigError(f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
-                              f"counts), so that the largest is known before the backbone is read")
-        _check_files_read(suite.experiments(), source)   # every study is checked before any study trains
+            raise ConfigError(
+                f"{source}: supernet: shared needs budgets of one kind (all percentages or all "
+                f"counts), so that the largest is known before the backbone is read"
+            )
+        _check_files_read(suite.experiments(), source)  # every study is checked before any study trains
         return suite
 
     def experiments(self) -> list[tuple[str, str, Experiment]]:
@@ -124,8 +161,13 @@ class Suite:
         out, first = [], self.calibrating()
         for t in self.tasks:
             for budget in self.budgets:
-                fields = {**_merged(self.study, t.study or {}), "name": self.study_name(t.label, budget),
-                          "task": t.task, "budget": budget, "data_dir": t.data_dir or self.data_dir}
+                fields = {
+                    **_merged(self.study, t.study or {}),
+                    "name": self.study_name(t.label, budget),
+                    "task": t.task,
+                    "budget": budget,
+                    "data_dir": t.data_dir or self.data_dir,
+                }
                 exp = Experiment.from_dict(fields, f"{self.source}: {t.label} at {budget}")
                 if exp.rates.on and exp.rates.file is None and budget != first:
                     reuse = str(Path("runs") / self.study_name(t.label, first) / Rates.FILE)
@@ -137,15 +179,19 @@ class Suite:
                         raise ConfigError(f"{self.source}: {t.label} at {budget}: {e}") from None
                 out.append((t.label, budget, exp))
         if self.supernet == "shared" and all(exp.strategy == "sampler" for _, _, exp in out):
-            raise ConfigError(f"{self.source}: supernet: shared applies to one-shot studies (study: {{strategy: "
-                              f"oneshot}} or both), and every study here samples")
+            raise ConfigError(
+                f"{self.source}: supernet: shared applies to one-shot studies (study: {{strategy: "
+                f"oneshot}} or both), and every study here samples"
+            )
         return out
 
     def with_executor(self, executor: str) -> Suite:
         """This suite with every study running its trials by ``executor`` (a task's own ``study``
         setting included): how trials run, not what they measure."""
-        tasks = tuple(dataclasses.replace(t, study={**t.study, "executor": executor}) if t.study and "executor" in t.study
-                      else t for t in self.tasks)
+        tasks = tuple(
+            dataclasses.replace(t, study={**t.study, "executor": executor}) if t.study and "executor" in t.study else t
+            for t in self.tasks
+        )
         return dataclasses.replace(self, study={**self.study, "executor": executor}, tasks=tasks)
 
     def _shared(self, oneshot, label: str, budget: str, first: str):
@@ -192,18 +238,28 @@ def _check_name(name, source: str) -> None:
     """A suite's name names its folder and studies: a string (YAML reads ``12345`` as a number and
     ``2026-12-07`` as a date; quoted, either is a name)."""
     if not isinstance(name, str):
-        kind = "a number" if isinstance(name, (int, float)) else "a date" if hasattr(name, "isoformat") else \
-            f"a {type(name).__name__}"
-        raise ConfigError(f"{source}: name: expected a string, got {name} (YAML reads it as {kind}: "
-                          f"write name: '{name}')")
+        kind = (
+            "a number"
+            if isinstance(name, (int, float))
+            else "a date"
+            if hasattr(name, "isoformat")
+            else f"a {type(name).__name__}"
+        )
+        raise ConfigError(
+            f"{source}: name: expected a string, got {name} (YAML reads it as {kind}: write name: '{name}')"
+        )
     if not _LABEL.fullmatch(name):
         raise ConfigError(f"{source}: name: {name!r}: letters, digits, '_' or '-' (it names runs/NAME and the studies)")
 
 
-SEARCH_FLAGS = ((re.compile(r"use a new --study name or --force-new-study to replace it"),
-                 "rename the suite (name:) or delete that study to start it again"),
-                (re.compile(r"--data-dir (DIR)?"), "data_dir: DIR in the suite file "),
-                (re.compile(r"--study\b"), "suite name:"))
+SEARCH_FLAGS = (
+    (
+        re.compile(r"use a new --study name or --force-new-study to replace it"),
+        "rename the suite (name:) or delete that study to start it again",
+    ),
+    (re.compile(r"--data-dir (DIR)?"), "data_dir: DIR in the suite file "),
+    (re.compile(r"--study\b"), "suite name:"),
+)
 
 
 def in_suite_terms(message: str) -> str:
@@ -219,8 +275,9 @@ def _check_protocol(study, where: str) -> None:
         raise ConfigError(f"{where}: expected a mapping of experiment fields (the protocol)")
     given = [k for k in FROM_THE_SUITE if k in study]
     if given:
-        raise ConfigError(f"{where}: {given[0]} comes from the suite (its name, tasks, budgets and data_dir), "
-                          f"not from study")
+        raise ConfigError(
+            f"{where}: {given[0]} comes from the suite (its name, tasks, budgets and data_dir), not from study"
+        )
 
 
 def files_written(experiments) -> dict[Path, Experiment]:
@@ -243,8 +300,10 @@ def _check_files_read(experiments, source: str) -> None:
     for label, budget, exp in experiments:
         for key, path in (("rates: file", exp.rates.file), ("oneshot: file", exp.oneshot.file)):
             if path is not None and Path(path) not in written and not Path(path).exists():
-                raise ConfigError(f"{source}: {label} at {budget}: {key} {path!r}: no such file "
-                                  f"(and no study of this suite writes it)")
+                raise ConfigError(
+                    f"{source}: {label} at {budget}: {key} {path!r}: no such file "
+                    f"(and no study of this suite writes it)"
+                )
 
 
 def _merged(protocol: dict, changes: dict) -> dict:

@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError, error_line
+from ..search.experiment import Rates
 from ..search.records import ONESHOT, RATE_CALIBRATION, load_study
 from ..search.storage import close_storage
-from ..search.experiment import Rates
 from .config import files_read, files_written, in_suite_terms
 
-POLL_S = 1.0              # how often finished studies and written files are looked for
-STOP_WAIT_S = 120        # for the stopped studies to keep what they finished (seconds at most, as a rule)
-PR_SET_PDEATHSIG = 1      # Linux prctl: a signal for this process when its parent ends
+POLL_S = 1.0  # how often finished studies and written files are looked for
+STOP_WAIT_S = 120  # for the stopped studies to keep what they finished (seconds at most, as a rule)
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent ends
 
 
 def with_share_of_cores(exp, jobs: int, cores: int):
@@ -58,7 +58,7 @@ def ready(path: Path, writer) -> bool:
         return False
     try:
         study = load_study(writer.storage_url, writer.study_name)
-    except ConfigError:                               # not made yet
+    except ConfigError:  # not made yet
         return False
     try:
         return (RATE_CALIBRATION if path.name == Rates.FILE else ONESHOT) in study.user_attrs
@@ -66,8 +66,13 @@ def ready(path: Path, writer) -> bool:
         close_storage(study)
 
 
-def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], suite_name: str,
-                     finished: Callable[[str, str, object], None]) -> None:
+def run_side_by_side(
+    studies: list,
+    jobs: int,
+    printer: Callable[[str], None],
+    suite_name: str,
+    finished: Callable[[str, str, object], None],
+) -> None:
     """Run ``studies`` (task, budget, experiment; in running order), at most ``jobs`` at once, calling
     ``finished(task, budget, exp)`` in this process as each ends well. Raises ConfigError naming the
     studies that failed, once the others have ended."""
@@ -81,8 +86,8 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
     writers = files_written(studies)
     waiting = [(t, b, with_share_of_cores(e, jobs, cores)) for t, b, e in studies]
     inputs = {e.study_name: files_read(e, studies) for _, _, e in studies}
-    written: set[Path] = set()        # inputs found ready: a study's storage is not opened again for them
-    running: dict[str, tuple[multiprocessing.process.BaseProcess, tuple]] = {}     # by study name
+    written: set[Path] = set()  # inputs found ready: a study's storage is not opened again for them
+    running: dict[str, tuple[multiprocessing.process.BaseProcess, tuple]] = {}  # by study name
     failed: list[str] = []
     total = len(waiting)
     try:
@@ -95,18 +100,22 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
                 missing = [p for p in inputs[exp.study_name] if p not in written]
                 if missing:
                     pending = {e.study_name for _, _, e in waiting} | set(running)
-                    if writers[missing[0]].study_name not in pending:     # it ended without writing it
+                    if writers[missing[0]].study_name not in pending:  # it ended without writing it
                         waiting.remove(entry)
-                        failed.append(f"{task} at {budget} (study {writers[missing[0]].study_name!r} ended "
-                                      f"without writing {missing[0]})")
+                        failed.append(
+                            f"{task} at {budget} (study {writers[missing[0]].study_name!r} ended "
+                            f"without writing {missing[0]})"
+                        )
                     continue
                 waiting.remove(entry)
                 label = f"{task} {budget}"
                 process = context.Process(target=study_process, args=(exp, label, threads), name=f"petl-nas {label}")
                 process.start()
                 running[exp.study_name] = (process, entry)
-                printer(f"suite {suite_name}: {task} at budget {budget}, study {exp.study_name!r} started "
-                        f"({total - len(waiting)} of {total}; {len(running)} running side by side)")
+                printer(
+                    f"suite {suite_name}: {task} at budget {budget}, study {exp.study_name!r} started "
+                    f"({total - len(waiting)} of {total}; {len(running)} running side by side)"
+                )
             for name, (process, entry) in list(running.items()):
                 if process.is_alive():
                     continue
@@ -121,14 +130,16 @@ def run_side_by_side(studies: list, jobs: int, printer: Callable[[str], None], s
             if waiting and failed and not running:
                 break
             time.sleep(POLL_S)
-    except BaseException:                 # a stop, or an error here: the studies keep what they finished
+    except BaseException:  # a stop, or an error here: the studies keep what they finished
         _stop_all(multiprocessing.active_children())
         raise
     if failed:
         unstarted = f"; not started: {', '.join(f'{t} at {b}' for t, b, _ in waiting)}" if waiting else ""
-        raise ConfigError(f"suite {suite_name}: {len(failed)} of {total} studies failed: {'; '.join(failed)}"
-                          f"{unstarted} (the lines above say why; what the studies finished is kept, and the "
-                          f"same command goes on)")
+        raise ConfigError(
+            f"suite {suite_name}: {len(failed)} of {total} studies failed: {'; '.join(failed)}"
+            f"{unstarted} (the lines above say why; what the studies finished is kept, and the "
+            f"same command goes on)"
+        )
 
 
 def _refuse_ray_on_a_gpu(studies, jobs: int) -> None:
@@ -137,9 +148,11 @@ def _refuse_ray_on_a_gpu(studies, jobs: int) -> None:
     import torch
 
     if torch.cuda.is_available():
-        raise ConfigError(f"--jobs {jobs} with the ray executor on a GPU: each study's own Ray would pack the "
-                          f"whole card; run the studies side by side with --executor local (each trains one "
-                          f"run at a time, {jobs} at a time on the card)")
+        raise ConfigError(
+            f"--jobs {jobs} with the ray executor on a GPU: each study's own Ray would pack the "
+            f"whole card; run the studies side by side with --executor local (each trains one "
+            f"run at a time, {jobs} at a time on the card)"
+        )
 
 
 def _how_it_ended(code: int | None) -> str:
@@ -175,11 +188,13 @@ def study_process(exp, label: str, threads: int) -> None:
     prefix = f"[{label}] "
 
     def say(line: str, stream=sys.stdout) -> None:
-        stream.write(f"{prefix}{line}\n")               # one write: lines of several studies do not mix
+        stream.write(f"{prefix}{line}\n")  # one write: lines of several studies do not mix
         stream.flush()
+
     try:
-        with stops_on_signals():                       # before torch loads: a stop while it does is said too
+        with stops_on_signals():  # before torch loads: a stop while it does is said too
             from ..search.driver import run_search
+
             run_search(exp, printer=say)
     except KeyboardInterrupt as stop:
         say("petl-nas: interrupted; the study is kept", sys.stderr)

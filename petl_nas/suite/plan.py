@@ -14,7 +14,7 @@ from .config import Suite, in_suite_terms
 
 def check_plan(suite: Suite) -> None:
     """Check every study of ``suite``, in running order; one line for the first that cannot run."""
-    from ..search.inputs import check_inputs     # torch: only when a suite is about to run
+    from ..search.inputs import check_inputs  # torch: only when a suite is about to run
 
     for label, budget, exp in suite.in_running_order():
         try:

@@ -28,11 +28,11 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
     """Run every study of ``suite`` (``train`` False: only read those that exist), ``jobs`` at a time,
     and write the table; returns its cells. ``printer`` hears every line; with ``jobs`` above 1 only
     the suite's own, each study printing its lines to standard output from its process."""
-    printer = printer or say                      # each line within the width, live when piped
+    printer = printer or say  # each line within the width, live when piped
     studies = suite.in_running_order()
     if train:
-        check_plan(suite)                     # every study's input, before the first trains
-    done: dict[tuple[str, str], dict] = {}            # each study read once, after it ran
+        check_plan(suite)  # every study's input, before the first trains
+    done: dict[tuple[str, str], dict] = {}  # each study read once, after it ran
 
     def finished(task: str, budget: str, exp) -> None:
         done[task, budget] = _cell(exp, task, budget)
@@ -40,19 +40,23 @@ def run_suite(suite: Suite, printer=None, train: bool = True, jobs: int = 1) -> 
 
     if train and jobs > 1:
         from .jobs import run_side_by_side
+
         run_side_by_side(studies, jobs, printer, suite.name, finished)
         return [done[t, b] for t, b, _ in suite.experiments()]
-    from ..search.driver import run_search      # torch: only when a suite runs here
+    from ..search.driver import run_search  # torch: only when a suite runs here
+
     for i, (task, budget, exp) in enumerate(studies, 1):
         if train:
-            left = time_left(list(done.values()), [b for _, b, _ in studies[i - 1:]])
-            printer(f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})"
-                    + (f"; {left}" if left else "")
-                    + (f"; its rates from {exp.rates.file}" if exp.rates.file else "")
-                    + (f"; its proposals from {exp.oneshot.file}" if exp.strategy != "sampler" and exp.oneshot.file else ""))
+            left = time_left(list(done.values()), [b for _, b, _ in studies[i - 1 :]])
+            printer(
+                f"suite {suite.name}: {task} at budget {budget}, study {exp.study_name!r} ({i} of {len(studies)})"
+                + (f"; {left}" if left else "")
+                + (f"; its rates from {exp.rates.file}" if exp.rates.file else "")
+                + (f"; its proposals from {exp.oneshot.file}" if exp.strategy != "sampler" and exp.oneshot.file else "")
+            )
             try:
                 run_search(exp, printer=printer)
-            except ConfigError as e:          # said in the suite's terms, the error otherwise as it was
+            except ConfigError as e:  # said in the suite's terms, the error otherwise as it was
                 e.args = (in_suite_terms(str(e)),)
                 raise
         finished(task, budget, exp)
@@ -67,17 +71,19 @@ def time_left(done: list[dict], budgets_left: list[str]) -> str:
     timed = [c for c in done if c.get("wall_min") is not None]
     if not timed or not budgets_left:
         return ""
-    mean = lambda cells: sum(c["wall_min"] for c in cells) / len(cells)      # noqa: E731
+    mean = lambda cells: sum(c["wall_min"] for c in cells) / len(cells)  # noqa: E731
     minutes = sum(mean([c for c in timed if c["budget"] == b] or timed) for b in budgets_left)
-    return (f"about {max(1, round(minutes))} min left in the suite ({len(budgets_left)} "
-            f"{'study' if len(budgets_left) == 1 else 'studies'} to run, judged by the "
-            f"{'one' if len(timed) == 1 else len(timed)} run so far)")
+    return (
+        f"about {max(1, round(minutes))} min left in the suite ({len(budgets_left)} "
+        f"{'study' if len(budgets_left) == 1 else 'studies'} to run, judged by the "
+        f"{'one' if len(timed) == 1 else len(timed)} run so far)"
+    )
 
 
 def _cell(exp, task: str, budget: str) -> dict:
     try:
         study = load_study(exp.storage_url, exp.study_name)
-    except ConfigError:                         # not run yet (the table only reads what exists)
+    except ConfigError:  # not run yet (the table only reads what exists)
         return table.empty(task, budget)
     try:
         return table.cell(study, task, budget)
@@ -93,8 +99,11 @@ def _unread(exp, task: str, budget: str) -> dict:
     except ConfigError:
         return table.empty(task, budget)
     try:
-        return table.cell(study, task, budget) if run_state(study) == "finished" else \
-            table.empty(task, budget, table.RUNNING)
+        return (
+            table.cell(study, task, budget)
+            if run_state(study) == "finished"
+            else table.empty(task, budget, table.RUNNING)
+        )
     finally:
         close_storage(study)
 

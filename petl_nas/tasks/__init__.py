@@ -35,15 +35,42 @@ Example:
 
 from __future__ import annotations
 
-from .registry import (KINDS, Split, Task, get_task, load_source, make_split, register_source, register_task,
-                       source_names, task_names)
-from .splits import TaskSplits, cached, clear_cache, load_splits, split_indices
-
 # The families register their tasks and sources on import; this order is the registry's order.
-from . import glue, demo, files, generation  # noqa: F401
+from . import demo, files, generation, glue  # noqa: F401
 from .files import file_task, recorded_task, resolve_task
 from .overview import data_lines
+from .registry import (
+    KINDS,
+    Split,
+    Task,
+    get_task,
+    load_source,
+    make_split,
+    register_source,
+    register_task,
+    source_names,
+    task_names,
+)
+from .splits import TaskSplits, cached, clear_cache, load_splits, split_indices
 
-__all__ = ["resolve_task", "recorded_task", "Task", "Split", "TaskSplits", "get_task", "task_names",
-           "register_task", "file_task", "load_splits", "split_indices", "clear_cache",
-           "KINDS", "make_split", "register_source", "source_names", "load_source", "cached", "data_lines"]
+__all__ = [
+    "resolve_task",
+    "recorded_task",
+    "Task",
+    "Split",
+    "TaskSplits",
+    "get_task",
+    "task_names",
+    "register_task",
+    "file_task",
+    "load_splits",
+    "split_indices",
+    "clear_cache",
+    "KINDS",
+    "make_split",
+    "register_source",
+    "source_names",
+    "load_source",
+    "cached",
+    "data_lines",
+]

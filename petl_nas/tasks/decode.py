@@ -25,8 +25,8 @@ def _pad_right(rows: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for j, r in enumerate(rows):
-        ids[j, :len(r)] = torch.tensor(r)
-        mask[j, :len(r)] = 1
+        ids[j, : len(r)] = torch.tensor(r)
+        mask[j, : len(r)] = 1
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -37,10 +37,12 @@ def generate_ids(model, input_ids: list[list[int]], tokenizer, settings, batch_s
     out: list[list[int]] = []
     with torch.no_grad():
         for i in range(0, len(input_ids), batch_size):
-            batch = {k: v.to(device) for k, v in _pad_right(input_ids[i:i + batch_size],
-                                                                 tokenizer.pad_token_id).items()}
-            seqs = model.generate(**batch, **settings.generate_kwargs(), pad_token_id=tokenizer.pad_token_id,
-                                  **extra).cpu()                        # [b, <= max_length]
+            batch = {
+                k: v.to(device) for k, v in _pad_right(input_ids[i : i + batch_size], tokenizer.pad_token_id).items()
+            }
+            seqs = model.generate(
+                **batch, **settings.generate_kwargs(), pad_token_id=tokenizer.pad_token_id, **extra
+            ).cpu()  # [b, <= max_length]
             for row in seqs.tolist():
                 while row and row[-1] == tokenizer.pad_token_id:
                     row.pop()
@@ -58,4 +60,4 @@ def generate_texts(model, split, settings, batch_size: int, device, max_rows: in
 def evaluate_generation(model, split, task, batch_size: int, device, max_rows: int | None = None) -> dict:
     """The task's text metrics of beam-search outputs against the split's reference strings."""
     predictions = generate_texts(model, split, task.seq2seq, batch_size, device, max_rows)
-    return task.compute_metrics(predictions, split.references[:len(predictions)])
+    return task.compute_metrics(predictions, split.references[: len(predictions)])

@@ -20,15 +20,44 @@ from .registry import Split, Task, make_split, register_source, register_task
 __all__ = ["DEMO_TASKS", "load_demo"]
 
 DEMO_TASKS: dict[str, Task] = {
-    name: Task(name, ("sentence",), "label", labels=("negative", "positive"), main_metric="accuracy",
-               metrics=("accuracy", "f1"), source="demo")
+    name: Task(
+        name,
+        ("sentence",),
+        "label",
+        labels=("negative", "positive"),
+        main_metric="accuracy",
+        metrics=("accuracy", "f1"),
+        source="demo",
+    )
     for name in ("demo_sentiment", "demo_keyword")
 }
 
 _POSITIVE = ("good", "great", "excellent", "wonderful", "delightful", "superb", "charming", "moving")
 _NEGATIVE = ("bad", "awful", "boring", "dull", "terrible", "clumsy", "tedious", "bland")
-_FILLER = ("the", "film", "movie", "plot", "actors", "story", "a", "was", "with", "and", "its", "scenes",
-           "director", "this", "music", "ending", "script", "quite", "cast", "of", "it", "is")
+_FILLER = (
+    "the",
+    "film",
+    "movie",
+    "plot",
+    "actors",
+    "story",
+    "a",
+    "was",
+    "with",
+    "and",
+    "its",
+    "scenes",
+    "director",
+    "this",
+    "music",
+    "ending",
+    "script",
+    "quite",
+    "cast",
+    "of",
+    "it",
+    "is",
+)
 
 
 def _demo_rows(n: int, rng: np.random.Generator) -> tuple[list[str], list[str]]:

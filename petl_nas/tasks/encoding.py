@@ -28,7 +28,7 @@ class EncodedSplit:
 
     input_ids: tuple[list[int], ...]
     token_type_ids: tuple[list[int], ...] | None
-    labels: torch.Tensor              # [N] long (classification) or float (regression); empty otherwise
+    labels: torch.Tensor  # [N] long (classification) or float (regression); empty otherwise
     pad_token_id: int
     label_ids: tuple[list[int], ...] | None = None
     references: tuple[str, ...] = ()
@@ -42,8 +42,15 @@ class EncodedSplit:
         if n is None or n >= len(self):
             return self
         cut = lambda rows: rows[:n] if rows is not None else None  # noqa: E731
-        return EncodedSplit(self.input_ids[:n], cut(self.token_type_ids), self.labels[:n], self.pad_token_id,
-                            cut(self.label_ids), self.references[:n], self.tokenizer)
+        return EncodedSplit(
+            self.input_ids[:n],
+            cut(self.token_type_ids),
+            self.labels[:n],
+            self.pad_token_id,
+            cut(self.label_ids),
+            self.references[:n],
+            self.tokenizer,
+        )
 
     def by_length(self) -> torch.Tensor:
         """Row indices from shortest to longest: batches of similar lengths pad little."""
@@ -59,15 +66,21 @@ class EncodedSplit:
         span = batch_size * pool
         batches = []
         for start in range(0, len(rows), span):
-            chunk = sorted(rows[start:start + span], key=lambda i: len(self.input_ids[i]))
-            batches += [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+            chunk = sorted(rows[start : start + span], key=lambda i: len(self.input_ids[i]))
+            batches += [chunk[b : b + batch_size] for b in range(0, len(chunk), batch_size)]
         full = [b for b in batches if len(b) == batch_size]
-        short = [b for b in batches if len(b) < batch_size]       # at most one (the last pool's): kept last
+        short = [b for b in batches if len(b) < batch_size]  # at most one (the last pool's): kept last
         full = [full[i] for i in torch.randperm(len(full), generator=g).tolist()]
         return torch.tensor([i for b in full + short for i in b], dtype=torch.long)
 
-    def batches(self, batch_size: int, shuffle: bool = False, seed: int = 0,
-                order: torch.Tensor | None = None, multiple: int = 1) -> Iterator[dict[str, torch.Tensor]]:
+    def batches(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        order: torch.Tensor | None = None,
+        multiple: int = 1,
+    ) -> Iterator[dict[str, torch.Tensor]]:
         """Padded batches of ``input_ids``, ``attention_mask`` (``token_type_ids``), ``labels``,
         in a seeded random order (``shuffle``), the given ``order`` of row indices, or as stored;
         each padded to its longest row rounded up to a ``multiple`` of tokens (few distinct shapes
@@ -81,14 +94,23 @@ class EncodedSplit:
         for _, batch in self.row_batches(batch_size, shuffle, seed, order, multiple):
             yield batch
 
-    def row_batches(self, batch_size: int, shuffle: bool = False, seed: int = 0, order: torch.Tensor | None = None,
-                    multiple: int = 1) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    def row_batches(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        order: torch.Tensor | None = None,
+        multiple: int = 1,
+    ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
         """`batches`, each with the indices of its rows (what `frozen.FrozenReuse` feeds by)."""
         if order is None:
-            order = (torch.randperm(len(self), generator=torch.Generator().manual_seed(seed)) if shuffle
-                     else torch.arange(len(self)))
+            order = (
+                torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))
+                if shuffle
+                else torch.arange(len(self))
+            )
         for start in range(0, len(self), batch_size):
-            rows = order[start:start + batch_size].tolist()
+            rows = order[start : start + batch_size].tolist()
             width = _round_up(max(len(self.input_ids[i]) for i in rows), multiple)
             ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -102,11 +124,11 @@ class EncodedSplit:
             batch = {"input_ids": ids, "attention_mask": mask}
             if types is not None:
                 batch["token_type_ids"] = types
-            if self.label_ids is not None:      # token labels, padded with -100 (no loss, no score)
+            if self.label_ids is not None:  # token labels, padded with -100 (no loss, no score)
                 label_width = _round_up(max(len(self.label_ids[i]) for i in rows), multiple)
                 batch["labels"] = torch.full((len(rows), label_width), -100, dtype=torch.long)
                 for j, i in enumerate(rows):
-                    batch["labels"][j, :len(self.label_ids[i])] = torch.tensor(self.label_ids[i])
+                    batch["labels"][j, : len(self.label_ids[i])] = torch.tensor(self.label_ids[i])
             else:
                 batch["labels"] = self.labels[rows]
             yield rows, batch
@@ -146,8 +168,9 @@ def _encode_generation(split: Split, tokenizer, max_length: int, task: Task) -> 
 
         prompts = split.texts[0] if split.texts else [""] * len(targets)
         ids, label_ids = encode_rows(prompts, targets, tokenizer, max_length)
-    return EncodedSplit(tuple(ids), None, torch.zeros(0, dtype=torch.long), tokenizer.pad_token_id,
-                        tuple(label_ids), targets, tokenizer)
+    return EncodedSplit(
+        tuple(ids), None, torch.zeros(0, dtype=torch.long), tokenizer.pad_token_id, tuple(label_ids), targets, tokenizer
+    )
 
 
 def _encode_split(split: Split, tokenizer, max_length: int, task: Task) -> EncodedSplit:
@@ -159,8 +182,12 @@ def _encode_split(split: Split, tokenizer, max_length: int, task: Task) -> Encod
         return EncodedSplit((), None, torch.zeros(0, dtype=dtype), tokenizer.pad_token_id)
     enc = tokenizer(*[list(col) for col in split.texts], truncation=True, max_length=max_length)
     types = enc.get("token_type_ids")
-    return EncodedSplit(tuple(enc["input_ids"]), tuple(types) if types is not None else None,
-                        torch.from_numpy(split.labels.copy()).to(dtype), tokenizer.pad_token_id)
+    return EncodedSplit(
+        tuple(enc["input_ids"]),
+        tuple(types) if types is not None else None,
+        torch.from_numpy(split.labels.copy()).to(dtype),
+        tokenizer.pad_token_id,
+    )
 
 
 def encode(splits: TaskSplits, tokenizer, max_length: int = 128) -> EncodedSplits:
@@ -170,13 +197,16 @@ def encode(splits: TaskSplits, tokenizer, max_length: int = 128) -> EncodedSplit
         >>> encoded = encode(load_splits("demo_sentiment"), tokenizer, max_length=64)  # doctest: +SKIP
     """
     if tokenizer.pad_token_id is None:
-        raise ConfigError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no pad token; "
-                          "set tokenizer.pad_token before encoding")
+        raise ConfigError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no pad token; "
+            "set tokenizer.pad_token before encoding"
+        )
     key = ("encoded", _tokenizer_key(tokenizer), splits.key, max_length)
 
     def make() -> EncodedSplits:
-        parts = [_encode_split(s, tokenizer, max_length, splits.task)
-                 for s in (splits.train, splits.search_dev, splits.test)]
+        parts = [
+            _encode_split(s, tokenizer, max_length, splits.task) for s in (splits.train, splits.search_dev, splits.test)
+        ]
         return EncodedSplits(splits.task, *parts, max_length)
 
     return cached(key, make)

@@ -18,19 +18,30 @@ from typing import Sequence
 
 from ..errors import ConfigError
 from .metrics import ranking_metric
-from .seq2seq import Seq2SeqSettings
 from .registry import Split, Task, get_task, label_text, make_split, register_source
+from .seq2seq import Seq2SeqSettings
 
-__all__ = ["FORMATS", "FILE_KEYS", "read_table", "file_task", "resolve_task", "recorded_task", "load_files",
-           "file_fingerprints"]
+__all__ = [
+    "FORMATS",
+    "FILE_KEYS",
+    "read_table",
+    "file_task",
+    "resolve_task",
+    "recorded_task",
+    "load_files",
+    "file_fingerprints",
+]
 
 FILE_KEYS = ("train", "dev", "test")
 """The keys of a file-task mapping that name files."""
 
 # utf-8-sig reads a file with or without a byte-order mark (spreadsheets and GLUE's MRPC write one).
-FORMATS = {".csv": ("csv", {"encoding": "utf-8-sig", "keep_default_na": False}),
-           ".tsv": ("csv", {"delimiter": "\t", "encoding": "utf-8-sig", "keep_default_na": False, "quoting": 3}),
-           ".json": ("json", {}), ".jsonl": ("json", {})}
+FORMATS = {
+    ".csv": ("csv", {"encoding": "utf-8-sig", "keep_default_na": False}),
+    ".tsv": ("csv", {"delimiter": "\t", "encoding": "utf-8-sig", "keep_default_na": False, "quoting": 3}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+}
 """File suffix -> (`datasets` builder, its keyword arguments): the tables `read_table` reads. A cell
 reading "None", "NA" or "null" is that text, not a missing value; a TSV's quotes are characters of
 its cells (csv.QUOTE_NONE, as GLUE's files are written), so a stray quote cannot merge rows."""
@@ -53,31 +64,38 @@ def read_table(path: str, needed: Sequence[str], label: str | None = None):
     if Path(path).is_dir():
         raise ConfigError(f"{path}: a folder, not a file")
     if Path(path).suffix.lower() not in FORMATS:
-        raise ConfigError(f"{path}: unknown file type {Path(path).suffix or '(none)'!r}; accepted: "
-                          f"{', '.join(FORMATS)}")
+        raise ConfigError(
+            f"{path}: unknown file type {Path(path).suffix or '(none)'!r}; accepted: {', '.join(FORMATS)}"
+        )
     builder, kwargs = FORMATS[Path(path).suffix.lower()]
     if Path(path).is_file() and _blank(Path(path)):
         raise ConfigError(f"{path}: the file has no rows (it is empty)")
-    datasets.disable_progress_bars()                # one line per file read is noise in a search's output
+    datasets.disable_progress_bars()  # one line per file read is noise in a search's output
     try:
         table = datasets.load_dataset(builder, data_files={"rows": path}, split="rows", **kwargs)
-    except Exception as e:                          # a file datasets cannot parse, or one without rows
-        if "no data" in str(e).lower():            # datasets: 'Instruction "rows" corresponds to no data!'
+    except Exception as e:  # a file datasets cannot parse, or one without rows
+        if "no data" in str(e).lower():  # datasets: 'Instruction "rows" corresponds to no data!'
             raise ConfigError(f"{path}: the file has no rows") from None
         cause = e.__cause__ or e
-        raise ConfigError(f"{path}: could not be read as {builder.upper()} ({type(cause).__name__}: "
-                          f"{(str(cause).splitlines() or [''])[0][:160]})") from None
+        raise ConfigError(
+            f"{path}: could not be read as {builder.upper()} ({type(cause).__name__}: "
+            f"{(str(cause).splitlines() or [''])[0][:160]})"
+        ) from None
     if len(table) == 0:
         raise ConfigError(f"{path}: the file has no rows")
     for c in needed:
         if c not in table.column_names:
-            raise ConfigError(f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})"
-                              + _header_hint(path, table.column_names, needed, c))
-    for c in needed:                                # an empty cell, or only spaces: nothing to read or learn
+            raise ConfigError(
+                f"{path}: missing column {c!r} (columns: {', '.join(table.column_names)})"
+                + _header_hint(path, table.column_names, needed, c)
+            )
+    for c in needed:  # an empty cell, or only spaces: nothing to read or learn
         blank = next((i for i, v in enumerate(table[c]) if v is None or isinstance(v, str) and not v.strip()), None)
-        if blank is not None:                       # None: a JSON row without the key (or null), a CSV row cut short
-            raise ConfigError(f"{path}, row {blank + 1}: {'' if c == label else 'text column '}{c!r} is "
-                              f"{'missing' if table[c][blank] is None else 'empty'}")
+        if blank is not None:  # None: a JSON row without the key (or null), a CSV row cut short
+            raise ConfigError(
+                f"{path}, row {blank + 1}: {'' if c == label else 'text column '}{c!r} is "
+                f"{'missing' if table[c][blank] is None else 'empty'}"
+            )
     return table
 
 
@@ -85,8 +103,9 @@ def _header_hint(path: str, columns: list[str], needed: Sequence[str], missing: 
     """Why a file's columns may not be what the user wrote: a name that differs in case or by a
     typo; for a CSV/TSV file, another separator than its suffix says, or no header row (its first
     row read as one)."""
-    close = ([c for c in columns if c.lower() == missing.lower()]
-             or difflib.get_close_matches(missing, columns, n=1, cutoff=0.75))
+    close = [c for c in columns if c.lower() == missing.lower()] or difflib.get_close_matches(
+        missing, columns, n=1, cutoff=0.75
+    )
     if close:
         return f"; did you mean {close[0]!r}? (column names are case-sensitive)"
     suffix = Path(path).suffix.lower()
@@ -99,10 +118,21 @@ def _header_hint(path: str, columns: list[str], needed: Sequence[str], missing: 
     return ""
 
 
-def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = None, label_column: str | None = None,
-              kind: str = "classification", labels: Sequence[str] | None = None, name: str | None = None,
-              metrics: Sequence[str] | None = None, main_metric: str | None = None,
-              generation: dict | Seq2SeqSettings | None = None, check_files: bool = True) -> Task:
+def file_task(
+    train,
+    dev,
+    test=None,
+    *,
+    text_columns: Sequence[str] | None = None,
+    label_column: str | None = None,
+    kind: str = "classification",
+    labels: Sequence[str] | None = None,
+    name: str | None = None,
+    metrics: Sequence[str] | None = None,
+    main_metric: str | None = None,
+    generation: dict | Seq2SeqSettings | None = None,
+    check_files: bool = True,
+) -> Task:
     """A task over local CSV/TSV/JSON/JSONL files (read with `datasets.load_dataset`).
 
     Without ``test``, ``dev`` is the test set and the search dev is carved out of ``train``, as for
@@ -123,44 +153,71 @@ def file_task(train, dev, test=None, *, text_columns: Sequence[str] | None = Non
         if Path(path).suffix.lower() not in FORMATS:
             raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(FORMATS)}")
         if check_files and not Path(path).is_file():
-            where = "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
+            where = (
+                "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
+            )
             raise ConfigError(f"{split} file {path} does not exist{where}")
     if kind in ("seq2seq", "causal_lm"):
-        return _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation,
-                                     labels)
+        return _generation_file_task(
+            files, kind, text_columns, label_column, name, metrics, main_metric, generation, labels
+        )
     if text_columns is None:
         raise ConfigError(f"task: a {kind} file task needs text_columns")
     label_column = label_column or "label"
     given = labels is not None
     if kind == "classification" and not given:
-        values = {label_text(v) for v in read_table(str(train), [*text_columns, label_column], label_column)[label_column] if v is not None}
+        values = {
+            label_text(v)
+            for v in read_table(str(train), [*text_columns, label_column], label_column)[label_column]
+            if v is not None
+        }
         numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
         labels = sorted(values, key=float if numeric else str)
         if numeric and any("." in v for v in labels):
-            raise ConfigError(f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
-                              f"set kind: regression, or list the classes with labels: [...]")
+            raise ConfigError(
+                f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
+                f"set kind: regression, or list the classes with labels: [...]"
+            )
     labels = tuple(str(v) for v in labels or ())
     twice = next((v for i, v in enumerate(labels) if v in labels[:i]), None)
     if twice is not None:
         raise ConfigError(f"task: labels lists {twice!r} twice (each class once, in class-id order)")
     if kind == "classification" and len(labels) < 2:
         where = "task: labels lists" if given else f"{train}: {label_column!r} holds"
-        raise ConfigError(f"{where} one class ({', '.join(map(repr, labels)) or 'none'}); a classifier needs two "
-                          f"or more" + ("" if given else " (kind: regression for scores, or labels: [...] to list them)"))
+        raise ConfigError(
+            f"{where} one class ({', '.join(map(repr, labels)) or 'none'}); a classifier needs two "
+            f"or more" + ("" if given else " (kind: regression for scores, or labels: [...] to list them)")
+        )
     if metrics is None:
-        metrics = (("pearson", "spearman", "pearson_spearman") if kind == "regression"
-                   else ("accuracy", "f1", "mcc") if len(labels) == 2 else ("accuracy",))
+        metrics = (
+            ("pearson", "spearman", "pearson_spearman")
+            if kind == "regression"
+            else ("accuracy", "f1", "mcc")
+            if len(labels) == 2
+            else ("accuracy",)
+        )
     customary = main_metric or ("pearson_spearman" if kind == "regression" else "accuracy")
     ranks, metrics = customary, tuple(metrics)
-    if customary in metrics:                        # else the Task's error says what is missing
+    if customary in metrics:  # else the Task's error says what is missing
         ranks = ranking_metric(customary, kind)
         metrics += (ranks,) if ranks not in metrics else ()
-    return Task(name or f"files:{Path(train).stem}", tuple(text_columns), label_column, kind, labels,
-                ranks, metrics, "files", tuple((s, str(p)) for s, p in files.items()), customary_metric=customary)
+    return Task(
+        name or f"files:{Path(train).stem}",
+        tuple(text_columns),
+        label_column,
+        kind,
+        labels,
+        ranks,
+        metrics,
+        "files",
+        tuple((s, str(p)) for s, p in files.items()),
+        customary_metric=customary,
+    )
 
 
-def _generation_file_task(files, kind, text_columns, label_column, name, metrics, main_metric, generation,
-                          labels=None) -> Task:
+def _generation_file_task(
+    files, kind, text_columns, label_column, name, metrics, main_metric, generation, labels=None
+) -> Task:
     if labels is not None:
         raise ConfigError(f"task: labels apply to classification tasks; a {kind} task generates text")
     if kind == "causal_lm" and text_columns is None and label_column is None:
@@ -170,8 +227,10 @@ def _generation_file_task(files, kind, text_columns, label_column, name, metrics
         elif "text" in columns:
             text_columns, label_column = [], "text"
         else:
-            raise ConfigError(f"{files['train']}: a causal_lm file needs 'prompt' and 'response' columns or "
-                              f"a 'text' column (columns: {', '.join(columns)})")
+            raise ConfigError(
+                f"{files['train']}: a causal_lm file needs 'prompt' and 'response' columns or "
+                f"a 'text' column (columns: {', '.join(columns)})"
+            )
     if kind == "seq2seq":
         text_columns, label_column = text_columns or ["source"], label_column or "target"
         if isinstance(generation, dict):
@@ -187,8 +246,18 @@ def _generation_file_task(files, kind, text_columns, label_column, name, metrics
         text_columns, label_column = text_columns or [], label_column or "response"
         metrics = tuple(metrics or ("token_accuracy", "perplexity"))
         main_metric = main_metric or "token_accuracy"
-    return Task(name or f"files:{Path(files['train']).stem}", tuple(text_columns), label_column, kind, (),
-                main_metric, metrics, "files", tuple((s, str(p)) for s, p in files.items()), seq2seq=generation)
+    return Task(
+        name or f"files:{Path(files['train']).stem}",
+        tuple(text_columns),
+        label_column,
+        kind,
+        (),
+        main_metric,
+        metrics,
+        "files",
+        tuple((s, str(p)) for s, p in files.items()),
+        seq2seq=generation,
+    )
 
 
 def recorded_task(task, labels: Sequence[str] | None = None) -> Task:
@@ -205,20 +274,40 @@ def recorded_task(task, labels: Sequence[str] | None = None) -> Task:
 def resolve_task(task) -> Task:
     """A task from a name (``sst2``), a `Task`, or a file-task mapping as in experiment files::
 
-        task: {train: data/train.csv, dev: data/dev.csv, text_columns: [text], label_column: label}
-        task: {train: data/train.jsonl, dev: data/dev.jsonl, kind: seq2seq, generation: {num_beams: 4}}
+    task: {train: data/train.csv, dev: data/dev.csv, text_columns: [text], label_column: label}
+    task: {train: data/train.jsonl, dev: data/dev.jsonl, kind: seq2seq, generation: {num_beams: 4}}
     """
     if isinstance(task, dict):
-        unknown = set(task) - {"train", "dev", "test", "text_columns", "label_column", "kind", "labels",
-                               "name", "metrics", "main_metric", "generation"}
+        unknown = set(task) - {
+            "train",
+            "dev",
+            "test",
+            "text_columns",
+            "label_column",
+            "kind",
+            "labels",
+            "name",
+            "metrics",
+            "main_metric",
+            "generation",
+        }
         generative = task.get("kind") in ("seq2seq", "causal_lm")
         if unknown or not {"train", "dev", *(() if generative else ("text_columns",))} <= set(task):
-            raise ConfigError("task: a file task needs train, dev and text_columns"
-                              + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else "")
-                              + ("" if unknown or "kind" in task else
-                                 " (a generation task names its kind instead: kind: seq2seq or causal_lm)"))
-        return file_task(task["train"], task["dev"], task.get("test"),
-                         **{k: v for k, v in task.items() if k not in ("train", "dev", "test")})
+            raise ConfigError(
+                "task: a file task needs train, dev and text_columns"
+                + (f"; unknown key {sorted(unknown)[0]!r}" if unknown else "")
+                + (
+                    ""
+                    if unknown or "kind" in task
+                    else " (a generation task names its kind instead: kind: seq2seq or causal_lm)"
+                )
+            )
+        return file_task(
+            task["train"],
+            task["dev"],
+            task.get("test"),
+            **{k: v for k, v in task.items() if k not in ("train", "dev", "test")},
+        )
     return get_task(task)
 
 
@@ -241,8 +330,9 @@ def load_files(task: Task, data_dir=None) -> dict[str, Split]:
     out = {}
     for split, path in task.data_files:
         table = read_table(path, (*task.text_columns, task.label_column), task.label_column)
-        out[split] = make_split(task, [table[c] for c in task.text_columns], table[task.label_column],
-                                lambda i, p=path: f"{p}, row {i + 1}")
+        out[split] = make_split(
+            task, [table[c] for c in task.text_columns], table[task.label_column], lambda i, p=path: f"{p}, row {i + 1}"
+        )
     return out
 
 

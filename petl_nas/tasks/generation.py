@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from .seq2seq import Seq2SeqSettings
 from .files import FORMATS, read_table
 from .registry import Split, Task, make_split, register_source, register_task
+from .seq2seq import Seq2SeqSettings
 
 __all__ = ["GENERATION_TASKS", "load_generation"]
 
@@ -55,27 +55,82 @@ _ROUGE = ("rouge1", "rouge2", "rougeL")
 _HUB = {"xsum": ("EdinburghNLP/xsum", None), "wmt16_en_ro": ("wmt/wmt16", "ro-en")}
 
 GENERATION_TASKS = {
-    "xsum": Task("xsum", ("document",), "summary", kind="seq2seq", main_metric="rouge2", metrics=_ROUGE,
-                 source="generation",
-                 seq2seq=Seq2SeqSettings(label_smoothing=0.1, max_target_length=128, num_beams=6, max_length=60,
-                                         min_length=10, length_penalty=1.0, no_repeat_ngram_size=3)),
-    "wmt16_en_ro": Task("wmt16_en_ro", ("en",), "ro", kind="seq2seq", main_metric="bleu", metrics=("bleu",),
-                        source="generation",
-                        seq2seq=Seq2SeqSettings(label_smoothing=0.1, max_target_length=150, num_beams=5,
-                                                max_length=200, min_length=1, source_lang="en_XX",
-                                                target_lang="ro_RO")),
+    "xsum": Task(
+        "xsum",
+        ("document",),
+        "summary",
+        kind="seq2seq",
+        main_metric="rouge2",
+        metrics=_ROUGE,
+        source="generation",
+        seq2seq=Seq2SeqSettings(
+            label_smoothing=0.1,
+            max_target_length=128,
+            num_beams=6,
+            max_length=60,
+            min_length=10,
+            length_penalty=1.0,
+            no_repeat_ngram_size=3,
+        ),
+    ),
+    "wmt16_en_ro": Task(
+        "wmt16_en_ro",
+        ("en",),
+        "ro",
+        kind="seq2seq",
+        main_metric="bleu",
+        metrics=("bleu",),
+        source="generation",
+        seq2seq=Seq2SeqSettings(
+            label_smoothing=0.1,
+            max_target_length=150,
+            num_beams=5,
+            max_length=200,
+            min_length=1,
+            source_lang="en_XX",
+            target_lang="ro_RO",
+        ),
+    ),
 }
 _DEMO_SETTINGS = Seq2SeqSettings(label_smoothing=0.1, max_target_length=16, num_beams=2, max_length=12)
 for _name in ("demo_copy", "demo_reverse"):
-    GENERATION_TASKS[_name] = Task(_name, ("source",), "target", kind="seq2seq", main_metric="rougeL",
-                                   metrics=(*_ROUGE, "bleu"), source="generation", seq2seq=_DEMO_SETTINGS)
+    GENERATION_TASKS[_name] = Task(
+        _name,
+        ("source",),
+        "target",
+        kind="seq2seq",
+        main_metric="rougeL",
+        metrics=(*_ROUGE, "bleu"),
+        source="generation",
+        seq2seq=_DEMO_SETTINGS,
+    )
 for _task in GENERATION_TASKS.values():
     register_task(_task)
 
 
 # ---- the demo tasks ---------------------------------------------------------------------------
-_WORDS = ("red", "blue", "green", "black", "white", "fox", "dog", "cat", "bird", "fish", "tree", "rock",
-          "sun", "moon", "star", "rain", "snow", "wind", "fire", "lake")
+_WORDS = (
+    "red",
+    "blue",
+    "green",
+    "black",
+    "white",
+    "fox",
+    "dog",
+    "cat",
+    "bird",
+    "fish",
+    "tree",
+    "rock",
+    "sun",
+    "moon",
+    "star",
+    "rain",
+    "snow",
+    "wind",
+    "fire",
+    "lake",
+)
 
 
 def _demo(task: Task) -> dict[str, Split]:
@@ -85,8 +140,12 @@ def _demo(task: Task) -> dict[str, Split]:
     for split, n in (("train", 400), ("dev", 100)):
         sources = [list(rng.choice(_WORDS, size=int(rng.integers(3, 9)))) for _ in range(n)]
         targets = [s[::-1] if task.name == "demo_reverse" else s for s in sources]
-        out[split] = make_split(task, [[" ".join(s) for s in sources]], [" ".join(t) for t in targets],
-                                 lambda i, s=split: f"{task.name} {s}, row {i + 1}")
+        out[split] = make_split(
+            task,
+            [[" ".join(s) for s in sources]],
+            [" ".join(t) for t in targets],
+            lambda i, s=split: f"{task.name} {s}, row {i + 1}",
+        )
     return out
 
 
@@ -97,8 +156,10 @@ def _find(directory: Path, task: Task, stems: tuple[str, ...]) -> Path:
             for ext in FORMATS:
                 if (folder / f"{stem}{ext}").is_file():
                     return folder / f"{stem}{ext}"
-    raise ConfigError(f"task {task.name!r}: no {' or '.join(stems)} file in {directory} (expected "
-                      f"{directory}/{stems[0]}.jsonl, .json, .csv or .tsv, or the same under {task.name}/)")
+    raise ConfigError(
+        f"task {task.name!r}: no {' or '.join(stems)} file in {directory} (expected "
+        f"{directory}/{stems[0]}.jsonl, .json, .csv or .tsv, or the same under {task.name}/)"
+    )
 
 
 def _columns(task: Task, table, path) -> tuple[list, list]:
@@ -112,8 +173,9 @@ def _columns(task: Task, table, path) -> tuple[list, list]:
         pairs = table["translation"]
         if pairs and isinstance(pairs[0], dict) and src in pairs[0] and tgt in pairs[0]:
             return [p[src] for p in pairs], [p[tgt] for p in pairs]
-    raise ConfigError(f"{path}: needs columns {src!r} and {tgt!r} (or 'source' and 'target'); "
-                      f"columns: {', '.join(names)}")
+    raise ConfigError(
+        f"{path}: needs columns {src!r} and {tgt!r} (or 'source' and 'target'); columns: {', '.join(names)}"
+    )
 
 
 def _from_dir(task: Task, data_dir) -> dict[str, Split]:
@@ -136,9 +198,11 @@ def _from_hub(task: Task) -> dict[str, Split]:
         with hub_datasets_offline_when_unreachable():
             hub = datasets.load_dataset(name, config)
     except Exception as e:  # offline, no such repo, network: one message that says what to do
-        raise ConfigError(f"task {task.name!r}: no data directory given and {name} could not be loaded from "
-                          f"the Hugging Face hub ({type(e).__name__}); pass --data-dir DIR with "
-                          f"DIR/train.jsonl and DIR/dev.jsonl") from None
+        raise ConfigError(
+            f"task {task.name!r}: no data directory given and {name} could not be loaded from "
+            f"the Hugging Face hub ({type(e).__name__}); pass --data-dir DIR with "
+            f"DIR/train.jsonl and DIR/dev.jsonl"
+        ) from None
     out = {}
     for split, hub_split in (("train", "train"), ("dev", "validation")):
         sources, targets = _columns(task, hub[hub_split], f"{name} {hub_split}")

@@ -46,9 +46,28 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["accuracy", "f1", "mcc", "pearson", "spearman", "f1_accuracy", "pearson_spearman", "METRICS", "compute_metrics", "evaluate_metric", "rouge", "bleu",
-           "RANKED_INSTEAD", "ranking_metric",
-           "TEXT_METRICS", "text_metrics", "points_per_unit", "LM_METRICS", "LOWER_IS_BETTER", "lm_metrics"]
+__all__ = [
+    "accuracy",
+    "f1",
+    "mcc",
+    "pearson",
+    "spearman",
+    "f1_accuracy",
+    "pearson_spearman",
+    "METRICS",
+    "compute_metrics",
+    "evaluate_metric",
+    "rouge",
+    "bleu",
+    "RANKED_INSTEAD",
+    "ranking_metric",
+    "TEXT_METRICS",
+    "text_metrics",
+    "points_per_unit",
+    "LM_METRICS",
+    "LOWER_IS_BETTER",
+    "lm_metrics",
+]
 
 
 def _pair(predictions, references) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +108,7 @@ def mcc(predictions, references) -> float:
     p, r = _pair(predictions, references)
     classes, idx = np.unique(np.concatenate([r, p]), return_inverse=True)
     confusion = np.zeros((len(classes), len(classes)), dtype=np.float64)
-    np.add.at(confusion, (idx[:r.size], idx[r.size:]), 1)  # rows: truth, columns: prediction
+    np.add.at(confusion, (idx[: r.size], idx[r.size :]), 1)  # rows: truth, columns: prediction
     true_k, pred_k = confusion.sum(axis=1), confusion.sum(axis=0)
     n, correct = confusion.sum(), np.trace(confusion)
     cov_pp = n * n - pred_k @ pred_k
@@ -103,7 +122,7 @@ def pearson(predictions, references) -> float:
     p, r = _pair(predictions, references)
     if np.ptp(p) == 0 or np.ptp(r) == 0:
         return 0.0
-    from scipy import stats                       # here: importing scipy costs a worker that never scores a pair
+    from scipy import stats  # here: importing scipy costs a worker that never scores a pair
 
     return float(np.clip(stats.pearsonr(p.astype(np.float64), r.astype(np.float64)).statistic, -1.0, 1.0))
 
@@ -130,8 +149,13 @@ def pearson_spearman(predictions, references) -> float:
 
 
 METRICS: dict[str, Callable[..., float]] = {
-    "accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman,
-    "f1_accuracy": f1_accuracy, "pearson_spearman": pearson_spearman,
+    "accuracy": accuracy,
+    "f1": f1,
+    "mcc": mcc,
+    "pearson": pearson,
+    "spearman": spearman,
+    "f1_accuracy": f1_accuracy,
+    "pearson_spearman": pearson_spearman,
 }
 
 
@@ -200,8 +224,9 @@ def _require(module: str, package: str):
     except ImportError:
         from ..errors import ConfigError
 
-        raise ConfigError(f"generation metrics need the {package} package: "
-                          f"pip install 'petl-nas[generation]'") from None
+        raise ConfigError(
+            f"generation metrics need the {package} package: pip install 'petl-nas[generation]'"
+        ) from None
 
 
 def _texts(predictions, references) -> tuple[list[str], list[str]]:
@@ -213,7 +238,7 @@ def _texts(predictions, references) -> tuple[list[str], list[str]]:
     return p, r
 
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"         # kana and CJK ideographs
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # kana and CJK ideographs
 _TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
 
 
@@ -224,7 +249,7 @@ class _AnyScriptTokenizer:
     prediction identical to its reference scores 0 and "été" reads "t". On ASCII text the two agree."""
 
     def __init__(self):
-        from nltk.stem import porter          # what rouge_score's default tokenizer stems with
+        from nltk.stem import porter  # what rouge_score's default tokenizer stems with
 
         self._stem = porter.PorterStemmer().stem
 
@@ -242,11 +267,12 @@ def rouge(predictions, references, types=("rouge1", "rouge2", "rougeL")) -> dict
         100.0
     """
     p, r = _texts(predictions, references)
-    scorer = _require("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(types),
-                                                                             tokenizer=_AnyScriptTokenizer())
+    scorer = _require("rouge_score.rouge_scorer", "rouge-score").RougeScorer(
+        list(types), tokenizer=_AnyScriptTokenizer()
+    )
     sums = dict.fromkeys(types, 0.0)
     for hyp, ref in zip(p, r):
-        for t, score in scorer.score(ref, hyp).items():     # score(target, prediction)
+        for t, score in scorer.score(ref, hyp).items():  # score(target, prediction)
             sums[t] += score.fmeasure
     return {t: 100.0 * v / len(p) for t, v in sums.items()}
 
@@ -289,7 +315,7 @@ def text_metrics(names, predictions, references) -> dict[str, float]:
 
 # ---- language modelling ----------------------------------------------------------------------
 LM_METRICS = ("token_accuracy", "perplexity")
-LOWER_IS_BETTER = ("perplexity",)      # reported beside the main metric; the search maximises that one
+LOWER_IS_BETTER = ("perplexity",)  # reported beside the main metric; the search maximises that one
 
 
 def lm_metrics(names, nll_sum: float, correct: int, tokens: int) -> dict[str, float]:

@@ -36,15 +36,19 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
     rows = splits.train_rows
     drawn = f"K={k:,} of {rows:,}" if k is not None else f"of {rows:,}" if splits.carved else "all"
     where = "carved from the training data" if splits.carved else "its own file"
-    seen = set(zip(*train.texts))                  # every training row's text, once for both checks
+    seen = set(zip(*train.texts))  # every training row's text, once for both checks
     repeats = _repeats(seen, dev)
-    line = (f"data: train {len(train):,} rows ({drawn}), search-dev {len(dev):,} ({where}"
-            f"{f'; {repeats:,} repeat a training text' if repeats else ''}), test {len(splits.test):,}")
+    line = (
+        f"data: train {len(train):,} rows ({drawn}), search-dev {len(dev):,} ({where}"
+        f"{f'; {repeats:,} repeat a training text' if repeats else ''}), test {len(splits.test):,}"
+    )
     warnings = []
     if k is not None and len(train) < k:
-        warnings.append(f"warning: K={k:,} and a search dev of {len(dev):,} need {k + len(dev):,} training rows and "
-                        f"there are {rows:,}: the search dev comes out of the K, so trials train on {len(train):,} "
-                        f"(lower fidelity.search_dev or fidelity.k)")
+        warnings.append(
+            f"warning: K={k:,} and a search dev of {len(dev):,} need {k + len(dev):,} training rows and "
+            f"there are {rows:,}: the search dev comes out of the K, so trials train on {len(train):,} "
+            f"(lower fidelity.search_dev or fidelity.k)"
+        )
     if task.kind == "classification":
         counts = np.bincount(train.labels, minlength=len(task.labels))
         shares = [f"{label} {c / max(1, len(train)):.0%}" for label, c in zip(task.labels, counts)]
@@ -52,26 +56,34 @@ def data_lines(splits: TaskSplits, k: int | None) -> list[str]:
         line += f", ... ({len(shares)} in all)" if len(shares) > _SHOWN_CLASSES else ""
         if len(task.labels) == 2 and any("f1" in m for m in task.metrics):
             line += f"; f1 scores {task.labels[1]!r} as the positive class" + (
-                " (the second label: task labels: [...] orders them)" if task.source == "files" else "")
+                " (the second label: task labels: [...] orders them)" if task.source == "files" else ""
+            )
         top = int(counts.argmax())
         if task.main_metric == "accuracy" and counts[top] >= SKEWED * max(1, len(train)):
             setting = "main_metric: mcc" + ("" if "mcc" in task.metrics else " with metrics: [accuracy, mcc]")
-            warnings.append(f"warning: {task.labels[top]!r} is {counts[top] / len(train):.0%} of the training rows, so "
-                            f"accuracy mostly rewards predicting it; {setting} ranks trials by how well they tell "
-                            f"the classes apart")
+            warnings.append(
+                f"warning: {task.labels[top]!r} is {counts[top] / len(train):.0%} of the training rows, so "
+                f"accuracy mostly rewards predicting it; {setting} ranks trials by how well they tell "
+                f"the classes apart"
+            )
         warnings += _absent(task.labels, counts, "training rows", "trials cannot learn")
-        warnings += _absent(task.labels, np.bincount(dev.labels, minlength=len(task.labels)), "search-dev rows",
-                            "no trial is scored on")
+        warnings += _absent(
+            task.labels, np.bincount(dev.labels, minlength=len(task.labels)), "search-dev rows", "no trial is scored on"
+        )
     if task.customary_metric != task.main_metric:
         line += f"; trials rank by {task.main_metric}, {task.customary_metric} is reported beside it"
     if repeats >= REPEATS_WARN * len(dev):
-        warnings.append(f"warning: {repeats:,} of {len(dev):,} search-dev rows ({repeats / len(dev):.0%}) repeat a "
-                        f"training row's text: their scores reward memorising (remove duplicate rows from the data)")
+        warnings.append(
+            f"warning: {repeats:,} of {len(dev):,} search-dev rows ({repeats / len(dev):.0%}) repeat a "
+            f"training row's text: their scores reward memorising (remove duplicate rows from the data)"
+        )
     seen_test = _repeats(seen, splits.test)
     if seen_test >= REPEATS_WARN * len(splits.test):
         share = seen_test / len(splits.test)
-        warnings.append(f"warning: {seen_test:,} of {len(splits.test):,} test rows ({share:.0%}) repeat a training "
-                        f"row's text: test scores overrate (is the dev file drawn from the train file?)")
+        warnings.append(
+            f"warning: {seen_test:,} of {len(splits.test):,} test rows ({share:.0%}) repeat a training "
+            f"row's text: test scores overrate (is the dev file drawn from the train file?)"
+        )
     return [line, *warnings]
 
 
@@ -85,5 +97,7 @@ def _absent(labels, counts, what: str, consequence: str) -> list[str]:
     if not missing:
         return []
     shown = ", ".join(map(repr, missing[:_SHOWN_CLASSES])) + (", ..." if len(missing) > _SHOWN_CLASSES else "")
-    return [f"warning: {len(missing)} of {len(labels)} classes have no {what} ({shown}): {consequence} them "
-            f"(raise fidelity.k, or change data_seed)"]
+    return [
+        f"warning: {len(missing)} of {len(labels)} classes have no {what} ({shown}): {consequence} them "
+        f"(raise fidelity.k, or change data_seed)"
+    ]

@@ -25,12 +25,25 @@ from ..errors import ConfigError, suggest
 from .metrics import LM_METRICS, LOWER_IS_BETTER, METRICS, TEXT_METRICS, compute_metrics, text_metrics
 from .seq2seq import Seq2SeqSettings
 
-__all__ = ["KINDS", "Task", "Split", "Loader", "task_names", "register_task", "get_task", "make_split", "label_text", "checked_texts",
-           "register_source", "source_names", "load_source"]
+__all__ = [
+    "KINDS",
+    "Task",
+    "Split",
+    "Loader",
+    "task_names",
+    "register_task",
+    "get_task",
+    "make_split",
+    "label_text",
+    "checked_texts",
+    "register_source",
+    "source_names",
+    "load_source",
+]
 
 KINDS = ("classification", "regression", "seq2seq", "causal_lm")
 _KIND_METRICS = {"classification": METRICS, "regression": METRICS, "seq2seq": TEXT_METRICS, "causal_lm": LM_METRICS}
-_TEXT_COLUMNS = {"seq2seq": (1,), "causal_lm": (0, 1)}    # source / prompt (none: plain text rows)
+_TEXT_COLUMNS = {"seq2seq": (1,), "causal_lm": (0, 1)}  # source / prompt (none: plain text rows)
 
 
 @dataclass(frozen=True)
@@ -79,9 +92,11 @@ class Task:
             raise ConfigError(f"{where}: kind: unknown value {self.kind!r}{suggest(str(self.kind), KINDS)}")
         counts = _TEXT_COLUMNS.get(self.kind, (1, 2))
         if len(self.text_columns) not in counts:
-            raise ConfigError(f"{where}: text_columns must name {' or '.join(map(str, counts))} "
-                              f"column{'s' if counts != (1,) else ''} for a {self.kind} task, "
-                              f"got {list(self.text_columns)}")
+            raise ConfigError(
+                f"{where}: text_columns must name {' or '.join(map(str, counts))} "
+                f"column{'s' if counts != (1,) else ''} for a {self.kind} task, "
+                f"got {list(self.text_columns)}"
+            )
         if self.kind == "seq2seq" and self.seq2seq is None:
             object.__setattr__(self, "seq2seq", Seq2SeqSettings())
         if (self.kind == "classification") != bool(self.labels):
@@ -89,21 +104,24 @@ class Task:
         accepted = _KIND_METRICS[self.kind]
         bad = [m for m in self.metrics if m not in accepted]
         if bad:
-            raise ConfigError(f"{where}: unknown metric {bad[0]!r} for a {self.kind} task; "
-                              f"accepted: {', '.join(accepted)}")
+            raise ConfigError(
+                f"{where}: unknown metric {bad[0]!r} for a {self.kind} task; accepted: {', '.join(accepted)}"
+            )
         if self.main_metric not in self.metrics:
-            raise ConfigError(f"{where}: main_metric {self.main_metric!r} is not among "
-                              f"metrics {list(self.metrics)}")
+            raise ConfigError(f"{where}: main_metric {self.main_metric!r} is not among metrics {list(self.metrics)}")
         if self.main_metric in LOWER_IS_BETTER:
             higher = [m for m in accepted if m not in LOWER_IS_BETTER]
-            raise ConfigError(f"{where}: main_metric {self.main_metric!r} is lower-is-better and the search "
-                              f"maximises its main metric; use {' or '.join(higher)} "
-                              f"({self.main_metric} is still reported when it is in metrics)")
+            raise ConfigError(
+                f"{where}: main_metric {self.main_metric!r} is lower-is-better and the search "
+                f"maximises its main metric; use {' or '.join(higher)} "
+                f"({self.main_metric} is still reported when it is in metrics)"
+            )
         if self.customary_metric is None:
             object.__setattr__(self, "customary_metric", self.main_metric)
         elif self.customary_metric not in self.metrics:
-            raise ConfigError(f"{where}: customary_metric {self.customary_metric!r} is not among "
-                              f"metrics {list(self.metrics)}")
+            raise ConfigError(
+                f"{where}: customary_metric {self.customary_metric!r} is not among metrics {list(self.metrics)}"
+            )
 
     def ranked_by(self, metric: str | None) -> Task:
         """This task ranking its trials by ``metric`` (one of its metrics; None: as it is), its
@@ -117,8 +135,10 @@ class Task:
         if metric is None or metric == self.main_metric:
             return self
         if metric not in self.metrics:
-            raise ConfigError(f"task {self.name!r}: cannot rank by {metric!r}, which it does not compute; "
-                              f"its metrics: {', '.join(self.metrics)}")
+            raise ConfigError(
+                f"task {self.name!r}: cannot rank by {metric!r}, which it does not compute; "
+                f"its metrics: {', '.join(self.metrics)}"
+            )
         return dataclasses.replace(self, main_metric=metric)
 
     def check_max_length(self, max_length: int, where: str = "max_length") -> None:
@@ -126,8 +146,10 @@ class Task:
         one response token and the end; a seq2seq source one token and its end."""
         shortest = {"causal_lm": 3, "seq2seq": 2}.get(self.kind)
         if shortest is not None and max_length < shortest:
-            raise ConfigError(f"{where} {max_length} leaves no room for a {self.kind} task's "
-                              f"{'response' if self.kind == 'causal_lm' else 'source'}: give at least {shortest}")
+            raise ConfigError(
+                f"{where} {max_length} leaves no room for a {self.kind} task's "
+                f"{'response' if self.kind == 'causal_lm' else 'source'}: give at least {shortest}"
+            )
 
     @property
     def num_labels(self) -> int:
@@ -151,7 +173,7 @@ class Task:
 
 
 def _numpy(x) -> np.ndarray:
-    torch = sys.modules.get("torch")             # a tensor means torch is loaded; a study read loads none
+    torch = sys.modules.get("torch")  # a tensor means torch is loaded; a study read loads none
     if torch is not None and isinstance(x, torch.Tensor):
         x = x.detach().cpu().float() if x.is_floating_point() else x.detach().cpu()
     return np.asarray(x)
@@ -189,8 +211,10 @@ def get_task(name: str | Task) -> Task:
     close = difflib.get_close_matches(key, list(_TASKS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     if not close and str(name).strip().lower().endswith((".csv", ".tsv", ".json", ".jsonl")):
-        hint = " (a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., " \
-               "text_columns: [...]})"
+        hint = (
+            " (a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., "
+            "text_columns: [...]})"
+        )
     raise ConfigError(f"unknown task {name!r}{hint}; available: {', '.join(task_names())}")
 
 
@@ -223,7 +247,7 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
     if task.generative:
         labels = np.empty(len(raw_labels), dtype=object)
         for i, value in enumerate(raw_labels):
-            if value is None or not str(value).strip():          # nothing to learn to generate
+            if value is None or not str(value).strip():  # nothing to learn to generate
                 raise ConfigError(f"{where(i)}: {task.label_column!r} is empty")
             labels[i] = str(value)
     elif task.kind == "regression":
@@ -232,11 +256,13 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
             try:
                 labels[i] = float(value)
             except (TypeError, ValueError):
-                raise ConfigError(f"{where(i)}: label {value!r} is not a number "
-                                  f"({task.name} is a regression task)") from None
-            if not np.isfinite(labels[i]):                      # a NaN or inf target makes every loss NaN
-                raise ConfigError(f"{where(i)}: label {value!r} is not a finite number "
-                                  f"({task.name} is a regression task)")
+                raise ConfigError(
+                    f"{where(i)}: label {value!r} is not a number ({task.name} is a regression task)"
+                ) from None
+            if not np.isfinite(labels[i]):  # a NaN or inf target makes every loss NaN
+                raise ConfigError(
+                    f"{where(i)}: label {value!r} is not a finite number ({task.name} is a regression task)"
+                )
     else:
         ids = {v: i for i, v in enumerate(task.labels)}
         labels = np.empty(len(raw_labels), dtype=np.int64)
@@ -246,8 +272,9 @@ def make_split(task: Task, texts: Sequence[Sequence[str]], raw_labels: Sequence,
             text = label_text(value)
             if text not in ids:
                 shown = repr(text) if isinstance(value, str) else text
-                listed = ", ".join(task.labels[:10]) + (f", ... ({len(task.labels)} in all)"
-                                                        if len(task.labels) > 10 else "")
+                listed = ", ".join(task.labels[:10]) + (
+                    f", ... ({len(task.labels)} in all)" if len(task.labels) > 10 else ""
+                )
                 raise ConfigError(f"{where(i)}: label {shown} is not one of {task.name}'s labels ({listed})")
             labels[i] = ids[text]
     labels.flags.writeable = False  # splits are cached and shared between trials
@@ -301,6 +328,7 @@ def load_source(task: Task, data_dir: str | None = None) -> dict[str, Split]:
     """A task's rows, read by the loader registered for its ``source`` (uncached: see `load_splits`)."""
     loader = _SOURCES.get(task.source)
     if loader is None:
-        raise ConfigError(f"task {task.name!r}: unknown source {task.source!r}; "
-                          f"registered: {', '.join(source_names())}")
+        raise ConfigError(
+            f"task {task.name!r}: unknown source {task.source!r}; registered: {', '.join(source_names())}"
+        )
     return loader(task, data_dir)

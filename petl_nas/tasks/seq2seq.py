@@ -19,11 +19,18 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ConfigError
 
-if TYPE_CHECKING:                  # torch is imported where it is used: reading a study's tasks needs none
+if TYPE_CHECKING:  # torch is imported where it is used: reading a study's tasks needs none
     import torch
 
-__all__ = ["Seq2SeqSettings", "encode_pairs", "seq2seq_loss", "check_languages", "language_start", "tiny_seq2seq",
-           "SEQ2SEQ_FAMILIES"]
+__all__ = [
+    "Seq2SeqSettings",
+    "encode_pairs",
+    "seq2seq_loss",
+    "check_languages",
+    "language_start",
+    "tiny_seq2seq",
+    "SEQ2SEQ_FAMILIES",
+]
 
 
 @dataclass(frozen=True)
@@ -66,22 +73,34 @@ class Seq2SeqSettings:
             if not whole(getattr(self, name)) or getattr(self, name) < 1:
                 raise ConfigError(f"generation: {name} must be a whole number >= 1, got {getattr(self, name)!r}")
         if not whole(self.no_repeat_ngram_size) or self.no_repeat_ngram_size < 0:
-            raise ConfigError(f"generation: no_repeat_ngram_size must be a whole number >= 0, "
-                              f"got {self.no_repeat_ngram_size!r}")
-        for name, least, why in (("max_length", 2, "the decoder's start token and one generated token"),
-                                 ("max_target_length", 3, "one target token beside the start and end tokens")):
-            if getattr(self, name) < least:           # shorter: nothing to decode, or to train on
-                raise ConfigError(f"generation: {name} {getattr(self, name)} leaves no room for {why}: give at "
-                                  f"least {least}")
+            raise ConfigError(
+                f"generation: no_repeat_ngram_size must be a whole number >= 0, got {self.no_repeat_ngram_size!r}"
+            )
+        for name, least, why in (
+            ("max_length", 2, "the decoder's start token and one generated token"),
+            ("max_target_length", 3, "one target token beside the start and end tokens"),
+        ):
+            if getattr(self, name) < least:  # shorter: nothing to decode, or to train on
+                raise ConfigError(
+                    f"generation: {name} {getattr(self, name)} leaves no room for {why}: give at least {least}"
+                )
         if not whole(self.min_length) or not 0 <= self.min_length <= self.max_length:
-            raise ConfigError(f"generation: min_length must be a whole number from 0 to max_length "
-                              f"({self.max_length}), got {self.min_length!r}")
+            raise ConfigError(
+                f"generation: min_length must be a whole number from 0 to max_length "
+                f"({self.max_length}), got {self.min_length!r}"
+            )
 
     def generate_kwargs(self) -> dict:
         """Keyword arguments of ``model.generate`` for beam search with these settings."""
-        return {"num_beams": self.num_beams, "max_length": self.max_length, "min_length": self.min_length,
-                "length_penalty": self.length_penalty, "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "early_stopping": True, "do_sample": False}
+        return {
+            "num_beams": self.num_beams,
+            "max_length": self.max_length,
+            "min_length": self.min_length,
+            "length_penalty": self.length_penalty,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "early_stopping": True,
+            "do_sample": False,
+        }
 
 
 def _set_languages(tokenizer, settings: Seq2SeqSettings) -> None:
@@ -96,10 +115,12 @@ def check_languages(tokenizer, settings: Seq2SeqSettings) -> None:
     cannot write: it has no languages (they would be ignored), or not that one."""
     named = [k for k in ("source_lang", "target_lang") if getattr(settings, k)]
     if named and not (hasattr(tokenizer, "src_lang") or hasattr(tokenizer, "tgt_lang")):
-        raise ConfigError(f"generation: {' and '.join(named)} given, but this backbone's tokenizer "
-                          f"({type(tokenizer).__name__}) has no languages (mBART's, M2M100's and NLLB's do); "
-                          f"leave {'them' if len(named) > 1 else 'it'} out")
-    language_start(tokenizer, settings)                # a target language it does not have: its error
+        raise ConfigError(
+            f"generation: {' and '.join(named)} given, but this backbone's tokenizer "
+            f"({type(tokenizer).__name__}) has no languages (mBART's, M2M100's and NLLB's do); "
+            f"leave {'them' if len(named) > 1 else 'it'} out"
+        )
+    language_start(tokenizer, settings)  # a target language it does not have: its error
 
 
 def language_start(tokenizer, settings: Seq2SeqSettings) -> dict:
@@ -112,8 +133,11 @@ def language_start(tokenizer, settings: Seq2SeqSettings) -> dict:
         return {}
     try:
         _set_languages(tokenizer, settings)
-        code = (tokenizer.get_lang_id(settings.target_lang) if hasattr(tokenizer, "get_lang_id")
-                else tokenizer.convert_tokens_to_ids(settings.target_lang))
+        code = (
+            tokenizer.get_lang_id(settings.target_lang)
+            if hasattr(tokenizer, "get_lang_id")
+            else tokenizer.convert_tokens_to_ids(settings.target_lang)
+        )
     except (KeyError, ValueError):
         code = None
     target = tokenizer(text_target="a")["input_ids"] if code not in (None, tokenizer.unk_token_id) else []
@@ -121,12 +145,14 @@ def language_start(tokenizer, settings: Seq2SeqSettings) -> dict:
         return {"forced_bos_token_id": code}
     if code in target:
         return {"decoder_start_token_id": code}
-    raise ConfigError(f"generation: target_lang {settings.target_lang!r} is not a language this tokenizer "
-                      f"writes into its targets")
+    raise ConfigError(
+        f"generation: target_lang {settings.target_lang!r} is not a language this tokenizer writes into its targets"
+    )
 
 
-def encode_pairs(sources: Sequence[str], targets: Sequence[str], tokenizer, max_length: int,
-                 settings: Seq2SeqSettings) -> tuple[list[list[int]], list[list[int]]]:
+def encode_pairs(
+    sources: Sequence[str], targets: Sequence[str], tokenizer, max_length: int, settings: Seq2SeqSettings
+) -> tuple[list[list[int]], list[list[int]]]:
     """(source ids, target ids): sources cut at ``max_length``, targets at ``max_target_length``.
 
     Example:
@@ -149,25 +175,38 @@ def seq2seq_loss(model, batch: dict[str, torch.Tensor], label_smoothing: float) 
     """
     import torch.nn.functional as F
 
-    labels = batch["labels"]                                            # [B, T], -100 at padding
+    labels = batch["labels"]  # [B, T], -100 at padding
     if hasattr(model, "prepare_decoder_input_ids_from_labels"):
         decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels=labels)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       decoder_input_ids=decoder_input_ids).logits      # [B, T, V]
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids
+        ).logits  # [B, T, V]
     else:
         logits = model(**batch).logits
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
-                           label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, label_smoothing=label_smoothing
+    )
 
 
 # Generic tiny sizes (hidden, layers, heads, FFN) in each family's own config names.
 SEQ2SEQ_FAMILIES = {
-    "bart": ("d_model", ("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"),
-             ("encoder_ffn_dim", "decoder_ffn_dim")),
+    "bart": (
+        "d_model",
+        ("encoder_layers", "decoder_layers"),
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ),
     "t5": ("d_model", ("num_layers", "num_decoder_layers"), ("num_heads",), ("d_ff",)),
 }
-_FAMILY = {"bart": "bart", "mbart": "bart", "m2m_100": "bart", "marian": "bart", "pegasus": "bart", "t5": "t5",
-           "mt5": "t5"}
+_FAMILY = {
+    "bart": "bart",
+    "mbart": "bart",
+    "m2m_100": "bart",
+    "marian": "bart",
+    "pegasus": "bart",
+    "t5": "t5",
+    "mt5": "t5",
+}
 
 
 def _special_ids(tokenizer) -> dict:
@@ -177,9 +216,16 @@ def _special_ids(tokenizer) -> dict:
     return {"pad_token_id": pad, "bos_token_id": bos, "eos_token_id": eos}
 
 
-def tiny_seq2seq(model_type: str = "bart", tokenizer=None, seed: int = 0, hidden_size: int = 32,
-                 num_hidden_layers: int = 2, num_attention_heads: int = 4, intermediate_size: int = 64,
-                 **config_overrides):
+def tiny_seq2seq(
+    model_type: str = "bart",
+    tokenizer=None,
+    seed: int = 0,
+    hidden_size: int = 32,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    intermediate_size: int = 64,
+    **config_overrides,
+):
     """A random ``AutoModelForSeq2SeqLM`` of a tiny size whose vocabulary and special ids match
     ``tokenizer`` (BART-style: decoding starts with the end token; T5-style: with padding).
 
@@ -191,21 +237,30 @@ def tiny_seq2seq(model_type: str = "bart", tokenizer=None, seed: int = 0, hidden
 
     family = _FAMILY.get(model_type)
     if family is None:
-        raise ConfigError(f"backbone: tiny encoder-decoder model_type must be one of {', '.join(_FAMILY)}, "
-                          f"got {model_type!r}")
+        raise ConfigError(
+            f"backbone: tiny encoder-decoder model_type must be one of {', '.join(_FAMILY)}, got {model_type!r}"
+        )
     width, layers, heads, ffn = SEQ2SEQ_FAMILIES[family]
-    kw = {width: hidden_size, **dict.fromkeys(layers, num_hidden_layers), **dict.fromkeys(heads, num_attention_heads),
-          **dict.fromkeys(ffn, intermediate_size)}
+    kw = {
+        width: hidden_size,
+        **dict.fromkeys(layers, num_hidden_layers),
+        **dict.fromkeys(heads, num_attention_heads),
+        **dict.fromkeys(ffn, intermediate_size),
+    }
     if family == "t5":
         kw["d_kv"] = hidden_size // num_attention_heads
     else:
         kw["max_position_embeddings"] = 512
     if tokenizer is not None:
         ids = _special_ids(tokenizer)
-        kw.update(vocab_size=len(tokenizer), **ids, forced_eos_token_id=ids["eos_token_id"],
-                  decoder_start_token_id=ids["pad_token_id"] if family == "t5" else ids["eos_token_id"])
+        kw.update(
+            vocab_size=len(tokenizer),
+            **ids,
+            forced_eos_token_id=ids["eos_token_id"],
+            decoder_start_token_id=ids["pad_token_id"] if family == "t5" else ids["eos_token_id"],
+        )
     if family == "t5" and "num_layers" in config_overrides and "num_decoder_layers" not in config_overrides:
-        kw["num_decoder_layers"] = config_overrides["num_layers"]      # as T5Config reads num_layers alone
+        kw["num_decoder_layers"] = config_overrides["num_layers"]  # as T5Config reads num_layers alone
     kw.update(config_overrides)
     config = AutoConfig.for_model(model_type, **kw)
     with torch.random.fork_rng(devices=[]):  # seed the weights without moving the caller's RNG

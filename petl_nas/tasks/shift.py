@@ -31,8 +31,8 @@ from scipy.stats import ks_2samp
 
 from . import Split
 
-SHIFT_D = 0.2       # the KS statistic from which search-dev and test count as different inputs
-SHIFT_P = 0.001     # ... when a difference that large is this unlikely by chance
+SHIFT_D = 0.2  # the KS statistic from which search-dev and test count as different inputs
+SHIFT_P = 0.001  # ... when a difference that large is this unlikely by chance
 
 
 def words_per_row(split: Split) -> np.ndarray:
@@ -48,19 +48,28 @@ def input_shift(search_dev: Split, test: Split) -> dict | None:
         return None
     result = ks_2samp(a, b)
     d, p = float(result.statistic), float(result.pvalue)
-    return {"search_dev_words": float(np.median(a)), "test_words": float(np.median(b)), "ks": round(d, 4),
-            "p": p, "shifted": bool(d >= SHIFT_D and p < SHIFT_P)}
+    return {
+        "search_dev_words": float(np.median(a)),
+        "test_words": float(np.median(b)),
+        "ks": round(d, 4),
+        "p": p,
+        "shifted": bool(d >= SHIFT_D and p < SHIFT_P),
+    }
 
 
 def shift_line(shift: dict) -> str:
     """One line for the search's output: the comparison, and what to do when the splits differ."""
-    line = (f"inputs: search-dev rows have a median of {shift['search_dev_words']:g} words, the test split's "
-            f"{shift['test_words']:g} (KS {shift['ks']:.2f})")
+    line = (
+        f"inputs: search-dev rows have a median of {shift['search_dev_words']:g} words, the test split's "
+        f"{shift['test_words']:g} (KS {shift['ks']:.2f})"
+    )
     if not shift["shifted"]:
         return line
-    return (line + ": search-dev does not look like the test split, so search scores may rank configurations "
-            "differently from test scores; where you can, give the task a dev file drawn like the test data, "
-            "as large as search-dev (task: {train: ..., dev: ..., test: ...} scores the search on it)")
+    return (
+        line + ": search-dev does not look like the test split, so search scores may rank configurations "
+        "differently from test scores; where you can, give the task a dev file drawn like the test data, "
+        "as large as search-dev (task: {train: ..., dev: ..., test: ...} scores the search on it)"
+    )
 
 
 __all__ = ["input_shift", "shift_line", "words_per_row", "SHIFT_D", "SHIFT_P"]

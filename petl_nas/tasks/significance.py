@@ -28,7 +28,7 @@ from collections import Counter
 
 import numpy as np
 
-Z = 2.0                        # "beyond noise": more than two standard errors
+Z = 2.0  # "beyond noise": more than two standard errors
 BOOTSTRAP_SAMPLES = 200
 
 
@@ -45,27 +45,40 @@ def trivial_baseline(task, splits) -> dict | None:
         scored = [(task.compute_metrics(np.full(len(refs), c), refs), c) for c in range(task.num_labels)]
         on_dev, best = max(scored, key=lambda sc: (sc[0][metric], sc[1] == majority))
         kind = "the majority class" if best == majority else "the best constant class"
-        on_test = _on_test(test, lambda refs: task.compute_metrics(np.full(len(refs), best),
-                                                                   np.asarray(refs, dtype=np.int64)))
-        out = {"score": float(on_dev[metric]), "metric": metric, "what": f"constant {task.labels[best]!r} ({kind})",
-               "test_score": None if on_test is None else float(on_test[metric])}
+        on_test = _on_test(
+            test, lambda refs: task.compute_metrics(np.full(len(refs), best), np.asarray(refs, dtype=np.int64))
+        )
+        out = {
+            "score": float(on_dev[metric]),
+            "metric": metric,
+            "what": f"constant {task.labels[best]!r} ({kind})",
+            "test_score": None if on_test is None else float(on_test[metric]),
+        }
         customary = task.customary_metric
         if customary != metric:
-            out["customary"] = {"metric": customary, "score": float(on_dev[customary]),
-                                "test_score": None if on_test is None else float(on_test[customary])}
+            out["customary"] = {
+                "metric": customary,
+                "score": float(on_dev[customary]),
+                "test_score": None if on_test is None else float(on_test[customary]),
+            }
         return out
     if task.kind == "regression":
-        return {"score": 0.0, "metric": metric, "what": "a constant (the training mean): no correlation",
-                "test_score": 0.0}
+        return {
+            "score": 0.0,
+            "metric": metric,
+            "what": "a constant (the training mean): no correlation",
+            "test_score": 0.0,
+        }
     if task.kind == "seq2seq":
         sources = [texts[0] for texts in zip(*dev.texts)]
         if sources == [str(t) for t in dev.labels]:
-            return None        # every target is its source: copying is the task itself, not a floor
+            return None  # every target is its source: copying is the task itself, not a floor
         score = task.compute_metrics(sources, list(dev.labels))[metric]
-        on_test = _on_test(test, lambda refs: float(task.compute_metrics([texts[0] for texts in zip(*test.texts)],
-                                                                         list(refs))[metric]))
+        on_test = _on_test(
+            test, lambda refs: float(task.compute_metrics([texts[0] for texts in zip(*test.texts)], list(refs))[metric])
+        )
         return {"score": float(score), "metric": metric, "what": "copying the source", "test_score": on_test}
-    return None                # causal LM: token accuracy needs a model; no trivial floor is computed
+    return None  # causal LM: token accuracy needs a model; no trivial floor is computed
 
 
 def _on_test(test, score_of):
@@ -99,10 +112,10 @@ def standard_error(task, predictions, references) -> float | None:
     p, n = p.ravel(), len(r)
     if n < 2:
         return None
-    if task.main_metric == "accuracy":      # Agresti-Coull at z = 2: as the plain binomial one inside,
-        right = float(np.sum(p == r))        # and not 0 at an accuracy of 0 or 1 (where any gap was "beyond noise")
-        acc = (right + Z ** 2 / 2) / (n + Z ** 2)
-        return math.sqrt(acc * (1 - acc) / (n + Z ** 2))
+    if task.main_metric == "accuracy":  # Agresti-Coull at z = 2: as the plain binomial one inside,
+        right = float(np.sum(p == r))  # and not 0 at an accuracy of 0 or 1 (where any gap was "beyond noise")
+        acc = (right + Z**2 / 2) / (n + Z**2)
+        return math.sqrt(acc * (1 - acc) / (n + Z**2))
     rng = np.random.default_rng(0)
     scores = []
     for _ in range(BOOTSTRAP_SAMPLES):
@@ -129,8 +142,12 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
     """Mean and standard deviation of per-seed differences a_i - b_i (same seeds, same data order);
     one seed has no standard deviation (None)."""
     diffs = [x - y for x, y in zip(a, b)]
-    return {"mean": statistics.fmean(diffs), "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
-            "n": len(diffs), "wins": sum(d > 0 for d in diffs)}
+    return {
+        "mean": statistics.fmean(diffs),
+        "std": statistics.stdev(diffs) if len(diffs) > 1 else None,
+        "n": len(diffs),
+        "wins": sum(d > 0 for d in diffs),
+    }
 
 
 def encode_rows(values) -> str:
@@ -160,8 +177,7 @@ def row_gain(a: list, b: list, labels, metric: str, samples: int = BOOTSTRAP_SAM
     n = len(labels)
 
     def gain(idx) -> float:
-        score = lambda runs: statistics.fmean(compute_metrics([metric], r[idx], labels[idx])[metric]  # noqa: E731
-                                              for r in runs)
+        score = lambda runs: statistics.fmean(compute_metrics([metric], r[idx], labels[idx])[metric] for r in runs)
         return score(a) - score(b)
 
     whole = gain(slice(None)) if n and all(len(x) == n for x in a + b) else None
@@ -173,4 +189,15 @@ def row_gain(a: list, b: list, labels, metric: str, samples: int = BOOTSTRAP_SAM
     return whole, (float(np.std(draws, ddof=1)) if len(draws) > 1 else None)
 
 
-__all__ = ["trivial_baseline", "has_error_bar", "standard_error", "did_not_learn", "clearly_better", "paired_difference", "row_gain", "encode_rows", "decode_rows", "Z"]
+__all__ = [
+    "trivial_baseline",
+    "has_error_bar",
+    "standard_error",
+    "did_not_learn",
+    "clearly_better",
+    "paired_difference",
+    "row_gain",
+    "encode_rows",
+    "decode_rows",
+    "Z",
+]

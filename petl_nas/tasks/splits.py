@@ -34,8 +34,13 @@ def _check_k(k, n_rows: int) -> None:
         raise ConfigError(f"k (fidelity.k) must be a whole number from 1 to the {n_rows:,} training rows, got {k!r}")
 
 
-def split_indices(n_rows: int, k: int | None = None, data_seed: int = 111, search_dev_fraction: float = 0.2,
-                  search_dev_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(
+    n_rows: int,
+    k: int | None = None,
+    data_seed: int = 111,
+    search_dev_fraction: float = 0.2,
+    search_dev_size: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sorted, disjoint ``(train, search_dev)`` row indices of a training set of ``n_rows``.
 
     The rule: shuffle the rows with ``data_seed`` into ``perm``; the search dev has
@@ -58,15 +63,16 @@ def split_indices(n_rows: int, k: int | None = None, data_seed: int = 111, searc
     # The search dev fits if it leaves training rows: beside the K when K + n_dev rows exist, else inside the pool.
     room = n_rows - k if k is not None and k + n_dev <= n_rows else pool - 1
     if not 1 <= n_dev <= room:
-        raise ConfigError(f"search_dev_size (fidelity.search_dev) must be from 1 to {room} (leaving training rows), "
-                          f"got {n_dev}")
+        raise ConfigError(
+            f"search_dev_size (fidelity.search_dev) must be from 1 to {room} (leaving training rows), got {n_dev}"
+        )
     perm = np.random.default_rng(data_seed).permutation(n_rows)
     if k is None:
-        train, dev = perm[:n_rows - n_dev], perm[n_rows - n_dev:]
+        train, dev = perm[: n_rows - n_dev], perm[n_rows - n_dev :]
     elif k + n_dev <= n_rows:
-        train, dev = perm[:k], perm[n_rows - n_dev:]
+        train, dev = perm[:k], perm[n_rows - n_dev :]
     else:
-        train, dev = perm[:k - n_dev], perm[k - n_dev:k]
+        train, dev = perm[: k - n_dev], perm[k - n_dev : k]
     return np.sort(train), np.sort(dev)
 
 
@@ -92,8 +98,9 @@ class TaskSplits:
             return self
         texts = tuple(a + b for a, b in zip(self.train.texts, self.search_dev.texts))
         train = Split(texts, np.concatenate([self.train.labels, self.search_dev.labels]))
-        return TaskSplits(self.task, train, self.search_dev, self.test, self.key + ("all-rows",),
-                          train_rows=self.train_rows)
+        return TaskSplits(
+            self.task, train, self.search_dev, self.test, self.key + ("all-rows",), train_rows=self.train_rows
+        )
 
 
 _CACHE: dict[tuple, object] = {}
@@ -118,8 +125,14 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def load_splits(task: str | Task, data_dir=None, k: int | None = None, data_seed: int = 111,
-                search_dev_fraction: float = 0.2, search_dev_size: int | None = None) -> TaskSplits:
+def load_splits(
+    task: str | Task,
+    data_dir=None,
+    k: int | None = None,
+    data_seed: int = 111,
+    search_dev_fraction: float = 0.2,
+    search_dev_size: int | None = None,
+) -> TaskSplits:
     """Read a task and split it by the honest protocol.
 
     ``test`` is the task's own dev set (GLUE ``dev.tsv``; MNLI ``dev_matched.tsv``). ``train`` and
@@ -138,18 +151,21 @@ def load_splits(task: str | Task, data_dir=None, k: int | None = None, data_seed
     task = get_task(task)
     data_dir = str(Path(data_dir).resolve()) if data_dir is not None else None
     key = ("splits", task, data_dir, k, data_seed, search_dev_fraction, search_dev_size)
-    return cached(key, lambda: _split(task, load_source(task, data_dir), key, k, data_seed,
-                                      search_dev_fraction, search_dev_size))
+    return cached(
+        key, lambda: _split(task, load_source(task, data_dir), key, k, data_seed, search_dev_fraction, search_dev_size)
+    )
 
 
-def _split(task: Task, loaded: dict[str, Split], key: tuple, k, data_seed, search_dev_fraction,
-           search_dev_size) -> TaskSplits:
+def _split(
+    task: Task, loaded: dict[str, Split], key: tuple, k, data_seed, search_dev_fraction, search_dev_size
+) -> TaskSplits:
     train = loaded["train"]
     if "test" in loaded:  # same first-K-of-the-permutation rule as split_indices, no carving
         _check_k(k, len(train))
         perm = np.random.default_rng(data_seed).permutation(len(train))
         train_idx = np.sort(perm[:k]) if k else np.arange(len(train))
-        return TaskSplits(task, train.select(train_idx), loaded["dev"], loaded["test"], key, carved=False,
-                          train_rows=len(train))
+        return TaskSplits(
+            task, train.select(train_idx), loaded["dev"], loaded["test"], key, carved=False, train_rows=len(train)
+        )
     train_idx, dev_idx = split_indices(len(train), k, data_seed, search_dev_fraction, search_dev_size)
     return TaskSplits(task, train.select(train_idx), train.select(dev_idx), loaded["dev"], key, train_rows=len(train))

@@ -22,10 +22,16 @@ from ..errors import ConfigError
 
 def capture(model: nn.Module, opt, sched, scaler, step: int, epoch: int, history: list[dict]) -> dict:
     """The training state after ``epoch`` epochs (``step`` optimiser steps)."""
-    state = {"step": step, "epoch": epoch, "history": [dict(h) for h in history],
-             "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad},
-             "opt": opt.state_dict(), "sched": sched.state_dict(), "scaler": scaler.state_dict(),
-             "rng": torch.get_rng_state()}
+    state = {
+        "step": step,
+        "epoch": epoch,
+        "history": [dict(h) for h in history],
+        "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad},
+        "opt": opt.state_dict(),
+        "sched": sched.state_dict(),
+        "scaler": scaler.state_dict(),
+        "rng": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda_rng"] = torch.cuda.get_rng_state_all()
     return state
@@ -45,8 +51,8 @@ def restore(state: dict, model: nn.Module, opt, sched, scaler) -> tuple[int, int
     sched.load_state_dict(state["sched"])
     scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["rng"])
-    if "cuda_rng" in state and torch.cuda.is_available():    # saved where more GPUs were visible: those there are
-        for device, rng in enumerate(state["cuda_rng"][:torch.cuda.device_count()]):
+    if "cuda_rng" in state and torch.cuda.is_available():  # saved where more GPUs were visible: those there are
+        for device, rng in enumerate(state["cuda_rng"][: torch.cuda.device_count()]):
             torch.cuda.set_rng_state(rng, device)
     return state["step"], state["epoch"], [dict(h) for h in state["history"]]
 
@@ -70,9 +76,11 @@ def load(path: str | Path) -> dict | None:
         return None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:     # code to run, or not torch's format
-        raise ConfigError(f"{path}: not a training state petl-nas can load safely ({type(e).__name__}); "
-                          f"nothing in it was run. Delete it to start that run over") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:  # code to run, or not torch's format
+        raise ConfigError(
+            f"{path}: not a training state petl-nas can load safely ({type(e).__name__}); "
+            f"nothing in it was run. Delete it to start that run over"
+        ) from None
 
 
 __all__ = ["capture", "restore", "save", "load"]

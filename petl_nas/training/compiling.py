@@ -27,7 +27,11 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 def check_mode(mode: str) -> str:
     """``mode`` if it is one of `COMPILE_MODES`, else ValueError naming them."""
     if mode not in COMPILE_MODES:
-        hint = " (YAML reads a bare off, on, yes or no as true or false: write 'off' in quotes)" if isinstance(mode, bool) else ""
+        hint = (
+            " (YAML reads a bare off, on, yes or no as true or false: write 'off' in quotes)"
+            if isinstance(mode, bool)
+            else ""
+        )
         raise ValueError(f"compile: expected one of {', '.join(COMPILE_MODES)}, got {mode!r}{hint}")
     return mode
 
@@ -37,8 +41,9 @@ def graphs_compiled() -> int | None:
     None where this torch does not keep it (`step_clock`: a step at a new shape may compile)."""
     try:
         from torch._dynamo.utils import counters
+
         return int(counters["stats"]["unique_graphs"])
-    except Exception:                                   # noqa: BLE001 - an internal that may move
+    except Exception:  # noqa: BLE001 - an internal that may move
         return None
 
 

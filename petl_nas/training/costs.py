@@ -29,13 +29,15 @@ import time
 from dataclasses import dataclass
 
 # objective name -> (metric name in the study, the trial attribute that holds it)
-COSTS = {"step_time": ("train_step_ms", "train_step_ms"),
-         "memory": ("peak_memory_mb", "peak_mem_mb"),
-         "latency": ("latency_ms", "latency_ms")}
+COSTS = {
+    "step_time": ("train_step_ms", "train_step_ms"),
+    "memory": ("peak_memory_mb", "peak_mem_mb"),
+    "latency": ("latency_ms", "latency_ms"),
+}
 UNITS = {"step_time": "ms", "memory": "MB", "latency": "ms"}
 OBJECTIVES = ("score", "params", *COSTS)
-LATENCY_BATCH = 8           # rows of search-dev in the latency batch
-LATENCY_REPEATS = 10        # timed forward passes (after 2 warm-ups); the median is kept
+LATENCY_BATCH = 8  # rows of search-dev in the latency batch
+LATENCY_REPEATS = 10  # timed forward passes (after 2 warm-ups); the median is kept
 
 
 def check_objectives(names) -> tuple[str, ...]:
@@ -51,8 +53,9 @@ def check_objectives(names) -> tuple[str, ...]:
         if not isinstance(name, str):
             raise ConfigError(f"objectives: {name!r} is not an objective's name; choose from {', '.join(COSTS)}")
         if name in ("score", "params"):
-            raise ConfigError(f"objectives: {names!r} names {name} twice (it comes first, then any of "
-                              f"{', '.join(COSTS)})")
+            raise ConfigError(
+                f"objectives: {names!r} names {name} twice (it comes first, then any of {', '.join(COSTS)})"
+            )
         if name not in COSTS:
             raise ConfigError(f"objectives: unknown objective {name!r}{suggest(name, COSTS)} (after score, params)")
     if len(set(extra)) != len(extra):
@@ -108,7 +111,7 @@ class MemoryProbe:
             return self
         _give_back_freed_memory()
         self._base_kb = _resident_kb("VmRSS") or 0
-        try:                                           # Linux >= 4.0: reset the high-water mark
+        try:  # Linux >= 4.0: reset the high-water mark
             with open("/proc/self/clear_refs", "w", encoding="utf-8") as f:
                 f.write("5")
             self._reset = True
@@ -146,8 +149,10 @@ def gpu_footprint(device) -> dict:
     device = torch.device(device)
     if device.type != "cuda":
         return {}
-    return {"gpu_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20,
-            "gpu_total_mb": torch.cuda.get_device_properties(device).total_memory / 2**20}
+    return {
+        "gpu_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20,
+        "gpu_total_mb": torch.cuda.get_device_properties(device).total_memory / 2**20,
+    }
 
 
 def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEATS, warm_ups: int = 2) -> float:
@@ -162,7 +167,7 @@ def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEA
 
     merge_lora(model)
     device = torch.device(device)
-    batch = {k: v.to(device) for k, v in batch.items()}      # labels too: a seq2seq decoder reads them
+    batch = {k: v.to(device) for k, v in batch.items()}  # labels too: a seq2seq decoder reads them
     model.eval()
     times = []
     with torch.no_grad(), autocast_for(model, device):
@@ -176,5 +181,16 @@ def deployed_latency_ms(model, batch: dict, device, repeats: int = LATENCY_REPEA
     return statistics.median(times)
 
 
-__all__ = ["COSTS", "UNITS", "OBJECTIVES", "LATENCY_BATCH", "check_objectives", "metric_names", "directions", "cost_values",
-           "MemoryProbe", "deployed_latency_ms", "gpu_footprint"]
+__all__ = [
+    "COSTS",
+    "UNITS",
+    "OBJECTIVES",
+    "LATENCY_BATCH",
+    "check_objectives",
+    "metric_names",
+    "directions",
+    "cost_values",
+    "MemoryProbe",
+    "deployed_latency_ms",
+    "gpu_footprint",
+]

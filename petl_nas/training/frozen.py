@@ -33,8 +33,8 @@ from torch import nn
 from ..core.backbones import stacks
 from ..core.precision import autocast_for
 
-_STORE: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()   # (split id, fingerprint) -> per-row states
-_SPLITS: dict[int, object] = {}          # keeps each cached split alive while its states are stored
+_STORE: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()  # (split id, fingerprint) -> per-row states
+_SPLITS: dict[int, object] = {}  # keeps each cached split alive while its states are stored
 
 
 class _StopForward(Exception):
@@ -71,7 +71,7 @@ def encoder_layers(model: nn.Module, task_kind: str) -> nn.ModuleList | None:
         return None
     try:
         spec, layers = stacks(model)
-    except Exception:                                   # a model without a backbone spec
+    except Exception:  # a model without a backbone spec
         return None
     if [b.name for b in spec.blocks] != ["encoder"]:
         return None
@@ -121,8 +121,16 @@ def _fingerprint(model: nn.Module, layers: nn.ModuleList, k: int, device) -> tup
     squares = round(float(sum(t.detach().double().pow(2).sum() for t in tensors if t.is_floating_point())), 6)
     autocast = autocast_for(model, device)
     dtype = getattr(autocast, "fast_dtype", None)
-    return (getattr(model.config, "name_or_path", ""), model.config.model_type, k, str(dtype),
-            torch.device(device).type, len(tensors), sums, squares)
+    return (
+        getattr(model.config, "name_or_path", ""),
+        model.config.model_type,
+        k,
+        str(dtype),
+        torch.device(device).type,
+        len(tensors),
+        sums,
+        squares,
+    )
 
 
 class FrozenReuse:
@@ -159,7 +167,7 @@ class FrozenReuse:
         eval mode (no dropout)."""
         self.model.train()
         self.model.base_model.embeddings.eval()
-        for layer in self.layers[:self.k]:
+        for layer in self.layers[: self.k]:
             layer.eval()
 
     # -- the cache -------------------------------------------------------------------------------
@@ -174,7 +182,7 @@ class FrozenReuse:
         if need_mb > self.limit_mb:
             self.info.cached[name] = False
             return False
-        while _STORE and stored_mb() + need_mb > self.limit_mb:   # least recently used first
+        while _STORE and stored_mb() + need_mb > self.limit_mb:  # least recently used first
             old, _ = _STORE.popitem(last=False)
             if not any(k[0] == old[0] for k in _STORE):
                 _SPLITS.pop(old[0], None)
@@ -188,7 +196,7 @@ class FrozenReuse:
     def _estimate_mb(self, split) -> float:
         tokens = sum(len(ids) for ids in split.input_ids)
         width = self.model.config.hidden_size
-        return tokens * width * 4 / 2**20               # fp32 states (autocast keeps LayerNorm outputs fp32)
+        return tokens * width * 4 / 2**20  # fp32 states (autocast keeps LayerNorm outputs fp32)
 
     def _compute(self, split, batch_size: int) -> list[torch.Tensor]:
         out: list[torch.Tensor | None] = [None] * len(split)
@@ -233,7 +241,7 @@ class FrozenReuse:
     def _attach(self) -> None:
         if self._patched:
             return
-        for i, layer in enumerate(self.layers[:self.k]):
+        for i, layer in enumerate(self.layers[: self.k]):
             original = layer.forward
             layer.forward = self._first(original) if i == 0 else self._passthrough(original)
         self._patched = True
@@ -241,7 +249,7 @@ class FrozenReuse:
     def close(self) -> None:
         """Give every layer its own forward back (the trained model is used as usual afterwards)."""
         if self._patched:
-            for layer in self.layers[:self.k]:
+            for layer in self.layers[: self.k]:
                 del layer.forward
             self._patched = False
 
@@ -250,12 +258,15 @@ class FrozenReuse:
             if self._current is None:
                 return original(hidden_states, *args, **kwargs)
             width = hidden_states.shape[1]
-            states = hidden_states.new_zeros((len(self._rows), width, self._current[self._rows[0]].shape[-1]),
-                                             dtype=self._current[self._rows[0]].dtype)
+            states = hidden_states.new_zeros(
+                (len(self._rows), width, self._current[self._rows[0]].shape[-1]),
+                dtype=self._current[self._rows[0]].dtype,
+            )
             for j, i in enumerate(self._rows):
                 row = self._current[i]
-                states[j, :row.shape[0]] = row
+                states[j, : row.shape[0]] = row
             return states
+
         return forward
 
     def _passthrough(self, original):
@@ -263,6 +274,7 @@ class FrozenReuse:
             if self._current is None:
                 return original(hidden_states, *args, **kwargs)
             return hidden_states
+
         return forward
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from ..core.config import PetlConfig
-from ..errors import ConfigError
 from ..core.inject import apply_petl
+from ..errors import ConfigError
 from ..tasks import Task
 
 _BACKBONES: dict[str, tuple] = {}
@@ -46,7 +46,7 @@ def tiny_model(backbone: dict, task: Task, tokenizer):
     from ..core.tiny import tiny_backbone
 
     overrides = dict(backbone["tiny"] or {})
-    overrides.pop("vocab_size", None)                    # the tokenizer sets it
+    overrides.pop("vocab_size", None)  # the tokenizer sets it
     default = {"seq2seq": "bart", "causal_lm": "gpt2"}.get(task.kind, "bert")
     check_task_head(overrides.setdefault("model_type", default), task, f"tiny {overrides['model_type']}")
     if task.kind == "seq2seq":
@@ -56,9 +56,16 @@ def tiny_model(backbone: dict, task: Task, tokenizer):
     if task.kind == "causal_lm":
         from ..tasks.causal_lm import tiny_causal_lm
 
-        return tiny_causal_lm(overrides.pop("model_type", "gpt2"), tokenizer, int(overrides.pop("seed", 0)), **overrides)
-    return tiny_backbone(overrides.pop("model_type", "bert"), num_labels=task.num_labels, tokenizer=tokenizer,
-                         seed=int(overrides.pop("seed", 0)), **overrides)
+        return tiny_causal_lm(
+            overrides.pop("model_type", "gpt2"), tokenizer, int(overrides.pop("seed", 0)), **overrides
+        )
+    return tiny_backbone(
+        overrides.pop("model_type", "bert"),
+        num_labels=task.num_labels,
+        tokenizer=tokenizer,
+        seed=int(overrides.pop("seed", 0)),
+        **overrides,
+    )
 
 
 def model_config_for(backbone, task: Task, splits=None):
@@ -83,23 +90,23 @@ def load_backbone(backbone, task: Task, splits=None):
             from ..core.tiny import tiny_tokenizer
 
             texts = [t for col in splits.train.texts for t in col] if splits is not None else ["empty"]
-            if splits is not None and task.generative:     # targets / responses need their words too
+            if splits is not None and task.generative:  # targets / responses need their words too
                 texts += list(splits.train.labels)
             tok = tiny_tokenizer(texts, vocab_size=int((backbone["tiny"] or {}).get("vocab_size", 1000)))
             model = tiny_model(backbone, task, tok)
         elif isinstance(backbone, str):
             from transformers import AutoTokenizer
 
-            from ..tasks.causal_lm import ensure_pad_token
             from ..core.models import hub_options, load_for_task, load_model_config, resolve_model
+            from ..tasks.causal_lm import ensure_pad_token
 
-            load_model_config(backbone)                    # a name or path that is no model: one line
+            load_model_config(backbone)  # a name or path that is no model: one line
             path = resolve_model(backbone)
             tok = AutoTokenizer.from_pretrained(path, **hub_options(path))
-            with torch.random.fork_rng():                  # a new head starts the same in every process
+            with torch.random.fork_rng():  # a new head starts the same in every process
                 torch.manual_seed(0)
                 model = load_for_task(backbone, task)
-            ensure_pad_token(model, tok)                   # GPT-2 / Llama tokenizers have no pad token
+            ensure_pad_token(model, tok)  # GPT-2 / Llama tokenizers have no pad token
         else:
             raise ConfigError(f"backbone: expected a model name/path or {{tiny: {{...}}}}, got {backbone!r}")
         if task.kind == "regression":

@@ -1,11 +1,11 @@
 """The trial trainer: one readable loop from a PETL-applied model and encoded data to a score.
 
 AdamW on the trainable parameters (fp32 masters), linear warm-up then linear decay, gradient
-clipping; forward passes under `precision.autocast_for` (bf16 on a GPU, the checkpoint's own half
-precision for a half-precision body, with loss scaling for fp16; ``Recipe.precision`` may ask for
-bf16 on a CPU too, or full precision on a GPU). Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`)
-and are scored by beam search (`decode`), or by token accuracy for a causal LM (`causal_lm`).
-It evaluates ``evals_per_epoch`` times per epoch on the scoring split, hands each evaluation to
+clipping; forward passes under `precision.autocast_for` (bf16 on a GPU, the checkpoint's own half precision for
+a half-precision body, with loss scaling for fp16; ``Recipe.precision`` may ask for bf16 on a CPU too, or full
+precision on a GPU). Generation tasks train with the label-smoothed loss (`seq2seq.seq2seq_loss`) and are scored
+by beam search (`decode`), or by token accuracy for a causal LM (`causal_lm`). It evaluates ``evals_per_epoch``
+times per epoch on the scoring split, hands each evaluation to
 ``report`` (the search's intermediate values, where a scheduler may stop the trial),
 and returns the best and last scores, wall time and peak memory. A non-finite loss stops the trial
 with `NonFiniteLoss`. On a GPU, ``Recipe.cuda_graphs`` replays each training step as a CUDA graph
@@ -25,37 +25,39 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.head import start_regression_at_mean
+from ..core.inject import parameter_families
+from ..core.precision import autocast_for, grad_scaler_for, use_precision
+from ..tasks.significance import standard_error
 from . import checkpoint
 from .compiling import check_mode, fresh_compiled, graphs_compiled
 from .costs import MemoryProbe
 from .frozen import FrozenReuse
 from .recipe import Recipe
-from ..core.head import start_regression_at_mean
-from ..core.inject import parameter_families
-from ..tasks.significance import standard_error
-from ..core.precision import autocast_for, grad_scaler_for, use_precision
 from .step_clock import StepClock, first_of_each_shape
-from .threads import use_threads
 from .step_graphs import LENGTH_MULTIPLE, GraphedSteps, GraphInfo, prepare_optimizer, why_not
+from .threads import use_threads
 
 
 @dataclass
 class TrainResult:
-    score: float                  # the task's main metric at the best evaluation
+    score: float  # the task's main metric at the best evaluation
     last_score: float
-    metrics: dict                 # all metrics at the best evaluation
+    metrics: dict  # all metrics at the best evaluation
     history: list[dict] = field(default_factory=list)
     steps: int = 0
     wall_s: float = 0.0
-    peak_mem_mb: float = 0.0      # the run's own peak (costs.MemoryProbe), not the whole process's
-    train_step_ms: float = 0.0    # mean time of one optimiser step (CPU time on a CPU), what is not a step's left out (`step_clock`)
-    steps_timed: int = 0          # the steps that mean is over (this call's: not a checkpoint's before it)
-    frozen: dict | None = None    # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
-    graphs: dict | None = None    # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
-    threads: int = 0              # torch's CPU threads for this run (`threads.use_threads`)
-    row_predictions: list = field(default_factory=list)   # per evaluation, as `history`: its per-row
+    peak_mem_mb: float = 0.0  # the run's own peak (costs.MemoryProbe), not the whole process's
+    train_step_ms: float = (
+        0.0  # mean time of one optimiser step (CPU time on a CPU), what is not a step's left out (`step_clock`)
+    )
+    steps_timed: int = 0  # the steps that mean is over (this call's: not a checkpoint's before it)
+    frozen: dict | None = None  # what frozen-layer reuse did (`frozen.ReuseInfo`), when it applied
+    graphs: dict | None = None  # what CUDA graphs did (`step_graphs.GraphInfo`), when asked for
+    threads: int = 0  # torch's CPU threads for this run (`threads.use_threads`)
+    row_predictions: list = field(default_factory=list)  # per evaluation, as `history`: its per-row
     #   predictions (`evaluate`'s ``per_row``); None for one a resumed checkpoint recorded without them
-    report_metrics: dict | None = None   # ``data.report``'s metrics after the last step, where given
+    report_metrics: dict | None = None  # ``data.report``'s metrics after the last step, where given
 
     def rows_of(self, scored: dict):
         """The per-row predictions of the evaluation ``scored`` (one of ``history``), or None."""
@@ -94,8 +96,16 @@ def _linear_schedule(step: int, total: int, warmup: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
-def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: int | None = None,
-             reuse: FrozenReuse | None = None, per_row: list | None = None) -> dict:
+def evaluate(
+    model: nn.Module,
+    split,
+    task,
+    batch_size: int,
+    device,
+    max_rows: int | None = None,
+    reuse: FrozenReuse | None = None,
+    per_row: list | None = None,
+) -> dict:
     """Metrics of ``task`` on an encoded split, or on its first ``max_rows`` rows (no gradient, eval
     mode); ``reuse`` feeds the frozen layers' cached output where it has it for ``split``. A
     ``per_row`` list gets the per-row predictions appended, one value per row in the split's order
@@ -112,7 +122,7 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: i
             return evaluate_lm(model, split, task, batch_size, device, max_rows)
     split = split.head(max_rows) if max_rows else split
     model.eval()
-    order = split.by_length()                  # batches of similar lengths: little padding to compute
+    order = split.by_length()  # batches of similar lengths: little padding to compute
     preds, refs = [], []
     with torch.no_grad(), autocast_for(model, device):
         for rows, batch in _with_rows(split, reuse, batch_size, order=order):
@@ -121,12 +131,12 @@ def evaluate(model: nn.Module, split, task, batch_size: int, device, max_rows: i
                 logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
             preds.append(logits.cpu().numpy())
             refs.append(labels.numpy())
-    back = np.argsort(order.numpy())           # rows in their stored order again
+    back = np.argsort(order.numpy())  # rows in their stored order again
     preds, refs = np.concatenate(preds)[back], np.concatenate(refs)[back]
     metrics = task.compute_metrics(preds, refs)
     if per_row is not None:
         per_row.append(preds.argmax(-1) if task.kind == "classification" and preds.ndim == 2 else preds.ravel())
-    se = standard_error(task, preds, refs)            # the main metric's standard error over these rows
+    se = standard_error(task, preds, refs)  # the main metric's standard error over these rows
     return {**metrics, "se": se} if se is not None else metrics
 
 
@@ -136,7 +146,7 @@ def training_loss(model: nn.Module, batch: dict, task) -> torch.Tensor:
         from ..tasks.seq2seq import seq2seq_loss
 
         return seq2seq_loss(model, batch, task.seq2seq.label_smoothing)
-    return model(**batch).loss                 # [] cross-entropy, MSE (num_labels=1) or next-token CE
+    return model(**batch).loss  # [] cross-entropy, MSE (num_labels=1) or next-token CE
 
 
 def param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
@@ -148,15 +158,19 @@ def param_groups(model: nn.Module, params: list, recipe: Recipe) -> list[dict]:
     families = parameter_families(model) if config is not None else {}
     mult_of = {id(p): config.lr_mult(families.get(id(p), "head")) if config is not None else 1.0 for p in params}
     head = {id(p) for p in params if families.get(id(p)) == "head"}
-    mults = list(dict.fromkeys([mult_of[id(p)] for p in params if id(p) not in head]
-                               + [mult_of[id(p)] for p in params if id(p) in head]))
+    mults = list(
+        dict.fromkeys(
+            [mult_of[id(p)] for p in params if id(p) not in head] + [mult_of[id(p)] for p in params if id(p) in head]
+        )
+    )
     groups = []
     for mult in mults:
         for decays in (True, False):
             members = [p for p in params if mult_of[id(p)] == mult and (p.ndim >= 2) == decays]
             if members:
-                groups.append({"params": members, "lr": recipe.lr * mult,
-                               "weight_decay": recipe.weight_decay if decays else 0.0})
+                groups.append(
+                    {"params": members, "lr": recipe.lr * mult, "weight_decay": recipe.weight_decay if decays else 0.0}
+                )
     return groups
 
 
@@ -208,10 +222,18 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
-          report: Callable[[int, dict, bool], None] | None = None, progress: bool = False,
-          regularizer: Callable[[], torch.Tensor] | None = None, resume: dict | None = None,
-          on_epoch: Callable[[dict], None] | None = None) -> TrainResult:
+def train(
+    model: nn.Module,
+    data,
+    task,
+    recipe: Recipe,
+    device="cpu",
+    report: Callable[[int, dict, bool], None] | None = None,
+    progress: bool = False,
+    regularizer: Callable[[], torch.Tensor] | None = None,
+    resume: dict | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+) -> TrainResult:
     """Train ``model`` (PETL already applied) on ``data.train``; score on ``data.dev``. A new
     regression head starts at the training labels' mean (`head.start_regression_at_mean`).
 
@@ -226,18 +248,20 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         on_epoch: called with the training state (`checkpoint.capture`) after every epoch.
     """
     start = time.perf_counter()
-    threads = use_threads()                       # chosen from the free cores, not torch's one per core
+    threads = use_threads()  # chosen from the free cores, not torch's one per core
     device = torch.device(device)
     memory = MemoryProbe(device).start()
     torch.manual_seed(recipe.seed)
     if task.kind == "regression" and len(data.train):
         start_regression_at_mean(model, float(data.train.labels.float().mean()))
     if check_mode(recipe.compile) != "off" and recipe.frozen_cache_mb:
-        raise ValueError("compile and frozen_cache_mb cannot be combined: the cached layers' per-batch "
-                         "feeding would recompile the model at every step (use one of them)")
+        raise ValueError(
+            "compile and frozen_cache_mb cannot be combined: the cached layers' per-batch "
+            "feeding would recompile the model at every step (use one of them)"
+        )
     model.to(device)
     use_precision(model, recipe.precision)
-    net = fresh_compiled(model, recipe.compile)   # what the steps and evaluations call; ``model`` stays eager
+    net = fresh_compiled(model, recipe.compile)  # what the steps and evaluations call; ``model`` stays eager
     params = [p for p in model.parameters() if p.requires_grad]
     opt = adamw(param_groups(model, params, recipe), recipe.lr)
 
@@ -254,7 +278,7 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
     step, epoch = 0, 0
     if resume is not None:
         step, epoch, history = checkpoint.restore(resume, model, opt, sched, scaler)
-        prepare_optimizer(opt, device, graphed=False)      # a state saved by a graphed run holds tensor rates
+        prepare_optimizer(opt, device, graphed=False)  # a state saved by a graphed run holds tensor rates
     reuse = _frozen_reuse(model, data, task, recipe, device)
     train_mode = reuse.train_mode if reuse is not None else model.train
 
@@ -264,8 +288,8 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
             loss = training_loss(net, batch, task)
             if regularizer is not None:
                 loss = loss + regularizer()
-        if loss.grad_fn is None:    # LayerDrop (M2M100 trains with it) skipped every layer holding PETL
-            return loss             # modules: nothing depends on a trained parameter, nothing to step
+        if loss.grad_fn is None:  # LayerDrop (M2M100 trains with it) skipped every layer holding PETL
+            return loss  # modules: nothing depends on a trained parameter, nothing to step
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
@@ -273,14 +297,14 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         scaler.update()
         return loss
 
-    hf_config = getattr(model, "config", None)                # BART-likes' encoder_layerdrop, ...: drawn on the host
+    hf_config = getattr(model, "config", None)  # BART-likes' encoder_layerdrop, ...: drawn on the host
     layerdrop = hf_config is not None and any(v for k, v in hf_config.to_dict().items() if k.endswith("layerdrop"))
     graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse, layerdrop)
-    padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}   # few shapes: few graphs to record
+    padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}  # few shapes: few graphs to record
     eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
-    if graphs is not None:                    # a new shape is recorded: a one-off cost, always
+    if graphs is not None:  # a new shape is recorded: a one-off cost, always
         clock = StepClock(device, graphs.will_record)
-    elif recipe.compile != "off":             # a new shape may compile (not once a graph is dynamic)
+    elif recipe.compile != "off":  # a new shape may compile (not once a graph is dynamic)
         clock = StepClock(device, first_of_each_shape(), graphs_compiled)
     else:
         clock = StepClock(device)
@@ -293,12 +317,17 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         while step < total:
             train_mode()
             seed = epoch_seed(recipe.seed, epoch)
-            order = data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
-            for rows, batch in _with_rows(data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order,
-                                          **padding):
+            order = (
+                data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets)
+                if recipe.length_buckets
+                else None
+            )
+            for rows, batch in _with_rows(
+                data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order, **padding
+            ):
                 with clock.step(batch):
                     if graphs is not None:
-                        loss = graphs(batch)              # recorded once per shape, then replayed
+                        loss = graphs(batch)  # recorded once per shape, then replayed
                     else:
                         feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
                         loss = optimise(to_device(batch, device), feed)
@@ -308,28 +337,34 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
                 step += 1
                 if bar is not None:
                     bar.update(1)
-                    if step % 25 == 1 or step == total:    # reading the loss waits for the GPU: not every step
-                        bar.set_postfix(loss=f"{loss.item():.4f} (step {step})",   # read every 25th
-                                        **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"} if history else {}))
+                    if step % 25 == 1 or step == total:  # reading the loss waits for the GPU: not every step
+                        bar.set_postfix(
+                            loss=f"{loss.item():.4f} (step {step})",  # read every 25th
+                            **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"} if history else {}),
+                        )
                 if step % eval_every == 0 or step == total:
                     watch.check()
-                    step_loss = loss.item()           # before evaluating: CUDA graphs reuse the step's output memory
+                    step_loss = loss.item()  # before evaluating: CUDA graphs reuse the step's output memory
                     with clock.aside():
                         got: list = []
-                        metrics = evaluate(net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse,
-                                           per_row=got)
+                        metrics = evaluate(
+                            net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse, per_row=got
+                        )
                         metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
-                        row_predictions += [None] * (len(history) - len(row_predictions))   # a checkpoint's
+                        row_predictions += [None] * (len(history) - len(row_predictions))  # a checkpoint's
                         history.append(metrics)
                         row_predictions.append(got[0] if got else None)
-                        if bar is not None:                   # the bar ends on the score the run reports
-                            bar.set_postfix(loss=f"{step_loss:.4f} (step {step})",
-                                            **{task.main_metric: f"{metrics[task.main_metric]:.4f}"})
+                        if bar is not None:  # the bar ends on the score the run reports
+                            bar.set_postfix(
+                                loss=f"{step_loss:.4f} (step {step})",
+                                **{task.main_metric: f"{metrics[task.main_metric]:.4f}"},
+                            )
                         if report is not None:
                             report(len(history), metrics, step == total)
                         if step == total and getattr(data, "report", None) is not None:
-                            reported = evaluate(net, data.report, task, recipe.eval_batch_size, device,
-                                                data.report_rows, reuse)
+                            reported = evaluate(
+                                net, data.report, task, recipe.eval_batch_size, device, data.report_rows, reuse
+                            )
                         train_mode()
                 if step >= total:
                     break
@@ -342,13 +377,22 @@ def train(model: nn.Module, data, task, recipe: Recipe, device="cpu",
         bar.close()
 
     best = max(history, key=lambda m: m[task.main_metric])
-    return TrainResult(score=best[task.main_metric], last_score=history[-1][task.main_metric],
-                       metrics=best, history=history, steps=step, wall_s=time.perf_counter() - start,
-                       peak_mem_mb=memory.peak_mb(), train_step_ms=clock.ms_per_step(),
-                       steps_timed=clock.steps_timed(),
-                       frozen=reuse.info.to_dict() if reuse is not None else None,
-                       graphs=graph_info.to_dict() if graph_info is not None else None,
-                       threads=threads.threads, row_predictions=row_predictions, report_metrics=reported)
+    return TrainResult(
+        score=best[task.main_metric],
+        last_score=history[-1][task.main_metric],
+        metrics=best,
+        history=history,
+        steps=step,
+        wall_s=time.perf_counter() - start,
+        peak_mem_mb=memory.peak_mb(),
+        train_step_ms=clock.ms_per_step(),
+        steps_timed=clock.steps_timed(),
+        frozen=reuse.info.to_dict() if reuse is not None else None,
+        graphs=graph_info.to_dict() if graph_info is not None else None,
+        threads=threads.threads,
+        row_predictions=row_predictions,
+        report_metrics=reported,
+    )
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):
@@ -364,8 +408,14 @@ def _graphed_steps(optimise, params, opt, device, recipe: Recipe, scaler, regula
     can be recorded; else (None, a `GraphInfo` saying why not), or (None, None) when not asked."""
     if not recipe.cuda_graphs:
         return None, None
-    why = why_not(device, scaled=scaler.is_enabled(), regularized=regularizer is not None,
-                  frozen_reuse=reuse is not None, compiled=recipe.compile != "off", layerdrop=layerdrop)
+    why = why_not(
+        device,
+        scaled=scaler.is_enabled(),
+        regularized=regularizer is not None,
+        frozen_reuse=reuse is not None,
+        compiled=recipe.compile != "off",
+        layerdrop=layerdrop,
+    )
     if why is not None:
         return None, GraphInfo(used=False, why_not=why)
     prepare_optimizer(opt, device, graphed=True)
@@ -380,12 +430,23 @@ def _frozen_reuse(model: nn.Module, data, task, recipe: Recipe, device) -> Froze
     reuse = FrozenReuse.prepare(model, task.kind, data.train, recipe.frozen_cache_mb, device)
     if reuse is not None:
         reuse.cache(data.train, "train", recipe.eval_batch_size)
-        if recipe.eval_rows is None:           # a capped evaluation scores a subset, which runs every layer
+        if recipe.eval_rows is None:  # a capped evaluation scores a subset, which runs every layer
             reuse.cache(data.dev, "dev", recipe.eval_batch_size)
         if getattr(data, "report", None) is not None and data.report_rows is None:
-            reuse.cache(data.report, "report", recipe.eval_batch_size)   # as a final run caches it
+            reuse.cache(data.report, "report", recipe.eval_batch_size)  # as a final run caches it
     return reuse
 
 
-__all__ = ["Recipe", "TrainResult", "NonFiniteLoss", "LossWatch", "train", "adamw", "evaluate", "training_loss",
-           "n_evaluations", "epoch_seed", "to_device"]
+__all__ = [
+    "Recipe",
+    "TrainResult",
+    "NonFiniteLoss",
+    "LossWatch",
+    "train",
+    "adamw",
+    "evaluate",
+    "training_loss",
+    "n_evaluations",
+    "epoch_seed",
+    "to_device",
+]

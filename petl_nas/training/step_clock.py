@@ -35,19 +35,24 @@ class StepClock:
     resumes), run each step inside `step` and what is not a step inside `aside`, then read
     `ms_per_step` and `steps_timed`."""
 
-    def __init__(self, device: torch.device | str, one_off: Callable[[dict], bool] | None = None,
-                 count: Callable[[], int | None] | None = None, clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        device: torch.device | str,
+        one_off: Callable[[dict], bool] | None = None,
+        count: Callable[[], int | None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ):
         self.device = torch.device(device)
         self.one_off, self.count, self.clock = one_off, count, clock or clock_for(self.device)
         self.start_s = self.clock()
         self.aside_s = 0.0
-        self.steps = 0                        # run inside `step`
+        self.steps = 0  # run inside `step`
         self.one_off_s, self.one_off_steps = 0.0, 0
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
         """Time that is not a step's (an evaluation)."""
-        self._sync()                          # the steps queued before it are theirs
+        self._sync()  # the steps queued before it are theirs
         start = self.clock()
         try:
             yield
@@ -61,13 +66,13 @@ class StepClock:
         if self.one_off is None or not self.one_off(batch):
             yield
             return
-        self._sync()                          # the steps queued before it are theirs, not its
+        self._sync()  # the steps queued before it are theirs, not its
         paid_before = self.count() if self.count is not None else None
         start = self.clock()
         yield
         self._sync()
         if paid_before is not None and self.count() == paid_before:
-            return                            # it paid nothing after all: a step like the others
+            return  # it paid nothing after all: a step like the others
         self.one_off_s += self.clock() - start
         self.one_off_steps += 1
 
@@ -103,6 +108,7 @@ def first_of_each_shape() -> Callable[[dict], bool]:
             return False
         seen.add(key)
         return True
+
     return new
 
 

@@ -32,16 +32,23 @@ from typing import Callable
 
 import torch
 
-LENGTH_MULTIPLE = 8     # batches are padded to a multiple of this many tokens: few shapes, fewer graphs
-WARMUP = 3              # eager steps (on a side stream) before the first graph is recorded
+LENGTH_MULTIPLE = 8  # batches are padded to a multiple of this many tokens: few shapes, fewer graphs
+WARMUP = 3  # eager steps (on a side stream) before the first graph is recorded
 
 
-def why_not(device: torch.device, *, scaled: bool, regularized: bool, frozen_reuse: bool, compiled: bool,
-            layerdrop: bool = False) -> str | None:
+def why_not(
+    device: torch.device,
+    *,
+    scaled: bool,
+    regularized: bool,
+    frozen_reuse: bool,
+    compiled: bool,
+    layerdrop: bool = False,
+) -> str | None:
     """None when a run's training step can be recorded as CUDA graphs, else the reason it cannot."""
     if device.type != "cuda":
         return "no CUDA device"
-    if layerdrop:                        # a replay would skip the layers its recording skipped, always
+    if layerdrop:  # a replay would skip the layers its recording skipped, always
         return "LayerDrop (the config's encoder_layerdrop / decoder_layerdrop) draws the layers to run on the host"
     if scaled:
         return "fp16 loss scaling reads the gradients' finiteness on the host"
@@ -67,8 +74,8 @@ def prepare_optimizer(opt: torch.optim.Optimizer, device: torch.device, graphed:
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    inputs: dict[str, torch.Tensor]      # the recorded step reads its batch from here
-    loss: torch.Tensor                   # and writes its loss here (overwritten by the next replay)
+    inputs: dict[str, torch.Tensor]  # the recorded step reads its batch from here
+    loss: torch.Tensor  # and writes its loss here (overwritten by the next replay)
 
 
 @dataclass
@@ -76,14 +83,19 @@ class GraphInfo:
     """What a run's graphs did (stored with the trial)."""
 
     used: bool
-    why_not: str | None = None           # why the steps ran eagerly (all, or after a failed recording)
-    shapes: list[list[int]] = field(default_factory=list)   # [batch, length] of each recorded graph
+    why_not: str | None = None  # why the steps ran eagerly (all, or after a failed recording)
+    shapes: list[list[int]] = field(default_factory=list)  # [batch, length] of each recorded graph
     eager_steps: int = 0
     replays: int = 0
 
     def to_dict(self) -> dict:
-        return {"used": self.used, "why_not": self.why_not, "shapes": self.shapes,
-                "eager_steps": self.eager_steps, "replays": self.replays}
+        return {
+            "used": self.used,
+            "why_not": self.why_not,
+            "shapes": self.shapes,
+            "eager_steps": self.eager_steps,
+            "replays": self.replays,
+        }
 
 
 class GraphedSteps:
@@ -129,7 +141,7 @@ class GraphedSteps:
         stream = self.side if self.info.why_not is None else torch.cuda.current_stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*capturable=True.*")   # true: these steps are not recorded
+            warnings.filterwarnings("ignore", message=".*capturable=True.*")  # true: these steps are not recorded
             loss = self.step(on_device)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._unset_grads()
@@ -138,18 +150,19 @@ class GraphedSteps:
 
     def _record(self, key: tuple, batch: dict) -> _Graph | None:
         """Record ``step`` for this batch's shape; None (and eager from now on) if it cannot be."""
-        inputs = {k: v.to(self.device) for k, v in batch.items()}      # outside the pool: they persist
+        inputs = {k: v.to(self.device) for k, v in batch.items()}  # outside the pool: they persist
         graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream(self.device)
-        generator = torch.cuda.default_generators[self.device.index if self.device.index is not None
-                                                  else torch.cuda.current_device()]
+        generator = torch.cuda.default_generators[
+            self.device.index if self.device.index is not None else torch.cuda.current_device()
+        ]
         rng = generator.get_state()
         self._unset_grads()
         try:
             # thread_local: other threads' CUDA calls (a heartbeat, a progress bar) do not spoil it
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 loss = self.step(inputs)
-        except Exception as e:        # something in the step waits for the GPU, or cannot be recorded
-            torch.cuda.set_stream(stream)             # a failed capture_end leaves the capture stream current
+        except Exception as e:  # something in the step waits for the GPU, or cannot be recorded
+            torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture stream current
             # ... and the generator in capture mode, where every later dropout would fail: give it a
             # fresh state at the offset it had, so the eager steps draw what they would have drawn
             fresh = torch.Generator(device=generator.device)
@@ -158,7 +171,7 @@ class GraphedSteps:
             self._unset_grads()
             self.info.why_not = f"recording failed: {(str(e).strip().splitlines() or [type(e).__name__])[0][:200]}"
             return None
-        self._unset_grads()                       # the graph keeps writing them; nothing outside reads them
+        self._unset_grads()  # the graph keeps writing them; nothing outside reads them
         self.pool = self.pool if self.pool is not None else graph.pool()
         rec = _Graph(graph, inputs, loss)
         self.graphs[key] = rec

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import psutil
 
-BUSY_FROM = 0.4          # a core another process keeps busy this share of the time is not ours
-SAMPLE_S = 0.25          # how long `busy_elsewhere` watches the cores
-KEEP_S = 60.0            # how long `use_threads` keeps a choice before sampling again
+BUSY_FROM = 0.4  # a core another process keeps busy this share of the time is not ours
+SAMPLE_S = 0.25  # how long `busy_elsewhere` watches the cores
+KEEP_S = 60.0  # how long `use_threads` keeps a choice before sampling again
 CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -67,7 +67,7 @@ def _quota_cores(root: Path = CGROUP) -> float | None:
 def _affinity() -> set[int]:
     try:
         return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):                  # macOS, Windows: every core
+    except (AttributeError, OSError):  # macOS, Windows: every core
         return set(range(os.cpu_count() or 1))
 
 
@@ -85,8 +85,7 @@ def _cpu_seconds(cpus: set[int]) -> tuple[float, float] | None:
     Idle and I/O wait are not busy; a guest's time is already in ``user`` and ``nice``."""
     try:
         every = len(cpus) >= (psutil.cpu_count() or 0)
-        times = [psutil.cpu_times()] if every else [t for i, t in enumerate(psutil.cpu_times(percpu=True))
-                                                      if i in cpus]
+        times = [psutil.cpu_times()] if every else [t for i, t in enumerate(psutil.cpu_times(percpu=True)) if i in cpus]
     except (psutil.Error, OSError, NotImplementedError):
         return None
     busy = total = 0.0
@@ -123,7 +122,7 @@ def _tree_cpu_s(root: int) -> dict[int, float] | None:
     for p in procs:
         try:
             t = p.cpu_times()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):     # it ended meanwhile
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):  # it ended meanwhile
             continue
         except (psutil.Error, OSError):
             return None
@@ -167,9 +166,9 @@ def _sample_busy(window: float) -> tuple[float | None, bool]:
         after = _cpu_seconds(cpus)
         if before is None or after is None or after[1] == before[1]:
             return None, False
-        cores_busy = (after[0] - before[0]) / (after[1] - before[1]) * len(cpus)    # busy share x cores
+        cores_busy = (after[0] - before[0]) / (after[1] - before[1]) * len(cpus)  # busy share x cores
     now = _tree_cpu_s(os.getpid()) if tree is not None else None
-    mine_s = _own_cpu_s(tree, now) if now is not None else time.process_time() - own   # unknown: this process
+    mine_s = _own_cpu_s(tree, now) if now is not None else time.process_time() - own  # unknown: this process
     mine = mine_s / (time.perf_counter() - start)
     return max(0.0, cores_busy - mine), now is not None and not tree.keys() <= now.keys()
 

@@ -11,16 +11,24 @@ import json
 import socket
 
 import pytest
-
-from petl_nas.app.cli import main
 from conftest import TINY_BACKBONE
 
-BASE = {"name": "bad", "backbone": TINY_BACKBONE, "task": "demo_sentiment", "budget": "5%", "space": "small",
-        "trials": 2, "presets": "none", "executor": "local", "storage": "sqlite:///study.db",
-        "fidelity": {"k": 80, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-        "final": {"seeds": 0, "baselines": False}}
-DIMS = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
-        "vocab_size": 100}
+from petl_nas.app.cli import main
+
+BASE = {
+    "name": "bad",
+    "backbone": TINY_BACKBONE,
+    "task": "demo_sentiment",
+    "budget": "5%",
+    "space": "small",
+    "trials": 2,
+    "presets": "none",
+    "executor": "local",
+    "storage": "sqlite:///study.db",
+    "fidelity": {"k": 80, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+    "final": {"seeds": 0, "baselines": False},
+}
+DIMS = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 100}
 SMALL_SPACE = """version: 1
 name: mine
 slots:
@@ -31,11 +39,17 @@ rank: {low: 1, high: 8, log: true}
 scale: 1.0
 lr: {low: 3.0e-3, high: 3.0e-2, log: true}
 """
-RATES = {"rates": {"lora": 3e-3, "adapter": 1e-3}, "scales": {"lora": 2.0, "adapter": 1.0}, "factor": 1.0,
-         "backbone": json.dumps(TINY_BACKBONE), "task": "demo_sentiment",
-         "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 3e-3, "tried": [[3e-3, 0.8]]}}}
-SST2_TRAIN = "sentence\tlabel\n" + "".join(f"a {'good' if i % 2 else 'bad'} film number {i}\t{i % 2}\n"
-                                           for i in range(60))
+RATES = {
+    "rates": {"lora": 3e-3, "adapter": 1e-3},
+    "scales": {"lora": 2.0, "adapter": 1.0},
+    "factor": 1.0,
+    "backbone": json.dumps(TINY_BACKBONE),
+    "task": "demo_sentiment",
+    "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 3e-3, "tried": [[3e-3, 0.8]]}},
+}
+SST2_TRAIN = "sentence\tlabel\n" + "".join(
+    f"a {'good' if i % 2 else 'bad'} film number {i}\t{i % 2}\n" for i in range(60)
+)
 
 
 def _free_port() -> int:
@@ -45,7 +59,7 @@ def _free_port() -> int:
 
 
 def exp(**changes) -> str:
-    return json.dumps({**BASE, **changes})          # JSON is YAML
+    return json.dumps({**BASE, **changes})  # JSON is YAML
 
 
 def space(old: str, new: str) -> str:
@@ -56,138 +70,304 @@ def space(old: str, new: str) -> str:
 # (id, files to create first, arguments after `search`, words the error line must contain)
 CASES = [
     ("model-missing", {}, ["--model", "/no/such/bert"], "model '/no/such/bert': no such local directory\n"),
-    ("model-folder-not-a-model", {"notes/readme.txt": "hi"}, ["--model", "notes"],
-     "notes': not a transformers model directory (no config.json that transformers reads)"),
-    ("model-architecture", {"albert/config.json": json.dumps({"model_type": "albert", **DIMS})},
-     ["--model", "albert"], "model type 'albert' has no backbone spec"),
-    ("model-without-weights", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS})},
-     ["--model", "bert"], "bert': the folder has no weights"),
-    ("model-without-tokenizer", {"bert/config.json": json.dumps({"model_type": "bert", **DIMS}),
-                                 "bert/model.safetensors": ""},
-     ["--model", "bert"], "bert': the folder has no tokenizer files"),
-    ("model-weights-cut-short", "truncated-minilm", ["--model", "minilm"],
-     "minilm': model.safetensors is damaged ("),
-    ("max-length-beyond-positions", {"e.yaml": exp(fidelity={**BASE["fidelity"], "max_length": 100_000_000})}, [],
-     "fidelity.max_length 100,000,000 is more than the 514 positions this backbone (bert) can read: give at most 514"),
-    ("name-escapes-runs", {}, ["--name", "../../../escaped"],
-     "name: expected a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME), got "
-     "'../../../escaped'"),
+    (
+        "model-folder-not-a-model",
+        {"notes/readme.txt": "hi"},
+        ["--model", "notes"],
+        "notes': not a transformers model directory (no config.json that transformers reads)",
+    ),
+    (
+        "model-architecture",
+        {"albert/config.json": json.dumps({"model_type": "albert", **DIMS})},
+        ["--model", "albert"],
+        "model type 'albert' has no backbone spec",
+    ),
+    (
+        "model-without-weights",
+        {"bert/config.json": json.dumps({"model_type": "bert", **DIMS})},
+        ["--model", "bert"],
+        "bert': the folder has no weights",
+    ),
+    (
+        "model-without-tokenizer",
+        {"bert/config.json": json.dumps({"model_type": "bert", **DIMS}), "bert/model.safetensors": ""},
+        ["--model", "bert"],
+        "bert': the folder has no tokenizer files",
+    ),
+    ("model-weights-cut-short", "truncated-minilm", ["--model", "minilm"], "minilm': model.safetensors is damaged ("),
+    (
+        "max-length-beyond-positions",
+        {"e.yaml": exp(fidelity={**BASE["fidelity"], "max_length": 100_000_000})},
+        [],
+        "fidelity.max_length 100,000,000 is more than the 514 positions this backbone (bert) can read: "
+        "give at most 514",
+    ),
+    (
+        "name-escapes-runs",
+        {},
+        ["--name", "../../../escaped"],
+        "name: expected a plain name of letters, digits, '.', '_' or '-' (it names the folder runs/NAME), got "
+        "'../../../escaped'",
+    ),
     ("name-absolute", {}, ["--name", "/tmp/elsewhere"], "name: expected a plain name"),
     ("name-in-file", {"e.yaml": exp(name="a/b")}, [], "e.yaml: name: expected a plain name"),
     ("budget-count-over-all", {}, ["--budget", "1e12"], "budget: '1e12' is more than the whole backbone ("),
-    ("experiment-latin-1", {"e.yaml": "name: caf\u00e9\n".encode("latin-1")}, [],
-     "e.yaml: not UTF-8 text (byte 0xe9 on line 1); save it as UTF-8"),
-    ("task-file-on-the-command-line", {}, ["--task", "train.csv"],
-     "a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., "),
+    (
+        "experiment-latin-1",
+        {"e.yaml": "name: caf\u00e9\n".encode("latin-1")},
+        [],
+        "e.yaml: not UTF-8 text (byte 0xe9 on line 1); save it as UTF-8",
+    ),
+    (
+        "task-file-on-the-command-line",
+        {},
+        ["--task", "train.csv"],
+        "a task over your own files is a mapping in the experiment file: task: {train: ..., dev: ..., ",
+    ),
     ("space-missing", {}, ["--space", "nope"], "space 'nope': no such file"),
-    ("space-unknown-key", {"s.yaml": SMALL_SPACE + "colour: blue\n"}, ["--space", "s.yaml"],
-     "unknown key 'colour'"),
-    ("space-wrong-type", {"s.yaml": space("low: 2, high: 16", "low: two, high: 16")}, ["--space", "s.yaml"],
-     "low and high must be numbers"),
-    ("space-empty-choices", {"s.yaml": space("forms: [none, adapter]", "forms: []")}, ["--space", "s.yaml"],
-     "empty choice list"),
-    ("space-min-over-max", {"s.yaml": space("low: 1, high: 8", "low: 8, high: 1")}, ["--space", "s.yaml"],
-     "low (8) is greater than high (1)"),
-    ("budget-below-smallest", {}, ["--space", "mam", "--budget", "10"], "budget 10 is below the smallest configuration"),
+    ("space-unknown-key", {"s.yaml": SMALL_SPACE + "colour: blue\n"}, ["--space", "s.yaml"], "unknown key 'colour'"),
+    (
+        "space-wrong-type",
+        {"s.yaml": space("low: 2, high: 16", "low: two, high: 16")},
+        ["--space", "s.yaml"],
+        "low and high must be numbers",
+    ),
+    (
+        "space-empty-choices",
+        {"s.yaml": space("forms: [none, adapter]", "forms: []")},
+        ["--space", "s.yaml"],
+        "empty choice list",
+    ),
+    (
+        "space-min-over-max",
+        {"s.yaml": space("low: 1, high: 8", "low: 8, high: 1")},
+        ["--space", "s.yaml"],
+        "low (8) is greater than high (1)",
+    ),
+    (
+        "budget-below-smallest",
+        {},
+        ["--space", "mam", "--budget", "10"],
+        "budget 10 is below the smallest configuration",
+    ),
     ("budget-admits-no-module", {}, ["--budget", "10"], "budget 10 admits no PETL module of space 'small'"),
     ("budget-space", {}, ["--budget", "0.5 %"], "budget: '0.5 %' is not a count"),
     ("budget-exponent", {}, ["--budget", "5e"], "budget: '5e' is not a count"),
     ("budget-negative", {}, ["--budget=-1"], "budget: '-1' is not a count"),
     ("budget-over-all", {}, ["--budget", "200%"], "budget: '200%' is more than the whole backbone"),
     ("task-unknown", {}, ["--task", "sst3"], "unknown task 'sst3' (did you mean 'sst2'?)"),
-    ("data-dir-empty", {"glue/.keep": ""}, ["--task", "sst2", "--data-dir", "glue"],
-     "expected file"),
-    ("data-missing-column", {"glue/SST-2/train.tsv": SST2_TRAIN.replace("label\n", "stars\n", 1),
-                             "glue/SST-2/dev.tsv": SST2_TRAIN},
-     ["--task", "sst2", "--data-dir", "glue"], "missing 'label'"),
-    ("data-label-outside", {"glue/SST-2/train.tsv": SST2_TRAIN + "an odd film\t7\n",
-                            "glue/SST-2/dev.tsv": SST2_TRAIN},
-     ["--task", "sst2", "--data-dir", "glue"], "label '7' is not one of sst2's labels"),
-    ("file-task-missing", {"e.yaml": exp(task={"train": "no.csv", "dev": "no.csv", "text_columns": ["text"]})},
-     [], "does not exist"),
+    ("data-dir-empty", {"glue/.keep": ""}, ["--task", "sst2", "--data-dir", "glue"], "expected file"),
+    (
+        "data-missing-column",
+        {"glue/SST-2/train.tsv": SST2_TRAIN.replace("label\n", "stars\n", 1), "glue/SST-2/dev.tsv": SST2_TRAIN},
+        ["--task", "sst2", "--data-dir", "glue"],
+        "missing 'label'",
+    ),
+    (
+        "data-label-outside",
+        {"glue/SST-2/train.tsv": SST2_TRAIN + "an odd film\t7\n", "glue/SST-2/dev.tsv": SST2_TRAIN},
+        ["--task", "sst2", "--data-dir", "glue"],
+        "label '7' is not one of sst2's labels",
+    ),
+    (
+        "file-task-missing",
+        {"e.yaml": exp(task={"train": "no.csv", "dev": "no.csv", "text_columns": ["text"]})},
+        [],
+        "does not exist",
+    ),
     ("storage-not-a-url", {}, ["--storage", "just some words"], "is not a database URL"),
-    ("task-kind-typo", {"e.yaml": exp(task={"train": "t.csv", "dev": "t.csv", "text_columns": ["text"],
-                                            "kind": "regresion"}), "t.csv": "text,label\na,0.5\n"}, [],
-     "kind: unknown value 'regresion' (did you mean 'regression'?); accepted: classification, regression, "
-     "seq2seq, causal_lm"),
-    ("warm-start-missing-file", {}, ["--warm-start", "sqlite:///nothere.db#a"],
-     "warm start: storage 'sqlite:///nothere.db': no such file"),                # and no study of this search made
+    (
+        "task-kind-typo",
+        {
+            "e.yaml": exp(task={"train": "t.csv", "dev": "t.csv", "text_columns": ["text"], "kind": "regresion"}),
+            "t.csv": "text,label\na,0.5\n",
+        },
+        [],
+        "kind: unknown value 'regresion' (did you mean 'regression'?); accepted: classification, regression, "
+        "seq2seq, causal_lm",
+    ),
+    (
+        "warm-start-missing-file",
+        {},
+        ["--warm-start", "sqlite:///nothere.db#a"],
+        "warm start: storage 'sqlite:///nothere.db': no such file",
+    ),  # and no study of this search made
     ("warm-start-not-a-url", {}, ["--warm-start", "notaurl"], "warm start: storage 'notaurl'"),
     ("storage-unknown-driver", {}, ["--storage", "nosuchdb://host/db"], "cannot be opened"),
-    ("storage-no-server", {}, ["--storage", f"postgresql+psycopg2://u:secret@127.0.0.1:{_free_port()}/db"],
-     "cannot be opened"),
-    ("objective-unknown-in-file", {"e.yaml": exp(objectives=["score", "params", "Latency"])}, [],
-     "e.yaml: objectives: unknown objective 'Latency'"),
+    (
+        "storage-no-server",
+        {},
+        ["--storage", f"postgresql+psycopg2://u:secret@127.0.0.1:{_free_port()}/db"],
+        "cannot be opened",
+    ),
+    (
+        "objective-unknown-in-file",
+        {"e.yaml": exp(objectives=["score", "params", "Latency"])},
+        [],
+        "e.yaml: objectives: unknown objective 'Latency'",
+    ),
     ("objectives-empty-flag", {}, ["--objectives", ""], "objectives: expected [score, params] followed by"),
-    ("oneshot-flag-with-sampler", {}, ["--oneshot-runs", "3"],
-     "--oneshot-runs: applies to strategy oneshot or both, and this search's strategy is sampler"),
+    (
+        "oneshot-flag-with-sampler",
+        {},
+        ["--oneshot-runs", "3"],
+        "--oneshot-runs: applies to strategy oneshot or both, and this search's strategy is sampler",
+    ),
     ("storage-password-in-query", {}, ["--storage", "nosuchdb://host/db?password=secret"], "cannot be opened"),
-    ("storage-sslpassword-no-server", {}, ["--storage", f"postgresql+psycopg2://u@127.0.0.1:{_free_port()}/db?"
-                                                        f"sslpassword=secret&application_name=petl"],
-     "cannot be opened"),
-    ("storage-sqlite-missing-with-password", {}, ["--warm-start", "sqlite:///nothere.db?password=secret#a"],
-     "warm start: storage 'sqlite:///nothere.db?password=***': no such file"),
-    ("storage-postgres-alias", {}, ["--storage", "postgres://u:secret@127.0.0.1/db"],
-     "SQLAlchemy names PostgreSQL 'postgresql://' (or 'postgresql+psycopg2://'), not 'postgres://'"),
-    ("storage-bare-postgresql-no-server", {}, ["--storage", f"postgresql://u:secret@127.0.0.1:{_free_port()}/db"],
-     "failed: Connection refused"),                     # the installed driver, not "failed to import" psycopg 3
-    ("storage-not-a-database", {"notes.db": "just text, not SQLite " * 100}, ["--storage", "sqlite:///notes.db"],
-     "cannot be opened: file is not a database"),
-    ("storage-unwritable-folder", {}, ["--storage", "sqlite:////proc/petl/study.db"],
-     "cannot create folder /proc/petl"),
-    ("study-other-space", "other-study", ["--space", "mam", "--budget", "20%"],
-     "was made with another space ('small', now 'mam'; hash 0123456789ab, now "),
+    (
+        "storage-sslpassword-no-server",
+        {},
+        ["--storage", f"postgresql+psycopg2://u@127.0.0.1:{_free_port()}/db?sslpassword=secret&application_name=petl"],
+        "cannot be opened",
+    ),
+    (
+        "storage-sqlite-missing-with-password",
+        {},
+        ["--warm-start", "sqlite:///nothere.db?password=secret#a"],
+        "warm start: storage 'sqlite:///nothere.db?password=***': no such file",
+    ),
+    (
+        "storage-postgres-alias",
+        {},
+        ["--storage", "postgres://u:secret@127.0.0.1/db"],
+        "SQLAlchemy names PostgreSQL 'postgresql://' (or 'postgresql+psycopg2://'), not 'postgres://'",
+    ),
+    (
+        "storage-bare-postgresql-no-server",
+        {},
+        ["--storage", f"postgresql://u:secret@127.0.0.1:{_free_port()}/db"],
+        "failed: Connection refused",
+    ),  # the installed driver, not "failed to import" psycopg 3
+    (
+        "storage-not-a-database",
+        {"notes.db": "just text, not SQLite " * 100},
+        ["--storage", "sqlite:///notes.db"],
+        "cannot be opened: file is not a database",
+    ),
+    (
+        "storage-unwritable-folder",
+        {},
+        ["--storage", "sqlite:////proc/petl/study.db"],
+        "cannot create folder /proc/petl",
+    ),
+    (
+        "study-other-space",
+        "other-study",
+        ["--space", "mam", "--budget", "20%"],
+        "was made with another space ('small', now 'mam'; hash 0123456789ab, now ",
+    ),
     ("experiment-missing", {}, ["--experiment", "nope.yaml"], "experiment 'nope.yaml': no such file"),
-    ("experiment-not-yaml", {"e.yaml": "name: x\nfidelity: {k: 8\nbudget: 1%\n"}, [],
-     "e.yaml: not valid YAML at line 3, column 7: expected ',' or '}', but got ':' (while parsing a flow mapping)"),
-    ("experiment-key-twice", {"e.yaml": "name: x\nbudget: 0.5%\ntrials: 2\nbudget: 1%\n"}, [],
-     "e.yaml: not valid YAML at line 4, column 1: key 'budget' appears twice"),
-    ("space-key-twice", {"s.yaml": SMALL_SPACE + "lr: {low: 1.0e-4, high: 1.0e-2, log: true}\n"}, ["--space", "s.yaml"],
-     "key 'lr' appears twice"),
+    (
+        "experiment-not-yaml",
+        {"e.yaml": "name: x\nfidelity: {k: 8\nbudget: 1%\n"},
+        [],
+        "e.yaml: not valid YAML at line 3, column 7: expected ',' or '}', but got ':' (while parsing a flow mapping)",
+    ),
+    (
+        "experiment-key-twice",
+        {"e.yaml": "name: x\nbudget: 0.5%\ntrials: 2\nbudget: 1%\n"},
+        [],
+        "e.yaml: not valid YAML at line 4, column 1: key 'budget' appears twice",
+    ),
+    (
+        "space-key-twice",
+        {"s.yaml": SMALL_SPACE + "lr: {low: 1.0e-4, high: 1.0e-2, log: true}\n"},
+        ["--space", "s.yaml"],
+        "key 'lr' appears twice",
+    ),
     ("experiment-empty", {"e.yaml": "\n"}, [], "e.yaml: the file is empty"),
-    ("experiment-unknown-preset", {"e.yaml": exp(presets=["lora", "nosuch"])}, [],
-     "e.yaml: presets: unknown name 'nosuch'"),
+    (
+        "experiment-unknown-preset",
+        {"e.yaml": exp(presets=["lora", "nosuch"])},
+        [],
+        "e.yaml: presets: unknown name 'nosuch'",
+    ),
     ("experiment-unknown-key", {"e.yaml": exp(trails=3)}, [], "trails: unknown key (did you mean 'trials'?)"),
     ("experiment-wrong-type", {"e.yaml": exp(trials="many")}, [], "trials: expected a whole number >= 1, got 'many'"),
-    ("trials-zero", {}, ["--trials", "0"],
-     "error: trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot) (from the command line)"),
+    (
+        "trials-zero",
+        {},
+        ["--trials", "0"],
+        "error: trials: expected a whole number >= 1, got 0 (0 only with strategy: oneshot) (from the command line)",
+    ),
     ("fidelity-wrong-type", {"e.yaml": exp(fidelity={"k": "all"})}, [], "fidelity: k: expected a whole number"),
     ("k-too-large", {}, ["--k", "100000"], "k (fidelity.k) must be a whole number from 1 to"),
     ("sampler-unknown", {}, ["--sampler", "tpee"], "sampler: unknown name 'tpee' (did you mean 'tpe'?)"),
     ("executor-unknown", {}, ["--executor", "slurm"], "executor: unknown name 'slurm'"),
     ("scheduler-unknown", {}, ["--scheduler", "hyperband"], "scheduler: expected one of asha, fifo"),
     ("preset-unknown", {}, ["--presets", "lora,loar2"], "presets: unknown name 'loar2'"),
-    ("sampler-presets-none-fits", {}, ["--sampler", "presets", "--presets", "lora,houlsby", "--budget", "300"],
-     "sampler: presets trains only presets, and none can train here: over the budget of 300 deployable "
-     "parameters: lora ("),
-    ("ray-address-unreachable", {}, ["--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}"],
-     "nothing answers there"),
-    ("heartbeat-grace-too-short", {"e.yaml": exp(heartbeat_interval=30, grace_period=10)}, [],
-     "grace_period: must be longer than heartbeat_interval"),
-    ("causal-lm-max-length-too-short",
-     {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm"},
-                    backbone={"tiny": {"model_type": "gpt2", "vocab_size": 100}},
-                    fidelity={"k": 8, "epochs": 1, "batch_size": 4, "max_length": 2, "search_dev": 4}),
-      "lm.jsonl": "".join(json.dumps({"prompt": f"say {i}", "response": f"{i}"}) + "\n" for i in range(20))}, [],
-     "fidelity.max_length 2 leaves no room for a causal_lm task's response: give at least 3"),
-    ("rates-file-cut-short", {"e.yaml": exp(rates={"file": "r.json"}), "r.json": json.dumps(RATES)[:40]}, [],
-     "rates.file 'r.json': cannot be read as a rates file"),
-    ("rates-file-rate-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
-                                "r.json": json.dumps({**RATES, "rates": {"lora": 1e9, "adapter": 1e-3}})}, [],
-     "r.json: rates.lora: expected a number above 0 and at most 1, got 1000000000.0"),
-    ("rates-file-scale-absurd", {"e.yaml": exp(rates={"file": "r.json"}),
-                                 "r.json": json.dumps({**RATES, "scales": {"lora": 1e6}})}, [],
-     "r.json: scales.lora: expected a number above 0 and at most 1000, got 1000000.0"),
-    ("main-metric-lower-is-better",
-     {"e.yaml": exp(task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm", "main_metric": "perplexity"}),
-      "lm.jsonl": json.dumps({"prompt": "say", "response": "it"}) + "\n"}, [],
-     "main_metric 'perplexity' is lower-is-better"),
+    (
+        "sampler-presets-none-fits",
+        {},
+        ["--sampler", "presets", "--presets", "lora,houlsby", "--budget", "300"],
+        "sampler: presets trains only presets, and none can train here: over the budget of 300 deployable "
+        "parameters: lora (",
+    ),
+    (
+        "ray-address-unreachable",
+        {},
+        ["--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}"],
+        "nothing answers there",
+    ),
+    (
+        "heartbeat-grace-too-short",
+        {"e.yaml": exp(heartbeat_interval=30, grace_period=10)},
+        [],
+        "grace_period: must be longer than heartbeat_interval",
+    ),
+    (
+        "causal-lm-max-length-too-short",
+        {
+            "e.yaml": exp(
+                task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm"},
+                backbone={"tiny": {"model_type": "gpt2", "vocab_size": 100}},
+                fidelity={"k": 8, "epochs": 1, "batch_size": 4, "max_length": 2, "search_dev": 4},
+            ),
+            "lm.jsonl": "".join(json.dumps({"prompt": f"say {i}", "response": f"{i}"}) + "\n" for i in range(20)),
+        },
+        [],
+        "fidelity.max_length 2 leaves no room for a causal_lm task's response: give at least 3",
+    ),
+    (
+        "rates-file-cut-short",
+        {"e.yaml": exp(rates={"file": "r.json"}), "r.json": json.dumps(RATES)[:40]},
+        [],
+        "rates.file 'r.json': cannot be read as a rates file",
+    ),
+    (
+        "rates-file-rate-absurd",
+        {
+            "e.yaml": exp(rates={"file": "r.json"}),
+            "r.json": json.dumps({**RATES, "rates": {"lora": 1e9, "adapter": 1e-3}}),
+        },
+        [],
+        "r.json: rates.lora: expected a number above 0 and at most 1, got 1000000000.0",
+    ),
+    (
+        "rates-file-scale-absurd",
+        {"e.yaml": exp(rates={"file": "r.json"}), "r.json": json.dumps({**RATES, "scales": {"lora": 1e6}})},
+        [],
+        "r.json: scales.lora: expected a number above 0 and at most 1000, got 1000000.0",
+    ),
+    (
+        "main-metric-lower-is-better",
+        {
+            "e.yaml": exp(
+                task={"train": "lm.jsonl", "dev": "lm.jsonl", "kind": "causal_lm", "main_metric": "perplexity"}
+            ),
+            "lm.jsonl": json.dumps({"prompt": "say", "response": "it"}) + "\n",
+        },
+        [],
+        "main_metric 'perplexity' is lower-is-better",
+    ),
 ]
 
 
 def _snapshot(root) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _truncated_minilm() -> dict[str, bytes]:
@@ -235,8 +415,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
     assert rc == 2, err
     assert err.startswith("petl-nas: error: ") and err.count("\n") == 1, err
     assert words in err, err
-    assert "secret" not in err                                  # passwords never printed
-    assert _snapshot(tmp_path) == before                        # nothing created, nothing changed
+    assert "secret" not in err  # passwords never printed
+    assert _snapshot(tmp_path) == before  # nothing created, nothing changed
 
 
 def test_the_table_covers_what_the_issue_lists():
@@ -246,29 +426,57 @@ def test_the_table_covers_what_the_issue_lists():
 RECORD = {"backbone": "no-such-model", "task": "demo_keyword", "petl_config": {}, "recipe": {"lr": 1e-3, "epochs": 2}}
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["train", "--config", "rec.yaml", "--seeds", "0"], "seeds: expected a whole number >= 1, got 0"),
-    (["train", "--config", "rec.yaml", "--out", "afile/best"], "output folder 'afile/best' cannot be created"),
-    (["train", "--config", "typo.yaml"], "recipe.epoch: unknown key (did you mean 'epochs'?)"),
-    (["train", "--config", "negative.yaml"], "recipe.lr: expected a number > 0, got -0.001"),
-    (["predict", "--run", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
-    (["predict", "--run", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
-    (["predict", "--run", "nowhere", "--input", "latin1.txt"], "latin1.txt: not UTF-8 text (byte 0xe9 on line 2); "
-                                                                "save it as UTF-8"),
-    (["predict", "--run", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
-    (["predict", "--run", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
-    (["predict", "--run", "rec.yaml", "--input", "in.txt"], "rec.yaml: a file, not a trained run's folder "
-                                                              "(petl-nas train --config FILE --out DIR"),
-    (["predict", "--run", "out", "--input", "in.txt"], "out: a `petl-nas train` output folder; pass one of its runs: "
-                                                         "out/seed_0 (or seed_1)"),
-    (["train", "--config", "rec.yaml", "--out", "out"], "output folder 'out' holds runs of another record "
-                                                         "(seed_0, seed_1); choose another --out, or pass --overwrite"),
-    (["search", "--experiment", "."], ".: Is a directory"),
-    (["search", "--experiment", "e.yaml", "--storage", "sqlite:///afile/study.db"], "afile is a file, not a folder"),
-], ids=["seeds-zero", "out-under-a-file", "record-key-typo", "record-negative-lr", "predict-unknown-type",
-        "predict-folder", "predict-latin-1", "predict-empty-file", "predict-no-model", "predict-a-record",
-        "predict-train-out-folder", "train-out-of-another-record",
-        "experiment-folder", "storage-under-a-file"])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["train", "--config", "rec.yaml", "--seeds", "0"], "seeds: expected a whole number >= 1, got 0"),
+        (["train", "--config", "rec.yaml", "--out", "afile/best"], "output folder 'afile/best' cannot be created"),
+        (["train", "--config", "typo.yaml"], "recipe.epoch: unknown key (did you mean 'epochs'?)"),
+        (["train", "--config", "negative.yaml"], "recipe.lr: expected a number > 0, got -0.001"),
+        (["predict", "--run", "nowhere", "--input", "in.md"], "input 'in.md': expected a file ending in .txt, .csv"),
+        (["predict", "--run", "nowhere", "--input", "."], "input '.': expected a file ending in .txt"),
+        (
+            ["predict", "--run", "nowhere", "--input", "latin1.txt"],
+            "latin1.txt: not UTF-8 text (byte 0xe9 on line 2); save it as UTF-8",
+        ),
+        (["predict", "--run", "nowhere", "--input", "empty.txt"], "input 'empty.txt': no texts in it"),
+        (["predict", "--run", "nowhere", "--input", "in.txt"], "nowhere: no such directory"),
+        (
+            ["predict", "--run", "rec.yaml", "--input", "in.txt"],
+            "rec.yaml: a file, not a trained run's folder (petl-nas train --config FILE --out DIR",
+        ),
+        (
+            ["predict", "--run", "out", "--input", "in.txt"],
+            "out: a `petl-nas train` output folder; pass one of its runs: out/seed_0 (or seed_1)",
+        ),
+        (
+            ["train", "--config", "rec.yaml", "--out", "out"],
+            "output folder 'out' holds runs of another record "
+            "(seed_0, seed_1); choose another --out, or pass --overwrite",
+        ),
+        (["search", "--experiment", "."], ".: Is a directory"),
+        (
+            ["search", "--experiment", "e.yaml", "--storage", "sqlite:///afile/study.db"],
+            "afile is a file, not a folder",
+        ),
+    ],
+    ids=[
+        "seeds-zero",
+        "out-under-a-file",
+        "record-key-typo",
+        "record-negative-lr",
+        "predict-unknown-type",
+        "predict-folder",
+        "predict-latin-1",
+        "predict-empty-file",
+        "predict-no-model",
+        "predict-a-record",
+        "predict-train-out-folder",
+        "train-out-of-another-record",
+        "experiment-folder",
+        "storage-under-a-file",
+    ],
+)
 def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, capsys, argv, words):
     """Refused in one line with exit 2 before a model is loaded or a seed trained (the records'
     backbone does not exist: reaching it would be another error), nothing written."""
@@ -280,10 +488,10 @@ def test_train_predict_and_paths_refuse_before_any_work(tmp_path, monkeypatch, c
     (tmp_path / "negative.yaml").write_text(yaml.safe_dump({**RECORD, "recipe": {"lr": -1e-3}}))
     (tmp_path / "afile").write_text("")
     (tmp_path / "in.md").write_text("a wonderful film\n")
-    (tmp_path / "in.txt").write_text("a wonderful film\n\n\n")                 # blank lines at the end: fine
+    (tmp_path / "in.txt").write_text("a wonderful film\n\n\n")  # blank lines at the end: fine
     (tmp_path / "latin1.txt").write_bytes("a wonderful film\nun film rat\u00e9\n".encode("latin-1"))
     (tmp_path / "empty.txt").write_text("\n")
-    for seed in (0, 1):                                                          # what `train --out out` writes
+    for seed in (0, 1):  # what `train --out out` writes
         (tmp_path / "out" / f"seed_{seed}").mkdir(parents=True)
         (tmp_path / "out" / f"seed_{seed}" / "petl_config.json").write_text("{}")
     (tmp_path / "e.yaml").write_text(exp())
@@ -322,8 +530,9 @@ def test_a_hub_name_while_the_hub_cannot_be_reached_reads_the_cache_only(tmp_pat
     asked = []
     real = transformers.AutoConfig.from_pretrained
     monkeypatch.setattr(models, "hub_reachable", lambda: False)
-    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
-                        lambda path, **kw: asked.append(kw) or real(path, **kw))
+    monkeypatch.setattr(
+        transformers.AutoConfig, "from_pretrained", lambda path, **kw: asked.append(kw) or real(path, **kw)
+    )
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.chdir(tmp_path)
     rc = main(["presets", "--model", "some-org/some-model"])
@@ -333,8 +542,10 @@ def test_a_hub_name_while_the_hub_cannot_be_reached_reads_the_cache_only(tmp_pat
     assert asked == [{"local_files_only": True}]
 
 
-@pytest.mark.parametrize("task, words", [("sst2", "pass --data-dir DIR with DIR/SST-2/train.tsv"),
-                                          ("xsum", "pass --data-dir DIR with DIR/train.jsonl")])
+@pytest.mark.parametrize(
+    "task, words",
+    [("sst2", "pass --data-dir DIR with DIR/SST-2/train.tsv"), ("xsum", "pass --data-dir DIR with DIR/train.jsonl")],
+)
 def test_a_hub_dataset_while_the_hub_cannot_be_reached_reads_the_cache_only(monkeypatch, task, words):
     """Offline, a task without --data-dir looks in the local datasets cache at once (the hub client
     would retry for ~25 s first); the flags are put back after."""
@@ -345,12 +556,12 @@ def test_a_hub_dataset_while_the_hub_cannot_be_reached_reads_the_cache_only(monk
     from petl_nas.errors import ConfigError
     from petl_nas.tasks import load_splits
 
-    def load_dataset(*args, **kwargs):          # what the hub client would be told, then no network
+    def load_dataset(*args, **kwargs):  # what the hub client would be told, then no network
         seen.append((datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE))
         raise ConnectionError("offline")
 
     seen = []
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)     # a user's shell: no offline variables
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # a user's shell: no offline variables
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(models, "hub_reachable", lambda: False)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -384,8 +595,8 @@ def test_hub_reachable_asks_the_endpoint_and_respects_offline(monkeypatch):
 def test_texts_to_label_need_every_column_the_model_reads(tmp_path):
     """`predict` input for a sentence-pair model: a .txt file (one text a line) is refused, and an
     empty cell of a table is named by its row; numbers in a text column are read as written."""
-    from petl_nas.errors import ConfigError
     from petl_nas.deploy.runs import read_texts
+    from petl_nas.errors import ConfigError
 
     (tmp_path / "in.txt").write_text("a wonderful film\n")
     with pytest.raises(ConfigError, match=r"the model reads 2 texts a row \(sentence1, sentence2\); give a \.csv"):
@@ -405,12 +616,18 @@ def test_the_version_is_one_line(capsys):
     assert done.value.code == 0 and capsys.readouterr().out == f"petl-nas {__version__}\n"
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["search", "--trials", "abc"], "search: argument --trials: invalid int value: 'abc' (see petl-nas search --help)"),
-    (["serach"], "argument command: invalid choice: 'serach'"),
-    (["search", "--trails", "4"], "search: unrecognized arguments: --trails 4 (see petl-nas search --help)"),
-    (["--bogus"], "the following arguments are required: command (see petl-nas --help)"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["search", "--trials", "abc"],
+            "search: argument --trials: invalid int value: 'abc' (see petl-nas search --help)",
+        ),
+        (["serach"], "argument command: invalid choice: 'serach'"),
+        (["search", "--trails", "4"], "search: unrecognized arguments: --trails 4 (see petl-nas search --help)"),
+        (["--bogus"], "the following arguments are required: command (see petl-nas --help)"),
+    ],
+)
 def test_a_flag_argparse_refuses_is_one_line_too(capsys, argv, words):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -424,14 +641,21 @@ def test_blank_lines_of_a_text_input_are_skipped_and_said_once(tmp_path, monkeyp
     carries its own text, so none is shifted."""
     from petl_nas.deploy import runs as deploy
 
-    monkeypatch.setattr(deploy, "load", lambda backbone, directory: type("M", (), {"petl": type("P", (), {
-        "info": {"task": "demo_sentiment", "labels": ["neg", "pos"]}})()})())
+    monkeypatch.setattr(
+        deploy,
+        "load",
+        lambda backbone, directory: type(
+            "M", (), {"petl": type("P", (), {"info": {"task": "demo_sentiment", "labels": ["neg", "pos"]}})()}
+        )(),
+    )
     monkeypatch.setattr(deploy, "predict", lambda model, rows: [{"label": row[0][-3:]} for row in rows])
     (tmp_path / "in.txt").write_text("a good film pos\n\n  \nawful neg\n\n")
     assert main(["predict", "--run", "m", "--input", str(tmp_path / "in.txt")]) == 0
     out, err = capsys.readouterr()
-    assert [json.loads(line) for line in out.splitlines()] == [{"text": "a good film pos", "label": "pos"},
-                                                               {"text": "awful neg", "label": "neg"}]
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"text": "a good film pos", "label": "pos"},
+        {"text": "awful neg", "label": "neg"},
+    ]
     assert err == f"petl-nas: warning: input '{tmp_path / 'in.txt'}': 2 blank lines skipped (line 2, 3)\n"
 
 
@@ -441,26 +665,39 @@ def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, mo
     from petl_nas.search.experiment import large_budget_warning
 
     assert large_budget_warning("5%", 500, 10_000) is None and large_budget_warning("1000", 1000, 10_000) is None
-    assert large_budget_warning("1001", 1001, 10_000) == ("budget 1001 is 1,001 parameters, 10% of the backbone; "
-                                                          "PETL configurations usually take under 5%")
+    assert large_budget_warning("1001", 1001, 10_000) == (
+        "budget 1001 is 1,001 parameters, 10% of the backbone; PETL configurations usually take under 5%"
+    )
     monkeypatch.chdir(tmp_path)
     (tmp_path / "e.yaml").write_text(exp(trials=1))
     assert main(["search", "--experiment", "e.yaml", "--budget", "50%"]) == 0
-    out = capsys.readouterr().out.replace("\n  ", " ")              # a line wrapped at 120 characters, joined
+    out = capsys.readouterr().out.replace("\n  ", " ")  # a line wrapped at 120 characters, joined
     said = [line for line in out.splitlines() if line.startswith("warning: budget")]
-    assert len(said) == 1 and said[0].startswith("warning: budget 50% is ") and said[0].endswith(
-        " parameters, 50% of the backbone; PETL configurations usually take under 5% (did you mean 0.5%?)"), said
+    assert (
+        len(said) == 1
+        and said[0].startswith("warning: budget 50% is ")
+        and said[0].endswith(
+            " parameters, 50% of the backbone; PETL configurations usually take under 5% (did you mean 0.5%?)"
+        )
+    ), said
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("postgresql://u:secret@h/db?sslpassword=secret&application_name=a",
-     "postgresql://u:***@h/db?application_name=a&sslpassword=***"),
-    ("sqlite:///x.db?password=secret", "sqlite:///x.db?password=***"),
-    ("mysql://u@h/db?passwd=secret&secret_key=secret&charset=utf8",
-     "mysql://u@h/db?charset=utf8&passwd=***&secret_key=***"),
-    ("x://u:secret@h:notaport/db?token=secret&a=1", "x://u:***@h:notaport/db?token=***&a=1"),     # not SQLAlchemy's
-    ("sqlite:///study.db", "sqlite:///study.db"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        (
+            "postgresql://u:secret@h/db?sslpassword=secret&application_name=a",
+            "postgresql://u:***@h/db?application_name=a&sslpassword=***",
+        ),
+        ("sqlite:///x.db?password=secret", "sqlite:///x.db?password=***"),
+        (
+            "mysql://u@h/db?passwd=secret&secret_key=secret&charset=utf8",
+            "mysql://u@h/db?charset=utf8&passwd=***&secret_key=***",
+        ),
+        ("x://u:secret@h:notaport/db?token=secret&a=1", "x://u:***@h:notaport/db?token=***&a=1"),  # not SQLAlchemy's
+        ("sqlite:///study.db", "sqlite:///study.db"),
+    ],
+)
 def test_a_url_is_shown_without_its_user_info_password_or_secret_parameters(url, shown):
     from petl_nas.search.storage import redact
 

@@ -11,19 +11,27 @@ import hashlib
 import json
 
 import pytest
-
-from petl_nas.app.cli import main
 from conftest import TINY_BACKBONE
 
-PROTOCOL = {"backbone": TINY_BACKBONE, "space": "small", "trials": 1, "presets": ["lora"], "executor": "local",
-            "rates": "off", "storage": "sqlite:///study.db",
-            "fidelity": {"k": 32, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 16},
-            "final": {"seeds": 0, "baselines": False}}
+from petl_nas.app.cli import main
+
+PROTOCOL = {
+    "backbone": TINY_BACKBONE,
+    "space": "small",
+    "trials": 1,
+    "presets": ["lora"],
+    "executor": "local",
+    "rates": "off",
+    "storage": "sqlite:///study.db",
+    "fidelity": {"k": 32, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 16},
+    "final": {"seeds": 0, "baselines": False},
+}
 
 
 def suite(tasks=("demo_keyword",), budgets=("1%", "5%"), name="s", **study) -> str:
-    return json.dumps({"name": name, "tasks": list(tasks), "budgets": list(budgets),
-                       "study": {**PROTOCOL, **study}})            # JSON is YAML
+    return json.dumps(
+        {"name": name, "tasks": list(tasks), "budgets": list(budgets), "study": {**PROTOCOL, **study}}
+    )  # JSON is YAML
 
 
 def file_task(name: str, path: str) -> dict:
@@ -36,36 +44,70 @@ def rows(n: int, label=lambda i: i % 2) -> str:
 
 # (id, files beside suite.yaml, words the error line must contain)
 CASES = [
-    ("later-task-unknown", {"suite.yaml": suite(["demo_keyword", "demo_bogus"])},
-     "suite.yaml: demo_bogus at 5%: unknown task 'demo_bogus' (did you mean 'demo_copy'?)"),
-    ("later-task-file-missing", {"suite.yaml": suite(["demo_keyword", file_task("f", "no/train.tsv")])},
-     "suite.yaml: f at 5%: "),
-    ("later-task-header-only", {"suite.yaml": suite(["demo_keyword", file_task("f", "t.tsv")]), "t.tsv": rows(0)},
-     "suite.yaml: f at 5%: t.tsv: the file has no rows"),
-    ("later-task-one-class", {"suite.yaml": suite(["demo_keyword", file_task("f", "t.tsv")]),
-                              "t.tsv": rows(100, lambda i: 1)},
-     "f at 5%: t.tsv: 'label' holds one class ('1'); a classifier needs two or more"),
-    ("later-task-fewer-rows-than-k", {"suite.yaml": suite(["demo_keyword", file_task("f", "t.tsv")]), "t.tsv": rows(6)},
-     "f at 5%: k (fidelity.k) must be a whole number from 1 to the 6 training rows, got 32"),
-    ("budget-zero", {"suite.yaml": suite(budgets=["5%", "0"])},
-     "demo_keyword at 0: budget 0 admits no PETL module of space 'small'"),
-    ("budget-a-sliver", {"suite.yaml": suite(budgets=["5%", "1e-9%"])},
-     "demo_keyword at 1e-9%: budget 0 admits no PETL module of space 'small'"),
-    ("budget-twice-as-numbers", {"suite.yaml": suite(budgets=["5%", "5.0%"])},
-     "suite.yaml: budgets: a budget is given twice (5%, 5.0%)"),
-    ("name-a-number", {"suite.yaml": suite().replace('"name": "s"', '"name": 12345')},
-     "suite.yaml: name: expected a string, got 12345 (YAML reads it as a number: write name: '12345')"),
-    ("name-a-date", {"suite.yaml": suite().replace('"name": "s"', '"name": 2026-12-07')},
-     "suite.yaml: name: expected a string, got 2026-12-07 (YAML reads it as a date: write name: '2026-12-07')"),
-    ("data-advice-in-suite-terms", {"suite.yaml": suite(["demo_keyword", "sst2"])},
-     "pass data_dir: DIR in the suite file with DIR/SST-2/train.tsv"),
+    (
+        "later-task-unknown",
+        {"suite.yaml": suite(["demo_keyword", "demo_bogus"])},
+        "suite.yaml: demo_bogus at 5%: unknown task 'demo_bogus' (did you mean 'demo_copy'?)",
+    ),
+    (
+        "later-task-file-missing",
+        {"suite.yaml": suite(["demo_keyword", file_task("f", "no/train.tsv")])},
+        "suite.yaml: f at 5%: ",
+    ),
+    (
+        "later-task-header-only",
+        {"suite.yaml": suite(["demo_keyword", file_task("f", "t.tsv")]), "t.tsv": rows(0)},
+        "suite.yaml: f at 5%: t.tsv: the file has no rows",
+    ),
+    (
+        "later-task-one-class",
+        {"suite.yaml": suite(["demo_keyword", file_task("f", "t.tsv")]), "t.tsv": rows(100, lambda i: 1)},
+        "f at 5%: t.tsv: 'label' holds one class ('1'); a classifier needs two or more",
+    ),
+    (
+        "later-task-fewer-rows-than-k",
+        {"suite.yaml": suite(["demo_keyword", file_task("f", "t.tsv")]), "t.tsv": rows(6)},
+        "f at 5%: k (fidelity.k) must be a whole number from 1 to the 6 training rows, got 32",
+    ),
+    (
+        "budget-zero",
+        {"suite.yaml": suite(budgets=["5%", "0"])},
+        "demo_keyword at 0: budget 0 admits no PETL module of space 'small'",
+    ),
+    (
+        "budget-a-sliver",
+        {"suite.yaml": suite(budgets=["5%", "1e-9%"])},
+        "demo_keyword at 1e-9%: budget 0 admits no PETL module of space 'small'",
+    ),
+    (
+        "budget-twice-as-numbers",
+        {"suite.yaml": suite(budgets=["5%", "5.0%"])},
+        "suite.yaml: budgets: a budget is given twice (5%, 5.0%)",
+    ),
+    (
+        "name-a-number",
+        {"suite.yaml": suite().replace('"name": "s"', '"name": 12345')},
+        "suite.yaml: name: expected a string, got 12345 (YAML reads it as a number: write name: '12345')",
+    ),
+    (
+        "name-a-date",
+        {"suite.yaml": suite().replace('"name": "s"', '"name": 2026-12-07')},
+        "suite.yaml: name: expected a string, got 2026-12-07 (YAML reads it as a date: write name: '2026-12-07')",
+    ),
+    (
+        "data-advice-in-suite-terms",
+        {"suite.yaml": suite(["demo_keyword", "sst2"])},
+        "pass data_dir: DIR in the suite file with DIR/SST-2/train.tsv",
+    ),
     ("study-made-otherwise", "other-study", "rename the suite (name:) or delete that study to start it again"),
 ]
 
 
 def _snapshot(root) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _other_study(root) -> None:
@@ -96,7 +138,7 @@ def test_a_bad_suite_is_one_line_before_any_study_trains(tmp_path, monkeypatch, 
     assert rc == 2 and err.startswith("petl-nas: error: ") and err.count("\n") == 1, err
     assert words in err, err
     assert "--force-new-study" not in err and "--data-dir" not in err and "--study" not in err, err
-    assert _snapshot(tmp_path) == before                       # no study, no database, no run folder
+    assert _snapshot(tmp_path) == before  # no study, no database, no run folder
 
 
 def test_a_quoted_name_of_digits_is_a_name(tmp_path):
@@ -104,8 +146,10 @@ def test_a_quoted_name_of_digits_is_a_name(tmp_path):
 
     path = tmp_path / "s.yaml"
     path.write_text(suite().replace('"name": "s"', "\"name\": '2026-12-07'"))
-    assert [e.study_name for _, _, e in Suite.load(path).experiments()] == ["2026-12-07_demo_keyword_1pct",
-                                                                           "2026-12-07_demo_keyword_5pct"]
+    assert [e.study_name for _, _, e in Suite.load(path).experiments()] == [
+        "2026-12-07_demo_keyword_1pct",
+        "2026-12-07_demo_keyword_5pct",
+    ]
 
 
 def test_side_by_side_the_plan_is_checked_before_any_study_starts(tmp_path, monkeypatch, capsys):

@@ -36,7 +36,7 @@ def test_every_subcommand_help_has_an_example_that_parses(name, capsys):
     for line in examples:
         argv = shlex.split(line)[1:]
         assert argv[0] == name
-        build_parser().parse_args(argv)           # raises SystemExit if a flag is wrong
+        build_parser().parse_args(argv)  # raises SystemExit if a flag is wrong
 
 
 def test_the_new_subcommands_are_there():
@@ -65,14 +65,13 @@ def test_one_preset_shows_its_whole_description_and_the_configuration_it_builds(
     import textwrap
 
     import yaml
+    from conftest import tiny_config
 
-    from petl_nas.core.budget import count_parameters
     from petl_nas.app.cli import main
+    from petl_nas.core.budget import count_parameters
     from petl_nas.core.config import PetlConfig
     from petl_nas.core.models import load_model_config
     from petl_nas.core.presets import preset, preset_doc, preset_lr
-
-    from conftest import tiny_config
 
     model = tmp_path / "tiny"
     tiny_config(hidden_size=64).save_pretrained(model)
@@ -81,24 +80,30 @@ def test_one_preset_shows_its_whole_description_and_the_configuration_it_builds(
     assert lines[0] == name
     doc_end = lines.index(f"  learning rate when a study trains it: {preset_lr(name):g}")
     assert " ".join(" ".join(lines[1:doc_end]).split()) == " ".join(preset_doc(name).split())
-    block = lines[lines.index("  at least 1, rounded up to a multiple of phm_n for compacter):") + 1:-1]
+    block = lines[lines.index("  at least 1, rounded up to a multiple of phm_n for compacter):") + 1 : -1]
     entry = yaml.safe_load(textwrap.dedent("\n".join(block)))
     for m in entry["modules"]:
-        if (ratio := re.fullmatch(r"d/(\d+)", str(m.get("size")))):
+        if ratio := re.fullmatch(r"d/(\d+)", str(m.get("size"))):
             m["size"] = 64 // int(ratio.group(1))
-            m["size"] = -(-m["size"] // m.get("phm_n", 4)) * m.get("phm_n", 4) if m["form"] == "compacter" else m["size"]
+            m["size"] = (
+                -(-m["size"] // m.get("phm_n", 4)) * m.get("phm_n", 4) if m["form"] == "compacter" else m["size"]
+            )
     config = load_model_config(str(model))
     assert PetlConfig.from_dict(entry) == preset(name, config)
-    assert lines[-1] == (f"  on {model}: {count_parameters(config, preset(name, config)).deployable:,} deployable "
-                         f"parameters ({count_parameters(config, preset(name, config)).deployable_pct:.3f}% of the "
-                         f"model, head excluded)")
+    assert lines[-1] == (
+        f"  on {model}: {count_parameters(config, preset(name, config)).deployable:,} deployable "
+        f"parameters ({count_parameters(config, preset(name, config)).deployable_pct:.3f}% of the "
+        f"model, head excluded)"
+    )
 
 
 def test_an_unknown_preset_is_one_line(capsys):
     from petl_nas.app.cli import main
 
     assert main(["presets", "hulsby"]) == 2
-    assert capsys.readouterr().err.startswith("petl-nas: error: preset: unknown name 'hulsby' (did you mean 'houlsby'?)")
+    assert capsys.readouterr().err.startswith(
+        "petl-nas: error: preset: unknown name 'hulsby' (did you mean 'houlsby'?)"
+    )
 
 
 def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypatch, capsys):
@@ -111,14 +116,15 @@ def test_petl_nas_warnings_are_one_line_and_others_are_left_as_they_are(monkeypa
         warnings.warn("bert: the frozen pooler looks untrained", PetlWarning)
         warnings.warn("a library's own notice", FutureWarning)
         return 0
+
     monkeypatch.setattr(cli, "cmd_presets", noisy)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         assert cli.main(["presets"]) == 0
     err = capsys.readouterr().err
     assert "petl-nas: warning: bert: the frozen pooler looks untrained\n" in err
-    assert "a library's own notice" not in err          # left to Python (here: pytest's recorder)
-    assert warnings.showwarning.__name__ != "show"          # put back
+    assert "a library's own notice" not in err  # left to Python (here: pytest's recorder)
+    assert warnings.showwarning.__name__ != "show"  # put back
 
 
 def test_an_error_raised_while_ctrl_c_unwinds_is_reported_as_the_interrupt(monkeypatch, capsys):
@@ -135,11 +141,14 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_reported_as_the_interrupt(monke
 
     def broken(args):
         raise FileNotFoundError(2, "No such file or directory")
+
     monkeypatch.setattr(cli, "cmd_search", cut_short)
     assert cli.main(["search", "--experiment", "e.yaml"]) == 130
-    assert capsys.readouterr().err == ("petl-nas: warning: stopping raised FileNotFoundError: [Errno 2] No such file "
-                                       "or directory\npetl-nas: interrupted; the study is kept: run the same command "
-                                       "again to go on\n")
+    assert capsys.readouterr().err == (
+        "petl-nas: warning: stopping raised FileNotFoundError: [Errno 2] No such file "
+        "or directory\npetl-nas: interrupted; the study is kept: run the same command "
+        "again to go on\n"
+    )
     monkeypatch.setattr(cli, "cmd_search", broken)
     assert cli.main(["search", "--experiment", "e.yaml"]) == 2
     assert capsys.readouterr().err == "petl-nas: error: [Errno 2] No such file or directory\n"

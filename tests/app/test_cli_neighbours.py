@@ -18,20 +18,23 @@ from petl_nas.errors import ConfigError
 from petl_nas.search.experiment import Experiment, Fidelity, OneShot
 from petl_nas.search.storage_url import as_url, existing_url
 
-
 # ---- --storage: a URL, a SQLite file's path or a run folder ---------------------------------------
 
-@pytest.mark.parametrize("given, url", [
-    ("runs/x/study.db", "sqlite:///runs/x/study.db"),
-    ("study.db", "sqlite:///study.db"),
-    ("runs/x/", "sqlite:///runs/x/study.db"),
-    ("/abs/x/study.db", "sqlite:////abs/x/study.db"),
-    ("sqlite:///runs/x/study.db", "sqlite:///runs/x/study.db"),
-    ("postgresql+psycopg2://u:pw@h/db", "postgresql+psycopg2://u:pw@h/db"),
-])
+
+@pytest.mark.parametrize(
+    "given, url",
+    [
+        ("runs/x/study.db", "sqlite:///runs/x/study.db"),
+        ("study.db", "sqlite:///study.db"),
+        ("runs/x/", "sqlite:///runs/x/study.db"),
+        ("/abs/x/study.db", "sqlite:////abs/x/study.db"),
+        ("sqlite:///runs/x/study.db", "sqlite:///runs/x/study.db"),
+        ("postgresql+psycopg2://u:pw@h/db", "postgresql+psycopg2://u:pw@h/db"),
+    ],
+)
 def test_a_storage_is_a_url_a_file_or_a_folder(given, url):
     assert as_url(given) == url
-    assert Experiment(storage=given).storage_url == url       # search and quickstart read it there
+    assert Experiment(storage=given).storage_url == url  # search and quickstart read it there
 
 
 @pytest.mark.parametrize("given", ["just some words", "sqlite:/runs/x.db", "runs/x", "study.txt"])
@@ -60,6 +63,7 @@ def _reader_calls(monkeypatch):
     def stop(url, *args, **kwargs):
         seen.append(url)
         raise ConfigError("stopped here")
+
     monkeypatch.setattr(records, "load_study", stop)
     monkeypatch.setattr(report, "write_report", stop)
     monkeypatch.setattr(launcher, "serve", stop)
@@ -82,20 +86,23 @@ def test_every_reading_command_takes_each_form(tmp_path, monkeypatch, capsys, co
 
 
 @pytest.mark.parametrize("command", READERS, ids=lambda c: c[0])
-@pytest.mark.parametrize("given, words", [
-    ("runs/nope/study.db", "--storage runs/nope/study.db: no such file"),
-    ("runs/nope/", "--storage runs/nope/: no such folder"),
-    ("runs/empty/", "--storage runs/empty/: no study.db in that folder"),
-    ("runs/empty", "--storage runs/empty: no study.db in that folder"),
-])
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        ("runs/nope/study.db", "--storage runs/nope/study.db: no such file"),
+        ("runs/nope/", "--storage runs/nope/: no such folder"),
+        ("runs/empty/", "--storage runs/empty/: no study.db in that folder"),
+        ("runs/empty", "--storage runs/empty: no study.db in that folder"),
+    ],
+)
 def test_a_path_that_names_no_study_is_one_line_naming_it(tmp_path, monkeypatch, capsys, command, given, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "empty").mkdir(parents=True)
     seen = _reader_calls(monkeypatch)
     assert main([*command, "--storage", given]) == 2
     err = capsys.readouterr().err
-    assert err == f"petl-nas: error: {words}\n" and "sqlite:" not in err       # no URL the user did not type
-    assert not seen and not (tmp_path / "runs" / "nope").exists()            # nothing opened, nothing made
+    assert err == f"petl-nas: error: {words}\n" and "sqlite:" not in err  # no URL the user did not type
+    assert not seen and not (tmp_path / "runs" / "nope").exists()  # nothing opened, nothing made
 
 
 def test_doctor_checks_the_url_a_path_names(tmp_path, monkeypatch):
@@ -109,10 +116,11 @@ def test_doctor_checks_the_url_a_path_names(tmp_path, monkeypatch):
 
 
 def test_existing_url_leaves_a_url_to_the_opener():
-    assert existing_url("sqlite:///no/such.db") == "sqlite:///no/such.db"   # check_existing says that one
+    assert existing_url("sqlite:///no/such.db") == "sqlite:///no/such.db"  # check_existing says that one
 
 
 # ---- every default in --help, read from where the code keeps it ------------------------------------
+
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
@@ -126,13 +134,23 @@ def _help_of(parser: argparse.ArgumentParser, flag: str) -> str:
 
 
 SEARCH_DEFAULTS = {  # flag: (the dataclass that keeps its default, field)
-    "--name": (Experiment, "name"), "--model": (Experiment, "backbone"), "--task": (Experiment, "task"),
-    "--budget": (Experiment, "budget"), "--space": (Experiment, "space"), "--trials": (Experiment, "trials"),
-    "--sampler": (Experiment, "sampler"), "--strategy": (Experiment, "strategy"),
-    "--presets": (Experiment, "presets"), "--executor": (Experiment, "executor"),
-    "--scheduler": (Experiment, "scheduler"), "--cpus-per-trial": (Experiment, "cpus_per_trial"),
-    "--gpus-per-trial": (Experiment, "gpus_per_trial"), "--objectives": (Experiment, "objectives"),
-    "--seed": (Experiment, "seed"), "--k": (Fidelity, "k"), "--epochs": (Fidelity, "epochs"),
+    "--name": (Experiment, "name"),
+    "--model": (Experiment, "backbone"),
+    "--task": (Experiment, "task"),
+    "--budget": (Experiment, "budget"),
+    "--space": (Experiment, "space"),
+    "--trials": (Experiment, "trials"),
+    "--sampler": (Experiment, "sampler"),
+    "--strategy": (Experiment, "strategy"),
+    "--presets": (Experiment, "presets"),
+    "--executor": (Experiment, "executor"),
+    "--scheduler": (Experiment, "scheduler"),
+    "--cpus-per-trial": (Experiment, "cpus_per_trial"),
+    "--gpus-per-trial": (Experiment, "gpus_per_trial"),
+    "--objectives": (Experiment, "objectives"),
+    "--seed": (Experiment, "seed"),
+    "--k": (Fidelity, "k"),
+    "--epochs": (Fidelity, "epochs"),
     "--oneshot-runs": (OneShot, "runs"),
 }
 
@@ -163,8 +181,12 @@ def test_every_argparse_default_shows_in_its_help():
     missing = []
     for command, parser in _subparsers().items():
         for action in parser._actions:
-            if (action.default in (None, False, argparse.SUPPRESS) or not action.option_strings
-                    or action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction)):
+            if (
+                action.default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings
+                or action.help == argparse.SUPPRESS
+                or isinstance(action, argparse._HelpAction)
+            ):
                 continue
             said = _help_of(parser, action.option_strings[-1])
             value = action.default
@@ -175,15 +197,29 @@ def test_every_argparse_default_shows_in_its_help():
 
 # ---- -o/--output, and --out kept ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("flag", ["-o", "--output", "--out"])
 def test_train_writes_where_o_says(monkeypatch, capsys, flag):
     from petl_nas.deploy import export, runs
 
     seen = []
     monkeypatch.setattr(export, "read_record", lambda path: path)
-    monkeypatch.setattr(runs, "train_record", lambda rec, out, **kw: seen.append(out) or {
-        "runs": [0], "metrics": {"accuracy": 0.5}, "metric": "accuracy", "mean": 0.5, "std": 0.0,
-        "test_rows": 10, "test_rows_of": 10})
+    monkeypatch.setattr(
+        runs,
+        "train_record",
+        lambda rec, out, **kw: (
+            seen.append(out)
+            or {
+                "runs": [0],
+                "metrics": {"accuracy": 0.5},
+                "metric": "accuracy",
+                "mean": 0.5,
+                "std": 0.0,
+                "test_rows": 10,
+                "test_rows_of": 10,
+            }
+        ),
+    )
     assert main(["train", "--config", "best.yaml", flag, "runs/best"]) == 0
     assert seen == ["runs/best"] and capsys.readouterr().out.rstrip().endswith("in runs/best")
 
@@ -196,14 +232,20 @@ def test_train_help_names_o_first_and_out_as_its_former_name():
 
 # ---- --run for a trained run, --model still read -----------------------------------------------------
 
+
 @pytest.fixture
 def no_model(monkeypatch):
     """`predict` without a trained run: each answer is the row's last word; ``loaded``: runs asked for."""
     from petl_nas.deploy import runs as deploy
 
     loaded, info = [], {"task": "demo_sentiment", "labels": ["neg", "pos"]}
-    monkeypatch.setattr(deploy, "load", lambda backbone, directory: loaded.append(directory) or types.SimpleNamespace(
-        petl=types.SimpleNamespace(info=info)))
+    monkeypatch.setattr(
+        deploy,
+        "load",
+        lambda backbone, directory: (
+            loaded.append(directory) or types.SimpleNamespace(petl=types.SimpleNamespace(info=info))
+        ),
+    )
     monkeypatch.setattr(deploy, "predict", lambda model, rows: [{"label": row[-1].split()[-1]} for row in rows])
     return types.SimpleNamespace(loaded=loaded, info=info)
 
@@ -223,10 +265,13 @@ def test_predict_takes_run_and_says_model_is_renamed(no_model, capsys):
     assert no_model.loaded == ["r", "r"]
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--run", "r", "--model", "r"], "give --run DIR only (--model is its former name)"),
-    ([], "give --run DIR: a directory written by petl-nas train"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--run", "r", "--model", "r"], "give --run DIR only (--model is its former name)"),
+        ([], "give --run DIR: a directory written by petl-nas train"),
+    ],
+)
 @pytest.mark.parametrize("command", [["predict", "--text", "x"], ["convert", "-o", "out"]], ids=lambda c: c[0])
 def test_a_run_is_named_once(no_model, capsys, command, args, words):
     assert main([*command, *args]) == 2
@@ -240,12 +285,14 @@ def test_convert_reads_the_run_either_flag_names(monkeypatch, capsys, flag):
 
     def stop(run, *args, **kwargs):
         raise ConfigError(f"converting {run}")
+
     monkeypatch.setattr(convert, "convert", stop)
     assert main(["convert", flag, "runs/best/seed_0", "-o", "out"]) == 2
     assert capsys.readouterr().err.endswith("petl-nas: error: converting runs/best/seed_0\n")
 
 
 # ---- predict: --text, standard input, label names ----------------------------------------------------
+
 
 def _stdin(monkeypatch, data: bytes, tty: bool = False):
     stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
@@ -255,27 +302,42 @@ def _stdin(monkeypatch, data: bytes, tty: bool = False):
 
 def test_predict_labels_each_text_flag_in_order(no_model, capsys):
     assert main(["predict", "--run", "r", "--text", "so good", "--text", "", "--text", "so bad"]) == 0
-    assert _answers(capsys.readouterr().out) == [{"text": "so good", "label": "good"},
-                                                 {"text": "so bad", "label": "bad"}]
+    assert _answers(capsys.readouterr().out) == [
+        {"text": "so good", "label": "good"},
+        {"text": "so bad", "label": "bad"},
+    ]
 
 
 @pytest.mark.parametrize("args", [[], ["--input", "-"]], ids=["piped", "dash"])
 def test_predict_reads_standard_input(no_model, capsys, monkeypatch, args):
     _stdin(monkeypatch, "\ufeffso good\n\nso bad 😀\n".encode())
     assert main(["predict", "--run", "r", *args]) == 0
-    assert _answers(capsys.readouterr().out) == [{"text": "so good", "label": "good"},
-                                                 {"text": "so bad 😀", "label": "😀"}]
+    assert _answers(capsys.readouterr().out) == [
+        {"text": "so good", "label": "good"},
+        {"text": "so bad 😀", "label": "😀"},
+    ]
 
 
-@pytest.mark.parametrize("stdin, args, words", [
-    (b"", [], "give --input FILE, --text TEXT, or texts on standard input (one per line)"),     # a terminal
-    (b"\n\n", ["--input", "-"], "no texts to label: standard input is empty"),
-    (b"caf\xe9\n", ["--input", "-"], "standard input: not UTF-8 text (byte 0xe9 at offset 3)"),
-    (b"ok\n" + b"x" * 50 + b"\n", ["--max-text-bytes", "40"],
-     "standard input, line 2: 50 bytes, over --max-text-bytes 40"),
-    (b"", ["--text", "ok", "--text", "y" * 50, "--max-text-bytes", "40"], "--text 2: 50 bytes, over --max-text-bytes"),
-    (b"", ["--text", "ok", "--input", "in.txt"], "give --input FILE or --text TEXT, not both"),
-], ids=["terminal", "empty", "not-utf8", "line-too-long", "text-too-long", "both"])
+@pytest.mark.parametrize(
+    "stdin, args, words",
+    [
+        (b"", [], "give --input FILE, --text TEXT, or texts on standard input (one per line)"),  # a terminal
+        (b"\n\n", ["--input", "-"], "no texts to label: standard input is empty"),
+        (b"caf\xe9\n", ["--input", "-"], "standard input: not UTF-8 text (byte 0xe9 at offset 3)"),
+        (
+            b"ok\n" + b"x" * 50 + b"\n",
+            ["--max-text-bytes", "40"],
+            "standard input, line 2: 50 bytes, over --max-text-bytes 40",
+        ),
+        (
+            b"",
+            ["--text", "ok", "--text", "y" * 50, "--max-text-bytes", "40"],
+            "--text 2: 50 bytes, over --max-text-bytes",
+        ),
+        (b"", ["--text", "ok", "--input", "in.txt"], "give --input FILE or --text TEXT, not both"),
+    ],
+    ids=["terminal", "empty", "not-utf8", "line-too-long", "text-too-long", "both"],
+)
 def test_bad_texts_are_one_line_before_the_model_loads(no_model, capsys, monkeypatch, stdin, args, words):
     _stdin(monkeypatch, stdin, tty=not args)
     assert main(["predict", "--run", "r", *args]) == 2
@@ -289,23 +351,30 @@ def test_a_pair_task_takes_its_texts_tab_separated(no_model, capsys):
     assert main(["predict", "--run", "r", "--text", "it rains\tthe ground is wet"]) == 0
     assert _answers(capsys.readouterr().out) == [{"text": ["it rains", "the ground is wet"], "label": "wet"}]
     assert main(["predict", "--run", "r", "--text", "it rains"]) == 2
-    assert capsys.readouterr().err.startswith("petl-nas: error: --text 1: the model reads 2 texts a row "
-                                              "(sentence1, sentence2), tab-separated; found 1")
+    assert capsys.readouterr().err.startswith(
+        "petl-nas: error: --text 1: the model reads 2 texts a row (sentence1, sentence2), tab-separated; found 1"
+    )
 
 
-@pytest.mark.parametrize("task, names", [
-    ("sst2", ["negative", "positive"]), ("cola", ["unacceptable", "acceptable"]),
-    ("mrpc", ["not_equivalent", "equivalent"]), ("qqp", ["not_duplicate", "duplicate"]),
-    ("qnli", ["entailment", "not_entailment"]), ("rte", ["entailment", "not_entailment"]),
-    ("mnli", ["entailment", "neutral", "contradiction"]),
-])
+@pytest.mark.parametrize(
+    "task, names",
+    [
+        ("sst2", ["negative", "positive"]),
+        ("cola", ["unacceptable", "acceptable"]),
+        ("mrpc", ["not_equivalent", "equivalent"]),
+        ("qqp", ["not_duplicate", "duplicate"]),
+        ("qnli", ["entailment", "not_entailment"]),
+        ("rte", ["entailment", "not_entailment"]),
+        ("mnli", ["entailment", "neutral", "contradiction"]),
+    ],
+)
 def test_glue_tasks_have_their_label_names(task, names):
     from petl_nas.tasks import get_task
     from petl_nas.tasks.glue import label_names
 
     assert label_names(task, get_task(task).labels) == names
-    assert label_names({"train": "a.csv"}, ["0", "1"]) == ["0", "1"]          # a task on files: as it wrote them
-    assert label_names("sst2", ["1", "0"]) == ["1", "0"]                      # not GLUE's order: not renamed
+    assert label_names({"train": "a.csv"}, ["0", "1"]) == ["0", "1"]  # a task on files: as it wrote them
+    assert label_names("sst2", ["1", "0"]) == ["1", "0"]  # not GLUE's order: not renamed
 
 
 class _Scores:
@@ -339,12 +408,14 @@ class _Classifier:
 def test_predict_says_sst2s_label_names_and_keeps_the_id():
     from petl_nas.deploy.runs import predict
 
-    out = predict(_Classifier({"task": "sst2", "labels": ["0", "1"], "kind": "classification"}),
-                  [("bad",), ("a fine film",)])
+    out = predict(
+        _Classifier({"task": "sst2", "labels": ["0", "1"], "kind": "classification"}), [("bad",), ("a fine film",)]
+    )
     assert [(p["label"], p["label_id"]) for p in out] == [("negative", 0), ("positive", 1)]
     assert list(out[0]["probabilities"]) == ["negative", "positive"]
-    out = predict(_Classifier({"task": {"train": "a.csv"}, "labels": ["no", "yes"], "kind": "classification"}),
-                  [("a fine film",)])
+    out = predict(
+        _Classifier({"task": {"train": "a.csv"}, "labels": ["no", "yes"], "kind": "classification"}), [("a fine film",)]
+    )
     assert (out[0]["label"], out[0]["label_id"]) == ("yes", 1)
 
 
@@ -354,8 +425,12 @@ def test_quickstart_help_says_its_experiments_defaults():
     from petl_nas.app.quickstart import default_experiment
 
     exp, parser = default_experiment(), _subparsers()["quickstart"]
-    for flag, value in (("--trials", exp.trials), ("--k", exp.fidelity.k), ("--epochs", exp.fidelity.epochs),
-                        ("--final-seeds", exp.final.seeds)):
+    for flag, value in (
+        ("--trials", exp.trials),
+        ("--k", exp.fidelity.k),
+        ("--epochs", exp.fidelity.epochs),
+        ("--final-seeds", exp.final.seeds),
+    ):
         assert f"(default {value:g}" in _help_of(parser, flag), flag
     assert f"(default {exp.name}," in _help_of(parser, "--name")
     assert "(default: local Ray)" in _help_of(parser, "--executor") and exp.executor == "ray"

@@ -12,15 +12,26 @@ import struct
 
 import pytest
 import yaml
-
-from petl_nas.app.cli import main
 from conftest import TINY_BACKBONE
 
-RECORD = {"backbone": TINY_BACKBONE, "task": "demo_keyword",
-          "petl_config": {"modules": [{"form": "lora", "position": "attn", "size": 2}]},
-          "recipe": {"lr": 1e-3, "epochs": 1, "batch_size": 16, "max_length": 16}, "k": 32, "search_dev": 16}
-DIMS = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 64, "vocab_size": 100}
+from petl_nas.app.cli import main
+
+RECORD = {
+    "backbone": TINY_BACKBONE,
+    "task": "demo_keyword",
+    "petl_config": {"modules": [{"form": "lora", "position": "attn", "size": 2}]},
+    "recipe": {"lr": 1e-3, "epochs": 1, "batch_size": 16, "max_length": 16},
+    "k": 32,
+    "search_dev": 16,
+}
+DIMS = {
+    "model_type": "bert",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "vocab_size": 100,
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,31 +58,62 @@ def _damaged_backbone(root) -> None:
 
 # (id, damage done to the copied run folder "run" or the working folder, argv, words)
 CASES = [
-    ("predict-weights-cut-short", lambda r: _cut(r / "run" / "petl_weights.safetensors", 100),
-     ["predict", "--run", "run", "--input", "in.txt"], "run/petl_weights.safetensors: damaged (its header says"),
-    ("convert-weights-cut-short", lambda r: _cut(r / "run" / "petl_weights.safetensors", 300),
-     ["convert", "--run", "run", "--output", "peft", "--to", "peft"], "run/petl_weights.safetensors: damaged ("),
-    ("predict-config-cut-short", lambda r: _cut(r / "run" / "petl_config.json", 30),
-     ["predict", "--run", "run", "--input", "in.txt"], "run/petl_config.json: damaged (not JSON: "),
-    ("convert-config-not-a-run", lambda r: (r / "run" / "petl_config.json").write_text("[1, 2]"),
-     ["convert", "--run", "run", "--output", "peft", "--to", "merged"],
-     "run/petl_config.json: damaged (no petl_config in it)"),
-    ("predict-tiny-run-without-tokenizer", lambda r: shutil.rmtree(r / "run" / "tokenizer"),
-     ["predict", "--run", "run", "--input", "in.txt"],
-     "run: a run on a tiny backbone keeps its tokenizer in tokenizer/, and it is missing"),
-    ("convert-tiny-run-without-tokenizer", lambda r: shutil.rmtree(r / "run" / "tokenizer"),
-     ["convert", "--run", "run", "--output", "peft", "--to", "peft"], "tokenizer/, and it is missing"),
-    ("predict-backbone-damaged", _damaged_backbone,
-     ["predict", "--run", "run", "--backbone", "bert", "--input", "in.txt"],
-     "model 'bert': model.safetensors is damaged (its header says 4,096 header bytes"),
-    ("train-backbone-damaged", _damaged_backbone, ["train", "--config", "bert.yaml", "--out", "out"],
-     "model 'bert': model.safetensors is damaged (its header says 4,096 header bytes"),
+    (
+        "predict-weights-cut-short",
+        lambda r: _cut(r / "run" / "petl_weights.safetensors", 100),
+        ["predict", "--run", "run", "--input", "in.txt"],
+        "run/petl_weights.safetensors: damaged (its header says",
+    ),
+    (
+        "convert-weights-cut-short",
+        lambda r: _cut(r / "run" / "petl_weights.safetensors", 300),
+        ["convert", "--run", "run", "--output", "peft", "--to", "peft"],
+        "run/petl_weights.safetensors: damaged (",
+    ),
+    (
+        "predict-config-cut-short",
+        lambda r: _cut(r / "run" / "petl_config.json", 30),
+        ["predict", "--run", "run", "--input", "in.txt"],
+        "run/petl_config.json: damaged (not JSON: ",
+    ),
+    (
+        "convert-config-not-a-run",
+        lambda r: (r / "run" / "petl_config.json").write_text("[1, 2]"),
+        ["convert", "--run", "run", "--output", "peft", "--to", "merged"],
+        "run/petl_config.json: damaged (no petl_config in it)",
+    ),
+    (
+        "predict-tiny-run-without-tokenizer",
+        lambda r: shutil.rmtree(r / "run" / "tokenizer"),
+        ["predict", "--run", "run", "--input", "in.txt"],
+        "run: a run on a tiny backbone keeps its tokenizer in tokenizer/, and it is missing",
+    ),
+    (
+        "convert-tiny-run-without-tokenizer",
+        lambda r: shutil.rmtree(r / "run" / "tokenizer"),
+        ["convert", "--run", "run", "--output", "peft", "--to", "peft"],
+        "tokenizer/, and it is missing",
+    ),
+    (
+        "predict-backbone-damaged",
+        _damaged_backbone,
+        ["predict", "--run", "run", "--backbone", "bert", "--input", "in.txt"],
+        "model 'bert': model.safetensors is damaged (its header says 4,096 header bytes",
+    ),
+    (
+        "train-backbone-damaged",
+        _damaged_backbone,
+        ["train", "--config", "bert.yaml", "--out", "out"],
+        "model 'bert': model.safetensors is damaged (its header says 4,096 header bytes",
+    ),
 ]
 
 
 def _snapshot(root) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 @pytest.mark.parametrize("damage, argv, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

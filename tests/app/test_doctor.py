@@ -13,7 +13,7 @@ from petl_nas.app.cli import main
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.chdir(tmp_path)                       # the default SQLite path is relative: keep it here
+    monkeypatch.chdir(tmp_path)  # the default SQLite path is relative: keep it here
 
 
 def test_reports_this_machine_and_passes(capsys):
@@ -22,13 +22,22 @@ def test_reports_this_machine_and_passes(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert torch.__version__ in out
-    for name in ("python", "transformers", "optuna", "ray", "datasets", "gpus", "storage", "glue data",
-                 "hugging face hub"):
+    for name in (
+        "python",
+        "transformers",
+        "optuna",
+        "ray",
+        "datasets",
+        "gpus",
+        "storage",
+        "glue data",
+        "hugging face hub",
+    ):
         assert f" {name} " in out or f" {name}\n" in out, name
     assert "essentials: ok" in out
     assert "offline (HF_HUB_OFFLINE=1)" in out
-    assert not os.path.exists("runs")                 # the storage check writes nothing
-    if not torch.cuda.is_available():                 # says whether fidelity.precision: bf16 pays on this CPU
+    assert not os.path.exists("runs")  # the storage check writes nothing
+    if not torch.cuda.is_available():  # says whether fidelity.precision: bf16 pays on this CPU
         from petl_nas.core.precision import cpu_has_native_bf16
 
         assert ("computes bf16 natively" if cpu_has_native_bf16() else "no native bf16 on this CPU") in out
@@ -48,15 +57,18 @@ def test_unreachable_storage_fails_cleanly(capsys):
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if " storage " in l)
     assert "FAIL" in line and "unreachable" in line and url.replace(":petl@", ":***@") in line
-    assert ":petl@" not in out                                       # the password is never printed
+    assert ":petl@" not in out  # the password is never printed
     assert "essentials missing: storage" in out
 
 
-@pytest.mark.parametrize("url, why", [
-    ("sqlite:////etc/hostname/study.db", "cannot be created"),
-    ("nosuchdb://user@host/db", "not a database URL"),
-    ("mysql+surelynotadriver://a@127.0.0.1/x", "not a database URL"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("sqlite:////etc/hostname/study.db", "cannot be created"),
+        ("nosuchdb://user@host/db", "not a database URL"),
+        ("mysql+surelynotadriver://a@127.0.0.1/x", "not a database URL"),
+    ],
+)
 def test_bad_storage_urls(url, why):
     check = doctor.check_storage(url)
     assert check.status == "FAIL" and why in check.detail and check.fix
@@ -114,10 +126,14 @@ def test_a_torch_that_cannot_be_imported_fails_one_check_not_the_doctor():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "from petl_nas.app.cli import main; sys.exit(main(['doctor']))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    code = "import sys; sys.modules['torch'] = None\nfrom petl_nas.app.cli import main; sys.exit(main(['doctor']))"
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert run.returncode == 1, run.stderr[-2000:]
     assert "FAIL  gpus" in run.stdout and "torch is installed but cannot be imported" in run.stdout
     assert "fix: pip install --force-reinstall torch" in run.stdout and "Traceback" not in run.stderr

@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 HEAVY = ("torch", "ray", "transformers")
@@ -42,16 +41,22 @@ print("heavy imports:", json.dumps(seen))
 
 
 def heavy_imports(argv: list[str]) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(HEAVY), json.dumps(argv)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY), json.dumps(argv)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("heavy imports: ")]
     return json.loads(line.removeprefix("heavy imports: "))
 
 
-@pytest.mark.parametrize("command", ["export --list", "export --preset pfeiffer -o {out}/best.yaml",
-                                     "report -o {out}/report", "dashboard"])
+@pytest.mark.parametrize(
+    "command", ["export --list", "export --preset pfeiffer -o {out}/best.yaml", "report -o {out}/report", "dashboard"]
+)
 def test_a_read_imports_neither_torch_nor_ray(small_study, tmp_path, command):
     url = small_study[0]
     if command == "dashboard":
@@ -59,8 +64,9 @@ def test_a_read_imports_neither_torch_nor_ray(small_study, tmp_path, command):
     else:
         argv = command.format(out=tmp_path).split() + ["--storage", url]
     imported = heavy_imports(argv)
-    assert not imported, "\n".join(f"{argv[0]} imported {name} through:\n  " + "\n  ".join(frames)
-                                   for name, frames in imported.items())
+    assert not imported, "\n".join(
+        f"{argv[0]} imported {name} through:\n  " + "\n  ".join(frames) for name, frames in imported.items()
+    )
     if command.startswith("export --preset"):
         assert yaml.safe_load((tmp_path / "best.yaml").read_text())["petl_config"]
     if command.startswith("report"):

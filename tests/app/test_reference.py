@@ -45,7 +45,7 @@ def test_a_key_without_a_schema_is_refused():
 
 def kind_of(data) -> str | None:
     if not isinstance(data, dict) or "petl_config" in data or "slots" in data:
-        return None                                       # an exported record or a space: not ours
+        return None  # an exported record or a space: not ours
     return "suite" if "tasks" in data and "budgets" in data else "experiment"
 
 
@@ -72,27 +72,48 @@ def test_the_schemas_accept_every_experiment_and_suite_file_in_the_repository():
     assert checked["experiment"] >= 20 and checked["suite"] >= 5, checked
 
 
-@pytest.mark.parametrize("kind, data", [
-    ("experiment", {"trials": 8, "trails": 8}),
-    ("experiment", {"fidelity": {"k": 500, "epoch": 3}}),
-    ("experiment", {"trials": "many"}),
-    ("experiment", {"fidelity": {"precision": "fp16"}}),
-    ("experiment", {"final": {"baselines": "yes"}}),
-    ("experiment", {"budget": "half"}),
-    ("suite", {"name": "s", "tasks": ["sst2"], "budgets": ["0.5%"], "colour": "red"}),
-    ("suite", {"name": "s", "tasks": ["sst2"], "budgets": ["0.5%"], "study": {"task": "cola"}}),
-    ("suite", {"name": "s", "tasks": ["sst2"], "budgets": ["0.5%"], "study": {"trials": "many"}}),
-    ("suite", {"name": "s", "tasks": "sst2", "budgets": ["0.5%"]}),
-    ("suite", {"tasks": ["sst2"], "budgets": ["0.5%"]}),
-], ids=["unknown key", "unknown section key", "wrong type", "not allowed", "not a bool", "not a budget",
-        "suite unknown key", "suite protocol gives the task", "suite protocol wrong type", "tasks not a list",
-        "suite without a name"])
+@pytest.mark.parametrize(
+    "kind, data",
+    [
+        ("experiment", {"trials": 8, "trails": 8}),
+        ("experiment", {"fidelity": {"k": 500, "epoch": 3}}),
+        ("experiment", {"trials": "many"}),
+        ("experiment", {"fidelity": {"precision": "fp16"}}),
+        ("experiment", {"final": {"baselines": "yes"}}),
+        ("experiment", {"budget": "half"}),
+        ("suite", {"name": "s", "tasks": ["sst2"], "budgets": ["0.5%"], "colour": "red"}),
+        ("suite", {"name": "s", "tasks": ["sst2"], "budgets": ["0.5%"], "study": {"task": "cola"}}),
+        ("suite", {"name": "s", "tasks": ["sst2"], "budgets": ["0.5%"], "study": {"trials": "many"}}),
+        ("suite", {"name": "s", "tasks": "sst2", "budgets": ["0.5%"]}),
+        ("suite", {"tasks": ["sst2"], "budgets": ["0.5%"]}),
+    ],
+    ids=[
+        "unknown key",
+        "unknown section key",
+        "wrong type",
+        "not allowed",
+        "not a bool",
+        "not a budget",
+        "suite unknown key",
+        "suite protocol gives the task",
+        "suite protocol wrong type",
+        "tasks not a list",
+        "suite without a name",
+    ],
+)
 def test_the_schemas_refuse_an_unknown_key_or_a_wrong_type(kind, data):
     assert not validator(kind).is_valid(data)
 
 
 def test_the_schema_accepts_the_shorthands_and_yamls_bare_off():
     ok = validator("experiment")
-    for data in ({"fidelity": "auto"}, {"rates": "off"}, {"rates": False}, {"fidelity": {"compile": False}},
-                 {"objectives": ["score", "params", "latency"]}, {"budget": 120000}, {"budget": "1.2e5"}):
+    for data in (
+        {"fidelity": "auto"},
+        {"rates": "off"},
+        {"rates": False},
+        {"fidelity": {"compile": False}},
+        {"objectives": ["score", "params", "latency"]},
+        {"budget": 120000},
+        {"budget": "1.2e5"},
+    ):
         assert ok.is_valid(data), data

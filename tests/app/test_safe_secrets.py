@@ -19,13 +19,13 @@ import uuid
 import optuna
 import pytest
 import sqlalchemy
+from conftest import TINY_BACKBONE
 
-from petl_nas.search import warm_start
 from petl_nas.app.cli import main
 from petl_nas.dashboards.launcher import make_dashboard
+from petl_nas.search import warm_start
 from petl_nas.search.space import SearchSpace
 from petl_nas.search.storage import redact
-from conftest import TINY_BACKBONE
 
 PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
 
@@ -34,11 +34,22 @@ def experiment(name: str, executor: str) -> dict:
     """A search of 2 trials that learn, in seconds (as
     test_warm_start.py's); no storage in it: the URL is given as a flag, so the only copy of the
     password on disk would be one petl-nas wrote."""
-    return {"name": name, "backbone": TINY_BACKBONE, "task": "demo_keyword", "budget": "5%", "space": "small", "trials": 2,
-            "presets": ["lora"], "executor": executor, "scheduler": "fifo", "startup_trials": 1, "seed": 3,
-            "fidelity": {"k": 320, "epochs": 5, "batch_size": 16, "max_length": 24, "search_dev": 128,
-                         "length_buckets": 0},
-            "final": {"seeds": 0, "epochs": 1, "baselines": False}, "rates": "off"}
+    return {
+        "name": name,
+        "backbone": TINY_BACKBONE,
+        "task": "demo_keyword",
+        "budget": "5%",
+        "space": "small",
+        "trials": 2,
+        "presets": ["lora"],
+        "executor": executor,
+        "scheduler": "fifo",
+        "startup_trials": 1,
+        "seed": 3,
+        "fidelity": {"k": 320, "epochs": 5, "batch_size": 16, "max_length": 24, "search_dev": 128, "length_buckets": 0},
+        "final": {"seeds": 0, "epochs": 1, "baselines": False},
+        "rates": "off",
+    }
 
 
 @pytest.fixture
@@ -92,8 +103,9 @@ def stored_attributes(url: str) -> str:
         out = []
         for s in storage.get_all_studies():
             sid = s._study_id
-            out.append(json.dumps([storage.get_study_user_attrs(sid), storage.get_study_system_attrs(sid)],
-                                  default=str))
+            out.append(
+                json.dumps([storage.get_study_user_attrs(sid), storage.get_study_system_attrs(sid)], default=str)
+            )
             out += [json.dumps([t.user_attrs, t.system_attrs], default=str) for t in storage.get_all_trials(sid)]
         return "\n".join(out)
     finally:
@@ -105,8 +117,9 @@ def database_rows(url: str) -> str:
     engine = sqlalchemy.create_engine(url)
     try:
         with engine.connect() as c:
-            tables = [t for (t,) in c.exec_driver_sql(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+            tables = [
+                t for (t,) in c.exec_driver_sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            ]
             assert "trial_user_attributes" in tables
             return "\n".join(str(row) for t in tables for row in c.exec_driver_sql(f'SELECT t::text FROM "{t}" t'))
     finally:
@@ -117,7 +130,7 @@ def database_rows(url: str) -> str:
 def test_no_file_line_attribute_or_row_holds_the_storage_password(secret_url, tmp_path, monkeypatch, capsys):
     url, password = secret_url
     monkeypatch.chdir(tmp_path)
-    for name, executor in (("first", "ray"), ("second", "local")):        # Ray's folder too: its pickles
+    for name, executor in (("first", "ray"), ("second", "local")):  # Ray's folder too: its pickles
         (tmp_path / f"{name}.yaml").write_text(json.dumps(experiment(name, executor)))
     printed = []
 
@@ -132,7 +145,7 @@ def test_no_file_line_attribute_or_row_holds_the_storage_password(secret_url, tm
     run("search", "--experiment", "second.yaml", "--storage", url, "--warm-start", f"{url}#first")  # resumed
     second = optuna.load_study(study_name="second", storage=url)
     warm = [t for t in second.trials if t.user_attrs.get("warm_start")]
-    assert warm and len(warm) == len(second.user_attrs["warm_start"]["taken"]), printed   # not queued twice
+    assert warm and len(warm) == len(second.user_attrs["warm_start"]["taken"]), printed  # not queued twice
     run("export", "--storage", url, "--study", "second", "--recipe", "search", "-o", "best.yaml")
     run("train", "--config", "best.yaml", "--seeds", "1", "--out", "trained", "--no-progress")
     run("report", "--storage", url, "--study", "second", "-o", "report")
@@ -140,13 +153,19 @@ def test_no_file_line_attribute_or_row_holds_the_storage_password(secret_url, tm
     secret = password.encode()
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "metrics.json" for p in files) and any(p.name == "report.html" for p in files)
-    assert any(p.parent.name == "trials" for p in files)                          # the run folders' records
-    assert any(p.name == "tuner.pkl" for p in files)                              # and Ray's state
+    assert any(p.parent.name == "trials" for p in files)  # the run folders' records
+    assert any(p.name == "tuner.pkl" for p in files)  # and Ray's state
     leaks = [str(p.relative_to(tmp_path)) for p in files if secret in p.read_bytes()]
-    leaks += [what for what, text in (("printed lines", "\n".join(printed)),
-                                      ("stored attributes", stored_attributes(url)),
-                                      ("dashboard API", "\n".join(served_json(url))),
-                                      ("database rows", database_rows(url))) if password in text]
+    leaks += [
+        what
+        for what, text in (
+            ("printed lines", "\n".join(printed)),
+            ("stored attributes", stored_attributes(url)),
+            ("dashboard API", "\n".join(served_json(url))),
+            ("database rows", database_rows(url)),
+        )
+        if password in text
+    ]
     assert leaks == []
     assert second.user_attrs["warm_start"]["source"] == redact(url) + "#first"
 
@@ -156,14 +175,19 @@ def test_a_warm_start_is_stored_without_its_password_and_still_recognised_on_res
     twice, also for a study that stored the URL as given (before passwords were hidden)."""
     from transformers import BertConfig
 
-    monkeypatch.setattr(warm_start, "front_of", lambda source: ("earlier", []))    # no database needed
+    monkeypatch.setattr(warm_start, "front_of", lambda source: ("earlier", []))  # no database needed
     source = "postgresql+psycopg2://u:pw-plain@db:5432/petl#earlier"
-    args = (SearchSpace.load("small"), BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                  intermediate_size=64), None, 2, "sqlite:///x.db")
+    args = (
+        SearchSpace.load("small"),
+        BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
+        None,
+        2,
+        "sqlite:///x.db",
+    )
     study = optuna.create_study(directions=["maximize", "minimize"])
-    assert warm_start.seed_warm_start(study, source, *args)                   # a line: nothing to queue
+    assert warm_start.seed_warm_start(study, source, *args)  # a line: nothing to queue
     assert study.user_attrs["warm_start"]["source"] == "postgresql+psycopg2://u:***@db:5432/petl#earlier"
-    assert warm_start.seed_warm_start(study, source, *args) == []             # resumed: done already
+    assert warm_start.seed_warm_start(study, source, *args) == []  # resumed: done already
     old = optuna.create_study(directions=["maximize", "minimize"])
     old.set_user_attr("warm_start", {"source": source, "taken": [], "dropped": []})
     assert warm_start.seed_warm_start(old, source, *args) == []

@@ -13,32 +13,43 @@ import copy
 
 import pytest
 import torch
+from conftest import NO_RATES, REFERENCE_ATTENTION, ZERO_INIT
 
-from conftest import REFERENCE_ATTENTION, ZERO_INIT
-from petl_nas import (ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, count_parameters, load_petl,
-                      petl_disabled, preset, preset_names, remove_petl, save_petl)
+from petl_nas import (
+    ConfigError,
+    ModuleSpec,
+    PetlConfig,
+    apply_petl,
+    count_model,
+    count_parameters,
+    load_petl,
+    petl_disabled,
+    preset,
+    preset_names,
+    remove_petl,
+    save_petl,
+)
 from petl_nas.core.backbones import spec_for, supported_model_types
 from petl_nas.core.tiny import tiny_backbone
-from conftest import NO_RATES
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*frozen pooler looks untrained")   # random BERT poolers
+pytestmark = pytest.mark.filterwarnings("ignore:.*frozen pooler looks untrained")  # random BERT poolers
 
 V = 100
-ENCODERS = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "modernbert", "deberta-v2",
-            "mpnet"]
+ENCODERS = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "modernbert", "deberta-v2", "mpnet"]
 SIZES = {
-    "electra": dict(embedding_size=16),                                  # ELECTRA-small embeds at 128 < 256
+    "electra": dict(embedding_size=16),  # ELECTRA-small embeds at 128 < 256
     # two layers: one sliding (a 2-token half window binds on 9 tokens), one global
     "modernbert": dict(global_attn_every_n_layers=2, local_attention=4),
 }
-BIAS_FREE = {"modernbert"}                       # no biases in its projections or LayerNorms by default
-OWN_ATTENTION = {"deberta-v2", "mpnet"}          # no attention interface: no prefix, no multi-head adapter
+BIAS_FREE = {"modernbert"}  # no biases in its projections or LayerNorms by default
+OWN_ATTENTION = {"deberta-v2", "mpnet"}  # no attention interface: no prefix, no multi-head adapter
 HEAD_FORMS = ("prefix", "mh_adapter")
 
 
 def tiny(kind: str, seed: int = 0, **overrides):
-    return tiny_backbone(kind, num_labels=2, seed=seed, vocab_size=V, pad_token_id=0,
-                         **{**SIZES.get(kind, {}), **overrides})
+    return tiny_backbone(
+        kind, num_labels=2, seed=seed, vocab_size=V, pad_token_id=0, **{**SIZES.get(kind, {}), **overrides}
+    )
 
 
 def batch(seed: int = 1):
@@ -97,8 +108,9 @@ def test_every_preset_counts_exactly_and_trains_only_petl_and_the_head(kind, nam
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     petl = {n for n in changed if n.startswith("petl.")}
     assert petl or not (config.modules or config.prompt_length), "no PETL module moved"
-    allowed = {n for n in base
-               if (config.bitfit and n.endswith("bias")) or (config.train_layernorms and "norm" in n.lower())}
+    allowed = {
+        n for n in base if (config.bitfit and n.endswith("bias")) or (config.train_layernorms and "norm" in n.lower())
+    }
     assert changed & base and changed & base <= allowed if allowed else not changed & base
 
 
@@ -113,13 +125,11 @@ def test_disabled_is_the_base_model_and_save_load_round_trips(kind, name, tmp_pa
     model = apply_petl(copy.deepcopy(base), config)
     perturb(model, std=1.0)
     with petl_disabled(model):
-        assert torch.equal(logits(model, x), expected)                    # bit for bit
+        assert torch.equal(logits(model, x), expected)  # bit for bit
     ours = logits(model, x)
-    assert not torch.allclose(ours, expected, atol=1e-6)   # a random head's logits are ~1e-2: so are their changes
+    assert not torch.allclose(ours, expected, atol=1e-6)  # a random head's logits are ~1e-2: so are their changes
     save_petl(model, tmp_path)
     assert torch.allclose(logits(load_petl(tiny(kind), tmp_path), x), ours, atol=1e-5)
-
-
 
 
 @pytest.mark.parametrize("kind", ENCODERS)
@@ -129,7 +139,7 @@ def test_zero_init_modules_leave_the_output_unchanged(kind):
     for label, spec in ZERO_INIT.items():
         if refusal(kind, PetlConfig(modules=(spec,))) is None:
             model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(spec,)))
-            assert torch.equal(logits(model, x), expected), label             # Δh is exactly 0
+            assert torch.equal(logits(model, x), expected), label  # Δh is exactly 0
 
 
 @pytest.mark.parametrize("kind", sorted(set(ENCODERS) - OWN_ATTENTION))
@@ -150,9 +160,12 @@ def test_lora_equals_merged_weights(kind):
     """LoRA on q, k, v, o and the FFN equals W + s·B·A merged into each weight (ModernBERT: into
     its third of the fused ``Wqkv``, and into its gated ``Wi`` whole)."""
     base, x = tiny(kind), batch()
-    config = PetlConfig(modules=(
-        ModuleSpec(form="lora", size=3, targets=("q", "k", "v", "o"), composition="scaled", scale=2.0),
-        ModuleSpec(form="lora", position="ffn", size=2, targets=("ffn_in", "ffn_out"))))
+    config = PetlConfig(
+        modules=(
+            ModuleSpec(form="lora", size=3, targets=("q", "k", "v", "o"), composition="scaled", scale=2.0),
+            ModuleSpec(form="lora", position="ffn", size=2, targets=("ffn_in", "ffn_out")),
+        )
+    )
     model = apply_petl(copy.deepcopy(base), config)
     perturb(model)
     merged = copy.deepcopy(base)
@@ -163,9 +176,9 @@ def test_lora_equals_merged_weights(kind):
                 for t in ("q", "k", "v", "o", "ffn_in", "ffn_out"):
                     (site,) = block.sites(t)
                     if f"{l}_{t}" in group:
-                        delta = group[f"{l}_{t}"].delta_weight()                 # [out, in]
+                        delta = group[f"{l}_{t}"].delta_weight()  # [out, in]
                         rows = delta.shape[0]
-                        layer.get_submodule(site.path).weight[site.part * rows:(site.part + 1) * rows] += delta
+                        layer.get_submodule(site.path).weight[site.part * rows : (site.part + 1) * rows] += delta
     assert torch.allclose(logits(model, x), logits(merged, x), atol=1e-5)
 
 
@@ -187,7 +200,7 @@ def test_modernbert_head_pools_as_the_configuration_says(own, pooling):
     explicit pooling sets it while PETL is applied (its logits: the bare model configured so), and
     removing PETL restores it."""
     base = tiny("modernbert", classifier_pooling=own)
-    lora = (ModuleSpec(form="lora", size=2),)                              # zero-init: the base model's output
+    lora = (ModuleSpec(form="lora", size=2),)  # zero-init: the base model's output
     auto = apply_petl(copy.deepcopy(base), PetlConfig(modules=lora))
     assert auto.petl.pooling == own
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=lora, pooling=pooling))
@@ -199,8 +212,11 @@ def test_modernbert_head_pools_as_the_configuration_says(own, pooling):
 
 @pytest.mark.parametrize("form", HEAD_FORMS)
 def test_deberta_refuses_head_attention_forms_in_one_line(form):
-    with pytest.raises(ConfigError, match=rf"modules\[0\]: {form}: transformers' attention interface is needed.*"
-                                          r"deberta-v2 .*use lora"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"modules\[0\]: {form}: transformers' attention interface is needed.*"
+        r"deberta-v2 .*use lora",
+    ):
         apply_petl(tiny("deberta-v2"), PetlConfig(modules=(ModuleSpec(form=form, size=4),)))
 
 
@@ -226,25 +242,44 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
     from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
 
     monkeypatch.chdir(tmp_path)
-    backbone = {"tiny": {"model_type": kind, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                         "intermediate_size": 64, "vocab_size": 400}}
-    exp = Experiment(rates=NO_RATES, name="r", backbone=backbone, task="demo_keyword", budget="5%", space="unified", trials=3, seed=3,
-                     presets=[refused, "pfeiffer"], executor="local",
-                     storage=f"sqlite:///{tmp_path}/study.db", strategy="both",
-                     # no anchored proposals: with them TPE's draws here, at 5% of a 2-layer model, went 500 in
-                     # a row over the budget or refused (it models this tiny space from a few trials)
-                     oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, anchors=False, retry_lr=0),
-                     fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=16, max_length=24, search_dev=64),
-                     final=FinalEval(seeds=0, baselines=False))
+    backbone = {
+        "tiny": {
+            "model_type": kind,
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 64,
+            "vocab_size": 400,
+        }
+    }
+    exp = Experiment(
+        rates=NO_RATES,
+        name="r",
+        backbone=backbone,
+        task="demo_keyword",
+        budget="5%",
+        space="unified",
+        trials=3,
+        seed=3,
+        presets=[refused, "pfeiffer"],
+        executor="local",
+        storage=f"sqlite:///{tmp_path}/study.db",
+        strategy="both",
+        # no anchored proposals: with them TPE's draws here, at 5% of a 2-layer model, went 500 in
+        # a row over the budget or refused (it models this tiny space from a few trials)
+        oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, anchors=False, retry_lr=0),
+        fidelity=Fidelity(length_buckets=0, k=160, epochs=1, batch_size=16, max_length=24, search_dev=64),
+        final=FinalEval(seeds=0, baselines=False),
+    )
     lines = []
     run_search(exp, printer=lines.append)
     said = next(line for line in lines if line.startswith("presets this backbone cannot take"))
     assert said.split(": ", 1)[1].startswith(f"{refused} (")
-    invalid = [line for line in lines if "not trained, invalid configuration" in line]   # each reason said once
+    invalid = [line for line in lines if "not trained, invalid configuration" in line]  # each reason said once
     assert invalid and len(invalid) == len({line.split("configuration: ", 1)[1] for line in invalid})
     study = optuna.load_study(study_name="r", storage=exp.storage_url)
     assert all(t.user_attrs.get("preset") != refused for t in study.trials)
@@ -267,7 +302,9 @@ def test_presets_with_a_model_lists_what_the_backbone_cannot_take(tmp_path, caps
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
     assert "not for this backbone: bitfit: the modernbert backbone has no bias terms" in rows["bitfit"]
     assert "not for this backbone" not in rows["lora"] and "%" in rows["lora"]
-    assert rows["preset"].split()[1:3] == ["deployable", "%"] and "head excluded" in rows["preset"]   # what the numbers are
+    assert (
+        rows["preset"].split()[1:3] == ["deployable", "%"] and "head excluded" in rows["preset"]
+    )  # what the numbers are
 
 
 def test_a_deberta_v3_folder_with_only_its_sentencepiece_model_trains(tmp_path):
@@ -286,12 +323,31 @@ def test_a_deberta_v3_folder_with_only_its_sentencepiece_model_trains(tmp_path):
     spm = io.BytesIO()
     words = ["a great film", "an awful dull movie", "the plot was fine", "what a lovely story", "i did not like it"]
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(words * 20), model_writer=spm, vocab_size=30, hard_vocab_limit=False, minloglevel=2,
-        pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]", bos_piece="[CLS]", eos_piece="[SEP]",
-        unk_piece="[UNK]", user_defined_symbols=["[MASK]"])
+        sentence_iterator=iter(words * 20),
+        model_writer=spm,
+        vocab_size=30,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece="[PAD]",
+        bos_piece="[CLS]",
+        eos_piece="[SEP]",
+        unk_piece="[UNK]",
+        user_defined_symbols=["[MASK]"],
+    )
     (tmp_path / "spm.model").write_bytes(spm.getvalue())
     _check_backbone_files(str(tmp_path))
-    result = run_trial(TrialSpec(backbone=str(tmp_path), task="demo_sentiment", k=64, search_dev=32,
-                                 config=PetlConfig(modules=(ModuleSpec(form="lora", size=2),)).to_dict(),
-                                 recipe={"lr": 5e-3, "epochs": 1, "batch_size": 16, "max_length": 16, "seed": 0}))
+    result = run_trial(
+        TrialSpec(
+            backbone=str(tmp_path),
+            task="demo_sentiment",
+            k=64,
+            search_dev=32,
+            config=PetlConfig(modules=(ModuleSpec(form="lora", size=2),)).to_dict(),
+            recipe={"lr": 5e-3, "epochs": 1, "batch_size": 16, "max_length": 16, "seed": 0},
+        )
+    )
     assert 0 <= result.score <= 1 and result.history

@@ -12,9 +12,9 @@ import io
 
 import pytest
 import torch
-
 from conftest import batch, tiny_config, tiny_model
 from test_backbones_seq2seq import tiny
+
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, preset, preset_names, remove_petl
 
 
@@ -37,7 +37,7 @@ def randomised(model):
 
 def inputs(model) -> dict:
     x = batch(n=2)
-    x["input_ids"] = x["input_ids"] % model.config.vocab_size      # the tiny language models' 64 ids
+    x["input_ids"] = x["input_ids"] % model.config.vocab_size  # the tiny language models' 64 ids
     if model.config.is_encoder_decoder:
         x["decoder_input_ids"] = x["input_ids"][:, :4]
     return x
@@ -52,15 +52,18 @@ def check_own_model(original, other) -> None:
     before = logits(original)
     torch.testing.assert_close(logits(other), before)
     for name, p in trained(other).items():
-        if not name.startswith("classifier"):          # the PETL modules, BitFit's biases, LayerNorms
+        if not name.startswith("classifier"):  # the PETL modules, BitFit's biases, LayerNorms
             p.data.add_(torch.randn_like(p))
-    assert not torch.allclose(logits(other), before)     # the copy runs its own modules...
-    torch.testing.assert_close(logits(original), before)   # ... and the original is untouched
+    assert not torch.allclose(logits(other), before)  # the copy runs its own modules...
+    torch.testing.assert_close(logits(original), before)  # ... and the original is untouched
     other.train()
     other(**inputs(other)).logits.float().square().mean().backward()
     assert all(p.grad is None for p in trained(original).values())
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in trained(other).items()
-               if not n.startswith("classifier"))
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for n, p in trained(other).items()
+        if not n.startswith("classifier")
+    )
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -73,8 +76,10 @@ def test_a_deep_copy_of_every_preset_is_a_model_of_its_own(name):
 def test_a_deep_copy_of_a_prompted_language_model_is_its_own(kind):
     """Encoder-decoder and decoder-only models insert the prompt and widen masks in hooks of their
     own (the encoder's and decoder's stacks)."""
-    config = PetlConfig(modules=(ModuleSpec(form="lora", size=4, targets=("q", "v")),
-                                 ModuleSpec(form="prefix", size=3, reparam=0)), prompt_length=2)
+    config = PetlConfig(
+        modules=(ModuleSpec(form="lora", size=4, targets=("q", "v")), ModuleSpec(form="prefix", size=3, reparam=0)),
+        prompt_length=2,
+    )
     original = randomised(apply_petl(tiny(kind), config))
     check_own_model(original, copy.deepcopy(original))
 

@@ -12,14 +12,20 @@ import optuna
 import peft
 import pytest
 import torch
-
 from conftest import TINY, batch, tiny_model
+
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_parameters, load_petl, save_petl
 from petl_nas.core.canonical import canonical
 from petl_nas.core.forms import form_named
 
-BERT_PATHS = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-              "o": "attention.output.dense", "ffn_in": "intermediate.dense", "ffn_out": "output.dense"}
+BERT_PATHS = {
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "o": "attention.output.dense",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+}
 
 
 def dora(**kw) -> ModuleSpec:
@@ -27,7 +33,7 @@ def dora(**kw) -> ModuleSpec:
 
 
 def ours(spec: ModuleSpec, base=None):
-    with warnings.catch_warnings():                 # the tiny model's untrained pooler
+    with warnings.catch_warnings():  # the tiny model's untrained pooler
         warnings.simplefilter("ignore")
         return apply_petl(copy.deepcopy(base or tiny_model()), PetlConfig(modules=(spec,), pooling="pooler"))
 
@@ -53,16 +59,18 @@ def peft_twin(base, spec: ModuleSpec):
     """PEFT's model of ``spec`` from the form's own hooks (peft_type, peft_fields)."""
     form = form_named(spec.form)
     regex = r".*\.layer\.\d+\.(" + "|".join(BERT_PATHS[t].replace(".", r"\.") for t in spec.targets) + ")"
-    config = peft.get_peft_config({"peft_type": form.peft_type, "task_type": "SEQ_CLS",
-                                   **form.peft_fields(spec, regex)})
+    config = peft.get_peft_config(
+        {"peft_type": form.peft_type, "task_type": "SEQ_CLS", **form.peft_fields(spec, regex)}
+    )
     return peft.get_peft_model(copy.deepcopy(base), config)
 
 
 def copy_into(model, twin, spec: ModuleSpec) -> None:
     for key, module in next(iter(model.petl.groups.values())).items():
         layer, target = key.split("_", 1)
-        form_named(spec.form).peft_weights(module, twin.get_submodule(
-            f"base_model.model.bert.encoder.layer.{layer}.{BERT_PATHS[target]}"))
+        form_named(spec.form).peft_weights(
+            module, twin.get_submodule(f"base_model.model.bert.encoder.layer.{layer}.{BERT_PATHS[target]}")
+        )
 
 
 def peft_trainable(twin) -> int:
@@ -84,10 +92,10 @@ def test_the_count_is_loras_plus_one_magnitude_per_output_row_and_peft_s(positio
     spec = dora(position=position)
     base = tiny_model()
     d, ffn, layers, r = TINY["hidden_size"], TINY["intermediate_size"], TINY["num_hidden_layers"], spec.size
-    shapes = {"q": (d, d), "v": (d, d), "ffn_in": (d, ffn), "ffn_out": (ffn, d)}   # (in, out)
+    shapes = {"q": (d, d), "v": (d, d), "ffn_in": (d, ffn), "ffn_out": (ffn, d)}  # (in, out)
     formula = layers * sum(r * (i + o) + o for i, o in (shapes[t] for t in spec.targets))
     counts = count_parameters(base.config, PetlConfig(modules=(spec,)))
-    assert counts.trainable == counts.deployable == formula                 # the head apart
+    assert counts.trainable == counts.deployable == formula  # the head apart
     assert peft_trainable(peft_twin(base, spec)) == formula
 
 
@@ -104,9 +112,15 @@ def test_it_starts_as_the_identity_and_its_magnitudes_are_the_weights_row_norms(
     assert torch.equal(module.magnitude, base.get_submodule(path).weight.norm(dim=1))
 
 
-@pytest.mark.parametrize("spec", [dora(), dora(position="ffn", init="bert", scale=0.5, size=3),
-                                  dora(targets=("q", "k", "v", "o"), composition="add", scale=1.0)],
-                         ids=["qv", "ffn", "qkvo"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dora(),
+        dora(position="ffn", init="bert", scale=0.5, size=3),
+        dora(targets=("q", "k", "v", "o"), composition="add", scale=1.0),
+    ],
+    ids=["qv", "ffn", "qkvo"],
+)
 def test_after_copying_weights_it_predicts_as_peft(spec):
     base = with_biases(tiny_model())
     model, twin = ours(spec, base), peft_twin(base, spec)
@@ -115,7 +129,7 @@ def test_after_copying_weights_it_predicts_as_peft(spec):
     model.eval(), twin.eval()
     with torch.no_grad():
         got, want, bare = (m(**batch(), output_hidden_states=True) for m in (model, twin, base))
-    assert (got.hidden_states[-1] - bare.hidden_states[-1]).abs().max() > 0.1       # the update is not small
+    assert (got.hidden_states[-1] - bare.hidden_states[-1]).abs().max() > 0.1  # the update is not small
     torch.testing.assert_close(got.hidden_states[-1], want.hidden_states[-1], atol=1e-5, rtol=0)
     torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=0)
 
@@ -127,7 +141,7 @@ def merged_reference(base, model, paths: dict, rows=None):
         for key, module in next(iter(model.petl.groups.values())).items():
             layer, target = key.split("_", 1)
             linear = merged.get_submodule(paths[target].format(layer=layer))
-            weight = linear.weight if rows is None else linear.weight.t()        # Conv1D keeps [in, out]
+            weight = linear.weight if rows is None else linear.weight.t()  # Conv1D keeps [in, out]
             part = weight if rows is None else weight[rows[target]]
             new = part + module.compose.fixed_scale * module.B @ module.A
             new = module.magnitude[:, None] / new.norm(dim=1, keepdim=True) * new
@@ -144,23 +158,25 @@ def test_it_computes_the_merged_dora_weight():
     randomise(model)
     paths = {t: "bert.encoder.layer.{layer}." + BERT_PATHS[t] for t in BERT_PATHS}
     with torch.no_grad():
-        torch.testing.assert_close(model(**batch()).logits, merged_reference(base, model, paths)(**batch()).logits,
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            model(**batch()).logits, merged_reference(base, model, paths)(**batch()).logits, atol=1e-5, rtol=0
+        )
 
 
 def test_on_a_fused_projection_it_reads_its_slice_of_the_weight():
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
     torch.manual_seed(0)
-    base = GPT2ForSequenceClassification(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2,
-                                                    n_positions=32, pad_token_id=0)).eval()
+    base = GPT2ForSequenceClassification(
+        GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32, pad_token_id=0)
+    ).eval()
     with_biases(base)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(dora(targets=("q", "v")),)))
     ids = torch.randint(1, 50, (2, 7))
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, base(input_ids=ids).logits)
     randomise(model)
-    rows = {"q": slice(0, 16), "v": slice(32, 48)}                          # c_attn: [q; k; v]
+    rows = {"q": slice(0, 16), "v": slice(32, 48)}  # c_attn: [q; k; v]
     reference = merged_reference(base, model, {t: "transformer.h.{layer}.attn.c_attn" for t in rows}, rows)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-5, rtol=0)
@@ -197,7 +213,9 @@ def test_its_peft_config_loads_with_use_dora():
 
 
 def test_two_doras_on_one_weight_stay_two_and_two_loras_merge():
-    two = lambda **kw: PetlConfig(modules=(ModuleSpec(form="lora", size=1, **kw), ModuleSpec(form="lora", size=3, **kw)))  # noqa: E731
+    two = lambda **kw: PetlConfig(
+        modules=(ModuleSpec(form="lora", size=1, **kw), ModuleSpec(form="lora", size=3, **kw))
+    )  # noqa: E731
     assert len(canonical(two()).modules) == 1
     assert len(canonical(two(dora=True)).modules) == 2
 
@@ -206,9 +224,18 @@ def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "dora", "slots": {"attn": {"site": "attn", "forms": ["lora"]}},
-                         "rank": {"low": 1, "high": 8}, "composition": "scaled", "scale": 2.0,
-                         "dora": [False, True], "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
+    space = SearchSpace(
+        {
+            "version": 1,
+            "name": "dora",
+            "slots": {"attn": {"site": "attn", "forms": ["lora"]}},
+            "rank": {"low": 1, "high": 8},
+            "composition": "scaled",
+            "scale": 2.0,
+            "dora": [False, True],
+            "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+        }
+    )
     assert "attn.dora" in {d.name for d in space.dimensions()}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
@@ -218,6 +245,6 @@ def test_a_space_samples_it_and_maps_it_back():
         (spec,) = config.modules
         seen.add(spec.dora)
         assert spec.dora == trial.params["attn.dora"]
-        assert space.params_for(config, trial.params["lr"], 3) == trial.params        # the same point
+        assert space.params_for(config, trial.params["lr"], 3) == trial.params  # the same point
         assert ("on q,v DoRA" in describe_config(config)) == spec.dora
     assert seen == {False, True}

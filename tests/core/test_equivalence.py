@@ -8,10 +8,10 @@ import warnings
 
 import pytest
 import torch
+from conftest import REFERENCE_ATTENTION, ZERO_INIT, batch, tiny_model
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from conftest import REFERENCE_ATTENTION, ZERO_INIT, batch, tiny_model
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, petl_disabled, preset, remove_petl
 from petl_nas.core.modules import Bottleneck, LoRA
 from petl_nas.core.modules.head_attention import edits_of, petl_attention
@@ -53,8 +53,8 @@ def test_prefix_equals_explicit_concatenation(kind, reparam):
     ref.logits.sum().backward()
     assert torch.allclose(ours.logits, ref.logits, atol=1e-5)
     for a, b in zip(ours.hidden_states, ref.hidden_states):
-        assert torch.allclose(a[:-1], b[:-1], atol=1e-5)          # padded positions of the last row aside
-    for n, p in model.petl.named_parameters():                     # every layer's slice gets its own gradient
+        assert torch.allclose(a[:-1], b[:-1], atol=1e-5)  # padded positions of the last row aside
+    for n, p in model.petl.named_parameters():  # every layer's slice gets its own gradient
         assert torch.allclose(grads[n], p.grad, atol=1e-5) and grads[n].abs().sum() > 0, n
     with petl_disabled(model):
         model.set_attn_implementation("sdpa")
@@ -78,7 +78,7 @@ def test_gated_prefix_is_he_et_al_lambda_decomposition():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
     pk, pv = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8)
-    s = 8 ** -0.5
+    s = 8**-0.5
     concat = torch.softmax(q @ torch.cat([pk, k], 2).transpose(-1, -2) * s, -1) @ torch.cat([pv, v], 2)
     mass_p = torch.exp(q @ pk.transpose(-1, -2) * s).sum(-1, keepdim=True)
     mass_x = torch.exp(q @ k.transpose(-1, -2) * s).sum(-1, keepdim=True)
@@ -92,10 +92,12 @@ def test_ungated_prefix_adds_its_own_attention():
     model = apply_petl(tiny_model(), PetlConfig(modules=(ModuleSpec(form="prefix", size=4, composition="add"),)))
     attn = model.bert.encoder.layer[0].attention.self
     q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
-    out, _ = petl_attention(attn, q, k, v, None, scaling=8 ** -0.5)
+    out, _ = petl_attention(attn, q, k, v, None, scaling=8**-0.5)
     pk, pv = edits_of(attn).prefix.layer_kv(0)
-    expected = (torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1) @ v
-                + torch.softmax(q @ pk.transpose(-1, -2) * 8 ** -0.5, -1) @ pv)
+    expected = (
+        torch.softmax(q @ k.transpose(-1, -2) * 8**-0.5, -1) @ v
+        + torch.softmax(q @ pk.transpose(-1, -2) * 8**-0.5, -1) @ pv
+    )
     assert torch.allclose(out, expected.transpose(1, 2), atol=1e-5)
 
 
@@ -104,25 +106,34 @@ def test_multi_head_adapter_matches_its_formula():
     _perturb(model)
     attn = model.bert.encoder.layer[1].attention.self
     q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
-    out, _ = petl_attention(attn, q, k, v, None, scaling=8 ** -0.5)
+    out, _ = petl_attention(attn, q, k, v, None, scaling=8**-0.5)
     mh = edits_of(attn).mh
-    expected = (torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1) @ v
-                + torch.relu(q * 8 ** -0.5 @ mh.keys.transpose(-1, -2)) @ mh.values)
+    expected = (
+        torch.softmax(q @ k.transpose(-1, -2) * 8**-0.5, -1) @ v
+        + torch.relu(q * 8**-0.5 @ mh.keys.transpose(-1, -2)) @ mh.values
+    )
     assert torch.allclose(out, expected.transpose(1, 2), atol=1e-5)
 
 
 # ---- LoRA == running with W + s·B·A merged --------------------------------------------------
 def test_lora_equals_merged_weights(kind):
-    spec_attn = ModuleSpec(form="lora", position="attn", targets=("q", "k", "v", "o"), size=3,
-                           composition="scaled", scale=2.0)
+    spec_attn = ModuleSpec(
+        form="lora", position="attn", targets=("q", "k", "v", "o"), size=3, composition="scaled", scale=2.0
+    )
     spec_ffn = ModuleSpec(form="lora", position="ffn", size=2, composition="scaled", scale=0.5, layers=(0, 2))
     base = tiny_model(kind)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(spec_attn, spec_ffn)))
     _perturb(model)
     merged = copy.deepcopy(base)
     layers = merged.base_model.encoder.layer
-    paths = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-             "o": "attention.output.dense", "ffn_in": "intermediate.dense", "ffn_out": "output.dense"}
+    paths = {
+        "q": "attention.self.query",
+        "k": "attention.self.key",
+        "v": "attention.self.value",
+        "o": "attention.output.dense",
+        "ffn_in": "intermediate.dense",
+        "ffn_out": "output.dense",
+    }
     with torch.no_grad():
         for name, group in model.petl.groups.items():
             for key, lora in group.items():
@@ -137,8 +148,12 @@ def test_merge_and_unload_gives_a_plain_model_with_the_trained_outputs(kind):
     fold is one ConfigError naming each part, and the model is left as it was."""
     from petl_nas import ConfigError, merge_and_unload
 
-    lora = PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=3),
-                               ModuleSpec(form="lora", position="ffn", size=2, layers=(1,))))
+    lora = PetlConfig(
+        modules=(
+            ModuleSpec(form="lora", targets=("q", "v"), size=3),
+            ModuleSpec(form="lora", position="ffn", size=2, layers=(1,)),
+        )
+    )
     model = apply_petl(tiny_model(kind), lora)
     _perturb(model)
     x = batch(kind)
@@ -150,9 +165,12 @@ def test_merge_and_unload_gives_a_plain_model_with_the_trained_outputs(kind):
         assert torch.allclose(plain(**x).logits, expected, atol=1e-5)
 
     for config, reasons in (
-            (PetlConfig(modules=(*lora.modules, ModuleSpec(form="adapter", position="ffn", size=4))),
-             "modules[2] (adapter at ffn) computes beside the weights"),
-            (dataclasses.replace(lora, pooling="mean"), "pooling: mean (the stock")):
+        (
+            PetlConfig(modules=(*lora.modules, ModuleSpec(form="adapter", position="ffn", size=4))),
+            "modules[2] (adapter at ffn) computes beside the weights",
+        ),
+        (dataclasses.replace(lora, pooling="mean"), "pooling: mean (the stock"),
+    ):
         model = apply_petl(tiny_model(kind), config)
         _perturb(model)
         with torch.no_grad():
@@ -160,12 +178,15 @@ def test_merge_and_unload_gives_a_plain_model_with_the_trained_outputs(kind):
             with pytest.raises(ConfigError, match=re.escape(reasons)):
                 merge_and_unload(model)
             assert hasattr(model, "petl") and torch.equal(model(**x).logits, before)
-    with pytest.warns(UserWarning, match=r"remove_petl: the classifier was trained reading mean pooling, which the "
-                                         r"stock \w+ head does not read, so its outputs change"):
-        remove_petl(model)                        # the last one: mean pooling
+    with pytest.warns(
+        UserWarning,
+        match=r"remove_petl: the classifier was trained reading mean pooling, which the "
+        r"stock \w+ head does not read, so its outputs change",
+    ):
+        remove_petl(model)  # the last one: mean pooling
     with warnings.catch_warnings():
-        warnings.simplefilter("error")            # a head the stock model reads: nothing to say
-        stock = "pooler_trained" if kind == "bert" else "cls"      # RoBERTa's head reads the first token
+        warnings.simplefilter("error")  # a head the stock model reads: nothing to say
+        stock = "pooler_trained" if kind == "bert" else "cls"  # RoBERTa's head reads the first token
         remove_petl(apply_petl(tiny_model(kind), dataclasses.replace(lora, pooling=stock)))
 
 
@@ -175,11 +196,14 @@ def test_petl_disabled_warns_that_merged_updates_stay(kind):
     model = apply_petl(tiny_model(kind), PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=2),)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with petl_disabled(model):                # nothing merged: the bare backbone, no warning
+        with petl_disabled(model):  # nothing merged: the bare backbone, no warning
             pass
     assert merge_lora(model) == 2 * model.config.num_hidden_layers
-    with pytest.warns(UserWarning, match=rf"petl_disabled: {2 * model.config.num_hidden_layers} LoRA update\(s\) "
-                                         r"were merged into the weights \(merge_lora\) and stay on"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"petl_disabled: {2 * model.config.num_hidden_layers} LoRA update\(s\) "
+        r"were merged into the weights \(merge_lora\) and stay on",
+    ):
         with petl_disabled(model):
             pass
 
@@ -190,8 +214,7 @@ def test_zero_init_leaves_the_output_unchanged(kind, label):
     base = tiny_model(kind)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ZERO_INIT[label],)))
     x = batch(kind)
-    assert torch.equal(model(**x).logits, base(**x).logits)     # exact: a zero update adds exactly 0
-
+    assert torch.equal(model(**x).logits, base(**x).logits)  # exact: a zero update adds exactly 0
 
 
 @pytest.mark.parametrize("s", [0.5, 2.5])
@@ -228,6 +251,7 @@ def test_a_sequential_adapter_reads_the_lora_updated_output_of_its_linear():
     with torch.no_grad():
         assert torch.allclose(model(**x).logits, ref(**x).logits, atol=1e-5)
 
+
 # ---- UniPELT's gates, against the paper's formulas --------------------------------------------
 def _gates(model):
     return [m for m in model.petl.modules() if type(m).__name__ == "Gate"]
@@ -237,12 +261,12 @@ def _close(gates):
     with torch.no_grad():
         for g in gates:
             g.proj.weight.zero_()
-            g.proj.bias.fill_(-40.0)                            # σ(-40) ≈ 4e-18: closed
+            g.proj.bias.fill_(-40.0)  # σ(-40) ≈ 4e-18: closed
 
 
 def _paper_gate(gate, x, mask):
     """UniPELT: mean over the example's (real) tokens of σ(W·x_t + b): [B, L, d] -> [B, 1, 1]."""
-    g = torch.sigmoid(x @ gate.proj.weight.t() + gate.proj.bias)             # [B, L, 1]
+    g = torch.sigmoid(x @ gate.proj.weight.t() + gate.proj.bias)  # [B, L, 1]
     m = mask[..., None].float()
     return (g * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)
 
@@ -250,7 +274,7 @@ def _paper_gate(gate, x, mask):
 def reference_unipelt_attention(module, query, key, value, attention_mask, scaling=None, **_):
     """Textbook attention over [g·P_K; K], [g·P_V; V] with g from the sublayer input (UniPELT code)."""
     e = edits_of(module)
-    pk, pv = e.prefix.all_kv()[e.prefix_index]                     # indexed here, not through the per-forward cache
+    pk, pv = e.prefix.all_kv()[e.prefix_index]  # indexed here, not through the per-forward cache
     b, n = query.shape[0], pk.shape[1]
     g = _paper_gate(e.prefix_compose.gate, e.sublayer_input(), e.pad_mask()).view(b, 1, 1, 1)
     k = torch.cat([g * pk.expand(b, -1, -1, -1), key], 2)
@@ -267,7 +291,7 @@ AttentionMaskInterface.register("reference_unipelt", eager_mask)
 
 def test_open_unipelt_prefix_gate_scales_the_prefix_keys_and_values(kind):
     model = apply_petl(tiny_model(kind), preset("unipelt_ap", tiny_model(kind).config))
-    _perturb(model, std=0.5)                                    # open, and far from 1/2
+    _perturb(model, std=0.5)  # open, and far from 1/2
     x = batch(kind)
     ours = model(**x).logits
     model.set_attn_implementation("reference_unipelt")
@@ -313,7 +337,7 @@ def test_fused_gates_equal_separate_ones_with_their_gradients(per):
         for p in fused.parameters():
             p.data.add_(torch.randn(p.shape) * 0.5)
         separate = copy.deepcopy(fused)
-        separate.dropout = nn.Dropout(0.0)            # not Identity: takes the separate-gate path
+        separate.dropout = nn.Dropout(0.0)  # not Identity: takes the separate-gate path
         results = []
         for m in (fused, separate):
             x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -323,7 +347,7 @@ def test_fused_gates_equal_separate_ones_with_their_gradients(per):
         (o1, gx1, gp1), (o2, gx2, gp2) = results
         assert torch.allclose(o1, o2, atol=1e-6) and torch.allclose(gx1, gx2, atol=1e-6)
         assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(gp1, gp2))
-        assert fused.compose.gate.proj.weight.grad.abs().sum() > 0     # the gate learns through the fused path
+        assert fused.compose.gate.proj.weight.grad.abs().sum() > 0  # the gate learns through the fused path
 
 
 def test_closed_unipelt_gates_leave_a_prefix_of_zeros(kind):
@@ -335,7 +359,7 @@ def test_closed_unipelt_gates_leave_a_prefix_of_zeros(kind):
     x = batch(kind)
     assert not torch.allclose(model(**x).logits, base(**x).logits, atol=1e-4)
     gates = _gates(model)
-    assert len(gates) == 4 * base.config.num_hidden_layers     # prefix, adapter, LoRA q and v
+    assert len(gates) == 4 * base.config.num_hidden_layers  # prefix, adapter, LoRA q and v
     _close(gates)
     zeros = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="prefix", size=10),)))
     with torch.no_grad():
@@ -346,8 +370,9 @@ def test_closed_unipelt_gates_leave_a_prefix_of_zeros(kind):
 def test_closed_per_token_gates_leave_the_output_unchanged(kind):
     """The per-token variant adds log g to the prefix logits: a closed gate removes every module."""
     base = tiny_model(kind)
-    per_token = PetlConfig(modules=tuple(dataclasses.replace(m, gate_per="token")
-                                         for m in preset("unipelt_apl", base.config).modules))
+    per_token = PetlConfig(
+        modules=tuple(dataclasses.replace(m, gate_per="token") for m in preset("unipelt_apl", base.config).modules)
+    )
     model = apply_petl(copy.deepcopy(base), per_token)
     _perturb(model, std=0.5)
     x = batch(kind)
@@ -356,15 +381,16 @@ def test_closed_per_token_gates_leave_the_output_unchanged(kind):
     assert torch.allclose(model(**x).logits, base(**x).logits, atol=1e-6)
 
 
-@pytest.mark.parametrize("hidden", [32, 36])                   # head dims 8 and 9
+@pytest.mark.parametrize("hidden", [32, 36])  # head dims 8 and 9
 def test_gate_columns_padded_as_on_a_gpu_change_nothing(kind, hidden, monkeypatch):
     """On a GPU the log-gate feature is padded to a head dim that is a multiple of 8 (`gate_columns`,
     for cuDNN's attention kernel): the same logits as the one column a CPU uses."""
     import petl_nas.core.modules.head_attention as attention
 
     base = tiny_model(kind, hidden_size=hidden)
-    per_token = PetlConfig(modules=tuple(dataclasses.replace(m, gate_per="token")
-                                         for m in preset("unipelt_apl", base.config).modules))
+    per_token = PetlConfig(
+        modules=tuple(dataclasses.replace(m, gate_per="token") for m in preset("unipelt_apl", base.config).modules)
+    )
     model = apply_petl(copy.deepcopy(base), per_token)
     _perturb(model, std=0.5)
     x = batch(kind)
@@ -378,7 +404,7 @@ def test_gate_columns_padded_as_on_a_gpu_change_nothing(kind, hidden, monkeypatc
     monkeypatch.setattr(attention, "sdpa_attention_forward", spy)
     monkeypatch.setattr(attention, "gate_columns", lambda head_dim, device: 8 - head_dim % 8)
     assert torch.allclose(model(**x).logits, one_column, atol=1e-6)
-    assert widths and set(widths) == {(16, 16, 16)}                 # every layer's gated prefix, 8 + 8 or 9 + 7
+    assert widths and set(widths) == {(16, 16, 16)}  # every layer's gated prefix, 8 + 8 or 9 + 7
 
 
 def test_gate_columns_reach_a_multiple_of_8_on_a_gpu_and_stay_one_on_a_cpu():
@@ -392,13 +418,16 @@ def test_gate_columns_reach_a_multiple_of_8_on_a_gpu_and_stay_one_on_a_cpu():
 def test_sequential_adapter_reads_the_sublayer_output():
     """Houlsby placement: o-projection output h becomes h + f(h·W_down)·W_up."""
     base = tiny_model()
-    model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(
-        ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, layers=(1,)),)))
+    model = apply_petl(
+        copy.deepcopy(base),
+        PetlConfig(modules=(ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, layers=(1,)),)),
+    )
     _perturb(model)
     adapter = model.petl.groups["0_attn_adapter"]["1"]
     ref = copy.deepcopy(base)
-    ref.bert.encoder.layer[1].attention.output.dense = AdapterAfter(ref.bert.encoder.layer[1].attention.output.dense,
-                                                                    adapter)
+    ref.bert.encoder.layer[1].attention.output.dense = AdapterAfter(
+        ref.bert.encoder.layer[1].attention.output.dense, adapter
+    )
     x = batch()
     assert torch.allclose(model(**x).logits, ref(**x).logits, atol=1e-6)
 
@@ -410,4 +439,4 @@ def test_prompt_tokens_follow_the_first_token():
     assert out.hidden_states[0].shape[1] == x["input_ids"].shape[1] + 20
     emb = model.bert.embeddings
     first = emb(input_ids=x["input_ids"][:, :1])
-    assert torch.allclose(out.hidden_states[0][:, :1], first, atol=1e-6)   # [CLS] stays at position 0
+    assert torch.allclose(out.hidden_states[0][:, :1], first, atol=1e-6)  # [CLS] stays at position 0

@@ -9,19 +9,21 @@ from __future__ import annotations
 import optuna
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from conftest import batch, tiny_model
+from safetensors.torch import load_file
+from test_vera import SHAPES, L, applied, outputs, peft_count, peft_reloaded, peft_twin, randomise
+
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, count_parameters, load_petl, save_petl
 from petl_nas.core.inject import WEIGHTS_FILE, merge_lora
-from test_vera import L, SHAPES, applied, outputs, peft_count, peft_reloaded, peft_twin, randomise
 
 SPECS = {
     "q,v n=50 s=150": ModuleSpec(form="fourierft", size=50, composition="scaled", scale=150.0, seed=777),
-    "ffn n=200 zero start": ModuleSpec(form="fourierft", position="ffn", size=200, composition="scaled", scale=20.0,
-                                       init="lora", seed=1),
-    "k,o top layers, unscaled": ModuleSpec(form="fourierft", size=300, targets=("k", "o"), layers=(2,),
-                                           composition="add"),
+    "ffn n=200 zero start": ModuleSpec(
+        form="fourierft", position="ffn", size=200, composition="scaled", scale=20.0, init="lora", seed=1
+    ),
+    "k,o top layers, unscaled": ModuleSpec(
+        form="fourierft", size=300, targets=("k", "o"), layers=(2,), composition="add"
+    ),
 }
 
 
@@ -29,7 +31,7 @@ SPECS = {
 def test_the_count_is_the_formula_and_peft_s(label):
     spec = SPECS[label]
     base = tiny_model()
-    formula = spec.size * len(spec.targets) * len(spec.layers or range(L))        # n · L_t
+    formula = spec.size * len(spec.targets) * len(spec.layers or range(L))  # n · L_t
     counts = count_parameters(base.config, PetlConfig(modules=(spec,)))
     assert counts.trainable == counts.deployable == formula
     assert peft_count(peft_twin(base, spec)) == formula
@@ -44,7 +46,7 @@ def test_outputs_equal_peft_s_after_copying_the_coefficients(label):
     inputs = batch()
     expected, got = outputs(ours, inputs), outputs(peft_twin(base, spec, ours), inputs)
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
-    assert (outputs(base, inputs) - expected).abs().max() > 1e-2                 # the update matters
+    assert (outputs(base, inputs) - expected).abs().max() > 1e-2  # the update matters
 
 
 def test_the_peft_adapter_loads_elsewhere_and_predicts_the_same(tmp_path):
@@ -110,8 +112,10 @@ def test_save_and_load_give_the_same_outputs_without_storing_the_frequencies(tmp
         expected = model(**batch()).logits
     save_petl(model, tmp_path)
     saved = load_file(str(tmp_path / WEIGHTS_FILE))
-    assert sorted(k for k in saved if k.startswith("petl.")) == ["petl.groups.0_attn_fourierft.2_k.spectrum",
-                                                                  "petl.groups.0_attn_fourierft.2_o.spectrum"]
+    assert sorted(k for k in saved if k.startswith("petl.")) == [
+        "petl.groups.0_attn_fourierft.2_k.spectrum",
+        "petl.groups.0_attn_fourierft.2_o.spectrum",
+    ]
     loaded = load_petl(tiny_model(), tmp_path)
     with torch.no_grad():
         assert torch.equal(loaded(**batch()).logits, expected)
@@ -131,8 +135,9 @@ def test_bad_fields_are_one_clear_error():
         applied(ModuleSpec(form="fourierft", size=2000))
     with pytest.raises(ConfigError, match=r"module\.dropout: fourierft does not use it"):
         ModuleSpec(form="fourierft", dropout=0.1)
-    spec = ModuleSpec.from_dict({"form": "fourierft", "size": 64, "seed": 777, "init": "lora", "scale": 100.0,
-                                 "composition": "scaled"})
+    spec = ModuleSpec.from_dict(
+        {"form": "fourierft", "size": 64, "seed": 777, "init": "lora", "scale": 100.0, "composition": "scaled"}
+    )
     assert ModuleSpec.from_dict(spec.to_dict()) == spec
 
 
@@ -140,12 +145,22 @@ def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "fourierft", "lr": {"low": 1e-3, "high": 1e-2, "log": True},
-                         "slots": {"attn": {"site": "attn", "forms": ["none", "lora", "fourierft"]},
-                                   "ffn": {"site": "ffn", "forms": ["none", "fourierft"]}},
-                         "frequencies": {"low": 10, "high": 1000, "log": True}, "rank": {"low": 1, "high": 8},
-                         "composition": ["add", "scaled"], "scale": {"low": 1.0, "high": 4.0},
-                         "init": ["bert", "lora"]})
+    space = SearchSpace(
+        {
+            "version": 1,
+            "name": "fourierft",
+            "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+            "slots": {
+                "attn": {"site": "attn", "forms": ["none", "lora", "fourierft"]},
+                "ffn": {"site": "ffn", "forms": ["none", "fourierft"]},
+            },
+            "frequencies": {"low": 10, "high": 1000, "log": True},
+            "rank": {"low": 1, "high": 8},
+            "composition": ["add", "scaled"],
+            "scale": {"low": 1.0, "high": 4.0},
+            "init": ["bert", "lora"],
+        }
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(12):
@@ -154,8 +169,10 @@ def test_a_space_samples_it_and_maps_it_back():
         for m in config.modules:
             seen.add((m.form, m.init))
             if m.form == "fourierft":
-                assert 10 <= m.size <= 1000 and m.composition == "scaled" and m.scale == 140.0   # the paper's s
-        assert space.params_for(config, trial.params["lr"], 3) is not None        # a point of the space
+                assert 10 <= m.size <= 1000 and m.composition == "scaled" and m.scale == 140.0  # the paper's s
+        assert space.params_for(config, trial.params["lr"], 3) is not None  # a point of the space
     assert {("fourierft", "bert"), ("fourierft", "lora")} <= seen
-    assert describe_config(PetlConfig(modules=(SPECS["ffn n=200 zero start"],))) == \
-        "ffn FourierFT n=200 on ffn_in,ffn_out zero start seed 1 scaled s=20"
+    assert (
+        describe_config(PetlConfig(modules=(SPECS["ffn n=200 zero start"],)))
+        == "ffn FourierFT n=200 on ffn_in,ffn_out zero start seed 1 scaled s=20"
+    )

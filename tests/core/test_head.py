@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 import torch
+from conftest import batch, tiny_config, tiny_model
 from transformers import GPT2Config, GPT2ForSequenceClassification
 
-from conftest import batch, tiny_config, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_model, load_petl, save_petl
 from petl_nas.core import head
 from petl_nas.core.budget import count_parameters
@@ -31,8 +31,9 @@ def sentence_transformers_checkpoint(tmp_path, mode="mean"):
     path = tmp_path / "st"
     tiny_model().save_pretrained(path)
     (path / "1_Pooling").mkdir()
-    (path / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"pooling_mode_mean_tokens": mode == "mean", "pooling_mode_cls_token": mode == "cls"}))
+    (path / "1_Pooling" / "config.json").write_text(
+        json.dumps({"pooling_mode_mean_tokens": mode == "mean", "pooling_mode_cls_token": mode == "cls"})
+    )
     return path
 
 
@@ -66,8 +67,8 @@ def test_auto_follows_a_sentence_transformers_checkpoint(tmp_path):
         path = sentence_transformers_checkpoint(tmp_path / mode, mode)
         model = apply_petl(load_classifier(str(path)), config())
         assert model.petl.pooling == mode
-    assert apply_petl(tiny_model(), config()).petl.pooling == "pooler"         # BERT's own head
-    assert apply_petl(tiny_model("roberta"), config()).petl.pooling == "cls"   # RoBERTa's own head
+    assert apply_petl(tiny_model(), config()).petl.pooling == "pooler"  # BERT's own head
+    assert apply_petl(tiny_model("roberta"), config()).petl.pooling == "cls"  # RoBERTa's own head
 
 
 def test_first_token_heads_pool_at_position_zero():
@@ -93,10 +94,11 @@ def test_mean_pooling_ignores_padding():
 def test_a_trained_pooler_is_head_not_budget():
     base = tiny_model()
     d, labels = base.config.hidden_size, base.config.num_labels
-    frozen, trained = (count_parameters(base.config, config(pooling=p), num_labels=labels)
-                       for p in ("pooler", "pooler_trained"))
-    assert frozen.head == d * labels + labels                                  # the classifier
-    assert trained.head == frozen.head + d * d + d                             # + the pooler's dense layer
+    frozen, trained = (
+        count_parameters(base.config, config(pooling=p), num_labels=labels) for p in ("pooler", "pooler_trained")
+    )
+    assert frozen.head == d * labels + labels  # the classifier
+    assert trained.head == frozen.head + d * d + d  # + the pooler's dense layer
     assert trained.deployable == frozen.deployable and trained.backbone == frozen.backbone
     model = apply_petl(copy.deepcopy(base), config(pooling="pooler_trained"))
     assert count_model(model).head == trained.head
@@ -107,13 +109,13 @@ def test_a_trained_pooler_is_head_not_budget():
 def test_an_untrained_frozen_pooler_is_named_with_the_fix():
     base = tiny_model()
     with torch.no_grad():
-        base.bert.pooler.dense.bias.zero_()                                    # as all-MiniLM-L6-v2's
+        base.bert.pooler.dense.bias.zero_()  # as all-MiniLM-L6-v2's
     head._WARNED.clear()
     with pytest.warns(UserWarning, match="frozen pooler looks untrained .* set pooling: mean"):
         apply_petl(copy.deepcopy(base), config(pooling="pooler"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        apply_petl(copy.deepcopy(base), config(pooling="mean"))               # no warning: not read
+        apply_petl(copy.deepcopy(base), config(pooling="mean"))  # no warning: not read
 
 
 def test_resolved_pooling_is_saved_and_old_saves_keep_their_head(tmp_path):
@@ -123,7 +125,7 @@ def test_resolved_pooling_is_saved_and_old_saves_keep_their_head(tmp_path):
     ours = hidden_and_logits(model, x)[1]
     save_petl(model, tmp_path / "saved")
     assert json.loads((tmp_path / "saved" / "petl_config.json").read_text())["petl_config"]["pooling"] == "mean"
-    elsewhere = tiny_model()                                                   # no 1_Pooling here
+    elsewhere = tiny_model()  # no 1_Pooling here
     elsewhere.load_state_dict(load_classifier(str(path)).state_dict())
     assert torch.allclose(hidden_and_logits(load_petl(elsewhere, tmp_path / "saved"), x)[1], ours, atol=1e-6)
     # a directory saved before pooling was configurable: its classifier was trained on the native head
@@ -142,13 +144,14 @@ def test_head_learning_rate_and_dropout():
         in_head = {id(p) in head for p in g["params"]}
         assert len(in_head) == 1 and g["lr"] == (1e-2 if in_head.pop() else 1e-3)
     assert sum(len(g["params"]) for g in groups) == len(params)
-    assert model.dropout.p == 0.3 and model.bert.embeddings.dropout.p == 0.1   # only the head's dropout
+    assert model.dropout.p == 0.3 and model.bert.embeddings.dropout.p == 0.1  # only the head's dropout
 
 
 def test_other_families_keep_their_own_head():
     """A decoder classifier reads its last token whatever the space says: one space serves every backbone."""
-    gpt2 = GPT2ForSequenceClassification(GPT2Config(vocab_size=64, n_embd=16, n_layer=2, n_head=4,
-                                                    pad_token_id=0)).eval()
+    gpt2 = GPT2ForSequenceClassification(
+        GPT2Config(vocab_size=64, n_embd=16, n_layer=2, n_head=4, pad_token_id=0)
+    ).eval()
     x = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
     with torch.no_grad():
         native = gpt2(**x).logits
@@ -164,7 +167,9 @@ def test_bad_head_values_name_the_field():
         PetlConfig(head_dropout=1.5)
     with pytest.raises(ConfigError, match="head_lr_mult: must be a positive number"):
         PetlConfig(head_lr_mult=0)
-    assert PetlConfig.from_dict(config(pooling="mean", head_lr_mult=3).to_dict()) == config(pooling="mean", head_lr_mult=3)
+    assert PetlConfig.from_dict(config(pooling="mean", head_lr_mult=3).to_dict()) == config(
+        pooling="mean", head_lr_mult=3
+    )
 
 
 def test_interop_names_the_head_it_cannot_express(tmp_path):
@@ -174,9 +179,11 @@ def test_interop_names_the_head_it_cannot_express(tmp_path):
 
     lora = PetlConfig(modules=(ModuleSpec(form="lora", size=8, composition="scaled", scale=2.0),))
     bert = tiny_model().config
-    assert to_peft(lora, bert)["peft_type"] == "LORA"                                    # the model's own head
+    assert to_peft(lora, bert)["peft_type"] == "LORA"  # the model's own head
     assert to_peft(dataclasses.replace(lora, pooling="pooler_trained"), bert)["modules_to_save"] == [
-        "classifier", "pooler"]
+        "classifier",
+        "pooler",
+    ]
     with pytest.raises(NotExpressible, match="pooling: mean"):
         to_peft(dataclasses.replace(lora, pooling="mean"), bert)
     with pytest.raises(NotExpressible, match="pooling: mean .AdapterHub"):
@@ -196,9 +203,18 @@ def test_export_writes_the_pooling_auto_resolved_to(tmp_path):
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.set_user_attr("backbone", json.dumps("x"))
-    trial = optuna.trial.create_trial(params={"lr": 1e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)},
-                                      values=[0.9, 10], user_attrs={"petl_config": config().to_dict(), "pooling": "mean",
-                                                                    "deployable": 10, "trainable": 10, "recipe": {"lr": 1e-3}})
+    trial = optuna.trial.create_trial(
+        params={"lr": 1e-3},
+        distributions={"lr": FloatDistribution(1e-4, 1e-2)},
+        values=[0.9, 10],
+        user_attrs={
+            "petl_config": config().to_dict(),
+            "pooling": "mean",
+            "deployable": 10,
+            "trainable": 10,
+            "recipe": {"lr": 1e-3},
+        },
+    )
     study.add_trial(trial)
     assert record(study, study.trials[0]).petl_config["pooling"] == "mean"
 
@@ -207,8 +223,10 @@ def _regression_files(tmp_path, offset: float):
     """A regression task whose label is ``offset`` plus the count of 'good' in the text."""
     import csv
 
-    rows = [["text", "label"]] + [[" ".join(["good"] * (i % 4) + ["plot"] * (3 - i % 4) + [f"w{i % 7}"]),
-                                   f"{offset + i % 4:.1f}"] for i in range(64)]
+    rows = [["text", "label"]] + [
+        [" ".join(["good"] * (i % 4) + ["plot"] * (3 - i % 4) + [f"w{i % 7}"]), f"{offset + i % 4:.1f}"]
+        for i in range(64)
+    ]
     for name in ("train", "dev"):
         with open(tmp_path / f"{name}.csv", "w", newline="") as f:
             csv.writer(f).writerows(rows)
@@ -218,21 +236,22 @@ def _regression_files(tmp_path, offset: float):
 
 
 def test_a_new_regression_head_starts_at_the_training_mean(tmp_path):
-    from petl_nas.tasks.encoding import encode
     from petl_nas.tasks import load_splits
-    from petl_nas.training.loop import train
+    from petl_nas.tasks.encoding import encode
     from petl_nas.training.loading import TrainData, load_backbone
+    from petl_nas.training.loop import train
 
     task = _regression_files(tmp_path, offset=40.0)
     splits = load_splits(task, search_dev_size=16)
     base, tok = load_backbone({"tiny": {"vocab_size": 200}}, task, splits)
     encoded = encode(splits, tok, max_length=16)
     model = apply_petl(copy.deepcopy(base), config(pooling="mean"))
-    assert float(model.classifier.bias.detach()) == 0.0                       # as transformers made it
+    assert float(model.classifier.bias.detach()) == 0.0  # as transformers made it
     mean = float(encoded.train.labels.mean())
     lr, epochs = 1e-3, 1
-    result = train(model, TrainData(encoded.train, encoded.search_dev), task,
-                   Recipe(lr=lr, epochs=epochs, batch_size=16), "cpu")
+    result = train(
+        model, TrainData(encoded.train, encoded.search_dev), task, Recipe(lr=lr, epochs=epochs, batch_size=16), "cpu"
+    )
     # AdamW moves the bias about lr per step: it started at the mean, not at 0.
     assert abs(float(model.classifier.bias.detach()) - mean) <= 2 * lr * result.steps
     with torch.no_grad():

@@ -12,8 +12,8 @@ import optuna
 import peft
 import pytest
 import torch
-
 from conftest import TINY, batch, tiny_model
+
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_parameters, load_petl, save_petl
 from petl_nas.core.backbones import spec_for
 from petl_nas.core.forms import form_named
@@ -45,7 +45,7 @@ def peft_config_of(config: PetlConfig, model) -> dict:
     """One PEFT config of one form from the form's hooks, as an export writes it."""
     form = form_named(config.modules[0].form)
     fields: dict = {}
-    for m in config.modules:                                        # one config: merge the specs' fields
+    for m in config.modules:  # one config: merge the specs' fields
         names = [n for n in adapted(apply_petl(copy.deepcopy(model), PetlConfig(modules=(m,))))]
         for k, v in form.peft_fields(m, target_regex(names)).items():
             if isinstance(v, str) and isinstance(fields.get(k), str):
@@ -78,9 +78,12 @@ def vector_form_checks(config: PetlConfig, count: int, tuner_params: str):
     assert sum(p.numel() for n, p in theirs.named_parameters() if p.requires_grad and tuner_params in n) == count
     ours = randomised(apply_petl(copy.deepcopy(base), config))
     mine = adapted(ours)
-    layers = {n.removeprefix("base_model.model.bert."): mod for n, mod in theirs.named_modules()
-              if isinstance(mod, peft.tuners.tuners_utils.BaseTunerLayer)}
-    assert set(layers) == set(mine)                                 # PEFT adapts exactly these modules
+    layers = {
+        n.removeprefix("base_model.model.bert."): mod
+        for n, mod in theirs.named_modules()
+        if isinstance(mod, peft.tuners.tuners_utils.BaseTunerLayer)
+    }
+    assert set(layers) == set(mine)  # PEFT adapts exactly these modules
     form = form_named(config.modules[0].form)
     with torch.no_grad():
         for name, module in mine.items():
@@ -99,7 +102,7 @@ def identity_step_and_round_trip(config: PetlConfig, tmp_path):
     base, x = tiny_model(), batch()
     with torch.no_grad():
         expected = base(**x).logits
-    config = PetlConfig(modules=config.modules, pooling="pooler")      # the checkpoint's own head
+    config = PetlConfig(modules=config.modules, pooling="pooler")  # the checkpoint's own head
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = apply_petl(copy.deepcopy(base), config)
@@ -122,7 +125,7 @@ def identity_step_and_round_trip(config: PetlConfig, tmp_path):
     head_only = copy.deepcopy(base)
     head_only.classifier.load_state_dict(model.classifier.state_dict())
     with torch.no_grad():
-        assert torch.allclose(off, head_only(**x).logits, atol=1e-6)     # off: the backbone's own again
+        assert torch.allclose(off, head_only(**x).logits, atol=1e-6)  # off: the backbone's own again
     save_petl(model, tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -133,12 +136,16 @@ def identity_step_and_round_trip(config: PetlConfig, tmp_path):
 
 # ---- (IA)³ ---------------------------------------------------------------------------------------
 def test_the_t_few_placement_counts_as_the_formula_and_peft_and_computes_what_peft_does():
-    vector_form_checks(T_FEW, (2 * D + FF) * L, "ia3_l")       # k, v and the activations W2 reads
+    vector_form_checks(T_FEW, (2 * D + FF) * L, "ia3_l")  # k, v and the activations W2 reads
 
 
 def test_a_layer_subset_and_other_weights_count_and_match_peft_too():
-    config = PetlConfig(modules=(ModuleSpec(form="ia3", targets=("q", "v", "o"), layers=(0, 2)),
-                                 ModuleSpec(form="ia3", position="ffn", layers=(1,))))
+    config = PetlConfig(
+        modules=(
+            ModuleSpec(form="ia3", targets=("q", "v", "o"), layers=(0, 2)),
+            ModuleSpec(form="ia3", position="ffn", layers=(1,)),
+        )
+    )
     vector_form_checks(config, 3 * D * 2 + FF, "ia3_l")
 
 
@@ -164,12 +171,14 @@ def test_the_ffn_vector_scales_w2s_input():
 
 
 def test_bad_settings_are_one_line_each():
-    for fields, match in [({"gate": True}, r"module\.gate: ia3 has no gate"),
-                          ({"composition": "scaled", "scale": 2.0}, r"module\.composition: ia3 takes only 'add'"),
-                          ({"insertion": "sequential"}, r"module\.insertion: ia3 edits"),
-                          ({"targets": ()}, r"module\.targets: IA3 needs"),
-                          ({"position": "ffn", "targets": ("ffn_in",)}, r"unknown value 'ffn_in'.*accepted: ffn_out"),
-                          ({"size": 4}, r"module\.size: ia3 does not use it")]:
+    for fields, match in [
+        ({"gate": True}, r"module\.gate: ia3 has no gate"),
+        ({"composition": "scaled", "scale": 2.0}, r"module\.composition: ia3 takes only 'add'"),
+        ({"insertion": "sequential"}, r"module\.insertion: ia3 edits"),
+        ({"targets": ()}, r"module\.targets: IA3 needs"),
+        ({"position": "ffn", "targets": ("ffn_in",)}, r"unknown value 'ffn_in'.*accepted: ffn_out"),
+        ({"size": 4}, r"module\.size: ia3 does not use it"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             ModuleSpec(form="ia3", **fields)
 
@@ -187,18 +196,29 @@ def test_a_space_samples_it_per_sublayer_and_maps_it_back():
     from petl_nas.core.presets import preset, preset_lr
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "v", "slots": {"attn": {"site": "attn", "forms": ["none", "ia3"]},
-                                                                "ffn": {"site": "ffn", "forms": ["none", "ia3"]}},
-                         "layers": ["all", "top"], "gates": [False, True],
-                         "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
+    space = SearchSpace(
+        {
+            "version": 1,
+            "name": "v",
+            "slots": {
+                "attn": {"site": "attn", "forms": ["none", "ia3"]},
+                "ffn": {"site": "ffn", "forms": ["none", "ia3"]},
+            },
+            "layers": ["all", "top"],
+            "gates": [False, True],
+            "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+        }
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(16):
         trial = study.ask()
         config, recipe = space.sample(trial, n_layers=3)
         seen.add(tuple(m.position for m in config.modules))
-        assert not any(m.gate for m in config.modules)              # a space's gates leave it ungated
-        assert all(m.form == "ia3" and m.targets == form_named("ia3").default_targets(m.position) for m in config.modules)
+        assert not any(m.gate for m in config.modules)  # a space's gates leave it ungated
+        assert all(
+            m.form == "ia3" and m.targets == form_named("ia3").default_targets(m.position) for m in config.modules
+        )
         assert space.params_for(config, recipe["lr"], 3) is not None
     assert {("attn",), ("ffn",), ("attn", "ffn")} <= seen and {True, False} <= {t.params["gates"] for t in study.trials}
     assert describe_config(T_FEW).startswith("attn IA3 on k,v")
@@ -214,18 +234,18 @@ def test_on_a_fused_projection_each_vector_scales_its_own_slice():
     torch.manual_seed(0)
     base = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=4, n_positions=16)).eval()
     config = PetlConfig(modules=(ModuleSpec(form="ia3", layers=(1,)),))
-    assert count_parameters(base.config, config).deployable == 2 * 16             # k and v of one layer
+    assert count_parameters(base.config, config).deployable == 2 * 16  # k and v of one layer
     model = apply_petl(copy.deepcopy(base), config)
     seen = []
     handle = model.transformer.h[1].attn.c_attn.register_forward_hook(lambda mod, args, out: seen.append(out))
     ids = torch.randint(0, 50, (2, 5))
     with torch.no_grad():
-        assert torch.equal(model(input_ids=ids).logits, base(input_ids=ids).logits)      # ones: unchanged
+        assert torch.equal(model(input_ids=ids).logits, base(input_ids=ids).logits)  # ones: unchanged
         model.petl.groups["0_attn_ia3"]["1_k"].scale.fill_(2.0)
         model(input_ids=ids)
         with petl_disabled(model):
             model(input_ids=ids)
     handle.remove()
     scaled, plain = seen[1].split(16, dim=-1), seen[2].split(16, dim=-1)
-    assert torch.equal(scaled[0], plain[0]) and torch.equal(scaled[2], plain[2])   # q and v untouched
-    assert torch.allclose(scaled[1], 2 * plain[1])                                   # k doubled
+    assert torch.equal(scaled[0], plain[0]) and torch.equal(scaled[2], plain[2])  # q and v untouched
+    assert torch.allclose(scaled[1], 2 * plain[1])  # k doubled

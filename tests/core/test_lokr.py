@@ -12,18 +12,25 @@ import optuna
 import peft
 import pytest
 import torch
+from conftest import TINY, batch, tiny_model
 from peft.tuners.lokr.layer import factorization
 from transformers import BertConfig
 
-from conftest import TINY, batch, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_parameters, load_petl, save_petl
 from petl_nas.core.forms import form_named
 from petl_nas.core.modules.lokr import factor_pair, lokr_count
 
-BERT_PATHS = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-              "o": "attention.output.dense", "ffn_in": "intermediate.dense", "ffn_out": "output.dense"}
-MINILM = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
-                    vocab_size=100, num_labels=2)
+BERT_PATHS = {
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "o": "attention.output.dense",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+}
+MINILM = BertConfig(
+    hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536, vocab_size=100, num_labels=2
+)
 
 
 def lokr(**kw) -> ModuleSpec:
@@ -31,7 +38,7 @@ def lokr(**kw) -> ModuleSpec:
 
 
 def ours(spec: ModuleSpec, base=None):
-    with warnings.catch_warnings():                 # the tiny model's untrained pooler
+    with warnings.catch_warnings():  # the tiny model's untrained pooler
         warnings.simplefilter("ignore")
         return apply_petl(copy.deepcopy(base or tiny_model()), PetlConfig(modules=(spec,), pooling="pooler"))
 
@@ -47,8 +54,9 @@ def peft_twin(base, spec: ModuleSpec):
     """PEFT's model of ``spec`` from the form's own hooks (peft_type, peft_fields)."""
     form = form_named(spec.form)
     regex = r".*\.layer\.\d+\.(" + "|".join(BERT_PATHS[t].replace(".", r"\.") for t in spec.targets) + ")"
-    config = peft.get_peft_config({"peft_type": form.peft_type, "task_type": "SEQ_CLS",
-                                   **form.peft_fields(spec, regex)})
+    config = peft.get_peft_config(
+        {"peft_type": form.peft_type, "task_type": "SEQ_CLS", **form.peft_fields(spec, regex)}
+    )
     return peft.get_peft_model(copy.deepcopy(base), config)
 
 
@@ -79,7 +87,7 @@ def test_on_minilm_q_v_it_counts_256_plus_48_r_per_weight_until_w2_is_full(r, pe
     counts = count_parameters(MINILM, PetlConfig(modules=(lokr(size=r),)))
     assert counts.trainable == counts.deployable == 12 * per_weight == 12 * lokr_count(384, 384, r)
     if r == 1:
-        assert counts.deployable == 3_648                          # issue 86's figure for LoKr on q, v
+        assert counts.deployable == 3_648  # issue 86's figure for LoKr on q, v
 
 
 @pytest.mark.parametrize("r, per_weight", [(23, 32 * 16 + 23 * (48 + 24)), (24, 32 * 16 + 48 * 24)])
@@ -89,9 +97,11 @@ def test_on_minilm_ffn_w2_is_full_from_half_its_longer_side(r, per_weight):
     assert counts.deployable == 6 * 2 * per_weight
 
 
-@pytest.mark.parametrize("spec", [lokr(), lokr(position="ffn", size=8, composition="add"),
-                                  lokr(targets=("q", "k", "v", "o"), size=1, scale=3.0)],
-                         ids=["qv", "ffn-full-w2", "qkvo"])
+@pytest.mark.parametrize(
+    "spec",
+    [lokr(), lokr(position="ffn", size=8, composition="add"), lokr(targets=("q", "k", "v", "o"), size=1, scale=3.0)],
+    ids=["qv", "ffn-full-w2", "qkvo"],
+)
 def test_the_count_is_peft_s(spec):
     base = tiny_model()
     twin = peft_twin(base, spec)
@@ -112,9 +122,15 @@ def test_it_starts_as_the_identity():
     assert all(not m.W1.any() for m in model.petl.modules() if hasattr(m, "W1"))
 
 
-@pytest.mark.parametrize("spec", [lokr(scale=0.5), lokr(position="ffn", size=8, composition="add"),
-                                  lokr(targets=("q", "k", "v", "o"), size=1, scale=3.0)],
-                         ids=["qv", "ffn-full-w2", "qkvo"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        lokr(scale=0.5),
+        lokr(position="ffn", size=8, composition="add"),
+        lokr(targets=("q", "k", "v", "o"), size=1, scale=3.0),
+    ],
+    ids=["qv", "ffn-full-w2", "qkvo"],
+)
 def test_after_copying_weights_it_predicts_as_peft(spec):
     base = tiny_model()
     model, twin = ours(spec, base), peft_twin(base, spec)
@@ -125,7 +141,7 @@ def test_after_copying_weights_it_predicts_as_peft(spec):
     model.eval(), twin.eval()
     with torch.no_grad():
         got, want, bare = (m(**batch(), output_hidden_states=True) for m in (model, twin, base))
-    assert (got.hidden_states[-1] - bare.hidden_states[-1]).abs().max() > 0.1       # the update is not small
+    assert (got.hidden_states[-1] - bare.hidden_states[-1]).abs().max() > 0.1  # the update is not small
     torch.testing.assert_close(got.hidden_states[-1], want.hidden_states[-1], atol=1e-5, rtol=0)
     torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=0)
 
@@ -138,7 +154,7 @@ def test_only_its_tensors_train_and_w1_moves_first():
     opt.step()
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert all(n.startswith(("petl.", "classifier.")) for n in changed), changed
-    assert any(n.endswith(".W1") for n in changed)                 # W₂ gets no gradient while W₁ = 0
+    assert any(n.endswith(".W1") for n in changed)  # W₂ gets no gradient while W₁ = 0
 
 
 def test_it_saves_and_loads_to_the_same_outputs(tmp_path):
@@ -155,8 +171,9 @@ def test_it_saves_and_loads_to_the_same_outputs(tmp_path):
 def test_its_peft_config_loads_and_peft_refuses_a_gate():
     form = form_named("lokr")
     spec = lokr(size=4, scale=2.0)
-    config = peft.get_peft_config({"peft_type": form.peft_type, "task_type": "SEQ_CLS",
-                                   **form.peft_fields(spec, r".*\.(query|value)")})
+    config = peft.get_peft_config(
+        {"peft_type": form.peft_type, "task_type": "SEQ_CLS", **form.peft_fields(spec, r".*\.(query|value)")}
+    )
     assert isinstance(config, peft.LoKrConfig) and (config.r, config.alpha, config.decompose_factor) == (4, 8.0, -1)
     assert form.peft_refusal(spec, "m") is None
     assert "no gate" in form.peft_refusal(lokr(gate=True), "m")
@@ -168,7 +185,7 @@ def test_its_rate_is_calibrated_on_its_preset():
 
     assert FAMILY_PROBES["lokr"] == ("lokr",)
     space = SearchSpace.load("unified")
-    name, config = probe("lokr", space, MINILM, 11_357)            # 0.05% of MiniLM: r=8 on q, v fits
+    name, config = probe("lokr", space, MINILM, 11_357)  # 0.05% of MiniLM: r=8 on q, v fits
     assert name == "lokr" and count_parameters(MINILM, config).deployable == 12 * (256 + 48 * 8)
     name, config = probe("lokr", space, MINILM, 4_000)
     assert "sizes 1 to fit" in name and count_parameters(MINILM, config).deployable == 3_648
@@ -178,10 +195,18 @@ def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "lokr", "slots": {"attn": {"site": "attn", "forms": ["lokr"]},
-                                                                   "ffn": {"site": "ffn", "forms": ["none", "lokr"]}},
-                         "rank": {"low": 1, "high": 16}, "composition": "scaled", "scale": {"low": 0.5, "high": 2.0},
-                         "lora_targets": ["qv", "qkvo"], "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
+    space = SearchSpace(
+        {
+            "version": 1,
+            "name": "lokr",
+            "slots": {"attn": {"site": "attn", "forms": ["lokr"]}, "ffn": {"site": "ffn", "forms": ["none", "lokr"]}},
+            "rank": {"low": 1, "high": 16},
+            "composition": "scaled",
+            "scale": {"low": 0.5, "high": 2.0},
+            "lora_targets": ["qv", "qkvo"],
+            "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+        }
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(8):
@@ -189,6 +214,6 @@ def test_a_space_samples_it_and_maps_it_back():
         config, _ = space.sample(trial, n_layers=3)
         seen.add(len(config.modules))
         assert all(m.form == "lokr" and m.size == trial.params[f"{m.position}.rank"] for m in config.modules)
-        assert space.params_for(config, trial.params["lr"], 3) == trial.params        # the same point
+        assert space.params_for(config, trial.params["lr"], 3) == trial.params  # the same point
     assert seen == {1, 2}
     assert describe_config(config).startswith("attn LoKr r=")

@@ -7,44 +7,57 @@ import copy
 
 import pytest
 import torch
+from conftest import batch, tiny_config, tiny_model
 from peft.tuners.lokr.layer import factorization
 from safetensors.torch import load_file
 
-from conftest import batch, tiny_config, tiny_model
-from petl_nas import apply_petl, count_model, count_parameters, load_petl, petl_disabled, preset, preset_names, save_petl
+from petl_nas import (
+    apply_petl,
+    count_model,
+    count_parameters,
+    load_petl,
+    petl_disabled,
+    preset,
+    preset_names,
+    save_petl,
+)
 
 
 def closed_form(name: str, c) -> tuple[int, int]:
     """(trainable, deployable) from the papers' formulas (He et al. App. B), for a BERT-like encoder."""
     d, L, f = c.hidden_size, c.num_hidden_layers, c.intermediate_size
-    pooler = d if c.model_type == "bert" else 0           # RoBERTa's classifier has no pooler
-    adapter = lambda r: 2 * r * d + r + d                 # W_down, W_up and their biases, per layer
-    gate = d + 1                                          # UniPELT gate: Linear(d, 1)
-    def prefix(l, b):                                     # (with MLP, flattened)
+    pooler = d if c.model_type == "bert" else 0  # RoBERTa's classifier has no pooler
+    adapter = lambda r: 2 * r * d + r + d  # W_down, W_up and their biases, per layer
+    gate = d + 1  # UniPELT gate: Linear(d, 1)
+
+    def prefix(l, b):  # (with MLP, flattened)
         return l * d + (d * b + b) + (b * 2 * L * d + 2 * L * d), 2 * l * d * L
-    layernorms = (2 * L + 1) * 2 * d                      # two per layer + the embeddings'
-    u, v = factorization(d, -1)                           # LoKr's factors of d (PEFT's rule): d = u·v, u ≤ v
-    def phm_adapter(r, n=4):                              # rank-one fast matrices: n·(in/n + out/n) each
+
+    layernorms = (2 * L + 1) * 2 * d  # two per layer + the embeddings'
+    u, v = factorization(d, -1)  # LoKr's factors of d (PEFT's rule): d = u·v, u ≤ v
+
+    def phm_adapter(r, n=4):  # rank-one fast matrices: n·(in/n + out/n) each
         return (d + r) + r + (r + d) + d
+
     forms = {
         "houlsby": L * 2 * adapter(d // 16) + layernorms,
         "pfeiffer": L * adapter(d // 16),
         "parallel_adapter": L * adapter(d // 16),
         "scaled_pa": L * adapter(d // 16),
         "mh_pa": 2 * 30 * d * L,
-        "lora": 4 * 8 * d * L,                            # r·(d + d) on q and on v
-        "lora_ffn": 2 * 8 * (d + f) * L,                  # = 10·r·d·L when f = 4d
-        "compacter": 2 * (4 ** 3 + L * phm_adapter(4)) + layernorms,   # d/32 rounded up to n=4
-        "compacter_pp": 4 ** 3 + L * phm_adapter(4) + layernorms,
+        "lora": 4 * 8 * d * L,  # r·(d + d) on q and on v
+        "lora_ffn": 2 * 8 * (d + f) * L,  # = 10·r·d·L when f = 4d
+        "compacter": 2 * (4**3 + L * phm_adapter(4)) + layernorms,  # d/32 rounded up to n=4
+        "compacter_pp": 4**3 + L * phm_adapter(4) + layernorms,
         "bitfit": d + L * (4 * d + d + f + d + d) + pooler,  # embeddings LN, q k v o, LN, W1, W2, LN
         "prompt_tuning": 20 * d,
-        "dora": 4 * 8 * d * L + 2 * d * L,                # LoRA's, and a magnitude per output row of q, v
-        "lokr": 2 * L * (u * u + (2 * 8 * v if 8 < v / 2 else v * v)),   # W₁ u×u, W₂ v×v of rank 8 (or full)
-        "ia3": (2 * d + f) * L,                           # k, v and W2's input (T-Few)
+        "dora": 4 * 8 * d * L + 2 * d * L,  # LoRA's, and a magnitude per output row of q, v
+        "lokr": 2 * L * (u * u + (2 * 8 * v if 8 < v / 2 else v * v)),  # W₁ u×u, W₂ v×v of rank 8 (or full)
+        "ia3": (2 * d + f) * L,  # k, v and W2's input (T-Few)
         "ia3_kv": 2 * d * L,
-        "ln_tuning": 2 * 2 * d * L,                       # γ, β of the attention and the FFN norm
-        "vera": 2 * L * (d + 1024),                       # L_t·(out + r), A and B frozen (not counted)
-        "fourierft": 2 * L * 1000,                        # n·L_t, the frequencies frozen
+        "ln_tuning": 2 * 2 * d * L,  # γ, β of the attention and the FFN norm
+        "vera": 2 * L * (d + 1024),  # L_t·(out + r), A and B frozen (not counted)
+        "fourierft": 2 * L * 1000,  # n·L_t, the frequencies frozen
     }
     if name in forms:
         return forms[name], forms[name]
@@ -97,11 +110,16 @@ def _meant_to_train(model, config) -> set[str]:
     every PETL tensor, the task head (outside the backbone), and in the backbone its biases under
     BitFit, its LayerNorms under ``train_layernorms`` and its pooler under ``pooling: pooler_trained``."""
     backbone = model.base_model_prefix + "."
+
     def trains(n):
         if n.startswith("petl.") or not n.startswith(backbone):
             return True
-        return ((config.bitfit and n.endswith(".bias")) or (config.train_layernorms and "LayerNorm" in n)
-                or (getattr(config, "pooling", None) == "pooler_trained" and n.startswith(backbone + "pooler.")))
+        return (
+            (config.bitfit and n.endswith(".bias"))
+            or (config.train_layernorms and "LayerNorm" in n)
+            or (getattr(config, "pooling", None) == "pooler_trained" and n.startswith(backbone + "pooler."))
+        )
+
     return {n for n, _ in model.named_parameters() if trains(n)}
 
 
@@ -114,9 +132,11 @@ def test_only_petl_parameters_change(kind, name):
     config = preset(name, model.config)
     expected = _meant_to_train(model, config)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert trainable == expected, (f"trainable but meant frozen: {sorted(trainable - expected)[:3]}; "
-                                   f"frozen but meant to train: {sorted(expected - trainable)[:3]}")
-    assert any(n.startswith("petl.") for n in expected) or config.bitfit   # BitFit alone adds no module
+    assert trainable == expected, (
+        f"trainable but meant frozen: {sorted(trainable - expected)[:3]}; "
+        f"frozen but meant to train: {sorted(expected - trainable)[:3]}"
+    )
+    assert any(n.startswith("petl.") for n in expected) or config.bitfit  # BitFit alone adds no module
     # A zero-initialised half (LoRA's B, an adapter's W_up) keeps its other half's gradient at zero
     # until it moves; give it values so that three steps reach every PETL tensor.
     with torch.no_grad():
@@ -143,7 +163,7 @@ def test_save_load_gives_identical_logits(kind, name, tmp_path):
     _perturb(model)
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if p.requires_grad and not n.startswith("petl."):   # BitFit, LayerNorms, head
+            if p.requires_grad and not n.startswith("petl."):  # BitFit, LayerNorms, head
                 p.add_(0.05)
     x = batch(kind)
     expected = model(**x).logits

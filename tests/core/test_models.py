@@ -18,8 +18,9 @@ def saved_body(tmp_path, drop=()):
     torch.manual_seed(0)
     BertModel(TINY).save_pretrained(tmp_path)
     weights = load_file(tmp_path / "model.safetensors")
-    save_file({k: v for k, v in weights.items() if k not in drop}, tmp_path / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {k: v for k, v in weights.items() if k not in drop}, tmp_path / "model.safetensors", metadata={"format": "pt"}
+    )
     return weights
 
 
@@ -31,7 +32,7 @@ def test_a_new_head_loads_quietly_and_keeps_the_pretrained_body(tmp_path, caplog
     assert model.classifier.out_features == 3
     assert torch.equal(model.bert.encoder.layer[1].output.dense.weight, weights["encoder.layer.1.output.dense.weight"])
     assert "LOAD REPORT" not in capfd.readouterr().err + caplog.text and "start random" not in caplog.text
-    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == (verbosity, bar)   # restored
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == (verbosity, bar)  # restored
 
 
 def test_body_weights_missing_from_the_checkpoint_are_named(tmp_path, caplog):

@@ -16,9 +16,9 @@ import warnings
 import optuna
 import pytest
 import torch
+from conftest import TINY, TINY_BACKBONE, batch, tiny_experiment, tiny_model
 from torch import nn
 
-from conftest import TINY, TINY_BACKBONE, batch, tiny_experiment, tiny_model
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, count_parameters, load_petl, save_petl
 from petl_nas.core.forms import Form, registered
 
@@ -38,7 +38,7 @@ class ScaleVector(nn.Module):
 class DemoScale(Form):
     name, title, sized = "demo_scale", "Scale", False
     keys = ("targets",)
-    dimensions = ("blocks",)                       # searchable: nothing to choose but where it goes
+    dimensions = ("blocks",)  # searchable: nothing to choose but where it goes
 
     def targets(self, position):
         return {"attn": ("k", "v"), "ffn": ("ffn_in",)}[position]
@@ -58,12 +58,14 @@ class DemoScale(Form):
 
     def describe(self, spec):
         return ["on " + ",".join(spec.targets)]
+
+
 # ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def demo_scale():
-    with registered(DemoScale()) as form:           # the registration line (a plugin would call register)
+    with registered(DemoScale()) as form:  # the registration line (a plugin would call register)
         yield form
 
 
@@ -73,6 +75,7 @@ def test_the_genotype_takes_it_and_round_trips(demo_scale):
     config = PetlConfig(modules=(spec,))
     assert PetlConfig.from_dict(config.to_dict()) == config
     from petl_nas import ConfigError
+
     with pytest.raises(ConfigError, match=r"module\.dropout: demo_scale does not use it"):
         ModuleSpec.from_dict({"form": "demo_scale", "dropout": 0.1})
     with pytest.raises(ConfigError, match=r"module\.targets: unknown value 'q'.*accepted: k, v"):
@@ -84,16 +87,18 @@ def test_it_starts_as_the_identity_counts_exactly_and_trains_only_its_vectors(de
     inputs = batch()
     with torch.no_grad():
         expected = base(**inputs).logits
-    config = PetlConfig(modules=(ModuleSpec(form="demo_scale", position="attn"), ModuleSpec(form="demo_scale", position="ffn")),
-                        pooling="pooler")                # the checkpoint's own head: identity is exact
-    with warnings.catch_warnings():                      # a random tiny model's pooler is untrained:
-        warnings.simplefilter("ignore")                  # said once per process, so maybe not here
+    config = PetlConfig(
+        modules=(ModuleSpec(form="demo_scale", position="attn"), ModuleSpec(form="demo_scale", position="ffn")),
+        pooling="pooler",
+    )  # the checkpoint's own head: identity is exact
+    with warnings.catch_warnings():  # a random tiny model's pooler is untrained:
+        warnings.simplefilter("ignore")  # said once per process, so maybe not here
         model = apply_petl(copy.deepcopy(base), config)
     with torch.no_grad():
         assert torch.equal(model(**inputs).logits, expected)
     hidden, layers, ffn = TINY["hidden_size"], TINY["num_hidden_layers"], TINY["intermediate_size"]
     counts = count_parameters(base.config, config)
-    assert counts.trainable == counts.deployable == (2 * hidden + ffn) * layers    # k, v and W1's outputs
+    assert counts.trainable == counts.deployable == (2 * hidden + ffn) * layers  # k, v and W1's outputs
     petl = {n for n, p in model.named_parameters() if p.requires_grad and n.startswith("petl.")}
     assert len(petl) == 3 * layers
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -123,9 +128,17 @@ def test_a_space_samples_it_and_maps_it_back(demo_scale):
     from petl_nas.core.describe import describe_config
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "demo_scale", "slots": {"attn": {"site": "attn", "forms": ["demo_scale"]},
-                                                                  "ffn": {"site": "ffn", "forms": ["none", "demo_scale"]}},
-                         "lr": {"low": 1e-3, "high": 1e-2, "log": True}})
+    space = SearchSpace(
+        {
+            "version": 1,
+            "name": "demo_scale",
+            "slots": {
+                "attn": {"site": "attn", "forms": ["demo_scale"]},
+                "ffn": {"site": "ffn", "forms": ["none", "demo_scale"]},
+            },
+            "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+        }
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(6):
@@ -133,7 +146,7 @@ def test_a_space_samples_it_and_maps_it_back(demo_scale):
         config, _ = space.sample(trial, n_layers=3)
         seen.add(len(config.modules))
         assert all(m.form == "demo_scale" for m in config.modules)
-        assert space.params_for(config, trial.params["lr"], 3) is not None        # a point of the space
+        assert space.params_for(config, trial.params["lr"], 3) is not None  # a point of the space
     assert seen == {1, 2}
     assert describe_config(config).startswith("attn Scale on k,v")
 
@@ -162,10 +175,20 @@ def test_a_real_search_trains_it(demo_scale, tmp_path, monkeypatch):
     from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "demo_scale.yaml").write_text(yaml.safe_dump({
-        "version": 1, "name": "demo_scale", "slots": {"attn": {"site": "attn", "forms": ["demo_scale"]},
-                                                "ffn": {"site": "ffn", "forms": ["none", "demo_scale"]}},
-        "lr": {"low": 1e-2, "high": 3e-2, "log": True}, "pooling": "mean"}))
+    (tmp_path / "demo_scale.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "name": "demo_scale",
+                "slots": {
+                    "attn": {"site": "attn", "forms": ["demo_scale"]},
+                    "ffn": {"site": "ffn", "forms": ["none", "demo_scale"]},
+                },
+                "lr": {"low": 1e-2, "high": 3e-2, "log": True},
+                "pooling": "mean",
+            }
+        )
+    )
     exp = tiny_experiment(name="demo_scale", space=str(tmp_path / "demo_scale.yaml"), trials=3)
     summary = run_search(exp, printer=lambda line: None)
     study = optuna.load_study(study_name="demo_scale", storage=exp.storage_url)

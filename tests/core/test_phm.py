@@ -9,15 +9,20 @@ model's forward; two forwards must not share a graph; and the products must not 
 from __future__ import annotations
 
 import torch
+from conftest import batch, tiny_model
 
-from conftest import batch, tiny_config, tiny_model
 from petl_nas import PetlConfig, apply_petl
 from petl_nas.core.config import ModuleSpec
 from petl_nas.core.modules import PHMLinear
 from petl_nas.training.operations import Operations
 
-COMPACTER = PetlConfig(modules=(ModuleSpec(form="compacter", position="ffn", size=8, phm_n=4),
-                                ModuleSpec(form="compacter", position="attn", size=8, phm_n=4)), pooling="mean")
+COMPACTER = PetlConfig(
+    modules=(
+        ModuleSpec(form="compacter", position="ffn", size=8, phm_n=4),
+        ModuleSpec(form="compacter", position="attn", size=8, phm_n=4),
+    ),
+    pooling="mean",
+)
 
 
 def own_weight(layer: PHMLinear) -> torch.Tensor:
@@ -28,7 +33,7 @@ def own_weight(layer: PHMLinear) -> torch.Tensor:
 
 def compacter_model(**kw):
     model = apply_petl(tiny_model(**kw), COMPACTER).train()
-    with torch.no_grad():                                   # zero-initialised t would hide a mix-up
+    with torch.no_grad():  # zero-initialised t would hide a mix-up
         for name, p in model.named_parameters():
             if ".t" in name[-2:] or name.endswith(".t"):
                 p.normal_(std=0.05)
@@ -48,7 +53,7 @@ def test_each_layer_gets_its_own_weight_and_the_same_gradients(monkeypatch):
             monkeypatch.setattr(PHMLinear, "weight", own_weight)
         else:
             layers = phm_layers(model)
-            assert len(layers) == 4 * 3                     # 2 modules × down/up × 3 layers, one rule per module
+            assert len(layers) == 4 * 3  # 2 modules × down/up × 3 layers, one rule per module
             for layer in layers:
                 torch.testing.assert_close(layer.weight(), own_weight(layer), rtol=1e-6, atol=1e-7)
         model(**x, labels=labels).loss.backward()
@@ -63,17 +68,17 @@ def test_each_layer_gets_its_own_weight_and_the_same_gradients(monkeypatch):
 def test_a_weight_changed_after_it_was_built_is_built_again():
     model = compacter_model()
     first, *rest = phm_layers(model)
-    other = next(u for u in rest if u.rule == first.rule and u.s.shape == first.s.shape)   # built with it
-    first.weight()                                         # builds every layer of the group, hands out one
+    other = next(u for u in rest if u.rule == first.rule and u.s.shape == first.s.shape)  # built with it
+    first.weight()  # builds every layer of the group, hands out one
     with torch.no_grad():
-        other.s.add_(0.5)                                  # as an optimiser step would, outside any forward
+        other.s.add_(0.5)  # as an optimiser step would, outside any forward
     torch.testing.assert_close(other.weight(), own_weight(other))
 
 
 def test_two_forwards_each_with_its_backward_build_their_own_graphs():
     model = compacter_model()
     x, labels = batch(), torch.tensor([0, 1, 1])
-    for _ in range(2):                                     # no step between them: same values, new graph
+    for _ in range(2):  # no step between them: same values, new graph
         model(**x, labels=labels).loss.backward()
 
 
@@ -92,4 +97,4 @@ def test_the_weights_cost_two_products_per_shape_whatever_the_depth():
             counts.append(seen.ops["bmm"] + seen.ops["mm"])
         extra[layers] = counts[1] - counts[0]
     # attention's bmm is in both; the adapters' own input matmuls are addmm; what is left is the rule's
-    assert extra[2] == extra[4] == 2 * 2 * 2               # 2 modules × 2 shapes × (s·t, A ⊗ ·)
+    assert extra[2] == extra[4] == 2 * 2 * 2  # 2 modules × 2 shapes × (s·t, A ⊗ ·)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-
 from conftest import batch, tiny_model
+
 from petl_nas import ModuleSpec, PetlConfig, apply_petl, load_petl, preset, save_petl
 from petl_nas.core.models import load_classifier
 from petl_nas.core.precision import autocast_for
@@ -53,16 +53,23 @@ def test_bf16_body_trains_fp32_masters_and_small_steps_move_them(tmp_path):
     # Every PETL tensor with a gradient moves by ~1e-5; the prefix MLP's output layer is flattened
     # at deployment, but it trains too. (Zero-initialised LoRA B gets a gradient; A does not yet.)
     assert len(moved & petl) >= len(petl) - 2 * 2 * 3 and "classifier.weight" in moved
-    assert {p.dtype for p in trained.values()} == {torch.float32}         # PETL, head, biases, norms
-    assert {p.dtype for p in frozen.values()} == {torch.bfloat16}         # the body keeps its dtype
+    assert {p.dtype for p in trained.values()} == {torch.float32}  # PETL, head, biases, norms
+    assert {p.dtype for p in frozen.values()} == {torch.bfloat16}  # the body keeps its dtype
 
 
 def test_modules_follow_the_body_outside_autocast(tmp_path):
     """Without autocast (plain inference on a CPU) the fp32 modules read bf16 activations and hand
     back bf16, and a saved model loads back with fp32 modules and the same logits."""
-    model = apply_petl(bf16_checkpoint(tmp_path), PetlConfig(modules=(
-        ModuleSpec(form="lora", size=4, gate=True), ModuleSpec(form="adapter", position="ffn", size=4),
-        ModuleSpec(form="mh_adapter", size=3))))
+    model = apply_petl(
+        bf16_checkpoint(tmp_path),
+        PetlConfig(
+            modules=(
+                ModuleSpec(form="lora", size=4, gate=True),
+                ModuleSpec(form="adapter", position="ffn", size=4),
+                ModuleSpec(form="mh_adapter", size=3),
+            )
+        ),
+    )
     x = batch()
     with torch.no_grad():
         plain = model(**x).logits
@@ -83,10 +90,16 @@ def test_trials_step_with_fused_adamw_which_equals_the_per_tensor_loop():
     shapes = [(8, 16), (16,), (1, 16), (1,)]
     fused = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
     loop = [torch.nn.Parameter(p.detach().clone()) for p in fused]
-    groups = [{"params": fused[:2], "lr": 1e-2, "weight_decay": 0.01}, {"params": fused[2:], "lr": 1e-3, "weight_decay": 0.0}]
+    groups = [
+        {"params": fused[:2], "lr": 1e-2, "weight_decay": 0.01},
+        {"params": fused[2:], "lr": 1e-3, "weight_decay": 0.0},
+    ]
     opt = adamw(groups, 1e-2)
-    ref = torch.optim.AdamW([{"params": loop[:2], "lr": 1e-2, "weight_decay": 0.01},
-                             {"params": loop[2:], "lr": 1e-3, "weight_decay": 0.0}], lr=1e-2, foreach=False)
+    ref = torch.optim.AdamW(
+        [{"params": loop[:2], "lr": 1e-2, "weight_decay": 0.01}, {"params": loop[2:], "lr": 1e-3, "weight_decay": 0.0}],
+        lr=1e-2,
+        foreach=False,
+    )
     assert opt.defaults["fused"] is True
     for step in range(5):
         for a, b in zip(fused, loop):
@@ -98,6 +111,7 @@ def test_trials_step_with_fused_adamw_which_equals_the_per_tensor_loop():
 
 
 # --- casts under autocast: each one is a kernel (and one more in backward) ---------------------------
+
 
 class CastCounter(torch.utils._python_dispatch.TorchDispatchMode):
     """Records the shape of every tensor cast (aten._to_copy) while active."""
@@ -125,9 +139,12 @@ def test_modules_under_autocast_cast_no_activation_the_body_does_not():
     first (for autocast to cast it back) paid two kernels forward and two backward per module."""
     x = batch()
     floor = activation_casts(tiny_model(), x)
-    sequential = PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", insertion="sequential", size=4),
-                                     ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4,
-                                                gate=True)))
+    sequential = PetlConfig(
+        modules=(
+            ModuleSpec(form="adapter", position="ffn", insertion="sequential", size=4),
+            ModuleSpec(form="adapter", position="attn", insertion="sequential", size=4, gate=True),
+        )
+    )
     assert activation_casts(apply_petl(tiny_model(), sequential), x) == floor
 
 
@@ -152,10 +169,10 @@ def test_per_example_gate_weights_follow_the_mask_they_were_computed_for():
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     expected = lambda m: torch.stack([g[i, m[i].bool()].mean(0, keepdim=True) for i in range(2)])  # noqa: E731
     assert torch.allclose(sequence_mean(g, mask), expected(mask))
-    assert torch.allclose(sequence_mean(g, mask), expected(mask))       # reused
-    mask[0, 3] = 0                                                      # changed in place: recomputed
+    assert torch.allclose(sequence_mean(g, mask), expected(mask))  # reused
+    mask[0, 3] = 0  # changed in place: recomputed
     assert torch.allclose(sequence_mean(g, mask), expected(mask))
-    other = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]])                  # another mask: its own weights
+    other = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]])  # another mask: its own weights
     assert torch.allclose(sequence_mean(g, other), expected(other))
     assert sequence_mean(g.double(), other).dtype == torch.float64
 
@@ -168,8 +185,12 @@ def matmul_dtypes(model, recipe_precision: str):
     handle = query.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     data = type("D", (), {"train": Rows(), "dev": Rows()})()
     try:
-        train(model, data, get_task("demo_sentiment"),
-              Recipe(lr=1e-3, epochs=1, batch_size=4, warmup_ratio=0.0, precision=recipe_precision))
+        train(
+            model,
+            data,
+            get_task("demo_sentiment"),
+            Recipe(lr=1e-3, epochs=1, batch_size=4, warmup_ratio=0.0, precision=recipe_precision),
+        )
     finally:
         handle.remove()
     trained = {p.dtype for p in model.parameters() if p.requires_grad}
@@ -178,11 +199,11 @@ def matmul_dtypes(model, recipe_precision: str):
 
 def test_recipe_precision_bf16_computes_in_bf16_on_a_cpu_and_keeps_fp32_masters():
     auto, masters = matmul_dtypes(apply_petl(tiny_model(), preset("lora", hidden_size=32)), "auto")
-    assert auto == {torch.float32} and masters == {torch.float32}          # a CPU's default: full precision
+    assert auto == {torch.float32} and masters == {torch.float32}  # a CPU's default: full precision
     model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
     bf16, masters = matmul_dtypes(model, "bf16")
     assert bf16 == {torch.bfloat16} and masters == {torch.float32}
-    with autocast_for(model, "cpu"):                                      # evaluation, latency: the same choice
+    with autocast_for(model, "cpu"):  # evaluation, latency: the same choice
         assert model.bert.encoder.layer[0].attention.self.query(torch.ones(1, 32)).dtype == torch.bfloat16
 
 
@@ -193,11 +214,11 @@ def test_precision_fp32_keeps_a_gpu_default_off_and_refuses_a_half_body(tmp_path
 
     model = apply_petl(tiny_model(), preset("lora", hidden_size=32))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
-    assert compute_dtype(model, "cuda") is None                         # a V100 or T4 would only emulate it
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)    # a GPU with bf16 (asked, not used)
-    assert compute_dtype(model, "cuda") == torch.bfloat16                # auto: bf16 on such a GPU
+    assert compute_dtype(model, "cuda") is None  # a V100 or T4 would only emulate it
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # a GPU with bf16 (asked, not used)
+    assert compute_dtype(model, "cuda") == torch.bfloat16  # auto: bf16 on such a GPU
     use_precision(model, "fp32")
-    assert compute_dtype(model, "cuda") is None                           # fp32: not even there
+    assert compute_dtype(model, "cuda") is None  # fp32: not even there
     use_precision(model, "auto")
     assert compute_dtype(model, "cpu") is None and compute_dtype(model, "cuda") == torch.bfloat16
     with pytest.raises(ValueError, match="fp32 needs an fp32 checkpoint"):
@@ -217,12 +238,12 @@ def test_native_is_bf16_wherever_the_device_computes_it_natively(monkeypatch):
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
     assert compute_dtype(model, "cpu") == torch.bfloat16
     use_precision(model, "auto")
-    assert compute_dtype(model, "cpu") is None                            # auto stays as it was: a GPU's only
+    assert compute_dtype(model, "cpu") is None  # auto stays as it was: a GPU's only
     use_precision(model, "native")
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     assert compute_dtype(model, "cpu") is None
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
-    assert compute_dtype(model, "cuda") is None                           # emulated on an older GPU: not native
+    assert compute_dtype(model, "cuda") is None  # emulated on an older GPU: not native
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert compute_dtype(model, "cuda") == torch.bfloat16
 
@@ -230,9 +251,9 @@ def test_native_is_bf16_wherever_the_device_computes_it_natively(monkeypatch):
 def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
     import pytest
 
+    from petl_nas.core.precision import PRECISIONS
     from petl_nas.errors import ConfigError
     from petl_nas.search.experiment import Fidelity
-    from petl_nas.core.precision import PRECISIONS
 
     for name in PRECISIONS:
         assert Fidelity(length_buckets=0, precision=name).precision == name

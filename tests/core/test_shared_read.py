@@ -14,17 +14,18 @@ import dataclasses
 
 import pytest
 import torch
+from conftest import batch, tiny_model
 from transformers import BartConfig, BartForConditionalGeneration
 
-from conftest import batch, tiny_model
 from petl_nas import PetlConfig, apply_petl
 from petl_nas.core.config import ModuleSpec
 from petl_nas.core.inject import merge_lora
 from petl_nas.training.operations import Operations
 
 MODULES = (
-    ModuleSpec(form="lora", position="attn", targets=("q", "k", "v"), size=4, composition="scaled", scale=2.0,
-               gate=True),
+    ModuleSpec(
+        form="lora", position="attn", targets=("q", "k", "v"), size=4, composition="scaled", scale=2.0, gate=True
+    ),
     ModuleSpec(form="prefix", position="attn", size=3, reparam=8, gate=True),
     ModuleSpec(form="adapter", position="attn", insertion="parallel", size=4, gate=True, init="bert"),
     ModuleSpec(form="lora", position="ffn", targets=("ffn_in",), size=2),
@@ -38,7 +39,7 @@ def perturbed(config: PetlConfig = CONFIG):
     torch.manual_seed(3)
     with torch.no_grad():
         for p in model.petl.parameters():
-            p.add_(torch.randn(p.shape) * 0.3)            # B and zero-init ups away from 0: every path counts
+            p.add_(torch.randn(p.shape) * 0.3)  # B and zero-init ups away from 0: every path counts
     return model
 
 
@@ -67,7 +68,7 @@ MIXED = PetlConfig(modules=(dataclasses.replace(MODULES[0], gate_per="token"), *
 @pytest.mark.parametrize("config", [CONFIG, MIXED], ids=["gates alike", "gates per token and per example"])
 def test_grouped_readers_compute_what_each_computes_alone(config):
     model = perturbed(config)
-    assert sorted(len(g.readers) for g in model.petl._shared_reads) == [2] * 3 + [5] * 3   # per layer: ffn, attn
+    assert sorted(len(g.readers) for g in model.petl._shared_reads) == [2] * 3 + [5] * 3  # per layer: ffn, attn
     alone = ungrouped(perturbed(config))
     x = batch()
     (out, grads), (out_alone, grads_alone) = step(model, x), step(alone, x)
@@ -106,9 +107,9 @@ def test_other_input_or_changed_weight_gets_its_own_columns():
     q, k = model.petl._shared_reads[0].readers[:2]
     x, other = torch.randn(2, 5, 32), torch.randn(2, 5, 32)
     with torch.no_grad():
-        assert torch.allclose(q(x), _own_out(q, x), atol=1e-6)            # makes every reader's columns for x
-        assert torch.allclose(k(other), _own_out(k, other), atol=1e-6)    # another input: its own
-        k.A.mul_(2)                                                        # changed after x's product was made
+        assert torch.allclose(q(x), _own_out(q, x), atol=1e-6)  # makes every reader's columns for x
+        assert torch.allclose(k(other), _own_out(k, other), atol=1e-6)  # another input: its own
+        k.A.mul_(2)  # changed after x's product was made
         assert torch.allclose(k(x), _own_out(k, x), atol=1e-6)
 
 
@@ -119,33 +120,50 @@ def _own_out(lora, x):
 
 
 def test_merged_lora_leaves_its_group():
-    config = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", targets=("q", "v"), size=4),
-                                 ModuleSpec(form="prefix", position="attn", size=3, reparam=8, gate=True)),
-                        pooling="mean")
+    config = PetlConfig(
+        modules=(
+            ModuleSpec(form="lora", position="attn", targets=("q", "v"), size=4),
+            ModuleSpec(form="prefix", position="attn", size=3, reparam=8, gate=True),
+        ),
+        pooling="mean",
+    )
     model, x = perturbed(config), batch()
     with torch.no_grad():
         before = model(**x).logits
-        assert merge_lora(model) == 6                     # q and v of 3 layers
-        assert all(len(g.readers) == 1 for g in model.petl._shared_reads)   # the prefix gate: alone
+        assert merge_lora(model) == 6  # q and v of 3 layers
+        assert all(len(g.readers) == 1 for g in model.petl._shared_reads)  # the prefix gate: alone
         assert torch.allclose(model(**x).logits, before, atol=1e-5)
 
 
 def test_cross_attention_q_is_not_grouped_with_its_keys():
     torch.manual_seed(0)
-    base = BartForConditionalGeneration(BartConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
-                                                   encoder_attention_heads=4, decoder_attention_heads=4,
-                                                   encoder_ffn_dim=32, decoder_ffn_dim=32,
-                                                   max_position_embeddings=64)).eval()
-    config = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", targets=("q", "k", "v"), size=2,
-                                            init="bert"),))
+    base = BartForConditionalGeneration(
+        BartConfig(
+            vocab_size=64,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            max_position_embeddings=64,
+        )
+    ).eval()
+    config = PetlConfig(
+        modules=(ModuleSpec(form="lora", position="attn", targets=("q", "k", "v"), size=2, init="bert"),)
+    )
     model, alone = (apply_petl(copy.deepcopy(base), config) for _ in range(2) if torch.manual_seed(1))
     ungrouped(alone)
     groups = sorted(len(g.readers) for g in model.petl._shared_reads)
-    assert groups == [2, 3, 3]                            # cross k, v; encoder and decoder self q, k, v
+    assert groups == [2, 3, 3]  # cross k, v; encoder and decoder self q, k, v
     ids = torch.randint(3, 64, (2, 6))
     with torch.no_grad():
-        assert torch.allclose(model(input_ids=ids, decoder_input_ids=ids).logits,
-                              alone(input_ids=ids, decoder_input_ids=ids).logits, atol=1e-6)
+        assert torch.allclose(
+            model(input_ids=ids, decoder_input_ids=ids).logits,
+            alone(input_ids=ids, decoder_input_ids=ids).logits,
+            atol=1e-6,
+        )
 
 
 @pytest.mark.parametrize("compiling", [False, True])
@@ -159,7 +177,7 @@ def test_readers_under_compile_or_parametrized_compute_alone(compiling, monkeypa
     x = torch.randn(2, 5, 32)
     with torch.no_grad():
         group.readers[0](x)
-    assert group._parts == {}                             # nothing computed for the others
+    assert group._parts == {}  # nothing computed for the others
 
 
 class _Same(torch.nn.Module):

@@ -16,10 +16,18 @@ from transformers import BartConfig, MBartConfig
 from petl_nas import ModuleSpec, PetlConfig, count_parameters, preset
 
 d, L = 1024, 12
-LARGE = dict(d_model=d, encoder_layers=L, decoder_layers=L, encoder_attention_heads=16, decoder_attention_heads=16,
-             encoder_ffn_dim=4 * d, decoder_ffn_dim=4 * d, max_position_embeddings=1024)
+LARGE = dict(
+    d_model=d,
+    encoder_layers=L,
+    decoder_layers=L,
+    encoder_attention_heads=16,
+    decoder_attention_heads=16,
+    encoder_ffn_dim=4 * d,
+    decoder_ffn_dim=4 * d,
+    max_position_embeddings=1024,
+)
 BART_LARGE = BartConfig(vocab_size=50265, **LARGE)
-MBART_LARGE = MBartConfig(vocab_size=250027, **LARGE)        # mbart-large-cc25
+MBART_LARGE = MBartConfig(vocab_size=250027, **LARGE)  # mbart-large-cc25
 
 
 def backbone_size(vocab: int, final_norms: bool) -> int:
@@ -29,7 +37,7 @@ def backbone_size(vocab: int, final_norms: bool) -> int:
     norm = 2 * d
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
-    embeddings = vocab * d + 2 * (1024 + 2) * d + 2 * norm      # positions carry an offset of 2; embedding LNs
+    embeddings = vocab * d + 2 * (1024 + 2) * d + 2 * norm  # positions carry an offset of 2; embedding LNs
     return embeddings + L * (encoder_layer + decoder_layer) + (2 * norm if final_norms else 0)
 
 
@@ -42,15 +50,15 @@ def _spec(**kw):
     return PetlConfig(modules=(ModuleSpec(**kw),))
 
 
-l, r, b = 30, 512, 800            # prefix length, bottleneck / rank, prefix MLP width (He et al.'s)
+l, r, b = 30, 512, 800  # prefix length, bottleneck / rank, prefix MLP width (He et al.'s)
 TABLE_11 = {
     # name: (config, He et al.'s formula, bias terms our modules add)
     "prefix tuning": (_spec(form="prefix", size=l, reparam=b), 2 * l * d * 3 * L, 0),
     "MH PA (attn)": (_spec(form="mh_adapter", size=l), 2 * l * d * 3 * L, 0),
     "adapter (attn)": (_spec(form="adapter", position="attn", size=r), 2 * r * d * 3 * L, (r + d) * 3 * L),
     "adapter (ffn)": (_spec(form="adapter", position="ffn", size=r), 2 * r * d * 2 * L, (r + d) * 2 * L),
-    "LoRA (attn)": (_spec(form="lora", position="attn", size=r), 4 * r * d * 3 * L, 0),     # Wq and Wv
-    "LoRA (ffn)": (_spec(form="lora", position="ffn", size=r), 10 * r * d * 2 * L, 0),     # W1, W2; d_ffn = 4d
+    "LoRA (attn)": (_spec(form="lora", position="attn", size=r), 4 * r * d * 3 * L, 0),  # Wq and Wv
+    "LoRA (ffn)": (_spec(form="lora", position="ffn", size=r), 10 * r * d * 2 * L, 0),  # W1, W2; d_ffn = 4d
     "MAM adapter": (preset("mam", BART_LARGE), 2 * l * d * 3 * L + 2 * r * d * 2 * L, (r + d) * 2 * L),
 }
 
@@ -70,9 +78,12 @@ def test_prefix_reparameterisation_is_trained_then_flattened():
     assert count.deployable == 2 * l * d * 3 * L
 
 
-@pytest.mark.parametrize("config, paper_pct", [
-    (preset("mam", BART_LARGE), 6.7),                                       # MAM, l=30, r=512
-    (_spec(form="prefix", size=200, reparam=b), 3.6),                        # prefix tuning, l=200
-])
+@pytest.mark.parametrize(
+    "config, paper_pct",
+    [
+        (preset("mam", BART_LARGE), 6.7),  # MAM, l=30, r=512
+        (_spec(form="prefix", size=200, reparam=b), 3.6),  # prefix tuning, l=200
+    ],
+)
 def test_percentages_of_bart_large(config, paper_pct):
     assert round(count_parameters(BART_LARGE, config).deployable_pct, 1) == paper_pct

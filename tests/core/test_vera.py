@@ -13,18 +13,24 @@ import optuna
 import peft
 import pytest
 import torch
+from conftest import TINY, batch, tiny_model
 from safetensors.torch import load_file
 
-from conftest import TINY, batch, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, count_parameters, load_petl, save_petl
 from petl_nas.core.forms import form_named
 from petl_nas.core.inject import WEIGHTS_FILE, lora_updates, merge_lora
 
 # A tiny BERT's module path for each weight a form may target.
-PATHS = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-         "o": "attention.output.dense", "ffn_in": "intermediate.dense", "ffn_out": "output.dense"}
+PATHS = {
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "o": "attention.output.dense",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+}
 D, FFN, L = TINY["hidden_size"], TINY["intermediate_size"], TINY["num_hidden_layers"]
-SHAPES = {"q": (D, D), "k": (D, D), "v": (D, D), "o": (D, D), "ffn_in": (D, FFN), "ffn_out": (FFN, D)}   # (in, out)
+SHAPES = {"q": (D, D), "k": (D, D), "v": (D, D), "o": (D, D), "ffn_in": (D, FFN), "ffn_out": (FFN, D)}  # (in, out)
 
 
 def pattern(spec: ModuleSpec, layers: int = L) -> str:
@@ -75,8 +81,8 @@ def randomise(model, seed: int = 0) -> None:
 
 
 def applied(spec: ModuleSpec, base=None):
-    config = PetlConfig(modules=(spec,), pooling="pooler")      # the model's own head, as PEFT's
-    with warnings.catch_warnings():                             # the tiny pooler is untrained: said, not here
+    config = PetlConfig(modules=(spec,), pooling="pooler")  # the model's own head, as PEFT's
+    with warnings.catch_warnings():  # the tiny pooler is untrained: said, not here
         warnings.simplefilter("ignore")
         return apply_petl(copy.deepcopy(base if base is not None else tiny_model()), config)
 
@@ -84,8 +90,9 @@ def applied(spec: ModuleSpec, base=None):
 SPECS = {
     "q,v r=16": ModuleSpec(form="vera", size=16, seed=3),
     "ffn r=8 (A, B at the largest shape)": ModuleSpec(form="vera", position="ffn", size=8, seed=11),
-    "q,k,v,o top layers, scaled": ModuleSpec(form="vera", size=4, targets=("q", "k", "v", "o"), layers=(1, 2),
-                                             composition="scaled", scale=2.0),
+    "q,k,v,o top layers, scaled": ModuleSpec(
+        form="vera", size=4, targets=("q", "k", "v", "o"), layers=(1, 2), composition="scaled", scale=2.0
+    ),
 }
 
 
@@ -94,7 +101,7 @@ def test_the_count_is_the_formula_and_peft_s(label):
     spec = SPECS[label]
     base = tiny_model()
     layers = len(spec.layers or range(L))
-    formula = layers * sum(SHAPES[t][1] + spec.size for t in spec.targets)       # L_t · (out + r)
+    formula = layers * sum(SHAPES[t][1] + spec.size for t in spec.targets)  # L_t · (out + r)
     counts = count_parameters(base.config, PetlConfig(modules=(spec,)))
     assert counts.trainable == counts.deployable == formula
     assert peft_count(peft_twin(base, spec)) == formula
@@ -109,7 +116,7 @@ def test_outputs_equal_peft_s_after_copying_d_and_b(label):
     inputs = batch()
     expected, got = outputs(ours, inputs), outputs(peft_twin(base, spec, ours), inputs)
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
-    assert (outputs(base, inputs) - expected).abs().max() > 1e-2                 # the update matters
+    assert (outputs(base, inputs) - expected).abs().max() > 1e-2  # the update matters
 
 
 def test_the_peft_adapter_loads_elsewhere_and_predicts_the_same(tmp_path):
@@ -126,7 +133,7 @@ def test_a_and_b_are_peft_s_from_the_seed_and_nothing_else():
     spec = SPECS["ffn r=8 (A, B at the largest shape)"]
     rule = applied(spec).petl.groups["0_ffn_vera"]["rule"]
     twin = peft_twin(tiny_model(), spec)
-    assert rule.A.shape == (8, FFN) and rule.B.shape == (FFN, 8)           # W2's in, W1's out
+    assert rule.A.shape == (8, FFN) and rule.B.shape == (FFN, 8)  # W2's in, W1's out
     assert torch.equal(rule.A, twin.base_model.vera_A["default"])
     assert torch.equal(rule.B, twin.base_model.vera_B["default"])
     again = applied(spec).petl.groups["0_ffn_vera"]["rule"]
@@ -141,18 +148,18 @@ def test_it_starts_as_the_identity_and_trains_only_d_b_and_the_head():
     with torch.no_grad():
         assert torch.equal(model(**inputs).logits, base(**inputs).logits)
     d = [p for n, p in model.named_parameters() if n.endswith(".d")]
-    assert d and all(torch.all(p == 0.1) for p in d)                          # PEFT's d_initial
+    assert d and all(torch.all(p == 0.1) for p in d)  # PEFT's d_initial
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     frozen = {n: b.detach().clone() for n, b in model.named_buffers()}
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for _ in range(2):                                   # d moves once b is off zero (LoRA's A alike)
+    for _ in range(2):  # d moves once b is off zero (LoRA's A alike)
         opt.zero_grad()
         model(**inputs, labels=torch.tensor([0, 1, 1])).loss.backward()
         opt.step()
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert len({n for n in changed if n.endswith((".b", ".d"))}) == 2 * 2 * L
     assert all(n.startswith(("petl.", "classifier.")) for n in changed), changed
-    assert all(torch.equal(b, frozen[n]) for n, b in model.named_buffers())   # A and B stay
+    assert all(torch.equal(b, frozen[n]) for n, b in model.named_buffers())  # A and B stay
 
 
 def test_save_and_load_give_the_same_outputs_without_storing_a_or_b(tmp_path):
@@ -192,11 +199,17 @@ def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
     from petl_nas.search.space import SearchSpace
 
-    space = SearchSpace({"version": 1, "name": "vera", "lr": {"low": 1e-3, "high": 1e-2, "log": True},
-                         "slots": {"attn": {"site": "attn", "forms": ["vera"]},
-                                   "ffn": {"site": "ffn", "forms": ["none", "vera"]}},
-                         "vera_rank": {"low": 16, "high": 1024, "log": True}, "lora_targets": ["qv", "qkvo"],
-                         "layers": ["all", "top"]})
+    space = SearchSpace(
+        {
+            "version": 1,
+            "name": "vera",
+            "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+            "slots": {"attn": {"site": "attn", "forms": ["vera"]}, "ffn": {"site": "ffn", "forms": ["none", "vera"]}},
+            "vera_rank": {"low": 16, "high": 1024, "log": True},
+            "lora_targets": ["qv", "qkvo"],
+            "layers": ["all", "top"],
+        }
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(8):
@@ -204,7 +217,7 @@ def test_a_space_samples_it_and_maps_it_back():
         config, _ = space.sample(trial, n_layers=3)
         seen.add((len(config.modules), config.modules[0].targets))
         assert all(m.form == "vera" and 16 <= m.size <= 1024 for m in config.modules)
-        assert space.params_for(config, trial.params["lr"], 3) is not None        # a point of the space
+        assert space.params_for(config, trial.params["lr"], 3) is not None  # a point of the space
     assert {n for n, _ in seen} == {1, 2} and {t for _, t in seen} == {("q", "v"), ("q", "k", "v", "o")}
     assert describe_config(PetlConfig(modules=(ModuleSpec(form="vera", size=256),))) == "attn VeRA r=256 on q,v"
 

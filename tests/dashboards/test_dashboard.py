@@ -28,16 +28,34 @@ from petl_nas.core.describe import describe_config
 from petl_nas.dashboards.launcher import make_dashboard
 from petl_nas.search import study_note
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"]
-CONFIGS = [PetlConfig(modules=(ModuleSpec(form="lora", size=2, scale=2.0),)),
-           PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=8, insertion="sequential"),)),
-           PetlConfig(bitfit=True)]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+CONFIGS = [
+    PetlConfig(modules=(ModuleSpec(form="lora", size=2, scale=2.0),)),
+    PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=8, insertion="sequential"),)),
+    PetlConfig(bitfit=True),
+]
 
 
-CALIBRATION = {"presets": ["lora"], "epochs": 2, "stable": True, "rule": "final", "skipped": [], "cost_s": 60.0,
-               "steps": [{"epochs": 1, "scores": {"lora": {"score": 0.61, "learned": False}}},
-                         {"epochs": 2, "scores": {"lora": {"score": 0.8, "learned": True}}}]}
+CALIBRATION = {
+    "presets": ["lora"],
+    "epochs": 2,
+    "stable": True,
+    "rule": "final",
+    "skipped": [],
+    "cost_s": 60.0,
+    "steps": [
+        {"epochs": 1, "scores": {"lora": {"score": 0.61, "learned": False}}},
+        {"epochs": 2, "scores": {"lora": {"score": 0.8, "learned": True}}},
+    ],
+}
 
 
 def make_study(url: str, name: str) -> optuna.Study:
@@ -47,16 +65,26 @@ def make_study(url: str, name: str) -> optuna.Study:
     study.set_user_attr("metric", "accuracy")
     dists = {"lr": FloatDistribution(1e-5, 1e-2, log=True), "form": CategoricalDistribution(["lora", "adapter"])}
     for i, (config, score, n) in enumerate(zip(CONFIGS, (0.71, 0.78, 0.65), (8_192, 6_400, 640))):
-        attrs = {"deployable": n, "trainable": n, "pct_of_backbone": 100 * n / 400_000,
-                 "petl_config": config.to_dict(), "config_text": describe_config(config), "recipe": {"lr": 1e-3},
-                 "epochs": 2, "k": 400, "wall_s": 12.5, "peak_mem_mb": 850.0}
+        attrs = {
+            "deployable": n,
+            "trainable": n,
+            "pct_of_backbone": 100 * n / 400_000,
+            "petl_config": config.to_dict(),
+            "config_text": describe_config(config),
+            "recipe": {"lr": 1e-3},
+            "epochs": 2,
+            "k": 400,
+            "wall_s": 12.5,
+            "peak_mem_mb": 850.0,
+        }
         if i == 2:
             attrs["preset"] = "bitfit"
-        study.add_trial(create_trial(values=[score, n], params={"lr": 1e-3, "form": "lora"}, distributions=dists,
-                                     user_attrs=attrs))
+        study.add_trial(
+            create_trial(values=[score, n], params={"lr": 1e-3, "form": "lora"}, distributions=dists, user_attrs=attrs)
+        )
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": "RuntimeError: boom"}))
     study.set_user_attr("fidelity_calibration", CALIBRATION)
-    assert study_note.write(study)                    # what a search with fidelity: auto writes
+    assert study_note.write(study)  # what a search with fidelity: auto writes
     return study
 
 
@@ -69,9 +97,19 @@ def chromium_or_skip() -> str:
 
 def rendered_text(chromium: str, url: str, tmp_path) -> str:
     """The page's visible text after its scripts ran (the DOM Chromium dumps, tags stripped)."""
-    out = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium'}",
-                          "--virtual-time-budget=15000", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium'}",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     dom = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", out.stdout, flags=re.S)
     return " ".join(re.sub(r"<[^>]+>", " ", dom).split())
@@ -89,8 +127,13 @@ def served(tmp_path_factory):
     url = f"sqlite:///{d}/study.db"
     make_study(url, "dash_study")
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "petl_nas.app.cli", "dashboard", "--storage", url, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "petl_nas.app.cli", "dashboard", "--storage", url, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     try:
@@ -113,10 +156,10 @@ def test_dashboard_prints_its_address_and_serves_the_study(served):
     assert [s["study_name"] for s in studies] == ["dash_study"]
     detail = get_json(base, f"/api/studies/{studies[0]['study_id']}")
     assert len(detail["trials"]) == 4
-    assert sorted(t["number"] for t in detail["best_trials"]) == [1, 2]           # 0.71@8.2k is dominated
+    assert sorted(t["number"] for t in detail["best_trials"]) == [1, 2]  # 0.71@8.2k is dominated
     attrs = {a["key"]: a["value"] for a in detail["trials"][1]["user_attrs"]}
     assert attrs["config_text"] == "ffn adapter r=8 sequential relu" and attrs["deployable"] == "6400"
-    with urllib.request.urlopen(base + "/dashboard", timeout=30) as r:                # the single-page app
+    with urllib.request.urlopen(base + "/dashboard", timeout=30) as r:  # the single-page app
         assert r.status == 200 and b"<script" in r.read()
 
 
@@ -125,10 +168,10 @@ def test_chromium_renders_the_dashboard_page(served, tmp_path):
     _, base, _, _ = served
     study_id = get_json(base, "/api/studies")["study_summaries"][0]["study_id"]
     text = rendered_text(chromium, f"{base}/dashboard/studies/{study_id}", tmp_path)
-    assert "dash_study" in text                       # rendered by the app's JavaScript, not in the HTML
+    assert "dash_study" in text  # rendered by the app's JavaScript, not in the HTML
     assert "Pareto Front" in text and "Best Trials" in text
     assert "Trial 1" in text and "Trial 2" in text and "Objective Values = [0.78, 6400]" in text
-    note = rendered_text(chromium, f"{base}/dashboard/studies/{study_id}/note", tmp_path)    # the study's note
+    note = rendered_text(chromium, f"{base}/dashboard/studies/{study_id}/note", tmp_path)  # the study's note
     assert "Calibration runs (before the trials" in note and "2 (chosen) 0.8000" in note
 
 
@@ -149,36 +192,58 @@ def test_dashboard_errors_are_one_line(tmp_path, capsys):
     assert main(["dashboard", "--storage", f"sqlite:///{missing}", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no such file" in err and str(missing) in err
-    assert not missing.exists()                                   # browsing never creates a database
+    assert not missing.exists()  # browsing never creates a database
     assert main(["dashboard", "--storage", "not a url"]) == 2
     assert "not an SQLAlchemy URL" in capsys.readouterr().err
 
 
-NO_DRIVER = "postgresql+psycopg2://u:pw@127.0.0.1:9/petl"      # never reached: the missing driver is said first
+NO_DRIVER = "postgresql+psycopg2://u:pw@127.0.0.1:9/petl"  # never reached: the missing driver is said first
 
 
-@pytest.mark.parametrize("args", [
-    ["search", "--experiment", "e.yaml", "--storage", NO_DRIVER],
-    ["search", "--experiment", "e.yaml", "--warm-start", NO_DRIVER + "#earlier"],
-    ["export", "--storage", NO_DRIVER, "-o", "best.yaml"],
-    ["report", "--storage", NO_DRIVER.replace("+psycopg2", ""), "-o", "report"],    # a bare URL: the same driver
-    ["dashboard", "--storage", NO_DRIVER, "--port", "0"],
-], ids=["search", "warm-start", "export", "report", "dashboard"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["search", "--experiment", "e.yaml", "--storage", NO_DRIVER],
+        ["search", "--experiment", "e.yaml", "--warm-start", NO_DRIVER + "#earlier"],
+        ["export", "--storage", NO_DRIVER, "-o", "best.yaml"],
+        ["report", "--storage", NO_DRIVER.replace("+psycopg2", ""), "-o", "report"],  # a bare URL: the same driver
+        ["dashboard", "--storage", NO_DRIVER, "--port", "0"],
+    ],
+    ids=["search", "warm-start", "export", "report", "dashboard"],
+)
 def test_a_missing_database_driver_is_named_with_its_extra(args, tmp_path, monkeypatch, capsys):
     """Every command that opens a storage names psycopg2 and the extra that installs it, in one line,
     and writes nothing (Optuna alone says "Failed to import DB access module")."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "psycopg2", None)           # a machine without the postgres extra
-    (tmp_path / "e.yaml").write_text(json.dumps({
-        "name": "s", "backbone": {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                           "intermediate_size": 64, "vocab_size": 400}},
-        "task": "demo_keyword", "budget": None, "space": "small", "trials": 1, "executor": "local",
-        "fidelity": {"k": 32, "epochs": 1, "search_dev": 16}}))
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # a machine without the postgres extra
+    (tmp_path / "e.yaml").write_text(
+        json.dumps(
+            {
+                "name": "s",
+                "backbone": {
+                    "tiny": {
+                        "hidden_size": 32,
+                        "num_hidden_layers": 2,
+                        "num_attention_heads": 4,
+                        "intermediate_size": 64,
+                        "vocab_size": 400,
+                    }
+                },
+                "task": "demo_keyword",
+                "budget": None,
+                "space": "small",
+                "trials": 1,
+                "executor": "local",
+                "fidelity": {"k": 32, "epochs": 1, "search_dev": 16},
+            }
+        )
+    )
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("petl-nas: error: ")
-    assert err.rstrip().endswith(":***@127.0.0.1:9/petl': the PostgreSQL driver psycopg2 is not installed: "
-                                 "pip install 'petl-nas[postgres]'"), err
+    assert err.rstrip().endswith(
+        ":***@127.0.0.1:9/petl': the PostgreSQL driver psycopg2 is not installed: pip install 'petl-nas[postgres]'"
+    ), err
     assert [p.name for p in tmp_path.iterdir()] == ["e.yaml"]
 
 

@@ -12,8 +12,10 @@ from optuna.trial import create_trial
 from petl_nas.dashboards import view
 from petl_nas.dashboards.report import write_report
 
-DISTS = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
-         "ffn.form": optuna.distributions.CategoricalDistribution(["adapter", "lora"])}
+DISTS = {
+    "lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
+    "ffn.form": optuna.distributions.CategoricalDistribution(["adapter", "lora"]),
+}
 
 
 def study_of(n, effect, noise, se, storage=None):
@@ -26,8 +28,14 @@ def study_of(n, effect, noise, se, storage=None):
         lr, form = float(10 ** rng.uniform(-5, -2)), ["adapter", "lora"][i % 2]
         score = 0.7 + effect * (lr > 1e-3) + noise * float(rng.standard_normal())
         attrs = {"petl_config": {"modules": [{"form": form, "position": "ffn", "size": 4}]}, "recipe": {"lr": lr}}
-        study.add_trial(create_trial(values=[score, 1000 + i], params={"lr": lr, "ffn.form": form},
-                                     distributions=DISTS, user_attrs=attrs | ({"score_se": se} if se else {})))
+        study.add_trial(
+            create_trial(
+                values=[score, 1000 + i],
+                params={"lr": lr, "ffn.form": form},
+                distributions=DISTS,
+                user_attrs=attrs | ({"score_se": se} if se else {}),
+            )
+        )
     return study
 
 
@@ -35,7 +43,9 @@ def study_of(n, effect, noise, se, storage=None):
 def test_fewer_than_20_trials_get_no_ranking(n):
     """The quickstart's 8 trials ranked attn.scale at 0.49: PED-ANOVA's top 10% was one trial."""
     assert view.importances(study_of(n, effect=0.2, noise=0.01, se=0.01)) == (
-        [], f"not shown: {n} complete trials with sampled parameters; importance needs at least 20")
+        [],
+        f"not shown: {n} complete trials with sampled parameters; importance needs at least 20",
+    )
 
 
 def test_scores_that_spread_within_their_noise_get_no_ranking():
@@ -49,10 +59,10 @@ def test_a_spread_just_inside_twice_the_noise_is_refused_and_just_beyond_it_is_s
     trials = study_of(30, effect=0.0, noise=0.01, se=None).trials
     sd = float(np.std([t.values[0] for t in trials], ddof=1))
     for t in trials:
-        t.user_attrs["score_se"] = sd / 2 * 1.01                  # sd < 2·se: noise
+        t.user_attrs["score_se"] = sd / 2 * 1.01  # sd < 2·se: noise
     assert view.importance_refusal(trials).startswith("the scores' spread")
     for t in trials:
-        t.user_attrs["score_se"] = sd / 2 * 0.99                  # sd > 2·se: beyond it
+        t.user_attrs["score_se"] = sd / 2 * 0.99  # sd > 2·se: beyond it
     assert view.importance_refusal(trials) is None
 
 

@@ -28,9 +28,17 @@ GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 
 def formats(name: str, folder: Path) -> list[str]:
     config = dataclasses.replace(preset(name, hidden_size=32), pooling="mean")
-    rec = {"backbone": TINY_BERT, "task": "demo_sentiment", "data_dir": None, "data_seed": 111, "k": 16, "seeds": 1,
-           "counts": {}, "petl_config": config.to_dict(),
-           "recipe": {"lr": 1e-2, "epochs": 1, "batch_size": 16, "max_length": 16}}
+    rec = {
+        "backbone": TINY_BERT,
+        "task": "demo_sentiment",
+        "data_dir": None,
+        "data_seed": 111,
+        "k": 16,
+        "seeds": 1,
+        "counts": {},
+        "petl_config": config.to_dict(),
+        "recipe": {"lr": 1e-2, "epochs": 1, "batch_size": 16, "max_length": 16},
+    }
     train_record(rec, out=folder / "run", progress=False, printer=lambda *a: None)
     out = []
     for to in TARGETS:
@@ -51,8 +59,10 @@ def documented() -> dict[str, list[str]]:
     text = GUIDE.read_text(encoding="utf-8").split("### Formats each preset exports to", 1)[1]
     table = re.search(r"^\| preset \| formats \|\n\|---\|---\|\n((?:\|.*\n)+)", text, flags=re.M).group(1)
     rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", table, flags=re.M)
-    return {name: [f.strip() for f in cell.replace("`", "").split(",") if f.strip() and f.strip() != "none"]
-            for name, cell in rows}
+    return {
+        name: [f.strip() for f in cell.replace("`", "").split(",") if f.strip() and f.strip() != "none"]
+        for name, cell in rows
+    }
 
 
 def test_the_guides_preset_table_is_measured(tmp_path):

@@ -84,8 +84,9 @@ def test_a_record_written_before_reads_and_writes_back_byte_for_byte(tmp_path):
     rec = read_record(tmp_path / "old.yaml")
     assert isinstance(rec, ExportRecord) and list(rec.to_dict()) == list(RECORD_KEYS)
     assert rec.config().modules[0].targets == ("q", "v") and rec.config().pooling == "mean"
-    assert rec.training_recipe() == Recipe(lr=0.0012, epochs=10.0, max_length=64, max_steps=2000, length_buckets=8,
-                                           precision="bf16")
+    assert rec.training_recipe() == Recipe(
+        lr=0.0012, epochs=10.0, max_length=64, max_steps=2000, length_buckets=8, precision="bf16"
+    )
     assert write_record(rec, tmp_path / "again.yaml").read_text() == WRITTEN_BEFORE
 
 
@@ -100,9 +101,14 @@ def _study(attrs: dict) -> optuna.Study:
     study = optuna.create_study(study_name="s", directions=["maximize", "minimize"])
     for key, value in {"backbone": json.dumps("b"), "task": "demo_sentiment", "metric": "accuracy", **attrs}.items():
         study.set_user_attr(key, value)
-    study.add_trial(create_trial(params={"lr": 3e-3}, distributions={"lr": FloatDistribution(1e-4, 1e-2)},
-                                 values=[0.8, 100], user_attrs={"petl_config": {"modules": []}, "deployable": 100,
-                                                                "trainable": 100, "recipe": {"lr": 3e-3}}))
+    study.add_trial(
+        create_trial(
+            params={"lr": 3e-3},
+            distributions={"lr": FloatDistribution(1e-4, 1e-2)},
+            values=[0.8, 100],
+            user_attrs={"petl_config": {"modules": []}, "deployable": 100, "trainable": 100, "recipe": {"lr": 3e-3}},
+        )
+    )
     return study
 
 
@@ -118,16 +124,52 @@ def test_what_a_study_did_not_store_trains_at_the_trainers_defaults():
 def test_a_record_names_only_the_settings_the_study_changed():
     """How the trials ran (precision, compile, buckets, the frozen cache, CUDA graphs) is written where
     it is not `Recipe`'s default, so a study that left them alone exports the record it always did."""
-    study = _study({"fidelity": {"epochs": 2, "batch_size": 16, "max_length": 32, "precision": "auto",
-                                 "compile": "off", "length_buckets": 0, "frozen_cache_mb": 0, "cuda_graphs": False},
-                    "final": {"epochs": 4, "seeds": 2, "max_steps": None, "eval_rows": None}})
+    study = _study(
+        {
+            "fidelity": {
+                "epochs": 2,
+                "batch_size": 16,
+                "max_length": 32,
+                "precision": "auto",
+                "compile": "off",
+                "length_buckets": 0,
+                "frozen_cache_mb": 0,
+                "cuda_graphs": False,
+            },
+            "final": {"epochs": 4, "seeds": 2, "max_steps": None, "eval_rows": None},
+        }
+    )
     plain = record(study, study.trials[0]).recipe
-    assert list(plain) == ["lr", "epochs", "batch_size", "max_length", "warmup_ratio", "weight_decay", "max_grad_norm",
-                           "evals_per_epoch"]
-    study.set_user_attr("fidelity", {"epochs": 2, "batch_size": 16, "max_length": 32, "precision": "bf16",
-                                     "compile": "default", "length_buckets": 4, "frozen_cache_mb": 64,
-                                     "cuda_graphs": True, "max_steps": 9})
+    assert list(plain) == [
+        "lr",
+        "epochs",
+        "batch_size",
+        "max_length",
+        "warmup_ratio",
+        "weight_decay",
+        "max_grad_norm",
+        "evals_per_epoch",
+    ]
+    study.set_user_attr(
+        "fidelity",
+        {
+            "epochs": 2,
+            "batch_size": 16,
+            "max_length": 32,
+            "precision": "bf16",
+            "compile": "default",
+            "length_buckets": 4,
+            "frozen_cache_mb": 64,
+            "cuda_graphs": True,
+            "max_steps": 9,
+        },
+    )
     changed = record(study, study.trials[0]).recipe
     assert {k: v for k, v in changed.items() if k not in plain} == {
-        "length_buckets": 4, "frozen_cache_mb": 64, "precision": "bf16", "compile": "default", "cuda_graphs": True}
-    assert record(study, study.trials[0], recipe="search").recipe["max_steps"] == 9    # the search's length and cap
+        "length_buckets": 4,
+        "frozen_cache_mb": 64,
+        "precision": "bf16",
+        "compile": "default",
+        "cuda_graphs": True,
+    }
+    assert record(study, study.trials[0], recipe="search").recipe["max_steps"] == 9  # the search's length and cap

@@ -15,9 +15,18 @@ import optuna
 from petl_nas.search import claims, rates
 from petl_nas.search.storage import ClaimLock, close_storage, open_storage
 
-RECORD = {"rates": {"lora": 1.5e-3}, "scales": {"lora": 2.0}, "factor": 1.0, "runs": 1, "trials": 1, "cost_s": 1.0,
-          "planned": 2, "backbone": "{}", "task": "demo_sentiment",
-          "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 1.5e-3, "tried": [[1.5e-3, 0.8]]}}}
+RECORD = {
+    "rates": {"lora": 1.5e-3},
+    "scales": {"lora": 2.0},
+    "factor": 1.0,
+    "runs": 1,
+    "trials": 1,
+    "cost_s": 1.0,
+    "planned": 2,
+    "backbone": "{}",
+    "task": "demo_sentiment",
+    "families": {"lora": {"prior": 5e-4, "probe": "lora", "rate": 1.5e-3, "tried": [[1.5e-3, 0.8]]}},
+}
 
 
 def _worker(folder: str, out) -> None:
@@ -30,7 +39,7 @@ def _worker(folder: str, out) -> None:
     said = []
 
     def calibrate(*args):
-        with open(f"{folder}/measured.log", "a") as log:     # each measurement, counted
+        with open(f"{folder}/measured.log", "a") as log:  # each measurement, counted
             log.write(f"{os.getpid()}\n")
         time.sleep(3)
         return {**RECORD, "rates": {"lora": 1e-3 + os.getpid() * 1e-9}}
@@ -61,13 +70,13 @@ def test_two_workers_started_at_once_measure_the_rates_once(tmp_path):
     for w in workers:
         w.join(30)
     measured = (tmp_path / "measured.log").read_text().split()
-    assert len(measured) == 1                                         # one measurement, not two
-    assert answers[0][1] == answers[1][1]                             # both train at one rate
+    assert len(measured) == 1  # one measurement, not two
+    assert answers[0][1] == answers[1][1]  # both train at one rate
     waiter = next(said for pid, _, said in answers if str(pid) not in measured)
     assert any("rates auto: another worker" in line and "waiting for its record" in line for line in waiter)
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/study.db")
     record = study.user_attrs[rates.ATTR]
-    assert json.loads((tmp_path / "runs" / "s" / "rates.json").read_text()) == record   # the file is the record
+    assert json.loads((tmp_path / "runs" / "s" / "rates.json").read_text()) == record  # the file is the record
     assert record["rates"]["lora"] == answers[0][1]
 
 
@@ -86,6 +95,7 @@ def test_a_failed_measurement_releases_its_claim():
 
     def fails():
         raise RuntimeError("out of memory")
+
     try:
         claims.once(study, None, "x", fails, print, "x", 1, 30)
     except RuntimeError:

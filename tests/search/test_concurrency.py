@@ -20,21 +20,34 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import TINY_BACKBONE
 from optuna.trial import TrialState
 
 from petl_nas.search.experiment import Experiment
 from petl_nas.search.study import is_trained
-from conftest import TINY_BACKBONE
 
 PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
 PRESETS = ["bitfit", "pfeiffer"]
 
 
 def experiment(storage: str, study: str, trials: int = 10, **changes) -> dict:
-    return {"name": "together", "study": study, "backbone": TINY_BACKBONE, "task": "demo_sentiment", "budget": None,
-            "space": "small", "trials": trials, "presets": PRESETS, "executor": "local", "storage": storage,
-            "fidelity": {"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-            "final": {"seeds": 0, "baselines": False}, "heartbeat_interval": 2, "grace_period": 10, **changes}
+    return {
+        "name": "together",
+        "study": study,
+        "backbone": TINY_BACKBONE,
+        "task": "demo_sentiment",
+        "budget": None,
+        "space": "small",
+        "trials": trials,
+        "presets": PRESETS,
+        "executor": "local",
+        "storage": storage,
+        "fidelity": {"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+        "final": {"seeds": 0, "baselines": False},
+        "heartbeat_interval": 2,
+        "grace_period": 10,
+        **changes,
+    }
 
 
 def _worker(argv: list[str], folder: str) -> None:
@@ -58,8 +71,9 @@ def run_workers(tmp_path: Path, exp: dict, n: int = 4) -> list[set[int]]:
     procs = []
     for folder in folders:
         folder.mkdir()
-        procs.append(ctx.Process(target=_worker, args=(["search", "--experiment", str(tmp_path / "exp.yaml")],
-                                                       str(folder))))
+        procs.append(
+            ctx.Process(target=_worker, args=(["search", "--experiment", str(tmp_path / "exp.yaml")], str(folder)))
+        )
     for p in procs:
         p.start()
     for p in procs:
@@ -68,8 +82,14 @@ def run_workers(tmp_path: Path, exp: dict, n: int = 4) -> list[set[int]]:
     for p, log in zip(procs, logs):
         assert p.exitcode == 0, log[-3000:]
         assert "locked" not in log and "Traceback" not in log, log[-3000:]
-    return [{int(j.stem) for j in (f / "runs" / "together" / "trials").glob("*.json")
-             if json.loads(j.read_text())["state"] in ("complete", "pruned", "failed")} for f in folders]
+    return [
+        {
+            int(j.stem)
+            for j in (f / "runs" / "together" / "trials").glob("*.json")
+            if json.loads(j.read_text())["state"] in ("complete", "pruned", "failed")
+        }
+        for f in folders
+    ]
 
 
 def check_filled(storage, study_name: str, by_worker: list[set[int]], trials: int) -> None:
@@ -79,10 +99,10 @@ def check_filled(storage, study_name: str, by_worker: list[set[int]], trials: in
     assert len(trained) == trials and all(t.state == TrialState.COMPLETE for t in trained)
     assert not [t for t in everything if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     names = [t.user_attrs.get("preset") for t in everything if t.user_attrs.get("preset")]
-    assert sorted(names) == sorted(PRESETS)                          # each preset claimed once
-    assert sum(len(w) for w in by_worker) == trials                   # every trial by one worker ...
-    assert set().union(*by_worker) == {t.number for t in trained}     # ... and none by two
-    assert sum(1 for w in by_worker if w) >= 2                        # they really worked together
+    assert sorted(names) == sorted(PRESETS)  # each preset claimed once
+    assert sum(len(w) for w in by_worker) == trials  # every trial by one worker ...
+    assert set().union(*by_worker) == {t.number for t in trained}  # ... and none by two
+    assert sum(1 for w in by_worker if w) >= 2  # they really worked together
 
 
 @pytest.mark.slow
@@ -90,7 +110,7 @@ def test_four_workers_fill_one_sqlite_study(tmp_path):
     url = f"sqlite:///{tmp_path}/study.db"
     by_worker = run_workers(tmp_path, experiment(url, "together"))
     check_filled(url, "together", by_worker, trials=10)
-    (tmp_path / "again").mkdir()                      # run again: the study is full, nobody trains more
+    (tmp_path / "again").mkdir()  # run again: the study is full, nobody trains more
     assert run_workers(tmp_path / "again", experiment(url, "together"), n=2) == [set(), set()]
     check_filled(url, "together", by_worker, trials=10)
 
@@ -124,20 +144,29 @@ def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, 
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    from petl_nas.search.experiment import Experiment
     from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import Experiment
 
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.chdir(tmp_path)
-    ray.shutdown()                   # an earlier search of this process may have left its own Ray
+    ray.shutdown()  # an earlier search of this process may have left its own Ray
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         worker = cluster.add_node(num_cpus=2)
         cluster.wait_for_nodes()
         head_id, worker_id = cluster.head_node.node_id[:8], worker.node_id[:8]
-        exp = Experiment.from_dict(experiment(
-            PG, pg_study, trials=6, executor="ray", ray_address=cluster.address, scheduler="fifo",
-            fidelity={"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32}), "cluster.yaml")
+        exp = Experiment.from_dict(
+            experiment(
+                PG,
+                pg_study,
+                trials=6,
+                executor="ray",
+                ray_address=cluster.address,
+                scheduler="fifo",
+                fidelity={"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+            ),
+            "cluster.yaml",
+        )
         summary = run_search(exp, printer=lambda line: None)
     finally:
         ray.shutdown()
@@ -147,7 +176,7 @@ def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, 
     trained = [t for t in study.trials if is_trained(t)]
     assert len(trained) == 6 and sorted(t.user_attrs.get("preset") or "" for t in trained)[-2:] == sorted(PRESETS)
     nodes = {t.user_attrs["node"].rsplit("/", 1)[1] for t in trained}
-    assert head_id != worker_id and nodes == {worker_id}             # all on the node with the CPUs
+    assert head_id != worker_id and nodes == {worker_id}  # all on the node with the CPUs
 
 
 @pytest.mark.slow
@@ -158,13 +187,20 @@ def test_two_workers_share_a_knob_search_each_run_trained_once(tmp_path):
     import re
 
     url = f"sqlite:///{tmp_path}/study.db"
-    exp = experiment(url, "together", trials=1, budget="5%", task="demo_keyword", presets="none",
-                     strategy="oneshot", oneshot={"rungs": 2, "lr": 3e-3, "epochs": 1, "runs": 3,
-                                                  "search": {"lr": [1e-3, 1e-2]}})
+    exp = experiment(
+        url,
+        "together",
+        trials=1,
+        budget="5%",
+        task="demo_keyword",
+        presets="none",
+        strategy="oneshot",
+        oneshot={"rungs": 2, "lr": 3e-3, "epochs": 1, "runs": 3, "search": {"lr": [1e-3, 1e-2]}},
+    )
     run_workers(tmp_path, exp, n=2)
     logs = [(tmp_path / f"worker{i}" / "log.txt").read_text() for i in range(2)]
     trained = [int(n) for log in logs for n in re.findall(r"one-shot knobs: run (\d+) \(", log)]
-    assert sorted(trained) == [0, 1, 2]                               # each run by exactly one worker
+    assert sorted(trained) == [0, 1, 2]  # each run by exactly one worker
     # the second worker joins the first's search: no run was lost, so no attempt is a second one
     assert sum("joining the knob search another worker" in log for log in logs) == 1
     assert not any("left no result" in log for log in logs)
@@ -172,7 +208,7 @@ def test_two_workers_share_a_knob_search_each_run_trained_once(tmp_path):
     assert [t.state for t in knobs] == [TrialState.COMPLETE] * 3
     study = optuna.load_study(study_name="together", storage=url)
     record = study.user_attrs["oneshot"]
-    assert len(record["knob_search"]["runs"]) == 3 and record["attempts"] == 1   # chosen once all three ended
+    assert len(record["knob_search"]["runs"]) == 3 and record["attempts"] == 1  # chosen once all three ended
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
     assert len(proposals) == len(record["proposed"]) and all(t.state == TrialState.COMPLETE for t in proposals)
 
@@ -186,7 +222,7 @@ def test_a_postgresql_password_is_never_printed_or_written(tmp_path, monkeypatch
     from petl_nas.search.storage import redact
 
     monkeypatch.chdir(tmp_path)
-    secret = PG.split("//", 1)[1].split("@", 1)[0]                       # user:password
+    secret = PG.split("//", 1)[1].split("@", 1)[0]  # user:password
     (tmp_path / "e.yaml").write_text(json.dumps(experiment(PG, pg_study, trials=1, presets=["bitfit"])))
     assert main(["search", "--experiment", "e.yaml"]) == 0
     assert main(["export", "--storage", PG, "--study", pg_study, "--preset", "bitfit", "-o", "best.yaml"]) == 0
@@ -208,14 +244,18 @@ def test_a_search_for_another_ray_than_the_one_this_process_holds_is_refused(tmp
     from petl_nas.search.executors import init_ray
 
     monkeypatch.chdir(tmp_path)
-    listening = socket.create_server(("127.0.0.1", 0))          # something answers at the cluster's address
+    listening = socket.create_server(("127.0.0.1", 0))  # something answers at the cluster's address
     address = f"127.0.0.1:{listening.getsockname()[1]}"
     init_ray()
     try:
-        exp = Experiment.from_dict(experiment(f"sqlite:///{tmp_path}/s.db", "other", trials=1, executor="ray",
-                                              ray_address=address), "e.yaml")
-        with pytest.raises(ConfigError, match=rf"ray_address '{address}': this process is already connected to "
-                                              rf"the Ray at .*call ray.shutdown\(\) first"):
+        exp = Experiment.from_dict(
+            experiment(f"sqlite:///{tmp_path}/s.db", "other", trials=1, executor="ray", ray_address=address), "e.yaml"
+        )
+        with pytest.raises(
+            ConfigError,
+            match=rf"ray_address '{address}': this process is already connected to "
+            rf"the Ray at .*call ray.shutdown\(\) first",
+        ):
             run_search(exp, printer=lambda line: None)
     finally:
         ray.shutdown()

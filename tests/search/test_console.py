@@ -6,7 +6,10 @@ from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, say, set_verbo
 
 def test_a_table_aligns_its_columns():
     assert table(["family", "score"], [["lora", "0.8"], ["mh_adapter", "0.75"]], right=(1,)) == [
-        "  family      score", "  lora          0.8", "  mh_adapter   0.75"]
+        "  family      score",
+        "  lora          0.8",
+        "  mh_adapter   0.75",
+    ]
 
 
 def test_a_line_said_before_is_not_said_again():
@@ -15,9 +18,9 @@ def test_a_line_said_before_is_not_said_again():
     printer("warning: the inputs differ")
     printer("warning: the inputs differ\nnew line")
     printer("")
-    printer("")                                          # blank lines separate: always kept
+    printer("")  # blank lines separate: always kept
     assert said == ["warning: the inputs differ", "new line", "", ""]
-    again = SaidOnce(printer)                            # wrapping it again keeps its memory
+    again = SaidOnce(printer)  # wrapping it again keeps its memory
     again("new line")
     assert said[-1] == "" and again.said is printer.said
 
@@ -32,7 +35,7 @@ def test_a_command_or_a_path_is_never_cut():
     command = "  petl-nas export --storage sqlite:///" + "x" * 130
     assert fit(command) == command
     path = "/" + "p" * 130
-    assert path in fit(f"see {path} for the rest").split()          # on a line of its own, whole
+    assert path in fit(f"see {path} for the rest").split()  # on a line of its own, whole
 
 
 def test_details_only_with_verbose(monkeypatch):

@@ -8,15 +8,14 @@ import dataclasses
 
 import optuna
 import pytest
+from conftest import trained_runs
+from test_search import experiment
 
 from petl_nas.search import worker
 from petl_nas.search.driver import run_search
 from petl_nas.search.experiment import FinalEval
 from petl_nas.search.records import StoredTrial
 from petl_nas.search.specs import final_recipe, final_twin, trial_recipe, trial_spec
-
-from conftest import trained_runs
-from test_search import experiment
 
 
 @pytest.fixture(autouse=True)
@@ -26,32 +25,39 @@ def in_tmp(tmp_path, monkeypatch):
 
 def final_study(tmp_path, epochs: float):
     """Seed 0, 5-epoch trials, 2 candidates confirmed with 1 more seed, finals of 2 seeds at ``epochs``."""
-    return experiment(tmp_path, seed=0, trials=3, presets=["lora"],
-                      final=FinalEval(seeds=2, epochs=epochs, max_front=2, presets="none", confirm=2,
-                                      confirm_seeds=1, baselines=False))
+    return experiment(
+        tmp_path,
+        seed=0,
+        trials=3,
+        presets=["lora"],
+        final=FinalEval(
+            seeds=2, epochs=epochs, max_front=2, presets="none", confirm=2, confirm_seeds=1, baselines=False
+        ),
+    )
 
 
 @pytest.mark.slow
 def test_final_runs_that_a_trial_and_its_confirmation_trained_are_read_to_the_bit(tmp_path, monkeypatch):
-    exp = final_study(tmp_path, epochs=5)                      # the trials' own length
+    exp = final_study(tmp_path, epochs=5)  # the trials' own length
     calls = trained_runs(monkeypatch)
     lines = []
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     finals = {int(k.split(":")[1]): v for k, v in study.user_attrs.items() if k.startswith("final:")}
-    assert finals and not [c for c in calls if c.eval_split == "test"]          # no final run trained
+    assert finals and not [c for c in calls if c.eval_split == "test"]  # no final run trained
     assert any("are read, not trained again" in line for line in lines)
-    assert not [line for line in lines if line.endswith(" of 0 runs")]           # no count of nothing
+    assert not [line for line in lines if line.endswith(" of 0 runs")]  # no count of nothing
     # each equals a final run trained afresh, in the precision the study resolved ``auto`` to (bf16
     # where the CPU computes it natively)
     recipe = dataclasses.replace(trial_recipe(exp), precision=study.user_attrs["fidelity"]["precision"])
     for number, final in finals.items():
         t = StoredTrial.of(study.trials[number], study.user_attrs)
         for seed in range(2):
-            fresh = worker.run_trial(trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed),
-                                                number=number, final=True))
+            fresh = worker.run_trial(
+                trial_spec(exp, t.petl_config, final_recipe(exp, recipe, t.lr, seed), number=number, final=True)
+            )
             assert final["scores"][seed] == fresh.last_score
-    assert "test_run" not in study.trials[next(iter(finals))].params          # a record, not a sampled value
+    assert "test_run" not in study.trials[next(iter(finals))].params  # a record, not a sampled value
 
 
 @pytest.mark.slow
@@ -90,7 +96,7 @@ def test_only_a_run_at_a_final_seed_with_the_final_recipe_is_a_final_run(tmp_pat
     exp = final_study(tmp_path, epochs=5)
     recipe = trial_recipe(exp).with_overrides(lr=1e-3)
     assert final_twin(exp, recipe) == final_recipe(exp, recipe, 1e-3, 0)
-    assert final_twin(exp, recipe.with_overrides(seed=2)) is None                 # finals: seeds 0 and 1
+    assert final_twin(exp, recipe.with_overrides(seed=2)) is None  # finals: seeds 0 and 1
     assert final_twin(exp, dataclasses.replace(recipe, evals_per_epoch=2)) is None
     assert final_twin(dataclasses.replace(exp, final=dataclasses.replace(exp.final, k=100)), recipe) is None
     assert final_twin(dataclasses.replace(exp, final=dataclasses.replace(exp.final, seeds=0)), recipe) is None

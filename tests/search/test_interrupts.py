@@ -36,4 +36,4 @@ def test_a_stop_in_a_finaliser_is_kept_off_stderr_and_raised_again():
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "stopped 15"
     assert "Stopped" not in done.stderr
-    assert "ValueError: a finaliser's own error" in done.stderr     # other unraisable errors still said
+    assert "ValueError: a finaliser's own error" in done.stderr  # other unraisable errors still said

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import TINY_BACKBONE, batch, tiny_experiment, tiny_model
+
 from petl_nas import PetlConfig
 from petl_nas.core.budget import count_parameters
 from petl_nas.core.forms import form_named
@@ -21,9 +21,9 @@ from petl_nas.search.oneshot import HardConcrete, build_supernet, derive, ladder
 from petl_nas.search.oneshot.supernet import PROMPT, candidates, prompt_length_for
 from petl_nas.search.oneshot.train import train_supernet
 from petl_nas.search.space import SearchSpace
+from petl_nas.search.worker import TrialSpec, run_trial
 from petl_nas.tasks import load_splits, resolve_task
 from petl_nas.training.loading import load_backbone, model_config_for
-from petl_nas.search.worker import TrialSpec, run_trial
 
 HEAD = PetlConfig(pooling="mean")
 
@@ -42,7 +42,9 @@ def _perturb(net, seed=3):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in net.model.named_parameters():
-            if (name.startswith("petl.") and not name.endswith(".raw")) or name.endswith(("bias.original", "weight.original")):
+            if (name.startswith("petl.") and not name.endswith(".raw")) or name.endswith(
+                ("bias.original", "weight.original")
+            ):
                 p.add_(torch.randn(p.shape, generator=g) * 0.3)
 
 
@@ -54,7 +56,7 @@ def test_a_copy_of_a_supernet_is_a_supernet_of_its_own():
     _perturb(net)
     x = batch("bert")
     net.model.train()
-    net.model(**x).logits.sum().backward()                    # this forward's draws hold a graph
+    net.model(**x).logits.sum().backward()  # this forward's draws hold a graph
     twin = copy.deepcopy(net.model)
     gates = [m for m in net.model.modules() if isinstance(m, HardConcrete)]
     net.model.eval()
@@ -63,7 +65,7 @@ def test_a_copy_of_a_supernet_is_a_supernet_of_its_own():
         before = net.model(**x).logits
         assert torch.equal(twin(**x).logits, before)
         drawn = [g._z for g in gates]
-        twin(**x)                                              # draws the copy's gates, not the original's
+        twin(**x)  # draws the copy's gates, not the original's
         assert all(a is b for a, b in zip(drawn, (g._z for g in gates)))
         for m in twin.modules():
             if isinstance(m, HardConcrete):
@@ -71,22 +73,32 @@ def test_a_copy_of_a_supernet_is_a_supernet_of_its_own():
         assert not torch.equal(twin(**x).logits, before)
         assert torch.equal(net.model(**x).logits, before)
 
+
 def test_candidates_cover_the_spaces_forms_at_sizes_that_fit():
     model = tiny_model()
     specs = candidates(SearchSpace.load("unified"), model.config, None)
     assert [(s.form, s.position) for s in specs] == [
-        ("lora", "attn"), ("adapter", "attn"), ("compacter", "attn"), ("prefix", "attn"), ("mh_adapter", "attn"),
-        ("lora", "ffn"), ("adapter", "ffn"), ("compacter", "ffn")]
+        ("lora", "attn"),
+        ("adapter", "attn"),
+        ("compacter", "attn"),
+        ("prefix", "attn"),
+        ("mh_adapter", "attn"),
+        ("lora", "ffn"),
+        ("adapter", "ffn"),
+        ("compacter", "ffn"),
+    ]
     assert specs[0].size == 64 and specs[0].targets == ("q", "k", "v", "o") and specs[1].size == 512
     assert specs[2].size == 512 and specs[2].phm_n == 4 and specs[2].insertion == "parallel"
-    assert specs[3].size == 64 and specs[3].reparam == 0 and specs[3].composition == "gated"   # flat: 0 is allowed
+    assert specs[3].size == 64 and specs[3].reparam == 0 and specs[3].composition == "gated"  # flat: 0 is allowed
     small = candidates(SearchSpace.load("unified"), model.config, 2000)
     for s in small:
-        one_layer = count_parameters(model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),)))
+        one_layer = count_parameters(
+            model.config, PetlConfig(modules=(s.__class__(**{**s.to_dict(), "layers": (0,)}),))
+        )
         assert one_layer.deployable <= 2000
     (lora,) = [s for s in candidates(SearchSpace.load("small"), model.config, None) if s.form == "lora"]
-    assert lora.targets == ("q", "v")                      # small fixes lora_targets: qv
-    mam = candidates(SearchSpace.load("mam"), model.config, None)   # prefix (or MH adapter) + FFN adapter
+    assert lora.targets == ("q", "v")  # small fixes lora_targets: qv
+    mam = candidates(SearchSpace.load("mam"), model.config, None)  # prefix (or MH adapter) + FFN adapter
     assert [(s.form, s.position) for s in mam] == [("prefix", "attn"), ("mh_adapter", "attn"), ("adapter", "ffn")]
 
 
@@ -101,7 +113,7 @@ def test_a_supernet_with_every_gate_shut_is_the_backbone(kind):
         net.close_all()
         shut = net.model(**x).logits
         ref = apply_head_only(base, kind)(**x).logits
-    assert torch.equal(shut, ref)                                    # bit-exact, no tolerance
+    assert torch.equal(shut, ref)  # bit-exact, no tolerance
     assert not torch.allclose(open_out, ref, atol=1e-4)
 
 
@@ -128,17 +140,18 @@ def test_a_prefix_with_positions_shut_is_the_prefix_of_the_open_ones():
     keep = torch.tensor([True, False, True, True, False, False])
     unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
     (enc,) = [m for m in net.model.modules() if isinstance(m, PrefixEncoder)]
-    short = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 3}),),
-                                                      pooling="mean"))
+    short = apply_petl(
+        copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 3}),), pooling="mean")
+    )
     (short_enc,) = [m for m in short.modules() if isinstance(m, PrefixEncoder)]
     with torch.no_grad():
         short_enc.flat.copy_(enc.flat[:, :, :, keep])
     net.model.eval(), short.eval()
-    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]   # noqa: E731 (the logits are tiny)
+    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]  # noqa: E731 (the logits are tiny)
     with torch.no_grad():
         got, want = last(net.model), last(short)
     assert torch.allclose(got, want, atol=1e-5)
-    unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))         # the same positions, half open (g = 0.5)
+    unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))  # the same positions, half open (g = 0.5)
     with torch.no_grad():
         assert not torch.allclose(last(net.model), want, atol=1e-3)
 
@@ -153,25 +166,25 @@ def test_a_prompt_with_positions_shut_is_the_prompt_of_the_open_ones(kind):
     net = build_supernet(copy.deepcopy(base), (), HEAD, prompt_length=6)
     _perturb(net)
     (unit,) = net.units
-    assert unit.candidate == PROMPT and unit.unit_cost == 32       # one embedding row per position
+    assert unit.candidate == PROMPT and unit.unit_cost == 32  # one embedding row per position
     keep = torch.tensor([True, False, True, True, False, False])
     unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
     short = apply_petl(copy.deepcopy(base), PetlConfig(prompt_length=3, pooling="mean"))
     with torch.no_grad():
         short.petl.prompt.embeddings.copy_(net.model.petl.prompt.embeddings[keep])
     net.model.eval(), short.eval()
-    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]   # noqa: E731
+    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]  # noqa: E731
     with torch.no_grad():
         got, want = last(net.model), last(short)
         assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
-        unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))     # the same positions, half open
+        unit.gate.set_log_alpha(torch.where(keep, 0.0, -30.0))  # the same positions, half open
         assert not torch.allclose(last(net.model), want, atol=1e-3)
         unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
         config, n = derive(net, base.config, 10_000, HEAD, min_open=0.5)
         assert config.prompt_length == 3 and not config.modules and n == 3 * 32
         net.close_all()
         assert torch.equal(net.model(**x).logits, apply_head_only(base, kind)(**x).logits)
-        unit.gate.set_log_alpha(0.0)                   # training: each forward inserts its own draw's open positions
+        unit.gate.set_log_alpha(0.0)  # training: each forward inserts its own draw's open positions
         net.model.train()
         for _ in range(8):
             net.model(**x)
@@ -185,27 +198,29 @@ def test_compacter_columns_shut_are_the_smaller_compacter_of_the_open_ones():
     from petl_nas.core.modules.phm import CompacterAdapter
 
     base, x = tiny_model(), batch()
-    spec = ModuleSpec(form="compacter", position="ffn", size=16, insertion="parallel", init="lora", phm_n=4,
-                      layers=(1,))
+    spec = ModuleSpec(
+        form="compacter", position="ffn", size=16, insertion="parallel", init="lora", phm_n=4, layers=(1,)
+    )
     net = build_supernet(copy.deepcopy(base), (spec,), HEAD)
     _perturb(net)
     (unit,) = net.units
-    assert unit.unit_size == 4 and unit.unit_cost == 2 * 4 * 1 + 4 and unit.group_cost == 4 ** 3
+    assert unit.unit_size == 4 and unit.unit_cost == 2 * 4 * 1 + 4 and unit.group_cost == 4**3
     keep = torch.tensor([True, False, True, False])
     unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
     (big,) = [m for m in net.model.modules() if isinstance(m, CompacterAdapter)]
-    small_model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 8}),),
-                                                            pooling="mean"))
+    small_model = apply_petl(
+        copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 8}),), pooling="mean")
+    )
     (small,) = [m for m in small_model.modules() if isinstance(m, CompacterAdapter)]
     with torch.no_grad():
         small.down.rule[0].A.copy_(big.down.rule[0].A)
         small.down.s.copy_(big.down.s), small.up.t.copy_(big.up.t), small.up.bias.copy_(big.up.bias)
         small.down.t.copy_(big.down.t[:, :, keep]), small.up.s.copy_(big.up.s[:, keep, :])
-        raw_bias = big.down.parametrizations.bias.original               # as trained, before the gates
+        raw_bias = big.down.parametrizations.bias.original  # as trained, before the gates
         small.down.bias.copy_(raw_bias.view(4, 4)[:, keep].reshape(-1))
         net.model.eval(), small_model.eval()
         got, want = (m(**x, output_hidden_states=True).hidden_states[-1] for m in (net.model, small_model))
-    assert torch.allclose(got, want, atol=1e-5)                      # the encoder's output, not the small logits
+    assert torch.allclose(got, want, atol=1e-5)  # the encoder's output, not the small logits
 
 
 def test_derived_compacters_pay_one_rule_per_distinct_size():
@@ -214,14 +229,17 @@ def test_derived_compacters_pay_one_rule_per_distinct_size():
     model = tiny_model()
     spec = ModuleSpec(form="compacter", position="ffn", size=16, insertion="parallel", init="lora", phm_n=4)
     net = build_supernet(model, (spec,), HEAD)
-    for u, open_units in zip(net.units, (2, 2, 1)):                   # 3 layers: sizes 8, 8, 4
+    for u, open_units in zip(net.units, (2, 2, 1)):  # 3 layers: sizes 8, 8, 4
         u.gate.set_log_alpha(torch.tensor([30.0] * open_units + [-30.0] * (4 - open_units)))
     config, n = derive(net, model.config, 10**6, HEAD, min_open=0.5)
     assert sorted((m.size, m.layers) for m in config.modules) == [(4, (2,)), (8, (0, 1))]
-    assert n == count_parameters(model.config, config).deployable      # two specs: two rules of n³
+    assert n == count_parameters(model.config, config).deployable  # two specs: two rules of n³
     just_under = derive(net, model.config, n - 1, HEAD, min_open=0.5)[1]
-    assert just_under < n and just_under == count_parameters(model.config, derive(net, model.config, n - 1, HEAD,
-                                                                                   min_open=0.5)[0]).deployable
+    assert (
+        just_under < n
+        and just_under
+        == count_parameters(model.config, derive(net, model.config, n - 1, HEAD, min_open=0.5)[0]).deployable
+    )
 
 
 def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positions():
@@ -233,14 +251,15 @@ def test_a_multi_head_adapter_with_positions_shut_is_the_one_of_its_open_positio
     net = build_supernet(copy.deepcopy(base), (spec,), HEAD)
     _perturb(net)
     (unit,) = net.units
-    assert unit.unit_cost == 2 * 32                                  # a key and a value row per head
+    assert unit.unit_cost == 2 * 32  # a key and a value row per head
     keep = torch.tensor([False, True, True, False, True, False])
     unit.gate.set_log_alpha(torch.where(keep, 30.0, -30.0))
     (big,) = [m for m in net.model.modules() if isinstance(m, MultiHeadAdapter)]
-    short = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 3}),),
-                                                      pooling="mean"))
+    short = apply_petl(
+        copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(**{**spec.to_dict(), "size": 3}),), pooling="mean")
+    )
     (small,) = [m for m in short.modules() if isinstance(m, MultiHeadAdapter)]
-    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]   # noqa: E731
+    last = lambda m: m(**x, output_hidden_states=True).hidden_states[-1]  # noqa: E731
     with torch.no_grad():
         small.keys.copy_(big.keys[:, keep]), small.values.copy_(big.values[:, keep])
         net.model.eval(), short.eval()
@@ -255,8 +274,8 @@ def test_key_gates_add_log_g_to_exactly_the_gated_logits(gpu_width, monkeypatch)
     if gpu_width:
         monkeypatch.setattr(attention, "gate_columns", lambda head_dim, device: 8 - head_dim % 8)
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 4, 8, generator=g) for _ in range(3))      # [B, H, L, D]; keys: 2 prefix + 2 tokens
-    log_g, s = torch.tensor([-0.7, -2.0]), 8 ** -0.5
+    q, k, v = (torch.randn(2, 3, 4, 8, generator=g) for _ in range(3))  # [B, H, L, D]; keys: 2 prefix + 2 tokens
+    log_g, s = torch.tensor([-0.7, -2.0]), 8**-0.5
     q2, k2, v2 = attention._with_key_gates(q, k, v, torch.cat([log_g, torch.zeros(2)]), s)
     assert q2.shape[-1] == k2.shape[-1] == v2.shape[-1] == (16 if gpu_width else 9)
     got = torch.softmax(q2 @ k2.transpose(-1, -2) * s, -1) @ v2
@@ -269,7 +288,7 @@ def test_a_gated_prompt_beside_a_gated_prefix_gates_its_own_keys():
     on its own token keys (its start counted after the prefix), and the prefix's on the prefix's."""
     import petl_nas.core.modules.head_attention as attention
 
-    prompt = (1, torch.tensor([-0.5, -1.0]))                        # prompt tokens 1 and 2 of the input
+    prompt = (1, torch.tensor([-0.5, -1.0]))  # prompt tokens 1 and 2 of the input
     edits = attention.HeadEdits(is_enabled=lambda: True, key_gate=lambda: prompt)
     got = attention._key_log_gates(edits, 3 + 5, 3, torch.tensor([-0.1, -0.2, -0.3]), torch.device("cpu"))
     assert got.tolist() == pytest.approx([-0.1, -0.2, -0.3, 0.0, -0.5, -1.0, 0.0, 0.0])
@@ -280,17 +299,27 @@ def test_a_gated_prompt_beside_a_gated_prefix_gates_its_own_keys():
 def test_unit_costs_are_exact_deployable_counts():
     net, specs = _supernet()
     model_config = net.model.config
-    full = count_parameters(model_config, PetlConfig(modules=specs, bitfit=True, train_layernorms=True,
-                                                     prompt_length=20)).deployable
+    full = count_parameters(
+        model_config, PetlConfig(modules=specs, bitfit=True, train_layernorms=True, prompt_length=20)
+    ).deployable
     shared = {u.candidate: u.group_cost for u in net.units if u.group_cost}  # Compacter's rule, once per spec
-    assert net.shared_cost > 0                                              # LayerNorm biases: BitFit's and the norms'
-    assert sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units) + sum(shared.values()) \
-        + net.shared_cost == full
-    assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} == {"lora", "adapter", "compacter", "prefix",
-                                                                               "mh_adapter"}
-    assert [u.gate.log_alpha.numel() for u in net.units if u.candidate == PROMPT] == [20]   # unified: up to 20 tokens
+    assert net.shared_cost > 0  # LayerNorm biases: BitFit's and the norms'
+    assert (
+        sum(u.unit_cost * u.gate.log_alpha.numel() + u.fixed_cost for u in net.units)
+        + sum(shared.values())
+        + net.shared_cost
+        == full
+    )
+    assert {specs[u.candidate].form for u in net.units if u.candidate >= 0} == {
+        "lora",
+        "adapter",
+        "compacter",
+        "prefix",
+        "mh_adapter",
+    }
+    assert [u.gate.log_alpha.numel() for u in net.units if u.candidate == PROMPT] == [20]  # unified: up to 20 tokens
     for u in net.units:
-        u.gate.set_log_alpha(30.0)                                   # every gate surely open
+        u.gate.set_log_alpha(30.0)  # every gate surely open
     assert float(net.expected_count().detach()) == pytest.approx(full, rel=1e-6)
 
 
@@ -303,12 +332,12 @@ def test_the_bitfit_unit_is_every_bias_and_derives_to_bitfit():
     assert bitfit_cost(model_config, HEAD) == biases > 0
     (unit,) = [u for u in net.units if u.candidate == BITFIT]
     for u in net.units:
-        u.gate.set_log_alpha(30.0 if u is unit else -30.0)          # only the biases open
+        u.gate.set_log_alpha(30.0 if u is unit else -30.0)  # only the biases open
     config, n = derive(net, model_config, biases, HEAD, min_open=0.5)
     assert config.bitfit and not config.modules and n == biases
-    config, n = derive(net, model_config, biases - 1, HEAD, min_open=0.5)   # they do not fit: nothing
+    config, n = derive(net, model_config, biases - 1, HEAD, min_open=0.5)  # they do not fit: nothing
     assert not config.bitfit and n == 0
-    assert not allows_bitfit(SearchSpace.load("small"), model_config, None)           # bitfit: false there
+    assert not allows_bitfit(SearchSpace.load("small"), model_config, None)  # bitfit: false there
     assert not allows_bitfit(SearchSpace.load("unified"), model_config, biases - 1, HEAD)
 
 
@@ -320,17 +349,21 @@ def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
 
     net, _ = _supernet()
     model_config = net.model.config
-    norms_alone = count_parameters(model_config, PetlConfig(train_layernorms=True, pooling="mean")).deployable \
+    norms_alone = (
+        count_parameters(model_config, PetlConfig(train_layernorms=True, pooling="mean")).deployable
         - count_parameters(model_config, HEAD).deployable
-    both = count_parameters(model_config, PetlConfig(bitfit=True, train_layernorms=True, pooling="mean")).deployable \
+    )
+    both = (
+        count_parameters(model_config, PetlConfig(bitfit=True, train_layernorms=True, pooling="mean")).deployable
         - count_parameters(model_config, HEAD).deployable
+    )
     assert global_cost(model_config, HEAD, layernorms=True) == norms_alone > 0
     units = {u.candidate: u for u in net.units if u.candidate in (BITFIT, LAYERNORMS)}
     for first in (LAYERNORMS, BITFIT):
         for u in net.units:
             u.gate.set_log_alpha(-30.0)
         units[first].gate.set_log_alpha(30.0)
-        units[BITFIT if first == LAYERNORMS else LAYERNORMS].gate.set_log_alpha(20.0)    # next most likely
+        units[BITFIT if first == LAYERNORMS else LAYERNORMS].gate.set_log_alpha(20.0)  # next most likely
         config, n = derive(net, model_config, both, HEAD, min_open=0.5)
         assert config.bitfit and config.train_layernorms and not config.modules and n == both
     for u in net.units:
@@ -345,7 +378,7 @@ def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
     ref = apply_head_only(tiny_model(), "bert")
     with torch.no_grad():
         for u in net.units:
-            u.gate.sample()                          # deterministic z: 1 for the norms, 0 for the rest
+            u.gate.sample()  # deterministic z: 1 for the norms, 0 for the rest
         norms_only = net.model(**x).logits
         net.close_all()
         for u in net.units:
@@ -355,7 +388,7 @@ def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
         from petl_nas.core.inject import norm_modules
 
         norm = norm_modules(net.model)[1]
-        for bitfit_open in (True, False):            # a norm's bias keeps its change while either gate is open
+        for bitfit_open in (True, False):  # a norm's bias keeps its change while either gate is open
             units[BITFIT].gate.set_log_alpha(30.0 if bitfit_open else -30.0)
             units[LAYERNORMS].gate.set_log_alpha(-30.0)
             for u in units.values():
@@ -363,7 +396,7 @@ def test_the_layernorm_unit_derives_alone_or_with_bitfit_counted_exactly():
             trained = norm.parametrizations.bias.original
             start = norm.parametrizations.bias[0].start
             assert torch.allclose(norm.bias, trained if bitfit_open else start, atol=1e-7, rtol=0)
-            assert torch.equal(norm.weight, norm.parametrizations.weight[0].start)     # the norms' own gate is shut
+            assert torch.equal(norm.weight, norm.parametrizations.weight[0].start)  # the norms' own gate is shut
 
 
 def test_a_unipelt_gate_choice_is_the_ungated_module_shut_and_the_gated_one_open():
@@ -373,13 +406,15 @@ def test_a_unipelt_gate_choice_is_the_ungated_module_shut_and_the_gated_one_open
     from petl_nas import ModuleSpec
 
     base = tiny_model()
-    specs = (ModuleSpec(form="lora", position="attn", size=4, targets=("q", "v"), gate=True),
-             ModuleSpec(form="adapter", position="ffn", size=8, insertion="parallel", init="lora", gate=True))
+    specs = (
+        ModuleSpec(form="lora", position="attn", size=4, targets=("q", "v"), gate=True),
+        ModuleSpec(form="adapter", position="ffn", size=8, insertion="parallel", init="lora", gate=True),
+    )
     net = build_supernet(copy.deepcopy(base), specs, HEAD)
     _perturb(net)
     choices = [u for u in net.units if u.gate_of is not None]
     layers, d = base.config.num_hidden_layers, base.config.hidden_size
-    assert len(choices) == 3 * layers and all(u.unit_cost == d + 1 for u in choices)   # q, v and the FFN's, per layer
+    assert len(choices) == 3 * layers and all(u.unit_cost == d + 1 for u in choices)  # q, v and the FFN's, per layer
     x = batch()
     net.model.eval()
     composes = [m.compose for m in net.model.petl.modules() if hasattr(m, "compose") and m.compose.gate is not None]
@@ -391,9 +426,9 @@ def test_a_unipelt_gate_choice_is_the_ungated_module_shut_and_the_gated_one_open
         saved = [(c.gate, c.gate_mix) for c in composes]
         for c in composes:
             if strip == "gate":
-                c.gate, c.gate_mix = None, None          # the module without its gate
+                c.gate, c.gate_mix = None, None  # the module without its gate
             elif strip == "mix":
-                c.gate_mix = None                        # the module with its gate, no choice
+                c.gate_mix = None  # the module with its gate, no choice
         try:
             with torch.no_grad():
                 return net.model(**x).logits
@@ -405,7 +440,7 @@ def test_a_unipelt_gate_choice_is_the_ungated_module_shut_and_the_gated_one_open
     open_, gated = logits(30.0), logits(30.0, strip="mix")
     assert torch.allclose(shut, ungated, atol=1e-6) and torch.allclose(open_, gated, atol=1e-6)
     assert not torch.allclose(shut, open_, atol=1e-4)
-    for u in net.units:                              # a gate of a module that is not there costs nothing
+    for u in net.units:  # a gate of a module that is not there costs nothing
         u.gate.set_log_alpha(30.0 if u.gate_of is not None else -30.0)
     assert float(net.expected_count().detach()) < 1e-3
     for mix, want in ((30.0, True), (-30.0, False)):
@@ -414,8 +449,10 @@ def test_a_unipelt_gate_choice_is_the_ungated_module_shut_and_the_gated_one_open
         config, n = derive(net, net.model.config, 10**6, HEAD)
         assert {m.gate for m in config.modules} == {want}
         assert n == count_parameters(net.model.config, config).deployable
-    assert n == count_parameters(net.model.config, dataclasses.replace(config, modules=tuple(
-        dataclasses.replace(m, gate=True) for m in config.modules))).deployable - 3 * layers * (d + 1)
+    assert n == count_parameters(
+        net.model.config,
+        dataclasses.replace(config, modules=tuple(dataclasses.replace(m, gate=True) for m in config.modules)),
+    ).deployable - 3 * layers * (d + 1)
 
 
 def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():
@@ -433,10 +470,8 @@ def test_derived_configurations_fit_each_budget_of_the_ladder_exactly():
         counts.append(n)
     assert counts == sorted(counts) and counts[-1] > counts[0] > 0
     for u in net.units:
-        u.gate.set_log_alpha(-30.0)                                  # nothing likely open: nothing derived
+        u.gate.set_log_alpha(-30.0)  # nothing likely open: nothing derived
     assert derive(net, net.model.config, 20_000, HEAD, min_open=0.5)[1] == 0
-
-
 
 
 @pytest.mark.parametrize("budget", [300, 2000, 20_000])
@@ -450,21 +485,23 @@ def test_an_anchored_proposal_is_its_baseline_whole_plus_the_supernets_fill_besi
         u.gate.set_log_alpha(torch.randn(u.gate.log_alpha.shape, generator=g) * 3)
     c = net.model.config
     found = anchors(c, budget, c.num_hidden_layers)
-    assert len(found) == 2                       # the largest of each kind only (q, v / all or top / prompt)
+    assert len(found) == 2  # the largest of each kind only (q, v / all or top / prompt)
     proposed = 0
     for name, anchor in found:
-        own = count_parameters(c, dataclasses.replace(HEAD, modules=anchor.modules, prompt_length=anchor.prompt_length)).deployable
-        if (got := anchored(net, c, budget, anchor, HEAD)) is None:   # nothing the anchor leaves fits beside it
+        own = count_parameters(
+            c, dataclasses.replace(HEAD, modules=anchor.modules, prompt_length=anchor.prompt_length)
+        ).deployable
+        if (got := anchored(net, c, budget, anchor, HEAD)) is None:  # nothing the anchor leaves fits beside it
             leaves = [u for i, u in enumerate(net.units) if u.gate_of is None and i not in touched(net, anchor)]
             assert min(u.unit_cost + u.fixed_cost for u in leaves) > budget - own, name
             continue
         config, n = got
         proposed += 1
         assert own < n <= budget and n == count_parameters(c, config).deployable, name
-        assert config.modules[:len(anchor.modules)] == anchor.modules and config.pooling == "mean"
+        assert config.modules[: len(anchor.modules)] == anchor.modules and config.pooling == "mean"
         assert config.prompt_length >= anchor.prompt_length
-        fill = config.modules[len(anchor.modules):]
-        for m in fill:                           # never a second module of a form on a weight the anchor adapts
+        fill = config.modules[len(anchor.modules) :]
+        for m in fill:  # never a second module of a form on a weight the anchor adapts
             for a in anchor.modules:
                 if m.form == a.form and m.position == a.position:
                     layers = set(m.layers) & set(a.layers if a.layers is not None else range(c.num_hidden_layers))
@@ -474,10 +511,19 @@ def test_an_anchored_proposal_is_its_baseline_whole_plus_the_supernets_fill_besi
     assert proposed >= 1
     for u in net.units:
         u.gate.set_log_alpha(-30.0)
-    tight = found[-1][1]                          # nothing fits beside it: the baseline alone, not a proposal
-    assert anchored(net, c, count_parameters(c, dataclasses.replace(HEAD, modules=tight.modules,
-                                                                        prompt_length=tight.prompt_length)).deployable,
-                    tight, HEAD) is None
+    tight = found[-1][1]  # nothing fits beside it: the baseline alone, not a proposal
+    assert (
+        anchored(
+            net,
+            c,
+            count_parameters(
+                c, dataclasses.replace(HEAD, modules=tight.modules, prompt_length=tight.prompt_length)
+            ).deployable,
+            tight,
+            HEAD,
+        )
+        is None
+    )
 
 
 def _tiny_keyword():
@@ -493,14 +539,33 @@ def test_a_derived_configuration_trains_like_any_trial():
     net = build_supernet(copy.deepcopy(base), candidates(SearchSpace.load("unified"), model_config, 3000), HEAD)
     config, n = derive(net, model_config, 3000, HEAD)
     assert 0 < n <= 3000
-    spec = TrialSpec(backbone=tiny, task="demo_keyword", config=config.to_dict(),
-                     recipe={"lr": 3e-3, "epochs": 1, "batch_size": 16, "max_length": 24}, k=320, search_dev=64)
+    spec = TrialSpec(
+        backbone=tiny,
+        task="demo_keyword",
+        config=config.to_dict(),
+        recipe={"lr": 3e-3, "epochs": 1, "batch_size": 16, "max_length": 24},
+        k=320,
+        search_dev=64,
+    )
     r = run_trial(spec)
     assert 0.0 <= r.score <= 1.0 and r.steps > 0
 
 
-@pytest.mark.parametrize("multiples", [None, {"lora": 1.0, "adapter": 0.3, "compacter": 5.0, "prefix": 0.7,
-                                               "mh_adapter": 2.0, "prompt": 10.0, "bitfit": 0.5}])
+@pytest.mark.parametrize(
+    "multiples",
+    [
+        None,
+        {
+            "lora": 1.0,
+            "adapter": 0.3,
+            "compacter": 5.0,
+            "prefix": 0.7,
+            "mh_adapter": 2.0,
+            "prompt": 10.0,
+            "bitfit": 0.5,
+        },
+    ],
+)
 def test_a_supernet_trains_each_family_at_its_rate_and_each_gate_at_the_gate_rate(multiples):
     """With a study's measured rates, each family of the supernet trains at lr times its multiple (the
     head beside the first family, LayerNorms at the recipe's rate), as a trial would; every gate
@@ -510,14 +575,34 @@ def test_a_supernet_trains_each_family_at_its_rate_and_each_gate_at_the_gate_rat
 
     tiny, splits, base, model_config = _tiny_keyword()
     space = SearchSpace.load("unified")
-    net = build_supernet(copy.deepcopy(base), candidates(space, model_config, None), HEAD, bitfit=True,
-                         layernorms=True, prompt_length=prompt_length_for(space, model_config, None, HEAD))
+    net = build_supernet(
+        copy.deepcopy(base),
+        candidates(space, model_config, None),
+        HEAD,
+        bitfit=True,
+        layernorms=True,
+        prompt_length=prompt_length_for(space, model_config, None, HEAD),
+    )
     lr, gate_lr = 2e-3, 0.05
-    train_supernet(net, tiny, "demo_keyword", splits, 10**6, lr=lr, gate_lr=gate_lr, epochs=1, batch_size=64,
-                   max_length=24, lr_multiples=multiples)
+    train_supernet(
+        net,
+        tiny,
+        "demo_keyword",
+        splits,
+        10**6,
+        lr=lr,
+        gate_lr=gate_lr,
+        epochs=1,
+        batch_size=64,
+        max_length=24,
+        lr_multiples=multiples,
+    )
     trained = [p for p in net.model.parameters() if p.requires_grad]
-    rate_of = {id(p): g["lr"] for g in param_groups(net.model, trained, Recipe(lr=lr * (multiples or {}).get("lora", 1.0)))
-               for p in g["params"]}
+    rate_of = {
+        id(p): g["lr"]
+        for g in param_groups(net.model, trained, Recipe(lr=lr * (multiples or {}).get("lora", 1.0)))
+        for p in g["params"]
+    }
     gates = {id(g.raw): g for g in net.gates()}
     families = parameter_families(net.model)
     seen = set()
@@ -541,8 +626,20 @@ def test_the_count_penalty_waits_for_the_warmup_share_of_the_steps():
     for warmup in (0.0, 0.5):
         net = build_supernet(copy.deepcopy(base), candidates(space, model_config, None), HEAD)
         seen = []
-        train_supernet(net, tiny, "demo_keyword", splits, 100, lr=3e-3, gate_lr=0.1, epochs=2, batch_size=64,
-                       max_length=24, warmup=warmup, on_epoch=lambda state: seen.append(state["multiplier"]))
+        train_supernet(
+            net,
+            tiny,
+            "demo_keyword",
+            splits,
+            100,
+            lr=3e-3,
+            gate_lr=0.1,
+            epochs=2,
+            batch_size=64,
+            max_length=24,
+            warmup=warmup,
+            on_epoch=lambda state: seen.append(state["multiplier"]),
+        )
         multipliers[warmup] = seen
     assert multipliers[0.0][0] > 0 and multipliers[0.5][0] == 0.0 < multipliers[0.5][1] < multipliers[0.0][1]
 
@@ -552,11 +649,12 @@ def test_a_supernet_within_noise_of_the_trivial_baseline_says_it_did_not_learn()
 
     baseline = {"score": 0.508}
     said = not_learned_lines({"score": 0.496, "score_se": 0.016}, baseline)
-    assert len(said) == 1 and said[0].startswith("one-shot: the supernet did not learn (search-dev 0.4960, within "
-                                                 "noise of the trivial baseline's 0.5080)")
+    assert len(said) == 1 and said[0].startswith(
+        "one-shot: the supernet did not learn (search-dev 0.4960, within noise of the trivial baseline's 0.5080)"
+    )
     assert not_learned_lines({"score": 0.60, "score_se": 0.016}, baseline) == []
     assert "no better than" in not_learned_lines({"score": 0.50, "score_se": None}, baseline)[0]
-    assert not_learned_lines({"score": 0.496, "score_se": 0.016}, None) == []      # no baseline: nothing to say
+    assert not_learned_lines({"score": 0.496, "score_se": 0.016}, None) == []  # no baseline: nothing to say
 
 
 @pytest.mark.slow
@@ -565,8 +663,9 @@ def test_the_count_penalty_pulls_the_expected_size_to_its_target():
     net = build_supernet(copy.deepcopy(base), candidates(SearchSpace.load("unified"), model_config, None), HEAD)
     start = float(net.expected_count().detach())
     target = start / 10
-    result = train_supernet(net, tiny, "demo_keyword", splits, target, lr=3e-3, gate_lr=0.1, epochs=4,
-                            batch_size=16, max_length=24)
+    result = train_supernet(
+        net, tiny, "demo_keyword", splits, target, lr=3e-3, gate_lr=0.1, epochs=4, batch_size=16, max_length=24
+    )
     end = float(net.expected_count().detach())
     assert end < start / 3 and abs(end - target) / target < 1.0
     assert result["expected_count"] == pytest.approx(end, rel=1e-6)
@@ -587,11 +686,20 @@ def test_hard_concrete_gates_are_exactly_zero_or_one_at_their_extremes():
 def _exp(tmp_path, **kw):
     from petl_nas.search.experiment import Fidelity, OneShot
 
-    return tiny_experiment(**{"name": "o", "task": "demo_keyword", "presets": ["lora"],
-                              "storage": f"sqlite:///{tmp_path}/study.db", "strategy": "both",
-                              "oneshot": OneShot(rungs=4, lr=3e-3, proposal_lr="sampler", gate_lr=0.05, epochs=2,
-                                                 retry_lr=0),     # a 2-epoch tiny supernet rarely learns
-                              "fidelity": Fidelity(length_buckets=0, k=320, epochs=2, batch_size=16, max_length=24, search_dev=64), **kw})
+    return tiny_experiment(
+        **{
+            "name": "o",
+            "task": "demo_keyword",
+            "presets": ["lora"],
+            "storage": f"sqlite:///{tmp_path}/study.db",
+            "strategy": "both",
+            "oneshot": OneShot(
+                rungs=4, lr=3e-3, proposal_lr="sampler", gate_lr=0.05, epochs=2, retry_lr=0
+            ),  # a 2-epoch tiny supernet rarely learns
+            "fidelity": Fidelity(length_buckets=0, k=320, epochs=2, batch_size=16, max_length=24, search_dev=64),
+            **kw,
+        }
+    )
 
 
 @pytest.mark.slow
@@ -601,13 +709,12 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     import optuna
     from optuna.trial import TrialState
 
-    from petl_nas.search.fronts import group_of
-    from petl_nas.search.driver import run_search
-
     from petl_nas.search import progress
+    from petl_nas.search.driver import run_search
+    from petl_nas.search.fronts import group_of
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(progress, "EVERY_S", 0.001)     # while it trains, a line every EVERY_S
+    monkeypatch.setattr(progress, "EVERY_S", 0.001)  # while it trains, a line every EVERY_S
     exp = _exp(tmp_path)
     lines = []
     run_search(exp, printer=lines.append)
@@ -615,12 +722,12 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     record = study.user_attrs["oneshot"]
     start = next(i for i, line in enumerate(lines) if line.startswith("one-shot: training a supernet over space"))
     beat = f"  one-shot: training the supernet at budget {study.user_attrs['budget']:,} ("
-    assert any(line.startswith(beat) for line in lines[start + 1:])
+    assert any(line.startswith(beat) for line in lines[start + 1 :])
     # once an epoch is saved, the line says how many are done (the file it reads is gone at the end)
-    assert any(line.startswith(beat) and "; epoch 1 of " in line for line in lines[start + 1:])
+    assert any(line.startswith(beat) and "; epoch 1 of " in line for line in lines[start + 1 :])
     assert not list((exp.run_dir / "oneshot").glob("*"))
-    said = [line for line in lines[start + 1:] if not line.startswith("  ")]   # no beats, no wrapped lines
-    assert said[0].startswith("one-shot: a supernet of")                    # said before the minutes it takes
+    said = [line for line in lines[start + 1 :] if not line.startswith("  ")]  # no beats, no wrapped lines
+    assert said[0].startswith("one-shot: a supernet of")  # said before the minutes it takes
     assert "besides the supernet's proposals (it trains first)" in lines[0]
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot") == record["run"]]
     assert len(proposals) == len(record["proposed"]) >= 1
@@ -633,16 +740,16 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
     lr = SearchSpace.load("small").globals["lr"]
     assert all(lr.low <= t.params["lr"] <= lr.high for t in proposals)
     sampled = [t for t in study.trials if group_of(t) == "searched" and t.state == TrialState.COMPLETE]
-    assert len(sampled) == 2                                     # both: the sampler's trials on top
+    assert len(sampled) == 2  # both: the sampler's trials on top
     # the count said up front is the count trained, the proposals tagged in the progress lines
     progress = [line for line in lines if line.startswith("[")]
     total = next(line for line in lines if line.endswith("to train in all, the supernet's proposals included"))
     assert all(line.split("]")[0].split("/")[1] == total.split()[0] for line in progress)
     assert len([line for line in progress if " one-shot: " in line]) == len(proposals)
     n = len(study.trials)
-    run_search(exp, printer=lambda *a: None)                     # resumed: no second supernet
+    run_search(exp, printer=lambda *a: None)  # resumed: no second supernet
     assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == n
-    lines.clear()                                                # one more sampler trial: said once, as trained
+    lines.clear()  # one more sampler trial: said once, as trained
     run_search(dataclasses.replace(exp, trials=exp.trials + 1), printer=lines.append)
     assert "; 1 to train; presets queued" in lines[0] and not any("in all" in line for line in lines)
     assert [line.split("]")[0] for line in lines if line.startswith("[")] == ["[1/1"]
@@ -652,13 +759,17 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
 def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkeypatch):
     import optuna
 
+    from petl_nas.search.driver import run_search
     from petl_nas.search.experiment import OneShot
     from petl_nas.search.fronts import group_of
-    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0,                 # trials: only the sampler's, none here
-               oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, retry_lr=0))   # at the supernet's lr
+    exp = _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=0,  # trials: only the sampler's, none here
+        oneshot=OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, retry_lr=0),
+    )  # at the supernet's lr
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     assert {group_of(t) for t in study.trials if not t.user_attrs.get("rejected")} <= {"oneshot", "preset"}
@@ -674,11 +785,11 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     assert built and set(built) <= set(kinds)
     for name, t in built.items():
         modules = PetlConfig.from_dict(t.user_attrs["petl_config"]).modules
-        assert modules[:len(kinds[name].modules)] == kinds[name].modules and len(modules) > len(kinds[name].modules)
+        assert modules[: len(kinds[name].modules)] == kinds[name].modules and len(modules) > len(kinds[name].modules)
         assert source_of(t) == f"one-shot on {name}" and t.user_attrs["deployable"] <= study.user_attrs["budget"]
     record = {p.get("anchor") for p in study.user_attrs["oneshot"]["proposed"]}
     assert set(built) <= record
-    from petl_nas.dashboards.report import write_report                 # the report names them
+    from petl_nas.dashboards.report import write_report  # the report names them
 
     page = write_report(exp.storage_url, "o", tmp_path / "report")[-1].read_text()
     row = html.unescape(re.search(r"<th>one-shot supernet</th><td>(.*?)</td>", page).group(1))
@@ -703,27 +814,34 @@ def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_r
     def build_spy(model, specs, *args, **kw):
         built.extend(specs)
         return real_build(model, specs, *args, **kw)
+
     monkeypatch.setattr(run, "train_supernet", spy)
     monkeypatch.setattr(run, "build_supernet", build_spy)
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0, rates=Rates(share=0.5),
-               oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, retry_lr=0))
+    exp = _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=0,
+        rates=Rates(share=0.5),
+        oneshot=OneShot(rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, retry_lr=0),
+    )
     lines = []
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     measured, record = study.user_attrs["rate_calibration"]["rates"], study.user_attrs["oneshot"]
-    assert set(measured) == {"lora", "adapter", "prefix"}                     # the small space's families
+    assert set(measured) == {"lora", "adapter", "prefix"}  # the small space's families
     assert {f: 3e-3 * m for f, m in seen["lr_multiples"].items()} == pytest.approx(measured)
     assert record["family_rates"] == pytest.approx(measured) and record["score_se"] > 0
-    scales = study.user_attrs["rate_calibration"]["scales"]          # each candidate whose scale is only a
-    assert scales["lora"] == 2.0 and record["family_scales"] == scales     # rate trains at its family's
+    scales = study.user_attrs["rate_calibration"]["scales"]  # each candidate whose scale is only a
+    assert scales["lora"] == 2.0 and record["family_scales"] == scales  # rate trains at its family's
     folded = [m for m in built if form_named(m.form).scale_is_a_rate(m)]  # (LoRA's built at s = 1)
     assert {m.form for m in folded} == {"lora", "adapter"}
     assert all((m.scale if m.composition == "scaled" else 1.0) == scales[m.form] for m in folded)
-    assert any(line.startswith("one-shot: a supernet of") and "with each family at its measured rate" in line
-               for line in lines)
+    assert any(
+        line.startswith("one-shot: a supernet of") and "with each family at its measured rate" in line for line in lines
+    )
     proposals = [t for t in study.trials if t.user_attrs.get("oneshot")]
-    assert proposals and all(t.user_attrs["recipe"]["lr_scale"] == 1.0 for t in proposals)    # trials, the same
+    assert proposals and all(t.user_attrs["recipe"]["lr_scale"] == 1.0 for t in proposals)  # trials, the same
 
 
 @pytest.mark.slow
@@ -741,22 +859,27 @@ def test_a_supernet_that_did_not_learn_is_trained_again_at_slower_rates(tmp_path
     def spy(*args, **kw):
         rates.append(kw["lr"])
         return real(*args, **kw)
+
     monkeypatch.setattr(run, "train_supernet", spy)
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0, presets=[],
-               oneshot=OneShot(rungs=2, lr=0.3, gate_lr=0.05, epochs=8, anchors=False, retry_lr=0.1))
+    exp = _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=0,
+        presets=[],
+        oneshot=OneShot(rungs=2, lr=0.3, gate_lr=0.05, epochs=8, anchors=False, retry_lr=0.1),
+    )
     lines = []
     run_search(exp, printer=lines.append)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
     record, baseline = study.user_attrs["oneshot"], study.user_attrs["baseline"]
     assert rates == pytest.approx([0.3, 0.03])
-    assert record["retried"]["score"] <= baseline["score"] + 2 * record["retried"]["score_se"]   # did not learn
+    assert record["retried"]["score"] <= baseline["score"] + 2 * record["retried"]["score_se"]  # did not learn
     assert record["score"] > baseline["score"] + 2 * record["score_se"] and record["retried"]["factor"] == 0.1
-    assert record["lr"] == 0.3                                  # the proposals' rate (proposal_lr: supernet)
-    assert any(line.startswith("one-shot: the supernet did not learn") and "oneshot.retry_lr" in line
-               for line in lines)
+    assert record["lr"] == 0.3  # the proposals' rate (proposal_lr: supernet)
+    assert any(line.startswith("one-shot: the supernet did not learn") and "oneshot.retry_lr" in line for line in lines)
     assert any("trained again at every rate x 0.1 after its first run did not learn" in line for line in lines)
-    assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))       # both runs' states removed
+    assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))  # both runs' states removed
 
 
 @pytest.mark.slow
@@ -780,11 +903,17 @@ def test_a_study_stopped_during_the_second_supernet_run_goes_on_with_it(tmp_path
     def spy(*args, **kw):
         rates.append((kw["lr"], (kw["resume"] or {}).get("epoch")))
         return real_train(*args, **kw)
+
     monkeypatch.setattr(checkpoint, "save", save_then_die_in_the_retry)
     monkeypatch.setattr(run, "train_supernet", spy)
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0, presets=[],
-               oneshot=OneShot(rungs=2, lr=0.3, gate_lr=0.05, epochs=2, anchors=False, retry_lr=0.1))
+    exp = _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=0,
+        presets=[],
+        oneshot=OneShot(rungs=2, lr=0.3, gate_lr=0.05, epochs=2, anchors=False, retry_lr=0.1),
+    )
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name="o", storage=exp.storage_url)
@@ -792,7 +921,7 @@ def test_a_study_stopped_during_the_second_supernet_run_goes_on_with_it(tmp_path
     monkeypatch.setattr(checkpoint, "save", real_save)
     lines = []
     run_search(exp, printer=lines.append)
-    assert rates == [(0.3, None), (pytest.approx(0.03), None), (pytest.approx(0.03), 1)]   # the first once
+    assert rates == [(0.3, None), (pytest.approx(0.03), None), (pytest.approx(0.03), 1)]  # the first once
     assert any("first run did not learn" in line and "going on with its second" in line for line in lines)
     assert study.user_attrs["oneshot"]["retried"] == study.user_attrs["oneshot_first_run"]
 
@@ -807,8 +936,13 @@ def test_a_supernet_whose_loss_diverged_is_trained_again_at_slower_rates(tmp_pat
     from petl_nas.search.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0, presets=[],
-               oneshot=OneShot(rungs=2, lr=1e6, gate_lr=0.05, epochs=2, anchors=False, retry_lr=1e-6))
+    exp = _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=0,
+        presets=[],
+        oneshot=OneShot(rungs=2, lr=1e6, gate_lr=0.05, epochs=2, anchors=False, retry_lr=1e-6),
+    )
     lines = []
     run_search(exp, printer=lines.append)
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
@@ -821,15 +955,32 @@ def test_a_slower_supernet_moves_every_measured_rate_and_keeps_its_state_apart()
     from petl_nas.search.oneshot.propose import slower
     from petl_nas.search.oneshot.run import SupernetSpec
 
-    spec = SupernetSpec(backbone={"tiny": {}}, task="demo_keyword", data_dir=None, k=None, data_seed=0,
-                        search_dev=None, space="unified", budget=100, rungs=2, lr=1e-3, gate_lr=0.05, epochs=1,
-                        init_open=0.9, batch_size=8, max_length=16, length_buckets=0, seed=0,
-                        checkpoint="/r/oneshot/oneshot-0.pt", lr_multiples={"lora": 4.5, "adapter": 0.9})
+    spec = SupernetSpec(
+        backbone={"tiny": {}},
+        task="demo_keyword",
+        data_dir=None,
+        k=None,
+        data_seed=0,
+        search_dev=None,
+        space="unified",
+        budget=100,
+        rungs=2,
+        lr=1e-3,
+        gate_lr=0.05,
+        epochs=1,
+        init_open=0.9,
+        batch_size=8,
+        max_length=16,
+        length_buckets=0,
+        seed=0,
+        checkpoint="/r/oneshot/oneshot-0.pt",
+        lr_multiples={"lora": 4.5, "adapter": 0.9},
+    )
     s = slower(spec, 1 / 3)
-    assert s.lr == spec.lr and s.gate_lr == spec.gate_lr                  # the families' rates move, not lr
+    assert s.lr == spec.lr and s.gate_lr == spec.gate_lr  # the families' rates move, not lr
     assert s.lr_multiples == pytest.approx({"lora": 1.5, "adapter": 0.3})
     assert s.checkpoint == "/r/oneshot/oneshot-0.retry.pt"
-    plain = slower(dataclasses.replace(spec, lr_multiples=None), 0.5)   # one rate for all: lr itself
+    plain = slower(dataclasses.replace(spec, lr_multiples=None), 0.5)  # one rate for all: lr itself
     assert plain.lr == pytest.approx(5e-4) and plain.lr_multiples is None
 
 
@@ -842,6 +993,7 @@ def _killed_after_first_save(monkeypatch):
     def save_then_die(state, where):
         real(state, where)
         raise KeyboardInterrupt
+
     monkeypatch.setattr(checkpoint, "save", save_then_die)
     return real
 
@@ -850,11 +1002,11 @@ def _killed_after_first_save(monkeypatch):
 def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoch(tmp_path, monkeypatch):
     import optuna
 
-    from petl_nas.training import checkpoint
     from petl_nas.search.driver import run_search
+    from petl_nas.training import checkpoint
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=3)             # a 2-epoch supernet
+    exp = _exp(tmp_path, strategy="oneshot", trials=3)  # a 2-epoch supernet
     real = _killed_after_first_save(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
@@ -869,7 +1021,7 @@ def test_a_supernet_run_killed_midway_is_recorded_and_goes_on_from_its_last_epoc
     assert any("went on from epoch 1" in line for line in lines)
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
     assert record["attempts"] == 2 and record["proposed"] and record["resumed_from"]["epoch"] == 1
-    assert not state_file.exists()                                 # removed once the record is stored
+    assert not state_file.exists()  # removed once the record is stored
 
 
 def test_whether_a_supernet_run_is_still_training_elsewhere():
@@ -881,20 +1033,20 @@ def test_whether_a_supernet_run_is_still_training_elsewhere():
 
     here, now = socket.gethostname(), time.time()
     assert not training_elsewhere(None, 60)
-    assert not training_elsewhere({"at": "x", "attempt": 1}, 60)               # recorded before beats were kept
+    assert not training_elsewhere({"at": "x", "attempt": 1}, 60)  # recorded before beats were kept
     assert training_elsewhere({"host": "another-host", "pid": 1, "beat": now}, 60)
-    assert not training_elsewhere({"host": "another-host", "pid": 1, "beat": now - 61}, 60)   # silent too long
-    assert training_elsewhere({"host": here, "pid": os.getppid(), "beat": now}, 60)   # a live process here
+    assert not training_elsewhere({"host": "another-host", "pid": 1, "beat": now - 61}, 60)  # silent too long
+    assert training_elsewhere({"host": here, "pid": os.getppid(), "beat": now}, 60)  # a live process here
     assert not training_elsewhere({"host": here, "pid": os.getpid(), "beat": now}, 60)  # this one trains nothing
     assert not training_elsewhere({"host": "another-host", "pid": 1, "beat": now, "diverged": "nan"}, 60)
-    gone = max(os.getpid(), os.getppid()) + 10_000_000                          # beyond any pid
+    gone = max(os.getpid(), os.getppid()) + 10_000_000  # beyond any pid
     assert not training_elsewhere({"host": here, "pid": gone, "beat": now}, 60)
 
 
 def test_a_supernet_whose_gates_stayed_over_the_budget_says_so():
     from petl_nas.search.oneshot.propose import over_budget_note
 
-    assert over_budget_note(8_000, 8_387) == over_budget_note(9_200, 8_387) == ""       # within 10%
+    assert over_budget_note(8_000, 8_387) == over_budget_note(9_200, 8_387) == ""  # within 10%
     assert over_budget_note(66_057, 8_387).startswith("; its gates ended over the budget of 8,387")
 
 
@@ -914,16 +1066,20 @@ def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     exp = dataclasses.replace(_exp(tmp_path), heartbeat_interval=1, grace_period=30)
     study = optuna.create_study(study_name="o", storage=exp.storage_url, directions=["maximize", "minimize"])
-    study.set_user_attr("oneshot_started", {"at": "2026-11-26T22:00:00", "attempt": 1, "host": "another-host",
-                                            "pid": 1, "beat": time.time()})
+    study.set_user_attr(
+        "oneshot_started",
+        {"at": "2026-11-26T22:00:00", "attempt": 1, "host": "another-host", "pid": 1, "beat": time.time()},
+    )
     monkeypatch.setattr(proposing, "run_supernet", lambda spec: pytest.fail("trained a second supernet"))
     stored = threading.Timer(2.0, lambda: study.set_user_attr("oneshot", {"run": "oneshot-0"}))
     stored.start()
     lines = []
     assert proposing.propose(study, exp, 3000, ClaimLock(study, "o"), lines.append) == []
     stored.join()
-    assert lines == ["one-shot: another worker (another-host, process 1) is training the supernet since "
-                     "2026-11-26T22:00:00; waiting for its proposals"]
+    assert lines == [
+        "one-shot: another worker (another-host, process 1) is training the supernet since "
+        "2026-11-26T22:00:00; waiting for its proposals"
+    ]
     assert not (tmp_path / "runs" / "o" / "oneshot").exists()
 
 
@@ -941,42 +1097,58 @@ def test_the_worker_training_the_supernet_renews_its_beat_while_it_trains_and_on
         deadline = time.time() + 30
         while study.user_attrs["oneshot_started"]["beat"] == 0.0 and time.time() < deadline:
             time.sleep(0.01)
-        assert study.user_attrs["oneshot_started"]["beat"] > 0.0               # renewed while the block runs
+        assert study.user_attrs["oneshot_started"]["beat"] > 0.0  # renewed while the block runs
     last = study.user_attrs["oneshot_started"]["beat"]
     time.sleep(0.05)
-    assert study.user_attrs["oneshot_started"]["beat"] == last                # and not after it
-    study.set_user_attr("oneshot_started", {**mine, "pid": 8, "beat": 1.0})   # another worker's run now
+    assert study.user_attrs["oneshot_started"]["beat"] == last  # and not after it
+    study.set_user_attr("oneshot_started", {**mine, "pid": 8, "beat": 1.0})  # another worker's run now
     with proposing._beating(study, mine, 0.01):
         time.sleep(0.05)
-    assert study.user_attrs["oneshot_started"]["beat"] == 1.0                 # never renews another's beat
+    assert study.user_attrs["oneshot_started"]["beat"] == 1.0  # never renews another's beat
 
 
 @pytest.mark.slow
 def test_a_supernet_killed_after_an_epoch_goes_on_from_it_and_ends_as_an_uninterrupted_run(tmp_path, monkeypatch):
-    from petl_nas.training import checkpoint
     from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
     from petl_nas.search.oneshot.standing import standing_path
+    from petl_nas.training import checkpoint
 
-    spec = SupernetSpec(backbone=TINY_BACKBONE, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
-                        space="unified", budget=3000, rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, init_open=0.9,
-                        batch_size=16, max_length=24, length_buckets=4, seed=0)
+    spec = SupernetSpec(
+        backbone=TINY_BACKBONE,
+        task="demo_keyword",
+        data_dir=None,
+        k=320,
+        data_seed=111,
+        search_dev=64,
+        space="unified",
+        budget=3000,
+        rungs=4,
+        lr=3e-3,
+        gate_lr=0.05,
+        epochs=2,
+        init_open=0.9,
+        batch_size=16,
+        max_length=24,
+        length_buckets=4,
+        seed=0,
+    )
     whole = run_supernet(spec, device="cpu")
-    assert whole["bitfit"]                                        # unified allows it: biases trained, gated
+    assert whole["bitfit"]  # unified allows it: biases trained, gated
     path = tmp_path / "oneshot-0.pt"
     real = _killed_after_first_save(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_supernet({**spec.to_dict(), "checkpoint": str(path)}, device="cpu")
     monkeypatch.setattr(checkpoint, "save", real)
     assert checkpoint.load(path)["epoch"] == 1
-    torch.manual_seed(1234)                                       # a new process
+    torch.manual_seed(1234)  # a new process
     resumed = run_supernet({**spec.to_dict(), "checkpoint": str(path)}, device="cpu")
     assert resumed["resumed_from"]["epoch"] == 1 and whole["resumed_from"] is None
     assert resumed["proposed"] == whole["proposed"] and resumed["score"] == whole["score"]
     assert resumed["multiplier"] == whole["multiplier"] and resumed["expected_count"] == whole["expected_count"]
-    stands = json.loads(Path(standing_path(path)).read_text())       # timed on the epoch it trained itself
+    stands = json.loads(Path(standing_path(path)).read_text())  # timed on the epoch it trained itself
     assert (stands["first_epoch"], stands["epoch"], stands["epochs"]) == (1, 2, 2)
     other = run_supernet({**spec.to_dict(), "checkpoint": str(path), "lr": 1e-3}, device="cpu")
-    assert other["resumed_from"] is None                          # another run's state is not used
+    assert other["resumed_from"] is None  # another run's state is not used
 
 
 @pytest.mark.slow
@@ -999,7 +1171,7 @@ def test_with_the_ray_executor_the_supernet_is_a_ray_tune_trial(tmp_path, monkey
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
     where = record["where"]
     assert where["executor"] == "ray" and where["resources"] == {"cpu": 2, "gpu": 0} and where["device"] == "cpu"
-    assert "/" in where["host"]                                  # host/node id: it ran in a Ray worker
+    assert "/" in where["host"]  # host/node id: it ran in a Ray worker
     assert (tmp_path / "runs" / "o" / "ray" / "supernet").is_dir() and record["proposed"]
     assert any(line.startswith("one-shot: a supernet of") and " on cpu " in line for line in lines)
 
@@ -1018,24 +1190,34 @@ def test_ctrl_c_during_a_ray_supernet_is_one_line_and_keeps_its_state(tmp_path):
     from pathlib import Path
 
     pytest.importorskip("ray")
-    experiment = {"name": "o", "backbone": TINY_BACKBONE, "task": "demo_keyword", "budget": "5%", "space": "small",
-                  "trials": 1, "presets": "none", "strategy": "oneshot", "executor": "ray", "ray_address": "local",
-                  "oneshot": {"rungs": 2, "epochs": 400},
-                  "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
-                  "final": {"seeds": 0, "baselines": False}}
+    experiment = {
+        "name": "o",
+        "backbone": TINY_BACKBONE,
+        "task": "demo_keyword",
+        "budget": "5%",
+        "space": "small",
+        "trials": 1,
+        "presets": "none",
+        "strategy": "oneshot",
+        "executor": "ray",
+        "ray_address": "local",
+        "oneshot": {"rungs": 2, "epochs": 400},
+        "fidelity": {"k": 64, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+        "final": {"seeds": 0, "baselines": False},
+    }
     (tmp_path / "e.yaml").write_text(json.dumps(experiment))
     command = [str(Path(sys.executable).with_name("petl-nas")), "search", "--experiment", "e.yaml"]
     run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state = tmp_path / "runs" / "o" / "oneshot" / "oneshot-0.pt"
     deadline = time.time() + 300
     while not state.exists() and run.poll() is None and time.time() < deadline:
-        time.sleep(0.5)                                  # its first epoch saved: it is in the Ray trial
+        time.sleep(0.5)  # its first epoch saved: it is in the Ray trial
     assert state.exists(), run.communicate()[1]
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=300)
     assert run.returncode == 130, err
     assert err.strip() == "petl-nas: interrupted; the study is kept: run the same command again to go on", err
-    assert state.exists()                                # its state is kept for the rerun to go on from
+    assert state.exists()  # its state is kept for the rerun to go on from
 
 
 @pytest.mark.slow
@@ -1048,8 +1230,11 @@ def test_a_supernet_that_diverges_is_one_line_and_the_rerun_says_why_it_trains_a
     monkeypatch.chdir(tmp_path)
     exp = _exp(tmp_path, strategy="oneshot", presets=[])
     wild = dataclasses.replace(exp, oneshot=dataclasses.replace(exp.oneshot, lr=1.0e6, gate_lr=1.0e6))
-    with pytest.raises(ConfigError, match=r"oneshot: the supernet diverged \(loss is \w+ at step \d+\): lower "
-                                          r"oneshot\.lr or oneshot\.gate_lr, then run the same command again"):
+    with pytest.raises(
+        ConfigError,
+        match=r"oneshot: the supernet diverged \(loss is \w+ at step \d+\): lower "
+        r"oneshot\.lr or oneshot\.gate_lr, then run the same command again",
+    ):
         run_search(wild, printer=lambda *a: None)
     lines = []
     run_search(exp, printer=lines.append)
@@ -1070,22 +1255,26 @@ def test_a_resume_with_other_oneshot_settings_is_refused(tmp_path, monkeypatch):
     import optuna
 
     before = len(optuna.load_study(study_name="o", storage=exp.storage_url).trials)
-    other = dataclasses.replace(exp, oneshot=dataclasses.replace(exp.oneshot, rungs=6), presets=["bitfit"],
-                                strategy="both")
-    with pytest.raises(ConfigError, match=r"study 'o' trained its supernet with other oneshot settings \(rungs 4 -> 6\); "
-                                          r"its proposals are those of the first: to train another supernet, name a "
-                                          r"new study \(--study NAME\)"):
+    other = dataclasses.replace(
+        exp, oneshot=dataclasses.replace(exp.oneshot, rungs=6), presets=["bitfit"], strategy="both"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"study 'o' trained its supernet with other oneshot settings \(rungs 4 -> 6\); "
+        r"its proposals are those of the first: to train another supernet, name a "
+        r"new study \(--study NAME\)",
+    ):
         run_search(other, printer=lambda *a: None)
-    assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == before    # refused: nothing queued
+    assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == before  # refused: nothing queued
     lines = []
-    run_search(exp, printer=lines.append)                      # the same settings: nothing left to do
+    run_search(exp, printer=lines.append)  # the same settings: nothing left to do
     assert any("; 0 to train;" in line for line in lines)
 
 
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
-    from petl_nas.search.experiment import Experiment
     from petl_nas.search.driver import run_search
+    from petl_nas.search.experiment import Experiment
 
     with pytest.raises(ConfigError, match="strategy: expected one of sampler, oneshot, both"):
         Experiment(strategy="supernet")
@@ -1113,8 +1302,16 @@ def test_one_supernet_proposes_for_smaller_budgets_whose_studies_train_none(tmp_
 
     monkeypatch.chdir(tmp_path)
     one = OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, retry_lr=0)
-    big = _exp(tmp_path, name="big", strategy="oneshot", trials=0, presets=[], budget="5%",
-               storage=f"sqlite:///{tmp_path}/big.db", oneshot=dataclasses.replace(one, budgets=["1%"]))
+    big = _exp(
+        tmp_path,
+        name="big",
+        strategy="oneshot",
+        trials=0,
+        presets=[],
+        budget="5%",
+        storage=f"sqlite:///{tmp_path}/big.db",
+        oneshot=dataclasses.replace(one, budgets=["1%"]),
+    )
     lines = []
     run_search(big, printer=lines.append)
     made = json.loads((tmp_path / "runs" / "big" / "oneshot.json").read_text())
@@ -1128,16 +1325,27 @@ def test_one_supernet_proposes_for_smaller_budgets_whose_studies_train_none(tmp_
 
     def no_supernet(*a, **kw):
         raise AssertionError("a study reading oneshot.file trained a supernet")
+
     monkeypatch.setattr(proposing, "run_supernet", no_supernet)
     file = str(tmp_path / "runs" / "big" / "oneshot.json")
-    small = _exp(tmp_path, name="small", strategy="oneshot", trials=0, presets=["lora"], budget="1%",
-                 storage=f"sqlite:///{tmp_path}/small.db", oneshot=dataclasses.replace(one, file=file))
-    for changed, said in [(dict(fidelity=dataclasses.replace(small.fidelity, k=160)), "another study: k 320 (here 160)"),
-                          (dict(budget="2%"), "holds proposals for budgets"),
-                          (dict(oneshot=dataclasses.replace(one, file=str(tmp_path / "none.json"))), "no such file")]:
+    small = _exp(
+        tmp_path,
+        name="small",
+        strategy="oneshot",
+        trials=0,
+        presets=["lora"],
+        budget="1%",
+        storage=f"sqlite:///{tmp_path}/small.db",
+        oneshot=dataclasses.replace(one, file=file),
+    )
+    for changed, said in [
+        (dict(fidelity=dataclasses.replace(small.fidelity, k=160)), "another study: k 320 (here 160)"),
+        (dict(budget="2%"), "holds proposals for budgets"),
+        (dict(oneshot=dataclasses.replace(one, file=str(tmp_path / "none.json"))), "no such file"),
+    ]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             run_search(dataclasses.replace(small, **changed), printer=lambda *a: None)
-        assert "small" not in optuna.get_all_study_names(small.storage_url)            # before a study exists
+        assert "small" not in optuna.get_all_study_names(small.storage_url)  # before a study exists
     lines = []
     run_search(small, printer=lines.append)
     study = optuna.load_study(study_name="small", storage=small.storage_url)
@@ -1151,14 +1359,22 @@ def test_one_supernet_proposes_for_smaller_budgets_whose_studies_train_none(tmp_
     assert "oneshot_started" not in study.user_attrs
 
     def page(exp):
-        return next(p for p in write_report(exp.storage_url, exp.name, tmp_path / exp.name) if p.suffix == ".html").read_text()
+        return next(
+            p for p in write_report(exp.storage_url, exp.name, tmp_path / exp.name) if p.suffix == ".html"
+        ).read_text()
+
     assert "none trained here" in page(small) and "the supernet of study big" in page(small)
     assert f"it also proposed for budgets {count:,}" in page(big)
 
 
-@pytest.mark.parametrize("budgets, said", [(["5%"], "is not below the study's budget"),
-                                           (["1"], "below the space's smallest module"),
-                                           (["1.5"], "oneshot: budgets: budget: '1.5' is a fraction")])
+@pytest.mark.parametrize(
+    "budgets, said",
+    [
+        (["5%"], "is not below the study's budget"),
+        (["1"], "below the space's smallest module"),
+        (["1.5"], "oneshot: budgets: budget: '1.5' is a fraction"),
+    ],
+)
 def test_budgets_a_supernet_cannot_serve_are_refused_before_a_study_exists(tmp_path, monkeypatch, budgets, said):
     import optuna
 
@@ -1167,8 +1383,13 @@ def test_budgets_a_supernet_cannot_serve_are_refused_before_a_study_exists(tmp_p
     from petl_nas.search.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
-    exp = _exp(tmp_path, strategy="oneshot", trials=0, budget="5%", oneshot=OneShot(rungs=4, epochs=2, budgets=budgets,
-                                                                                   retry_lr=0))
+    exp = _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=0,
+        budget="5%",
+        oneshot=OneShot(rungs=4, epochs=2, budgets=budgets, retry_lr=0),
+    )
     with pytest.raises(ConfigError, match=re.escape(said)):
         run_search(exp, printer=lambda *a: None)
     assert optuna.get_all_study_names(exp.storage_url) == []
@@ -1191,15 +1412,18 @@ def test_a_study_stored_before_a_oneshot_setting_existed_resumes():
         check_resumable(study, SimpleNamespace(oneshot=OneShot(budgets=["1%"])))
 
 
-@pytest.mark.parametrize("fields, said", [
-    ({"budgets": "1%"}, "oneshot: budgets: expected a non-empty list"),
-    ({"budgets": ["1x"]}, "oneshot: budgets: budget: '1x' is not a count"),
-    ({"file": ""}, "oneshot: file: expected a non-empty string"),
-    ({"file": "a.json", "budgets": ["1%"]}, "oneshot: file reads another study's proposals and trains no supernet"),
-    ({"file": "a.json", "runs": 2}, "oneshot: file reads another study's proposals and trains no supernet"),
-    ({"warmup": 1}, "oneshot: warmup: expected a number in [0, 1)"),
-    ({"warmup": True}, "oneshot: warmup: expected a number in [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"budgets": "1%"}, "oneshot: budgets: expected a non-empty list"),
+        ({"budgets": ["1x"]}, "oneshot: budgets: budget: '1x' is not a count"),
+        ({"file": ""}, "oneshot: file: expected a non-empty string"),
+        ({"file": "a.json", "budgets": ["1%"]}, "oneshot: file reads another study's proposals and trains no supernet"),
+        ({"file": "a.json", "runs": 2}, "oneshot: file reads another study's proposals and trains no supernet"),
+        ({"warmup": 1}, "oneshot: warmup: expected a number in [0, 1)"),
+        ({"warmup": True}, "oneshot: warmup: expected a number in [0, 1)"),
+    ],
+)
 def test_bad_shared_supernet_settings_are_one_line(fields, said):
     from petl_nas import ConfigError
     from petl_nas.search.experiment import Experiment

@@ -11,9 +11,9 @@ import re
 
 import pytest
 import torch
-
 from conftest import batch, tiny_model
-from test_oneshot import HEAD, _exp, _killed_after_first_save, _perturb, _supernet
+from test_oneshot import HEAD, _exp, _perturb, _supernet
+
 from petl_nas import ConfigError
 from petl_nas.search.oneshot import HardConcrete, ladder
 from petl_nas.search.oneshot.derive import configuration, select
@@ -37,7 +37,7 @@ def test_a_selection_scored_with_the_supernets_weights_has_exactly_its_units_ope
         _, n = configuration(net, net.model.config, sel, HEAD)
         assert n == sel.total <= budget
         with only(net, sel), torch.no_grad():
-            net.model(**x)                                          # the forward draws the (eval) gates
+            net.model(**x)  # the forward draws the (eval) gates
             for i, u in enumerate(net.units):
                 want = torch.zeros_like(u.gate.z())
                 if u.gate_of is None:
@@ -55,14 +55,14 @@ def test_a_selection_scored_with_the_supernets_weights_has_exactly_its_units_ope
             rules = sum(cost * (len(s) - 1) for cost, s in sizes.values())
             assert float(net.expected_count()) == pytest.approx(sel.total - rules, rel=1e-4, abs=0.5)
         for u, raw in zip(net.units, before):
-            assert torch.equal(u.gate.raw, raw)                     # every gate back bit for bit
+            assert torch.equal(u.gate.raw, raw)  # every gate back bit for bit
     empty = dataclasses.replace(select(net, 0), kept={}, gated=set(), total=0)
     base = tiny_model()
     from petl_nas import apply_petl
 
     ref = apply_petl(copy.deepcopy(base), HEAD).eval()
     with only(net, empty), torch.no_grad():
-        assert torch.equal(net.model(**x).logits, ref(**x).logits)   # nothing open: the backbone
+        assert torch.equal(net.model(**x).logits, ref(**x).logits)  # nothing open: the backbone
 
 
 def test_temperature_sharpens_the_draws_and_keeps_each_gates_chance_of_opening():
@@ -76,8 +76,8 @@ def test_temperature_sharpens_the_draws_and_keeps_each_gates_chance_of_opening()
         gate.sample()
         z = gate.z()
         exact[t] = float(((z == 0) | (z == 1)).float().mean())
-        assert float((z > 0).float().mean()) == pytest.approx(float(p[0]), abs=0.03)   # P(z > 0) as computed
-    assert exact[0.2] > exact[1.0] + 0.2                          # colder: nearer a coin flip of 0 and 1
+        assert float((z > 0).float().mean()) == pytest.approx(float(p[0]), abs=0.03)  # P(z > 0) as computed
+    assert exact[0.2] > exact[1.0] + 0.2  # colder: nearer a coin flip of 0 and 1
     gate.retune(speed=10.0)
     assert torch.allclose(gate.p_open(), p, atol=1e-6) and gate.speed == 10.0
     gate.close()
@@ -97,16 +97,21 @@ def test_the_penalty_step_sets_how_fast_the_multiplier_rises():
 def _knob_exp(tmp_path, **oneshot):
     from petl_nas.search.experiment import Fidelity, OneShot
 
-    return _exp(tmp_path, strategy="oneshot", trials=3, oneshot=OneShot(**{**KNOBS_FAST, **oneshot}),
-                fidelity=Fidelity(length_buckets=0, k=320, epochs=1, batch_size=16, max_length=24, search_dev=64))
+    return _exp(
+        tmp_path,
+        strategy="oneshot",
+        trials=3,
+        oneshot=OneShot(**{**KNOBS_FAST, **oneshot}),
+        fidelity=Fidelity(length_buckets=0, k=320, epochs=1, batch_size=16, max_length=24, search_dev=64),
+    )
 
 
 @pytest.mark.slow
 def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_path, monkeypatch):
     import optuna
 
-    from petl_nas.search.fronts import hypervolume
     from petl_nas.search.driver import run_search
+    from petl_nas.search.fronts import hypervolume
 
     monkeypatch.chdir(tmp_path)
     exp = _knob_exp(tmp_path, runs=3, search={"lr": [3e-3, 3e-2], "temperature": [0.3, 1.0]})
@@ -118,29 +123,35 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     knob_study = optuna.load_study(study_name="o:oneshot-knobs", storage=exp.storage_url)
     trials = knob_study.trials
     assert search["study"] == "o:oneshot-knobs" and len(trials) == len(search["runs"]) == 3
-    assert trials[0].params == {"lr": 3e-3, "temperature": 2 / 3}          # the first run: the fixed knobs
+    assert trials[0].params == {"lr": 3e-3, "temperature": 2 / 3}  # the first run: the fixed knobs
     assert all(3e-3 <= t.params["lr"] <= 3e-2 and 0.3 <= t.params["temperature"] <= 1.0 for t in trials)
     assert len({t.params["lr"] for t in trials}) == 3
     baseline = study.user_attrs["baseline"]["score"]
     for t, run in zip(trials, search["runs"]):
-        assert run["knobs"]["gate_lr"] == 0.05 and run["knobs"]["lr"] == t.params["lr"]    # the rest fixed
+        assert run["knobs"]["gate_lr"] == 0.05 and run["knobs"]["lr"] == t.params["lr"]  # the rest fixed
         hv = hypervolume([(s, d) for d, s in run["proposals"]], (baseline, study.user_attrs["budget"]))
         assert t.value == pytest.approx(hv, abs=1e-9) and run["hypervolume"] == pytest.approx(hv, abs=1e-6)
     best = max(search["runs"], key=lambda r: (r["hypervolume"], -r["number"]))
-    assert search["chosen"] == best["number"] and best["hypervolume"] > 0     # this tiny task learns at some lr
+    assert search["chosen"] == best["number"] and best["hypervolume"] > 0  # this tiny task learns at some lr
     assert record["run"] == f"oneshot-0-knobs-{best['number']}" and record["lr"] == best["knobs"]["lr"]
-    proposals = sorted((t for t in study.trials if t.user_attrs.get("oneshot") == record["run"]), key=lambda t: t.number)
-    ladder = [t for t in proposals if not t.user_attrs.get("oneshot_anchor")]   # the anchored ones: not scored so
+    proposals = sorted(
+        (t for t in study.trials if t.user_attrs.get("oneshot") == record["run"]), key=lambda t: t.number
+    )
+    ladder = [t for t in proposals if not t.user_attrs.get("oneshot_anchor")]  # the anchored ones: not scored so
     assert [t.user_attrs["deployable"] for t in ladder] == [d for d, _ in best["proposals"]]
     assert all(t.user_attrs["recipe"]["lr"] == best["knobs"]["lr"] for t in proposals)
     assert record["cost_s"] >= sum(r["cost_s"] for r in search["runs"])
     assert sum(line.startswith("one-shot knobs: run") for line in lines) == 3
     assert any("the best of 3 runs" in line for line in lines)
-    from petl_nas.search.records import load_study                     # export's and report's way in: named, not a crash
-    with pytest.raises(ConfigError, match=r"study 'o:oneshot-knobs' holds the supernet runs of 'o''s knob search, "
-                                          r"not its trials; use --study o"):
+    from petl_nas.search.records import load_study  # export's and report's way in: named, not a crash
+
+    with pytest.raises(
+        ConfigError,
+        match=r"study 'o:oneshot-knobs' holds the supernet runs of 'o''s knob search, "
+        r"not its trials; use --study o",
+    ):
         load_study(exp.storage_url, "o:oneshot-knobs")
-    if importlib.util.find_spec("matplotlib") is not None:       # the report names every run and the chosen one
+    if importlib.util.find_spec("matplotlib") is not None:  # the report names every run and the chosen one
         from petl_nas.dashboards.report import write_report
 
         # the study of supernet runs beside it does not make the study's name necessary
@@ -151,7 +162,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
 
     assert load_study(exp.storage_url).study_name == "o"
     n, k = len(study.trials), len(trials)
-    run_search(exp, printer=lambda *a: None)                   # resumed: no supernet trained again
+    run_search(exp, printer=lambda *a: None)  # resumed: no supernet trained again
     assert len(optuna.load_study(study_name="o", storage=exp.storage_url).trials) == n
     assert len(optuna.load_study(study_name="o:oneshot-knobs", storage=exp.storage_url).trials) == k
 
@@ -166,13 +177,14 @@ def test_the_worker_that_starts_a_study_keeps_the_runs_another_worker_claimed(tm
     import optuna
     from optuna.trial import TrialState
 
+    from petl_nas.search.driver import run_search
     from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import knobs
-    from petl_nas.search.driver import run_search
 
     monkeypatch.chdir(tmp_path)
-    exp = dataclasses.replace(_knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}),
-                              heartbeat_interval=1, grace_period=2)   # the other worker's silent run: lost after 2 s
+    exp = dataclasses.replace(
+        _knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}), heartbeat_interval=1, grace_period=2
+    )  # the other worker's silent run: lost after 2 s
     real = knobs.search
 
     def another_worker_claims_the_first_run(*args, **kwargs):
@@ -192,27 +204,51 @@ def test_the_worker_that_starts_a_study_keeps_the_runs_another_worker_claimed(tm
 @pytest.mark.slow
 def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, monkeypatch):
     import optuna
+    from conftest import TINY_BACKBONE as TINY
     from optuna.trial import TrialState
 
     from petl_nas import ConfigError
+    from petl_nas.search.driver import run_search
     from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import knobs
     from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
-    from petl_nas.search.driver import run_search
-    from conftest import TINY_BACKBONE as TINY
 
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path}/k.db"
     ks = knobs.knob_study(url, "o", 0)
-    ks.enqueue_trial({"lr": 1e7})                                # diverges at its first step
+    ks.enqueue_trial({"lr": 1e7})  # diverges at its first step
     ks.enqueue_trial({"lr": 3e-3})
-    spec = SupernetSpec(backbone=TINY, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
-                        space="small", budget=1862, rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, init_open=0.9,
-                        batch_size=16, max_length=24, length_buckets=4, seed=0)
+    spec = SupernetSpec(
+        backbone=TINY,
+        task="demo_keyword",
+        data_dir=None,
+        k=320,
+        data_seed=111,
+        search_dev=64,
+        space="small",
+        budget=1862,
+        rungs=3,
+        lr=3e-3,
+        gate_lr=0.05,
+        epochs=1,
+        init_open=0.9,
+        batch_size=16,
+        max_length=24,
+        length_buckets=4,
+        seed=0,
+    )
     lines = []
-    number, result, runs = knobs.search(url, "o", OneShot(**KNOBS_FAST, runs=2, search={"lr": [1e-3, 1e8]}), spec,
-                                        lambda s: run_supernet(s, device="cpu"), str(tmp_path), (0.5, 1862.0), 0,
-                                        lines.append)
+    number, result, runs = knobs.search(
+        url,
+        "o",
+        OneShot(**KNOBS_FAST, runs=2, search={"lr": [1e-3, 1e8]}),
+        spec,
+        lambda s: run_supernet(s, device="cpu"),
+        str(tmp_path),
+        (0.5, 1862.0),
+        0,
+        lines.append,
+    )
     trials = optuna.load_study(study_name="o:oneshot-knobs", storage=url).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert "nan" in trials[0].user_attrs["error"] and any("run 0 failed" in line for line in lines)
@@ -228,22 +264,38 @@ def test_a_run_failed_as_lost_while_it_trained_is_dropped_and_trained_again(tmp_
     worker and queued again. When the run then ends here, its result is dropped with a line, not a
     crash, and the queued copy trains from the state the run saved."""
     import optuna
+    from conftest import TINY_BACKBONE as TINY
     from optuna.trial import TrialState
 
     from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import knobs
     from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
     from petl_nas.search.storage import close_storage, fail_now, open_storage
-    from conftest import TINY_BACKBONE as TINY
 
     url = f"sqlite:///{tmp_path}/k.db"
-    spec = SupernetSpec(backbone=TINY, task="demo_keyword", data_dir=None, k=320, data_seed=111, search_dev=64,
-                        space="small", budget=1862, rungs=3, lr=3e-3, gate_lr=0.05, epochs=1, init_open=0.9,
-                        batch_size=16, max_length=24, length_buckets=4, seed=0)
+    spec = SupernetSpec(
+        backbone=TINY,
+        task="demo_keyword",
+        data_dir=None,
+        k=320,
+        data_seed=111,
+        search_dev=64,
+        space="small",
+        budget=1862,
+        rungs=3,
+        lr=3e-3,
+        gate_lr=0.05,
+        epochs=1,
+        init_open=0.9,
+        batch_size=16,
+        max_length=24,
+        length_buckets=4,
+        seed=0,
+    )
 
     def lost_the_first_time(s):
         result = run_supernet(s, device="cpu")
-        if not lines:                                              # as another worker's `fail_stale` would
+        if not lines:  # as another worker's `fail_stale` would
             storage = open_storage(url, 1, 2, retries=2)
             ks = optuna.load_study(study_name="o:oneshot-knobs", storage=storage)
             fail_now(ks, [t._trial_id for t in ks.trials if t.state == TrialState.RUNNING], {"fail_kind": "lost"})
@@ -251,9 +303,19 @@ def test_a_run_failed_as_lost_while_it_trained_is_dropped_and_trained_again(tmp_
         return result
 
     lines = []
-    number, result, runs = knobs.search(url, "o", OneShot(**KNOBS_FAST, runs=2, search={"lr": [1e-3, 1e-2]}), spec,
-                                        lost_the_first_time, str(tmp_path), (0.5, 1862.0), 0, lines.append,
-                                        heartbeat_interval=1, grace_period=2)
+    number, result, runs = knobs.search(
+        url,
+        "o",
+        OneShot(**KNOBS_FAST, runs=2, search={"lr": [1e-3, 1e-2]}),
+        spec,
+        lost_the_first_time,
+        str(tmp_path),
+        (0.5, 1862.0),
+        0,
+        lines.append,
+        heartbeat_interval=1,
+        grace_period=2,
+    )
     trials = optuna.load_study(study_name="o:oneshot-knobs", storage=url).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
     assert "run 0 was failed as lost while it trained" in lines[0] and "run 0 left no result" in lines[1]
@@ -266,20 +328,22 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
-    from petl_nas.training import checkpoint
     from petl_nas.search.driver import run_search
+    from petl_nas.training import checkpoint
 
     monkeypatch.chdir(tmp_path)
-    exp = dataclasses.replace(_knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}),
-                              heartbeat_interval=1, grace_period=2)   # a dead run is seen after 2 s
+    exp = dataclasses.replace(
+        _knob_exp(tmp_path, runs=2, search={"lr": [3e-3, 3e-2]}), heartbeat_interval=1, grace_period=2
+    )  # a dead run is seen after 2 s
     real = checkpoint.save
     saves = []
 
     def die_in_the_second_run(state, where):
         real(state, where)
         saves.append(where)
-        if len(set(saves)) == 2:                                 # the second run's first epoch is saved
+        if len(set(saves)) == 2:  # the second run's first epoch is saved
             raise KeyboardInterrupt
+
     monkeypatch.setattr(checkpoint, "save", die_in_the_second_run)
     with pytest.raises(KeyboardInterrupt):
         run_search(exp, printer=lambda *a: None)
@@ -299,23 +363,25 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
     record = optuna.load_study(study_name="o", storage=exp.storage_url).user_attrs["oneshot"]
     runs = record["knob_search"]["runs"]
     assert [r["number"] for r in runs] == [0, 2] and runs[1]["resumed_from"]["epoch"] == 1
-    assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))   # state files removed once recorded
+    assert not list((tmp_path / "runs" / "o" / "oneshot").glob("*.pt"))  # state files removed once recorded
 
 
 def test_knob_search_settings_are_checked_in_one_line():
     from petl_nas import ConfigError
     from petl_nas.search.experiment import Experiment
 
-    for oneshot, message in [({"search": {"lr": [1e-4, 1e-3]}}, "knob ranges need runs >= 2"),
-                             ({"runs": 3, "search": {"lrr": [1, 2]}}, "unknown knob 'lrr'"),
-                             ({"runs": 3, "search": {"lr": ["3e-4", 1]}}, "lr: expected \\[low, high\\]"),
-                             ({"runs": 3, "search": {"init_open": [0.5, 1.5]}}, "init_open: expected"),
-                             ({"runs": 0}, "runs: expected a whole number"),
-                             ({"temperature": 0}, "temperature: expected a number > 0")]:
+    for oneshot, message in [
+        ({"search": {"lr": [1e-4, 1e-3]}}, "knob ranges need runs >= 2"),
+        ({"runs": 3, "search": {"lrr": [1, 2]}}, "unknown knob 'lrr'"),
+        ({"runs": 3, "search": {"lr": ["3e-4", 1]}}, "lr: expected \\[low, high\\]"),
+        ({"runs": 3, "search": {"init_open": [0.5, 1.5]}}, "init_open: expected"),
+        ({"runs": 0}, "runs: expected a whole number"),
+        ({"temperature": 0}, "temperature: expected a number > 0"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             Experiment.from_dict({"oneshot": oneshot})
     ranges = Experiment.from_dict({"oneshot": {"runs": 4}}).oneshot.knob_ranges()
-    assert set(ranges) == {"lr", "gate_lr", "penalty_step", "temperature"}   # the default search
+    assert set(ranges) == {"lr", "gate_lr", "penalty_step", "temperature"}  # the default search
     assert Experiment.from_dict({"oneshot": {"runs": 1}}).oneshot.knob_ranges() == {}
 
 
@@ -325,27 +391,41 @@ def test_oneshot_runs_on_the_command_line(tmp_path, monkeypatch, capsys):
     one line naming the flag."""
     import optuna
     import yaml
-
-    from petl_nas import ConfigError
-
-    from petl_nas.app import cli
-    from petl_nas.search.experiment import Experiment
     from conftest import TINY_BACKBONE as TINY
 
+    from petl_nas import ConfigError
+    from petl_nas.app import cli
+    from petl_nas.search.experiment import Experiment
+
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "e.yaml").write_text(yaml.safe_dump({
-        "name": "o", "backbone": TINY, "task": "demo_keyword", "budget": "5%", "space": "small", "trials": 1,
-        "presets": ["lora"], "executor": "local", "strategy": "oneshot", "storage": f"sqlite:///{tmp_path}/s.db",
-        "oneshot": {**KNOBS_FAST, "epochs": 1, "search": None},
-        "fidelity": {"k": 320, "epochs": 1, "batch_size": 16, "max_length": 24, "search_dev": 64},
-        "final": {"seeds": 0, "baselines": False}}))
+    (tmp_path / "e.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "o",
+                "backbone": TINY,
+                "task": "demo_keyword",
+                "budget": "5%",
+                "space": "small",
+                "trials": 1,
+                "presets": ["lora"],
+                "executor": "local",
+                "strategy": "oneshot",
+                "storage": f"sqlite:///{tmp_path}/s.db",
+                "oneshot": {**KNOBS_FAST, "epochs": 1, "search": None},
+                "fidelity": {"k": 320, "epochs": 1, "batch_size": 16, "max_length": 24, "search_dev": 64},
+                "final": {"seeds": 0, "baselines": False},
+            }
+        )
+    )
     assert cli.main(["search", "--experiment", "e.yaml", "--oneshot-runs", "2"]) == 0
     record = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path}/s.db").user_attrs["oneshot"]
     assert len(record["knob_search"]["runs"]) == 2 and record["epochs"] == 1
     assert capsys.readouterr().out.count("one-shot knobs: run") == 2
     # a study of the same name made anew does not take the old one's supernet runs as its own
-    assert cli.main(["search", "--experiment", "e.yaml", "--oneshot-runs", "2", "--space", "unified",
-                     "--force-new-study"]) == 0
+    assert (
+        cli.main(["search", "--experiment", "e.yaml", "--oneshot-runs", "2", "--space", "unified", "--force-new-study"])
+        == 0
+    )
     assert capsys.readouterr().out.count("one-shot knobs: run") == 2
     assert len(optuna.load_study(study_name="o:oneshot-knobs", storage=f"sqlite:///{tmp_path}/s.db").trials) == 2
     with pytest.raises(ConfigError, match="--oneshot-runs: oneshot: runs: expected a whole number"):
@@ -356,13 +436,17 @@ def test_knob_settings_a_user_can_get_wrong_are_named():
     from petl_nas import ConfigError
     from petl_nas.search.experiment import OneShot
 
-    for kw, words in [({"lr": "1e-3"}, "oneshot: lr: expected a number > 0, got '1e-3' (YAML reads 1e-3 as "
-                                       "text: write 1.0e-3)"),
-                      ({"lr": float("inf")}, "oneshot: lr: expected a number > 0, got inf"),
-                      ({"lr": 1.0e-2, "runs": 2}, "oneshot: lr 0.01 is outside the knob search's range [0.0003, "
-                                                  "0.003] (its first run trains at the fixed knobs)"),
-                      ({"runs": 2, "search": {"lr": ["1e-4", 1.0e-2]}}, "(YAML reads 1e-4 as text: write 1.0e-4)")]:
+    for kw, words in [
+        ({"lr": "1e-3"}, "oneshot: lr: expected a number > 0, got '1e-3' (YAML reads 1e-3 as text: write 1.0e-3)"),
+        ({"lr": float("inf")}, "oneshot: lr: expected a number > 0, got inf"),
+        (
+            {"lr": 1.0e-2, "runs": 2},
+            "oneshot: lr 0.01 is outside the knob search's range [0.0003, "
+            "0.003] (its first run trains at the fixed knobs)",
+        ),
+        ({"runs": 2, "search": {"lr": ["1e-4", 1.0e-2]}}, "(YAML reads 1e-4 as text: write 1.0e-4)"),
+    ]:
         with pytest.raises(ConfigError) as e:
             OneShot(**kw)
         assert words in str(e.value), str(e.value)
-    OneShot(lr=1.0e-2, runs=2, search={"lr": [1.0e-3, 3.0e-2]})          # inside a range the user widened
+    OneShot(lr=1.0e-2, runs=2, search={"lr": [1.0e-3, 3.0e-2]})  # inside a range the user widened

@@ -12,11 +12,13 @@ from petl_nas.search.progress import Stage, countdown, time_left
 
 def test_the_heartbeat_says_what_runs_and_what_is_left_once_a_run_has_finished():
     stage = Stage(print, total=3)
-    assert stage.heartbeat("calibration: lora at 10 epochs", 90) == "  calibration: lora at 10 epochs: running for 1.5 min"
-    stage.done, stage.spent_s = 1, 120.0                   # one run took 2 min: 2 more, minus 1 min already run
+    assert (
+        stage.heartbeat("calibration: lora at 10 epochs", 90) == "  calibration: lora at 10 epochs: running for 1.5 min"
+    )
+    stage.done, stage.spent_s = 1, 120.0  # one run took 2 min: 2 more, minus 1 min already run
     assert stage.heartbeat("x", 60) == "  x: running for 1.0 min; about 3 min left in this stage (1 of 3 runs done)"
     assert stage.left() == "1 of 3 runs, about 4 min left"
-    stage.at_most = True                                   # rates: the stage may stop before its last run
+    stage.at_most = True  # rates: the stage may stop before its last run
     assert stage.left() == "1 of 3 runs, at most 4 min left"
     stage.done = 3
     assert stage.heartbeat("x", 10) == "  x: running for 0.2 min" and stage.left() == "3 of 3 runs"
@@ -29,13 +31,13 @@ def test_a_run_outlasting_the_mean_raises_the_estimate_instead_of_running_it_dow
     stage = Stage(print, total=3)
     stage.done, stage.spent_s = 1, 120.0
     said = [int(stage.heartbeat("x", s).split("; about ")[1].split()[0]) for s in (0, 60, 120, 300, 600)]
-    assert said == [4, 3, 2, 4, 6]                   # (120 + 300) / 2 for the one left after it: 3.5 min
-    assert time_left(60.0, 2, 2, 500.0) == 0.0 and time_left(60.0, 1, 2, 500.0) == 0.0   # the last one: done soon
+    assert said == [4, 3, 2, 4, 6]  # (120 + 300) / 2 for the one left after it: 3.5 min
+    assert time_left(60.0, 2, 2, 500.0) == 0.0 and time_left(60.0, 1, 2, 500.0) == 0.0  # the last one: done soon
 
 
 def test_countdown():
     assert countdown(120, 1, 3) == "1 of 3, about 4 min left" and countdown(10, 2, 2, "runs") == "2 of 2 runs"
-    assert countdown(5, 1, 2) == "1 of 2, about 1 min left"          # never "0 min"
+    assert countdown(5, 1, 2) == "1 of 2, about 1 min left"  # never "0 min"
 
 
 def test_a_run_prints_while_it_trains_and_stops_when_it_ends_even_when_it_fails():
@@ -47,23 +49,25 @@ def test_a_run_prints_while_it_trains_and_stops_when_it_ends_even_when_it_fails(
 
     stage = Stage(printer, total=2, every_s=0.01)
     with stage.run("final: trial 3, seed 0"):
-        assert beat.wait(30)                               # the run is still going: a line came anyway
+        assert beat.wait(30)  # the run is still going: a line came anyway
     assert said[0].startswith("  final: trial 3, seed 0: running for 0.0 min")
     assert stage.done == 1 and stage.spent_s > 0
     with pytest.raises(RuntimeError), stage.run("final: trial 3, seed 1"):
         raise RuntimeError("a run that fails")
-    assert stage.done == 2                                 # counted, and its thread joined
+    assert stage.done == 2  # counted, and its thread joined
     count = len(said)
     threading.Event().wait(0.05)
-    assert len(said) == count                              # nothing printed once no run goes on
+    assert len(said) == count  # nothing printed once no run goes on
 
 
 def test_a_run_that_says_where_it_stands_has_that_in_its_line():
     stage = Stage(print, total=1)
-    assert stage.heartbeat("one-shot: training the supernet", 90, "epoch 3 of 10 done, about 5 min left") == \
-        "  one-shot: training the supernet: running for 1.5 min; epoch 3 of 10 done, about 5 min left"
+    assert (
+        stage.heartbeat("one-shot: training the supernet", 90, "epoch 3 of 10 done, about 5 min left")
+        == "  one-shot: training the supernet: running for 1.5 min; epoch 3 of 10 done, about 5 min left"
+    )
     said, beat = [], threading.Event()
-    standing = iter([None, "epoch 1 of 2 done"])           # nothing written yet, then an epoch
+    standing = iter([None, "epoch 1 of 2 done"])  # nothing written yet, then an epoch
 
     def printer(line: str) -> None:
         said.append(line)

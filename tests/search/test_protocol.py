@@ -15,13 +15,12 @@ import dataclasses
 import numpy as np
 import optuna
 import pytest
+from conftest import NO_RATES, TINY_BACKBONE
 
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.deploy.export import choose
 from petl_nas.search.driver import run_search
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.tasks import clear_cache
-from conftest import TINY_BACKBONE, NO_RATES
-
 
 
 def write_rows(path, sentences, labels) -> str:
@@ -59,11 +58,22 @@ def two_test_splits(tmp_path):
 
 def search(tmp_path, name: str, train_file: str, test_file: str) -> optuna.Study:
     task = {"train": train_file, "dev": test_file, "text_columns": ["sentence"], "labels": ["negative", "positive"]}
-    exp = Experiment(rates=NO_RATES, name=name, backbone=TINY_BACKBONE, task=task, budget="5%", space="small", trials=5,
-                     presets=["pfeiffer", "bitfit"], executor="local", sampler="tpe", startup_trials=2,
-                     storage=f"sqlite:///{tmp_path}/{name}.db",
-                     fidelity=Fidelity(length_buckets=0, k=None, epochs=4, batch_size=16, max_length=24, search_dev=100),
-                     final=FinalEval(seeds=1, epochs=4, max_front=3, presets="best", baselines=False))
+    exp = Experiment(
+        rates=NO_RATES,
+        name=name,
+        backbone=TINY_BACKBONE,
+        task=task,
+        budget="5%",
+        space="small",
+        trials=5,
+        presets=["pfeiffer", "bitfit"],
+        executor="local",
+        sampler="tpe",
+        startup_trials=2,
+        storage=f"sqlite:///{tmp_path}/{name}.db",
+        fidelity=Fidelity(length_buckets=0, k=None, epochs=4, batch_size=16, max_length=24, search_dev=100),
+        final=FinalEval(seeds=1, epochs=4, max_front=3, presets="best", baselines=False),
+    )
     clear_cache()
     run_search(dataclasses.replace(exp), printer=lambda line: None)
     return optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
@@ -78,11 +88,11 @@ def test_flipping_every_test_label_changes_no_decision(tmp_path, monkeypatch, tw
     def decisions(study):
         return [(t.number, t.state, t.params, t.values, t.user_attrs.get("preset")) for t in study.trials]
 
-    assert decisions(a) == decisions(b)                                     # sampling, training, pruning
-    assert [t.number for t in a.best_trials] == [t.number for t in b.best_trials]       # the front
+    assert decisions(a) == decisions(b)  # sampling, training, pruning
+    assert [t.number for t in a.best_trials] == [t.number for t in b.best_trials]  # the front
     for pick in ("best", "smallest-within=5"):
-        assert choose(a, None, pick).number == choose(b, None, pick).number             # the export choice
+        assert choose(a, None, pick).number == choose(b, None, pick).number  # the export choice
     by_search = max(a.best_trials, key=lambda t: (t.values[0], -t.values[1])).number
-    assert choose(a).number == choose(b).number == by_search                             # ... by search score
+    assert choose(a).number == choose(b).number == by_search  # ... by search score
     finals = {k: (a.user_attrs[k]["mean"], b.user_attrs[k]["mean"]) for k in a.user_attrs if k.startswith("final:")}
     assert finals and all(abs(x + y - 1) < 1e-9 for x, y in finals.values())  # the test split did differ: a = 1 - b

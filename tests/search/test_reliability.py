@@ -20,11 +20,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import TINY_BACKBONE
 from optuna.trial import TrialState
 
 from petl_nas.search.storage import close_storage, open_storage
 from petl_nas.search.study import LOST, failure_kind, is_trained
-from conftest import TINY_BACKBONE
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -35,10 +35,23 @@ def petl_nas() -> list[str]:
 
 
 def write_experiment(folder: Path, **changes) -> Path:
-    exp = {"name": "reliable", "backbone": TINY_BACKBONE, "task": "demo_sentiment", "budget": None, "space": "small",
-           "trials": 5, "presets": ["bitfit"], "executor": "local", "storage": "sqlite:///study.db",
-           "fidelity": {"k": 320, "epochs": 2, "batch_size": 16, "max_length": 24, "search_dev": 64},
-           "final": {"seeds": 0, "baselines": False}, "heartbeat_interval": 1, "grace_period": 3, "stale_retries": 1, **changes}
+    exp = {
+        "name": "reliable",
+        "backbone": TINY_BACKBONE,
+        "task": "demo_sentiment",
+        "budget": None,
+        "space": "small",
+        "trials": 5,
+        "presets": ["bitfit"],
+        "executor": "local",
+        "storage": "sqlite:///study.db",
+        "fidelity": {"k": 320, "epochs": 2, "batch_size": 16, "max_length": 24, "search_dev": 64},
+        "final": {"seeds": 0, "baselines": False},
+        "heartbeat_interval": 1,
+        "grace_period": 3,
+        "stale_retries": 1,
+        **changes,
+    }
     path = folder / "exp.yaml"
     path.write_text(json.dumps(exp))
     return path
@@ -56,14 +69,14 @@ def test_a_killed_driver_resumes_keeping_every_complete_trial(tmp_path):
     driver = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 180
     victim, storage = None, None
-    while victim is None:                       # kill it while an accepted trial trains, after 2 complete
+    while victim is None:  # kill it while an accepted trial trains, after 2 complete
         assert driver.poll() is None and time.time() < deadline, driver.stdout.read().decode()[-3000:]
         time.sleep(0.1)
         if storage is None and (tmp_path / "study.db").exists():
-            storage = open_storage(url)         # as a dashboard would: read beside the writer
+            storage = open_storage(url)  # as a dashboard would: read beside the writer
         try:
             trials = trials_of(storage)
-        except (KeyError, ValueError):          # no storage or no study yet
+        except (KeyError, ValueError):  # no storage or no study yet
             continue
         running = [t for t in trials if t.state == TrialState.RUNNING and "petl_config" in t.user_attrs]
         if sum(t.state == TrialState.COMPLETE for t in trials) >= 2 and running:
@@ -80,16 +93,16 @@ def test_a_killed_driver_resumes_keeping_every_complete_trial(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     trials = trials_of(url)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert len(complete) == 5 == sum(is_trained(t) for t in trials)          # exactly what was asked
+    assert len(complete) == 5 == sum(is_trained(t) for t in trials)  # exactly what was asked
     assert all({t.number: (t.values, t.params) for t in complete}[n] == v for n, v in before.items())
     lost = next(t for t in trials if t.number == victim)
     assert lost.state == TrialState.FAIL and failure_kind(lost) == LOST
     retry = [t for t in trials if t.system_attrs.get("failed_trial") == victim]
-    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE       # retried once, same point
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE  # retried once, same point
     assert retry[0].params == lost.params and retry[0].user_attrs.get("preset") == lost.user_attrs.get("preset")
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert [t.user_attrs.get("preset") for t in trials if is_trained(t)].count("bitfit") == 1
-    assert f"{LOST} 1" in again.stdout                                       # the summary's count
+    assert f"{LOST} 1" in again.stdout  # the summary's count
 
 
 FAULTY_SEARCH = r"""
@@ -128,10 +141,20 @@ print(json.dumps({"failures": summary.failures, "counts": summary.counts, "calls
 
 @pytest.mark.slow
 def test_failing_trials_are_recorded_by_kind_and_the_search_goes_on(tmp_path):
-    exp = write_experiment(tmp_path, trials=6, presets="none",
-                           fidelity={"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32})
-    run = subprocess.run([sys.executable, "-c", FAULTY_SEARCH, str(exp)], cwd=tmp_path, env=ENV,
-                         capture_output=True, text=True, timeout=300)
+    exp = write_experiment(
+        tmp_path,
+        trials=6,
+        presets="none",
+        fidelity={"k": 96, "epochs": 1, "batch_size": 16, "max_length": 16, "search_dev": 32},
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", FAULTY_SEARCH, str(exp)],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["failures"] == {"error: ValueError": 1, "non-finite loss": 1, "out of memory": 1}
@@ -145,9 +168,9 @@ def test_failing_trials_are_recorded_by_kind_and_the_search_goes_on(tmp_path):
     written = json.loads(next(tmp_path.rglob(f"trials/{raised.number}.json")).read_text())
     assert written["state"] == "failed" and written["traceback"] == trace
     assert nan.state == TrialState.PRUNED and nan.user_attrs["pruned_reason"].startswith("non-finite loss")
-    assert nan.values is None                                   # never a point on the front
+    assert nan.values is None  # never a point on the front
     assert oom.state == TrialState.FAIL and "can't allocate memory" in oom.user_attrs["fail_reason"]
-    assert [t.state for t in after] == [TrialState.COMPLETE] * 3            # not poisoned by the OOM
+    assert [t.state for t in after] == [TrialState.COMPLETE] * 3  # not poisoned by the OOM
     assert all(t.user_attrs["metrics"] for t in after)
 
 
@@ -156,7 +179,7 @@ def _killed_while_writing(write_target, patch_module, patch_name, *args) -> None
     """Fork; in the child, make ``patch_module.patch_name`` write half its bytes and then SIGKILL the
     process, and call ``write_target(*args)``. Returns once the child is dead."""
     pid = os.fork()
-    if pid == 0:                                                # the child never returns
+    if pid == 0:  # the child never returns
         real = getattr(patch_module, patch_name)
 
         def half_then_die(*a, **kw):
@@ -170,7 +193,7 @@ def _killed_while_writing(write_target, patch_module, patch_name, *args) -> None
         try:
             write_target(*args)
         finally:
-            os._exit(3)                                         # only if the kill did not happen
+            os._exit(3)  # only if the kill did not happen
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
@@ -203,7 +226,7 @@ def test_weights_killed_mid_save_leave_the_old_weights(tmp_path):
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
-                p.add_(1.0)                                     # "training" changed every PETL weight
+                p.add_(1.0)  # "training" changed every PETL weight
     _killed_while_writing(inject.save_petl, inject, "save_file", model, tmp_path / "run")
     reloaded = inject.load_petl(tiny_backbone(vocab_size=50), tmp_path / "run")
     assert all(torch.equal(inject.petl_state_dict(reloaded)[k], v) for k, v in saved.items())
@@ -234,19 +257,20 @@ def test_stale_running_trials_fail_and_a_trial_without_any_beat_gets_its_grace(t
     from petl_nas.search.storage import fail_stale
 
     url = f"sqlite:///{tmp_path}/s.db"
-    study = optuna.create_study(study_name="hb", storage=open_storage(url, heartbeat_interval=1, grace_period=2,
-                                                                      retries=1))
+    study = optuna.create_study(
+        study_name="hb", storage=open_storage(url, heartbeat_interval=1, grace_period=2, retries=1)
+    )
     beaten = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     study._storage.record_heartbeat(beaten._trial_id)
-    never = study.ask()                                           # RUNNING, no heartbeat at all
+    never = study.ask()  # RUNNING, no heartbeat at all
     time.sleep(3)
     fail_stale(study)
     states = {t.number: t.state for t in study.get_trials()}
     assert states[beaten.number] == TrialState.FAIL and states[never.number] == TrialState.RUNNING
-    lost = study.get_trials()[beaten.number].user_attrs                  # said, for the dashboard and the summary
+    lost = study.get_trials()[beaten.number].user_attrs  # said, for the dashboard and the summary
     assert lost["fail_kind"] == LOST and "no heartbeat within the grace period" in lost["fail_reason"]
     (retry,) = study.get_trials(states=(TrialState.WAITING,))
-    assert retry.params == beaten.params and "fail_kind" not in retry.user_attrs      # retried once, afresh
+    assert retry.params == beaten.params and "fail_kind" not in retry.user_attrs  # retried once, afresh
     time.sleep(3)
     fail_stale(study)
     assert study.get_trials()[never.number].state == TrialState.FAIL

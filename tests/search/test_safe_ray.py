@@ -14,10 +14,9 @@ import uuid
 import optuna
 import pytest
 from optuna.trial import TrialState
-
 from test_search import experiment, write_experiment
 
-psutil = pytest.importorskip("psutil")           # installed with ray
+psutil = pytest.importorskip("psutil")  # installed with ray
 pytest.importorskip("ray")
 
 INTERRUPTED_LINE = "petl-nas: interrupted; the study is kept: run the same command again to go on"
@@ -25,7 +24,7 @@ INTERRUPTED_LINE = "petl-nas: interrupted; the study is kept: run the same comma
 
 @pytest.fixture(autouse=True)
 def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)           # runs/ goes here
+    monkeypatch.chdir(tmp_path)  # runs/ goes here
 
 
 def start_search(tmp_path, env: dict | None = None, import_ray_first: bool = False) -> subprocess.Popen:
@@ -37,18 +36,27 @@ def start_search(tmp_path, env: dict | None = None, import_ray_first: bool = Fal
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")} | (env or {})
     first = "import ray; " if import_ray_first else ""
     program = f"{first}import sys; from petl_nas.app.cli import main; sys.exit(main(sys.argv[1:]))"
-    run = subprocess.Popen([sys.executable, "-c", program, "search", "--experiment", "e.yaml"], cwd=tmp_path,
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        [sys.executable, "-c", program, "search", "--experiment", "e.yaml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     run.exp = exp
     return run
 
 
 def running_trials(exp) -> list[int]:
     try:
-        return [t.number for t in optuna.load_study(study_name=exp.study_name, storage=exp.storage_url).trials
-                if t.state == TrialState.RUNNING]
-    except KeyError:                                      # no study in the file yet
+        return [
+            t.number
+            for t in optuna.load_study(study_name=exp.study_name, storage=exp.storage_url).trials
+            if t.state == TrialState.RUNNING
+        ]
+    except KeyError:  # no study in the file yet
         return []
 
 
@@ -66,16 +74,19 @@ def listening(procs) -> set[tuple[str, str, int]]:
     found = set()
     for p in procs:
         try:
-            found |= {(p.name(), c.laddr.ip, c.laddr.port) for c in p.net_connections(kind="inet")
-                      if c.status == psutil.CONN_LISTEN}
-        except psutil.Error:                              # gone meanwhile
+            found |= {
+                (p.name(), c.laddr.ip, c.laddr.port)
+                for c in p.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            }
+        except psutil.Error:  # gone meanwhile
             pass
     return found
 
 
 def is_loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip.split("%")[0])
-    return (getattr(address, "ipv4_mapped", None) or address).is_loopback     # ::ffff:127.0.0.1 too
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback  # ::ffff:127.0.0.1 too
 
 
 def wait_for_a_running_trial(run, procs_seen: dict, timeout_s: float = 300) -> list[int]:
@@ -98,6 +109,7 @@ def alive(procs) -> list:
             return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
     return [p for p in procs if up(p)]
 
 
@@ -115,7 +127,7 @@ def test_a_local_ray_listens_on_loopback_only(tmp_path, auth):
     try:
         wait_for_a_running_trial(run, seen)
         sockets = set()
-        for _ in range(6):                                   # workers start their servers as they come
+        for _ in range(6):  # workers start their servers as they come
             sockets |= listening(processes_of(run))
             time.sleep(0.5)
     finally:
@@ -142,7 +154,7 @@ def test_sigterm_to_the_process_group_stops_a_ray_search_cleanly(tmp_path):
     running = wait_for_a_running_trial(run, seen)
     seen.update({p.pid: p for p in processes_of(run)})
     start = time.time()
-    os.killpg(run.pid, signal.SIGTERM)                   # the session's group: petl-nas's pid
+    os.killpg(run.pid, signal.SIGTERM)  # the session's group: petl-nas's pid
     _, err = run.communicate(timeout=180)
     took = time.time() - start
     assert run.returncode == 143, err[-3000:]
@@ -150,11 +162,11 @@ def test_sigterm_to_the_process_group_stops_a_ray_search_cleanly(tmp_path):
     assert took < 30, f"took {took:.0f}s to stop"
     trials = optuna.load_study(study_name=run.exp.study_name, storage=run.exp.storage_url).trials
     assert not any(t.state == TrialState.RUNNING for t in trials)
-    for number in running:                               # each ended meanwhile, or was stopped for a retry
+    for number in running:  # each ended meanwhile, or was stopped for a retry
         assert trials[number].state == TrialState.COMPLETE or trials[number].user_attrs["fail_kind"] == INTERRUPTED
     ray_procs = [p for pid, p in seen.items() if pid != run.pid]
     assert ray_procs
-    deadline = time.time() + 15                          # Ray's own processes go with the driver
+    deadline = time.time() + 15  # Ray's own processes go with the driver
     while alive(ray_procs) and time.time() < deadline:
         time.sleep(0.5)
     assert not alive(ray_procs), [(p.pid, p.name()) for p in alive(ray_procs)]
@@ -170,7 +182,7 @@ def pg_url_with_secret():
 
     admin = sa.create_engine(url)
     role, secret = f"petl_nas_secret_{uuid.uuid4().hex[:8]}", f"pw{uuid.uuid4().hex}"
-    with admin.begin() as c:                 # a member of the test's role: its tables, not its rights
+    with admin.begin() as c:  # a member of the test's role: its tables, not its rights
         c.execute(sa.text(f"CREATE ROLE {role} LOGIN PASSWORD '{secret}' IN ROLE {sa.engine.make_url(url).username}"))
     own = sa.engine.make_url(url).set(username=role, password=secret)
     try:
@@ -200,6 +212,6 @@ def test_nothing_ray_tune_writes_holds_the_storage_password(tmp_path, pg_url_wit
         ray.shutdown()
         optuna.delete_study(study_name=exp.study_name, storage=url)
     files = [p for p in (tmp_path / "runs" / name).rglob("*") if p.is_file()]
-    assert any(p.name == "tuner.pkl" for p in files)         # Tune wrote what it pickles
+    assert any(p.name == "tuner.pkl" for p in files)  # Tune wrote what it pickles
     holding = [str(p.relative_to(tmp_path)) for p in files if secret.encode() in p.read_bytes()]
     assert not holding

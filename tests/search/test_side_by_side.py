@@ -11,18 +11,17 @@ import shutil
 import optuna
 import pytest
 import torch
+from test_search import experiment
+from test_warm_worker import PROBE, _spec
 
 from petl_nas.search import confirm, finals, side_by_side
 from petl_nas.search.driver import run_search
 from petl_nas.search.experiment import FinalEval
 from petl_nas.search.progress import Stage
-from petl_nas.search.worker import run_trial
 from petl_nas.search.records import StoredTrial
 from petl_nas.search.specs import final_recipe, trial_recipe, trial_spec
+from petl_nas.search.worker import run_trial
 from petl_nas.tasks import resolve_task
-
-from test_search import experiment
-from test_warm_worker import PROBE, _spec
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +30,10 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def test_slots_follow_the_executor_the_device_and_the_free_cores(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")                  # two free cores, as threads.choose reads it
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # two free cores, as threads.choose reads it
     assert side_by_side.slots(6, "ray", gpu=False).runs == 2
     assert side_by_side.slots(6, "ray", gpu=False).threads == 1
-    assert side_by_side.slots(1, "ray", gpu=False).runs == 1    # one run: nothing to put beside it
+    assert side_by_side.slots(1, "ray", gpu=False).runs == 1  # one run: nothing to put beside it
     assert side_by_side.slots(6, "ray", cpus_per_run=2, gpu=False).runs == 1
     assert side_by_side.slots(6, "local", gpu=False).runs == 1  # local: everything in this process
     assert side_by_side.slots(6, "ray", gpu=True).runs == 1
@@ -49,7 +48,7 @@ def test_a_stage_trained_in_this_process_sets_its_threads_from_the_free_cores(mo
     the choice; a stage with nothing to train leaves the threads alone."""
     from petl_nas.training import threads
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")                  # one free core, as threads.choose reads it
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one free core, as threads.choose reads it
     monkeypatch.setattr(threads, "_kept", None)
     before = torch.get_num_threads()
     try:
@@ -66,10 +65,13 @@ def test_runs_side_by_side_score_as_in_this_process_each_under_its_own_index(mon
     torch.set_num_threads(1)
     specs = [_spec(PROBE, seed=seed) for seed in (3, 4, 5)]
     here = [run_trial(spec) for spec in specs]
-    assert here[0].history != here[1].history                   # the seeds can be told apart
+    assert here[0].history != here[1].history  # the seeds can be told apart
     lines = []
-    got = dict(side_by_side.run_all(specs, ["a", "b", "c"], side_by_side.Slots(2, 1, "test"),
-                                    Stage(lines.append, len(specs)), run_trial))
+    got = dict(
+        side_by_side.run_all(
+            specs, ["a", "b", "c"], side_by_side.Slots(2, 1, "test"), Stage(lines.append, len(specs)), run_trial
+        )
+    )
     assert sorted(got) == [0, 1, 2]
     for i, result in got.items():
         assert (result.score, result.history, result.steps) == (here[i].score, here[i].history, here[i].steps)
@@ -78,7 +80,7 @@ def test_runs_side_by_side_score_as_in_this_process_each_under_its_own_index(mon
 
 @pytest.mark.slow
 def test_a_study_confirmed_side_by_side_stores_what_one_after_another_stores(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")                  # one thread per run either way: same sums
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one thread per run either way: same sums
     exp = experiment(tmp_path, trials=3, presets=["lora"])
     run_search(exp, printer=lambda *a: None)
     shutil.copy(tmp_path / "study.db", tmp_path / "pooled.db")
@@ -124,9 +126,9 @@ def test_finals_re_evaluated_side_by_side_store_what_one_after_another_stores(tm
     lines, pooled = reevaluated(f"sqlite:///{tmp_path}/pooled.db", "ray", "2")
     assert lines[0].startswith("final: ") and "2 side by side with 1 CPU thread(s) each" in lines[0]
     assert len(alone) >= 2 and all(len(v["scores"]) == 2 for v in alone.values())
-    assert len({tuple(v["scores"]) for v in alone.values()}) == len(alone)   # each trial its own runs
+    assert len({tuple(v["scores"]) for v in alone.values()}) == len(alone)  # each trial its own runs
     assert pooled == alone
-    first = max(alone, key=lambda key: alone[key]["mean"])     # the one that learned most: its seed 1, alone
+    first = max(alone, key=lambda key: alone[key]["mean"])  # the one that learned most: its seed 1, alone
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     t = StoredTrial.of(study.trials[int(first.split(":")[1])], study.user_attrs)
     run = dataclasses.replace(exp, final=final)
@@ -146,8 +148,15 @@ def test_a_pool_whose_processes_cannot_start_trains_the_runs_here_and_does_not_h
     specs = [_spec(PROBE, seed=seed) for seed in (3, 4)]
     here = []
     lines = []
-    got = dict(side_by_side.run_all(specs, ["a", "b"], side_by_side.Slots(2, 1, "test"),
-                                    Stage(lines.append, len(specs)), lambda spec: here.append(spec) or run_trial(spec)))
+    got = dict(
+        side_by_side.run_all(
+            specs,
+            ["a", "b"],
+            side_by_side.Slots(2, 1, "test"),
+            Stage(lines.append, len(specs)),
+            lambda spec: here.append(spec) or run_trial(spec),
+        )
+    )
     assert sorted(got) == [0, 1] and len(here) == 2
     assert got[0].history != got[1].history and [s.recipe["seed"] for s in here] == [3, 4]
     assert any("ended without its result" in line for line in lines)

@@ -47,9 +47,11 @@ def test_every_preset_is_a_point_its_nearest_point_or_named_off_the_space(space_
         why = space.why_not(config)
         assert space_name != "unified", why
         assert why.startswith((f"space {space_name!r} has no", f"space {space_name!r} holds")) or "choices" in why, why
-        for m in config.modules:                       # "has no <form> at <site>" is a fact of the space
+        for m in config.modules:  # "has no <form> at <site>" is a fact of the space
             if f"has no {m.form} at {m.position}" in why:
-                assert all(m.form not in (s.forms.choices or (s.forms.value,)) for s in space.slots if s.site == m.position)
+                assert all(
+                    m.form not in (s.forms.choices or (s.forms.value,)) for s in space.slots if s.site == m.position
+                )
         return
     params, changes = near
     decoded, recipe = space.sample(optuna.trial.FixedTrial(params), n_layers=6)
@@ -59,11 +61,11 @@ def test_every_preset_is_a_point_its_nearest_point_or_named_off_the_space(space_
         return
     assert space_name != "unified", changes
     assert [m.form for m in decoded.modules] == [m.form for m in config.modules]
-    for change in changes:                              # "<param> <old> -> <new>", the new one in range
+    for change in changes:  # "<param> <old> -> <new>", the new one in range
         param, old, _, new = change.split()
         assert space._dimension(param).contains(float(new)) and not space._dimension(param).contains(float(old))
     if [c.split()[0] for c in changes] == ["lr"]:
-        assert decoded == config                         # only the learning rate moved
+        assert decoded == config  # only the learning rate moved
 
 
 @pytest.mark.parametrize("space_name", ["unified", "unified_short"])
@@ -91,15 +93,24 @@ def test_a_configuration_off_the_spaces_layers_is_named():
 
     space = SearchSpace.load("unified_short")
     lora = space.with_head(preset("lora", hidden_size=384))
-    split = replace(lora, modules=(replace(lora.modules[0], layers=(0, 1)),
-                                   replace(lora.modules[0], position="ffn", targets=("ffn_in",), layers=(5,))))
+    split = replace(
+        lora,
+        modules=(
+            replace(lora.modules[0], layers=(0, 1)),
+            replace(lora.modules[0], position="ffn", targets=("ffn_in",), layers=(5,)),
+        ),
+    )
     assert space.nearest_point(split, 1e-3, n_layers=6) is None
-    assert space.why_not(split) == "its modules sit on different layers; space 'unified_short' places them all on the same ones"
+    assert (
+        space.why_not(split)
+        == "its modules sit on different layers; space 'unified_short' places them all on the same ones"
+    )
 
 
 def test_seeding_places_presets_as_points_and_says_how(tmp_path):
-    from petl_nas.search.study import seed_presets
     from transformers import BertConfig
+
+    from petl_nas.search.study import seed_presets
 
     cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536)
     study = optuna.create_study(directions=["maximize", "minimize"])
@@ -107,7 +118,7 @@ def test_seeding_places_presets_as_points_and_says_how(tmp_path):
     assert queued == ["lora", "pfeiffer (nearest point: lr 0.0001 -> 0.0005)"]
     pfeiffer = study.get_trials(deepcopy=False)[1]
     assert pfeiffer.user_attrs["mapped"] == "lr 0.0001 -> 0.0005"
-    assert pfeiffer.system_attrs["fixed_params"]["lr"] == 5e-4           # what the sampler will see
+    assert pfeiffer.system_attrs["fixed_params"]["lr"] == 5e-4  # what the sampler will see
     small = optuna.create_study(directions=["maximize", "minimize"])
     auto = seed_presets(small, SearchSpace.load("small"), "auto", cfg, None, 6)
     assert "compacter_pp" not in " ".join(auto) and any(q.startswith("lora (nearest point") for q in auto)
@@ -116,7 +127,7 @@ def test_seeding_places_presets_as_points_and_says_how(tmp_path):
     assert small.get_trials(deepcopy=False)[-1].user_attrs["off_space"] == "space 'small' has no compacter at ffn"
     over, tight = [], optuna.create_study(directions=["maximize", "minimize"])
     named = seed_presets(tight, SearchSpace.load("unified_short"), ["lora", "compacter_pp"], cfg, 20_000, 6, over)
-    assert named == ["compacter_pp"] and over == ["lora (73,728)"]     # named, over the budget: said, not queued
+    assert named == ["compacter_pp"] and over == ["lora (73,728)"]  # named, over the budget: said, not queued
 
 
 def test_flat_sampling_suggests_every_dimension():
@@ -133,22 +144,30 @@ def test_hash_changes_with_the_space(tmp_path):
     assert SearchSpace(data, "b.yaml").hash != a.hash
 
 
-BASE = {"version": 1, "slots": {"attn": {"site": "attn", "forms": ["lora"]}}, "rank": {"low": 1, "high": 8},
-        "scale": 1.0, "lr": 1e-3}
+BASE = {
+    "version": 1,
+    "slots": {"attn": {"site": "attn", "forms": ["lora"]}},
+    "rank": {"low": 1, "high": 8},
+    "scale": 1.0,
+    "lr": 1e-3,
+}
 
 
-@pytest.mark.parametrize("patch, words", [
-    ({"bottlenek": 4}, "unknown key 'bottlenek' (did you mean 'bottleneck'?)"),
-    ({"rank": "eight"}, "slots.attn.rank: invalid value 'eight'"),
-    ({"rank": {"low": 8, "high": 2}}, "low (8) is greater than high (2)"),
-    ({"rank": []}, "empty choice list"),
-    ({"slots": {"attn": {"site": "attn", "forms": ["prefx"]}}}, "did you mean 'prefix'"),
-    ({"slots": {"attn": {"site": "head", "forms": ["lora"]}}}, "site: must be one of attn, ffn"),
-    ({"slots": {"ffn": {"site": "ffn", "forms": ["prefix"]}}}, "invalid value 'prefix'"),
-    ({"version": None}, "version: missing"),
-    ({"lr": {"low": 0, "high": 1, "log": True}}, "log range needs low > 0"),
-    ({"gates": "maybe"}, "gates: invalid value 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "patch, words",
+    [
+        ({"bottlenek": 4}, "unknown key 'bottlenek' (did you mean 'bottleneck'?)"),
+        ({"rank": "eight"}, "slots.attn.rank: invalid value 'eight'"),
+        ({"rank": {"low": 8, "high": 2}}, "low (8) is greater than high (2)"),
+        ({"rank": []}, "empty choice list"),
+        ({"slots": {"attn": {"site": "attn", "forms": ["prefx"]}}}, "did you mean 'prefix'"),
+        ({"slots": {"attn": {"site": "head", "forms": ["lora"]}}}, "site: must be one of attn, ffn"),
+        ({"slots": {"ffn": {"site": "ffn", "forms": ["prefix"]}}}, "invalid value 'prefix'"),
+        ({"version": None}, "version: missing"),
+        ({"lr": {"low": 0, "high": 1, "log": True}}, "log range needs low > 0"),
+        ({"gates": "maybe"}, "gates: invalid value 'maybe'"),
+    ],
+)
 def test_bad_space_files_name_the_problem(tmp_path, patch, words):
     data = {**BASE, **patch}
     path = tmp_path / "bad.yaml"
@@ -197,15 +216,18 @@ def test_space_show_with_a_model_says_what_one_unit_of_each_size_costs(tmp_path,
     from petl_nas.app.cli import main
     from petl_nas.core.tiny import tiny_backbone
 
-    d, f, layers = 32, 64, 2
+    d, layers = 32, 2
     for kind in ("bert", "deberta-v2"):
         tiny_backbone(kind).save_pretrained(tmp_path / kind)
     assert main(["space", "show", "small", "--model", str(tmp_path / "bert")]) == 0
-    rows = {tuple(line.split()[:2]): line.split()[3:] for line in capsys.readouterr().out.splitlines()
-            if line.startswith(("attn ", "ffn "))}
-    assert rows[("attn", "lora")] == [f"{2 * 2 * d}", f"{2 * 2 * d * layers}"]        # q and v: A and B rows
-    assert rows[("attn", "prefix")] == [f"{2 * d}", f"{2 * d * layers}"]             # a key and a value
-    assert rows[("ffn", "adapter")] == [f"{2 * d + 1}", f"{(2 * d + 1) * layers}"]   # down, up and its bias
+    rows = {
+        tuple(line.split()[:2]): line.split()[3:]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("attn ", "ffn "))
+    }
+    assert rows[("attn", "lora")] == [f"{2 * 2 * d}", f"{2 * 2 * d * layers}"]  # q and v: A and B rows
+    assert rows[("attn", "prefix")] == [f"{2 * d}", f"{2 * d * layers}"]  # a key and a value
+    assert rows[("ffn", "adapter")] == [f"{2 * d + 1}", f"{(2 * d + 1) * layers}"]  # down, up and its bias
     assert main(["space", "show", "small", "--model", str(tmp_path / "deberta-v2")]) == 0
     assert "prefix      length          not for this backbone" in capsys.readouterr().out
 
@@ -219,8 +241,15 @@ def _space(**changes) -> SearchSpace:
 def test_an_empty_layer_mask_means_the_top_layer():
     """``layers: mask`` with every layer off places the modules on the top layer, never none."""
     space = _space(layers=["all", "mask"])
-    params = {"layers": "mask", **{f"layers.mask.{i}": False for i in range(4)},
-              "attn.form": "lora", "attn.composition": "add", "attn.rank": 2, "ffn.form": "none", "lr": 1e-2}
+    params = {
+        "layers": "mask",
+        **{f"layers.mask.{i}": False for i in range(4)},
+        "attn.form": "lora",
+        "attn.composition": "add",
+        "attn.rank": 2,
+        "ffn.form": "none",
+        "lr": 1e-2,
+    }
     config, _ = space.sample(optuna.trial.FixedTrial(params), n_layers=4)
     assert config.modules[0].layers == (3,)
 
@@ -228,8 +257,16 @@ def test_an_empty_layer_mask_means_the_top_layer():
 @pytest.mark.parametrize("bottleneck, size", [(2, 4), (4, 4), (5, 8), (6, 8), (16, 16)])
 def test_a_compacter_bottleneck_rounds_up_to_a_multiple_of_phm_n(bottleneck, size):
     """PHM layers need n | size: a sampled bottleneck is rounded up (never down, never to 0)."""
-    space = SearchSpace({"version": 1, "slots": {"ffn": {"site": "ffn", "forms": ["compacter"]}},
-                         "bottleneck": {"low": 2, "high": 16}, "scale": 1.0, "phm_n": 4,
-                         "lr": {"low": 1e-3, "high": 1e-2}}, "<compacter>")
+    space = SearchSpace(
+        {
+            "version": 1,
+            "slots": {"ffn": {"site": "ffn", "forms": ["compacter"]}},
+            "bottleneck": {"low": 2, "high": 16},
+            "scale": 1.0,
+            "phm_n": 4,
+            "lr": {"low": 1e-3, "high": 1e-2},
+        },
+        "<compacter>",
+    )
     config, _ = space.sample(optuna.trial.FixedTrial({"ffn.bottleneck": bottleneck, "lr": 5e-3}), n_layers=2)
     assert config.modules[0].phm_n == 4 and config.modules[0].size == size

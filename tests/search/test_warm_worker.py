@@ -8,20 +8,28 @@ import dataclasses
 
 import pytest
 import torch
+from conftest import TINY_BACKBONE
 
 from petl_nas import ModuleSpec, PetlConfig
 from petl_nas.search.worker import TrialSpec, prepare, run_trial
 
-from conftest import TINY_BACKBONE
-
-RECIPE = {"lr": 5e-3, "epochs": 2, "batch_size": 16, "max_length": 16, "seed": 3, "evals_per_epoch": 1,
-          "length_buckets": 4}
+RECIPE = {
+    "lr": 5e-3,
+    "epochs": 2,
+    "batch_size": 16,
+    "max_length": 16,
+    "seed": 3,
+    "evals_per_epoch": 1,
+    "length_buckets": 4,
+}
 PROBE = PetlConfig(modules=(ModuleSpec(form="lora", size=4, layers=(1,)),), pooling="mean")
 # Between the probes: trials that train the backbone's own tensors in their copy (biases, LayerNorms,
 # the head), insert modules at other sites, or prepend a prompt.
-OTHERS = (PetlConfig(bitfit=True, train_layernorms=True, pooling="mean"),
-          PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=4),), head_lr_mult=10.0, pooling="mean"),
-          PetlConfig(prompt_length=4, modules=(ModuleSpec(form="prefix", size=2, layers=(0,)),), pooling="mean"))
+OTHERS = (
+    PetlConfig(bitfit=True, train_layernorms=True, pooling="mean"),
+    PetlConfig(modules=(ModuleSpec(form="adapter", position="ffn", size=4),), head_lr_mult=10.0, pooling="mean"),
+    PetlConfig(prompt_length=4, modules=(ModuleSpec(form="prefix", size=2, layers=(0,)),), pooling="mean"),
+)
 
 
 class Failed(RuntimeError):
@@ -29,8 +37,14 @@ class Failed(RuntimeError):
 
 
 def _spec(config: PetlConfig, **recipe) -> TrialSpec:
-    return TrialSpec(backbone=TINY_BACKBONE, task="demo_sentiment", config=config.to_dict(), k=96, search_dev=48,
-                     recipe={**RECIPE, **recipe})
+    return TrialSpec(
+        backbone=TINY_BACKBONE,
+        task="demo_sentiment",
+        config=config.to_dict(),
+        k=96,
+        search_dev=48,
+        recipe={**RECIPE, **recipe},
+    )
 
 
 def _weights(model) -> dict:
@@ -38,12 +52,12 @@ def _weights(model) -> dict:
 
 
 def _fail_after_first_evaluation(index: int, metrics: dict, last: bool) -> None:
-    raise Failed(f"stopped after evaluation {index}")          # as a pruned or crashed trial stops
+    raise Failed(f"stopped after evaluation {index}")  # as a pruned or crashed trial stops
 
 
 @pytest.mark.slow
 def test_a_trial_scores_bit_identically_first_fifth_and_after_a_failed_trial(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")                 # one thread count for every run: same sums
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one thread count for every run: same sums
     probe = _spec(PROBE)
     base = prepare(probe)[1]
     before = _weights(base)
@@ -59,6 +73,6 @@ def test_a_trial_scores_bit_identically_first_fifth_and_after_a_failed_trial(mon
         assert again.history == first.history
         assert (again.score, again.metrics, again.steps) == (first.score, first.metrics, first.steps)
     assert all(torch.equal(before[k], v) for k, v in _weights(prepare(probe)[1]).items())
-    assert prepare(probe)[1] is base                          # warm: the same cached backbone throughout
+    assert prepare(probe)[1] is base  # warm: the same cached backbone throughout
     other_seed = run_trial(dataclasses.replace(probe, recipe={**probe.recipe, "seed": 4}))
-    assert other_seed.history != first.history                # the comparison can tell runs apart
+    assert other_seed.history != first.history  # the comparison can tell runs apart

@@ -4,17 +4,16 @@ study and the summary; one of the same inputs, or too small to tell, is not."""
 import csv
 import dataclasses
 import random
-from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from conftest import NO_RATES, SHARED_GLUE, TINY_BACKBONE
 
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.search.driver import run_search
-from petl_nas.tasks.shift import input_shift, words_per_row
+from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.tasks import Split, load_splits
-from conftest import SHARED_GLUE, TINY_BACKBONE, NO_RATES
+from petl_nas.tasks.shift import input_shift, words_per_row
 
 GLUE = SHARED_GLUE
 
@@ -39,7 +38,7 @@ def test_sst2s_phrases_are_flagged_against_its_sentences_and_colas_rows_are_not(
 
 def test_a_search_dev_too_small_to_tell_is_not_flagged():
     test = rows(*([5] * 150 + [10] * 150))
-    assert input_shift(rows(*[5] * 6), test)["ks"] == 0.5           # a large gap, but six rows could draw it
+    assert input_shift(rows(*[5] * 6), test)["ks"] == 0.5  # a large gap, but six rows could draw it
     assert not input_shift(rows(*[5] * 6), test)["shifted"]
     assert input_shift(rows(*[5] * 60), test)["shifted"]
     assert not input_shift(rows(*([5] * 100 + [10] * 100)), test)["shifted"]
@@ -64,16 +63,26 @@ def test_a_search_whose_search_dev_is_shorter_than_its_test_rows_says_so(tmp_pat
                 y = rng.choice("01")
                 w.writerow([" ".join(rng.choice(words[y]) for _ in range(length)), y])
     task = {"train": "train.csv", "dev": "dev.csv", "text_columns": ["text"], "label_column": "label"}
-    exp = Experiment(rates=NO_RATES, name="shift", backbone=TINY_BACKBONE, task=task, budget="5%", space="small", trials=1, presets=["bitfit"],
-                     executor="local", storage=f"sqlite:///{tmp_path}/study.db",
-                     fidelity=Fidelity(length_buckets=0, k=None, epochs=1, batch_size=16, max_length=16, search_dev=60),
-                     final=FinalEval(seeds=0, baselines=False))
+    exp = Experiment(
+        rates=NO_RATES,
+        name="shift",
+        backbone=TINY_BACKBONE,
+        task=task,
+        budget="5%",
+        space="small",
+        trials=1,
+        presets=["bitfit"],
+        executor="local",
+        storage=f"sqlite:///{tmp_path}/study.db",
+        fidelity=Fidelity(length_buckets=0, k=None, epochs=1, batch_size=16, max_length=16, search_dev=60),
+        final=FinalEval(seeds=0, baselines=False),
+    )
     out = []
     summary = run_search(exp, printer=out.append)
     stored = optuna.load_study(study_name="shift", storage=exp.storage_url).user_attrs["input_shift"]
     assert stored["shifted"] and stored["search_dev_words"] == 2 and stored["test_words"] == 12
     warning = [line for line in out if line.startswith("inputs: ")]
     assert len(warning) == 1 and "does not look like the test split" in warning[0]
-    assert "does not look like" not in summary.table()                 # said once: not again under the front
-    later = dataclasses.replace(summary, said=set()).table().replace("\n  ", " ")    # a later read says it
+    assert "does not look like" not in summary.table()  # said once: not again under the front
+    later = dataclasses.replace(summary, said=set()).table().replace("\n  ", " ")  # a later read says it
     assert "does not look like the test split" in later

@@ -6,18 +6,16 @@ import copy
 
 import pytest
 import torch
-
-from petl_nas import PetlConfig, apply_petl
-
-from petl_nas.training import checkpoint
-from petl_nas.errors import ConfigError
-from petl_nas.core.config import ModuleSpec
-from petl_nas.tasks.encoding import encode
-from petl_nas.tasks import load_splits, resolve_task
-from petl_nas.training.loop import Recipe, train
-from petl_nas.training.loading import TrainData, load_backbone
 from conftest import TINY_BACKBONE
 
+from petl_nas import PetlConfig, apply_petl
+from petl_nas.core.config import ModuleSpec
+from petl_nas.errors import ConfigError
+from petl_nas.tasks import load_splits, resolve_task
+from petl_nas.tasks.encoding import encode
+from petl_nas.training import checkpoint
+from petl_nas.training.loading import TrainData, load_backbone
+from petl_nas.training.loop import Recipe, train
 
 
 class Killed(Exception):
@@ -29,8 +27,9 @@ def _setup():
     splits = load_splits(task, k=160, data_seed=111, search_dev_size=32)
     base, tok = load_backbone(TINY_BACKBONE, task, splits)
     encoded = encode(splits, tok, max_length=24)
-    config = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", targets=("q", "v"), size=4,
-                                            dropout=0.1),), pooling="mean")
+    config = PetlConfig(
+        modules=(ModuleSpec(form="lora", position="attn", targets=("q", "v"), size=4, dropout=0.1),), pooling="mean"
+    )
     return task, base, TrainData(encoded.train, encoded.search_dev), config
 
 
@@ -52,11 +51,11 @@ def test_a_run_resumed_from_its_last_epoch_ends_as_the_uninterrupted_run(tmp_pat
         checkpoint.save(state, path)
         raise Killed
 
-    torch.manual_seed(0)                                     # the same initial LoRA weights
+    torch.manual_seed(0)  # the same initial LoRA weights
     killed = apply_petl(copy.deepcopy(base), config)
     with pytest.raises(Killed):
         train(killed, data, task, recipe, on_epoch=kill_after_one)
-    torch.manual_seed(999)                                   # a new process: other weights, other draws
+    torch.manual_seed(999)  # a new process: other weights, other draws
     resumed = apply_petl(copy.deepcopy(base), config)
     state = checkpoint.load(path)
     assert state["epoch"] == 1 and state["step"] == len(data.train) // 16 + (len(data.train) % 16 > 0)
@@ -72,8 +71,9 @@ def test_a_state_of_another_model_is_refused_before_anything_is_changed():
     model = apply_petl(copy.deepcopy(base), config)
     states = []
     train(model, data, task, Recipe(lr=3e-3, epochs=1, batch_size=16), on_epoch=states.append)
-    other = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", position="attn",
-                                                                           targets=("q",), size=2),)))
+    other = apply_petl(
+        copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", position="attn", targets=("q",), size=2),))
+    )
     before = _trainable(other)
     with pytest.raises(ValueError, match="does not fit"):
         train(other, data, task, Recipe(lr=3e-3, epochs=2, batch_size=16), resume=states[0])
@@ -95,8 +95,12 @@ def test_a_state_saved_with_more_gpus_visible_restores_the_generators_there_are(
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda rng, device="cuda": restored.append(device))
     trained = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW([{"params": [p for p in trained if p.ndim >= 2]},      # train's groups: matrices,
-                             {"params": [p for p in trained if p.ndim < 2]}])      # then the rest
+    opt = torch.optim.AdamW(
+        [
+            {"params": [p for p in trained if p.ndim >= 2]},  # train's groups: matrices,
+            {"params": [p for p in trained if p.ndim < 2]},
+        ]
+    )  # then the rest
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
     checkpoint.restore(state, model, opt, sched, torch.amp.GradScaler("cpu", enabled=False))
     assert restored == [0]
@@ -109,6 +113,7 @@ def test_saving_is_whole_or_not_at_all(tmp_path, monkeypatch):
     def crash(obj, f):
         open(f, "wb").write(b"half")
         raise KeyboardInterrupt
+
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save({"epoch": 2}, path)
@@ -117,10 +122,15 @@ def test_saving_is_whole_or_not_at_all(tmp_path, monkeypatch):
 
 def test_the_progress_bar_ends_on_the_reported_score(capsys):
     task, base, data, config = _setup()
-    result = train(apply_petl(copy.deepcopy(base), config), data, task,
-                   Recipe(lr=3e-2, epochs=3, batch_size=16, evals_per_epoch=2), progress=True)
+    result = train(
+        apply_petl(copy.deepcopy(base), config),
+        data,
+        task,
+        Recipe(lr=3e-2, epochs=3, batch_size=16, evals_per_epoch=2),
+        progress=True,
+    )
     scores = [h[task.main_metric] for h in result.history]
-    assert scores[-1] != scores[-2]                      # else the bar could show the one before and pass
+    assert scores[-1] != scores[-2]  # else the bar could show the one before and pass
     last_line = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert f"{task.main_metric}={result.last_score:.4f}" in last_line, last_line
     assert f"loss={result.history[-1]['loss']:.4f} (step {result.steps})" in last_line, last_line  # read when
@@ -133,8 +143,15 @@ def test_each_epoch_shuffles_with_its_own_seed():
 
     task = resolve_task("demo_keyword")
     splits = load_splits(task, k=48, data_seed=111, search_dev_size=16)
-    tiny = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                     "intermediate_size": 64, "vocab_size": 400}}
+    tiny = {
+        "tiny": {
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 64,
+            "vocab_size": 400,
+        }
+    }
     base, tok = load_backbone(tiny, task, splits)
     encoded = encode(splits, tok, max_length=16)
 
@@ -154,8 +171,12 @@ def test_each_epoch_shuffles_with_its_own_seed():
 
     train_split = Recording(encoded.train)
     model = apply_petl(copy.deepcopy(base), PetlConfig(modules=(ModuleSpec(form="lora", size=2),), pooling="mean"))
-    train(model, TrainData(train_split, encoded.search_dev), task,
-          Recipe(lr=1e-3, epochs=3, batch_size=16, seed=5, evals_per_epoch=0))
+    train(
+        model,
+        TrainData(train_split, encoded.search_dev),
+        task,
+        Recipe(lr=1e-3, epochs=3, batch_size=16, seed=5, evals_per_epoch=0),
+    )
     assert train_split.seeds == [epoch_seed(5, e) for e in range(3)]
     assert len(set(train_split.seeds)) == 3
 
@@ -165,7 +186,8 @@ def test_the_learning_rate_warms_up_from_the_first_step_then_decays_linearly_to_
     from petl_nas.training.loop import _linear_schedule
 
     assert [_linear_schedule(s, 10, 4) for s in range(11)] == pytest.approx(
-        [0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0])
+        [0.25, 0.5, 0.75, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0]
+    )
 
 
 def test_the_loop_warms_up_over_its_share_of_all_steps():
@@ -174,9 +196,13 @@ def test_the_loop_warms_up_over_its_share_of_all_steps():
     task, base, data, config = _setup()
     rates = []
     torch.manual_seed(0)
-    train(apply_petl(copy.deepcopy(base), config), data, task,
-          Recipe(lr=1e-2, epochs=4, batch_size=16, warmup_ratio=0.1, evals_per_epoch=0),
-          on_epoch=lambda state: rates.append(state["sched"]["_last_lr"][0]))
+    train(
+        apply_petl(copy.deepcopy(base), config),
+        data,
+        task,
+        Recipe(lr=1e-2, epochs=4, batch_size=16, warmup_ratio=0.1, evals_per_epoch=0),
+        on_epoch=lambda state: rates.append(state["sched"]["_last_lr"][0]),
+    )
     assert len(data.train) == 160 and rates[0] == pytest.approx(1e-2 * 30 / 36)
 
 
@@ -189,8 +215,12 @@ def test_gradients_are_clipped_to_max_grad_norm():
         torch.manual_seed(0)
         model = apply_petl(copy.deepcopy(base), config)
         before = _trainable(model)
-        train(model, data, task, Recipe(lr=1e-2, epochs=1, batch_size=16, weight_decay=0.0, max_grad_norm=norm,
-                                        evals_per_epoch=0))
+        train(
+            model,
+            data,
+            task,
+            Recipe(lr=1e-2, epochs=1, batch_size=16, weight_decay=0.0, max_grad_norm=norm, evals_per_epoch=0),
+        )
         after = _trainable(model)
         moved.append(max(float((after[n] - before[n]).abs().max()) for n in before))
     assert moved[0] > 1e-3 and moved[1] < 1e-5
@@ -212,7 +242,7 @@ def test_a_state_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
     with pytest.raises(ConfigError, match=r"state\.pt: not a training state petl-nas can load safely"):
         checkpoint.load(path)
     assert not marker.exists()
-    path.write_bytes(b"not a zip archive")                     # nor a file of another format
+    path.write_bytes(b"not a zip archive")  # nor a file of another format
     with pytest.raises(ConfigError, match="nothing in it was run"):
         checkpoint.load(path)
 
@@ -222,8 +252,13 @@ def test_a_real_state_loads_weights_only(tmp_path):
     ``weights_only=True``, so the safe load costs nothing."""
     task, base, data, config = _setup()
     path, saved = tmp_path / "state.pt", []
-    train(apply_petl(copy.deepcopy(base), config), data, task, Recipe(lr=3e-3, epochs=1, batch_size=16),
-          on_epoch=lambda state: (checkpoint.save(state, path), saved.append(state)))
+    train(
+        apply_petl(copy.deepcopy(base), config),
+        data,
+        task,
+        Recipe(lr=3e-3, epochs=1, batch_size=16),
+        on_epoch=lambda state: (checkpoint.save(state, path), saved.append(state)),
+    )
     state = checkpoint.load(path)
     assert set(state) == set(saved[0]) and state["history"] == saved[0]["history"]
     assert torch.equal(state["rng"], saved[0]["rng"]) and state["opt"]["state"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import batch, tiny_model
+
 from petl_nas import ConfigError, ModuleSpec, PetlConfig, apply_petl, load_petl, save_petl
 from petl_nas.core.config import lr_families
 from petl_nas.core.inject import parameter_families
@@ -16,10 +16,14 @@ from petl_nas.core.presets import preset, preset_names
 from petl_nas.deploy.record import ExportRecord, read_record, write_record
 from petl_nas.training.loop import Recipe, adamw, param_groups
 
-MIXED = PetlConfig(modules=(ModuleSpec(form="lora", position="attn", size=4),
-                            ModuleSpec(form="adapter", position="ffn", size=8)),
-                   bitfit=True, train_layernorms=True, prompt_length=2, head_lr_mult=4.0,
-                   lr_mults={"lora": 0.5, "adapter": 3.0, "bitfit": 2.0, "prompt": 0.25})
+MIXED = PetlConfig(
+    modules=(ModuleSpec(form="lora", position="attn", size=4), ModuleSpec(form="adapter", position="ffn", size=8)),
+    bitfit=True,
+    train_layernorms=True,
+    prompt_length=2,
+    head_lr_mult=4.0,
+    lr_mults={"lora": 0.5, "adapter": 3.0, "bitfit": 2.0, "prompt": 0.25},
+)
 
 
 def _trained(model):
@@ -32,9 +36,10 @@ def test_every_trained_parameter_of_every_preset_has_one_family(name):
     config, families = model.petl.config, parameter_families(model)
     assert {id(p) for p in _trained(model)} == set(families)
     assert set(families.values()) <= {*lr_families(), "head"}
-    assert {families[id(p)] for p in model.petl.parameters() if p.requires_grad} \
-        == {m.form for m in config.modules} | ({"prompt"} if config.prompt_length else set())
-    assert ("bitfit" in families.values()) == config.bitfit          # its dense layers' biases at least
+    assert {families[id(p)] for p in model.petl.parameters() if p.requires_grad} == {m.form for m in config.modules} | (
+        {"prompt"} if config.prompt_length else set()
+    )
+    assert ("bitfit" in families.values()) == config.bitfit  # its dense layers' biases at least
     assert ("layernorms" in families.values()) == config.train_layernorms
 
 
@@ -89,14 +94,17 @@ def test_the_multiples_travel_with_the_configuration(tmp_path):
     assert read_record(write_record(rec, tmp_path / "best.yaml")).config() == MIXED
 
 
-@pytest.mark.parametrize("mults, message", [
-    ({"lorra": 2.0}, r"lr_mults\.lorra: unknown family \(did you mean 'lora'\?\)"),
-    ({"head": 2.0}, r"lr_mults\.head: unknown family"),
-    ({"adapter": 0}, r"lr_mults\.adapter: expected a number > 0, got 0"),
-    ({"adapter": True}, r"lr_mults\.adapter: expected a number > 0"),
-    ({"adapter": float("inf")}, r"lr_mults\.adapter: expected a number > 0, got inf"),
-    ([0.5], r"lr_mults: expected a mapping of family: multiple"),
-])
+@pytest.mark.parametrize(
+    "mults, message",
+    [
+        ({"lorra": 2.0}, r"lr_mults\.lorra: unknown family \(did you mean 'lora'\?\)"),
+        ({"head": 2.0}, r"lr_mults\.head: unknown family"),
+        ({"adapter": 0}, r"lr_mults\.adapter: expected a number > 0, got 0"),
+        ({"adapter": True}, r"lr_mults\.adapter: expected a number > 0"),
+        ({"adapter": float("inf")}, r"lr_mults\.adapter: expected a number > 0, got inf"),
+        ([0.5], r"lr_mults: expected a mapping of family: multiple"),
+    ],
+)
 def test_a_bad_multiple_is_one_line_naming_it(mults, message):
     with pytest.raises(ConfigError, match=message):
         PetlConfig.from_dict({"modules": [{"form": "lora"}], "lr_mults": mults})

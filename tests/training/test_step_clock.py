@@ -82,7 +82,7 @@ def test_on_a_cpu_a_step_costs_its_cpu_time_not_the_wall_time_around_it():
     for _ in range(3):
         with clock.step(batch(8)):
             time.sleep(0.2)
-    assert clock.ms_per_step() < 100            # 200 ms of wall time a step, almost no CPU time
+    assert clock.ms_per_step() < 100  # 200 ms of wall time a step, almost no CPU time
 
 
 def test_a_gpu_step_is_timed_by_the_wall():

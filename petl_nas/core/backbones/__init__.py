@@ -51,7 +51,7 @@ class OutSlice(NamedTuple):
 
     def rows(self, weight: torch.Tensor) -> torch.Tensor:
         """A view of the slice's rows of a [groups·size, in] weight, shaped [groups, width, in]."""
-        return weight.unflatten(0, (self.groups, self.size))[:, self.start:self.start + self.width]
+        return weight.unflatten(0, (self.groups, self.size))[:, self.start : self.start + self.width]
 
 
 class Site(NamedTuple):
@@ -86,7 +86,7 @@ class Site(NamedTuple):
         groups = getattr(config, self.groups) if self.groups else 1
         weights = [getattr(config, a) for a in self.sizes] if self.sizes else [1] * self.parts
         unit = total // groups // sum(weights)
-        return groups, sum(weights[:self.part]) * unit, weights[self.part] * unit
+        return groups, sum(weights[: self.part]) * unit, weights[self.part] * unit
 
     def out_slice(self, total: int, config=None) -> OutSlice | None:
         """Where this slice sits in an output of ``total`` features; None for a whole projection."""
@@ -101,7 +101,7 @@ def features(linear: nn.Module, site: Site = Site(""), config=None) -> tuple[int
     ``config`` (the model's) resolves a slice given by config sizes."""
     if hasattr(linear, "in_features"):
         fan_in, fan_out = linear.in_features, linear.out_features
-    else:                                              # Conv1D keeps weight as [in, out]: nx, nf
+    else:  # Conv1D keeps weight as [in, out]: nx, nf
         fan_in, fan_out = linear.nx, linear.nf
     groups, _, width = site.layout(fan_out, config)
     return fan_in, groups * width
@@ -197,10 +197,11 @@ def spec_for(model_config) -> BackboneSpec:
     """The spec serving a transformers config (or a model type); an unknown type gets the supported list."""
     model_type = model_config if isinstance(model_config, str) else getattr(model_config, "model_type", None)
     if model_type not in _REGISTRY:
-        raise ConfigError(f"backbone: model type {model_type!r} has no backbone spec"
-                          f"{suggest(model_type, supported_model_types())}")
+        raise ConfigError(
+            f"backbone: model type {model_type!r} has no backbone spec{suggest(model_type, supported_model_types())}"
+        )
     specs = _REGISTRY[model_type]
-    if isinstance(model_config, str):                  # no config to choose a variant by: the plain one
+    if isinstance(model_config, str):  # no config to choose a variant by: the plain one
         return next((s for s in specs if s.when is None), specs[0])
     return next(s for s in specs if s.when is None or s.when(model_config))
 
@@ -213,8 +214,10 @@ def stacks(model: nn.Module) -> tuple[BackboneSpec, dict[str, nn.ModuleList]]:
 
 def depths(spec: BackboneSpec, layers: dict[str, nn.ModuleList]) -> dict[str, dict[str, int]]:
     """Blocks and their depths per position, as `PetlConfig.check_backbone` takes them."""
-    return {"attn": {b.name: len(layers[b.name]) for b in spec.blocks},
-            "ffn": {b.name: len(layers[b.name]) for b in spec.blocks if b.ffn_in}}
+    return {
+        "attn": {b.name: len(layers[b.name]) for b in spec.blocks},
+        "ffn": {b.name: len(layers[b.name]) for b in spec.blocks if b.ffn_in},
+    }
 
 
 def _register_all() -> None:
@@ -225,5 +228,15 @@ def _register_all() -> None:
 
 _register_all()
 
-__all__ = ["BackboneSpec", "Block", "OutSlice", "Site", "features", "register", "spec_for", "supported_model_types",
-           "stacks", "depths"]
+__all__ = [
+    "BackboneSpec",
+    "Block",
+    "OutSlice",
+    "Site",
+    "features",
+    "register",
+    "spec_for",
+    "supported_model_types",
+    "stacks",
+    "depths",
+]

@@ -8,11 +8,23 @@ LoRA, Compacter, BitFit and prompt tuning apply as on BERT.
 
 from . import BackboneSpec, Block, register
 
-DEBERTA_V2 = register(BackboneSpec(
-    model_types=("deberta-v2",),
-    blocks=(Block(
-        "encoder", layers="encoder.layer", attention=None,
-        q="attention.self.query_proj", k="attention.self.key_proj", v="attention.self.value_proj",
-        o="attention.output.dense", ffn_in=("intermediate.dense",), ffn_out="output.dense",
-        attn_norm="attention.output.LayerNorm", ffn_norm="output.LayerNorm"),),
-))
+DEBERTA_V2 = register(
+    BackboneSpec(
+        model_types=("deberta-v2",),
+        blocks=(
+            Block(
+                "encoder",
+                layers="encoder.layer",
+                attention=None,
+                q="attention.self.query_proj",
+                k="attention.self.key_proj",
+                v="attention.self.value_proj",
+                o="attention.output.dense",
+                ffn_in=("intermediate.dense",),
+                ffn_out="output.dense",
+                attn_norm="attention.output.LayerNorm",
+                ffn_norm="output.LayerNorm",
+            ),
+        ),
+    )
+)

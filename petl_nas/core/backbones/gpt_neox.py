@@ -10,11 +10,23 @@ from . import BackboneSpec, Block, register
 
 _QKV = "attention.query_key_value[{}/3 per num_attention_heads]"
 
-GPT_NEOX = register(BackboneSpec(
-    model_types=("gpt_neox",),
-    blocks=(Block(
-        "decoder", layers="layers", attention="attention",
-        q=_QKV.format(0), k=_QKV.format(1), v=_QKV.format(2), o="attention.dense",
-        ffn_in=("mlp.dense_h_to_4h",), ffn_out="mlp.dense_4h_to_h",
-        attn_norm="input_layernorm", ffn_norm="post_attention_layernorm"),),
-))
+GPT_NEOX = register(
+    BackboneSpec(
+        model_types=("gpt_neox",),
+        blocks=(
+            Block(
+                "decoder",
+                layers="layers",
+                attention="attention",
+                q=_QKV.format(0),
+                k=_QKV.format(1),
+                v=_QKV.format(2),
+                o="attention.dense",
+                ffn_in=("mlp.dense_h_to_4h",),
+                ffn_out="mlp.dense_4h_to_h",
+                attn_norm="input_layernorm",
+                ffn_norm="post_attention_layernorm",
+            ),
+        ),
+    )
+)

@@ -13,11 +13,34 @@ logits, which SDPA cannot do: prefix and multi-head adapters are refused there (
 
 from . import BackboneSpec, Block, register
 
-LLAMA = register(BackboneSpec(
-    model_types=("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "stablelm",
-                 "granite", "smollm3"),
-    blocks=(Block(
-        "decoder", layers="layers", attention="self_attn",
-        q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.o_proj",
-        ffn_in=("mlp.gate_proj", "mlp.up_proj"), ffn_out="mlp.down_proj"),),
-))
+LLAMA = register(
+    BackboneSpec(
+        model_types=(
+            "llama",
+            "mistral",
+            "qwen2",
+            "qwen3",
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+            "olmo",
+            "olmo2",
+            "stablelm",
+            "granite",
+            "smollm3",
+        ),
+        blocks=(
+            Block(
+                "decoder",
+                layers="layers",
+                attention="self_attn",
+                q="self_attn.q_proj",
+                k="self_attn.k_proj",
+                v="self_attn.v_proj",
+                o="self_attn.o_proj",
+                ffn_in=("mlp.gate_proj", "mlp.up_proj"),
+                ffn_out="mlp.down_proj",
+            ),
+        ),
+    )
+)

@@ -9,11 +9,23 @@ have no biases by default: BitFit there is a `ConfigError`.
 
 from . import BackboneSpec, Block, register
 
-MODERNBERT = register(BackboneSpec(
-    model_types=("modernbert",),
-    blocks=(Block(
-        "encoder", layers="layers", attention="attn",
-        q="attn.Wqkv[0/3]", k="attn.Wqkv[1/3]", v="attn.Wqkv[2/3]", o="attn.Wo",
-        ffn_in=("mlp.Wi",), ffn_out="mlp.Wo",
-        attn_norm="attn_norm", ffn_norm="mlp_norm"),),
-))
+MODERNBERT = register(
+    BackboneSpec(
+        model_types=("modernbert",),
+        blocks=(
+            Block(
+                "encoder",
+                layers="layers",
+                attention="attn",
+                q="attn.Wqkv[0/3]",
+                k="attn.Wqkv[1/3]",
+                v="attn.Wqkv[2/3]",
+                o="attn.Wo",
+                ffn_in=("mlp.Wi",),
+                ffn_out="mlp.Wo",
+                attn_norm="attn_norm",
+                ffn_norm="mlp_norm",
+            ),
+        ),
+    )
+)

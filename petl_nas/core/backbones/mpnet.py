@@ -9,11 +9,23 @@ BitFit and prompt tuning apply as on BERT.
 
 from . import BackboneSpec, Block, register
 
-MPNET = register(BackboneSpec(
-    model_types=("mpnet",),
-    blocks=(Block(
-        "encoder", layers="encoder.layer", attention=None,
-        q="attention.attn.q", k="attention.attn.k", v="attention.attn.v", o="attention.attn.o",
-        ffn_in=("intermediate.dense",), ffn_out="output.dense",
-        attn_norm="attention.LayerNorm", ffn_norm="output.LayerNorm"),),
-))
+MPNET = register(
+    BackboneSpec(
+        model_types=("mpnet",),
+        blocks=(
+            Block(
+                "encoder",
+                layers="encoder.layer",
+                attention=None,
+                q="attention.attn.q",
+                k="attention.attn.k",
+                v="attention.attn.v",
+                o="attention.attn.o",
+                ffn_in=("intermediate.dense",),
+                ffn_out="output.dense",
+                attn_norm="attention.LayerNorm",
+                ffn_norm="output.LayerNorm",
+            ),
+        ),
+    )
+)

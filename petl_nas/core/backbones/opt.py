@@ -7,11 +7,23 @@ prompt joins the embeddings, so it has the embedding width, as on ELECTRA.
 
 from . import BackboneSpec, Block, register
 
-OPT = register(BackboneSpec(
-    model_types=("opt",),
-    blocks=(Block(
-        "decoder", layers="decoder.layers", attention="self_attn",
-        q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.out_proj",
-        ffn_in=("fc1",), ffn_out="fc2",
-        attn_norm="self_attn_layer_norm", ffn_norm="final_layer_norm"),),
-))
+OPT = register(
+    BackboneSpec(
+        model_types=("opt",),
+        blocks=(
+            Block(
+                "decoder",
+                layers="decoder.layers",
+                attention="self_attn",
+                q="self_attn.q_proj",
+                k="self_attn.k_proj",
+                v="self_attn.v_proj",
+                o="self_attn.out_proj",
+                ffn_in=("fc1",),
+                ffn_out="fc2",
+                attn_norm="self_attn_layer_norm",
+                ffn_norm="final_layer_norm",
+            ),
+        ),
+    )
+)

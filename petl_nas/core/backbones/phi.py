@@ -6,10 +6,21 @@ are another family (`phi3.py`).
 
 from . import BackboneSpec, Block, register
 
-PHI = register(BackboneSpec(
-    model_types=("phi",),
-    blocks=(Block(
-        "decoder", layers="layers", attention="self_attn",
-        q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.dense",
-        ffn_in=("mlp.fc1",), ffn_out="mlp.fc2"),),
-))
+PHI = register(
+    BackboneSpec(
+        model_types=("phi",),
+        blocks=(
+            Block(
+                "decoder",
+                layers="layers",
+                attention="self_attn",
+                q="self_attn.q_proj",
+                k="self_attn.k_proj",
+                v="self_attn.v_proj",
+                o="self_attn.dense",
+                ffn_in=("mlp.fc1",),
+                ffn_out="mlp.fc2",
+            ),
+        ),
+    )
+)

@@ -10,11 +10,23 @@ from . import BackboneSpec, Block, register
 
 _QKV = "self_attn.qkv_proj[{}/num_attention_heads+num_key_value_heads+num_key_value_heads]"
 
-PHI3 = register(BackboneSpec(
-    model_types=("phi3",),
-    blocks=(Block(
-        "decoder", layers="layers", attention="self_attn",
-        q=_QKV.format(0), k=_QKV.format(1), v=_QKV.format(2), o="self_attn.o_proj",
-        ffn_in=("mlp.gate_up_proj",), ffn_out="mlp.down_proj",
-        attn_norm="input_layernorm", ffn_norm="post_attention_layernorm"),),
-))
+PHI3 = register(
+    BackboneSpec(
+        model_types=("phi3",),
+        blocks=(
+            Block(
+                "decoder",
+                layers="layers",
+                attention="self_attn",
+                q=_QKV.format(0),
+                k=_QKV.format(1),
+                v=_QKV.format(2),
+                o="self_attn.o_proj",
+                ffn_in=("mlp.gate_up_proj",),
+                ffn_out="mlp.down_proj",
+                attn_norm="input_layernorm",
+                ffn_norm="post_attention_layernorm",
+            ),
+        ),
+    )
+)

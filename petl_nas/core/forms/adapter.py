@@ -12,7 +12,7 @@ class Adapter(Form):
     dimensions = ("insertion", "composition", "bottleneck", "scale", "nonlinearity", "init", "blocks")
     size_dimension = "bottleneck"
     supernet_rank = 1
-    zero_start_inits = ("lora",)               # W_up and its bias start at 0 (Compacter's t too)
+    zero_start_inits = ("lora",)  # W_up and its bias start at 0 (Compacter's t too)
 
     def layer(self, spec, at):
         from ..modules import Bottleneck
@@ -33,8 +33,12 @@ class Adapter(Form):
                 at.edit(layer, out_site.path, "sequential", adapter)
 
     def spec_fields(self, site, values):
-        return {"insertion": values["insertion"], "nonlinearity": values["nonlinearity"], "init": values["init"],
-                "size": int(values["bottleneck"])}
+        return {
+            "insertion": values["insertion"],
+            "nonlinearity": values["nonlinearity"],
+            "init": values["init"],
+            "size": int(values["bottleneck"]),
+        }
 
     def space_values(self, spec):
         return {"insertion": spec.insertion, "bottleneck": spec.size}
@@ -48,13 +52,21 @@ class Adapter(Form):
     def adapters_config(self, spec, hidden_size, leave_out, scaling, where, reasons):
         if spec.nonlinearity == "identity":
             reasons.append(f"{where}: identity nonlinearity")
-        return {"architecture": "bottleneck", "mh_adapter": spec.position == "attn",
-                "output_adapter": spec.position == "ffn", "reduction_factor": hidden_size / spec.size,
-                "non_linearity": spec.nonlinearity, "is_parallel": spec.insertion == "parallel",
-                "scaling": scaling, "use_gating": spec.gate,
-                "init_weights": "mam_adapter" if spec.init == "lora" else "bert",
-                "original_ln_before": True, "original_ln_after": True, "residual_before_ln": True,
-                "leave_out": leave_out}
+        return {
+            "architecture": "bottleneck",
+            "mh_adapter": spec.position == "attn",
+            "output_adapter": spec.position == "ffn",
+            "reduction_factor": hidden_size / spec.size,
+            "non_linearity": spec.nonlinearity,
+            "is_parallel": spec.insertion == "parallel",
+            "scaling": scaling,
+            "use_gating": spec.gate,
+            "init_weights": "mam_adapter" if spec.init == "lora" else "bert",
+            "original_ln_before": True,
+            "original_ln_after": True,
+            "residual_before_ln": True,
+            "leave_out": leave_out,
+        }
 
     def peft_refusal(self, spec, where):
         return f"{where}: PEFT has no bottleneck adapters"

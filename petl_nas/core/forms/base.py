@@ -20,11 +20,22 @@ from typing import Any
 
 from ...errors import ConfigError, suggest
 
-INITS = ("bert", "lora")        # a module's ``init``: BERT's random normal, or LoRA's (its output starts at 0)
+INITS = ("bert", "lora")  # a module's ``init``: BERT's random normal, or LoRA's (its output starts at 0)
 
 # The fields every form reads (`ModuleSpec`); a form adds its own in `keys`.
-COMMON_KEYS = ("form", "position", "size", "insertion", "composition", "scale", "learn_scale", "gate", "gate_per",
-               "layers", "blocks")
+COMMON_KEYS = (
+    "form",
+    "position",
+    "size",
+    "insertion",
+    "composition",
+    "scale",
+    "learn_scale",
+    "gate",
+    "gate_per",
+    "layers",
+    "blocks",
+)
 
 
 class Form:
@@ -99,8 +110,7 @@ class Form:
         nothing else reads. Then the model at scale s with U is the model at scale 1 with s·U, so
         training it at scale s is training it at scale 1 with U's learning rate s times higher
         (Adam's step does not see a gradient's scale): s is a rate, not structure."""
-        return (spec.composition in ("add", "scaled") and not spec.learn_scale
-                and spec.init in self.zero_start_inits)
+        return spec.composition in ("add", "scaled") and not spec.learn_scale and spec.init in self.zero_start_inits
 
     # ---- on a backbone -----------------------------------------------------------------------
     def shared(self, spec):
@@ -140,8 +150,9 @@ class Form:
         """What a short name (a console line) says after ``<title> <letter>=<size>``: where it sits."""
         return [spec.position]
 
-    def adapters_config(self, spec, hidden_size: int, leave_out: list[int], scaling: float, where: str,
-                        reasons: list[str]) -> dict | None:
+    def adapters_config(
+        self, spec, hidden_size: int, leave_out: list[int], scaling: float, where: str, reasons: list[str]
+    ) -> dict | None:
         """Its AdapterHub config, or None with a reason appended when it has none."""
         reasons.append(f"{where}: AdapterHub has no {self.title}")
         return None
@@ -151,7 +162,7 @@ class Form:
         return f"{where}: PEFT has no {self.title}"
 
     # ---- HF PEFT: a form PEFT expresses says how (`deploy.interop`, `deploy.convert`) -------------
-    peft_type: str | None = None      # PEFT's ``peft_type`` for it (``LORA``, ``IA3``, ``VERA``, ...)
+    peft_type: str | None = None  # PEFT's ``peft_type`` for it (``LORA``, ``IA3``, ``VERA``, ...)
 
     def peft_fields(self, spec, target_modules: str) -> dict[str, Any]:
         """``spec``'s fields of a PEFT config of type `peft_type` (beside ``peft_type``, ``task_type``

@@ -24,7 +24,7 @@ class Compacter(Adapter):
         return CompacterAdapter(spec, at.d, at.shared, at.causal)
 
     def spec_fields(self, site, values):
-        n = int(values["phm_n"])                 # PHM layers need n | size: round up
+        n = int(values["phm_n"])  # PHM layers need n | size: round up
         return {**super().spec_fields(site, values), "phm_n": n, "size": -(-int(values["bottleneck"]) // n) * n}
 
     def space_values(self, spec):
@@ -40,9 +40,15 @@ class Compacter(Adapter):
         return [f"n={spec.phm_n}", *super().describe(spec)]
 
     def adapters_config(self, spec, hidden_size, leave_out, scaling, where, reasons):
-        return {**super().adapters_config(spec, hidden_size, leave_out, scaling, where, reasons),
-                "phm_layer": True, "phm_dim": spec.phm_n, "phm_rank": spec.phm_rank, "shared_phm_rule": True,
-                "factorized_phm_rule": False, "learn_phm": True}
+        return {
+            **super().adapters_config(spec, hidden_size, leave_out, scaling, where, reasons),
+            "phm_layer": True,
+            "phm_dim": spec.phm_n,
+            "phm_rank": spec.phm_rank,
+            "shared_phm_rule": True,
+            "factorized_phm_rule": False,
+            "learn_phm": True,
+        }
 
 
 COMPACTER = register(Compacter())

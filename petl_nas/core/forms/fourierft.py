@@ -15,11 +15,11 @@ PAPER_SCALE = 140.0
 class FourierFTForm(WeightUpdate):
     name, title = "fourierft", "FourierFT"
     keys = ("targets", "init", "seed")
-    composition, init = "scaled", "bert"       # PEFT's default: N(0, 1) coefficients (init_weights false)
+    composition, init = "scaled", "bert"  # PEFT's default: N(0, 1) coefficients (init_weights false)
     size_letter = "n"
     dimensions = ("frequencies", "lora_targets", "init", "blocks")
     size_dimension = "frequencies"
-    zero_start_inits = ("lora",)               # init: lora is PEFT's init_weights: true (ΔW = 0)
+    zero_start_inits = ("lora",)  # init: lora is PEFT's init_weights: true (ΔW = 0)
 
     def place(self, spec, at) -> None:
         from ..modules import FourierFT
@@ -29,15 +29,23 @@ class FourierFTForm(WeightUpdate):
             at.edit(layer, site.path, "lora", module, at.out_slice(layer, site))
 
     def spec_fields(self, site, values):
-        return {"size": int(values["frequencies"]), "targets": self.space_targets(site, values), "init": values["init"],
-                "composition": "scaled", "scale": PAPER_SCALE}
+        return {
+            "size": int(values["frequencies"]),
+            "targets": self.space_targets(site, values),
+            "init": values["init"],
+            "composition": "scaled",
+            "scale": PAPER_SCALE,
+        }
 
     def space_values(self, spec):
         return {"frequencies": spec.size, **self.targets_value(spec)}
 
     def describe(self, spec):
-        return ["on " + ",".join(spec.targets), *(["zero start"] if spec.init == "lora" else []),
-                *([f"seed {spec.seed}"] if spec.seed else [])]
+        return [
+            "on " + ",".join(spec.targets),
+            *(["zero start"] if spec.init == "lora" else []),
+            *([f"seed {spec.seed}"] if spec.seed else []),
+        ]
 
     # ---- HF PEFT: `FourierFTConfig` ------------------------------------------------------------
     peft_type = "FOURIERFT"
@@ -46,13 +54,18 @@ class FourierFTForm(WeightUpdate):
         return None
 
     def peft_fields(self, spec, target_modules):
-        return {"n_frequency": spec.size, "target_modules": target_modules, "random_loc_seed": spec.seed,
-                "scaling": spec.scale if spec.composition == "scaled" else 1.0, "init_weights": spec.init == "lora"}
+        return {
+            "n_frequency": spec.size,
+            "target_modules": target_modules,
+            "random_loc_seed": spec.seed,
+            "scaling": spec.scale if spec.composition == "scaled" else 1.0,
+            "init_weights": spec.init == "lora",
+        }
 
     def peft_weights(self, module, layer, adapter="default"):
         import torch
 
-        with torch.no_grad():                       # a learned s folds into the coefficients
+        with torch.no_grad():  # a learned s folds into the coefficients
             layer.fourierft_spectrum[adapter].copy_(module.spectrum * (module.scale() / module.peft_scaling))
 
 

@@ -19,7 +19,7 @@ def check_plain(form: Form, spec, where: str) -> None:
         raise ConfigError(f"{where}.gate: {form.name} has no gate (it rescales, it adds no update to gate)")
     if spec.composition != "add" or spec.learn_scale:
         raise ConfigError(f"{where}.composition: {form.name} takes only 'add' (its vectors are its scale)")
-    if spec.size != type(spec).__dataclass_fields__["size"].default:      # one design, one spelling
+    if spec.size != type(spec).__dataclass_fields__["size"].default:  # one design, one spelling
         raise ConfigError(f"{where}.size: {form.name} does not use it (as wide as what it edits)")
     if spec.insertion != "parallel":
         raise ConfigError(f"{where}.insertion: {form.name} edits the weights it names; leave insertion out")
@@ -28,9 +28,9 @@ def check_plain(form: Form, spec, where: str) -> None:
 class IA3Form(Form):
     name, title = "ia3", "IA3"
     keys = ("targets",)
-    sized = False                                  # a vector is as wide as what it scales
+    sized = False  # a vector is as wide as what it scales
     takes_gate = False
-    dimensions = ("blocks",)                       # where it goes: the slot's site, the layers, the blocks
+    dimensions = ("blocks",)  # where it goes: the slot's site, the layers, the blocks
 
     def targets(self, position):
         return WEIGHTS[position]
@@ -52,7 +52,7 @@ class IA3Form(Form):
                 for j, site in enumerate(sites):
                     fan_in, fan_out = at.features(layer, site)
                     key = f"{layer}_{target}" if len(sites) == 1 else f"{layer}_{target}_{j}"
-                    if target == "ffn_out":                       # the activations W2 reads
+                    if target == "ffn_out":  # the activations W2 reads
                         at.modules[key] = ScaleInput(fan_in)
                         at.edit(layer, site.path, "input", at.modules[key])
                     else:
@@ -77,12 +77,14 @@ class IA3Form(Form):
     def peft_fields(self, spec, target_modules):
         # An ffn module's weights are all feed-forward (their inputs scaled); one PEFT config holding
         # several IA3 modules joins their target_modules, and their feedforward_modules, with "|".
-        return {"target_modules": target_modules,
-                "feedforward_modules": target_modules if spec.position == "ffn" else [],
-                "init_ia3_weights": True}
+        return {
+            "target_modules": target_modules,
+            "feedforward_modules": target_modules if spec.position == "ffn" else [],
+            "init_ia3_weights": True,
+        }
 
     def peft_weights(self, module, layer, adapter="default"):
-        held = layer.ia3_l[adapter]                 # [out, 1], or [1, in] on a feed-forward module
+        held = layer.ia3_l[adapter]  # [out, 1], or [1, in] on a feed-forward module
         held.data.copy_(module.scale.detach().reshape(held.shape))
 
 

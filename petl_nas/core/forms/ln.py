@@ -18,7 +18,7 @@ NORMS = {"attn": "attn_norm", "ffn": "ffn_norm"}
 class LNForm(Form):
     name, title = "ln", "LN"
     keys = ("targets",)
-    sized = False                                  # as wide as the norm it copies
+    sized = False  # as wide as the norm it copies
     takes_gate = False
     dimensions = ("blocks",)
 
@@ -38,14 +38,16 @@ class LNForm(Form):
             raise ConfigError("ln: train_layernorms already trains every LayerNorm in place; use one of the two")
         for target in spec.targets:
             if getattr(at.block, target) is None:
-                raise ConfigError(f"ln: the {at.model_config.model_type} backbone spec does not say which norm "
-                                  f"belongs to the {at.block_name} block's {spec.position} sublayer ({target})")
+                raise ConfigError(
+                    f"ln: the {at.model_config.model_type} backbone spec does not say which norm "
+                    f"belongs to the {at.block_name} block's {spec.position} sublayer ({target})"
+                )
         for layer in at.covered:
             for target in spec.targets:
                 (site,) = at.block.sites(target)
                 norm = at.linear(layer, site)
                 if not any(True for _ in norm.parameters()):
-                    continue                                        # nn.Identity: nothing to tune
+                    continue  # nn.Identity: nothing to tune
                 at.modules[f"{layer}_{target}"] = NormCopy(norm)
                 at.edit(layer, site.path, "replace", at.modules[f"{layer}_{target}"])
 

@@ -14,7 +14,7 @@ class LoKrForm(WeightUpdate):
     composition, init = "scaled", "lora"
     dimensions = ("composition", "rank", "scale", "lora_targets", "blocks")
     size_dimension = "rank"
-    zero_start_inits = ("lora",)               # W₁ starts at 0
+    zero_start_inits = ("lora",)  # W₁ starts at 0
 
     def place(self, spec, at) -> None:
         from ..modules import LoKr
@@ -43,8 +43,15 @@ class LoKrForm(WeightUpdate):
 
     def peft_fields(self, spec, target_modules):
         alpha = spec.size * (spec.scale if spec.composition == "scaled" else 1.0)
-        return {"target_modules": target_modules, "r": spec.size, "alpha": alpha, "decompose_both": False,
-                "decompose_factor": -1, "rank_dropout": 0.0, "module_dropout": 0.0}
+        return {
+            "target_modules": target_modules,
+            "r": spec.size,
+            "alpha": alpha,
+            "decompose_both": False,
+            "decompose_factor": -1,
+            "rank_dropout": 0.0,
+            "module_dropout": 0.0,
+        }
 
     def peft_weights(self, module, layer, adapter="default"):
         import torch

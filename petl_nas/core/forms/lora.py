@@ -16,11 +16,11 @@ class LoRAForm(WeightUpdate):
     dimensions = ("composition", "rank", "scale", "lora_targets", "dora", "blocks")
     size_dimension = "rank"
     supernet_rank = 0
-    sums_by_size = True                        # no bias, r·(in + out) per weight: linear in r
-    zero_start_inits = ("lora",)               # B starts at 0
+    sums_by_size = True  # no bias, r·(in + out) per weight: linear in r
+    zero_start_inits = ("lora",)  # B starts at 0
 
     def sums(self, spec):
-        return not spec.dora                         # each DoRA rescales its own W + s·B·A
+        return not spec.dora  # each DoRA rescales its own W + s·B·A
 
     def place(self, spec, at) -> None:
         from ..modules import DoRA, LoRA
@@ -36,8 +36,11 @@ class LoRAForm(WeightUpdate):
                 at.share_read(layer, source, lora)
 
     def spec_fields(self, site, values):
-        return {"size": int(values["rank"]), "targets": self.space_targets(site, values),
-                "dora": bool(values.get("dora", False))}
+        return {
+            "size": int(values["rank"]),
+            "targets": self.space_targets(site, values),
+            "dora": bool(values.get("dora", False)),
+        }
 
     def space_values(self, spec):
         return {"rank": spec.size, "dora": spec.dora, **self.targets_value(spec)}
@@ -59,10 +62,19 @@ class LoRAForm(WeightUpdate):
             reasons.append(f"{where}: learned LoRA scale")
         if spec.dora:
             reasons.append(f"{where}: DoRA")
-        return {"architecture": "lora", "selfattn_lora": bool(attn), "attn_matrices": attn,
-                "intermediate_lora": "ffn_in" in spec.targets, "output_lora": "ffn_out" in spec.targets,
-                "r": spec.size, "alpha": spec.size * (spec.scale if spec.composition == "scaled" else 1.0),
-                "use_gating": spec.gate, "composition_mode": "add", "dropout": spec.dropout, "leave_out": leave_out}
+        return {
+            "architecture": "lora",
+            "selfattn_lora": bool(attn),
+            "attn_matrices": attn,
+            "intermediate_lora": "ffn_in" in spec.targets,
+            "output_lora": "ffn_out" in spec.targets,
+            "r": spec.size,
+            "alpha": spec.size * (spec.scale if spec.composition == "scaled" else 1.0),
+            "use_gating": spec.gate,
+            "composition_mode": "add",
+            "dropout": spec.dropout,
+            "leave_out": leave_out,
+        }
 
     # ---- HF PEFT's LoRA: the same update, s = lora_alpha / r -----------------------------------
     peft_type = "LORA"
@@ -72,9 +84,15 @@ class LoRAForm(WeightUpdate):
 
     def peft_fields(self, spec, target_modules):
         alpha = spec.size * (spec.scale if spec.composition == "scaled" else 1.0)
-        return {"r": spec.size, "lora_alpha": alpha, "lora_dropout": spec.dropout, "target_modules": target_modules,
-                "use_dora": spec.dora,
-                "bias": "none", "fan_in_fan_out": False}   # `deploy.interop` sets both where the run needs it
+        return {
+            "r": spec.size,
+            "lora_alpha": alpha,
+            "lora_dropout": spec.dropout,
+            "target_modules": target_modules,
+            "use_dora": spec.dora,
+            "bias": "none",
+            "fan_in_fan_out": False,
+        }  # `deploy.interop` sets both where the run needs it
 
     def peft_weights(self, module, layer, adapter="default"):
         import torch

@@ -11,7 +11,7 @@ from .weights import WeightUpdate
 class VeRAForm(WeightUpdate):
     name, title = "vera", "VeRA"
     keys = ("targets", "dropout", "seed")
-    composition, init = "add", "lora"          # b starts at 0: Δh = 0 (``init`` is not VeRA's to choose)
+    composition, init = "add", "lora"  # b starts at 0: Δh = 0 (``init`` is not VeRA's to choose)
     dimensions = ("vera_rank", "lora_targets", "blocks")
     size_dimension = "vera_rank"
     zero_start_inits = ("lora",)
@@ -48,13 +48,19 @@ class VeRAForm(WeightUpdate):
 
         # PEFT saves the projections beside d and b by default (save_projection): drawn from the
         # same seed, they are the ones this model uses, and the adapter loads without relying on it.
-        return {"r": spec.size, "target_modules": target_modules, "projection_prng_key": spec.seed,
-                "vera_dropout": spec.dropout, "d_initial": D_INITIAL, "save_projection": True}
+        return {
+            "r": spec.size,
+            "target_modules": target_modules,
+            "projection_prng_key": spec.seed,
+            "vera_dropout": spec.dropout,
+            "d_initial": D_INITIAL,
+            "save_projection": True,
+        }
 
     def peft_weights(self, module, layer, adapter="default"):
         import torch
 
-        with torch.no_grad():                       # PEFT has no s: b carries it (Δh is linear in b)
+        with torch.no_grad():  # PEFT has no s: b carries it (Δh is linear in b)
             layer.vera_lambda_d[adapter].copy_(module.d)
             layer.vera_lambda_b[adapter].copy_(module.b * module.scale())
 

@@ -43,5 +43,5 @@ class Bottleneck(nn.Module):
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(self.dropout, nn.Identity):
             return self.compose(self.up(self.act(self.down(self.dropout(z)))), z, mask)
-        h, g = read(self, z, mask)              # maybe shared with LoRA and gates reading the same x
+        h, g = read(self, z, mask)  # maybe shared with LoRA and gates reading the same x
         return self.compose(self.up(self.act(h)), mask=mask, gate_value=g)

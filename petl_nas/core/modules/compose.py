@@ -113,8 +113,13 @@ class Composition(nn.Module):
         self.gate = Gate(gate_dim, per) if spec.gate else None
         self.gate_mix = None
 
-    def forward(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, gate_value: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        delta: torch.Tensor,
+        gate_input: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        gate_value: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """s·g·Δh; the gate from ``gate_input``, or ``gate_value`` when the caller read it with its own
         projection (`shared_read.read`)."""
         if self.scale is not None:
@@ -123,8 +128,13 @@ class Composition(nn.Module):
             delta = delta * self.fixed_scale
         return self.gated(delta, gate_input, mask, gate_value)
 
-    def gated(self, delta: torch.Tensor, gate_input: torch.Tensor | None = None,
-              mask: torch.Tensor | None = None, gate_value: torch.Tensor | None = None) -> torch.Tensor:
+    def gated(
+        self,
+        delta: torch.Tensor,
+        gate_input: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        gate_value: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """g·Δh (Δh itself without a gate): the gate alone, for a module that applies s itself."""
         if self.gate is not None:
             g = gate_value if gate_value is not None else self.gate(gate_input, mask)

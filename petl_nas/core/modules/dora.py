@@ -36,13 +36,18 @@ class DoRA(LoRA):
             s = s.detach() if torch.is_tensor(s) else s
             return torch.linalg.vector_norm(weight + s * (self.B @ self.A), dim=1)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, weight: torch.Tensor | None = None,
-                base: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        weight: torch.Tensor | None = None,
+        base: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         gate_input = x
         if isinstance(self.dropout, nn.Identity):
-            u, g = read(self, x, mask)                   # x·Aᵀ and the gate, maybe shared with q, k, v's
+            u, g = read(self, x, mask)  # x·Aᵀ and the gate, maybe shared with q, k, v's
         else:
-            if self.training:                            # as PEFT: both terms read the dropped-out x
+            if self.training:  # as PEFT: both terms read the dropped-out x
                 x = self.dropout(x)
                 base = nn.functional.linear(x, weight)
             u, g = x @ self.A.t(), None

@@ -40,16 +40,21 @@ class FourierFT(nn.Module):
         super().__init__()
         n = spec.size
         if n > in_features * out_features:
-            raise ConfigError(f"module {spec.key}: fourierft size n={n} exceeds the {out_features}×{in_features} "
-                              f"entries of the weight it adapts")
+            raise ConfigError(
+                f"module {spec.key}: fourierft size n={n} exceeds the {out_features}×{in_features} "
+                f"entries of the weight it adapts"
+            )
         self.in_features, self.out_features = in_features, out_features
         device = torch.get_default_device()
-        where = (torch.empty(2, n, dtype=torch.long, device=device) if device.type == "meta" else
-                 frequencies(spec.seed, out_features, in_features, n).to(device))
+        where = (
+            torch.empty(2, n, dtype=torch.long, device=device)
+            if device.type == "meta"
+            else frequencies(spec.seed, out_features, in_features, n).to(device)
+        )
         self.register_buffer("where", where, persistent=False)
         self.spectrum = nn.Parameter(torch.zeros(n) if spec.init == "lora" else torch.randn(n))
         self.compose = Composition(spec, in_features, causal)
-        self.peft_scaling = spec.scale if spec.composition == "scaled" else 1.0   # PEFT's ``scaling``
+        self.peft_scaling = spec.scale if spec.composition == "scaled" else 1.0  # PEFT's ``scaling``
 
     def unscaled_delta(self) -> torch.Tensor:
         """real(ifft2(S)) [out, in], in the coefficients' dtype (the transform itself in fp32)."""

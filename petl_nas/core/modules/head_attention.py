@@ -74,7 +74,7 @@ def edits_of(module: nn.Module) -> HeadEdits | None:
 
 def _flat_query(query: torch.Tensor) -> torch.Tensor:
     b, h, l, d = query.shape
-    return query.transpose(1, 2).reshape(b, l, h * d)                 # gate input, [B, Lq, H·D]
+    return query.transpose(1, 2).reshape(b, l, h * d)  # gate input, [B, Lq, H·D]
 
 
 def _prefix_mask(mask, query, key, n_prefix: int, causal: bool):
@@ -104,7 +104,7 @@ def _with_feature(query, key, value, q_feature, k_feature):
     extra = gate_columns(query.shape[-1], query.device)
     query = nn.functional.pad(torch.cat([query, q_feature], dim=-1), (0, extra - 1))
     key = nn.functional.pad(torch.cat([key, k_feature], dim=-1), (0, extra - 1))
-    value = nn.functional.pad(value, (0, extra))                     # same width for every kernel
+    value = nn.functional.pad(value, (0, extra))  # same width for every kernel
     return query, key, value
 
 
@@ -117,7 +117,7 @@ def _with_gate_column(query, key, value, log_gate, n_prefix: int, scaling: float
     zero columns (`gate_columns`) keep the head dim where those kernels want it.
     """
     b, h, lq, _ = query.shape
-    extra_q = (log_gate.to(query.dtype) / scaling).unsqueeze(1).expand(b, h, lq, 1)   # [B,Lq,1] -> [B,H,Lq,1]
+    extra_q = (log_gate.to(query.dtype) / scaling).unsqueeze(1).expand(b, h, lq, 1)  # [B,Lq,1] -> [B,H,Lq,1]
     marker = torch.zeros(b, key.shape[1], key.shape[2], 1, dtype=key.dtype, device=key.device)
     marker[:, :, :n_prefix] = 1
     return _with_feature(query, key, value, extra_q, marker)
@@ -144,7 +144,7 @@ def _key_log_gates(edits: HeadEdits, n_keys: int, n_prefix: int, prefix_log_gate
     if prompt is not None:
         start, log_g = prompt
         start += n_prefix
-        out[start:start + log_g.shape[0]] = log_g
+        out[start : start + log_g.shape[0]] = log_g
     return out
 
 
@@ -161,16 +161,17 @@ def _open_positions(kv: torch.Tensor, gate: torch.Tensor):
 def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     edits = edits_of(module)
     if edits is None or not edits.is_enabled():
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     b = query.shape[0]
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     prefix_kv = kv = None
     gate = edits.prefix_compose.gate if edits.prefix_compose is not None else None
     log_position_gate = None
     if edits.prefix is not None:
-        kv = edits.prefix.layer_pair(edits.prefix_index)                # [2, H_kv, l, D]
-        if edits.prefix_gate is not None:                              # the supernet's gate per position
+        kv = edits.prefix.layer_pair(edits.prefix_index)  # [2, H_kv, l, D]
+        if edits.prefix_gate is not None:  # the supernet's gate per position
             if gate is not None or edits.prefix_composition != "gated":
                 raise ValueError("a prefix gated per position takes no other gate and composes by 'gated'")
             kv, log_position_gate = _open_positions(kv, edits.prefix_gate())
@@ -180,7 +181,7 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
             # UniPELT: one gate per example from the sublayer input scales P_K and P_V, both in one
             # product (its backward: one stack, and one product and sum per operand).
             g = gate(edits.sublayer_input(), edits.pad_mask()).view(b, 1, 1, 1, 1)
-            prefix_kv = (kv * g.to(kv.dtype)).unbind(1)                 # two [B, H_kv, l, D]
+            prefix_kv = (kv * g.to(kv.dtype)).unbind(1)  # two [B, H_kv, l, D]
             gate = None
         else:
             prefix_kv = tuple(t.expand(b, -1, -1, -1) for t in kv.unbind(0))
@@ -189,27 +190,44 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         n = kv.shape[2]
         causal = bool(kwargs.pop("is_causal", getattr(module, "is_causal", False)))
         attention_mask = _prefix_mask(attention_mask, query, key, n, causal)
-        if kwargs.get("position_bias") is not None:                    # T5: no relative bias to the prefix
+        if kwargs.get("position_bias") is not None:  # T5: no relative bias to the prefix
             kwargs["position_bias"] = nn.functional.pad(kwargs["position_bias"], (n, 0))
         key = torch.cat([prefix_kv[0], key], dim=2)
         value = torch.cat([prefix_kv[1], value], dim=2)
         kwargs["is_causal"] = False
-        if gate is not None:                                           # log g per token on the prefix (UniPELT)
+        if gate is not None:  # log g per token on the prefix (UniPELT)
             if edits.key_gate is not None:
                 raise ValueError("a gated prompt takes no per-token prefix gate in the same attention")
             head_dim = value.shape[-1]
             q, k, v = _with_gate_column(query, key, value, gate.log(_flat_query(query)), n, scaling)
-            out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout,
-                                                  scaling=scaling, **kwargs)
+            out, weights = sdpa_attention_forward(
+                module, q, k, v, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
             out = out[..., :head_dim]
         else:
-            out, weights = _attend(module, query, key, value, attention_mask,
-                                   _key_log_gates(edits, key.shape[2], n, log_position_gate, key.device),
-                                   dropout, scaling, **kwargs)
+            out, weights = _attend(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                _key_log_gates(edits, key.shape[2], n, log_position_gate, key.device),
+                dropout,
+                scaling,
+                **kwargs,
+            )
     else:
-        out, weights = _attend(module, query, key, value, attention_mask,
-                               _key_log_gates(edits, key.shape[2], 0, None, key.device),
-                               dropout, scaling, **kwargs)              # out [B, Lq, H, D]
+        out, weights = _attend(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            _key_log_gates(edits, key.shape[2], 0, None, key.device),
+            dropout,
+            scaling,
+            **kwargs,
+        )  # out [B, Lq, H, D]
     if prefix_kv is not None and edits.prefix_composition != "gated":
         # The ungated variant: the prefix's own softmax attention, added (or scaled, gated) to h.
         rep = query.shape[1] // prefix_kv[0].shape[1]
@@ -217,7 +235,7 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         delta = nn.functional.scaled_dot_product_attention(query, pk_, pv_, scale=scaling).transpose(1, 2)
         out = out + _compose_heads(edits.prefix_compose, delta, query, edits).to(out.dtype)
     if edits.mh is not None:
-        delta = edits.mh(query, scaling).transpose(1, 2)                # [B, Lq, H, D]
+        delta = edits.mh(query, scaling).transpose(1, 2)  # [B, Lq, H, D]
         out = out + _compose_heads(edits.mh.compose, delta, query, edits).to(out.dtype)
     return out, weights
 
@@ -225,8 +243,9 @@ def petl_attention(module, query, key, value, attention_mask, dropout=0.0, scali
 def _attend(module, query, key, value, attention_mask, log_gate, dropout, scaling, **kwargs):
     """SDPA, with ``log_gate`` ([Lk] or None: the supernet's) added to the logits of each key."""
     if log_gate is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     head_dim = value.shape[-1]
     q, k, v = _with_key_gates(query, key, value, log_gate, scaling)
     out, weights = sdpa_attention_forward(module, q, k, v, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
@@ -238,7 +257,7 @@ def _compose_heads(compose: Composition, delta: torch.Tensor, query: torch.Tenso
         return delta
     gate_input = _flat_query(query) if compose.gate is not None else None
     if gate_input is not None:
-        gate_input = gate_input.unsqueeze(2)                           # [B, Lq, 1, H·D] broadcasts over heads
+        gate_input = gate_input.unsqueeze(2)  # [B, Lq, 1, H·D] broadcasts over heads
     return compose(delta, gate_input, edits.pad_mask())
 
 

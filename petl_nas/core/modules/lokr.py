@@ -62,12 +62,12 @@ class LoKr(nn.Module):
         return self.W1, w2
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        X = x.unflatten(-1, self.in_shape)                         # [..., in₁, in₂]
+        X = x.unflatten(-1, self.in_shape)  # [..., in₁, in₂]
         if self.low_rank:
-            y = (X @ self.W2_b.t()) @ self.W2_a.t()                 # [..., in₁, out₂]
+            y = (X @ self.W2_b.t()) @ self.W2_a.t()  # [..., in₁, out₂]
         else:
             y = X @ self.W2.t()
-        delta = (self.W1 @ y).flatten(-2)                           # [..., out₁·out₂]
+        delta = (self.W1 @ y).flatten(-2)  # [..., out₁·out₂]
         return self.compose(delta, x, mask)
 
     def delta_weight(self) -> torch.Tensor:

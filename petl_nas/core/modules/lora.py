@@ -40,7 +40,7 @@ class LoRA(nn.Module):
         # intermediate is exact and r/out times cheaper than scaling the full-width output.
         if not isinstance(self.dropout, nn.Identity):
             return self.compose(self.dropout(x) @ self.A.t(), x, mask) @ self.B.t()
-        u, g = read(self, x, mask)              # x·Aᵀ and the gate, maybe shared with q, k, v's
+        u, g = read(self, x, mask)  # x·Aᵀ and the gate, maybe shared with q, k, v's
         return self.compose(u, mask=mask, gate_value=g) @ self.B.t()
 
     def delta_weight(self) -> torch.Tensor:

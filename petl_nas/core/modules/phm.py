@@ -28,15 +28,15 @@ class SharedRule(nn.Module):
         super().__init__()
         self.A = nn.Parameter(torch.empty(n, n, n))
         nn.init.xavier_uniform_(self.A.view(n * n, n))
-        self.users: list[PHMLinear] = []          # a plain list: the layers are not submodules of the rule
-        self._built: dict[int, tuple[tuple, torch.Tensor]] = {}   # id(layer) -> (versions, W), each used once
+        self.users: list[PHMLinear] = []  # a plain list: the layers are not submodules of the rule
+        self._built: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(layer) -> (versions, W), each used once
 
     def clear(self) -> None:
         """Drop weights built but not used (the model's forward starts: `inject` calls this)."""
         self._built = {}
 
     def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "_built": {}}         # this forward's: not copied or pickled
+        return {**super().__getstate__(), "_built": {}}  # this forward's: not copied or pickled
 
     def weight_of(self, layer: PHMLinear) -> torch.Tensor:
         """``layer``'s W, built with every layer of its shape the first time one of them asks. A
@@ -49,11 +49,14 @@ class SharedRule(nn.Module):
         return entry[1]
 
     def _build(self, layer: PHMLinear) -> None:
-        group = [u for u in self.users if u.s.shape == layer.s.shape and u.t.shape == layer.t.shape
-                 and not parametrize.is_parametrized(u)]               # a gated layer builds its own
+        group = [
+            u
+            for u in self.users
+            if u.s.shape == layer.s.shape and u.t.shape == layer.t.shape and not parametrize.is_parametrized(u)
+        ]  # a gated layer builds its own
         with torch.autocast(self.A.device.type, enabled=False):
             fast = torch.stack([u.s for u in group]) @ torch.stack([u.t for u in group])  # [G, n, in/n, out/n]
-            w = torch.einsum("iab,gipq->gapbq", self.A, fast)                                # [G, n, in/n, n, out/n]
+            w = torch.einsum("iab,gipq->gapbq", self.A, fast)  # [G, n, in/n, n, out/n]
             w = w.reshape(len(group), layer.in_features, layer.out_features)
         for u, weight in zip(group, w.unbind(0)):
             self._built[id(u)] = (_versions(self, u), weight)
@@ -66,8 +69,7 @@ def _versions(rule: SharedRule, layer: PHMLinear) -> tuple:
 class PHMLinear(nn.Module):
     """y = x·W + b with W = Σᵢ kron(Aᵢ, sᵢ·tᵢᵀ) of shape in×out; needs n | in and n | out."""
 
-    def __init__(self, rule: SharedRule, in_features: int, out_features: int, n: int, rank: int,
-                 zero: bool = False):
+    def __init__(self, rule: SharedRule, in_features: int, out_features: int, n: int, rank: int, zero: bool = False):
         super().__init__()
         self.rule = [rule]  # a reference, not a submodule: the shared A is counted once
         rule.users.append(self)
@@ -86,9 +88,9 @@ class PHMLinear(nn.Module):
         if not (torch.compiler.is_compiling() or parametrize.is_parametrized(self)):
             return self.rule[0].weight_of(self)
         with torch.autocast(self.s.device.type, enabled=False):
-            fast = self.s @ self.t                                    # [n, in/n, out/n]
-            A = self.rule[0].A                                        # [n, n, n]
-            w = torch.einsum("iab,ipq->apbq", A, fast)                # [n, in/n, n, out/n]
+            fast = self.s @ self.t  # [n, in/n, out/n]
+            A = self.rule[0].A  # [n, n, n]
+            w = torch.einsum("iab,ipq->apbq", A, fast)  # [n, in/n, n, out/n]
             return w.reshape(self.in_features, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,8 +107,7 @@ class CompacterAdapter(nn.Module):
         n = spec.phm_n
         for what, value in (("hidden size", dim), ("size", spec.size)):
             if value % n:
-                raise ConfigError(f"module {spec.key}: compacter needs the {what} ({value}) divisible by "
-                                  f"phm_n={n}")
+                raise ConfigError(f"module {spec.key}: compacter needs the {what} ({value}) divisible by phm_n={n}")
         self.down = PHMLinear(rule, dim, spec.size, n, spec.phm_rank)
         self.act = ACTIVATIONS[spec.nonlinearity]()
         self.up = PHMLinear(rule, spec.size, dim, n, spec.phm_rank, zero=spec.init == "lora")

@@ -15,16 +15,18 @@ from torch import nn
 class PrefixEncoder(nn.Module):
     """Produces [n_layers, 2, H_kv, l, D] prefix keys/values, computed once per model forward."""
 
-    def __init__(self, n_layers: int, kv_heads: int, head_dim: int, length: int, reparam: int,
-                 hidden: int, flat: bool = False):
+    def __init__(
+        self, n_layers: int, kv_heads: int, head_dim: int, length: int, reparam: int, hidden: int, flat: bool = False
+    ):
         super().__init__()
         self.shape = (n_layers, 2, kv_heads, length, head_dim)
         self.reparam = reparam
-        self._cache: tuple[torch.Tensor, ...] | None = None        # per layer, this forward
+        self._cache: tuple[torch.Tensor, ...] | None = None  # per layer, this forward
         if reparam and not flat:
             self.embedding = nn.Parameter(torch.randn(length, hidden))
-            self.mlp = nn.Sequential(nn.Linear(hidden, reparam), nn.Tanh(),
-                                     nn.Linear(reparam, n_layers * 2 * kv_heads * head_dim))
+            self.mlp = nn.Sequential(
+                nn.Linear(hidden, reparam), nn.Tanh(), nn.Linear(reparam, n_layers * 2 * kv_heads * head_dim)
+            )
             self.flat = None
         else:
             self.flat = nn.Parameter(torch.randn(*self.shape) * 0.5)
@@ -37,14 +39,14 @@ class PrefixEncoder(nn.Module):
         self._cache = None
 
     def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "_cache": None}       # this forward's: not copied or pickled
+        return {**super().__getstate__(), "_cache": None}  # this forward's: not copied or pickled
 
     def all_kv(self) -> torch.Tensor:
         """Every covered layer's prefix keys and values, [n_layers, 2, H_kv, l, D]."""
         if self.flat is not None:
             return self.flat
         n, two, h, l, d = self.shape
-        out = self.mlp(self.embedding)                                # [l, n·2·h·d]
+        out = self.mlp(self.embedding)  # [l, n·2·h·d]
         return out.view(l, n, two, h, d).permute(1, 2, 3, 0, 4)
 
     @torch.no_grad()
@@ -66,4 +68,4 @@ class PrefixEncoder(nn.Module):
 
     def layer_kv(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         kv = self.layer_pair(index)
-        return kv[0], kv[1]                                           # each [H_kv, l, D]
+        return kv[0], kv[1]  # each [H_kv, l, D]

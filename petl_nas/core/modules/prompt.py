@@ -22,12 +22,12 @@ class SoftPrompt(nn.Module):
     def __init__(self, length: int, dim: int, at: int = 1):
         super().__init__()
         self.embeddings = nn.Parameter(torch.randn(length, dim) * 0.02)
-        self.at = at                                     # insertion index: 1 after the first token, 0 first
-        self.position_gate = None                        # the supernet's gate per position (callable -> [length])
+        self.at = at  # insertion index: 1 after the first token, 0 first
+        self.position_gate = None  # the supernet's gate per position (callable -> [length])
         self._open_log_gate: torch.Tensor | None = None  # this forward's log g of the inserted positions
 
     def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "_open_log_gate": None}   # this forward's: not copied or pickled
+        return {**super().__getstate__(), "_open_log_gate": None}  # this forward's: not copied or pickled
 
     @property
     def n(self) -> int:
@@ -53,14 +53,15 @@ class SoftPrompt(nn.Module):
         """Insert n columns at the prompt's index: ``fill``, or copies of the first column."""
         b, n = t.shape[0], self.n
         pad = t[:, :1].expand(b, n) if fill is None else torch.full((b, n), fill, dtype=t.dtype, device=t.device)
-        return torch.cat([t[:, :self.at], pad, t[:, self.at:]], dim=1)
+        return torch.cat([t[:, : self.at], pad, t[:, self.at :]], dim=1)
 
     def shrink(self, t: torch.Tensor) -> torch.Tensor:
         """Drop the prompt positions of a [B, L+n, ...] tensor."""
-        return torch.cat([t[:, :self.at], t[:, self.at + self.n:]], dim=1)
+        return torch.cat([t[:, : self.at], t[:, self.at + self.n :]], dim=1)
 
-    def rewrite_inputs(self, model: nn.Module, args: tuple, kwargs: dict,
-                       ids_scale: float = 1.0) -> tuple[tuple, dict, bool]:
+    def rewrite_inputs(
+        self, model: nn.Module, args: tuple, kwargs: dict, ids_scale: float = 1.0
+    ) -> tuple[tuple, dict, bool]:
         """Turn the model's (input_ids | inputs_embeds, mask, token types) into prompted inputs.
 
         ``ids_scale`` multiplies the embeddings of given ids, for a stack that scales them in its
@@ -70,16 +71,16 @@ class SoftPrompt(nn.Module):
         """
         if len(args) > 1:
             raise TypeError("prompt tuning: pass the model's inputs as keyword arguments")
-        past = kwargs.get("cache", kwargs.get("past_key_values"))     # named cache from transformers 5.24
+        past = kwargs.get("cache", kwargs.get("past_key_values"))  # named cache from transformers 5.24
         if past is not None and past.get_seq_length() > 0:
             if kwargs.get("attention_mask") is not None:
                 kwargs["attention_mask"] = self.grow(kwargs["attention_mask"], 1)
-            if kwargs.get("position_ids") is not None:        # given positions do not count the prompt
+            if kwargs.get("position_ids") is not None:  # given positions do not count the prompt
                 kwargs["position_ids"] = kwargs["position_ids"] + self.n
             return args, kwargs, False
         inserted = self._inserted()
         n = inserted.shape[0]
-        if n == 0:                                          # every position shut: the inputs as they are
+        if n == 0:  # every position shut: the inputs as they are
             return args, kwargs, False
         input_ids = args[0] if args else kwargs.pop("input_ids", None)
         embeds = kwargs.pop("inputs_embeds", None)
@@ -89,15 +90,15 @@ class SoftPrompt(nn.Module):
                 embeds = embeds * ids_scale
         b = embeds.shape[0]
         prompt = inserted.to(embeds.dtype).expand(b, -1, -1)
-        kwargs["inputs_embeds"] = torch.cat([embeds[:, :self.at], prompt, embeds[:, self.at:]], dim=1)
+        kwargs["inputs_embeds"] = torch.cat([embeds[:, : self.at], prompt, embeds[:, self.at :]], dim=1)
         for key, fill in (("attention_mask", 1), ("token_type_ids", None)):
             if kwargs.get(key) is not None:
                 kwargs[key] = self.grow(kwargs[key], fill)
         positions = kwargs.pop("position_ids", None)
-        if positions is not None and self.at == 0:         # the prompt takes 0..n-1, the tokens move up by n
+        if positions is not None and self.at == 0:  # the prompt takes 0..n-1, the tokens move up by n
             start = torch.arange(n, device=positions.device).expand(positions.shape[0], n)
             kwargs["position_ids"] = torch.cat([start, positions + n], dim=1)
-        return (), kwargs, True                           # (elsewhere positions are recomputed)
+        return (), kwargs, True  # (elsewhere positions are recomputed)
 
     def grow_encoder_mask(self, kwargs: dict) -> dict:
         """In a decoder: widen the cross-attention mask to encoder states that carry the prompt."""

@@ -36,8 +36,9 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 
-def read(reader: nn.Module, x: torch.Tensor,
-         mask: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def read(
+    reader: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(x projected by ``reader``'s rows, its gate's value from x and the [B, L] padding ``mask``):
     a share of its group's product when it has a group; None for what it lacks."""
     group = reader.__dict__.get("shared_read")
@@ -61,11 +62,12 @@ def _own(reader: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> tuple
     dtype = weights[0].dtype if weights else gate.proj.weight.dtype
     width = sum(w.shape[0] for w in weights)
     pad = align_rows(width + 1, x) if weights else 0
-    y = nn.functional.linear(x, *_joined([*weights, gate.proj.weight.to(dtype)],
-                                         [*biases, gate.proj.bias.to(dtype)], pad))
+    y = nn.functional.linear(
+        x, *_joined([*weights, gate.proj.weight.to(dtype)], [*biases, gate.proj.bias.to(dtype)], pad)
+    )
     if not weights:
         return None, gate.from_logit(y, mask)
-    u, logit, *_ = y.split([width, 1, pad] if pad else [width, 1], dim=-1)   # backward: one cat
+    u, logit, *_ = y.split([width, 1, pad] if pad else [width, 1], dim=-1)  # backward: one cat
     return u, gate.from_logit(logit, mask)
 
 
@@ -96,13 +98,13 @@ class SharedRead:
 
     def __init__(self):
         self.readers: list[nn.Module] = []
-        self._x = None                          # weakref to the input the waiting shares came from
+        self._x = None  # weakref to the input the waiting shares came from
         self._key: tuple = ()
         self._parts: dict[int, tuple] = {}
 
     def add(self, reader: nn.Module) -> None:
         self.readers.append(reader)
-        reader.__dict__["shared_read"] = self   # a plain attribute: not a submodule, not saved
+        reader.__dict__["shared_read"] = self  # a plain attribute: not a submodule, not saved
 
     def remove(self, reader: nn.Module) -> None:
         """Take ``reader`` out (`inject.merge_lora` folds it into the weight it updated)."""
@@ -114,15 +116,23 @@ class SharedRead:
         self._x, self._key, self._parts = None, (), {}
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_x": None, "_key": (), "_parts": {}}   # this forward's: not copied or pickled
+        return {**self.__dict__, "_x": None, "_key": (), "_parts": {}}  # this forward's: not copied or pickled
 
     def _shared(self) -> bool:
-        return (len(self.readers) > 1 and not torch.compiler.is_compiling()
-                and not any(parametrize.is_parametrized(r) for r in self.readers))
+        return (
+            len(self.readers) > 1
+            and not torch.compiler.is_compiling()
+            and not any(parametrize.is_parametrized(r) for r in self.readers)
+        )
 
     def _versions(self, x: torch.Tensor, mask: torch.Tensor | None) -> tuple:
-        return (x._version, torch.is_grad_enabled(), id(mask), None if mask is None else mask._version,
-                *(p._version for r in self.readers for p in r.parameters()))
+        return (
+            x._version,
+            torch.is_grad_enabled(),
+            id(mask),
+            None if mask is None else mask._version,
+            *(p._version for r in self.readers for p in r.parameters()),
+        )
 
     def project(self, reader: nn.Module, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple:
         if not self._shared():
@@ -131,21 +141,25 @@ class SharedRead:
         if waiting is not None and self._parts:
             if waiting is x and self._key == self._versions(x, mask) and id(reader) in self._parts:
                 return self._parts.pop(id(reader))
-            return _own(reader, x, mask)        # another input's shares wait: leave them be
+            return _own(reader, x, mask)  # another input's shares wait: leave them be
         rows = [r.read_rows() for r in self.readers]
         gates = [(i, g) for i, g in enumerate(r.read_gate() for r in self.readers) if g is not None]
         dtype = next((ws[0].dtype for ws, _ in rows if ws), gates[0][1].proj.weight.dtype if gates else None)
         sizes = [sum(w.shape[0] for w in ws) for ws, _ in rows]
         pad = align_rows(sum(sizes) + len(gates), x)
-        weight, bias = _joined([w for ws, _ in rows for w in ws] + [g.proj.weight.to(dtype) for _, g in gates],
-                               [b for _, bs in rows for b in bs] + [g.proj.bias.to(dtype) for _, g in gates], pad)
+        weight, bias = _joined(
+            [w for ws, _ in rows for w in ws] + [g.proj.weight.to(dtype) for _, g in gates],
+            [b for _, bs in rows for b in bs] + [g.proj.bias.to(dtype) for _, g in gates],
+            pad,
+        )
         split = [*sizes, len(gates)] if gates else sizes
         parts = nn.functional.linear(x, weight, bias).split([*split, pad] if pad else split, dim=-1)
-        values = dict.fromkeys(range(len(self.readers)))               # reader's index -> its gate's value
+        values = dict.fromkeys(range(len(self.readers)))  # reader's index -> its gate's value
         if gates:
             values.update(zip((i for i, _ in gates), _gate_values([g for _, g in gates], parts[len(sizes)], mask)))
-        self._parts = {id(r): (p if n else None, values[i])
-                       for i, (r, p, n) in enumerate(zip(self.readers, parts, sizes))}
+        self._parts = {
+            id(r): (p if n else None, values[i]) for i, (r, p, n) in enumerate(zip(self.readers, parts, sizes))
+        }
         own = self._parts.pop(id(reader))
         self._x, self._key = weakref.ref(x), self._versions(x, mask)
         return own

@@ -28,7 +28,7 @@ class ScaleOutput(nn.Module):
         s = self.out_slice
         if s is None:
             return out * (self.scale - 1)
-        part = out.unflatten(-1, (s.groups, s.size))[..., s.start:s.start + s.width].flatten(-2)
+        part = out.unflatten(-1, (s.groups, s.size))[..., s.start : s.start + s.width].flatten(-2)
         return s.pad(part * (self.scale - 1))
 
 

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from ..config import ModuleSpec
 from .compose import Composition
 
-D_INITIAL = 0.1          # d's start (the paper's and PEFT's ``d_initial``); b starts at 0, so Δh = 0
+D_INITIAL = 0.1  # d's start (the paper's and PEFT's ``d_initial``); b starts at 0, so Δh = 0
 
 
 def kaiming_uniform(shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
@@ -43,7 +43,7 @@ class VeraBases(nn.Module):
         if (width, height) == (self.A.shape[1], self.B.shape[0]):
             return
         device = self.A.device
-        if device.type == "meta":                         # counting: shapes only
+        if device.type == "meta":  # counting: shapes only
             self.A, self.B = torch.empty(self.rank, width, device=device), torch.empty(height, self.rank, device=device)
             return
         generator = torch.Generator(device="cpu").manual_seed(self.seed)
@@ -56,11 +56,10 @@ class VeRA(nn.Module):
     """Δh = b ⊙ B[:out] (s·d ⊙ A[:, :in] x): d (r) starts at `D_INITIAL`, b (out) at 0. A fixed or
     learned s and UniPELT's gate act on the r-wide intermediate (scalars: exact, and cheaper)."""
 
-    def __init__(self, spec: ModuleSpec, bases: VeraBases, in_features: int, out_features: int,
-                 causal: bool = False):
+    def __init__(self, spec: ModuleSpec, bases: VeraBases, in_features: int, out_features: int, causal: bool = False):
         super().__init__()
         bases.need(in_features, out_features)
-        self.bases = [bases]                # a reference, not a submodule: the group holds it once
+        self.bases = [bases]  # a reference, not a submodule: the group holds it once
         self.in_features, self.out_features = in_features, out_features
         self.dropout = nn.Dropout(spec.dropout) if spec.dropout else nn.Identity()
         self.d = nn.Parameter(torch.full((spec.size,), D_INITIAL))
@@ -74,7 +73,7 @@ class VeRA(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         a, b = self.projections()
-        u = F.linear(self.dropout(x), a.to(self.d.dtype)) * self.d          # [..., r]
+        u = F.linear(self.dropout(x), a.to(self.d.dtype)) * self.d  # [..., r]
         return F.linear(self.compose(u, x, mask), b.to(self.d.dtype)) * self.b
 
     def scale(self) -> torch.Tensor | float:

@@ -59,9 +59,15 @@ def select(net, budget: int, min_open: float = 0.0, leave_out: frozenset = froze
     none of the instances in ``leave_out`` (indices into ``net.units``) nor their UniPELT gates."""
     with torch.no_grad():
         probs = [u.gate.p_open().tolist() for u in net.units]
-    order = sorted(((p, i, j) for i, ps in enumerate(probs) for j, p in enumerate(ps)
-                    if p > min_open and net.units[i].gate_of is None and i not in leave_out),
-                   key=lambda x: (-x[0], net.units[x[1]].unit_cost))
+    order = sorted(
+        (
+            (p, i, j)
+            for i, ps in enumerate(probs)
+            for j, p in enumerate(ps)
+            if p > min_open and net.units[i].gate_of is None and i not in leave_out
+        ),
+        key=lambda x: (-x[0], net.units[x[1]].unit_cost),
+    )
     kept: dict[int, int] = defaultdict(int)
     units: dict[int, list[int]] = defaultdict(list)
     total = 0
@@ -69,7 +75,7 @@ def select(net, budget: int, min_open: float = 0.0, leave_out: frozenset = froze
         u = net.units[i]
         cost = u.unit_cost + (u.fixed_cost if kept[i] == 0 else 0) + _group_change(net, kept, i)
         if u.candidate in GLOBAL and not any(k for j_, k in kept.items() if net.units[j_].candidate in GLOBAL):
-            cost += net.shared_cost               # the LayerNorm biases both BitFit and LayerNorms train
+            cost += net.shared_cost  # the LayerNorm biases both BitFit and LayerNorms train
         if total + cost <= budget:
             kept[i] += 1
             units[i].append(j)
@@ -83,34 +89,54 @@ def select(net, budget: int, min_open: float = 0.0, leave_out: frozenset = froze
     return Selection(dict(units), gated, total)
 
 
-def derive(net, model_config, budget: int, head: PetlConfig | None = None, min_open: float = 0.0,
-           num_labels: int | None = None) -> tuple[PetlConfig, int]:
+def derive(
+    net, model_config, budget: int, head: PetlConfig | None = None, min_open: float = 0.0, num_labels: int | None = None
+) -> tuple[PetlConfig, int]:
     """The configuration ``net`` suggests within ``budget``, and its exact deployable count."""
     return configuration(net, model_config, select(net, budget, min_open), head, num_labels)
 
 
-def configuration(net, model_config, selection: Selection, head: PetlConfig | None = None,
-                  num_labels: int | None = None) -> tuple[PetlConfig, int]:
+def configuration(
+    net, model_config, selection: Selection, head: PetlConfig | None = None, num_labels: int | None = None
+) -> tuple[PetlConfig, int]:
     """The PetlConfig of a selection, checked against `budget.count_parameters`."""
     kept = selection.counts()
     taken = {net.units[i].candidate for i, k in kept.items() if k}
     prompt_length = sum(k for i, k in kept.items() if net.units[i].candidate == PROMPT)
-    config = dataclasses.replace(head or PetlConfig(), modules=_modules(net, kept, selection.gated),
-                                 bitfit=BITFIT in taken, train_layernorms=LAYERNORMS in taken,
-                                 prompt_length=prompt_length)
+    config = dataclasses.replace(
+        head or PetlConfig(),
+        modules=_modules(net, kept, selection.gated),
+        bitfit=BITFIT in taken,
+        train_layernorms=LAYERNORMS in taken,
+        prompt_length=prompt_length,
+    )
     exact = count_parameters(model_config, config, num_labels=num_labels).deployable
     if exact != selection.total:
-        raise RuntimeError(f"derived count {selection.total:,} differs from budget.py's {exact:,}: a unit cost is wrong")
+        raise RuntimeError(
+            f"derived count {selection.total:,} differs from budget.py's {exact:,}: a unit cost is wrong"
+        )
     return config, exact
 
 
-def anchored(net, model_config, budget: int, anchor: PetlConfig, head: PetlConfig | None = None,
-             min_open: float = 0.0, num_labels: int | None = None) -> tuple[PetlConfig, int] | None:
+def anchored(
+    net,
+    model_config,
+    budget: int,
+    anchor: PetlConfig,
+    head: PetlConfig | None = None,
+    min_open: float = 0.0,
+    num_labels: int | None = None,
+) -> tuple[PetlConfig, int] | None:
     """``anchor`` (a configuration without a head) and what ``net`` keeps beside it within ``budget``
     (see the module), with its exact deployable count; None when the anchor alone does not fit or
     nothing fits beside it (the anchor alone is the baseline itself)."""
-    base = dataclasses.replace(head or PetlConfig(), modules=anchor.modules, bitfit=anchor.bitfit,
-                               train_layernorms=anchor.train_layernorms, prompt_length=anchor.prompt_length)
+    base = dataclasses.replace(
+        head or PetlConfig(),
+        modules=anchor.modules,
+        bitfit=anchor.bitfit,
+        train_layernorms=anchor.train_layernorms,
+        prompt_length=anchor.prompt_length,
+    )
     own = count_parameters(model_config, base, num_labels=num_labels).deployable
     if own > budget:
         return None
@@ -118,9 +144,13 @@ def anchored(net, model_config, budget: int, anchor: PetlConfig, head: PetlConfi
     if selection.total == 0:
         return None
     fill, _ = configuration(net, model_config, selection, head, num_labels)
-    config = dataclasses.replace(base, modules=anchor.modules + fill.modules, bitfit=anchor.bitfit or fill.bitfit,
-                                 train_layernorms=anchor.train_layernorms or fill.train_layernorms,
-                                 prompt_length=anchor.prompt_length + fill.prompt_length)
+    config = dataclasses.replace(
+        base,
+        modules=anchor.modules + fill.modules,
+        bitfit=anchor.bitfit or fill.bitfit,
+        train_layernorms=anchor.train_layernorms or fill.train_layernorms,
+        prompt_length=anchor.prompt_length + fill.prompt_length,
+    )
     exact = count_parameters(model_config, config, num_labels=num_labels).deployable
     if exact != own + selection.total:
         raise RuntimeError(f"anchored count {own + selection.total:,} differs from budget.py's {exact:,}")
@@ -141,9 +171,13 @@ def touched(net, anchor: PetlConfig) -> set[int]:
             hit = anchor.prompt_length > 0
         else:
             spec = net.specs[u.candidate]
-            hit = any(m.form == spec.form and m.position == spec.position
-                      and (m.layers is None or u.layer in m.layers)
-                      and (u.target is None or m.targets is None or u.target in m.targets) for m in anchor.modules)
+            hit = any(
+                m.form == spec.form
+                and m.position == spec.position
+                and (m.layers is None or u.layer in m.layers)
+                and (u.target is None or m.targets is None or u.target in m.targets)
+                for m in anchor.modules
+            )
         if hit:
             out.add(i)
     return out
@@ -164,17 +198,21 @@ def _group_change(net, kept: dict[int, int], i: int) -> int:
 
 
 def _modules(net, kept: dict[int, int], gated: set[int]) -> tuple[ModuleSpec, ...]:
-    layers_by = defaultdict(list)                 # (candidate, target, size, gated) -> layers
+    layers_by = defaultdict(list)  # (candidate, target, size, gated) -> layers
     for i, k in kept.items():
         u = net.units[i]
         if k == 0 or u.candidate in GLOBAL + (PROMPT,):
             continue
         layers_by[(u.candidate, u.target, k, i in gated)].append(u.layer)
     out = []
-    for (c, target, k, gate), layers in sorted(layers_by.items(), key=lambda x: (x[0][0], x[0][1] or "", x[0][2], x[0][3])):
+    for (c, target, k, gate), layers in sorted(
+        layers_by.items(), key=lambda x: (x[0][0], x[0][1] or "", x[0][2], x[0][3])
+    ):
         spec = net.specs[c]
-        extra = {"targets": (target,)} if spec.targets is not None else {}     # a unit per targeted weight
-        out.append(dataclasses.replace(spec, size=k * _unit_size(net, c), layers=tuple(sorted(layers)), gate=gate, **extra))
+        extra = {"targets": (target,)} if spec.targets is not None else {}  # a unit per targeted weight
+        out.append(
+            dataclasses.replace(spec, size=k * _unit_size(net, c), layers=tuple(sorted(layers)), gate=gate, **extra)
+        )
     return tuple(out)
 
 

@@ -14,9 +14,9 @@ import math
 import torch
 from torch import nn
 
-BETA, LOW, HIGH = 2 / 3, -0.1, 1.1       # temperature and stretch interval (the paper's values)
+BETA, LOW, HIGH = 2 / 3, -0.1, 1.1  # temperature and stretch interval (the paper's values)
 SHIFT = math.log(-LOW / HIGH)
-CLOSED = -20.0                           # log α of a gate that is shut for good
+CLOSED = -20.0  # log α of a gate that is shut for good
 
 
 class HardConcrete(nn.Module):
@@ -35,7 +35,7 @@ class HardConcrete(nn.Module):
         self._z: torch.Tensor | None = None
 
     def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "_z": None}           # this forward's draw: not copied or pickled
+        return {**super().__getstate__(), "_z": None}  # this forward's draw: not copied or pickled
 
     @property
     def log_alpha(self) -> torch.Tensor:
@@ -55,7 +55,7 @@ class HardConcrete(nn.Module):
     def retune(self, speed: float | None = None, temperature: float | None = None) -> None:
         """A new speed or temperature, each gate keeping its chance of being open."""
         value = self.log_alpha.detach().clone()
-        if temperature is not None:                   # P(open) = σ(log α − β·shift): shift log α with β
+        if temperature is not None:  # P(open) = σ(log α − β·shift): shift log α with β
             value += (float(temperature) - self.temperature) * SHIFT
             self.temperature = float(temperature)
         if speed is not None:

@@ -17,7 +17,7 @@ import torch
 from .derive import Selection
 from .gates import CLOSED
 
-OPEN = -CLOSED                     # log α at which a gate's deterministic value is exactly 1
+OPEN = -CLOSED  # log α at which a gate's deterministic value is exactly 1
 
 
 @contextlib.contextmanager

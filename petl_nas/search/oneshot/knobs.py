@@ -39,19 +39,24 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from ...errors import ConfigError
+from ...training.loop import NonFiniteLoss
 from ..fronts import hypervolume
 from ..interrupts import interruptible
+from ..records import INTERRUPTED
+from ..records import KNOB_STUDY_SUFFIX as SUFFIX
 from ..storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage
-from ..records import INTERRUPTED, KNOB_STUDY_SUFFIX as SUFFIX
-from ...training.loop import NonFiniteLoss
 from .run import forget_state
 
 
 def knob_study(storage, study_name: str, seed: int) -> optuna.Study:
     """The study of a search's supernet runs (created on first use)."""
-    return optuna.create_study(study_name=study_name + SUFFIX, storage=storage, direction="maximize",
-                               sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=2),
-                               load_if_exists=True)
+    return optuna.create_study(
+        study_name=study_name + SUFFIX,
+        storage=storage,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=2),
+        load_if_exists=True,
+    )
 
 
 def forget_runs(study: optuna.Study) -> None:
@@ -79,9 +84,20 @@ def _scored(proposed: list[dict]) -> list[dict]:
     return [p for p in proposed if "supernet_score" in p]
 
 
-def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str, reference: tuple[float, float],
-           seed: int, printer=print, lock=None, heartbeat_interval: int | None = None,
-           grace_period: int | None = None) -> tuple[int, dict, list[dict]]:
+def search(
+    storage_url: str,
+    study_name: str,
+    oneshot,
+    spec,
+    run,
+    state_dir: str,
+    reference: tuple[float, float],
+    seed: int,
+    printer=print,
+    lock=None,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+) -> tuple[int, dict, list[dict]]:
     """Run ``oneshot.runs`` supernets of ``spec`` (a `SupernetSpec`) with searched knobs through
     ``run(spec) -> result``; returns the chosen run's number, its result, and every run's record.
 
@@ -93,8 +109,16 @@ def search(storage_url: str, study_name: str, oneshot, spec, run, state_dir: str
     the runs others are training."""
     storage = open_storage(storage_url, heartbeat_interval, grace_period, retries=2)
     try:
-        return _search(storage, study_name, oneshot, _Runs(spec, run, state_dir, reference, printer), seed,
-                       lock or contextlib.nullcontext, heartbeat_interval, grace_period)
+        return _search(
+            storage,
+            study_name,
+            oneshot,
+            _Runs(spec, run, state_dir, reference, printer),
+            seed,
+            lock or contextlib.nullcontext,
+            heartbeat_interval,
+            grace_period,
+        )
     finally:
         close_storage(storage)
 
@@ -104,7 +128,7 @@ class _Runs:
     """What every run of one knob search shares: the supernet it varies, how one trains, where its
     state is saved, the reference point that scores it, and where its lines go."""
 
-    spec: object                          # a `SupernetSpec`
+    spec: object  # a `SupernetSpec`
     run: Callable[[object], dict]
     state_dir: str
     reference: tuple[float, float]
@@ -119,7 +143,7 @@ def _search(storage, study_name: str, oneshot, shared: _Runs, seed: int, lock, i
     with lock():
         ks = knob_study(storage, study_name, seed)
         if not ks.trials and all(lo <= fixed[k] <= hi for k, (lo, hi) in ranges.items()):
-            ks.enqueue_trial({k: fixed[k] for k in ranges})      # the first run: the fixed knobs
+            ks.enqueue_trial({k: fixed[k] for k in ranges})  # the first run: the fixed knobs
     try:
         while True:
             with lock():
@@ -127,23 +151,32 @@ def _search(storage, study_name: str, oneshot, shared: _Runs, seed: int, lock, i
             if trial is None:
                 if running == 0:
                     break
-                time.sleep(interval or 5)                        # the last runs train elsewhere
+                time.sleep(interval or 5)  # the last runs train elsewhere
                 continue
 
-            def stopped(masked: str | None, trial=trial) -> None:   # Ctrl-C: failed and queued again now, so
-                fail_interrupted(ks, lambda: [trial._trial_id],       # noqa: SLF001 - the resumed search goes
-                                 lock, {"fail_kind": INTERRUPTED}, grace, masked)     # on in this run
+            def stopped(masked: str | None, trial=trial) -> None:  # Ctrl-C: failed and queued again now, so
+                fail_interrupted(
+                    ks,
+                    lambda: [trial._trial_id],  # noqa: SLF001 - the resumed search goes
+                    lock,
+                    {"fail_kind": INTERRUPTED},
+                    grace,
+                    masked,
+                )  # on in this run
+
             try:
                 interruptible(lambda: _one_run(ks, trial, fixed, ranges, shared), stopped)
             finally:
-                heartbeat.discard(trial._trial_id)              # noqa: SLF001 - as study.TrialSource does
+                heartbeat.discard(trial._trial_id)  # noqa: SLF001 - as study.TrialSource does
     finally:
         heartbeat.stop()
     done = [t for t in ks.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if not done:
         errors = [t.user_attrs["error"] for t in ks.get_trials(deepcopy=False) if "error" in t.user_attrs]
-        raise ConfigError(f"oneshot: every supernet run of the knob search diverged ({errors[-1] if errors else '?'}): "
-                          f"lower oneshot.search's lr or gate_lr range")
+        raise ConfigError(
+            f"oneshot: every supernet run of the knob search diverged ({errors[-1] if errors else '?'}): "
+            f"lower oneshot.search's lr or gate_lr range"
+        )
     best = max(done, key=lambda t: (t.value, -t.number))
     runs = [t.user_attrs["run"] for t in sorted(done, key=lambda t: t.number)]
     return best.number, copy.deepcopy(best.user_attrs["result"]), runs
@@ -157,10 +190,10 @@ def _claim(ks, dists, runs: int, heartbeat):
     running = sum(t.state == TrialState.RUNNING for t in trials)
     if _finished(trials) + running >= runs:
         return None, running
-    with warnings.catch_warnings():           # "heartbeat is supposed to be used with optimize":
-        warnings.simplefilter("ignore")       # we beat for these ourselves (`Heartbeat`)
+    with warnings.catch_warnings():  # "heartbeat is supposed to be used with optimize":
+        warnings.simplefilter("ignore")  # we beat for these ourselves (`Heartbeat`)
         trial = ks.ask(dists)
-    heartbeat.add(trial._trial_id)            # noqa: SLF001 - as study.TrialSource does
+    heartbeat.add(trial._trial_id)  # noqa: SLF001 - as study.TrialSource does
     return trial, running
 
 
@@ -169,13 +202,21 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
     printer = shared.printer
     again = RetryHeartbeatStaleTrialCallback.retried_trial_number(ks.trials[trial.number])
     if again is not None:
-        printer(f"one-shot knobs: run {again} left no result (its worker stopped); run {trial.number} trains "
-                f"its knobs again, from its last saved epoch, if any")
+        printer(
+            f"one-shot knobs: run {again} left no result (its worker stopped); run {trial.number} trains "
+            f"its knobs again, from its last saved epoch, if any"
+        )
     knobs = {**fixed, **trial.params}
-    run_spec = dataclasses.replace(shared.spec, lr=knobs["lr"], gate_lr=knobs["gate_lr"], init_open=knobs["init_open"],
-                                   penalty_step=knobs["penalty_step"], temperature=knobs["temperature"],
-                                   rate_proposals=True,
-                                   checkpoint=os.path.join(shared.state_dir, f"knobs-{_digest(trial.params)}.pt"))
+    run_spec = dataclasses.replace(
+        shared.spec,
+        lr=knobs["lr"],
+        gate_lr=knobs["gate_lr"],
+        init_open=knobs["init_open"],
+        penalty_step=knobs["penalty_step"],
+        temperature=knobs["temperature"],
+        rate_proposals=True,
+        checkpoint=os.path.join(shared.state_dir, f"knobs-{_digest(trial.params)}.pt"),
+    )
     start = time.perf_counter()
     try:
         result = shared.run(run_spec)
@@ -187,24 +228,34 @@ def _one_run(ks, trial, fixed: dict, ranges: dict, shared: _Runs) -> None:
         printer(f"one-shot knobs: run {trial.number} failed ({_short(e)}); going on")
         return
     value = inherited_hypervolume(result["proposed"], shared.reference)
-    record = {"number": trial.number, "knobs": knobs, "hypervolume": round(value, 6), "score": result["score"],
-              "expected_count": round(result["expected_count"]), "cost_s": round(time.perf_counter() - start, 1),
-              "resumed_from": result["resumed_from"],
-              "proposals": [[p["deployable"], p["supernet_score"]] for p in _scored(result["proposed"])]}
+    record = {
+        "number": trial.number,
+        "knobs": knobs,
+        "hypervolume": round(value, 6),
+        "score": result["score"],
+        "expected_count": round(result["expected_count"]),
+        "cost_s": round(time.perf_counter() - start, 1),
+        "resumed_from": result["resumed_from"],
+        "proposals": [[p["deployable"], p["supernet_score"]] for p in _scored(result["proposed"])],
+    }
     try:
         trial.set_user_attr("run", record)
         trial.set_user_attr("result", result)
         ks.tell(trial, value)
-    except (ValueError, UpdateFinishedTrialError):   # another worker failed it as lost (its heartbeat lapsed)
+    except (ValueError, UpdateFinishedTrialError):  # another worker failed it as lost (its heartbeat lapsed)
         if not ks.trials[trial.number].state.is_finished():
             raise
-        printer(f"one-shot knobs: run {trial.number} was failed as lost while it trained (no heartbeat within "
-                f"the grace period); its result is dropped, and the run is trained again from its saved state")
+        printer(
+            f"one-shot knobs: run {trial.number} was failed as lost while it trained (no heartbeat within "
+            f"the grace period); its result is dropped, and the run is trained again from its saved state"
+        )
         return
     forget_state(run_spec)
-    printer(f"one-shot knobs: run {trial.number} ({_knob_text(knobs, ranges)}): {len(result['proposed'])} "
-            f"proposals, inherited hypervolume {value:.4f}, supernet search-dev {result['score']:.4f}, "
-            f"{record['cost_s']:.0f}s")
+    printer(
+        f"one-shot knobs: run {trial.number} ({_knob_text(knobs, ranges)}): {len(result['proposed'])} "
+        f"proposals, inherited hypervolume {value:.4f}, supernet search-dev {result['score']:.4f}, "
+        f"{record['cost_s']:.0f}s"
+    )
 
 
 def diverged(error: BaseException | None) -> bool:
@@ -219,8 +270,9 @@ def diverged(error: BaseException | None) -> bool:
 def _finished(trials) -> int:
     """Runs that ended: complete, or failed and not enqueued again (a run whose worker died is)."""
     retried = {RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials}
-    return sum(t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.number not in retried)
-               for t in trials)
+    return sum(
+        t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and t.number not in retried) for t in trials
+    )
 
 
 def _digest(params: dict) -> str:

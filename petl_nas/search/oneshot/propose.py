@@ -54,20 +54,21 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...fileio import atomic_write
-from ..experiment import OneShot, parse_budget
-from ..claims import training_elsewhere
-from ..storage import as_stored
-from ..progress import Stage, repeating
-from ..records import LR_FROM_SAMPLER, ONESHOT, ONESHOT_ANCHOR as ANCHOR, RATE_CALIBRATION, RATES_SETTING
 from ...tasks.significance import did_not_learn
+from ..claims import training_elsewhere
+from ..experiment import OneShot, parse_budget
+from ..progress import Stage, repeating
+from ..records import LR_FROM_SAMPLER, ONESHOT, RATE_CALIBRATION, RATES_SETTING
+from ..records import ONESHOT_ANCHOR as ANCHOR
+from ..storage import as_stored
 from . import knobs
 from .run import SupernetSpec, forget_state, run_on_ray, run_supernet
 from .standing import describe, standing_path
 
-ATTR = ONESHOT        # the study attribute of its supernet run, and the tag of each trial it proposed
+ATTR = ONESHOT  # the study attribute of its supernet run, and the tag of each trial it proposed
 STARTED = "oneshot_started"
-FIRST_RUN = "oneshot_first_run"    # a supernet run that did not learn, stored before it is trained again
-FILE = OneShot.FILE     # in the run folder of a study with ``oneshot.budgets``: what ``oneshot.file`` reads
+FIRST_RUN = "oneshot_first_run"  # a supernet run that did not learn, stored before it is trained again
+FILE = OneShot.FILE  # in the run folder of a study with ``oneshot.budgets``: what ``oneshot.file`` reads
 
 
 def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
@@ -86,35 +87,48 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     o = exp.oneshot
     waited = False
     while True:
-        with lock():                               # one worker of several is the first to start it
-            if ATTR in study.user_attrs:           # the one it waited for stored its proposals
+        with lock():  # one worker of several is the first to start it
+            if ATTR in study.user_attrs:  # the one it waited for stored its proposals
                 return []
             earlier = study.user_attrs.get(STARTED)
             elsewhere = training_elsewhere(earlier, exp.grace_period)
-            if o.runs > 1 or not elsewhere:        # a knob search's runs are claimed apart: workers join it
+            if o.runs > 1 or not elsewhere:  # a knob search's runs are claimed apart: workers join it
                 joining = o.runs > 1 and elsewhere
                 attempt = earlier["attempt"] + (0 if joining else 1) if earlier else 1
                 if earlier is None and o.runs > 1:
-                    knobs.forget_runs(study)          # before any other worker can add runs
-                mine = {"at": datetime.datetime.now().isoformat(timespec="seconds"), "attempt": attempt,
-                        "host": socket.gethostname(), "pid": os.getpid(), "beat": time.time()}
+                    knobs.forget_runs(study)  # before any other worker can add runs
+                mine = {
+                    "at": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "attempt": attempt,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "beat": time.time(),
+                }
                 study.set_user_attr(STARTED, mine)
                 break
         if not waited:
-            say(f"one-shot: another worker ({earlier['host']}, process {earlier['pid']}) is training the supernet "
-                f"since {earlier['at']}; waiting for its proposals")
+            say(
+                f"one-shot: another worker ({earlier['host']}, process {earlier['pid']}) is training the supernet "
+                f"since {earlier['at']}; waiting for its proposals"
+            )
             waited = True
         time.sleep(min(5.0, exp.heartbeat_interval))
     if joining:
-        say(f"one-shot: joining the knob search another worker ({earlier['host']}, process {earlier['pid']}) "
-            f"started at {earlier['at']}: each supernet run is trained by one worker")
+        say(
+            f"one-shot: joining the knob search another worker ({earlier['host']}, process {earlier['pid']}) "
+            f"started at {earlier['at']}: each supernet run is trained by one worker"
+        )
     elif earlier and earlier.get("diverged"):
-        say(f"one-shot: the supernet run started {earlier['at']} diverged ({earlier['diverged']}); "
-            f"training it again (attempt {attempt})")
+        say(
+            f"one-shot: the supernet run started {earlier['at']} diverged ({earlier['diverged']}); "
+            f"training it again (attempt {attempt})"
+        )
     elif earlier:
-        say(f"one-shot: the supernet run started {earlier['at']} left no result (its worker stopped); "
-            f"training it again from its last saved epoch, if any (attempt {attempt})")
-    with _beating(study, mine, exp.heartbeat_interval):   # (a knob search's runs also beat as its own trials)
+        say(
+            f"one-shot: the supernet run started {earlier['at']} left no result (its worker stopped); "
+            f"training it again from its last saved epoch, if any (attempt {attempt})"
+        )
+    with _beating(study, mine, exp.heartbeat_interval):  # (a knob search's runs also beat as its own trials)
         return lines + _train_and_enqueue(study, exp, budget, lock, say, settings, attempt)
 
 
@@ -122,19 +136,22 @@ def over_budget_note(expected_count: float, budget: int) -> str:
     """What to say when the supernet's gates ended well over the budget ("" when they did not)."""
     if expected_count <= 1.1 * budget:
         return ""
-    return (f"; its gates ended over the budget of {budget:,} (the proposals are cut to each budget exactly, "
-            f"from gates that had not decided: more oneshot.epochs or a larger oneshot.penalty_step let them)")
+    return (
+        f"; its gates ended over the budget of {budget:,} (the proposals are cut to each budget exactly, "
+        f"from gates that had not decided: more oneshot.epochs or a larger oneshot.penalty_step let them)"
+    )
 
 
 def _beating(study, started: dict, interval: float):
     """While the block runs, a thread renews the run's beat every ``interval`` seconds, so that other
     workers wait for it instead of training a second supernet."""
+
     def beat():
         try:
             current = study.user_attrs.get(STARTED)
             if current and current.get("pid") == started["pid"] and current.get("host") == started["host"]:
                 study.set_user_attr(STARTED, {**current, "beat": time.time()})
-        except Exception:                          # noqa: BLE001 - a database hiccup: the next beat retries
+        except Exception:  # noqa: BLE001 - a database hiccup: the next beat retries
             pass
 
     return repeating(interval, beat, "petl-nas-supernet-beat")
@@ -145,18 +162,20 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     start = time.perf_counter()
     o = exp.oneshot
     measured = measured_rates(study)
-    spec = supernet_spec(exp, budget, measured, measured_scales(study) if measured else None,
-                         also=_counts(study, o.budgets or ()))
+    spec = supernet_spec(
+        exp, budget, measured, measured_scales(study) if measured else None, also=_counts(study, o.budgets or ())
+    )
     epochs, multiples, scales = spec.epochs, spec.lr_multiples, spec.scales
     state_dir = os.path.dirname(spec.checkpoint)
 
-    stage = Stage(say, o.runs)                     # a line at least every 30 s while a supernet trains
+    stage = Stage(say, o.runs)  # a line at least every 30 s while a supernet trains
 
     def run_one(s: SupernetSpec) -> dict:
-        path, since = standing_path(s.checkpoint), time.time()     # its epochs, as the training writes them
-        with stage.run(f"one-shot: training the supernet at budget {budget:,} ({epochs:g} epochs)",
-                       lambda: describe(path, since)):
-            if exp.executor == "ray":              # a Ray Tune trial: the driver may have no GPU
+        path, since = standing_path(s.checkpoint), time.time()  # its epochs, as the training writes them
+        with stage.run(
+            f"one-shot: training the supernet at budget {budget:,} ({epochs:g} epochs)", lambda: describe(path, since)
+        ):
+            if exp.executor == "ray":  # a Ray Tune trial: the driver may have no GPU
                 return run_on_ray(s, str(exp.run_dir), exp.ray_address)
             return run_supernet(s)
 
@@ -164,57 +183,97 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
     if o.runs > 1:
         baseline = study.user_attrs.get("baseline")
         reference = (baseline["score"] if baseline else 0.0, float(budget))
-        number, result, knob_runs = knobs.search(exp.storage_url, study.study_name, o, spec, run_one, state_dir,
-                                                 reference, exp.seed, say, lock=lock,
-                                                 heartbeat_interval=exp.heartbeat_interval,
-                                                 grace_period=exp.grace_period)
+        number, result, knob_runs = knobs.search(
+            exp.storage_url,
+            study.study_name,
+            o,
+            spec,
+            run_one,
+            state_dir,
+            reference,
+            exp.seed,
+            say,
+            lock=lock,
+            heartbeat_interval=exp.heartbeat_interval,
+            grace_period=exp.grace_period,
+        )
         run = f"oneshot-{exp.seed}-knobs-{number}"
         chosen = next(r["knobs"] for r in knob_runs if r["number"] == number)
     else:
         run = f"oneshot-{exp.seed}"
         spec, result = _run_retrying(study, spec, o.retry_lr, run_one, lock, say)
-        multiples, chosen = spec.lr_multiples, o.knobs()       # (the proposals' rate stays oneshot.lr)
+        multiples, chosen = spec.lr_multiples, o.knobs()  # (the proposals' rate stays oneshot.lr)
     proposed = result["proposed"]
     shared = {str(budget): proposed, **result.get("proposed_for", {})}
-    record = {"run": run, "candidates": result["candidates"], "bitfit": result["bitfit"],
-              "layernorms": result.get("layernorms", False),
-              "prompt_length": result.get("prompt_length", 0), "lr": chosen["lr"], "gate_lr": chosen["gate_lr"],
-              "family_rates": {f: chosen["lr"] * m for f, m in multiples.items()} if multiples else None,
-              "family_scales": scales,
-              "penalty_step": chosen["penalty_step"], "temperature": chosen["temperature"], "warmup": o.warmup,
-              "init_open": chosen["init_open"], "proposal_lr": o.proposal_lr,
-              "epochs": epochs, "target": budget, "score": result["score"], "score_se": result.get("score_se"),
-              "expected_count": round(result["expected_count"]), "multiplier": result["multiplier"],
-              "supernet_params": result["supernet_params"], "proposed": proposed,
-              "where": {"executor": exp.executor, "device": result["device"], "host": result["host"],
-                        **({"resources": result["resources"]} if "resources" in result else {})},
-              "cost_s": round(time.perf_counter() - start, 1), "attempts": attempt,
-              "resumed_from": result["resumed_from"], "settings": settings,
-              **({"retried": result["retried"]} if "retried" in result else {})}
+    record = {
+        "run": run,
+        "candidates": result["candidates"],
+        "bitfit": result["bitfit"],
+        "layernorms": result.get("layernorms", False),
+        "prompt_length": result.get("prompt_length", 0),
+        "lr": chosen["lr"],
+        "gate_lr": chosen["gate_lr"],
+        "family_rates": {f: chosen["lr"] * m for f, m in multiples.items()} if multiples else None,
+        "family_scales": scales,
+        "penalty_step": chosen["penalty_step"],
+        "temperature": chosen["temperature"],
+        "warmup": o.warmup,
+        "init_open": chosen["init_open"],
+        "proposal_lr": o.proposal_lr,
+        "epochs": epochs,
+        "target": budget,
+        "score": result["score"],
+        "score_se": result.get("score_se"),
+        "expected_count": round(result["expected_count"]),
+        "multiplier": result["multiplier"],
+        "supernet_params": result["supernet_params"],
+        "proposed": proposed,
+        "where": {
+            "executor": exp.executor,
+            "device": result["device"],
+            "host": result["host"],
+            **({"resources": result["resources"]} if "resources" in result else {}),
+        },
+        "cost_s": round(time.perf_counter() - start, 1),
+        "attempts": attempt,
+        "resumed_from": result["resumed_from"],
+        "settings": settings,
+        **({"retried": result["retried"]} if "retried" in result else {}),
+    }
     if knob_runs is not None:
         record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
     if o.budgets:
         record["serves"] = {"file": str(exp.run_dir / FILE), "budgets": sorted(int(b) for b in shared)}
     write = (lambda: _write_file(study, exp, run, chosen["lr"], shared)) if o.budgets else None
     if not _enqueue(study, exp, proposed, record, chosen["lr"], lock, write):
-        return []                                      # another worker got there first
+        return []  # another worker got there first
     forget_state(spec)
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
     if "retried" in record:
-        went_on += (f", trained again at every rate x {record['retried']['factor']:.3g} after its first run "
-                    f"{_outcome(record['retried'])}")
+        went_on += (
+            f", trained again at every rate x {record['retried']['factor']:.3g} after its first run "
+            f"{_outcome(record['retried'])}"
+        )
     if knob_runs is not None:
-        went_on += (f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
-                    + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges()) + ")")
+        went_on += (
+            f", the best of {len(knob_runs)} runs by inherited hypervolume (run {number}: "
+            + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges())
+            + ")"
+        )
     over = over_budget_note(record["expected_count"], budget)
-    at = (" with each family at its measured rate" + (" and scale" if scales else "")) if multiples \
+    at = (
+        (" with each family at its measured rate" + (" and scale" if scales else ""))
+        if multiples
         else f" at lr {chosen['lr']:.3g}"
-    return [f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{at}{went_on} "
-            f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
-            f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
-            + ", ".join(_named(p) for p in proposed) + over] \
-        + not_learned_lines(record, study.user_attrs.get("baseline"))
+    )
+    return [
+        f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{at}{went_on} "
+        f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
+        f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
+        + ", ".join(_named(p) for p in proposed)
+        + over
+    ] + not_learned_lines(record, study.user_attrs.get("baseline"))
 
 
 def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) -> tuple[SupernetSpec, dict]:
@@ -229,24 +288,34 @@ def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) 
             return spec, _run_or_refuse(study, spec, run_one, lock)
         try:
             result = run_one(spec)
-        except Exception as e:                     # noqa: BLE001 - a loss gone non-finite: a rate too fast
+        except Exception as e:  # noqa: BLE001 - a loss gone non-finite: a rate too fast
             if not knobs.diverged(e):
                 raise
             result = {"score": None, "diverged": _first_line(e), "expected_count": None, "resumed_from": None}
-        if result["score"] is not None and not did_not_learn(result["score"], result.get("score_se"),
-                                                             study.user_attrs.get("baseline")):
+        if result["score"] is not None and not did_not_learn(
+            result["score"], result.get("score_se"), study.user_attrs.get("baseline")
+        ):
             return spec, result
-        first = {"score": result["score"], "score_se": result.get("score_se"), "factor": factor,
-                 "expected_count": result["expected_count"] and round(result["expected_count"]),
-                 "resumed_from": result["resumed_from"], **({"diverged": result["diverged"]} if "diverged" in result else {})}
+        first = {
+            "score": result["score"],
+            "score_se": result.get("score_se"),
+            "factor": factor,
+            "expected_count": result["expected_count"] and round(result["expected_count"]),
+            "resumed_from": result["resumed_from"],
+            **({"diverged": result["diverged"]} if "diverged" in result else {}),
+        }
         with lock():
             study.set_user_attr(FIRST_RUN, first)
         forget_state(spec)
-        say(f"one-shot: the supernet {_outcome(first)}; training it again with every rate x {factor:.3g} "
-            f"(oneshot.retry_lr)")
+        say(
+            f"one-shot: the supernet {_outcome(first)}; training it again with every rate x {factor:.3g} "
+            f"(oneshot.retry_lr)"
+        )
     else:
-        say(f"one-shot: the supernet's first run {_outcome(first)}; going on with its second, every rate "
-            f"x {first['factor']:.3g} (oneshot.retry_lr)")
+        say(
+            f"one-shot: the supernet's first run {_outcome(first)}; going on with its second, every rate "
+            f"x {first['factor']:.3g} (oneshot.retry_lr)"
+        )
     spec = slower(spec, first["factor"])
     return spec, {**_run_or_refuse(study, spec, run_one, lock), "retried": first}
 
@@ -262,21 +331,26 @@ def _run_or_refuse(study, spec: SupernetSpec, run_one, lock) -> dict:
     """``run_one(spec)``; a run whose loss went non-finite is recorded and refused in one line."""
     try:
         return run_one(spec)
-    except Exception as e:                         # noqa: BLE001 - a loss gone non-finite is the user's to fix
+    except Exception as e:  # noqa: BLE001 - a loss gone non-finite is the user's to fix
         if not knobs.diverged(e):
             raise
         why = _first_line(e)
         with lock():
             study.set_user_attr(STARTED, {**study.user_attrs[STARTED], "diverged": why})
-        raise ConfigError(f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
-                          f"then run the same command again") from None
+        raise ConfigError(
+            f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
+            f"then run the same command again"
+        ) from None
 
 
 def slower(spec: SupernetSpec, factor: float) -> SupernetSpec:
     """``spec`` with every rate times ``factor`` (each family's measured rate where it has them, else
     ``lr``; the gates keep theirs), its training state in a file of its own."""
-    rates = ({"lr_multiples": {f: m * factor for f, m in spec.lr_multiples.items()}} if spec.lr_multiples
-             else {"lr": spec.lr * factor})
+    rates = (
+        {"lr_multiples": {f: m * factor for f, m in spec.lr_multiples.items()}}
+        if spec.lr_multiples
+        else {"lr": spec.lr * factor}
+    )
     return dataclasses.replace(spec, **rates, checkpoint=_retry_path(spec.checkpoint))
 
 
@@ -284,23 +358,40 @@ def _retry_path(path: str | None) -> str | None:
     return None if path is None else path.removesuffix(".pt") + ".retry.pt"
 
 
-def supernet_spec(exp, budget: int, rates: dict | None = None, scales: dict | None = None,
-                  also=()) -> SupernetSpec:
+def supernet_spec(exp, budget: int, rates: dict | None = None, scales: dict | None = None, also=()) -> SupernetSpec:
     """The supernet ``exp`` trains at ``budget`` (deployable parameters): its one-shot settings, data
     and recipe, each family at ``rates`` (None: every family at ``oneshot.lr``) and each zero-start
     candidate at its family's scale in ``scales``, also deriving for the counts in ``also``."""
     o = exp.oneshot
     state_dir = os.path.abspath(os.path.join(exp.run_dir, "oneshot"))
-    return SupernetSpec(backbone=exp.backbone, task=exp.task, data_dir=exp.data_dir, k=exp.fidelity.k,
-                        data_seed=exp.data_seed, search_dev=exp.fidelity.search_dev, space=exp.space,
-                        budget=budget, rungs=o.rungs, lr=o.lr, gate_lr=o.gate_lr,
-                        epochs=o.epochs if o.epochs is not None else exp.fidelity.epochs,
-                        init_open=o.init_open, batch_size=exp.fidelity.batch_size,
-                        max_length=exp.fidelity.max_length, length_buckets=exp.fidelity.length_buckets,
-                        seed=exp.seed, checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
-                        precision=exp.fidelity.precision, penalty_step=o.penalty_step, temperature=o.temperature,
-                        also=tuple(also), anchors=o.anchors, scales=scales, warmup=o.warmup,
-                        lr_multiples={f: rate / o.lr for f, rate in rates.items()} if rates else None)
+    return SupernetSpec(
+        backbone=exp.backbone,
+        task=exp.task,
+        data_dir=exp.data_dir,
+        k=exp.fidelity.k,
+        data_seed=exp.data_seed,
+        search_dev=exp.fidelity.search_dev,
+        space=exp.space,
+        budget=budget,
+        rungs=o.rungs,
+        lr=o.lr,
+        gate_lr=o.gate_lr,
+        epochs=o.epochs if o.epochs is not None else exp.fidelity.epochs,
+        init_open=o.init_open,
+        batch_size=exp.fidelity.batch_size,
+        max_length=exp.fidelity.max_length,
+        length_buckets=exp.fidelity.length_buckets,
+        seed=exp.seed,
+        checkpoint=os.path.join(state_dir, f"oneshot-{exp.seed}.pt"),
+        precision=exp.fidelity.precision,
+        penalty_step=o.penalty_step,
+        temperature=o.temperature,
+        also=tuple(also),
+        anchors=o.anchors,
+        scales=scales,
+        warmup=o.warmup,
+        lr_multiples={f: rate / o.lr for f, rate in rates.items()} if rates else None,
+    )
 
 
 def measured_rates(study) -> dict | None:
@@ -332,10 +423,12 @@ def not_learned_lines(record: dict, baseline: dict | None) -> list[str]:
     if not did_not_learn(record["score"], record.get("score_se"), baseline):
         return []
     near = "within noise of" if record.get("score_se") is not None else "no better than"
-    return [f"one-shot: the supernet did not learn (search-dev {record['score']:.4f}, {near} the trivial baseline's "
-            f"{baseline['score']:.4f}): its proposals are uninformed; they train as trials beside the presets and "
-            f"anchors, which do not depend on it (more oneshot.epochs or a knob search, oneshot.runs > 1, "
-            f"may let it learn)"]
+    return [
+        f"one-shot: the supernet did not learn (search-dev {record['score']:.4f}, {near} the trivial baseline's "
+        f"{baseline['score']:.4f}): its proposals are uninformed; they train as trials beside the presets and "
+        f"anchors, which do not depend on it (more oneshot.epochs or a knob search, oneshot.runs > 1, "
+        f"may let it learn)"
+    ]
 
 
 def check_resumable(study, exp) -> None:
@@ -352,13 +445,15 @@ def _check_same_settings(study, settings: dict) -> None:
     stored = study.user_attrs[ATTR].get("settings")
     if stored is None:
         return
-    stored = {**as_stored(dataclasses.asdict(OneShot())), **stored}     # a key added since: its default
+    stored = {**as_stored(dataclasses.asdict(OneShot())), **stored}  # a key added since: its default
     changed = [f"{k} {stored.get(k)!r} -> {settings.get(k)!r}" for k in settings if stored.get(k) != settings.get(k)]
     if not changed:
         return
-    raise ConfigError(f"study {study.study_name!r} trained its supernet with other oneshot settings "
-                      f"({'; '.join(changed)}); its proposals are those of the first: to train another supernet, "
-                      f"name a new study (--study NAME)")
+    raise ConfigError(
+        f"study {study.study_name!r} trained its supernet with other oneshot settings "
+        f"({'; '.join(changed)}); its proposals are those of the first: to train another supernet, "
+        f"name a new study (--study NAME)"
+    )
 
 
 def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float, lock, before=None) -> bool:
@@ -372,17 +467,22 @@ def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float,
         if before is not None:
             before()
         for p in proposed:
-            attrs = {"petl_config": p["config"], ATTR: record["run"], "oneshot_budget": p["budget"],
-                     **({ANCHOR: p["anchor"]} if p.get("anchor") else {})}
-            if o.proposal_lr == "sampler":               # the sampler draws it when the trial starts
+            attrs = {
+                "petl_config": p["config"],
+                ATTR: record["run"],
+                "oneshot_budget": p["budget"],
+                **({ANCHOR: p["anchor"]} if p.get("anchor") else {}),
+            }
+            if o.proposal_lr == "sampler":  # the sampler draws it when the trial starts
                 attrs[LR_FROM_SAMPLER] = True
             elif trains_at_measured_rates(study):
-                attrs["recipe"] = {"lr_scale": 1.0}     # each family at its measured rate, as presets
+                attrs["recipe"] = {"lr_scale": 1.0}  # each family at its measured rate, as presets
             else:
                 attrs["recipe"] = {"lr": supernet_lr if o.proposal_lr == "supernet" else float(o.proposal_lr)}
             study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
-        study.set_user_attr(ATTR, {**record, "proposed": [{k: v for k, v in p.items() if k != "config"}
-                                                          for p in proposed]})
+        study.set_user_attr(
+            ATTR, {**record, "proposed": [{k: v for k, v in p.items() if k != "config"} for p in proposed]}
+        )
     return True
 
 
@@ -398,42 +498,66 @@ MATCHING_FIDELITY = ("k", "search_dev", "max_length")
 def _matching(attrs: dict) -> dict:
     """What a study's proposals depend on besides its budget (from its attributes): the backbone,
     task, data and space."""
-    return {**{k: attrs.get(k) for k in MATCHING},
-            **{k: (attrs.get("fidelity") or {}).get(k) for k in MATCHING_FIDELITY}}
+    return {
+        **{k: attrs.get(k) for k in MATCHING},
+        **{k: (attrs.get("fidelity") or {}).get(k) for k in MATCHING_FIDELITY},
+    }
 
 
 def read_proposals(path: str, attrs: dict, budget: int) -> tuple[dict, list[dict]]:
     """The file ``oneshot.file`` names and its proposals for ``budget``, for a study whose attributes
     are ``attrs``; one error line when it cannot serve it (unreadable, made on another backbone,
     task, data or space, or without this budget). Called before the study exists."""
+
     def bad(why: str) -> ConfigError:
         return ConfigError(f"oneshot.file {path!r}: {why}")
+
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise bad("no such file (the study whose oneshot.budgets writes it runs first)") from None
     except (OSError, ValueError) as e:
         raise bad(f"cannot be read ({str(e).splitlines()[0]})") from None
-    shape = (isinstance(data, dict) and isinstance(data.get("proposed"), dict) and isinstance(data.get("made_for"), dict)
-             and isinstance(data.get("run"), str) and isinstance(data.get("lr"), (int, float))
-             and all(isinstance(ps, list) and all(isinstance(p, dict) and {"config", "budget", "deployable"} <= set(p)
-                                                  for p in ps) for ps in data["proposed"].values()))
+    shape = (
+        isinstance(data, dict)
+        and isinstance(data.get("proposed"), dict)
+        and isinstance(data.get("made_for"), dict)
+        and isinstance(data.get("run"), str)
+        and isinstance(data.get("lr"), (int, float))
+        and all(
+            isinstance(ps, list)
+            and all(isinstance(p, dict) and {"config", "budget", "deployable"} <= set(p) for p in ps)
+            for ps in data["proposed"].values()
+        )
+    )
     if not shape:
         raise bad("not a supernet's proposals (written by a study with oneshot.budgets)")
     here = _matching(attrs)
-    if differ := [f"{k} {data['made_for'].get(k)} (here {here[k]})" for k in here if data["made_for"].get(k) != here[k]]:
+    if differ := [
+        f"{k} {data['made_for'].get(k)} (here {here[k]})" for k in here if data["made_for"].get(k) != here[k]
+    ]:
         raise bad(f"its supernet was trained for another study: {', '.join(differ)}")
     if str(budget) not in data["proposed"]:
-        raise bad(f"it holds proposals for budgets {', '.join(f'{int(b):,}' for b in data['proposed'])}, not "
-                  f"{budget:,} (add it to the oneshot.budgets of study {data.get('study')!r})")
+        raise bad(
+            f"it holds proposals for budgets {', '.join(f'{int(b):,}' for b in data['proposed'])}, not "
+            f"{budget:,} (add it to the oneshot.budgets of study {data.get('study')!r})"
+        )
     return data, data["proposed"][str(budget)]
 
 
 def _write_file(study, exp, run: str, supernet_lr: float, proposed: dict) -> None:
     """``runs/NAME/oneshot.json``: the proposals for this budget and ``oneshot.budgets``, for the
     studies of those budgets to read (``oneshot.file``)."""
-    text = json.dumps({"study": study.study_name, "run": run, "lr": supernet_lr, "made_for": _matching(study.user_attrs),
-                       "proposed": proposed}, indent=1)
+    text = json.dumps(
+        {
+            "study": study.study_name,
+            "run": run,
+            "lr": supernet_lr,
+            "made_for": _matching(study.user_attrs),
+            "proposed": proposed,
+        },
+        indent=1,
+    )
     path = exp.run_dir / FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
@@ -444,12 +568,20 @@ def _from_file(study, exp, budget: int, lock, settings: dict) -> list[str]:
     path = exp.oneshot.file
     data, mine = read_proposals(path, study.user_attrs, budget)
     source = data.get("study")
-    record = {"run": f"{source}/{data['run']}", "from": {"file": str(path), "study": source}, "target": budget,
-              "cost_s": 0.0, "attempts": 0, "settings": settings}
+    record = {
+        "run": f"{source}/{data['run']}",
+        "from": {"file": str(path), "study": source},
+        "target": budget,
+        "cost_s": 0.0,
+        "attempts": 0,
+        "settings": settings,
+    }
     if not _enqueue(study, exp, mine, record, data["lr"], lock):
         return []
-    return [f"one-shot: {len(mine)} proposals read from {path} (the supernet of study {source!r}), "
-            f"none trained here: " + ", ".join(_named(p) for p in mine)]
+    return [
+        f"one-shot: {len(mine)} proposals read from {path} (the supernet of study {source!r}), "
+        f"none trained here: " + ", ".join(_named(p) for p in mine)
+    ]
 
 
 def _named(proposal: dict) -> str:

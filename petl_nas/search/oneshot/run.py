@@ -30,20 +30,20 @@ import os
 import socket
 import time
 
-from ...training import checkpoint
 from ...core.budget import count_parameters
 from ...core.config import PetlConfig
 from ...core.family_rates import at_reference_scales
-from ...tasks.encoding import encode
-from ..space import SearchSpace
 from ...tasks import load_splits, resolve_task
-from ...training.loop import Recipe, evaluate
+from ...tasks.encoding import encode
+from ...training import checkpoint
 from ...training.loading import load_backbone
+from ...training.loop import Recipe, evaluate
 from ..baselines import anchors as baseline_anchors
+from ..space import SearchSpace
+from . import standing
 from .derive import anchored, configuration, ladder, select
 from .gates import BETA
 from .inherit import inherited_score
-from . import standing
 from .supernet import GLOBAL, allows_bitfit, allows_layernorms, build_supernet, candidates, prompt_length_for
 from .train import train_supernet
 
@@ -69,16 +69,16 @@ class SupernetSpec:
     max_length: int
     length_buckets: int
     seed: int
-    checkpoint: str | None = None     # the file of its per-epoch training state (None: no resuming)
-    precision: str = "auto"           # what its forward passes compute in (`precision.use_precision`)
-    penalty_step: float = 0.02        # how fast the count's Lagrange multiplier rises (`Supernet.penalty`)
-    temperature: float = BETA         # the hard-concrete gates' β
-    rate_proposals: bool = False      # score each proposal with the supernet's weights (`inherit.py`)
-    also: tuple = ()                  # smaller budgets it also proposes for, each its own ladder
-    anchors: bool = True              # also propose each budget's baselines plus the supernet's fill
+    checkpoint: str | None = None  # the file of its per-epoch training state (None: no resuming)
+    precision: str = "auto"  # what its forward passes compute in (`precision.use_precision`)
+    penalty_step: float = 0.02  # how fast the count's Lagrange multiplier rises (`Supernet.penalty`)
+    temperature: float = BETA  # the hard-concrete gates' β
+    rate_proposals: bool = False  # score each proposal with the supernet's weights (`inherit.py`)
+    also: tuple = ()  # smaller budgets it also proposes for, each its own ladder
+    anchors: bool = True  # also propose each budget's baselines plus the supernet's fill
     lr_multiples: dict | None = None  # {family: its rate / lr} (a study's measured rates); None: all at lr
-    scales: dict | None = None        # {family: the scale its rate was measured at}: candidates trained at it
-    warmup: float = 0.0               # the share of its steps trained before the count's penalty starts
+    scales: dict | None = None  # {family: the scale its rate was measured at}: candidates trained at it
+    warmup: float = 0.0  # the share of its steps trained before the count's penalty starts
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -91,43 +91,79 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     spec = spec if isinstance(spec, SupernetSpec) else SupernetSpec(**spec)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     task = resolve_task(spec.task)
-    splits = load_splits(task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed,
-                         search_dev_size=spec.search_dev)             # cached per process, as a trial's
+    splits = load_splits(
+        task, data_dir=spec.data_dir, k=spec.k, data_seed=spec.data_seed, search_dev_size=spec.search_dev
+    )  # cached per process, as a trial's
     base, tok = load_backbone(spec.backbone, task, splits)
     space = SearchSpace.load(spec.space)
     head = space.with_head(PetlConfig())
     specs = candidates(space, base.config, spec.budget)
-    if spec.scales:               # a zero-start candidate at its family's scale, as a trial trains it
+    if spec.scales:  # a zero-start candidate at its family's scale, as a trial trains it
         specs = at_reference_scales(PetlConfig(modules=specs), spec.scales).modules
     bitfit = allows_bitfit(space, base.config, spec.budget, head)
     layernorms = allows_layernorms(space, base.config, spec.budget, head)
     prompt_length = prompt_length_for(space, base.config, spec.budget, head)
-    torch.manual_seed(spec.seed)                            # its initial weights: the same run, the same supernet
-    net = build_supernet(copy.deepcopy(base), specs, head, init_open=spec.init_open, bitfit=bitfit,
-                         layernorms=layernorms, prompt_length=prompt_length)
-    trained_on = {k: v for k, v in spec.to_dict().items() if k not in ("also", "anchors")}   # they only derive more
-    fingerprint = {**trained_on, "checkpoint": None, "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
-                   "layernorms": layernorms, "prompt_length": prompt_length}
+    torch.manual_seed(spec.seed)  # its initial weights: the same run, the same supernet
+    net = build_supernet(
+        copy.deepcopy(base),
+        specs,
+        head,
+        init_open=spec.init_open,
+        bitfit=bitfit,
+        layernorms=layernorms,
+        prompt_length=prompt_length,
+    )
+    trained_on = {k: v for k, v in spec.to_dict().items() if k not in ("also", "anchors")}  # they only derive more
+    fingerprint = {
+        **trained_on,
+        "checkpoint": None,
+        "candidates": [s.to_dict() for s in specs],
+        "bitfit": bitfit,
+        "layernorms": layernorms,
+        "prompt_length": prompt_length,
+    }
     state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
     trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
     if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
-        state = None                                        # another run's state: start from scratch
+        state = None  # another run's state: start from scratch
     began, first_epoch = time.time(), state["epoch"] if state is not None else 0
 
-    ends: list[float] = []                                  # when each epoch trained here ended
+    ends: list[float] = []  # when each epoch trained here ended
 
-    def save(s: dict) -> None:                              # after every epoch: its state, and where it stands
+    def save(s: dict) -> None:  # after every epoch: its state, and where it stands
         checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint)
         ends.append(time.time())
-        standing.write(standing.standing_path(spec.checkpoint), s["epoch"], spec.epochs, first_epoch, began,
-                       first_done=ends[0])
-    result = train_supernet(net, spec.backbone, task, splits, target=spec.budget, lr=spec.lr, gate_lr=spec.gate_lr,
-                            epochs=spec.epochs, batch_size=spec.batch_size, max_length=spec.max_length,
-                            seed=spec.seed, length_buckets=spec.length_buckets, precision=spec.precision, device=device,
-                            resume=state, on_epoch=save if spec.checkpoint else None, penalty_step=spec.penalty_step,
-                            temperature=spec.temperature, lr_multiples=spec.lr_multiples, warmup=spec.warmup)
-    smallest = min(u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
-                   for u in net.units if u.gate_of is None)       # a UniPELT gate is never derived alone
+        standing.write(
+            standing.standing_path(spec.checkpoint), s["epoch"], spec.epochs, first_epoch, began, first_done=ends[0]
+        )
+
+    result = train_supernet(
+        net,
+        spec.backbone,
+        task,
+        splits,
+        target=spec.budget,
+        lr=spec.lr,
+        gate_lr=spec.gate_lr,
+        epochs=spec.epochs,
+        batch_size=spec.batch_size,
+        max_length=spec.max_length,
+        seed=spec.seed,
+        length_buckets=spec.length_buckets,
+        precision=spec.precision,
+        device=device,
+        resume=state,
+        on_epoch=save if spec.checkpoint else None,
+        penalty_step=spec.penalty_step,
+        temperature=spec.temperature,
+        lr_multiples=spec.lr_multiples,
+        warmup=spec.warmup,
+    )
+    smallest = min(
+        u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
+        for u in net.units
+        if u.gate_of is None
+    )  # a UniPELT gate is never derived alone
     score_on_dev = None
     if spec.rate_proposals:
         dev = encode(splits, tok, max_length=spec.max_length).search_dev
@@ -137,7 +173,7 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     def proposals(budget: int, scored: bool) -> list[dict]:
         seen, out = set(), []
 
-        def add(config, n: int, rung: int, **anchor) -> bool:          # each distinct configuration once
+        def add(config, n: int, rung: int, **anchor) -> bool:  # each distinct configuration once
             as_dict = config.to_dict()
             if n == 0 or repr(as_dict) in seen:
                 return False
@@ -147,24 +183,39 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
 
         for rung in ladder(smallest, budget, spec.rungs):
             selection = select(net, rung)
-            if add(*configuration(net, base.config, selection, head, num_labels=task.num_labels), rung) \
-                    and scored and score_on_dev is not None:
+            if (
+                add(*configuration(net, base.config, selection, head, num_labels=task.num_labels), rung)
+                and scored
+                and score_on_dev is not None
+            ):
                 out[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
-        for name, anchor in baseline_anchors(base.config, budget, base.config.num_hidden_layers) if spec.anchors else ():
+        for name, anchor in (
+            baseline_anchors(base.config, budget, base.config.num_hidden_layers) if spec.anchors else ()
+        ):
             if (found := anchored(net, base.config, budget, anchor, head, num_labels=task.num_labels)) is not None:
                 add(*found, budget, anchor=name)
         return out
 
-    return {"score": result["score"], "score_se": result["score_se"], "expected_count": result["expected_count"],
-            "multiplier": result["multiplier"],
-            "train_s": result["train_s"], "candidates": [s.to_dict() for s in specs], "bitfit": bitfit,
-            "layernorms": layernorms, "prompt_length": prompt_length,
-            "proposed": proposals(spec.budget, True),             # the knob search compares runs by these
-            "proposed_for": {str(b): proposals(b, False) for b in spec.also},
-            "supernet_params": count_parameters(base.config, PetlConfig(
-                modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)).deployable,
-            "device": str(device), "host": socket.gethostname(),
-            "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]}}
+    return {
+        "score": result["score"],
+        "score_se": result["score_se"],
+        "expected_count": result["expected_count"],
+        "multiplier": result["multiplier"],
+        "train_s": result["train_s"],
+        "candidates": [s.to_dict() for s in specs],
+        "bitfit": bitfit,
+        "layernorms": layernorms,
+        "prompt_length": prompt_length,
+        "proposed": proposals(spec.budget, True),  # the knob search compares runs by these
+        "proposed_for": {str(b): proposals(b, False) for b in spec.also},
+        "supernet_params": count_parameters(
+            base.config,
+            PetlConfig(modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length),
+        ).deployable,
+        "device": str(device),
+        "host": socket.gethostname(),
+        "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]},
+    }
 
 
 def forget_state(spec: SupernetSpec) -> None:
@@ -204,8 +255,12 @@ def run_on_ray(spec: SupernetSpec, run_dir: str, address: str | None = None) -> 
         tune.with_resources(supernet_trainable, resources),
         param_space={"spec": spec.to_dict()},
         tune_config=tune.TuneConfig(num_samples=1),
-        run_config=tune.RunConfig(name="supernet", storage_path=os.path.abspath(os.path.join(run_dir, "ray")),
-                                  verbose=0, failure_config=tune.FailureConfig(max_failures=0)),
+        run_config=tune.RunConfig(
+            name="supernet",
+            storage_path=os.path.abspath(os.path.join(run_dir, "ray")),
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
     )
     start = time.perf_counter()
     outcome = tuner.fit()[0]

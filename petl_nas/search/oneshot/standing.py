@@ -34,13 +34,22 @@ def standing_path(checkpoint_path: str | os.PathLike) -> str:
     return str(checkpoint_path) + ".standing.json"
 
 
-def write(path: str | os.PathLike, epoch: int, epochs: float, first_epoch: int, began: float,
-          first_done: float | None = None) -> None:
+def write(
+    path: str | os.PathLike, epoch: int, epochs: float, first_epoch: int, began: float, first_done: float | None = None
+) -> None:
     """Record that ``epoch`` of ``epochs`` epochs are done, in a run that started training at
     ``began`` (wall-clock seconds) from epoch ``first_epoch`` (0, or the epoch it resumed from) and
     ended its first epoch at ``first_done``."""
-    text = json.dumps({"epoch": epoch, "epochs": epochs, "first_epoch": first_epoch, "began": began,
-                       "first_done": first_done, "at": time.time()})
+    text = json.dumps(
+        {
+            "epoch": epoch,
+            "epochs": epochs,
+            "first_epoch": first_epoch,
+            "began": began,
+            "first_done": first_done,
+            "at": time.time(),
+        }
+    )
     atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
@@ -55,10 +64,10 @@ def describe(path: str | os.PathLike, since: float, now: float | None = None) ->
     if at < since or epoch <= first:
         return None
     now = time.time() if now is None else now
-    total = math.ceil(epochs)                          # a fractional last epoch is one more epoch's save
+    total = math.ceil(epochs)  # a fractional last epoch is one more epoch's save
     per_epoch = (at - began) / (epoch - first)
-    if epoch - first >= 2 and isinstance(s.get("first_done"), (int, float)):   # a slow first epoch (warm-up)
-        per_epoch = min(per_epoch, (at - s["first_done"]) / (epoch - first - 1))   # is not extrapolated
+    if epoch - first >= 2 and isinstance(s.get("first_done"), (int, float)):  # a slow first epoch (warm-up)
+        per_epoch = min(per_epoch, (at - s["first_done"]) / (epoch - first - 1))  # is not extrapolated
     said = f"epoch {epoch} of {epochs:g} done"
     if epoch >= total:
         return said + ", scoring it and reading off its proposals"

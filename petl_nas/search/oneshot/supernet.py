@@ -48,6 +48,8 @@ from torch.nn.utils import parametrize
 from ...core.backbones import stacks
 from ...core.budget import applies, count_parameters
 from ...core.config import ModuleSpec, PetlConfig
+from ...core.forms import all_forms
+from ...core.forms.weights import WEIGHTS as LORA_TARGETS
 from ...core.head import pooler_parameters
 from ...core.inject import apply_petl, gate_prompt, head_attention_refusal, norm_modules
 from ...core.modules.adapter import Bottleneck
@@ -56,16 +58,15 @@ from ...core.modules.lora import LoRA
 from ...core.modules.mh_adapter import MultiHeadAdapter
 from ...core.modules.phm import CompacterAdapter
 from ...core.modules.prefix import PrefixEncoder
-from ..space import DEFAULTS, LORA_TARGETS as SPACE_LORA_TARGETS
-from ...core.forms import all_forms
-from ...core.forms.weights import WEIGHTS as LORA_TARGETS
+from ..space import DEFAULTS
+from ..space import LORA_TARGETS as SPACE_LORA_TARGETS
 from .gates import HardConcrete
 
 GATES = "oneshot_gates"
-BITFIT = -1                                      # the candidate index of the BitFit unit (not a ModuleSpec)
-LAYERNORMS = -2                                  # ... and of the trained-LayerNorms unit
-GLOBAL = (BITFIT, LAYERNORMS)                    # units that switch a whole-backbone option of the configuration
-PROMPT = -3                                      # the soft prompt's positions (one unit each)
+BITFIT = -1  # the candidate index of the BitFit unit (not a ModuleSpec)
+LAYERNORMS = -2  # ... and of the trained-LayerNorms unit
+GLOBAL = (BITFIT, LAYERNORMS)  # units that switch a whole-backbone option of the configuration
+PROMPT = -3  # the soft prompt's positions (one unit each)
 
 
 class _Rows(nn.Module):
@@ -73,7 +74,7 @@ class _Rows(nn.Module):
 
     def __init__(self, gate: HardConcrete):
         super().__init__()
-        self.gate = [gate]                       # a list: not a submodule of the parametrization
+        self.gate = [gate]  # a list: not a submodule of the parametrization
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
         z = self.gate[0].z().to(w.dtype)
@@ -101,11 +102,11 @@ class _Columns(nn.Module):
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
         z = self.gate[0].z().to(w.dtype)
-        if self.role == "down.t":                 # [n, r, size/n]
+        if self.role == "down.t":  # [n, r, size/n]
             return w * z[None, None, :]
-        if self.role == "up.s":                   # [n, size/n, r]
+        if self.role == "up.s":  # [n, size/n, r]
             return w * z[None, :, None]
-        return w * z.repeat(w.shape[0] // z.shape[0])   # b_down [size]: entry a·(size/n) + q is unit q
+        return w * z.repeat(w.shape[0] // z.shape[0])  # b_down [size]: entry a·(size/n) + q is unit q
 
 
 class _FromStart(nn.Module):
@@ -115,7 +116,7 @@ class _FromStart(nn.Module):
 
     def __init__(self, gates: list[HardConcrete], start: torch.Tensor):
         super().__init__()
-        self.gates = list(gates)                 # a list: not submodules of the parametrization
+        self.gates = list(gates)  # a list: not submodules of the parametrization
         self.register_buffer("start", start.detach().clone())
 
     def forward(self, b: torch.Tensor) -> torch.Tensor:
@@ -129,15 +130,15 @@ class _FromStart(nn.Module):
 class Unit:
     """The gates of one module instance: which candidate, layer and target, and what a unit costs."""
 
-    candidate: int                # index into the supernet's candidate specs (BITFIT: the biases)
-    layer: int                    # -1 for BitFit (every layer)
-    target: str | None            # LoRA: q, v, ffn_in, ...; adapter: None; "bitfit"
+    candidate: int  # index into the supernet's candidate specs (BITFIT: the biases)
+    layer: int  # -1 for BitFit (every layer)
+    target: str | None  # LoRA: q, v, ffn_in, ...; adapter: None; "bitfit"
     gate: HardConcrete
-    unit_cost: int                # deployable parameters per open unit
-    fixed_cost: int = 0           # parameters the module has while any unit is open (an adapter's b_up)
-    unit_size: int = 1            # the module's size per open unit (Compacter: n dimensions)
-    group_cost: int = 0           # parameters each distinct derived spec of this candidate adds once (PHM's rule)
-    gate_of: int | None = None    # a UniPELT-gate choice: the index (in Supernet.units) of the instance it gates
+    unit_cost: int  # deployable parameters per open unit
+    fixed_cost: int = 0  # parameters the module has while any unit is open (an adapter's b_up)
+    unit_size: int = 1  # the module's size per open unit (Compacter: n dimensions)
+    group_cost: int = 0  # parameters each distinct derived spec of this candidate adds once (PHM's rule)
+    gate_of: int | None = None  # a UniPELT-gate choice: the index (in Supernet.units) of the instance it gates
 
 
 @dataclass
@@ -145,8 +146,8 @@ class Supernet:
     model: nn.Module
     specs: tuple[ModuleSpec, ...]
     units: list[Unit] = field(default_factory=list)
-    multiplier: float = 0.0       # the Lagrange multiplier of the count constraint
-    shared_cost: int = 0          # LayerNorm biases with both BitFit and LayerNorm units: kept while either is open
+    multiplier: float = 0.0  # the Lagrange multiplier of the count constraint
+    shared_cost: int = 0  # LayerNorm biases with both BitFit and LayerNorm units: kept while either is open
 
     def gates(self) -> list[HardConcrete]:
         return [u.gate for u in self.units]
@@ -155,11 +156,11 @@ class Supernet:
         total, shared = 0.0, {}
         for u in self.units:
             p = u.gate.p_open()
-            if u.gate_of is not None:            # a UniPELT gate: its parameters exist while the instance does
+            if u.gate_of is not None:  # a UniPELT gate: its parameters exist while the instance does
                 total = total + u.unit_cost * p.sum() * self.units[u.gate_of].gate.p_open().max()
                 continue
             total = total + u.unit_cost * p.sum() + u.fixed_cost * p.max()
-            if u.group_cost:                     # a candidate's shared tensor (PHM's rule): while any unit is open
+            if u.group_cost:  # a candidate's shared tensor (PHM's rule): while any unit is open
                 shared.setdefault(u.candidate, (u.group_cost, []))[1].append(p.max())
         total = total + sum(cost * torch.stack(opens).max() for cost, opens in shared.values())
         if self.shared_cost:
@@ -200,10 +201,10 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
             size = _largest(space, site, dim)
             extra = shape.supernet_fields(site, _SpaceAt(space, site), gated)
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
-            step = shape.size_step(extra)                  # Compacter: sizes divisible by n
+            step = shape.size_step(extra)  # Compacter: sizes divisible by n
             size = max(step, size - size % step)
             spec = ModuleSpec(form=form, position=site, size=size, **extra)
-            if not applies(model_config, PetlConfig(modules=(spec,))):   # a form this backbone refuses
+            if not applies(model_config, PetlConfig(modules=(spec,))):  # a form this backbone refuses
                 continue
             while budget is not None and size > step and _one_layer_count(model_config, spec) > budget:
                 size = max(step, (size // 2) - (size // 2) % step)
@@ -214,21 +215,25 @@ def candidates(space, model_config, budget: int | None) -> tuple[ModuleSpec, ...
 
 def allows_bitfit(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
     """Does the space allow BitFit, does the backbone have biases, and do they alone fit ``budget``?"""
-    return (_allows_true(space, "bitfit") and applies(model_config, PetlConfig(bitfit=True))
-            and (budget is None or bitfit_cost(model_config, head) <= budget))
+    return (
+        _allows_true(space, "bitfit")
+        and applies(model_config, PetlConfig(bitfit=True))
+        and (budget is None or bitfit_cost(model_config, head) <= budget)
+    )
 
 
 def allows_layernorms(space, model_config, budget: int | None, head: PetlConfig | None = None) -> bool:
     """Does the space allow trained LayerNorms, and do they alone fit ``budget``?"""
     return _allows_true(space, "train_layernorms") and (
-        budget is None or global_cost(model_config, head, layernorms=True) <= budget)
+        budget is None or global_cost(model_config, head, layernorms=True) <= budget
+    )
 
 
 def prompt_length_for(space, model_config, budget: int | None, head: PetlConfig | None = None) -> int:
     """The longest soft prompt the space allows that alone fits ``budget`` (0: no prompt candidate,
     or a backbone whose attention cannot add the prompt's gates to its logits)."""
     d = space.globals.get("prompt_length")
-    if d is None or head_attention_refusal(model_config) is not None:     # its gates need the ``petl`` attention
+    if d is None or head_attention_refusal(model_config) is not None:  # its gates need the ``petl`` attention
         return 0
     longest = int(max(d.choices) if d.choices else d.high if d.kind == "int" else d.value or 0)
     if longest and budget is not None:
@@ -247,8 +252,9 @@ def bitfit_cost(model_config, head: PetlConfig | None = None) -> int:
     return global_cost(model_config, head, bitfit=True)
 
 
-def global_cost(model_config, head: PetlConfig | None = None, bitfit: bool = False, layernorms: bool = False,
-                prompt_length: int = 0) -> int:
+def global_cost(
+    model_config, head: PetlConfig | None = None, bitfit: bool = False, layernorms: bool = False, prompt_length: int = 0
+) -> int:
     """What BitFit, trained LayerNorms and/or a soft prompt add to ``head`` alone, as budget.py counts them."""
     bare = dataclasses.replace(head or PetlConfig(), modules=(), bitfit=False, train_layernorms=False, prompt_length=0)
     with_them = dataclasses.replace(bare, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length)
@@ -304,15 +310,27 @@ def _one_layer_count(model_config, spec: ModuleSpec) -> int:
     return count_parameters(model_config, PetlConfig(modules=(dataclasses.replace(spec, layers=(0,)),))).deployable
 
 
-def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlConfig | None = None,
-                   init_open: float = 0.9, gate_speed: float = 1.0, bitfit: bool = False,
-                   layernorms: bool = False, prompt_length: int = 0) -> Supernet:
+def build_supernet(
+    model: nn.Module,
+    specs: tuple[ModuleSpec, ...],
+    head: PetlConfig | None = None,
+    init_open: float = 0.9,
+    gate_speed: float = 1.0,
+    bitfit: bool = False,
+    layernorms: bool = False,
+    prompt_length: int = 0,
+) -> Supernet:
     """Apply ``specs`` (and ``head``'s head options) to ``model`` in place and gate every unit;
     ``gate_speed``: how many times faster than the weights the gates learn (`HardConcrete`);
     ``bitfit``: add one gated unit for every bias of the backbone; ``layernorms``: one for every
     LayerNorm's weight and bias; ``prompt_length``: a soft prompt of that many gated positions."""
-    config = dataclasses.replace(head or PetlConfig(), modules=tuple(specs), bitfit=bitfit, train_layernorms=layernorms,
-                                 prompt_length=prompt_length)
+    config = dataclasses.replace(
+        head or PetlConfig(),
+        modules=tuple(specs),
+        bitfit=bitfit,
+        train_layernorms=layernorms,
+        prompt_length=prompt_length,
+    )
     apply_petl(model, config)
     gates = nn.ModuleList()
     model.petl.add_module(GATES, gates)
@@ -340,12 +358,24 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
                 for fixed, name in ((down, "s"), (up, "t"), (up, "bias")):
                     parametrize.register_parametrization(fixed, name, _AnyOpen(gate))
                 fixed_cost = sum(getattr(m, name).numel() for m, name in ((down, "s"), (up, "t"), (up, "bias")))
-                net.units.append(Unit(i, int(layer), None, gate, 2 * n * rank + n, fixed_cost=fixed_cost,
-                                      unit_size=n, group_cost=down.rule[0].A.numel()))
+                net.units.append(
+                    Unit(
+                        i,
+                        int(layer),
+                        None,
+                        gate,
+                        2 * n * rank + n,
+                        fixed_cost=fixed_cost,
+                        unit_size=n,
+                        group_cost=down.rule[0].A.numel(),
+                    )
+                )
             elif isinstance(module, MultiHeadAdapter):
                 gate = HardConcrete(module.values.shape[1], init_open, gate_speed)
-                module.position_gate = gate.z               # (a parameter named `values` cannot be parametrized)
-                net.units.append(Unit(i, int(layer), None, gate, module.keys[:, 0].numel() + module.values[:, 0].numel()))
+                module.position_gate = gate.z  # (a parameter named `values` cannot be parametrized)
+                net.units.append(
+                    Unit(i, int(layer), None, gate, module.keys[:, 0].numel() + module.values[:, 0].numel())
+                )
             elif isinstance(module, Bottleneck):
                 gate = HardConcrete(module.down.weight.shape[0], init_open, gate_speed)
                 parametrize.register_parametrization(module.down, "weight", _Rows(gate))
@@ -356,14 +386,14 @@ def build_supernet(model: nn.Module, specs: tuple[ModuleSpec, ...], head: PetlCo
             else:
                 continue
             gates.append(gate)
-            if module.compose.gate is not None:          # UniPELT's gate: with it or without, z decides
+            if module.compose.gate is not None:  # UniPELT's gate: with it or without, z decides
                 mix = HardConcrete(1, 0.5, gate_speed)
                 module.compose.gate_mix = mix.z
                 cost = sum(p.numel() for p in module.compose.gate.parameters())
                 net.units.append(Unit(i, int(layer), target, mix, cost, gate_of=len(net.units) - 1))
                 gates.append(mix)
     for i, layer, edits in _prefixes(model):
-        pk, _ = edits.prefix.layer_kv(edits.prefix_index)         # [H_kv, l, D]
+        pk, _ = edits.prefix.layer_kv(edits.prefix_index)  # [H_kv, l, D]
         gate = HardConcrete(pk.shape[1], init_open, gate_speed)
         edits.prefix_gate = gate.z
         net.units.append(Unit(i, layer, None, gate, 2 * pk.shape[0] * pk.shape[2]))
@@ -381,17 +411,27 @@ def _resample(gates: list[HardConcrete], module: nn.Module, args) -> None:
         g.sample()
 
 
-def _gate_globals(net: Supernet, model: nn.Module, head, bitfit: bool, layernorms: bool, init_open: float,
-                  gate_speed: float, gates: nn.ModuleList) -> None:
+def _gate_globals(
+    net: Supernet,
+    model: nn.Module,
+    head,
+    bitfit: bool,
+    layernorms: bool,
+    init_open: float,
+    gate_speed: float,
+    gates: nn.ModuleList,
+) -> None:
     """The BitFit and LayerNorm units (see the module docstring), with their exact costs."""
     if not (bitfit or layernorms):
         return
-    c_b = global_cost(model.config, head, bitfit=True) if bitfit else 0       # (a bias-free backbone has no BitFit)
+    c_b = global_cost(model.config, head, bitfit=True) if bitfit else 0  # (a bias-free backbone has no BitFit)
     c_l = global_cost(model.config, head, layernorms=True) if layernorms else 0
     both = bitfit and layernorms
     net.shared_cost = c_b + c_l - global_cost(model.config, head, bitfit=True, layernorms=True) if both else 0
-    found = {BITFIT: HardConcrete(1, init_open, gate_speed) if bitfit else None,
-             LAYERNORMS: HardConcrete(1, init_open, gate_speed) if layernorms else None}
+    found = {
+        BITFIT: HardConcrete(1, init_open, gate_speed) if bitfit else None,
+        LAYERNORMS: HardConcrete(1, init_open, gate_speed) if layernorms else None,
+    }
     norms = norm_modules(model) if layernorms else []
     norm_ids = {id(m) for m in norms}
     for module, start in _backbone_biases(model) if bitfit else []:
@@ -421,11 +461,15 @@ def _backbone_biases(model: nn.Module) -> list[tuple[nn.Module, torch.Tensor]]:
 
 def _prefixes(model: nn.Module):
     """(candidate index, layer, HeadEdits) of every prefixed attention module, in candidate order."""
-    index = {id(enc): (i, enc) for i, group in enumerate(model.petl.groups.values())
-             for enc in group.modules() if isinstance(enc, PrefixEncoder)}
+    index = {
+        id(enc): (i, enc)
+        for i, group in enumerate(model.petl.groups.values())
+        for enc in group.modules()
+        if isinstance(enc, PrefixEncoder)
+    }
     found = []
     spec, layer_lists = stacks(model)
-    for block in (b for b in spec.blocks if b.attention is not None):     # DeBERTa: no prefix anywhere
+    for block in (b for b in spec.blocks if b.attention is not None):  # DeBERTa: no prefix anywhere
         for l, layer in enumerate(layer_lists[block.name]):
             edits = edits_of(layer.get_submodule(block.attention))
             if edits is not None and edits.prefix is not None and id(edits.prefix) in index:
@@ -442,5 +486,19 @@ def _instances(group: nn.Module):
             yield from _instances(module)
 
 
-__all__ = ["Supernet", "Unit", "build_supernet", "candidates", "allows_bitfit", "allows_layernorms", "bitfit_cost",
-           "global_cost", "prompt_length_for", "GATES", "BITFIT", "LAYERNORMS", "GLOBAL", "PROMPT"]
+__all__ = [
+    "Supernet",
+    "Unit",
+    "build_supernet",
+    "candidates",
+    "allows_bitfit",
+    "allows_layernorms",
+    "bitfit_cost",
+    "global_cost",
+    "prompt_length_for",
+    "GATES",
+    "BITFIT",
+    "LAYERNORMS",
+    "GLOBAL",
+    "PROMPT",
+]
