@@ -66,6 +66,18 @@ def fit(line: str) -> str:
     )
 
 
+def one_line(head: str, name: str, tail: str) -> str:
+    """``head + name + tail`` within WIDTH where it can be, ``name`` (a configuration in a few words)
+    cut short with an ellipsis to make room, never below 12 characters: a trial is one line.
+
+    Example:
+        >>> one_line("[1/8] trial 3 ", "LoRA r=2 q,v + prompt 4", "  0.81  " + "x" * 90)[:40]
+        '[1/8] trial 3 LoRA r=2 q,…  0.81  xxxxxx'
+    """
+    room = max(12, WIDTH - len(head) - len(tail))
+    return head + (name if len(name) <= room else name[: room - 1] + "…") + tail
+
+
 def say(text: str) -> None:
     """Print ``text`` on standard output, each line `fit` to the width, at once (live when piped)."""
     for line in str(text).split("\n"):
@@ -98,4 +110,4 @@ def detail(printer: Callable[[str], None], text: str) -> None:
         printer(text)
 
 
-__all__ = ["WIDTH", "VERBOSE_ENV", "SaidOnce", "detail", "fit", "say", "set_verbose", "table", "verbose"]
+__all__ = ["WIDTH", "VERBOSE_ENV", "SaidOnce", "detail", "fit", "one_line", "say", "set_verbose", "table", "verbose"]

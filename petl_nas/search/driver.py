@@ -47,7 +47,7 @@ from . import calibrate, rates, study_note
 from . import progress as progress_lines
 from .baselines import seed_sweep, sweep_trials
 from .confirm import confirmed_scores, verdict
-from .console import SaidOnce, fit, say, table
+from .console import SaidOnce, fit, one_line, say, table
 from .executors import EXECUTORS, Recorder
 from .experiment import Experiment, large_budget_warning
 from .finals import reevaluate_front
@@ -279,10 +279,8 @@ class Progress:
         states = f" | done {c['complete']}" + "".join(
             f" {k} {c[k]}" for k in ("running", "pruned", "failed", "rejected") if c[k]
         )
-        self.print(
-            f"[{self.done}/{self.total}] trial {p.number} {tag}{short_name(p.config)}  {what}  "
-            f"{p.deployable:,} params{states} | front {len(front(self.study))} | ETA {_minutes(eta)}"
-        )
+        tail = f"  {what}  {p.deployable:,} params{states} | front {len(front(self.study))} | ETA {_minutes(eta)}"
+        self.print(one_line(f"[{self.done}/{self.total}] trial {p.number} {tag}", short_name(p.config), tail))
 
 
 def _minutes(seconds: float) -> str:

@@ -1,7 +1,7 @@
 """`search.console`: aligned tables, each line said once and fit to the width, details only with
 ``--verbose``."""
 
-from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, say, set_verbose, table
+from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, table
 
 
 def test_a_table_aligns_its_columns():
@@ -47,3 +47,12 @@ def test_details_only_with_verbose(monkeypatch):
     set_verbose(False)
     detail(said.append, "every rate tried")
     assert said == ["every rate tried"]
+
+
+def test_a_trial_line_cuts_the_configuration_not_the_line():
+    tail = "  0.8200 ± 0.0222  65,608 params | done 4 running 1 | front 3 | ETA 5.0 min"
+    name = "Compacter r=24 attn L0,1,5 + adapter r=14 ffn L0,1,5 + BitFit + prompt 4 + prefix 8 q,k,v"
+    line = one_line("[4/8] trial 3 ", name, tail)
+    assert len(line) == WIDTH and line.endswith(tail) and "…" in line
+    short = one_line("[4/8] trial 3 ", "LoRA r=2 q,v", tail)
+    assert short == "[4/8] trial 3 LoRA r=2 q,v" + tail
