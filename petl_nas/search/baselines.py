@@ -123,6 +123,16 @@ def lora_sweep(model_config, budget: int | None) -> list[tuple[str, PetlConfig]]
     return [(name, config) for _, name, config in sorted(points, key=lambda p: p[0])]
 
 
+def queued_baselines(model_config, budget: int | None, n_layers: int, families=None) -> list[tuple[str, PetlConfig]]:
+    """(name, configuration) of every baseline a study queues at ``budget`` (`seed_sweep`): the LoRA
+    rank sweep, the small-budget baselines and today's methods (``families``: as `family_baselines`)."""
+    return (
+        lora_sweep(model_config, budget)
+        + budget_baselines(model_config, budget, n_layers)
+        + family_baselines(model_config, budget, n_layers, families)
+    )
+
+
 def anchors(model_config, budget: int | None, n_layers: int) -> list[tuple[str, PetlConfig]]:
     """(name, configuration) of the largest baseline of each kind within ``budget`` (LoRA on q, v;
     on every linear layer; on q, v of the top layers; prompt tuning; BitFit; LayerNorms), smallest
@@ -247,6 +257,7 @@ __all__ = [
     "lora_sweep",
     "budget_baselines",
     "family_baselines",
+    "queued_baselines",
     "seed_sweep",
     "sweep_trials",
     "RANKS",

@@ -6,9 +6,10 @@ and a mixed configuration trained its adapters and its LoRA at one compromise ra
 good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the trials:
 
 - every family of modules the space can draw or a per-budget baseline trains (`FAMILY_PROBES`) is
-  trained on one of its presets that fits the budget (else one with its sizes halved, or its
-  layers cut, until it fits, `shrunk`, else its shape on the top layers that fit, as the
-  per-budget baselines are built), with the trial recipe, scored on search-dev like a trial;
+  trained on one of its presets that fits the budget (else on its largest per-budget baseline,
+  `baseline_probes`, else a preset with its sizes halved, or its layers cut, until it fits,
+  `shrunk`, else its shape on the top layers that fit), with the trial recipe, scored on
+  search-dev like a trial;
 - each climbs from its paper rate times the factor measured so far on the families before it
   (the first: its paper rate), brought into the space's ``lr`` range where the space's author
   said good rates lie, in steps of `STEP`: up while the score rises, else down, at most
@@ -18,7 +19,9 @@ good rates lie up to 10x apart. With ``rates: auto`` (new studies), before the t
 - calibration takes at most ``rates.share`` of the runs the study will train (`planned_runs`:
   its trials, presets, sweep, baselines, a supernet's proposals, confirmation and final runs); a
   family it cannot afford keeps its paper rate times the factor measured on the others (the trial
-  recipe moves every rate alike), and says so. LayerNorms train at the rate of the module they
+  recipe moves every rate alike), and says so. A family a per-budget baseline trains is measured
+  whatever the share, `MIN_RUNS` runs at least: every baseline trains at a measured rate, and the
+  baseline's trial is its family's best run. LayerNorms train at the rate of the module they
   come with.
 
 Every trial then trains each family at its rate (`at_rates`: the configuration's first family sets
@@ -65,6 +68,7 @@ SETTING = RATES_SETTING  # the study attribute holding the mode it searches in
 SCALE = "lr_scale"  # the study parameter the sampler draws in a calibrated study
 STEP = 3.0  # one step of the climb: a factor of 3
 MAX_STEPS = 3  # runs per family at most
+MIN_RUNS = 2  # runs of a family a per-budget baseline trains, whatever the share: one climb step
 NOMINAL_WIDTH = 768  # a hidden size to build a preset at where only its scales are read
 # family -> presets that measure it, in order of preference (the first that fits the budget)
 FAMILY_PROBES = {
@@ -101,19 +105,42 @@ def study_families(space, model_config, budget: int | None, baselines: bool = Tr
     """The families a study trains: those the space can draw, then (with ``baselines``: the study
     queues its per-budget baselines) those of today's small-budget methods that fit the budget
     (`baselines.family_baselines`), each with a probe in `FAMILY_PROBES`."""
-    from .baselines import family_baselines
+    from .baselines import queued_baselines
 
     out = space_families(space)
     if baselines and model_config is not None:
-        for _, config in family_baselines(model_config, budget, model_config.num_hidden_layers):
+        for _, config in queued_baselines(model_config, budget, model_config.num_hidden_layers):
             out += [f for f in families_of(config) if f in FAMILY_PROBES and f not in out]
     return out
 
 
-def probe(family: str, space, model_config, budget: int | None) -> tuple[str, PetlConfig] | None:
+def baseline_probes(space, model_config, budget: int | None) -> dict[str, tuple[str, PetlConfig]]:
+    """family -> (name, configuration as the study trains it) of the largest per-budget baseline of
+    that family alone (`baselines.queued_baselines`; LoRA without DoRA's magnitude): the run that
+    measures the family where its preset is over the budget, so that its best run is the
+    baseline's trial, recorded from it, not trained again. Each of these families is measured
+    (`MIN_RUNS`), whatever calibration's share."""
+    from ..core.budget import count_parameters
+    from .baselines import queued_baselines
+
+    largest = {}
+    for name, config in queued_baselines(model_config, budget, model_config.num_hidden_layers):
+        found = families_of(config)
+        if len(found) != 1 or found[0] not in FAMILY_PROBES or any(getattr(m, "dora", False) for m in config.modules):
+            continue
+        n = count_parameters(model_config, config).deployable
+        if found[0] not in largest or n > largest[found[0]][0]:
+            largest[found[0]] = (n, name, space.with_head(config))
+    return {family: (name, config) for family, (_, name, config) in largest.items()}
+
+
+def probe(
+    family: str, space, model_config, budget: int | None, baseline: tuple[str, PetlConfig] | None = None
+) -> tuple[str, PetlConfig] | None:
     """The first preset of ``family`` that fits the budget, as the study trains it (lr_scale 1);
-    when none does, the first one the backbone takes with its modules' sizes halved until it fits
-    (`shrunk`): a family is measured whenever one of its modules fits at all."""
+    when none does, the family's per-budget ``baseline`` (`baseline_probes`) where it has one, else
+    the first preset the backbone takes with its modules' sizes halved until it fits (`shrunk`): a
+    family is measured whenever one of its modules fits at all."""
     from ..core.budget import count_parameters, fitted  # torch: counting builds a meta model
 
     taken = []
@@ -124,6 +151,8 @@ def probe(family: str, space, model_config, budget: int | None) -> tuple[str, Pe
         if budget is None or count_parameters(model_config, config).deployable <= budget:
             return name, config
         taken.append((name, config))
+    if baseline is not None:
+        return f"{baseline[0]}, its baseline at this budget", baseline[1]
     for name, config in taken:
         small = shrunk(config, model_config, budget)
         if small is not None:
@@ -280,15 +309,17 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
     left = allowance(planned, exp.rates.share)
     lr_range = SearchSpace.load(exp.space).globals["lr"]
     order, skipped, climbs = study_families(space, model_config, budget, exp.final.baselines), {}, {}
-    stage = Stage(printer, left, at_most=True)
+    floor = baseline_probes(space, model_config, budget) if exp.final.baselines else {}
+    stage = Stage(printer, left + MIN_RUNS * len(floor), at_most=True)
     scales = {}
     for family in order:
-        found = probe(family, space, model_config, budget)
+        found = probe(family, space, model_config, budget, floor.get(family))
         prior = within(preset_lr(FAMILY_PROBES[family][0]), lr_range)
         ref = reference_scale(found[1], family) if found else preset_scale(family, FAMILY_PROBES[family][0])
         if ref is not None and scale_can_be_a_rate(family):
             scales[family] = ref
-        if found is None or left < 2:
+        runs = max(MIN_RUNS, min(MAX_STEPS, left)) if family in floor else min(MAX_STEPS, left)
+        if found is None or runs < MIN_RUNS:
             skipped[family] = {
                 "prior": prior,
                 "why": "no preset of it fits the budget"
@@ -296,9 +327,9 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
                 else "not measured: calibration's share of the study's runs is spent",
             }
             continue
-        measure, runs = _measurer(exp, family, *found, printer, stage, known)
+        measure, trained = _measurer(exp, family, *found, printer, stage, known)
         first = within(prior * factor_so_far(climbs), lr_range)  # the recipe moves every rate alike
-        climbs[family] = Climb(measure, runs, found[0], prior, climb(measure, first, min(MAX_STEPS, left)))
+        climbs[family] = Climb(measure, trained, found[0], prior, climb(measure, first, runs))
         left -= len(climbs[family].tried)
     measured, results, records = {}, {}, {}
     for family, c in climbs.items():
@@ -329,6 +360,7 @@ def calibrate(exp, space, model_config, budget: int | None, printer, known=(), p
         "factor": factor,
         "runs": sum(len(v.get("tried", ())) for v in families.values()),
         "allowed": allowance(planned, exp.rates.share),
+        "baselines": sorted(floor),  # measured whatever the share: a per-budget baseline trains them
         "trials": exp.trials,
         "planned": planned,
         "results": results,

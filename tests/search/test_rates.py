@@ -568,3 +568,56 @@ def test_the_runs_a_study_plans_buy_more_families_their_own_rate(monkeypatch):
     assert (few["allowed"], few["runs"], many["allowed"]) == (2, 2, 6) and 2 < many["runs"] <= 6
     measured = [f for f, v in many["families"].items() if "tried" in v]
     assert len(measured) > len([f for f, v in few["families"].items() if "tried" in v])
+
+
+def test_every_family_a_per_budget_baseline_trains_is_measured_on_that_baseline(monkeypatch):
+    """At 0.01% of MiniLM (2,271) calibration's share affords 2 runs; each family a per-budget
+    baseline trains is measured anyway, on that baseline's own configuration (so its best run is the
+    baseline's trial), with one climb step at least; a family only the space draws keeps the
+    factor measured on the others."""
+    from transformers import BertConfig
+
+    from petl_nas.core.family_rates import families_of
+    from petl_nas.search import worker
+    from petl_nas.search.baselines import queued_baselines
+    from petl_nas.search.results import TrialResult
+
+    def scripted(spec, **kw):  # every family peaks at 3e-3
+        assert families_of(PetlConfig.from_dict(spec.config))
+        return TrialResult(score=0.9 - abs(math.log(spec.recipe["lr"] / 3e-3)) / 10, score_se=0.01)
+
+    monkeypatch.setattr(worker, "run_trial", scripted)
+    minilm = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    exp = tiny_experiment(space="unified", trials=2, rates=Rates(), final=FinalEval(seeds=0, baselines=True))
+    space = SearchSpace.load("unified").with_rate_scale(2.0)
+    record = rates.calibrate(exp, space, minilm, 2_271, printer=lambda *a: None)
+    queued = dict(queued_baselines(minilm, 2_271, 6))
+    trained = {families_of(c)[0] for c in queued.values() if len(families_of(c)) == 1}
+    assert trained >= {"lora", "prompt", "ia3", "ln", "lokr", "vera", "fourierft"}
+    assert record["allowed"] == 2 and set(record["baselines"]) == trained
+    for family in trained:
+        f = record["families"][family]
+        assert len(f["tried"]) >= rates.MIN_RUNS, family
+        name, config = rates.probe(family, space, minilm, 2_271, rates.baseline_probes(space, minilm, 2_271)[family])
+        assert f["probe"] == name and config == space.with_head(queued[name.split(",")[0]]), family
+    assert rates.baseline_probes(space, minilm, 2_271)["prompt"][0] == "prompt_l5"  # 5 tokens, not the preset's 20
+    assert "tried" not in record["families"]["adapter"]  # the space's alone: the share is spent
+
+
+@pytest.mark.slow
+def test_a_baseline_that_measured_its_family_is_recorded_from_that_run_not_trained_again(tmp_path):
+    """A real tiny study at 0.5% of the tiny BERT: each family a per-budget baseline trains is
+    measured on that baseline, and the baseline's trial is calibration's best run of it."""
+    from petl_nas.search.driver import run_search
+
+    exp = _calibrated(tmp_path, space="unified", presets="none", budget="0.5%", trials=1, rates=Rates())
+    exp = dataclasses.replace(exp, final=FinalEval(seeds=0, baselines=True))
+    run_search(exp, printer=lambda *a: None)
+    study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
+    record = study.user_attrs[rates.ATTR]
+    assert {"lora", "prompt", "lokr", "ln", "vera", "fourierft"} <= set(record["baselines"])
+    by_name = {t.user_attrs.get("baseline"): t for t in study.trials}
+    for family in record["baselines"]:
+        name = record["families"][family]["probe"].split(",")[0]
+        if name in by_name:  # a preset that fits as it is has no baseline trial of its own name
+            assert by_name[name].user_attrs.get("reused") == "calibration", family
