@@ -691,10 +691,20 @@ def _default(cls, name: str) -> str:
 
 
 def _search_command(sub) -> None:
-    def default(name: str, cls=Experiment) -> str:
-        return f"(default {_default(cls, name)})"
-
     p = _command(sub, "search", "search the design space under a parameter budget")
+    _what_to_search(p)
+    _how_to_run(p)
+    p.set_defaults(func=cmd_search)
+
+
+def _with_default(name: str, cls=Experiment) -> str:
+    """``(default X)``: an option's default as the experiment's fields keep it."""
+    return f"(default {_default(cls, name)})"
+
+
+def _what_to_search(p) -> None:
+    """The search's options that say what is searched: backbone, task, budget, space, trials."""
+    default = _with_default
     p.add_argument("--experiment", help="an experiment YAML (flags override it)")
     p.add_argument("--name", help=f"experiment name: the study's name and the runs/NAME folder {default('name')}")
     p.add_argument("--model", help=f"backbone: local directory or hub name {default('backbone')}")
@@ -736,6 +746,11 @@ def _search_command(sub) -> None:
     p.add_argument(
         "--presets", help=f"auto (every preset that fits), none, or a comma-separated list {default('presets')}"
     )
+
+
+def _how_to_run(p) -> None:
+    """The search's options that say how it runs: executor, resources, storage, objectives, length."""
+    default = _with_default
     p.add_argument(
         "--executor",
         help="ray or local (no Ray: trials in this process; several local "
@@ -783,7 +798,6 @@ def _search_command(sub) -> None:
         action="store_true",
         help="print the details too (every rate tried, why scales are rates); the report has them all",
     )
-    p.set_defaults(func=cmd_search)
 
 
 def _suite_command(sub) -> None:

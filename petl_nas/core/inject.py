@@ -298,14 +298,9 @@ def petl_root(model: nn.Module, caller: str) -> PetlRoot:
     return root
 
 
-def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = False) -> nn.Module:
-    """Insert the configured modules into ``model`` in place, freeze everything else, and return it.
-
-    Args:
-        model: a transformers model whose ``config.model_type`` has a backbone spec.
-        config: the design to apply.
-        flat_prefix: build prefixes in their deployable (flattened) form, as ``load_petl`` does.
-    """
+def _checked(model: nn.Module, config: PetlConfig):
+    """(backbone spec, its layer lists, each position's depths) of a fresh transformers ``model``
+    that ``config`` applies to; a `ConfigError` naming what does not."""
     if hasattr(model, ROOT):
         raise ConfigError("model already has PETL modules; apply a config to a fresh backbone")
     if not hasattr(getattr(model, "config", None), "model_type") or not hasattr(model, "base_model"):
@@ -326,6 +321,18 @@ def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = Fals
             f"bitfit: the {model.config.model_type} backbone has no bias terms, so BitFit "
             f"would train nothing; use another method"
         )
+    return spec, layer_lists, available
+
+
+def apply_petl(model: nn.Module, config: PetlConfig, *, flat_prefix: bool = False) -> nn.Module:
+    """Insert the configured modules into ``model`` in place, freeze everything else, and return it.
+
+    Args:
+        model: a transformers model whose ``config.model_type`` has a backbone spec.
+        config: the design to apply.
+        flat_prefix: build prefixes in their deployable (flattened) form, as ``load_petl`` does.
+    """
+    spec, layer_lists, available = _checked(model, config)
     ref = next(model.parameters())
     root = PetlRoot(config, flat_prefix)
     root_edits = functools.partial(HeadEdits, is_enabled=root.is_enabled, pad_mask=root.pad_mask)

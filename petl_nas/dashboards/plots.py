@@ -111,6 +111,22 @@ def pareto(view: StudyView) -> bytes:
     ax = fig.add_subplot()
     (scale, scale_kwargs), xlim = x_axis(view)
     ax.set_xscale(scale, **scale_kwargs)
+    _draw_trials(ax, view)
+    _draw_front(ax, view)
+    _draw_sweep(ax, view)
+    _draw_marked(ax, view)
+    _draw_finals(ax, view)
+    _draw_budget(ax, view)
+    _pareto_axes(ax, view, scale, xlim)
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)  # never over a point
+    fig.canvas.draw()  # fix the layout, then place labels in final coordinates
+    fig.set_layout_engine("none")
+    _label_front_and_presets(ax, view)
+    return _png(fig)
+
+
+def _draw_trials(ax, view: StudyView) -> None:
+    """Every complete trial off the front; those that did not learn as crosses; the trivial baseline."""
     others = [p for p in view.points if not p.on_front and not p.did_not_learn]
     ax.scatter(
         [p.deployable for p in others],
@@ -141,6 +157,10 @@ def pareto(view: StudyView) -> bytes:
             zorder=1,
             label=f"trivial baseline: {view.baseline['what']}",
         )
+
+
+def _draw_front(ax, view: StudyView) -> None:
+    """The front's staircase (score and parameters), and the members only a cost keeps on it."""
     front = view.front
     steps = pareto_front(front, score=lambda p: p.score, size=lambda p: p.deployable)
     ax.plot(
@@ -166,30 +186,39 @@ def pareto(view: StudyView) -> bytes:
             zorder=3,
             label=f"on the front by {', '.join(view.cost_objectives)} (see the Costs figure)",
         )
-    if view.sweep:
-        steps = pareto_front(
-            [p for p in view.sweep if not p.did_not_learn], score=lambda p: p.score, size=lambda p: p.deployable
-        )
-        ax.plot(
-            [p.deployable for p in steps],
-            [p.score for p in steps],
-            "--^",
-            drawstyle="steps-post",
-            color="tab:green",
-            markersize=6,
-            lw=1.0,
-            label="LoRA rank sweep (its front)",
-            zorder=3,
-        )
-        ax.scatter(
-            [p.deployable for p in view.sweep],
-            [p.score for p in view.sweep],
-            marker="^",
-            s=30,
-            color="tab:green",
-            alpha=0.5,
-            zorder=3,
-        )
+
+
+def _draw_sweep(ax, view: StudyView) -> None:
+    """The LoRA rank sweep: its points and its own front."""
+    if not view.sweep:
+        return
+    steps = pareto_front(
+        [p for p in view.sweep if not p.did_not_learn], score=lambda p: p.score, size=lambda p: p.deployable
+    )
+    ax.plot(
+        [p.deployable for p in steps],
+        [p.score for p in steps],
+        "--^",
+        drawstyle="steps-post",
+        color="tab:green",
+        markersize=6,
+        lw=1.0,
+        label="LoRA rank sweep (its front)",
+        zorder=3,
+    )
+    ax.scatter(
+        [p.deployable for p in view.sweep],
+        [p.score for p in view.sweep],
+        marker="^",
+        s=30,
+        color="tab:green",
+        alpha=0.5,
+        zorder=3,
+    )
+
+
+def _draw_marked(ax, view: StudyView) -> None:
+    """The supernet's proposals and the presets, each marked its own way."""
     oneshot = [p for p in view.points if p.group == "oneshot"]
     if oneshot:
         ax.scatter(
@@ -203,10 +232,9 @@ def pareto(view: StudyView) -> bytes:
             label="one-shot proposal (read off the supernet)",
             zorder=4,
         )
-    presets = view.presets
     ax.scatter(
-        [p.deployable for p in presets],
-        [p.score for p in presets],
+        [p.deployable for p in view.presets],
+        [p.score for p in view.presets],
         marker="D",
         s=46,
         facecolors="none",
@@ -215,6 +243,10 @@ def pareto(view: StudyView) -> bytes:
         label="preset (seeded trial)",
         zorder=4,
     )
+
+
+def _draw_finals(ax, view: StudyView) -> None:
+    """The held-out re-evaluations (mean ± std), each joined to its search score."""
     finals = view.reevaluated
     if finals:
         seeds = finals[0].final.get("seeds") or len(finals[0].final.get("scores", []))
@@ -234,6 +266,9 @@ def pareto(view: StudyView) -> bytes:
         )
         for p in finals:
             ax.plot([p.deployable] * 2, [p.score, p.final["mean"]], ":", color="black", lw=0.8, zorder=1)
+
+
+def _draw_budget(ax, view: StudyView) -> None:
     if view.budget:
         pct = view.pct(view.budget)
         ax.axvline(
@@ -244,9 +279,13 @@ def pareto(view: StudyView) -> bytes:
             zorder=1,
             label=f"budget {view.budget:,}" + (f" ({pct:.2f}% of the backbone)" if pct else ""),
         )
+
+
+def _pareto_axes(ax, view: StudyView, scale: str, xlim) -> None:
+    """Limits with room for the labels, counts on x (and % of the backbone on top), titles, grid."""
     ax.set_xlim(*xlim)
     ys = [p.score for p in view.points] + [
-        p.final["mean"] + s * (p.final.get("std") or 0) for p in finals for s in (-1, 1)
+        p.final["mean"] + s * (p.final.get("std") or 0) for p in view.reevaluated for s in (-1, 1)
     ]
     ys += [view.baseline["score"]] if view.baseline else []
     span = max(ys) - min(ys) or 0.05
@@ -264,17 +303,17 @@ def pareto(view: StudyView) -> bytes:
     ax.set_ylabel(f"{view.metric} (search dev; test where re-evaluated)")
     ax.set_title(f"Pareto front of study {view.name!r}: {view.metric} vs deployable parameters", fontsize=11)
     ax.grid(True, which="major", alpha=0.3)
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)  # never over a point
-    fig.canvas.draw()  # fix the layout, then place labels in final coordinates
-    fig.set_layout_engine("none")
+
+
+def _label_front_and_presets(ax, view: StudyView) -> None:
+    """The front's trial numbers and the presets' names beside their points, never over each other."""
     taken: list = []
     groups: dict[tuple[int, float], list[str]] = {}
-    for p in presets:
+    for p in view.presets:
         groups.setdefault((p.deployable, p.score), []).append(p.preset)
     labels = [(x, y, ", ".join(names)) for (x, y), names in groups.items()]
-    _place_labels(ax, [(p.deployable, p.score, f"#{p.number}") for p in front], "tab:blue", taken)
+    _place_labels(ax, [(p.deployable, p.score, f"#{p.number}") for p in view.front], "tab:blue", taken)
     _place_labels(ax, labels, "tab:orange", taken)
-    return _png(fig)
 
 
 def hypervolume(history: dict, metric: str) -> bytes:

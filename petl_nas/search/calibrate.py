@@ -115,48 +115,10 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             f"  calibration: no preset fits the budget{f' of {budget:,}' if budget is not None else ''}, so "
             f"nothing can show a shorter length ranks as the final one"
         )
-        return {
-            "presets": [],
-            "steps": [],
-            "epochs": longest,
-            "stable": False,
-            "rule": "final",
-            "skipped": shorter,
-            "final_learned": None,
-            "first_learned_epochs": None,
-            "no_presets": True,
-            "cost_s": round(time.perf_counter() - start, 1),
-        }
+        return {**_record([], [], longest, None, shorter, None, start), "no_presets": True}
 
     def measure(epochs: float) -> dict:
-        recipe = trial_recipe(exp).with_overrides(epochs=epochs, evals_per_epoch=0)  # one evaluation, at the end
-        scores, results, stage = {}, {}, Stage(printer, len(names))
-        for name in names:
-            config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
-            spec = trial_spec(exp, config, recipe.with_overrides(lr=lr))
-            with stage.run(f"calibration: {name} at {epochs:g} epochs"):
-                r = run_trial(spec)
-            scores[name] = {
-                "score": r.score,
-                "se": r.score_se,
-                "learned": not did_not_learn(r.score, r.score_se, baseline),
-            }
-            result = {k: v for k, v in r.to_dict().items() if k != "history"}
-            results[name] = as_stored({"spec": spec.to_dict(), "result": result})
-            if len(names) > 1:
-                printer(f"  calibration: {name} at {epochs:g} epochs: {r.score:.4f} ({stage.left()})")
-        step = {
-            "epochs": epochs,
-            "scores": scores,
-            "order": sorted(names, key=lambda n: -scores[n]["score"]),
-            "all_learned": all(s["learned"] for s in scores.values()),
-            "results": results,
-        }
-        printer(
-            f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
-            + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}" for n, s in scores.items())
-        )
-        return step
+        return _at_length(exp, space, names, model_config, baseline, printer, epochs, longest)
 
     final = measure(longest)
     steps, chosen, skipped = [final], None, []
@@ -182,6 +144,12 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
             chosen = epochs
             break
     steps.sort(key=lambda s: s["epochs"])
+    return _record(names, steps, longest, chosen, skipped, final["all_learned"], start)
+
+
+def _record(names, steps: list[dict], longest: float, chosen, skipped, final_learned, start: float) -> dict:
+    """The calibration record stored on the study: the presets, every length's step, the length
+    chosen (``chosen``; None: the final one, ``longest``), the lengths skipped."""
     learned = [s["epochs"] for s in steps if s["all_learned"]]
     return {
         "presets": names,
@@ -190,10 +158,43 @@ def calibrate(exp, baseline: dict | None, model_config, budget: int | None, prin
         "stable": chosen is not None,
         "rule": "final",
         "skipped": skipped,
-        "final_learned": final["all_learned"],
+        "final_learned": final_learned,
         "first_learned_epochs": learned[0] if learned else None,
         "cost_s": round(time.perf_counter() - start, 1),
     }
+
+
+def _at_length(exp, space, names: list[str], model_config, baseline, printer, epochs: float, longest: float) -> dict:
+    """Train each of ``names`` (as seeded) at ``epochs`` and score it once at the end: one step of
+    the calibration record (scores, their order, whether all learned, each run kept whole)."""
+    recipe = trial_recipe(exp).with_overrides(epochs=epochs, evals_per_epoch=0)  # one evaluation, at the end
+    scores, results, stage = {}, {}, Stage(printer, len(names))
+    for name in names:
+        config, lr = preset_in_space(space, name, model_config, model_config.num_hidden_layers)  # as seeded
+        spec = trial_spec(exp, config, recipe.with_overrides(lr=lr))
+        with stage.run(f"calibration: {name} at {epochs:g} epochs"):
+            r = run_trial(spec)
+        scores[name] = {
+            "score": r.score,
+            "se": r.score_se,
+            "learned": not did_not_learn(r.score, r.score_se, baseline),
+        }
+        result = {k: v for k, v in r.to_dict().items() if k != "history"}
+        results[name] = as_stored({"spec": spec.to_dict(), "result": result})
+        if len(names) > 1:
+            printer(f"  calibration: {name} at {epochs:g} epochs: {r.score:.4f} ({stage.left()})")
+    step = {
+        "epochs": epochs,
+        "scores": scores,
+        "order": sorted(names, key=lambda n: -scores[n]["score"]),
+        "all_learned": all(s["learned"] for s in scores.values()),
+        "results": results,
+    }
+    printer(
+        f"  calibration at {epochs:g} epochs{' (the final length)' if epochs == longest else ''}: "
+        + ", ".join(f"{n} {s['score']:.4f}{'' if s['learned'] else ' (did not learn)'}" for n, s in scores.items())
+    )
+    return step
 
 
 def known_results(record: dict | None) -> list[tuple[dict, TrialResult]]:

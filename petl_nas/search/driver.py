@@ -358,7 +358,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     )
     try:
         mark_finished(study, False)
-        summary = _search(study, exp, task, splits, space, model_config, budget, backbone_params, printer)
+        summary = _search(SearchRun(study, exp, task, splits, space, model_config, budget, backbone_params, printer))
         mark_finished(study, True)
     finally:
         try:
@@ -406,49 +406,113 @@ def _supernet_line(exp: Experiment, budget: int) -> str:
 FEW_SEARCH_DEV_ROWS = 30  # below this one score's standard error is 9 points or more (accuracy near 0.5)
 
 
-def _search(
-    study, exp: Experiment, task, splits, space, model_config, budget, backbone_params: int, printer
-) -> SearchSummary:
-    n_layers = model_config.num_hidden_layers
-    if exp.strategy != "sampler":
-        check_resumable(study, exp)  # before presets or warm starts are queued
-    lock = ClaimLock(study, exp.study_name)
-    with lock():  # two workers never enqueue the same preset twice
+@dataclass
+class SearchRun:
+    """One worker's search of one study: what its stages read (the inputs, checked) and what the
+    stages before found (the rates mode, the queue, the runs left, the calibrations)."""
+
+    study: object
+    exp: Experiment
+    task: object
+    splits: object
+    space: object
+    model_config: object
+    budget: int | None
+    backbone_params: int
+    printer: object
+    lock: ClaimLock | None = None
+    scale: float | None = None  # 1.0 where families train at measured rates: presets, the sweep
+    seeded: list = field(default_factory=list)  # presets queued by this run
+    queued: int = 0  # presets and warm starts the study holds
+    target: int = 0  # trials the study should hold
+    remaining: int = 0  # of them, still to train
+    calibration: dict | None = None  # the trial length's
+    measured: dict | None = None  # the families' rates
+
+    @property
+    def n_layers(self) -> int:
+        return self.model_config.num_hidden_layers
+
+
+def _search(run: SearchRun) -> SearchSummary:
+    """The stages of a search, in order: queue, announce, before the trials, trials, finals."""
+    if run.exp.strategy != "sampler":
+        check_resumable(run.study, run.exp)  # before presets or warm starts are queued
+    run.lock = ClaimLock(run.study, run.exp.study_name)
+    notes = _queue(run)
+    _announce(run, notes)
+    _before_trials(run)
+    _trials(run)
+    return _finals(run)
+
+
+def _queue(run: SearchRun) -> list[str]:
+    """Seed the presets, warm starts and baselines the study lacks and count the trials to train
+    (`SearchRun.target`, `remaining`); returns what to say of what was and was not queued."""
+    study, exp, budget = run.study, run.exp, run.budget
+    with run.lock():  # two workers never enqueue the same preset twice
         setting = rates.mode(study, exp)  # measured rates per family, or one drawn per trial
-        scale = 1.0 if setting["calibrated"] else None  # presets, warm starts and the sweep: the rates
-        if scale is not None:
-            space = space.with_rate_scale(setting["spread"])
+        run.scale = 1.0 if setting["calibrated"] else None  # presets, warm starts and the sweep: the rates
+        if run.scale is not None:
+            run.space = run.space.with_rate_scale(setting["spread"])
         over_budget: list[str] = []
         refused: list[str] = []
-        seeded = seed_presets(
-            study, space, exp.presets, model_config, budget, n_layers, over_budget, refused, scale=scale
+        run.seeded = seed_presets(
+            study, run.space, exp.presets, run.model_config, budget, run.n_layers, over_budget, refused, scale=run.scale
         )
         warm_lines = (
-            seed_warm_start(study, exp.warm_start, space, model_config, budget, n_layers, exp.storage_url, scale=scale)
+            seed_warm_start(
+                study, exp.warm_start, run.space, run.model_config, budget, run.n_layers, exp.storage_url, run.scale
+            )
             if exp.warm_start
             else []
         )
         n_sweep, sweep_lines = (
-            seed_sweep(study, space, model_config, budget, n_layers, calibrated=scale is not None, presets=exp.presets)
+            seed_sweep(
+                study,
+                run.space,
+                run.model_config,
+                budget,
+                run.n_layers,
+                calibrated=run.scale is not None,
+                presets=exp.presets,
+            )
             if exp.final.baselines
             else (len(sweep_trials(study)), [])
         )
         fail_stale(study)
-        target = exp.trials + n_sweep  # the sweep comes on top of the trials asked for
-        queued = sum(
+        run.queued = sum(
             1
             for t in stored_trials(study)  # they count toward trials, and all train
             if (t.preset or t.warm_start) and t.state != TrialState.FAIL
         )
-        target += max(0, queued - exp.trials)
-        proposals = _proposals(study)  # a supernet's, when one ran: on top of trials (both)
-        if exp.strategy == "both":
-            target += proposals
-        if exp.sampler == "presets" or exp.strategy == "oneshot":
-            target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
-        waiting = sum(1 for t in stored_trials(study, (TrialState.WAITING,)) if t.preset or t.warm_start)
-        target = max(target, claimed(study) + waiting)  # queued on a study already at its count: they train too
-        remaining = max(0, target - claimed(study))
+        run.target = _target(run, n_sweep)
+        run.remaining = max(0, run.target - claimed(study))
+    notes = []
+    if over_budget:
+        notes.append(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
+    if refused:
+        notes.append(f"presets this backbone cannot take, not trained: {'; '.join(refused)}")
+    return notes + warm_lines + sweep_lines
+
+
+def _target(run: SearchRun, n_sweep: int) -> int:
+    """The trials the study should hold: those asked for, the sweep on top, every preset and warm
+    start queued, a supernet's proposals (``both``); a one-shot study or the presets sampler: what
+    it holds and has waiting."""
+    study, exp = run.study, run.exp
+    target = exp.trials + n_sweep + max(0, run.queued - exp.trials)
+    if exp.strategy == "both":
+        target += _proposals(study)  # a supernet's, when one ran: on top of trials
+    if exp.sampler == "presets" or exp.strategy == "oneshot":
+        target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+    waiting = sum(1 for t in stored_trials(study, (TrialState.WAITING,)) if t.preset or t.warm_start)
+    return max(target, claimed(study) + waiting)  # queued on a study already at its count: they train too
+
+
+def _announce(run: SearchRun, notes: list[str]) -> None:
+    """Say what the study holds and will train, the budget, the data and the trivial baseline."""
+    study, exp, printer, budget = run.study, run.exp, run.printer, run.budget
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     later = (
         ""
@@ -458,39 +522,41 @@ def _search(
         else " besides the supernet's proposals (it trains first)"
     )
     printer(
-        f"study {exp.study_name!r}: {trained} trained so far; {remaining} to train{later}; presets queued: "
-        f"{', '.join(seeded) or 'none new'}"
+        f"study {exp.study_name!r}: {trained} trained so far; {run.remaining} to train{later}; presets queued: "
+        f"{', '.join(run.seeded) or 'none new'}"
     )
     printer(f"  storage: {redact(exp.storage_url)}")
-    if queued >= exp.trials and exp.sampler != "presets" and exp.strategy != "oneshot":
+    if run.queued >= exp.trials and exp.sampler != "presets" and exp.strategy != "oneshot":
         printer(
-            f"trials: {exp.trials}, no more than the {queued} presets and warm starts queued: the sampler "
+            f"trials: {exp.trials}, no more than the {run.queued} presets and warm starts queued: the sampler "
             f"proposes nothing (raise trials to search)"
         )
-    if over_budget:
-        printer(f"presets over the budget of {budget:,}, not trained: {', '.join(over_budget)}")
-    if refused:
-        printer(f"presets this backbone cannot take, not trained: {'; '.join(refused)}")
-    for line in warm_lines + sweep_lines:
+    for line in notes:
         printer(line)
     head = (
         "the task head is counted beside it"
-        if not task.generative
+        if not run.task.generative
         else "the language-model head is pretrained and frozen"
     )
     printer(
-        f"budget: {budget:,} deployable parameters ({100 * budget / backbone_params:.3f}% of "
-        f"{backbone_params:,}; {head})"
+        f"budget: {budget:,} deployable parameters ({100 * budget / run.backbone_params:.3f}% of "
+        f"{run.backbone_params:,}; {head})"
         if budget is not None
         else "budget: none"
     )
-    if large := large_budget_warning(exp.budget, budget, backbone_params):
+    if large := large_budget_warning(exp.budget, budget, run.backbone_params):
         printer(f"warning: {large}")
-    for line in data_lines(splits, exp.fidelity.k):
+    for line in data_lines(run.splits, exp.fidelity.k):
         printer(line)
+    _announce_data(run)
+
+
+def _announce_data(run: SearchRun) -> None:
+    """The trivial baseline, too few search-dev rows, and inputs unlike the test split's."""
+    study, printer, splits = run.study, run.printer, run.splits
     baseline = study.user_attrs.get("baseline")
     if baseline is not None:
-        near = "within noise of" if has_error_bar(task) else "no better than"
+        near = "within noise of" if has_error_bar(run.task) else "no better than"
         printer(
             f"trivial baseline on search-dev: {baseline['what']}, {baseline['metric']} "
             f"{baseline['score']:.4f}; did not learn: {near} it"
@@ -503,65 +569,120 @@ def _search(
     if study.user_attrs.get("input_shift"):
         printer(shift_line(study.user_attrs["input_shift"]))
 
-    exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer, lock)
+
+def _before_trials(run: SearchRun) -> None:
+    """The trial length's calibration, each family's rate, then the supernet's proposals (queued)."""
+    study, printer = run.study, run.printer
+    baseline = study.user_attrs.get("baseline")
+    run.exp, run.calibration = calibrate.resolve(
+        study, run.exp, baseline, run.model_config, run.budget, printer, run.lock
+    )
+    exp = run.exp
     coming = exp.oneshot.rungs if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else 0
-    measured = rates.resolve(
+    run.measured = rates.resolve(
         study,
         exp,
-        space,
-        model_config,
-        budget,
+        run.space,
+        run.model_config,
+        run.budget,
         printer,  # None: one rate per trial
-        known=calibrate.known_results(calibration),  # a run already trained: taken
-        planned=rates.planned_runs(exp, remaining, coming),
-        lock=lock,
+        known=calibrate.known_results(run.calibration),  # a run already trained: taken
+        planned=rates.planned_runs(exp, run.remaining, coming),
+        lock=run.lock,
     )
     study_note.write(study)  # the calibration runs, on the dashboard's study page
-    if exp.strategy != "sampler":  # the supernet's proposals, then the sampler's (both)
-        if ONESHOT not in study.user_attrs:
-            printer(_supernet_line(exp, budget))
-        for line in propose(study, exp, budget, lock, printer):
-            printer(line)
-        if exp.strategy == "oneshot":
-            target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
-        else:
-            target += _proposals(study) - proposals
-        in_all = max(0, target - claimed(study))
-        if in_all != remaining:
-            printer(f"{in_all} to train in all, the supernet's proposals included")
-        remaining = in_all
+    if exp.strategy == "sampler":
+        return
+    before = _proposals(study)  # the supernet's proposals, then the sampler's (both)
+    if ONESHOT not in study.user_attrs:
+        printer(_supernet_line(exp, run.budget))
+    for line in propose(study, exp, run.budget, run.lock, printer):
+        printer(line)
+    if exp.strategy == "oneshot":
+        run.target = claimed(study) + sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+    else:
+        run.target += _proposals(study) - before
+    in_all = max(0, run.target - claimed(study))
+    if in_all != run.remaining:
+        printer(f"{in_all} to train in all, the supernet's proposals included")
+    run.remaining = in_all
 
-    # ---- trials ---------------------------------------------------------------------------------
+
+def _trials(run: SearchRun) -> None:
+    """Train the study's trials until it holds its target, with the executor the experiment names;
+    a stop fails this worker's running trials so that they are retried first."""
+    study, exp, printer = run.study, run.exp, run.printer
     recipe = trial_recipe(exp)
     heartbeat = Heartbeat(study, exp.heartbeat_interval)
+    source = _trial_source(run, heartbeat)
+    recorder = Recorder(
+        source,
+        _trial_writer(run, Progress(study, run.remaining, printer)),
+        baseline=study.user_attrs.get("baseline"),
+        objectives=exp.objectives,
+        known=calibrate.known_results(run.calibration) + rates.known_results(run.measured),
+    )
+    execute = _executor(run, source, recipe, recorder)
+
+    def stopped(masked: str | None) -> None:  # Ctrl-C: this worker's running trials are retried first
+        fail_interrupted(
+            study,
+            lambda: {*heartbeat.live, *running_without_heartbeat(study)},
+            run.lock,  # asked for,
+            {"fail_kind": INTERRUPTED},
+            exp.grace_period,
+            masked,
+        )  # not beating: ours
+
+    try:
+        interruptible(
+            lambda: fill(study, source, execute, printer, poll_s=exp.heartbeat_interval, grace_s=exp.grace_period),
+            stopped,
+        )
+    except (StorageInternalError, OSError) as e:
+        if isinstance(e, OSError) and e.errno != errno.ENOSPC:
+            raise
+        stopped(None)  # if the storage still takes it: retried first, at once
+        raise _cannot_write(exp.storage_url, e) from None
+    finally:
+        heartbeat.stop()
+
+
+def _trial_source(run: SearchRun, heartbeat: Heartbeat) -> TrialSource:
+    """Where the trials come from: queued ones first, then the sampler's draws, each within the
+    budget; a refused draw's reason said once."""
     said: set[str] = set()
 
     def invalid(number: int, reason: str) -> None:  # each reason once: a refused form is drawn often
         if reason not in said:
             said.add(reason)
-            printer(
+            run.printer(
                 f"trial {number} not trained, invalid configuration: {reason} (draws refused for the "
                 f"same reason are counted as failed, not said again)"
             )
 
-    source = TrialSource(
-        study,
-        space,
-        model_config,
-        budget,
-        n_layers,
+    exp, measured = run.exp, run.measured or {}
+    return TrialSource(
+        run.study,
+        run.space,
+        run.model_config,
+        run.budget,
+        run.n_layers,
         flat=exp.sampler == "gp",
-        target=target,
-        lock=lock,
+        target=run.target,
+        lock=run.lock,
         heartbeat=heartbeat,
         sampler_for=seeded_sampler(exp.sampler, exp.seed, exp.startup_trials),
-        head_trains=not task.generative,
+        head_trains=not run.task.generative,
         on_invalid=invalid,
-        rates=(measured or {}).get("rates") or None,
-        scales=(measured or {}).get("scales") or None,
+        rates=measured.get("rates") or None,
+        scales=measured.get("scales") or None,
     )
-    progress = Progress(study, remaining, printer)
-    trial_dir = exp.run_dir / "trials"
+
+
+def _trial_writer(run: SearchRun, progress: Progress):
+    """What is done with a finished trial: its JSON under the run folder, then its console line."""
+    trial_dir = run.exp.run_dir / "trials"
     trial_dir.mkdir(parents=True, exist_ok=True)
 
     def on_done(p, state, info):
@@ -582,72 +703,52 @@ def _search(
         atomic_write(trial_dir / f"{p.number}.json", lambda path: Path(path).write_text(text, encoding="utf-8"))
         progress(p, state, info)
 
+    return on_done
+
+
+def _executor(run: SearchRun, source: TrialSource, recipe, recorder: Recorder):
+    """``execute(n)``: train n trials of ``source`` with the experiment's executor (Ray Tune, or one
+    after another here); what one call of Ray learned of GPU packing serves the next."""
+    exp = run.exp
+    # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
+    learned_at = (run.calibration or {}).get("first_learned_epochs")
+    first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
+    learned: GpuPacking | None = None  # gpus_per_trial auto: what one call of Ray learned, for the next
+
     def make_spec(p):
         return trial_spec(exp, p.config, recipe.with_overrides(lr=p.lr), number=p.number)
 
-    recorder = Recorder(
-        source,
-        on_done,
-        baseline=baseline,
-        objectives=exp.objectives,
-        known=calibrate.known_results(calibration) + rates.known_results(measured),
-    )
-    # ASHA never judges a trial before calibration saw every preset learn (its first rung, in evaluations).
-    learned_at = (calibration or {}).get("first_learned_epochs")
-    first_rung = max(1, int(learned_at * exp.fidelity.evals_per_epoch)) if learned_at else 1
-
-    learned: GpuPacking | None = None  # gpus_per_trial auto: what one call of Ray learned, for the next
-
     def execute(n: int) -> None:
         nonlocal learned
-        if exp.executor == "ray":
-            learned = EXECUTORS["ray"](
-                source,
-                n,
-                make_spec,
-                recorder,
-                n_evals=n_evaluations(len(splits.train), recipe),
-                run_dir=str(exp.run_dir),
-                first_rung=first_rung,
-                cpus_per_trial=exp.cpus_per_trial,
-                gpus_per_trial=exp.gpus_per_trial,
-                concurrent=exp.concurrent,
-                scheduler=exp.scheduler,
-                address=exp.ray_address,
-                reserved_mb=exp.fidelity.frozen_cache_mb or 0.0,  # a worker's cache: on its GPU
-                packing=learned,
-                printer=printer,
-            )
-        else:
+        if exp.executor != "ray":
             EXECUTORS["local"](source, n, make_spec, recorder)
-
-    def stopped(masked: str | None) -> None:  # Ctrl-C: this worker's running trials are retried first
-        fail_interrupted(
-            study,
-            lambda: {*heartbeat.live, *running_without_heartbeat(study)},
-            lock,  # asked for,
-            {"fail_kind": INTERRUPTED},
-            exp.grace_period,
-            masked,
-        )  # not beating: ours
-
-    try:
-        interruptible(
-            lambda: fill(study, source, execute, printer, poll_s=exp.heartbeat_interval, grace_s=exp.grace_period),
-            stopped,
+            return
+        learned = EXECUTORS["ray"](
+            source,
+            n,
+            make_spec,
+            recorder,
+            n_evals=n_evaluations(len(run.splits.train), recipe),
+            run_dir=str(exp.run_dir),
+            first_rung=first_rung,
+            cpus_per_trial=exp.cpus_per_trial,
+            gpus_per_trial=exp.gpus_per_trial,
+            concurrent=exp.concurrent,
+            scheduler=exp.scheduler,
+            address=exp.ray_address,
+            reserved_mb=exp.fidelity.frozen_cache_mb or 0.0,  # a worker's cache: on its GPU
+            packing=learned,
+            printer=run.printer,
         )
-    except (StorageInternalError, OSError) as e:
-        if isinstance(e, OSError) and e.errno != errno.ENOSPC:
-            raise
-        stopped(None)  # if the storage still takes it: retried first, at once
-        raise _cannot_write(exp.storage_url, e) from None
-    finally:
-        heartbeat.stop()
 
-    # ---- final re-evaluation of the front on the held-out test split ------------------------
-    if exp.final.seeds > 0:
-        reevaluate_front(study, exp, task, recipe, printer)
-    return summarize(study, exp, budget, backbone_params)
+    return execute
+
+
+def _finals(run: SearchRun) -> SearchSummary:
+    """Re-evaluate the front on the held-out test split (``final.seeds``), then the summary."""
+    if run.exp.final.seeds > 0:
+        reevaluate_front(run.study, run.exp, run.task, trial_recipe(run.exp), run.printer)
+    return summarize(run.study, run.exp, run.budget, run.backbone_params)
 
 
 def _cannot_write(storage_url: str, e: BaseException) -> OSError:

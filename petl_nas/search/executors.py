@@ -310,31 +310,7 @@ def _make_searcher(
                 line = packing.observe(result) if result.get("final") else packing.out_of_memory(share_of_trial)
                 if line:
                     printer(line)
-            if error or not result:
-                recorder.failed(
-                    p, "the trial's worker died or raised outside the trainer (see the Ray logs)", "worker crashed"
-                )
-            elif "failed" in result:
-                if result.get("nan"):
-                    recorder.pruned(p, result["failed"], node=result.get("node"))
-                else:
-                    recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
-            elif result.get("final"):
-                if result.get("last_score") is not None:  # its last evaluation, reported here only
-                    self._record(p, result.get("training_iteration", 0), result["last_score"])
-                recorder.complete(p, TrialResult.from_report(result))
-            else:
-                evaluations = result.get("training_iteration", 0)
-                self._record(p, evaluations, result["score"])
-                recorder.pruned(
-                    p, f"stopped early by the scheduler after {evaluations} evaluations", last_score=result.get("score")
-                )
-
-        def _record(self, p: Proposal, evaluations: int, score: float) -> None:
-            """The score of evaluation ``evaluations``, unless recorded: Ray shows the searcher no
-            result its scheduler stopped a trial at, nor (here) the result that closes a trial."""
-            if len(recorder.intermediate.get(p.number, ())) < evaluations:
-                recorder.add_intermediate(p, score)
+            _record_outcome(recorder, p, result if not error else None)
 
         def save(self, checkpoint_path: str) -> None:
             pass
@@ -349,6 +325,36 @@ def _make_searcher(
             return _searcher_not_restorable, ()
 
     return StudySearcher()
+
+
+def _record_outcome(recorder: Recorder, p: Proposal, result: dict | None) -> None:
+    """Record how Ray's trial of ``p`` ended from its closing ``result`` (None: its worker died or
+    raised outside the trainer): failed, pruned (a non-finite loss, or stopped by the scheduler),
+    or complete."""
+    if not result:
+        recorder.failed(p, "the trial's worker died or raised outside the trainer (see the Ray logs)", "worker crashed")
+    elif "failed" in result:
+        if result.get("nan"):
+            recorder.pruned(p, result["failed"], node=result.get("node"))
+        else:
+            recorder.failed(p, result["failed"], result.get("kind") or "error", result.get("traceback"))
+    elif result.get("final"):
+        if result.get("last_score") is not None:  # its last evaluation, reported here only
+            _add_unseen(recorder, p, result.get("training_iteration", 0), result["last_score"])
+        recorder.complete(p, TrialResult.from_report(result))
+    else:
+        evaluations = result.get("training_iteration", 0)
+        _add_unseen(recorder, p, evaluations, result["score"])
+        recorder.pruned(
+            p, f"stopped early by the scheduler after {evaluations} evaluations", last_score=result.get("score")
+        )
+
+
+def _add_unseen(recorder: Recorder, p: Proposal, evaluations: int, score: float) -> None:
+    """The score of evaluation ``evaluations``, unless recorded: Ray shows the searcher no result its
+    scheduler stopped a trial at, nor (here) the result that closes a trial."""
+    if len(recorder.intermediate.get(p.number, ())) < evaluations:
+        recorder.add_intermediate(p, score)
 
 
 def _searcher_not_restorable():

@@ -149,14 +149,7 @@ def file_task(
         >>> task = file_task("train.csv", "dev.csv", text_columns=["text"])  # doctest: +SKIP
     """
     files = {"train": train, "dev": dev, **({"test": test} if test is not None else {})}
-    for split, path in files.items():
-        if Path(path).suffix.lower() not in FORMATS:
-            raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(FORMATS)}")
-        if check_files and not Path(path).is_file():
-            where = (
-                "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
-            )
-            raise ConfigError(f"{split} file {path} does not exist{where}")
+    _check_files(files, check_files)
     if kind in ("seq2seq", "causal_lm"):
         return _generation_file_task(
             files, kind, text_columns, label_column, name, metrics, main_metric, generation, labels
@@ -164,30 +157,7 @@ def file_task(
     if text_columns is None:
         raise ConfigError(f"task: a {kind} file task needs text_columns")
     label_column = label_column or "label"
-    given = labels is not None
-    if kind == "classification" and not given:
-        values = {
-            label_text(v)
-            for v in read_table(str(train), [*text_columns, label_column], label_column)[label_column]
-            if v is not None
-        }
-        numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
-        labels = sorted(values, key=float if numeric else str)
-        if numeric and any("." in v for v in labels):
-            raise ConfigError(
-                f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
-                f"set kind: regression, or list the classes with labels: [...]"
-            )
-    labels = tuple(str(v) for v in labels or ())
-    twice = next((v for i, v in enumerate(labels) if v in labels[:i]), None)
-    if twice is not None:
-        raise ConfigError(f"task: labels lists {twice!r} twice (each class once, in class-id order)")
-    if kind == "classification" and len(labels) < 2:
-        where = "task: labels lists" if given else f"{train}: {label_column!r} holds"
-        raise ConfigError(
-            f"{where} one class ({', '.join(map(repr, labels)) or 'none'}); a classifier needs two "
-            f"or more" + ("" if given else " (kind: regression for scores, or labels: [...] to list them)")
-        )
+    labels = _class_labels(train, text_columns, label_column, kind, labels)
     if metrics is None:
         metrics = (
             ("pearson", "spearman", "pearson_spearman")
@@ -213,6 +183,48 @@ def file_task(
         tuple((s, str(p)) for s, p in files.items()),
         customary_metric=customary,
     )
+
+
+def _check_files(files: dict, check_files: bool) -> None:
+    """Each split's file has a format read here and (``check_files``) exists; one line naming it if not."""
+    for split, path in files.items():
+        if Path(path).suffix.lower() not in FORMATS:
+            raise ConfigError(f"{split} file {path}: unsupported format; accepted: {', '.join(FORMATS)}")
+        if check_files and not Path(path).is_file():
+            where = (
+                "" if Path(path).is_absolute() else f" (relative paths are read from the current folder, {Path.cwd()})"
+            )
+            raise ConfigError(f"{split} file {path} does not exist{where}")
+
+
+def _class_labels(train, text_columns, label_column: str, kind: str, labels) -> tuple[str, ...]:
+    """The task's labels: those given, else (classification) the train file's distinct values,
+    sorted (numerically where all are numbers); each once, two at least for a classifier."""
+    given = labels is not None
+    if kind == "classification" and not given:
+        values = {
+            label_text(v)
+            for v in read_table(str(train), [*text_columns, label_column], label_column)[label_column]
+            if v is not None
+        }
+        numeric = all(v.lstrip("-").replace(".", "", 1).isdigit() for v in values)
+        labels = sorted(values, key=float if numeric else str)
+        if numeric and any("." in v for v in labels):
+            raise ConfigError(
+                f"{train}: labels such as {next(v for v in labels if '.' in v)} look like scores: "
+                f"set kind: regression, or list the classes with labels: [...]"
+            )
+    labels = tuple(str(v) for v in labels or ())
+    twice = next((v for i, v in enumerate(labels) if v in labels[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"task: labels lists {twice!r} twice (each class once, in class-id order)")
+    if kind == "classification" and len(labels) < 2:
+        where = "task: labels lists" if given else f"{train}: {label_column!r} holds"
+        raise ConfigError(
+            f"{where} one class ({', '.join(map(repr, labels)) or 'none'}); a classifier needs two "
+            f"or more" + ("" if given else " (kind: regression for scores, or labels: [...] to list them)")
+        )
+    return labels
 
 
 def _generation_file_task(

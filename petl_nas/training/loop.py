@@ -251,6 +251,98 @@ def train(
     threads = use_threads()  # chosen from the free cores, not torch's one per core
     device = torch.device(device)
     memory = MemoryProbe(device).start()
+    net = _prepared(model, data, task, recipe, device)  # what the steps and evaluations call
+    steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
+    total = _total_steps(steps_per_epoch, recipe)
+    o = optimisation(model, net, task, recipe, device, total, regularizer)
+    step, epoch, history = 0, 0, []
+    if resume is not None:
+        step, epoch, history = checkpoint.restore(resume, model, o.opt, o.sched, o.scaler)
+        prepare_optimizer(o.opt, device, graphed=False)  # a state saved by a graphed run holds tensor rates
+    reuse = _frozen_reuse(model, data, task, recipe, device)
+    train_mode = reuse.train_mode if reuse is not None else model.train
+    graphs, graph_info = _graphed_steps(
+        o.optimise, o.params, o.opt, device, recipe, o.scaler, regularizer, reuse, _has_layerdrop(model)
+    )
+    padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}  # few shapes: few graphs to record
+    eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
+    clock = _step_clock(graphs, recipe, device)
+    bar = ProgressBar(progress, total, step, task.main_metric)
+    evals = Evaluations(net, data, task, recipe, device, reuse, report, bar, history)
+    watch = LossWatch()
+    with contextlib.closing(reuse) if reuse is not None else contextlib.nullcontext():
+        while step < total:
+            train_mode()
+            seed = epoch_seed(recipe.seed, epoch)
+            order = _epoch_order(data.train, recipe, seed)
+            for rows, batch in _with_rows(
+                data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order, **padding
+            ):
+                with clock.step(batch):
+                    loss = _one_step(o, graphs, reuse, data.train, rows, batch, device)
+                watch.see(loss, step)
+                o.sched.step()
+                step += 1
+                bar.stepped(step, loss, history)
+                if step % eval_every == 0 or step == total:
+                    watch.check()
+                    step_loss = loss.item()  # before evaluating: CUDA graphs reuse the step's output memory
+                    with clock.aside():
+                        evals(step, total, step / steps_per_epoch, step_loss)
+                        train_mode()
+                if step >= total:
+                    break
+            epoch += 1
+            watch.check()
+            if on_epoch is not None:
+                with clock.aside():
+                    on_epoch(checkpoint.capture(model, o.opt, o.sched, o.scaler, step, epoch, history))
+    bar.close()
+    measured = dict(wall_s=time.perf_counter() - start, peak_mem_mb=memory.peak_mb(), threads=threads.threads)
+    return _result(evals, task.main_metric, step, clock, reuse, graph_info, **measured)
+
+
+def _epoch_order(split, recipe: Recipe, seed: int):
+    """The rows' order for one epoch where batches are bucketed by length (None: shuffled plainly)."""
+    return split.bucketed_order(recipe.batch_size, seed, recipe.length_buckets) if recipe.length_buckets else None
+
+
+def _one_step(o: Optimisation, graphs, reuse: FrozenReuse | None, split, rows, batch: dict, device) -> torch.Tensor:
+    """One optimiser step on ``batch``: replayed from its recorded graph, else run here with the
+    frozen layers' cached output fed in (``reuse``) and the gradients cleared after."""
+    if graphs is not None:
+        return graphs(batch)  # recorded once per shape, then replayed
+    feed = reuse.feeding(split, rows) if reuse is not None else contextlib.nullcontext()
+    loss = o.optimise(to_device(batch, device), feed)
+    o.opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def _result(
+    evals: Evaluations, metric: str, steps: int, clock: StepClock, reuse, graph_info, **measured
+) -> TrainResult:
+    """The run's result: its best evaluation's score and metrics, the last's score, the history and
+    what was measured (``measured``: wall time, peak memory, threads)."""
+    best = max(evals.history, key=lambda m: m[metric])
+    return TrainResult(
+        score=best[metric],
+        last_score=evals.history[-1][metric],
+        metrics=best,
+        history=evals.history,
+        steps=steps,
+        train_step_ms=clock.ms_per_step(),
+        steps_timed=clock.steps_timed(),
+        frozen=reuse.info.to_dict() if reuse is not None else None,
+        graphs=graph_info.to_dict() if graph_info is not None else None,
+        row_predictions=evals.row_predictions,
+        report_metrics=evals.reported,
+        **measured,
+    )
+
+
+def _prepared(model: nn.Module, data, task, recipe: Recipe, device) -> nn.Module:
+    """``model`` seeded, on ``device`` at the recipe's precision, a new regression head at the
+    training labels' mean; returns what the steps call (compiled, or ``model``, which stays eager)."""
     torch.manual_seed(recipe.seed)
     if task.kind == "regression" and len(data.train):
         start_regression_at_mean(model, float(data.train.labels.float().mean()))
@@ -261,29 +353,39 @@ def train(
         )
     model.to(device)
     use_precision(model, recipe.precision)
-    net = fresh_compiled(model, recipe.compile)  # what the steps and evaluations call; ``model`` stays eager
+    return fresh_compiled(model, recipe.compile)
+
+
+def _has_layerdrop(model: nn.Module) -> bool:
+    """Whether the model drops layers at random while training (BART-likes' encoder_layerdrop, ...):
+    drawn on the host, so its steps cannot be graphed."""
+    hf_config = getattr(model, "config", None)
+    return hf_config is not None and any(v for k, v in hf_config.to_dict().items() if k.endswith("layerdrop"))
+
+
+@dataclass
+class Optimisation:
+    """What a run optimises with: the trained parameters, AdamW over their groups, the warm-up then
+    linear schedule, the loss scaler, and ``optimise(batch, feed)``: one step on a batch already on
+    the device (the gradients left set)."""
+
+    params: list
+    opt: torch.optim.Optimizer
+    sched: object
+    scaler: object
+    optimise: Callable
+
+
+def optimisation(model, net, task, recipe: Recipe, device, total: int, regularizer=None) -> Optimisation:
+    """The optimiser, schedule and step of a run of ``total`` steps (`Optimisation`); ``net`` is what
+    the step calls (compiled or ``model``), ``regularizer`` a term added to every step's loss."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = adamw(param_groups(model, params, recipe), recipe.lr)
-
-    steps_per_epoch = math.ceil(len(data.train) / recipe.batch_size)
-    total = _total_steps(steps_per_epoch, recipe)
     warmup = max(1, int(recipe.warmup_ratio * total))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _linear_schedule(s, total, warmup))
     scaler = grad_scaler_for(model, device)
 
-    history: list[dict] = []
-    row_predictions: list = []
-    reported: dict | None = None
-    watch = LossWatch()
-    step, epoch = 0, 0
-    if resume is not None:
-        step, epoch, history = checkpoint.restore(resume, model, opt, sched, scaler)
-        prepare_optimizer(opt, device, graphed=False)  # a state saved by a graphed run holds tensor rates
-    reuse = _frozen_reuse(model, data, task, recipe, device)
-    train_mode = reuse.train_mode if reuse is not None else model.train
-
     def optimise(batch: dict, feed=contextlib.nullcontext()) -> torch.Tensor:
-        """One optimiser step on a batch already on the device; the gradients are left set."""
         with autocast_for(model, device), feed:
             loss = training_loss(net, batch, task)
             if regularizer is not None:
@@ -297,102 +399,84 @@ def train(
         scaler.update()
         return loss
 
-    hf_config = getattr(model, "config", None)  # BART-likes' encoder_layerdrop, ...: drawn on the host
-    layerdrop = hf_config is not None and any(v for k, v in hf_config.to_dict().items() if k.endswith("layerdrop"))
-    graphs, graph_info = _graphed_steps(optimise, params, opt, device, recipe, scaler, regularizer, reuse, layerdrop)
-    padding = {"multiple": LENGTH_MULTIPLE} if graphs is not None else {}  # few shapes: few graphs to record
-    eval_every = max(1, steps_per_epoch // recipe.evals_per_epoch) if recipe.evals_per_epoch else total + 1
+    return Optimisation(params, opt, sched, scaler, optimise)
+
+
+def _step_clock(graphs, recipe: Recipe, device) -> StepClock:
+    """The clock of the training steps, which leaves out the steps that record or compile."""
     if graphs is not None:  # a new shape is recorded: a one-off cost, always
-        clock = StepClock(device, graphs.will_record)
-    elif recipe.compile != "off":  # a new shape may compile (not once a graph is dynamic)
-        clock = StepClock(device, first_of_each_shape(), graphs_compiled)
-    else:
-        clock = StepClock(device)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+        return StepClock(device, graphs.will_record)
+    if recipe.compile != "off":  # a new shape may compile (not once a graph is dynamic)
+        return StepClock(device, first_of_each_shape(), graphs_compiled)
+    return StepClock(device)
 
-        bar = tqdm(total=total, initial=step, unit="step", dynamic_ncols=True)
-    with contextlib.closing(reuse) if reuse is not None else contextlib.nullcontext():
-        while step < total:
-            train_mode()
-            seed = epoch_seed(recipe.seed, epoch)
-            order = (
-                data.train.bucketed_order(recipe.batch_size, seed, recipe.length_buckets)
-                if recipe.length_buckets
-                else None
+
+class ProgressBar:
+    """A run's progress bar (``enabled``: tqdm) with the loss and the last evaluation's metric;
+    nothing at all when disabled."""
+
+    def __init__(self, enabled: bool, total: int, initial: int, metric: str):
+        self.metric, self.total, self.bar = metric, total, None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def stepped(self, step: int, loss: torch.Tensor, history: list[dict]) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if step % 25 == 1 or step == self.total:  # reading the loss waits for the GPU: not every step
+            self.bar.set_postfix(
+                loss=f"{loss.item():.4f} (step {step})",  # read every 25th
+                **({self.metric: f"{history[-1][self.metric]:.4f}"} if history else {}),
             )
-            for rows, batch in _with_rows(
-                data.train, reuse, recipe.batch_size, shuffle=True, seed=seed, order=order, **padding
-            ):
-                with clock.step(batch):
-                    if graphs is not None:
-                        loss = graphs(batch)  # recorded once per shape, then replayed
-                    else:
-                        feed = reuse.feeding(data.train, rows) if reuse is not None else contextlib.nullcontext()
-                        loss = optimise(to_device(batch, device), feed)
-                        opt.zero_grad(set_to_none=True)
-                watch.see(loss, step)
-                sched.step()
-                step += 1
-                if bar is not None:
-                    bar.update(1)
-                    if step % 25 == 1 or step == total:  # reading the loss waits for the GPU: not every step
-                        bar.set_postfix(
-                            loss=f"{loss.item():.4f} (step {step})",  # read every 25th
-                            **({task.main_metric: f"{history[-1][task.main_metric]:.4f}"} if history else {}),
-                        )
-                if step % eval_every == 0 or step == total:
-                    watch.check()
-                    step_loss = loss.item()  # before evaluating: CUDA graphs reuse the step's output memory
-                    with clock.aside():
-                        got: list = []
-                        metrics = evaluate(
-                            net, data.dev, task, recipe.eval_batch_size, device, recipe.eval_rows, reuse, per_row=got
-                        )
-                        metrics.update(step=step, epoch=step / steps_per_epoch, loss=step_loss)
-                        row_predictions += [None] * (len(history) - len(row_predictions))  # a checkpoint's
-                        history.append(metrics)
-                        row_predictions.append(got[0] if got else None)
-                        if bar is not None:  # the bar ends on the score the run reports
-                            bar.set_postfix(
-                                loss=f"{step_loss:.4f} (step {step})",
-                                **{task.main_metric: f"{metrics[task.main_metric]:.4f}"},
-                            )
-                        if report is not None:
-                            report(len(history), metrics, step == total)
-                        if step == total and getattr(data, "report", None) is not None:
-                            reported = evaluate(
-                                net, data.report, task, recipe.eval_batch_size, device, data.report_rows, reuse
-                            )
-                        train_mode()
-                if step >= total:
-                    break
-            epoch += 1
-            watch.check()
-            if on_epoch is not None:
-                with clock.aside():
-                    on_epoch(checkpoint.capture(model, opt, sched, scaler, step, epoch, history))
-    if bar is not None:
-        bar.close()
 
-    best = max(history, key=lambda m: m[task.main_metric])
-    return TrainResult(
-        score=best[task.main_metric],
-        last_score=history[-1][task.main_metric],
-        metrics=best,
-        history=history,
-        steps=step,
-        wall_s=time.perf_counter() - start,
-        peak_mem_mb=memory.peak_mb(),
-        train_step_ms=clock.ms_per_step(),
-        steps_timed=clock.steps_timed(),
-        frozen=reuse.info.to_dict() if reuse is not None else None,
-        graphs=graph_info.to_dict() if graph_info is not None else None,
-        threads=threads.threads,
-        row_predictions=row_predictions,
-        report_metrics=reported,
-    )
+    def scored(self, step: int, step_loss: float, metrics: dict) -> None:
+        """The bar ends on the score the run reports."""
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{step_loss:.4f} (step {step})", **{self.metric: f"{metrics[self.metric]:.4f}"})
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class Evaluations:
+    """A run's evaluations on its dev split: each appended to ``history`` with its rows'
+    predictions, shown on the bar, passed to ``report``; after the last step, the report split's
+    metrics (``reported``) where the data has one."""
+
+    net: nn.Module
+    data: object
+    task: object
+    recipe: Recipe
+    device: object
+    reuse: FrozenReuse | None
+    report: Callable | None
+    bar: ProgressBar
+    history: list
+    row_predictions: list = field(default_factory=list)
+    reported: dict | None = None
+
+    def __call__(self, step: int, total: int, epoch: float, step_loss: float) -> None:
+        got: list = []
+        r = self.recipe
+        metrics = evaluate(
+            self.net, self.data.dev, self.task, r.eval_batch_size, self.device, r.eval_rows, self.reuse, per_row=got
+        )
+        metrics.update(step=step, epoch=epoch, loss=step_loss)
+        self.row_predictions += [None] * (len(self.history) - len(self.row_predictions))  # a checkpoint's
+        self.history.append(metrics)
+        self.row_predictions.append(got[0] if got else None)
+        self.bar.scored(step, step_loss, metrics)
+        if self.report is not None:
+            self.report(len(self.history), metrics, step == total)
+        if step == total and getattr(self.data, "report", None) is not None:
+            self.reported = evaluate(
+                self.net, self.data.report, self.task, r.eval_batch_size, self.device, self.data.report_rows, self.reuse
+            )
 
 
 def _with_rows(split, reuse: FrozenReuse | None, batch_size: int, **kw):

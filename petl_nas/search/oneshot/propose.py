@@ -205,7 +205,29 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         multiples, chosen = spec.lr_multiples, o.knobs()  # (the proposals' rate stays oneshot.lr)
     proposed = result["proposed"]
     shared = {str(budget): proposed, **result.get("proposed_for", {})}
-    record = {
+    record = _record(exp, result, run, chosen, multiples, scales, epochs, budget)
+    record.update(cost_s=round(time.perf_counter() - start, 1), attempts=attempt, resumed_from=result["resumed_from"])
+    record["settings"] = settings
+    if "retried" in result:
+        record["retried"] = result["retried"]
+    if knob_runs is not None:
+        record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
+    if o.budgets:
+        record["serves"] = {"file": str(exp.run_dir / FILE), "budgets": sorted(int(b) for b in shared)}
+    write = (lambda: _write_file(study, exp, run, chosen["lr"], shared)) if o.budgets else None
+    if not _enqueue(study, exp, proposed, record, chosen["lr"], lock, write):
+        return []  # another worker got there first
+    forget_state(spec)
+    return [_trained_line(record, o, chosen, knob_runs, number if knob_runs else None)] + not_learned_lines(
+        record, study.user_attrs.get("baseline")
+    )
+
+
+def _record(exp, result: dict, run: str, chosen: dict, multiples, scales, epochs, budget: int) -> dict:
+    """What the study keeps of the supernet run that proposed: its candidates, knobs, rates,
+    outcome, proposals and where it ran."""
+    o = exp.oneshot
+    return {
         "run": run,
         "candidates": result["candidates"],
         "bitfit": result["bitfit"],
@@ -227,27 +249,19 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         "expected_count": round(result["expected_count"]),
         "multiplier": result["multiplier"],
         "supernet_params": result["supernet_params"],
-        "proposed": proposed,
+        "proposed": result["proposed"],
         "where": {
             "executor": exp.executor,
             "device": result["device"],
             "host": result["host"],
             **({"resources": result["resources"]} if "resources" in result else {}),
         },
-        "cost_s": round(time.perf_counter() - start, 1),
-        "attempts": attempt,
-        "resumed_from": result["resumed_from"],
-        "settings": settings,
-        **({"retried": result["retried"]} if "retried" in result else {}),
     }
-    if knob_runs is not None:
-        record["knob_search"] = {"study": study.study_name + knobs.SUFFIX, "chosen": number, "runs": knob_runs}
-    if o.budgets:
-        record["serves"] = {"file": str(exp.run_dir / FILE), "budgets": sorted(int(b) for b in shared)}
-    write = (lambda: _write_file(study, exp, run, chosen["lr"], shared)) if o.budgets else None
-    if not _enqueue(study, exp, proposed, record, chosen["lr"], lock, write):
-        return []  # another worker got there first
-    forget_state(spec)
+
+
+def _trained_line(record: dict, o, chosen: dict, knob_runs, number) -> str:
+    """The line that says what the supernet was, how it trained and what it proposed."""
+    epochs, scales, proposed = record["epochs"], record["family_scales"], record["proposed"]
     resumed = record["resumed_from"]
     went_on = f" (went on from epoch {resumed['epoch']})" if resumed else ""
     if "retried" in record:
@@ -261,19 +275,19 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
             + ", ".join(f"{k} {chosen[k]:.3g}" for k in o.knob_ranges())
             + ")"
         )
-    over = over_budget_note(record["expected_count"], budget)
+    over = over_budget_note(record["expected_count"], record["target"])
     at = (
         (" with each family at its measured rate" + (" and scale" if scales else ""))
-        if multiples
+        if record["family_rates"]
         else f" at lr {chosen['lr']:.3g}"
     )
-    return [
+    return (
         f"one-shot: a supernet of {record['supernet_params']:,} parameters trained {epochs:g} epochs{at}{went_on} "
-        f"in {record['cost_s']:.0f}s on {result['device']} (search-dev {result['score']:.4f}, expected size "
-        f"{record['expected_count']:,}); {len(proposed)} proposals enqueued: "
+        f"in {record['cost_s']:.0f}s on {record['where']['device']} (search-dev {record['score']:.4f}, expected "
+        f"size {record['expected_count']:,}); {len(proposed)} proposals enqueued: "
         + ", ".join(_named(p) for p in proposed)
         + over
-    ] + not_learned_lines(record, study.user_attrs.get("baseline"))
+    )
 
 
 def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) -> tuple[SupernetSpec, dict]:

@@ -97,47 +97,80 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
     base, tok = load_backbone(spec.backbone, task, splits)
     space = SearchSpace.load(spec.space)
     head = space.with_head(PetlConfig())
+    net, specs, built = _built(spec, base, space, head)
+    trained_on = {k: v for k, v in spec.to_dict().items() if k not in ("also", "anchors")}  # they only derive more
+    fingerprint = {**trained_on, "checkpoint": None, **built}
+    state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
+    trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
+    if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
+        state = None  # another run's state: start from scratch
+    result = _train(spec, net, task, splits, device, state, fingerprint)
+    score_on_dev = None
+    if spec.rate_proposals:
+        dev = encode(splits, tok, max_length=spec.max_length).search_dev
+        batch = Recipe(batch_size=spec.batch_size).eval_batch_size
+        score_on_dev = lambda model: evaluate(model, dev, task, batch, device)[task.main_metric]  # noqa: E731
+    proposals = _proposer(spec, net, base.config, head, task, score_on_dev)
+    as_trained = PetlConfig(
+        modules=specs,
+        bitfit=built["bitfit"],
+        train_layernorms=built["layernorms"],
+        prompt_length=built["prompt_length"],
+    )
+    return {
+        **{k: result[k] for k in ("score", "score_se", "expected_count", "multiplier", "train_s")},
+        **built,
+        "proposed": proposals(spec.budget, True),  # the knob search compares runs by these
+        "proposed_for": {str(b): proposals(b, False) for b in spec.also},
+        "supernet_params": count_parameters(base.config, as_trained).deployable,
+        "device": str(device),
+        "host": socket.gethostname(),
+        "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]},
+    }
+
+
+def _built(spec: SupernetSpec, base, space, head: PetlConfig):
+    """The supernet over a copy of ``base`` (seeded: the same run, the same supernet), and what it
+    holds: its candidates (each zero-start one at its family's scale, as a trial trains it), BitFit,
+    trained LayerNorms and the soft prompt's length."""
+    import torch
+
     specs = candidates(space, base.config, spec.budget)
-    if spec.scales:  # a zero-start candidate at its family's scale, as a trial trains it
+    if spec.scales:
         specs = at_reference_scales(PetlConfig(modules=specs), spec.scales).modules
-    bitfit = allows_bitfit(space, base.config, spec.budget, head)
-    layernorms = allows_layernorms(space, base.config, spec.budget, head)
-    prompt_length = prompt_length_for(space, base.config, spec.budget, head)
-    torch.manual_seed(spec.seed)  # its initial weights: the same run, the same supernet
+    built = {
+        "candidates": [s.to_dict() for s in specs],
+        "bitfit": allows_bitfit(space, base.config, spec.budget, head),
+        "layernorms": allows_layernorms(space, base.config, spec.budget, head),
+        "prompt_length": prompt_length_for(space, base.config, spec.budget, head),
+    }
+    torch.manual_seed(spec.seed)
     net = build_supernet(
         copy.deepcopy(base),
         specs,
         head,
         init_open=spec.init_open,
-        bitfit=bitfit,
-        layernorms=layernorms,
-        prompt_length=prompt_length,
+        bitfit=built["bitfit"],
+        layernorms=built["layernorms"],
+        prompt_length=built["prompt_length"],
     )
-    trained_on = {k: v for k, v in spec.to_dict().items() if k not in ("also", "anchors")}  # they only derive more
-    fingerprint = {
-        **trained_on,
-        "checkpoint": None,
-        "candidates": [s.to_dict() for s in specs],
-        "bitfit": bitfit,
-        "layernorms": layernorms,
-        "prompt_length": prompt_length,
-    }
-    state = checkpoint.load(spec.checkpoint) if spec.checkpoint else None
-    trainable = {n for n, p in net.model.named_parameters() if p.requires_grad}
-    if state is not None and (state.get("fingerprint") != fingerprint or set(state["params"]) != trainable):
-        state = None  # another run's state: start from scratch
-    began, first_epoch = time.time(), state["epoch"] if state is not None else 0
+    return net, specs, built
 
+
+def _train(spec: SupernetSpec, net, task, splits, device, state: dict | None, fingerprint: dict) -> dict:
+    """Train ``net`` toward the budget from ``state`` (None: from scratch); after every epoch its
+    state is saved with ``fingerprint`` and where the run stands is written (`standing`)."""
+    began, first_epoch = time.time(), state["epoch"] if state is not None else 0
     ends: list[float] = []  # when each epoch trained here ended
 
-    def save(s: dict) -> None:  # after every epoch: its state, and where it stands
+    def save(s: dict) -> None:
         checkpoint.save({**s, "fingerprint": fingerprint}, spec.checkpoint)
         ends.append(time.time())
         standing.write(
             standing.standing_path(spec.checkpoint), s["epoch"], spec.epochs, first_epoch, began, first_done=ends[0]
         )
 
-    result = train_supernet(
+    return train_supernet(
         net,
         spec.backbone,
         task,
@@ -159,16 +192,17 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
         lr_multiples=spec.lr_multiples,
         warmup=spec.warmup,
     )
+
+
+def _proposer(spec: SupernetSpec, net, model_config, head: PetlConfig, task, score_on_dev):
+    """``proposals(budget, scored)``: the distinct configurations read off the trained ``net`` at
+    each rung of the ladder to ``budget``, then around each baseline anchor (``spec.anchors``);
+    ``scored``: each rung's inherited search-dev score too, where ``score_on_dev`` is given."""
     smallest = min(
         u.unit_cost + u.fixed_cost + (net.shared_cost if u.candidate in GLOBAL else 0)
         for u in net.units
         if u.gate_of is None
     )  # a UniPELT gate is never derived alone
-    score_on_dev = None
-    if spec.rate_proposals:
-        dev = encode(splits, tok, max_length=spec.max_length).search_dev
-        batch = Recipe(batch_size=spec.batch_size).eval_batch_size
-        score_on_dev = lambda model: evaluate(model, dev, task, batch, device)[task.main_metric]  # noqa: E731
 
     def proposals(budget: int, scored: bool) -> list[dict]:
         seen, out = set(), []
@@ -184,38 +218,18 @@ def run_supernet(spec: SupernetSpec | dict, device: str | None = None) -> dict:
         for rung in ladder(smallest, budget, spec.rungs):
             selection = select(net, rung)
             if (
-                add(*configuration(net, base.config, selection, head, num_labels=task.num_labels), rung)
+                add(*configuration(net, model_config, selection, head, num_labels=task.num_labels), rung)
                 and scored
                 and score_on_dev is not None
             ):
                 out[-1]["supernet_score"] = round(inherited_score(net, selection, score_on_dev), 6)
-        for name, anchor in (
-            baseline_anchors(base.config, budget, base.config.num_hidden_layers) if spec.anchors else ()
-        ):
-            if (found := anchored(net, base.config, budget, anchor, head, num_labels=task.num_labels)) is not None:
+        anchors = baseline_anchors(model_config, budget, model_config.num_hidden_layers) if spec.anchors else ()
+        for name, anchor in anchors:
+            if (found := anchored(net, model_config, budget, anchor, head, num_labels=task.num_labels)) is not None:
                 add(*found, budget, anchor=name)
         return out
 
-    return {
-        "score": result["score"],
-        "score_se": result["score_se"],
-        "expected_count": result["expected_count"],
-        "multiplier": result["multiplier"],
-        "train_s": result["train_s"],
-        "candidates": [s.to_dict() for s in specs],
-        "bitfit": bitfit,
-        "layernorms": layernorms,
-        "prompt_length": prompt_length,
-        "proposed": proposals(spec.budget, True),  # the knob search compares runs by these
-        "proposed_for": {str(b): proposals(b, False) for b in spec.also},
-        "supernet_params": count_parameters(
-            base.config,
-            PetlConfig(modules=specs, bitfit=bitfit, train_layernorms=layernorms, prompt_length=prompt_length),
-        ).deployable,
-        "device": str(device),
-        "host": socket.gethostname(),
-        "resumed_from": None if state is None else {"epoch": state["epoch"], "step": state["step"]},
-    }
+    return proposals
 
 
 def forget_state(spec: SupernetSpec) -> None:

@@ -344,46 +344,8 @@ def build_supernet(
     for i, group in enumerate(model.petl.groups.values()):
         for key, module in _instances(group):
             layer, _, target = key.partition("_")
-            if isinstance(module, LoRA):
-                gate = HardConcrete(module.A.shape[0], init_open, gate_speed)
-                parametrize.register_parametrization(module, "A", _Rows(gate))
-                net.units.append(Unit(i, int(layer), target, gate, module.A.shape[1] + module.B.shape[0]))
-            elif isinstance(module, CompacterAdapter):
-                down, up = module.down, module.up
-                n, rank = down.n, down.s.shape[-1]
-                gate = HardConcrete(down.t.shape[-1], init_open, gate_speed)
-                parametrize.register_parametrization(down, "t", _Columns(gate, "down.t"))
-                parametrize.register_parametrization(down, "bias", _Columns(gate, "down.bias"))
-                parametrize.register_parametrization(up, "s", _Columns(gate, "up.s"))
-                for fixed, name in ((down, "s"), (up, "t"), (up, "bias")):
-                    parametrize.register_parametrization(fixed, name, _AnyOpen(gate))
-                fixed_cost = sum(getattr(m, name).numel() for m, name in ((down, "s"), (up, "t"), (up, "bias")))
-                net.units.append(
-                    Unit(
-                        i,
-                        int(layer),
-                        None,
-                        gate,
-                        2 * n * rank + n,
-                        fixed_cost=fixed_cost,
-                        unit_size=n,
-                        group_cost=down.rule[0].A.numel(),
-                    )
-                )
-            elif isinstance(module, MultiHeadAdapter):
-                gate = HardConcrete(module.values.shape[1], init_open, gate_speed)
-                module.position_gate = gate.z  # (a parameter named `values` cannot be parametrized)
-                net.units.append(
-                    Unit(i, int(layer), None, gate, module.keys[:, 0].numel() + module.values[:, 0].numel())
-                )
-            elif isinstance(module, Bottleneck):
-                gate = HardConcrete(module.down.weight.shape[0], init_open, gate_speed)
-                parametrize.register_parametrization(module.down, "weight", _Rows(gate))
-                parametrize.register_parametrization(module.down, "bias", _Rows(gate))
-                parametrize.register_parametrization(module.up, "bias", _AnyOpen(gate))
-                d_in, d_out = module.down.weight.shape[1], module.up.weight.shape[0]
-                net.units.append(Unit(i, int(layer), None, gate, d_in + 1 + d_out, fixed_cost=d_out))
-            else:
+            gate = _gate_instance(net, i, int(layer), target, module, init_open, gate_speed)
+            if gate is None:
                 continue
             gates.append(gate)
             if module.compose.gate is not None:  # UniPELT's gate: with it or without, z decides
@@ -403,6 +365,58 @@ def build_supernet(
     # (copy.deepcopy) then draws its own gates
     model.register_forward_pre_hook(functools.partial(_resample, gates), prepend=True)
     return net
+
+
+def _gate_instance(net: Supernet, i: int, layer: int, target, module, init_open: float, speed: float):
+    """Gate the units of one module instance (group ``i``, ``layer``) and list them on ``net``;
+    returns the gate (None: a module with no units to gate)."""
+    if isinstance(module, LoRA):  # a rank component: a row of A (and B's column, which reads it)
+        gate = HardConcrete(module.A.shape[0], init_open, speed)
+        parametrize.register_parametrization(module, "A", _Rows(gate))
+        net.units.append(Unit(i, layer, target, gate, module.A.shape[1] + module.B.shape[0]))
+    elif isinstance(module, CompacterAdapter):
+        gate = _gate_compacter(net, i, layer, module, init_open, speed)
+    elif isinstance(module, MultiHeadAdapter):
+        gate = HardConcrete(module.values.shape[1], init_open, speed)
+        module.position_gate = gate.z  # (a parameter named `values` cannot be parametrized)
+        net.units.append(Unit(i, layer, None, gate, module.keys[:, 0].numel() + module.values[:, 0].numel()))
+    elif isinstance(module, Bottleneck):  # a bottleneck unit: a row of W_down and b_down; b_up while any is open
+        gate = HardConcrete(module.down.weight.shape[0], init_open, speed)
+        parametrize.register_parametrization(module.down, "weight", _Rows(gate))
+        parametrize.register_parametrization(module.down, "bias", _Rows(gate))
+        parametrize.register_parametrization(module.up, "bias", _AnyOpen(gate))
+        d_in, d_out = module.down.weight.shape[1], module.up.weight.shape[0]
+        net.units.append(Unit(i, layer, None, gate, d_in + 1 + d_out, fixed_cost=d_out))
+    else:
+        return None
+    return gate
+
+
+def _gate_compacter(net: Supernet, i: int, layer: int, module, init_open: float, speed: float) -> HardConcrete:
+    """A Compacter's units: one column of its PHM fast matrices each (n bottleneck dimensions); its
+    slow matrices and up bias exist while any is open."""
+    down, up = module.down, module.up
+    n, rank = down.n, down.s.shape[-1]
+    gate = HardConcrete(down.t.shape[-1], init_open, speed)
+    parametrize.register_parametrization(down, "t", _Columns(gate, "down.t"))
+    parametrize.register_parametrization(down, "bias", _Columns(gate, "down.bias"))
+    parametrize.register_parametrization(up, "s", _Columns(gate, "up.s"))
+    for fixed, name in ((down, "s"), (up, "t"), (up, "bias")):
+        parametrize.register_parametrization(fixed, name, _AnyOpen(gate))
+    fixed_cost = sum(getattr(m, name).numel() for m, name in ((down, "s"), (up, "t"), (up, "bias")))
+    net.units.append(
+        Unit(
+            i,
+            layer,
+            None,
+            gate,
+            2 * n * rank + n,
+            fixed_cost=fixed_cost,
+            unit_size=n,
+            group_cost=down.rule[0].A.numel(),
+        )
+    )
+    return gate
 
 
 def _resample(gates: list[HardConcrete], module: nn.Module, args) -> None:
