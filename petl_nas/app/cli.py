@@ -69,7 +69,7 @@ TOP_EXAMPLES = """examples:
   petl-nas train --config best.yaml -o runs/best
   petl-nas doctor                                       what this environment has and lacks
 
-Each command's --help has its own examples; the user guide is docs/guide.md."""
+Each command's --help has its own examples; the user guide is docs/guide.md (an index of reference pages)."""
 
 
 def _number_or_auto(what: str):
