@@ -1,6 +1,6 @@
 """A suite one study at a time against two side by side (`--jobs 1` and `--jobs 2`), in one run.
 
-Owns one measurement (docs/guide.md#suites: what `--jobs` gains on 2 cores). The same small suite
+Owns one measurement (docs/suites.md: what `--jobs` gains on 2 cores). The same small suite
 runs twice on this machine, each time in a fresh folder (no study, rates or supernet shared):
 
 - ``--jobs 1``: the default, each study alone with both cores (its trials two at a time);

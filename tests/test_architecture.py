@@ -1,5 +1,5 @@
 """The package's folders are layers: each module imports only from its own layer and the layers
-below it, so a newcomer can read the tree top-down (docs/guide.md, "Architecture").
+below it, so a newcomer can read the tree top-down (docs/architecture.md).
 
 The imports are read from the source (every ``import`` and ``from ... import``, those inside
 functions too), so a lazy import that runs upwards is caught as well as a top-level one."""

@@ -22,6 +22,7 @@ from .. import __version__
 from ..core.config import PetlConfig
 from ..deploy.texts import ECHO_CHARS, MAX_TEXT_BYTES
 from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
+from ..search.console import clear_status
 from ..search.experiment import Experiment, Fidelity, OneShot
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 from ..search.storage_url import STUDY_FILE, as_url, existing_url
@@ -69,7 +70,7 @@ TOP_EXAMPLES = """examples:
   petl-nas train --config best.yaml -o runs/best
   petl-nas doctor                                       what this environment has and lacks
 
-Each command's --help has its own examples; the user guide is docs/guide.md."""
+Each command's --help has its own examples; the user guide is docs/guide.md (an index of reference pages)."""
 
 
 def _number_or_auto(what: str):
@@ -1120,6 +1121,7 @@ def _own_warnings_as_lines():
     default = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
+        clear_status()  # a heartbeat standing on the terminal would run into it
         if issubclass(category, PetlWarning):
             print(f"petl-nas: warning: {message}", file=sys.stderr)
         else:

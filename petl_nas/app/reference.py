@@ -36,7 +36,9 @@ An experiment file (`petl-nas search --experiment FILE`) lists only what differs
 defaults; a flag of the same name overrides the file. A key that is not here, or a value a key
 cannot hold, is refused in one line naming the file and the key, before anything is written.
 Sections (`fidelity:`, `final:`, `oneshot:`, `rates:`) are mappings: `fidelity: {k: 500, epochs: 4}`.
-Where each is explained: [the guide](guide.md).
+Where each is explained: [search.md](search.md), [fidelity.md](fidelity.md) (`fidelity:`),
+[budgets-and-baselines.md](budgets-and-baselines.md) (`final:`), [rates.md](rates.md), [oneshot.md](oneshot.md),
+[suites.md](suites.md); all pages: [guide.md](guide.md).
 
 Editors complete and check these files with the JSON Schemas [experiment.schema.json](experiment.schema.json)
 and [suite.schema.json](suite.schema.json) (draft 2020-12). With the YAML language server (VS Code's

@@ -1,8 +1,10 @@
 """How a search talks on the console: rows as aligned plain-text tables, each sentence said once,
 details only with ``--verbose``, and the width a line should keep to.
 
-The output is plain text whether or not it goes to a terminal (no colours, no live bars), so a log
-or a test reads what a user sees.
+The output is plain text whether or not it goes to a terminal (no colours, no bars), so a log or a
+test reads what a user sees. One thing differs on a terminal: a `status` line (a long run's
+heartbeat) is rewritten in place until the next event's line replaces it; in a log or CI it is a
+line of its own, as every event is.
 
 Example:
     >>> print("\\n".join(table(["family", "rate"], [["lora", "5.0e-04"], ["prompt", "3.0e-03"]])))
@@ -14,11 +16,17 @@ Example:
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import textwrap
+import threading
 from typing import Callable, Sequence
 
 WIDTH = 120  # the longest line worth printing, a path or a command aside
 VERBOSE_ENV = "PETL_NAS_VERBOSE"  # set by --verbose: seen by workers and a suite's study processes too
+CLEAR = "\r\x1b[K"  # back to the line's start and erase it: where a status line is replaced
+_screen = threading.Lock()  # heartbeats come from a thread of their own
+_status_shown = threading.Event()  # a status line stands on the terminal, not yet replaced
 
 
 def verbose() -> bool:
@@ -79,9 +87,37 @@ def one_line(head: str, name: str, tail: str) -> str:
 
 
 def say(text: str) -> None:
-    """Print ``text`` on standard output, each line `fit` to the width, at once (live when piped)."""
-    for line in str(text).split("\n"):
-        print(fit(line), flush=True)
+    """Print ``text`` on standard output, each line `fit` to the width, at once (live when piped); on
+    a terminal it replaces the `status` line standing there."""
+    with _screen:
+        clear_status()
+        for line in str(text).split("\n"):
+            print(fit(line), flush=True)
+
+
+def status(text: str) -> None:
+    """A line saying where a long run stands. On a terminal it is written over the last one (cut to
+    the terminal's width), so a run's heartbeats take one line, and the next line `say` prints takes
+    its place; elsewhere (a log, CI) it is printed as a line of its own, like an event."""
+    if not sys.stdout.isatty():
+        say(text)
+        return
+    room = max(20, shutil.get_terminal_size().columns - 1)
+    line = text.rstrip()  # its indent kept, as the lines around it have theirs
+    line = line if len(line) <= room else line[: room - 1] + "…"
+    with _screen:
+        sys.stdout.write(CLEAR + line)
+        sys.stdout.flush()
+        _status_shown.set()
+
+
+def clear_status() -> None:
+    """Erase the `status` line standing on the terminal, if any, before something else is written
+    there (a warning on standard error shares the screen)."""
+    if _status_shown.is_set():
+        _status_shown.clear()
+        sys.stdout.write(CLEAR)
+        sys.stdout.flush()
 
 
 class SaidOnce:
@@ -103,6 +139,11 @@ class SaidOnce:
         if verbose():
             self(text)
 
+    def status(self, text: str) -> None:
+        """A heartbeat: a `status` line where this prints with `say`, else an ordinary line. Never
+        remembered: each says a later time."""
+        (status if self.printer is say else self.printer)(text)
+
 
 def detail(printer: Callable[[str], None], text: str) -> None:
     """Print ``text`` with ``printer`` only with ``--verbose``."""
@@ -110,4 +151,18 @@ def detail(printer: Callable[[str], None], text: str) -> None:
         printer(text)
 
 
-__all__ = ["WIDTH", "VERBOSE_ENV", "SaidOnce", "detail", "fit", "one_line", "say", "set_verbose", "table", "verbose"]
+__all__ = [
+    "CLEAR",
+    "WIDTH",
+    "VERBOSE_ENV",
+    "SaidOnce",
+    "clear_status",
+    "detail",
+    "fit",
+    "one_line",
+    "say",
+    "set_verbose",
+    "status",
+    "table",
+    "verbose",
+]

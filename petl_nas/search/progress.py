@@ -2,10 +2,11 @@
 and the rates, training a supernet, confirming candidates, the final re-evaluation.
 
 A stage is a number of runs of about equal length, trained one after another in this process. While
-a run goes on, `Stage.run` prints what it trains at least every `EVERY_S` seconds, with how long it
+a run goes on, `Stage.run` says what it trains at least every `EVERY_S` seconds, with how long it
 has run and, once a run of the stage has finished, about how long the stage has left (or what the
 run says of itself, e.g. a supernet's epochs done and time left); `countdown` is the line after
-each run. `time_left` keeps an estimate from jumping while a run outlasts the mean.
+each run. `time_left` keeps an estimate from jumping while a run outlasts the mean. On a terminal
+these heartbeats are one `console.status` line rewritten in place; in a log, a line each.
 
 Example:
     >>> stage = Stage(print, total=3)                                  # doctest: +SKIP
@@ -19,6 +20,8 @@ import contextlib
 import threading
 import time
 from typing import Callable, Iterator
+
+from .console import say, status
 
 EVERY_S = 30.0
 
@@ -50,6 +53,8 @@ class Stage:
 
     def __init__(self, printer: Callable[[str], None], total: int, every_s: float | None = None, at_most: bool = False):
         self.printer, self.total, self.at_most = printer, total, at_most
+        # a heartbeat is a status line where the printer can show one (`console.SaidOnce`, `say`)
+        self.beat = getattr(printer, "status", status if printer is say else printer)
         self.every_s = EVERY_S if every_s is None else every_s
         self.done, self.spent_s = 0, 0.0
 
@@ -80,7 +85,7 @@ class Stage:
         began = time.perf_counter()
 
         def beat() -> None:
-            self.printer(self.heartbeat(what, time.perf_counter() - began, detail() if detail else None))
+            self.beat(self.heartbeat(what, time.perf_counter() - began, detail() if detail else None))
 
         try:
             with repeating(self.every_s, beat, "petl-nas progress"):

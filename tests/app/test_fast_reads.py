@@ -1,6 +1,6 @@
 """The read-only commands open a study without importing torch, Ray or transformers: `export --list`,
-`export`, `report` and the dashboard's opening of the storage, each in a fresh interpreter on a real
-tiny study, with a finder on the import path that records who imports a heavy module first. The
+`export`, `report` and `dashboard` (serving a browser's first requests), each in a fresh interpreter on
+a real tiny study, with a finder on the import path that records who imports a heavy module first. The
 tiny study's trials learn too little to be picked, so `export` writes the preset it trained: the
 record a picked trial gets, from the same code."""
 
@@ -28,14 +28,26 @@ class Watch:
 
 sys.meta_path.insert(0, Watch())
 argv = json.loads(sys.argv[2])
-if argv[0] == "dashboard":
-    from petl_nas.dashboards.launcher import make_dashboard
-    server, names = make_dashboard(argv[1], port=0)
-    server.server_close()
-    assert names, "the dashboard found no study"
-else:
-    from petl_nas.app.cli import main
-    assert main(argv) == 0, argv
+if argv[0] == "dashboard":  # serve a browser's first requests, then stop as Ctrl-C would
+    import socketserver, threading, urllib.request
+    serve_forever = socketserver.BaseServer.serve_forever
+
+    def browse_then_stop(server, *args):
+        thread = threading.Thread(target=serve_forever, args=(server, *args))
+        thread.start()
+        try:
+            base = f"http://127.0.0.1:{server.server_port}"
+            studies = json.load(urllib.request.urlopen(base + "/api/studies"))["study_summaries"]
+            assert studies, "the dashboard found no study"
+            for page in ("/", f"/api/studies/{studies[0]['study_id']}"):
+                assert urllib.request.urlopen(base + page).status == 200, page
+        finally:
+            server.shutdown()
+            thread.join()
+
+    socketserver.BaseServer.serve_forever = browse_then_stop
+from petl_nas.app.cli import main
+assert main(argv) == 0, argv
 print("heavy imports:", json.dumps(seen))
 """
 
@@ -55,14 +67,12 @@ def heavy_imports(argv: list[str]) -> dict:
 
 
 @pytest.mark.parametrize(
-    "command", ["export --list", "export --preset pfeiffer -o {out}/best.yaml", "report -o {out}/report", "dashboard"]
+    "command",
+    ["export --list", "export --preset pfeiffer -o {out}/best.yaml", "report -o {out}/report", "dashboard --port 0"],
 )
 def test_a_read_imports_neither_torch_nor_ray(small_study, tmp_path, command):
     url = small_study[0]
-    if command == "dashboard":
-        argv = ["dashboard", url]
-    else:
-        argv = command.format(out=tmp_path).split() + ["--storage", url]
+    argv = command.format(out=tmp_path).split() + ["--storage", url]
     imported = heavy_imports(argv)
     assert not imported, "\n".join(
         f"{argv[0]} imported {name} through:\n  " + "\n  ".join(frames) for name, frames in imported.items()

@@ -2,7 +2,7 @@
 `search_space/presets.yaml` is trained one step on a tiny BERT with mean pooling (what ``pooling:
 auto`` reads on the default backbone, all-MiniLM-L6-v2) and converted to each `convert` target
 (each conversion reloads and checks itself, or writes nothing); the AdapterHub column is whether
-`interop.to_adapters` expresses its configuration. The table in docs/guide.md ("Formats each preset
+`interop.to_adapters` expresses its configuration. The table in docs/export-and-deploy.md ("Formats each preset
 exports to") must be this one.
 """
 
@@ -23,7 +23,7 @@ pytest.importorskip("sentence_transformers")
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")]
 
 TINY_BERT = {"tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}}
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "export-and-deploy.md"
 
 
 def formats(name: str, folder: Path) -> list[str]:

@@ -1,7 +1,17 @@
 """`search.console`: aligned tables, each line said once and fit to the width, details only with
-``--verbose``."""
+``--verbose``; a status line rewritten in place on a terminal and a line of its own in a log."""
 
-from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, table
+import io
+import sys
+
+from petl_nas.search.console import CLEAR, WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, status, table
+
+
+class Terminal(io.StringIO):
+    """Standard output as a terminal sees it: what was written, control sequences included."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def test_a_table_aligns_its_columns():
@@ -56,3 +66,28 @@ def test_a_trial_line_cuts_the_configuration_not_the_line():
     assert len(line) == WIDTH and line.endswith(tail) and "…" in line
     short = one_line("[4/8] trial 3 ", "LoRA r=2 q,v", tail)
     assert short == "[4/8] trial 3 LoRA r=2 q,v" + tail
+
+
+def test_on_a_terminal_a_status_line_is_rewritten_in_place_until_an_event_replaces_it(monkeypatch):
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    status("  rates: lora at 5.0e-04: running for 0.5 min")
+    status("  rates: lora at 5.0e-04: running for 1.0 min")
+    say("rates: lora at 5.0e-04: 0.8167")
+    assert sys.stdout.getvalue() == (
+        CLEAR
+        + "  rates: lora at 5.0e-04: running for 0.5 min"
+        + CLEAR
+        + "  rates: lora at 5.0e-04: running for 1.0 min"
+        + CLEAR
+        + "rates: lora at 5.0e-04: 0.8167\n"
+    )
+    say("next")  # nothing left to erase
+    assert sys.stdout.getvalue().endswith("0.8167\nnext\n")
+
+
+def test_in_a_log_a_status_line_is_a_line_of_its_own(capsys):
+    printer = SaidOnce(say)
+    printer.status("  x: running for 0.5 min")
+    printer.status("  x: running for 0.5 min")  # a heartbeat is not a sentence said twice: each says a time
+    say("x: done")
+    assert capsys.readouterr().out == "  x: running for 0.5 min\n  x: running for 0.5 min\nx: done\n"

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from petl_nas.search.console import CLEAR, SaidOnce, say
 from petl_nas.search.progress import Stage, countdown, time_left
 
 
@@ -78,3 +79,22 @@ def test_a_run_that_says_where_it_stands_has_that_in_its_line():
     with stage.run("x", lambda: next(standing, "epoch 1 of 2 done")):
         assert beat.wait(30)
     assert said[0] == "  x: running for 0.0 min" and said[1] == "  x: running for 0.0 min; epoch 1 of 2 done"
+
+
+def test_on_a_terminal_a_runs_heartbeats_take_one_line_and_the_next_event_replaces_it(monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    stage = Stage(SaidOnce(say), total=1, every_s=0.01)
+    with stage.run("confirming: trial 6, seed 1"):
+        while sys.stdout.getvalue().count("running for") < 3:
+            threading.Event().wait(0.01)
+    say("confirming: trial 6 done")
+    out = sys.stdout.getvalue()
+    assert out.count("\n") == 1 and out.endswith(CLEAR + "confirming: trial 6 done\n")
+    assert out.startswith(CLEAR + "  confirming: trial 6, seed 1: running for 0.0 min")

@@ -670,7 +670,7 @@ def test_the_guides_task_family_example_registers_and_splits(tmp_path):
     import subprocess
     import sys
 
-    guide = (REPO / "docs" / "guide.md").read_text()
+    guide = (REPO / "docs" / "architecture.md").read_text()
     section = guide.split("## Adding a task family", 1)[1].split("\n## ", 1)[0]
     code = (
         re.search(r"```text\n(.*?)```", section, re.S)

@@ -40,7 +40,7 @@ COMMON_KEYS = (
 
 class Form:
     """One functional form. Subclass it, set the attributes, override what differs, and register an
-    instance: ``register(MyForm())`` (the whole of a new form: `docs/guide.md`, "Adding a PETL method").
+    instance: ``register(MyForm())`` (the whole of a new form: `docs/architecture.md`, "Adding a PETL method").
 
     Attributes:
         name: the ``form:`` value of a module spec (``lora``).
