@@ -14,7 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "petl_nas"
 # Lowest first. A module may import its own layer and any layer before it.
-LAYERS = ("base", "core", "tasks", "training", "search", "deploy", "dashboards", "suite", "app")
+LAYERS = ("base", "core", "tasks", "training", "study", "search", "deploy", "dashboards", "suite", "app")
 BASE = ("errors", "rules", "fileio", "places")
 
 

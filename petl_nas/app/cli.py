@@ -25,6 +25,7 @@ from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
 from ..search.experiment import Experiment, Fidelity, OneShot
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
 from ..search.storage_url import STUDY_FILE, as_url, existing_url
+from ..study.header import StudyHeader
 from ..training.compiling import COMPILE_MODES
 from .doctor import DEFAULT_STORAGE
 
@@ -327,14 +328,14 @@ def cmd_export(args) -> int:
         raise ConfigError("give -o FILE (or --list to print the front)")
     if args.preset:
         rec = preset_record(study, args.preset, url, args.recipe)
-        budget = study.user_attrs.get("budget")
+        budget = StudyHeader.of(study).budget
         if budget is not None and rec.counts["deployable"] > budget:
             print(
                 f"note: preset {args.preset} takes {rec.counts['deployable']:,} deployable parameters, over the "
                 f"study's budget of {budget:,} (exported as asked, as a baseline)"
             )
     else:
-        budget = parse_budget(args.budget, study.user_attrs.get("backbone_params")) if args.budget else None
+        budget = parse_budget(args.budget, StudyHeader.of(study).backbone_params) if args.budget else None
         retimed: dict[int, float] = {}
         again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
         rec = record(study, choose(study, budget, args.pick, retime=again), url, args.recipe)
@@ -417,7 +418,7 @@ def cmd_export(args) -> int:
             f"the best score of those within {LATENCY_TIE:.0%} of the fastest; "
         )
     print(f"{what} ({search}{rec.counts['deployable']:,} deployable parameters) -> {args.output}")
-    scored = study.user_attrs.get("fidelity", {}).get("epochs")
+    scored = StudyHeader.of(study).fidelity.get("epochs")
     if (
         args.recipe == "final"
         and args.format == "petl-nas"
@@ -460,8 +461,9 @@ def _backbone_of(study):
     from ..tasks import resolve_task
     from ..training.loading import model_config_for
 
-    task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
-    return model_config_for(json.loads(study.user_attrs["backbone"]), task), task.kind
+    header = StudyHeader.of(study)
+    task = resolve_task(header.task_ref)
+    return model_config_for(header.backbone_spec, task), task.kind
 
 
 def cmd_train(args) -> int:

@@ -22,6 +22,7 @@ from ..places import glue_candidates, hub_status
 from ..search.experiment import Experiment, Fidelity, FinalEval
 from ..search.storage import redact
 from ..search.study import with_fidelity_resolved
+from ..study.header import StudyHeader
 
 BACKBONE = "all-MiniLM-L6-v2"
 HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
@@ -136,7 +137,8 @@ def _check_resumable(exp: Experiment) -> None:
     old = next((s for s in studies if s.study_name == exp.study_name), None)
     if old is None:
         return
-    task, fidelity = old.user_attrs.get("task"), old.user_attrs.get("fidelity") or {}
+    header = StudyHeader.of(old)
+    task, fidelity = header.task, header.fidelity
     now = with_fidelity_resolved({"fidelity": dataclasses.asdict(exp.fidelity)}, fidelity)[
         "fidelity"
     ]  # auto: as stored

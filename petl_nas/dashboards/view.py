@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from ..search.confirm import confirmed_scores, verdict
 from ..search.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
 from ..search.records import StoredTrial, state_counts
+from ..study.header import StudyHeader
 from ..training.costs import COSTS
 
 MIN_TRIALS_FOR_IMPORTANCE = 20  # complete sampled trials before importances are shown (`importance_refusal`)
@@ -66,7 +67,8 @@ class StudyView:
     metric: str
     budget: int | None
     backbone_params: int | None
-    attrs: dict
+    header: StudyHeader
+    attrs: dict  # the study's user attributes whole: its runs' wall times (`records.sessions`)
     counts: dict
     points: list[Point] = field(default_factory=list)
     sweep_line: str | None = None  # the searched front against the LoRA rank sweep (fronts.py)
@@ -75,12 +77,12 @@ class StudyView:
     @property
     def cost_objectives(self) -> list[str]:
         """The measured costs the study minimises besides parameters (``objectives`` after the first two)."""
-        return list(self.attrs.get("objectives", ["score", "params"]))[2:]
+        return list(self.header.cost_objectives)
 
     @property
     def baseline(self) -> dict | None:
         """The task's trivial baseline on search-dev (score, what), when the study recorded one."""
-        return self.attrs.get("baseline")
+        return self.header.baseline
 
     @property
     def front(self) -> list[Point]:
@@ -122,15 +124,16 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
     starts = [t.datetime_start for t in trials if t.datetime_start is not None]
     t0 = min(starts)
     front = {t.number for t in study.best_trials}
-    a = study.user_attrs
+    a, header = study.user_attrs, StudyHeader.of(study)
     names = study.metric_names or ["score", "deployable_params"]
     confirmed = confirmed_scores(study)
     return StudyView(
         name=study.study_name,
         storage=storage_url,
-        metric=a.get("metric") or names[0],
-        budget=a.get("budget"),
-        backbone_params=a.get("backbone_params"),
+        metric=header.metric or names[0],
+        budget=header.budget,
+        backbone_params=header.backbone_params,
+        header=header,
         attrs=a,
         counts=state_counts(study),
         points=[

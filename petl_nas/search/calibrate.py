@@ -32,6 +32,7 @@ import time
 
 from ..core.budget import count_parameters
 from ..core.presets import preset
+from ..study.header import StudyHeader
 from ..tasks.significance import clearly_better, did_not_learn
 from . import claims
 from .progress import Stage
@@ -250,7 +251,7 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
     a resumed study recorded."""
     if exp.fidelity.epochs != "auto":
         return exp, None
-    record = study.user_attrs.get(ATTR)
+    record = StudyHeader.of(study).fidelity_calibration
     if record is None:
 
         def measure() -> dict:

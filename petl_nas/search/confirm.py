@@ -51,11 +51,12 @@ import statistics
 from optuna.trial import TrialState
 
 from ..core.describe import short_name
+from ..study.header import StudyHeader
 from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
 from .console import table
 from .progress import Stage
 from .records import CONFIRMED as PREFIX
-from .records import CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
+from .records import CONFIRMED_ROWS, CONFIRMED_TEST, StoredTrial
 from .side_by_side import describe, for_stage, run_all
 
 
@@ -220,8 +221,7 @@ def confirmed_now(study) -> set[int]:
 
 def confirmed_scores(study) -> dict[int, list[float]]:
     """{trial number: its search score, then one per extra seed} for the trials `confirmed_now` names."""
-    attrs = study.user_attrs
-    final = attrs.get("final") or {}
+    attrs, final = study.user_attrs, StudyHeader.of(study).final
     n = final.get("confirm") or 0  # a study from before confirm_baselines confirmed one
     stored = (
         [
@@ -352,7 +352,7 @@ def verdict(study) -> Verdict | None:
 def _confirmed_reference(study, trials: dict) -> int | None:
     """The confirmed trial of the study's ``final.reference`` preset (None: not set, as in studies
     from before it, or not confirmed)."""
-    found = reference_trial(study, (study.user_attrs.get("final") or {}).get("reference"))
+    found = reference_trial(study, StudyHeader.of(study).final.get("reference"))
     return found.number if found is not None and found.number in trials else None
 
 
@@ -385,8 +385,8 @@ def _comparer(study, scores: dict, trials: dict):
     """``apart(x, y)``: trial ``x`` beyond noise above trial ``y`` (`beyond_noise`), over the rows too
     where the study kept its search-dev labels and both trials' per-row predictions for every seed
     (rows of another length than the labels, under ``eval_rows``, leave the seeds to decide)."""
-    attrs = study.user_attrs
-    labels, metric = attrs.get(SEARCH_DEV_LABELS), attrs.get("metric")
+    attrs, header = study.user_attrs, StudyHeader.of(study)
+    labels, metric = header.search_dev_labels, header.metric
     kept = {}
     if labels is not None and metric is not None:
         labels = decode_rows(labels)

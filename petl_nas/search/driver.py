@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from .. import __version__
 from ..core.describe import short_name
 from ..fileio import atomic_write
+from ..study.header import StudyHeader
 from ..tasks import data_lines
 from ..tasks.files import file_fingerprints
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
@@ -54,7 +55,6 @@ from .finals import reevaluate_front
 from .fronts import source_of, sweep_line
 from .inputs import check_inputs
 from .interrupts import before_writing, interruptible, raise_if_stopped
-from .oneshot.propose import ATTR as ONESHOT
 from .oneshot.propose import check_resumable, propose, read_proposals
 from .packing import GpuPacking
 from .records import SEARCH_DEV_LABELS, StoredTrial, mark_finished, record_session, stored_trials
@@ -70,7 +70,6 @@ from .storage import (
     sqlite_path,
 )
 from .study import (
-    CALIBRATION_ATTR,
     INTERRUPTED,
     TrialSource,
     claimed,
@@ -336,7 +335,9 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     if task.kind in ("classification", "regression"):  # for confirmation's bootstrap over rows
         attrs[SEARCH_DEV_LABELS] = encode_rows(np.asarray(splits.search_dev.labels, dtype=np.float64))
     if exp.strategy != "sampler" and exp.oneshot.file:
-        read_proposals(exp.oneshot.file, attrs, budget)  # a file that cannot serve: said before a study exists
+        read_proposals(
+            exp.oneshot.file, StudyHeader.from_attrs(attrs), budget
+        )  # a file that cannot serve: said before a study exists
     study = open_study(
         exp.storage_url,
         exp.study_name,
@@ -349,7 +350,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         retries=exp.stale_retries,
         objectives=exp.objectives,
     )
-    recorded = study.user_attrs["fidelity"]  # auto: as the study records it
+    recorded = StudyHeader.of(study).fidelity  # auto: as the study records it
     exp = dataclasses.replace(
         exp,
         fidelity=dataclasses.replace(
@@ -452,7 +453,7 @@ def _search(
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     later = (
         ""
-        if exp.strategy == "sampler" or ONESHOT in study.user_attrs
+        if exp.strategy == "sampler" or StudyHeader.of(study).oneshot is not None
         else f" besides the proposals read from {exp.oneshot.file}"
         if exp.oneshot.file
         else " besides the supernet's proposals (it trains first)"
@@ -488,7 +489,8 @@ def _search(
         printer(f"warning: {large}")
     for line in data_lines(splits, exp.fidelity.k):
         printer(line)
-    baseline = study.user_attrs.get("baseline")
+    header = StudyHeader.of(study)
+    baseline = header.baseline
     if baseline is not None:
         near = "within noise of" if has_error_bar(task) else "no better than"
         printer(
@@ -500,11 +502,11 @@ def _search(
             f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
             f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)"
         )
-    if study.user_attrs.get("input_shift"):
-        printer(shift_line(study.user_attrs["input_shift"]))
+    if header.input_shift:
+        printer(shift_line(header.input_shift))
 
     exp, calibration = calibrate.resolve(study, exp, baseline, model_config, budget, printer, lock)
-    coming = exp.oneshot.rungs if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else 0
+    coming = exp.oneshot.rungs if exp.strategy != "sampler" and StudyHeader.of(study).oneshot is None else 0
     measured = rates.resolve(
         study,
         exp,
@@ -518,7 +520,7 @@ def _search(
     )
     study_note.write(study)  # the calibration runs, on the dashboard's study page
     if exp.strategy != "sampler":  # the supernet's proposals, then the sampler's (both)
-        if ONESHOT not in study.user_attrs:
+        if StudyHeader.of(study).oneshot is None:
             printer(_supernet_line(exp, budget))
         for line in propose(study, exp, budget, lock, printer):
             printer(line)
@@ -702,7 +704,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     that are off the front (export's candidates too); a confirmed row carries its scores over seeds.
     Paired test differences are to the preset with the best search score among those re-evaluated
     (the test split decides nothing here)."""
-    trials = {t.number: t for t in stored_trials(study)}
+    header, trials = StudyHeader.of(study), {t.number: t for t in stored_trials(study)}
     members = [trials[t.number] for t in front(study)]
     on_front = {t.number for t in members}
     presets = [t for t in trials.values() if t.state == TrialState.COMPLETE and t.preset]
@@ -751,19 +753,19 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     return SearchSummary(
         exp.study_name,
         exp.storage_url,
-        study.user_attrs.get("metric", "score"),
+        header.metric or "score",
         budget,
         state_counts(study),
         rows,
         wall_s,
         anchors,
         failure_counts(study),
-        baseline=study.user_attrs.get("baseline"),
+        baseline=header.baseline,
         did_not_learn=flat,
         reference=reference.preset if reference is not None else None,
         sweep=sweep_line(study),
-        shift=study.user_attrs.get("input_shift"),
-        calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"),
+        shift=header.input_shift,
+        calibrated_epochs=(header.fidelity_calibration or {}).get("epochs"),
         confirmed=off_rows,
         verdict=said.line if (said := verdict(study)) is not None else None,
     )

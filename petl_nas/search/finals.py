@@ -14,6 +14,7 @@ import statistics
 
 from optuna.trial import TrialState
 
+from ..study.header import StudyHeader
 from ..tasks.significance import mean_std
 from ..training.loop import Recipe
 from .baselines import best_2022_baseline
@@ -126,7 +127,7 @@ def _store(study, exp, task, t: StoredTrial, runs: list[dict], stage: Stage) -> 
         },
     )
     tag = f" [{t.preset}]" if t.preset else ""
-    floor = (study.user_attrs.get("baseline") or {}).get("test_score")
+    floor = (StudyHeader.of(study).baseline or {}).get("test_score")
     printer = stage.printer
     printer(
         f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"

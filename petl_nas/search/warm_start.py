@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial
 from ..core.budget import count_parameters
 from ..core.config import PetlConfig
 from ..errors import ConfigError
+from ..study.header import StudyHeader
 from .fronts import learned_trials, pareto
 from .records import StoredTrial
 from .storage import redact
@@ -80,7 +81,7 @@ def seed_warm_start(
     name, members = front_of(source)
     if url == storage_url and name == study.study_name:
         raise ConfigError(f"warm start {shown(source)!r}: that is this study; name an earlier one")
-    done = study.user_attrs.get("warm_start", {}).get("source")
+    done = (StudyHeader.of(study).warm_start or {}).get("source")
     if done is not None and shown(done) == shown(source):  # older studies stored the URL as given
         return []  # done when the study began; a resume takes nothing twice
     have = {StoredTrial.of(t).warm_start for t in study.get_trials(deepcopy=False)}

@@ -26,6 +26,7 @@ from ..search.baselines import best_2022_baseline
 from ..search.confirm import best_baseline, verdict
 from ..search.fronts import learned_trials, source_of
 from ..search.records import FINAL, StoredTrial, run_state, study_wall_s
+from ..study.header import StudyHeader
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import paired_difference
 
@@ -58,7 +59,8 @@ def cell(study, task: str, budget: str) -> dict:
     """The suite's row for one study (see the module docstring)."""
     from ..deploy.export import choose  # export's default pick: what a user of the study deploys
 
-    attrs, pts = study.user_attrs, points_per_unit(study.user_attrs.get("metric", "accuracy"))
+    attrs, header = study.user_attrs, StudyHeader.of(study)
+    pts = points_per_unit(header.metric or "accuracy")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     wall_s = study_wall_s(attrs)
     said = verdict(study)
@@ -73,8 +75,8 @@ def cell(study, task: str, budget: str) -> dict:
         "task": task,
         "budget": budget,
         "state": _state(study),
-        "budget_params": attrs.get("budget"),
-        "metric": attrs.get("metric"),
+        "budget_params": header.budget,
+        "metric": header.metric,
         "pick": _side(pick, attrs),
         "baseline": _side(trials.get(base_no), attrs),
         "baseline_2022": _side(trials.get(old_no), attrs),
@@ -83,7 +85,7 @@ def cell(study, task: str, budget: str) -> dict:
         "delta_2022": _delta(pick, trials.get(old_no), attrs, pts),
         "best_mean_delta": _delta(trials.get(said.best), trials.get(base_no), attrs, pts) if said else None,
         "best_search": max((t.values[0] for t in trials.values() if t.values is not None), default=None),
-        "trivial": (attrs.get("baseline") or {}).get("score"),
+        "trivial": (header.baseline or {}).get("score"),
         "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
         "wall_min": None if wall_s is None else round(wall_s / 60, 1),
     }
