@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "petl_nas"
 # Lowest first. A module may import its own layer and any layer before it.
 LAYERS = ("base", "core", "tasks", "training", "study", "search", "deploy", "dashboards", "suite", "app")
-BASE = ("errors", "rules", "fileio", "places")
+BASE = ("errors", "rules", "fileio", "places", "console")
 
 
 def module_name(path: Path) -> str:
@@ -108,8 +108,8 @@ def test_no_cycle_between_modules():
 @pytest.mark.parametrize(
     "importer, imported, why",
     [
-        ("petl_nas.search.", "petl_nas.deploy.", "search-time code reads studies through search.records, not export"),
-        ("petl_nas.dashboards.", "petl_nas.deploy.", "the dashboards read studies through search.records"),
+        ("petl_nas.search.", "petl_nas.deploy.", "search-time code reads studies through study.records, not export"),
+        ("petl_nas.dashboards.", "petl_nas.deploy.", "the dashboards read studies through study.records"),
         ("petl_nas.deploy.runs", "petl_nas.search.worker", "a backbone loads through training.loading"),
         ("petl_nas.app.doctor", "petl_nas.app.quickstart", "doctor finds GLUE and the hub through places"),
     ],

@@ -22,10 +22,10 @@ from .. import __version__
 from ..core.config import PetlConfig
 from ..deploy.texts import ECHO_CHARS, MAX_TEXT_BYTES
 from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
-from ..search.experiment import Experiment, Fidelity, OneShot
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
-from ..search.storage_url import STUDY_FILE, as_url, existing_url
+from ..study.experiment import Experiment, Fidelity, OneShot
 from ..study.header import StudyHeader
+from ..study.storage_url import STUDY_FILE, as_url, existing_url
 from ..training.compiling import COMPILE_MODES
 from .doctor import DEFAULT_STORAGE
 
@@ -227,8 +227,8 @@ def cmd_search(args) -> int:
 
     with before_writing():  # a stop while the search loads (torch, its inputs) wrote nothing
         from ..search.driver import run_search
-        from ..search.experiment import Experiment
-        from ..search.storage import redact
+        from ..study.experiment import Experiment
+        from ..study.storage import redact
 
         exp = Experiment.load(args.experiment) if args.experiment else Experiment()
         exp = exp.override(
@@ -291,8 +291,8 @@ def cmd_suite(args) -> int:
 
 def cmd_export(args) -> int:
     from ..deploy.export import LATENCY_TIE, choose, front_table, make_parent, preset_record, record, write_record
-    from ..search.experiment import parse_budget
-    from ..search.records import load_study
+    from ..study.experiment import parse_budget
+    from ..study.records import load_study
     from ..tasks.significance import mean_std
 
     choosing = [
@@ -434,9 +434,9 @@ def cmd_export(args) -> int:
 
 
 def _retimer(study, retimed: dict):
-    """`export.choose`'s ``retime``: times the candidates again here (`petl_nas.search.retime`), says what it
+    """`export.choose`'s ``retime``: times the candidates again here (`petl_nas.deploy.retime`), says what it
     measured, and keeps it in ``retimed``."""
-    from ..search.retime import MAX_CANDIDATES, ROUNDS, retime
+    from ..deploy.retime import MAX_CANDIDATES, ROUNDS, retime
 
     def again(trials):
         retimed.update(retime(study, trials))
@@ -637,7 +637,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_space(args) -> int:
-    from ..search.space import SearchSpace
+    from ..study.space import SearchSpace
 
     space = SearchSpace.load(args.file)
     if args.action == "validate":
@@ -1126,7 +1126,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # said by the subcommand's parser: "see petl-nas search --help"
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if hasattr(args, "verbose"):  # search, suite, quickstart: the details, here and in the processes they start
-        from ..search.console import set_verbose
+        from ..console import set_verbose
 
         set_verbose(args.verbose)
     try:

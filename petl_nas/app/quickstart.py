@@ -19,10 +19,10 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..places import glue_candidates, hub_status
-from ..search.experiment import Experiment, Fidelity, FinalEval
-from ..search.storage import redact
 from ..search.study import with_fidelity_resolved
+from ..study.experiment import Experiment, Fidelity, FinalEval
 from ..study.header import StudyHeader
+from ..study.storage import redact
 
 BACKBONE = "all-MiniLM-L6-v2"
 HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
@@ -211,7 +211,7 @@ def run(
 ) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..search.console import SaidOnce, say
+    from ..console import SaidOnce, say
     from ..search.driver import run_search
 
     hf_logging.set_verbosity_error()  # no load reports between the progress lines

@@ -19,10 +19,10 @@ from pathlib import Path
 from .. import __version__
 from ..errors import ConfigError
 from ..fileio import atomic_write
-from ..search.confirm import confirmed_text
-from ..search.picks import best_of, candidates
-from ..search.rates_text import lines as rate_lines
-from ..search.records import sessions, study_wall_s
+from ..study.exportable import best_of, candidates
+from ..study.header import StudyHeader
+from ..study.pick import confirmed_text
+from ..study.rates_text import lines as rate_lines
 from ..tasks.shift import shift_line
 from ..tasks.significance import mean_std
 from ..training.costs import UNITS
@@ -71,7 +71,7 @@ def write_report(storage_url: str, study_name: str | None, out_dir: str | Path) 
 
 
 def _picked(study) -> int | str:
-    """The number of the trial ``petl-nas export`` writes by default (`search.picks`), or why it has none."""
+    """The number of the trial ``petl-nas export`` writes by default (`study.exportable`), or why it has none."""
     try:
         return best_of(study, candidates(study)).number
     except ConfigError as e:
@@ -248,7 +248,7 @@ def _facts(view: StudyView) -> str:
         "one-shot supernet": _oneshot(h.oneshot),
         "fronts": _fronts(view),
         "final.confirm": _confirmed(view) + (f"<br>{_e(view.verdict_line)}" if view.verdict_line else ""),
-        "wall time": _wall(view.attrs),
+        "wall time": _wall(h),
         "trials": (
             f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
             + (f"{c['interrupted']} interrupted (trained again on resume), " if c.get("interrupted") else "")
@@ -263,8 +263,8 @@ def _or_unknown(value) -> str:
     return "?" if value is None else value
 
 
-def _wall(attrs: dict) -> str:
-    total, runs = study_wall_s(attrs), sessions(attrs)
+def _wall(header: StudyHeader) -> str:
+    total, runs = header.wall_s, header.sessions
     if total is None:
         return "– (recorded as each run of the search ends; older studies lack it)"
     return (
@@ -300,7 +300,7 @@ def render(
     view: StudyView, figures: dict[str, bytes], importance_note: str, reference, pick: int | str | None = None
 ) -> str:
     """The report page: the Pareto plot, the pick and the front's table first, then the study's facts and the
-    other figures. ``pick``: the number of the trial export writes by default (`search.picks`), or why
+    other figures. ``pick``: the number of the trial export writes by default (`study.exportable`), or why
     there is none."""
     m, name = _e(view.metric), _e(view.name)
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

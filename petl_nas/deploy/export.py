@@ -4,7 +4,7 @@ A record (YAML) holds everything `petl-nas train` needs and where it came from: 
 backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
 study, trial, metric ± std, petl-nas version, space hash).
 
-Choice rules (`choose`; the candidates and the default pick are `petl_nas.search.picks`'s, which the
+Choice rules (`choose`; the candidates and the default pick are `petl_nas.study.exportable`'s, which the
 report names too): candidates are the front's members at or under the budget, and the trials
 `final.confirm` re-scored over extra seeds (on the front or not, as the search's own pick), ranked
 by their search score (measured on the search-dev split carved from the training data; the mean
@@ -12,7 +12,7 @@ over seeds where confirmed). The held-out
 test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
 ``best`` takes the highest search score, ties to fewer parameters; with ``final.confirm``, the
-search's own pick where the budget admits it (`confirm.verdict`): the best searched configuration
+search's own pick where the budget admits it (`study.pick.verdict`): the best searched configuration
 that beats the best baseline beyond noise over paired seeds, or else that baseline, so the
 default never trails it. ``best-mean`` (``final.confirm`` only) takes the best confirmed mean, a
 baseline or not; ``smallest-within-noise`` (``final.confirm`` only) the confirmed trial with the
@@ -20,13 +20,13 @@ fewest deployable parameters within noise of the best confirmed mean over paired
 ``smallest-within=X`` takes the fewest parameters among those within X points (×100 of a 0-1 metric; ROUGE and
 BLEU are already in points) of the best (the best confirmed mean under ``final.confirm``); ``fastest-within=X``
 the lowest inference latency of the deployed form (measured by every trial, `costs.py`; or, as `petl-nas export`
-does, timed again side by side here, `petl_nas.search.retime`) among them, where latencies within `LATENCY_TIE`
+does, timed again side by side here, `petl_nas.deploy.retime`) among them, where latencies within `LATENCY_TIE`
 (10%) of the lowest count as equal: of those, the highest search score. With ``objectives: [score, params,
 latency]`` the front holds the fast configurations too; with two objectives, the fastest of the (score,
 parameters) front.
 
 The record itself, its reading and writing, is `petl_nas.deploy.record`; its recipe's defaults are
-`training.recipe.Recipe`'s and the experiment's (`search.experiment`), never typed here again.
+`training.recipe.Recipe`'s and the experiment's (`study.experiment`), never typed here again.
 
 Example:
     >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
@@ -46,12 +46,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .. import __version__
 from ..errors import ConfigError
-from ..search.confirm import confirmed_now, confirmed_text, verdict
-from ..search.experiment import Experiment, FinalEval
-from ..search.fronts import group_of, source_of
-from ..search.picks import best_of, candidates
-from ..search.records import StoredTrial
-from ..search.storage import redact
+from ..study.experiment import Experiment, FinalEval
+from ..study.exportable import best_of, candidates
+from ..study.fronts import group_of, source_of
+from ..study.pick import confirmed_now, confirmed_text, verdict
+from ..study.records import StoredTrial
+from ..study.storage import redact
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import mean_std
 from .record import RECORD_KEYS, ExportRecord, make_parent, read_record, write_record
@@ -95,7 +95,7 @@ def choose(
 ) -> FrozenTrial:
     """The trial to export (see the module docstring for the rules). With ``retime``,
     ``fastest-within`` ranks the candidates within the margin by ``retime(candidates)``, ``{trial
-    number: ms}`` (`petl_nas.search.retime`), instead of the latencies the trials measured; a candidate it
+    number: ms}`` (`petl_nas.deploy.retime`), instead of the latencies the trials measured; a candidate it
     leaves out is not chosen."""
     m = _WITHIN.match(pick)
     if pick not in ("best", WITHIN_NOISE, BEST_MEAN) and not m:  # the flag first: before the study is read
@@ -181,7 +181,7 @@ def record(
 
 def _study_space(study: optuna.Study):
     """The study's search space: its file if it is still there, else the shipped space of that name."""
-    from ..search.space import SearchSpace
+    from ..study.space import SearchSpace
 
     source, name = study.user_attrs.get("space"), study.user_attrs.get("space_name")
     return SearchSpace.load(source if source and Path(source).exists() else name)
@@ -204,7 +204,7 @@ def preset_record(
     from ..core.budget import count_parameters  # torch: a preset the study did not train is counted
     from ..core.family_rates import at_rates
     from ..core.presets import preset, preset_lr
-    from ..search.records import RATE_CALIBRATION
+    from ..study.records import RATE_CALIBRATION
     from ..tasks import resolve_task
     from ..training.loading import model_config_for
 

@@ -27,9 +27,24 @@ from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 
 from .. import __version__
+from ..console import SaidOnce, fit, one_line, say, table
 from ..core.describe import short_name
 from ..fileio import atomic_write
+from ..study.experiment import Experiment, large_budget_warning
+from ..study.fronts import source_of, sweep_line
 from ..study.header import StudyHeader
+from ..study.pick import confirmed_scores, verdict
+from ..study.records import SEARCH_DEV_LABELS, StoredTrial, mark_finished, record_session, stored_trials
+from ..study.storage import (
+    ClaimLock,
+    Heartbeat,
+    close_storage,
+    fail_interrupted,
+    fail_stale,
+    redact,
+    running_without_heartbeat,
+    sqlite_path,
+)
 from ..tasks import data_lines
 from ..tasks.files import file_fingerprints
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
@@ -47,28 +62,13 @@ from ..training.loop import n_evaluations
 from . import calibrate, rates, study_note
 from . import progress as progress_lines
 from .baselines import seed_sweep, sweep_trials
-from .confirm import confirmed_scores, verdict
-from .console import SaidOnce, fit, one_line, say, table
 from .executors import EXECUTORS, Recorder
-from .experiment import Experiment, large_budget_warning
 from .finals import reevaluate_front
-from .fronts import source_of, sweep_line
 from .inputs import check_inputs
 from .interrupts import before_writing, interruptible, raise_if_stopped
 from .oneshot.propose import check_resumable, propose, read_proposals
 from .packing import GpuPacking
-from .records import SEARCH_DEV_LABELS, StoredTrial, mark_finished, record_session, stored_trials
 from .specs import trial_recipe, trial_spec
-from .storage import (
-    ClaimLock,
-    Heartbeat,
-    close_storage,
-    fail_interrupted,
-    fail_stale,
-    redact,
-    running_without_heartbeat,
-    sqlite_path,
-)
 from .study import (
     INTERRUPTED,
     TrialSource,

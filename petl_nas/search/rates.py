@@ -50,14 +50,14 @@ from ..core.family_rates import at_rates as apply
 from ..core.family_rates import families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
+from ..study.rates_text import lines
+from ..study.records import RATE_CALIBRATION, RATES_SETTING
+from ..study.results import TrialResult
+from ..study.space import SearchSpace
+from ..study.storage import as_stored
 from . import claims
 from .progress import Stage
 from .rates_file import check_record, keep_file, write_file
-from .rates_text import lines
-from .records import RATE_CALIBRATION, RATES_SETTING
-from .results import TrialResult
-from .space import SearchSpace
-from .storage import as_stored
 from .study import preset_in_space
 
 ATTR = RATE_CALIBRATION  # the study attribute holding the record

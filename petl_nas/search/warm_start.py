@@ -24,10 +24,10 @@ from optuna.trial import FrozenTrial
 from ..core.budget import count_parameters
 from ..core.config import PetlConfig
 from ..errors import ConfigError
+from ..study.fronts import learned_trials, pareto
 from ..study.header import StudyHeader
-from .fronts import learned_trials, pareto
-from .records import StoredTrial
-from .storage import redact
+from ..study.records import StoredTrial
+from ..study.storage import redact
 
 
 def parse_source(source: str) -> tuple[str, str | None]:
@@ -46,7 +46,7 @@ def shown(source: str) -> str:
 
 def front_of(source: str) -> tuple[str, list[FrozenTrial]]:
     """The earlier study's name and its front: complete trials that learned, not dominated."""
-    from .records import load_study
+    from ..study.records import load_study
 
     url, name = parse_source(source)
     try:

@@ -2,7 +2,7 @@
 stored in the study's user attributes when it made the study (its space, backbone, task, budget,
 fidelity, final recipe, objectives, trivial baseline...) and what it recorded about the study as a
 whole since (the calibrated trial length, the rates mode and measured rates, the supernet run, the
-warm start, whether a run finished). Every module outside `petl_nas.study` reads them here, never an
+warm start, whether a run finished, its recorded runs). Every module outside `petl_nas.study` reads them here, never an
 attribute by its name.
 
 A study written by an older version lacks some attributes: each field then takes the value its
@@ -21,6 +21,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .records import sessions
 
 # The attribute a field is stored under, where it is not the field's own name.
 KEYS = {"rates_mode": "rates"}
@@ -51,6 +53,7 @@ class StudyHeader:
             run that did not learn.
         warm_start: the earlier study it was warm-started from.
         finished: False while a run goes on, True once one ended well (None before it was stored).
+        sessions: its recorded runs of the search, earliest first (`records.sessions`).
     """
 
     space: str | None = None
@@ -82,6 +85,7 @@ class StudyHeader:
     oneshot_first_run: dict | None = None
     warm_start: dict | None = None
     finished: bool | None = None
+    sessions: tuple = ()
 
     @classmethod
     def of(cls, study) -> StudyHeader:
@@ -93,8 +97,10 @@ class StudyHeader:
     def from_attrs(cls, attrs: Mapping) -> StudyHeader:
         """The header a study with user attributes ``attrs`` has (also the attributes a search is
         about to store, before the study exists)."""
-        values = {}
+        values = {"sessions": tuple(sessions(attrs))}
         for f in dataclasses.fields(cls):
+            if f.name in values:
+                continue
             value = attrs.get(KEYS.get(f.name, f.name))
             if value is not None:
                 values[f.name] = tuple(value) if f.name == "objectives" else value
@@ -110,6 +116,12 @@ class StudyHeader:
     def task_ref(self) -> Any:
         """The task to resolve: a file task's mapping where the study stored one, else its name."""
         return self.task_spec or self.task
+
+    @property
+    def wall_s(self) -> float | None:
+        """Its wall time over its recorded runs (several workers at once add up); None for a study
+        written before runs were recorded (`records.study_wall_s`)."""
+        return sum(s["wall_s"] for s in self.sessions) if self.sessions else None
 
     @property
     def cost_objectives(self) -> tuple:

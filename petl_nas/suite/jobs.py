@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError, error_line
-from ..search.experiment import Rates
-from ..search.records import load_study
-from ..search.storage import close_storage
+from ..study.experiment import Rates
 from ..study.header import StudyHeader
+from ..study.records import load_study
+from ..study.storage import close_storage
 from .config import files_read, files_written, in_suite_terms
 
 POLL_S = 1.0  # how often finished studies and written files are looked for

@@ -54,14 +54,14 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...fileio import atomic_write
+from ...study.experiment import OneShot, parse_budget
 from ...study.header import StudyHeader
+from ...study.records import LR_FROM_SAMPLER, ONESHOT
+from ...study.records import ONESHOT_ANCHOR as ANCHOR
+from ...study.storage import as_stored
 from ...tasks.significance import did_not_learn
 from ..claims import training_elsewhere
-from ..experiment import OneShot, parse_budget
 from ..progress import Stage, repeating
-from ..records import LR_FROM_SAMPLER, ONESHOT
-from ..records import ONESHOT_ANCHOR as ANCHOR
-from ..storage import as_stored
 from . import knobs
 from .run import SupernetSpec, forget_state, run_on_ray, run_supernet
 from .standing import describe, standing_path

@@ -20,8 +20,8 @@ from collections import Counter
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ..study.header import StudyHeader
 from ..tasks.significance import clearly_better
+from .header import StudyHeader
 from .records import StoredTrial, stored_trials
 
 GROUPS = ("searched", "oneshot", "preset", "sweep")

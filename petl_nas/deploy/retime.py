@@ -39,11 +39,11 @@ def retime(
     import torch
 
     from ..core.inject import apply_petl
+    from ..study.records import StoredTrial
     from ..tasks import load_splits, resolve_task
     from ..tasks.encoding import encode
     from ..training.costs import LATENCY_BATCH, deployed_latency_ms
     from ..training.loading import load_backbone
-    from .records import StoredTrial
 
     header = StudyHeader.of(study)
     fidelity = header.fidelity

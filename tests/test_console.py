@@ -1,7 +1,7 @@
-"""`search.console`: aligned tables, each line said once and fit to the width, details only with
+"""`console`: aligned tables, each line said once and fit to the width, details only with
 ``--verbose``."""
 
-from petl_nas.search.console import WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, table
+from petl_nas.console import WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, table
 
 
 def test_a_table_aligns_its_columns():
