@@ -132,8 +132,6 @@ def test_the_seams_that_ran_the_wrong_way_stay_cut(importer, imported, why):
 STUDY_ATTRS_READ_HERE = {
     "petl_nas.search.claims": "a claim's protocol: reads and writes the attribute it is given, fresh under the lock",
     "petl_nas.search.study": "open_study compares the stored settings whole with the new ones before writing them",
-    "petl_nas.deploy.export": "edited beside this change (exports); converted once both are merged",
-    "petl_nas.search.rates": "edited beside this change (the integrator); converted once both are merged",
 }
 TRIAL_NAMES = {"t", "trial", "best"}  # what a trial is called where its attributes are read
 

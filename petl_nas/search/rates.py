@@ -50,6 +50,7 @@ from ..core.family_rates import at_rates as apply
 from ..core.family_rates import families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
+from ..study.header import StudyHeader
 from ..study.rates_text import lines
 from ..study.records import RATE_CALIBRATION, RATES_SETTING
 from ..study.results import TrialResult
@@ -433,7 +434,7 @@ def preset_scale(family: str, name: str) -> float | None:
 def mode(study, exp) -> dict:
     """What the study searches with: ``{"calibrated": bool, "spread": s}``. A new study takes the
     experiment's; a study that holds trials keeps what it recorded (before rates existed: off)."""
-    stored = study.user_attrs.get(SETTING)
+    stored = StudyHeader.of(study).rates_mode
     if stored is None:
         fresh = not study.get_trials(deepcopy=False)
         stored = {"calibrated": exp.rates.on and fresh, "spread": exp.rates.spread}
@@ -450,15 +451,15 @@ def resolve(
     draws one rate per trial."""
     if not mode(study, exp)["calibrated"]:
         return None
-    record = study.user_attrs.get(ATTR)
+    record = StudyHeader.of(study).rate_calibration
     path = exp.run_dir / exp.rates.FILE
     if record is None and exp.rates.file:
         record, notes = read_file(exp.rates.file, exp)
         for note in notes:
             printer(note)
-        if study.user_attrs.get(ATTR) is None:  # another worker may have stored first: its stands
+        if StudyHeader.of(study).rate_calibration is None:  # another worker may have stored first: its stands
             study.set_user_attr(ATTR, record)
-        record = study.user_attrs[ATTR]
+        record = StudyHeader.of(study).rate_calibration
     elif record is None:
 
         def measure() -> dict:
