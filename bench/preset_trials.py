@@ -30,8 +30,8 @@ def add_arguments(p, epochs: float, seeds: int) -> None:
 
 def preset_jobs(args) -> list[dict]:
     """One job per (preset, seed): its name, seed and trial spec (the recipe without path settings)."""
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import preset_in_space
+    from petl_nas.study.space import SearchSpace
     from petl_nas.tasks import get_task
     from petl_nas.training.loading import model_config_for
 

@@ -79,8 +79,8 @@ def competing_job(threads: int | None):
 
 
 def _spec(args) -> dict:
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import preset_in_space
+    from petl_nas.study.space import SearchSpace
     from petl_nas.tasks import get_task
     from petl_nas.training.loading import model_config_for
 

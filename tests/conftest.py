@@ -156,7 +156,7 @@ ZERO_INIT = {
 
 
 def _no_rates():
-    from petl_nas.search.experiment import Rates
+    from petl_nas.study.experiment import Rates
 
     return Rates(calibrate="off")
 
@@ -168,7 +168,7 @@ def tiny_experiment(**changes):
     """A real experiment small enough for a test (~2 s a trial): the tiny backbone on the sentiment
     demo task, the small space, the local executor, no final re-evaluation; ``changes`` override
     any field (``fidelity=Fidelity(length_buckets=0, ...)`` replaces the whole fidelity)."""
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+    from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
 
     fields = dict(
         name="tiny",
@@ -193,7 +193,7 @@ def small_study(tmp_path_factory):
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+    from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
 
     d = tmp_path_factory.mktemp("small_study")
     exp = Experiment(

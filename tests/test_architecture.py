@@ -14,8 +14,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "petl_nas"
 # Lowest first. A module may import its own layer and any layer before it.
-LAYERS = ("base", "core", "tasks", "training", "search", "deploy", "dashboards", "suite", "app")
-BASE = ("errors", "rules", "fileio", "places")
+LAYERS = ("base", "core", "tasks", "training", "study", "search", "deploy", "dashboards", "suite", "app")
+BASE = ("errors", "rules", "fileio", "places", "console")
 
 
 def module_name(path: Path) -> str:
@@ -108,9 +108,10 @@ def test_no_cycle_between_modules():
 @pytest.mark.parametrize(
     "importer, imported, why",
     [
-        ("petl_nas.search.", "petl_nas.deploy.", "search-time code reads studies through search.records, not export"),
-        ("petl_nas.dashboards.", "petl_nas.deploy.", "the dashboards read studies through search.records"),
-        ("petl_nas.deploy.runs", "petl_nas.search.worker", "a backbone loads through training.loading"),
+        ("petl_nas.search.", "petl_nas.deploy.", "search-time code reads studies through study.records, not export"),
+        ("petl_nas.dashboards.", "petl_nas.deploy.", "the dashboards read studies through study.records"),
+        ("petl_nas.deploy.", "petl_nas.search.", "deploy reads studies through study/, without the engine"),
+        ("petl_nas.dashboards.", "petl_nas.search.", "the dashboards read studies through study/, without the engine"),
         ("petl_nas.app.doctor", "petl_nas.app.quickstart", "doctor finds GLUE and the hub through places"),
     ],
 )
@@ -123,6 +124,33 @@ def test_the_seams_that_ran_the_wrong_way_stay_cut(importer, imported, why):
         if t.startswith(imported)
     )
     assert not found, f"{why}: {found}"
+
+
+# Trials' own attributes may be read outside study/ (the knob search's supernet runs, a cell's trial
+# wall time); a study's are read through `study.header.StudyHeader` and `study.records`. Each module
+# below still reads its study's attributes by name, for the reason given.
+STUDY_ATTRS_READ_HERE = {
+    "petl_nas.search.claims": "a claim's protocol: reads and writes the attribute it is given, fresh under the lock",
+    "petl_nas.search.study": "open_study compares the stored settings whole with the new ones before writing them",
+}
+TRIAL_NAMES = {"t", "trial", "best"}  # what a trial is called where its attributes are read
+
+
+def test_no_module_outside_the_study_reads_a_studys_attributes_by_name():
+    """A study's settings have one typed reader (`StudyHeader.of`): a ``user_attrs`` read outside
+    ``study/`` is a trial's (named ``t``, ``trial`` or ``best``), never a study's, by subscript,
+    ``.get``, ``in`` or a whole-dict alias."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if layer_of(module) == "study" or module in STUDY_ATTRS_READ_HERE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "user_attrs":
+                owner = ast.unparse(node.value)
+                if owner not in TRIAL_NAMES:
+                    found.append(f"{module}:{node.lineno}: {owner}.user_attrs")
+    assert not found, "read the study through StudyHeader.of(study) or study.records:\n" + "\n".join(found)
 
 
 def test_errors_and_file_writes_have_their_own_modules():

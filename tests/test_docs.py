@@ -93,7 +93,7 @@ def test_relative_links_resolve(doc):
 
 def test_guide_yaml_examples_load():
     from petl_nas.core.config import PetlConfig
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
     from petl_nas.suite.config import Suite
 
     experiment = blocks(ROOT / "docs" / "search.md", "yaml")[0]
@@ -127,7 +127,7 @@ def test_the_experiment_file_reference_lists_every_key_with_its_default():
     import dataclasses
     import math
 
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot, Rates
+    from petl_nas.study.experiment import Experiment, Fidelity, FinalEval, OneShot, Rates
 
     rows = {}
     experiment_part = (ROOT / "docs" / "experiment-file.md").read_text().split("\n## Suite files")[0]

@@ -30,8 +30,8 @@ def kind_of(path: Path) -> str:
 @pytest.mark.parametrize("path", YAMLS, ids=[str(p.relative_to(EXPERIMENTS)) for p in YAMLS])
 def test_every_yaml_file_loads_as_what_it_is(path, monkeypatch):
     from petl_nas.deploy.export import read_record
-    from petl_nas.search.experiment import Experiment
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.experiment import Experiment
+    from petl_nas.study.space import SearchSpace
 
     monkeypatch.chdir(ROOT)  # paths in the files are the repository's
     kind = kind_of(path)
@@ -53,7 +53,7 @@ SUITES = sorted((ROOT / "suites").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", SUITES, ids=[p.name for p in SUITES])
 def test_every_suite_file_loads(path, monkeypatch):
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
     from petl_nas.suite.config import Suite
 
     monkeypatch.chdir(ROOT)

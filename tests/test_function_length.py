@@ -14,7 +14,7 @@ NOT_YET_CUT = {  # (module path, function): not cut yet
     ("app/cli.py", "cmd_export"),
     ("deploy/runs.py", "_train_seeds"),
     ("deploy/convert.py", "convert"),
-    ("search/storage.py", "open_storage"),
+    ("study/storage.py", "open_storage"),
 }
 
 

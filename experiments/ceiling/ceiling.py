@@ -33,8 +33,8 @@ from petl_nas.core.config import PetlConfig
 from petl_nas.core.inject import apply_petl
 from petl_nas.core.presets import preset, preset_lr
 from petl_nas.search.driver import final_recipe, trial_recipe
-from petl_nas.search.experiment import Experiment
 from petl_nas.search.worker import TrialSpec, prepare
+from petl_nas.study.experiment import Experiment
 from petl_nas.training.loading import TrainData
 from petl_nas.training.loop import evaluate, train
 

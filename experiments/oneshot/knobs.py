@@ -16,7 +16,7 @@ import argparse
 import optuna
 from scipy.stats import spearmanr
 
-from petl_nas.search.fronts import group_hypervolumes
+from petl_nas.study.fronts import group_hypervolumes
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def make_jobs(args) -> list[dict]:
     """One job per (learned trial, seed), with the study's trial recipe and the trial's own rate."""
     import optuna
 
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
     from petl_nas.training.loop import Recipe
 
     exp = Experiment.load(args.experiment)

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import TrialState
 from scipy import stats
 
-from petl_nas.search.records import stored_trials
+from petl_nas.study.records import stored_trials
 
 
 def measure(url: str, name: str) -> dict:

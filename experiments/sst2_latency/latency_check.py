@@ -1,7 +1,7 @@
 """How far to trust the latencies a study measured: each trial's configuration timed again, quietly.
 
 Trials time their deployed form beside whatever else runs (on 2 cores, the other trial). This
-script times every complete trial's deployed form again with `petl_nas.search.retime` (what `export
+script times every complete trial's deployed form again with `petl_nas.deploy.retime` (what `export
 --pick fastest-within` runs on its candidates), in one process and one thread, in interleaved
 rounds (each round times every configuration once, so drift hits all alike); it prints the quiet
 median beside the study's figure and the rank correlation between the two.
@@ -18,7 +18,7 @@ import torch
 from optuna.trial import TrialState
 from scipy.stats import spearmanr
 
-from petl_nas.search.retime import retime
+from petl_nas.deploy.retime import retime
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 """One-shot, TPE and random search at equal compute: hypervolume against compute spent.
 
 An arm is a study (same task, data, space, presets, head and trial recipe as the other arms), or
-some groups of one (`petl_nas.search.fronts.group_of`: ``preset``, ``sweep``, ``oneshot``,
+some groups of one (`petl_nas.study.fronts.group_of`: ``preset``, ``sweep``, ``oneshot``,
 ``searched``), so a study that ran several strategies gives one arm each. Each arm is replayed in
 the order its trials finished, charging what each step cost; with ``--charge wall`` (the default):
 - a trained trial: its wall time times the one core it held (trials run two at a time on two cores);
@@ -13,7 +13,7 @@ study ran. Where the load changed *within* a study (some of its trials ran besid
 ``--charge trials`` counts each trained trial as one trial equivalent (every trial of an arm runs
 the same recipe) and the supernet as its CPU time over the median CPU time of the study's presets.
 After each step the arm's front of trials that learned gives a hypervolume (search score up, log10
-deployable parameters down, from the trivial baseline's score and the budget: `petl_nas.search.fronts`),
+deployable parameters down, from the trivial baseline's score and the budget: `petl_nas.study.fronts`),
 the same reference point for every arm.
 
     python experiments/strategies/strategies.py \\
@@ -32,7 +32,7 @@ import statistics
 import optuna
 from optuna.trial import TrialState
 
-from petl_nas.search.fronts import GROUPS, group_of, hypervolume, pareto
+from petl_nas.study.fronts import GROUPS, group_of, hypervolume, pareto
 
 SUPERNET_CORES = 2
 

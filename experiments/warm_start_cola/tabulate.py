@@ -3,7 +3,7 @@
 Reads the two studies of `experiments/warm_start_cola/cold.yaml` (cold) and `experiments/warm_start_cola/warm.yaml` (warm, from
 the SST-2 v4 study's front) and prints, after 8 and 16 trained trials (in the order they were
 proposed), each arm's hypervolume (search score up, log10 deployable parameters down, from the
-trivial baseline's score and the budget: `petl_nas.search.fronts`), how many trials learned, and the best
+trivial baseline's score and the budget: `petl_nas.study.fronts`), how many trials learned, and the best
 search score. Trials that did not learn add nothing to a hypervolume.
 
     python experiments/warm_start_cola/tabulate.py --storage sqlite:///runs/cola_warm_start/study.db
@@ -16,8 +16,8 @@ import argparse
 import optuna
 from optuna.trial import TrialState
 
-from petl_nas.search.fronts import hypervolume, reference_from
 from petl_nas.search.study import is_trained
+from petl_nas.study.fronts import hypervolume, reference_from
 
 
 def rows(study, checkpoints) -> list[dict]:

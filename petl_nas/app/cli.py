@@ -19,13 +19,14 @@ import warnings
 from pathlib import Path
 
 from .. import __version__
+from ..console import clear_status
 from ..core.config import PetlConfig
 from ..deploy.texts import ECHO_CHARS, MAX_TEXT_BYTES
 from ..errors import ConfigError, PetlWarning, error_line, read_text, read_yaml
-from ..search.console import clear_status
-from ..search.experiment import Experiment, Fidelity, OneShot
 from ..search.interrupts import StoppedBeforeWriting, caused_by_interrupt, exit_status, one_line
-from ..search.storage_url import STUDY_FILE, as_url, existing_url
+from ..study.experiment import Experiment, Fidelity, OneShot
+from ..study.header import StudyHeader
+from ..study.storage_url import STUDY_FILE, as_url, existing_url
 from ..training.compiling import COMPILE_MODES
 from .doctor import DEFAULT_STORAGE
 
@@ -227,8 +228,8 @@ def cmd_search(args) -> int:
 
     with before_writing():  # a stop while the search loads (torch, its inputs) wrote nothing
         from ..search.driver import run_search
-        from ..search.experiment import Experiment
-        from ..search.storage import redact
+        from ..study.experiment import Experiment
+        from ..study.storage import redact
 
         exp = Experiment.load(args.experiment) if args.experiment else Experiment()
         exp = exp.override(
@@ -291,8 +292,8 @@ def cmd_suite(args) -> int:
 
 def cmd_export(args) -> int:
     from ..deploy.export import LATENCY_TIE, choose, front_table, make_parent, preset_record, record, write_record
-    from ..search.experiment import parse_budget
-    from ..search.records import load_study
+    from ..study.experiment import parse_budget
+    from ..study.records import load_study
     from ..tasks.significance import mean_std
 
     choosing = [
@@ -328,14 +329,14 @@ def cmd_export(args) -> int:
         raise ConfigError("give -o FILE (or --list to print the front)")
     if args.preset:
         rec = preset_record(study, args.preset, url, args.recipe)
-        budget = study.user_attrs.get("budget")
+        budget = StudyHeader.of(study).budget
         if budget is not None and rec.counts["deployable"] > budget:
             print(
                 f"note: preset {args.preset} takes {rec.counts['deployable']:,} deployable parameters, over the "
                 f"study's budget of {budget:,} (exported as asked, as a baseline)"
             )
     else:
-        budget = parse_budget(args.budget, study.user_attrs.get("backbone_params")) if args.budget else None
+        budget = parse_budget(args.budget, StudyHeader.of(study).backbone_params) if args.budget else None
         retimed: dict[int, float] = {}
         again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
         rec = record(study, choose(study, budget, args.pick, retime=again), url, args.recipe)
@@ -418,7 +419,7 @@ def cmd_export(args) -> int:
             f"the best score of those within {LATENCY_TIE:.0%} of the fastest; "
         )
     print(f"{what} ({search}{rec.counts['deployable']:,} deployable parameters) -> {args.output}")
-    scored = study.user_attrs.get("fidelity", {}).get("epochs")
+    scored = StudyHeader.of(study).fidelity.get("epochs")
     if (
         args.recipe == "final"
         and args.format == "petl-nas"
@@ -434,9 +435,9 @@ def cmd_export(args) -> int:
 
 
 def _retimer(study, retimed: dict):
-    """`export.choose`'s ``retime``: times the candidates again here (`petl_nas.search.retime`), says what it
+    """`export.choose`'s ``retime``: times the candidates again here (`petl_nas.deploy.retime`), says what it
     measured, and keeps it in ``retimed``."""
-    from ..search.retime import MAX_CANDIDATES, ROUNDS, retime
+    from ..deploy.retime import MAX_CANDIDATES, ROUNDS, retime
 
     def again(trials):
         retimed.update(retime(study, trials))
@@ -461,8 +462,9 @@ def _backbone_of(study):
     from ..tasks import resolve_task
     from ..training.loading import model_config_for
 
-    task = resolve_task(study.user_attrs.get("task_spec") or study.user_attrs["task"])
-    return model_config_for(json.loads(study.user_attrs["backbone"]), task), task.kind
+    header = StudyHeader.of(study)
+    task = resolve_task(header.task_ref)
+    return model_config_for(header.backbone_spec, task), task.kind
 
 
 def cmd_train(args) -> int:
@@ -636,7 +638,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_space(args) -> int:
-    from ..search.space import SearchSpace
+    from ..study.space import SearchSpace
 
     space = SearchSpace.load(args.file)
     if args.action == "validate":
@@ -1140,7 +1142,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # said by the subcommand's parser: "see petl-nas search --help"
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if hasattr(args, "verbose"):  # search, suite, quickstart: the details, here and in the processes they start
-        from ..search.console import set_verbose
+        from ..console import set_verbose
 
         set_verbose(args.verbose)
     try:

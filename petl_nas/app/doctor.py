@@ -192,7 +192,7 @@ def check_storage(url: str) -> Check:
     import sqlalchemy
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from ..search.storage import redact, with_installed_driver
+    from ..study.storage import redact, with_installed_driver
 
     name, shown = "storage", redact(url)  # a password is never printed
     if url.startswith("sqlite:///"):

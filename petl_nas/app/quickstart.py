@@ -19,9 +19,10 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..places import glue_candidates, hub_status
-from ..search.experiment import Experiment, Fidelity, FinalEval
-from ..search.storage import redact
 from ..search.study import with_fidelity_resolved
+from ..study.experiment import Experiment, Fidelity, FinalEval
+from ..study.header import StudyHeader
+from ..study.storage import redact
 
 BACKBONE = "all-MiniLM-L6-v2"
 HUB_BACKBONE = "sentence-transformers/all-MiniLM-L6-v2"
@@ -136,7 +137,8 @@ def _check_resumable(exp: Experiment) -> None:
     old = next((s for s in studies if s.study_name == exp.study_name), None)
     if old is None:
         return
-    task, fidelity = old.user_attrs.get("task"), old.user_attrs.get("fidelity") or {}
+    header = StudyHeader.of(old)
+    task, fidelity = header.task, header.fidelity
     now = with_fidelity_resolved({"fidelity": dataclasses.asdict(exp.fidelity)}, fidelity)[
         "fidelity"
     ]  # auto: as stored
@@ -209,7 +211,7 @@ def run(
 ) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..search.console import SaidOnce, say
+    from ..console import SaidOnce, say
     from ..search.driver import run_search
 
     hf_logging.set_verbosity_error()  # no load reports between the progress lines

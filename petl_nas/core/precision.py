@@ -10,7 +10,7 @@ gradients land on the fp32 masters; fp16 adds loss scaling (`grad_scaler_for`).
 A run may ask for a precision (`use_precision`, from ``Recipe.precision``): ``auto`` is the above
 (bf16 on a GPU that computes it natively, Ampere or newer; full precision for an fp32 body on a CPU
 or an older GPU); ``native`` is bf16 wherever the device computes it natively, a CPU with
-AVX512-BF16 or AMX too (a new study's default: `search.experiment.NEW_STUDY_PRECISION`), full
+AVX512-BF16 or AMX too (a new study's default: `study.experiment.NEW_STUDY_PRECISION`), full
 precision elsewhere; ``bf16`` computes the matmuls in bf16 on
 any device (on a CPU with native bf16, AVX512-BF16 or AMX, a training step is about twice as fast;
 elsewhere it is emulated and slower); ``fp32`` keeps an fp32 body in full precision on a GPU too.

@@ -11,7 +11,7 @@ import math
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..search.fronts import pareto as pareto_front
+from ..study.fronts import pareto as pareto_front
 from .view import StudyView
 
 DPI = 100

@@ -19,10 +19,10 @@ from pathlib import Path
 from .. import __version__
 from ..errors import ConfigError
 from ..fileio import atomic_write
-from ..search.confirm import confirmed_text
-from ..search.picks import best_of, candidates
-from ..search.rates_text import lines as rate_lines
-from ..search.records import RATE_CALIBRATION, RATES_SETTING, sessions, study_wall_s
+from ..study.exportable import best_of, candidates
+from ..study.header import StudyHeader
+from ..study.pick import confirmed_text
+from ..study.rates_text import lines as rate_lines
 from ..tasks.shift import shift_line
 from ..tasks.significance import mean_std
 from ..training.costs import UNITS
@@ -71,7 +71,7 @@ def write_report(storage_url: str, study_name: str | None, out_dir: str | Path) 
 
 
 def _picked(study) -> int | str:
-    """The number of the trial ``petl-nas export`` writes by default (`search.picks`), or why it has none."""
+    """The number of the trial ``petl-nas export`` writes by default (`study.exportable`), or why it has none."""
     try:
         return best_of(study, candidates(study)).number
     except ConfigError as e:
@@ -213,8 +213,8 @@ def _confirmed(view: StudyView) -> str:
 
 
 def _facts(view: StudyView) -> str:
-    a, c, m_ = view.attrs, view.counts, _e(view.metric)
-    f = a.get("fidelity") or {}
+    h, c, m_ = view.header, view.counts, _e(view.metric)
+    f = h.fidelity
     budget = (
         f"{view.budget:,} deployable parameters ({view.pct(view.budget):.3f}% of the backbone)"
         if view.budget and view.pct(view.budget)
@@ -224,12 +224,12 @@ def _facts(view: StudyView) -> str:
     )
     rows = {
         "storage": f"<code>{_e(view.storage)}</code>",
-        "task / metric": f"{_e(a.get('task', '?'))} / {_e(view.metric)}",
-        "backbone": _e(_backbone(a.get("backbone")))
+        "task / metric": f"{_e(h.task or '?')} / {_e(view.metric)}",
+        "backbone": _e(_backbone(h.backbone))
         + (f" ({view.backbone_params:,} parameters)" if view.backbone_params else ""),
         "budget": budget,
-        "space": f"{_e(a.get('space_name', '?'))} (version {_e(a.get('space_version', '?'))}, "
-        f"hash {_e(a.get('space_hash', '?'))}); sampler {_e(a.get('sampler', '?'))}",
+        "space": f"{_e(h.space_name or '?')} (version {_e(_or_unknown(h.space_version))}, "
+        f"hash {_e(h.space_hash or '?')}); sampler {_e(h.sampler or '?')}",
         "search fidelity": ", ".join(f"{k} {_e(v)}" for k, v in f.items() if v is not None) or "–",
         "trivial baseline": (
             f"{_e(view.baseline['what'])}: {m_} {view.baseline['score']:.4f} on search-dev; trials "
@@ -242,13 +242,13 @@ def _facts(view: StudyView) -> str:
             if view.baseline
             else "–"
         ),
-        "inputs: search-dev vs test": _e(shift_line(a["input_shift"])) if a.get("input_shift") else "–",
-        "fidelity calibration": _calibration(a.get("fidelity_calibration")),
-        "learning rates": _rates(a.get(RATE_CALIBRATION), a.get(RATES_SETTING)),
-        "one-shot supernet": _oneshot(a.get("oneshot")),
+        "inputs: search-dev vs test": _e(shift_line(h.input_shift)) if h.input_shift else "–",
+        "fidelity calibration": _calibration(h.fidelity_calibration),
+        "learning rates": _rates(h.rate_calibration, h.rates_mode),
+        "one-shot supernet": _oneshot(h.oneshot),
         "fronts": _fronts(view),
         "final.confirm": _confirmed(view) + (f"<br>{_e(view.verdict_line)}" if view.verdict_line else ""),
-        "wall time": _wall(a),
+        "wall time": _wall(h),
         "trials": (
             f"{c['complete']} complete, {c['pruned']} pruned (stopped early), {c['failed']} failed, "
             + (f"{c['interrupted']} interrupted (trained again on resume), " if c.get("interrupted") else "")
@@ -258,8 +258,13 @@ def _facts(view: StudyView) -> str:
     return '<table class="facts">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows.items()) + "</table>"
 
 
-def _wall(attrs: dict) -> str:
-    total, runs = study_wall_s(attrs), sessions(attrs)
+def _or_unknown(value) -> str:
+    """A stored setting as the facts show it: ``?`` where the study did not store it."""
+    return "?" if value is None else value
+
+
+def _wall(header: StudyHeader) -> str:
+    total, runs = header.wall_s, header.sessions
     if total is None:
         return "– (recorded as each run of the search ends; older studies lack it)"
     return (
@@ -295,7 +300,7 @@ def render(
     view: StudyView, figures: dict[str, bytes], importance_note: str, reference, pick: int | str | None = None
 ) -> str:
     """The report page: the Pareto plot, the pick and the front's table first, then the study's facts and the
-    other figures. ``pick``: the number of the trial export writes by default (`search.picks`), or why
+    other figures. ``pick``: the number of the trial export writes by default (`study.exportable`), or why
     there is none."""
     m, name = _e(view.metric), _e(view.name)
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 
 from ..errors import ConfigError
-from ..search.storage import check_existing, redact, with_installed_driver
+from ..study.storage import check_existing, redact, with_installed_driver
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -23,7 +23,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
 
 def load(url: str, study_name: str | None = None) -> optuna.Study:
     """The study ``study_name`` at ``url`` (the name may be left out when the storage holds one)."""
-    from ..search.records import load_study
+    from ..study.records import load_study
 
     check_existing(url)
     try:

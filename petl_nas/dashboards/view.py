@@ -24,9 +24,10 @@ from optuna.trial import TrialState
 
 from ..core.describe import describe_config
 from ..errors import ConfigError
-from ..search.confirm import confirmed_scores, verdict
-from ..search.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
-from ..search.records import StoredTrial, state_counts
+from ..study.fronts import group_of, hypervolume, reference_from, source_of, sweep_line
+from ..study.header import StudyHeader
+from ..study.pick import confirmed_scores, verdict
+from ..study.records import StoredTrial, state_counts, stored_trials
 from ..training.costs import COSTS
 
 MIN_TRIALS_FOR_IMPORTANCE = 20  # complete sampled trials before importances are shown (`importance_refusal`)
@@ -66,7 +67,7 @@ class StudyView:
     metric: str
     budget: int | None
     backbone_params: int | None
-    attrs: dict
+    header: StudyHeader
     counts: dict
     points: list[Point] = field(default_factory=list)
     sweep_line: str | None = None  # the searched front against the LoRA rank sweep (fronts.py)
@@ -75,12 +76,12 @@ class StudyView:
     @property
     def cost_objectives(self) -> list[str]:
         """The measured costs the study minimises besides parameters (``objectives`` after the first two)."""
-        return list(self.attrs.get("objectives", ["score", "params"]))[2:]
+        return list(self.header.cost_objectives)
 
     @property
     def baseline(self) -> dict | None:
         """The task's trivial baseline on search-dev (score, what), when the study recorded one."""
-        return self.attrs.get("baseline")
+        return self.header.baseline
 
     @property
     def front(self) -> list[Point]:
@@ -122,19 +123,19 @@ def study_view(study: optuna.Study, storage_url: str) -> StudyView:
     starts = [t.datetime_start for t in trials if t.datetime_start is not None]
     t0 = min(starts)
     front = {t.number for t in study.best_trials}
-    a = study.user_attrs
+    header = StudyHeader.of(study)
     names = study.metric_names or ["score", "deployable_params"]
-    confirmed = confirmed_scores(study)
+    confirmed, stored = confirmed_scores(study), {t.number: t for t in stored_trials(study)}
     return StudyView(
         name=study.study_name,
         storage=storage_url,
-        metric=a.get("metric") or names[0],
-        budget=a.get("budget"),
-        backbone_params=a.get("backbone_params"),
-        attrs=a,
+        metric=header.metric or names[0],
+        budget=header.budget,
+        backbone_params=header.backbone_params,
+        header=header,
         counts=state_counts(study),
         points=[
-            _point(StoredTrial.of(t, a), t.datetime_complete, t0, t.number in front, confirmed.get(t.number))
+            _point(stored[t.number], t.datetime_complete, t0, t.number in front, confirmed.get(t.number))
             for t in complete
         ],
         sweep_line=sweep_line(study),

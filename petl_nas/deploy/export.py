@@ -4,7 +4,7 @@ A record (YAML) holds everything `petl-nas train` needs and where it came from: 
 backbone, task and data, the training recipe and seeds, the counts, and provenance (storage,
 study, trial, metric ± std, petl-nas version, space hash).
 
-Choice rules (`choose`; the candidates and the default pick are `petl_nas.search.picks`'s, which the
+Choice rules (`choose`; the candidates and the default pick are `petl_nas.study.exportable`'s, which the
 report names too): candidates are the front's members at or under the budget, and the trials
 `final.confirm` re-scored over extra seeds (on the front or not, as the search's own pick), ranked
 by their search score (measured on the search-dev split carved from the training data; the mean
@@ -12,7 +12,7 @@ over seeds where confirmed). The held-out
 test split never decides: its scores (the final re-evaluation) are reported beside the choice, so
 the number `petl-nas train` reports on that split is not inflated by having picked on it.
 ``best`` takes the highest search score, ties to fewer parameters; with ``final.confirm``, the
-search's own pick where the budget admits it (`confirm.verdict`): the best searched configuration
+search's own pick where the budget admits it (`study.pick.verdict`): the best searched configuration
 that beats the best baseline beyond noise over paired seeds, or else that baseline, so the
 default never trails it. ``best-mean`` (``final.confirm`` only) takes the best confirmed mean, a
 baseline or not; ``smallest-within-noise`` (``final.confirm`` only) the confirmed trial with the
@@ -20,13 +20,13 @@ fewest deployable parameters within noise of the best confirmed mean over paired
 ``smallest-within=X`` takes the fewest parameters among those within X points (×100 of a 0-1 metric; ROUGE and
 BLEU are already in points) of the best (the best confirmed mean under ``final.confirm``); ``fastest-within=X``
 the lowest inference latency of the deployed form (measured by every trial, `costs.py`; or, as `petl-nas export`
-does, timed again side by side here, `petl_nas.search.retime`) among them, where latencies within `LATENCY_TIE`
+does, timed again side by side here, `petl_nas.deploy.retime`) among them, where latencies within `LATENCY_TIE`
 (10%) of the lowest count as equal: of those, the highest search score. With ``objectives: [score, params,
 latency]`` the front holds the fast configurations too; with two objectives, the fastest of the (score,
 parameters) front.
 
 The record itself, its reading and writing, is `petl_nas.deploy.record`; its recipe's defaults are
-`training.recipe.Recipe`'s and the experiment's (`search.experiment`), never typed here again.
+`training.recipe.Recipe`'s and the experiment's (`study.experiment`), never typed here again.
 
 Example:
     >>> trial = choose(study, budget=120_000, pick="smallest-within=0.5")   # doctest: +SKIP
@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import datetime
-import json
 import re
 from pathlib import Path
 from typing import Callable
@@ -46,12 +45,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .. import __version__
 from ..errors import ConfigError
-from ..search.confirm import confirmed_now, confirmed_text, verdict
-from ..search.experiment import Experiment, FinalEval
-from ..search.fronts import group_of, source_of
-from ..search.picks import best_of, candidates
-from ..search.records import StoredTrial
-from ..search.storage import redact
+from ..study.experiment import FinalEval
+from ..study.exportable import best_of, candidates
+from ..study.fronts import group_of, source_of
+from ..study.header import StudyHeader
+from ..study.pick import confirmed_now, confirmed_text, verdict
+from ..study.records import StoredTrial, stored_trial, stored_trials
+from ..study.storage import redact
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import mean_std
 from .record import RECORD_KEYS, ExportRecord, make_parent, read_record, write_record
@@ -95,7 +95,7 @@ def choose(
 ) -> FrozenTrial:
     """The trial to export (see the module docstring for the rules). With ``retime``,
     ``fastest-within`` ranks the candidates within the margin by ``retime(candidates)``, ``{trial
-    number: ms}`` (`petl_nas.search.retime`), instead of the latencies the trials measured; a candidate it
+    number: ms}`` (`petl_nas.deploy.retime`), instead of the latencies the trials measured; a candidate it
     leaves out is not chosen."""
     m = _WITHIN.match(pick)
     if pick not in ("best", WITHIN_NOISE, BEST_MEAN) and not m:  # the flag first: before the study is read
@@ -110,7 +110,7 @@ def choose(
     by_number = {c[0].number: c for c in pool}
     if said is not None and said.best in by_number:  # "within X of the best": its confirmed mean
         top = by_number[said.best]
-    floor = top[1] - float(m.group(2)) / points_per_unit(study.user_attrs.get("metric", "accuracy"))
+    floor = top[1] - float(m.group(2)) / points_per_unit(StudyHeader.of(study).metric or "accuracy")
     within = [c for c in pool if c[1] >= floor]
     if m.group(1) == "smallest":
         return min(within, key=lambda c: (c[0].values[1], -c[1]))[0]
@@ -148,7 +148,7 @@ def record(
 ) -> ExportRecord:
     """The self-contained export record of ``trial``: trained with the study's final recipe, or with
     ``recipe="search"`` the length and data its search score was measured at."""
-    t = StoredTrial.of(trial, study.user_attrs)
+    t = stored_trial(study, trial)
     final = t.final or {}
     counts = {"deployable": t.deployable, "trainable": t.trainable, "pct_of_backbone": t.pct_of_backbone}
     origin = {"source": group_of(t)}  # preset, sweep, oneshot or searched
@@ -181,9 +181,10 @@ def record(
 
 def _study_space(study: optuna.Study):
     """The study's search space: its file if it is still there, else the shipped space of that name."""
-    from ..search.space import SearchSpace
+    from ..study.space import SearchSpace
 
-    source, name = study.user_attrs.get("space"), study.user_attrs.get("space_name")
+    header = StudyHeader.of(study)
+    source, name = header.space, header.space_name
     return SearchSpace.load(source if source and Path(source).exists() else name)
 
 
@@ -204,13 +205,12 @@ def preset_record(
     from ..core.budget import count_parameters  # torch: a preset the study did not train is counted
     from ..core.family_rates import at_rates
     from ..core.presets import preset, preset_lr
-    from ..search.records import RATE_CALIBRATION
     from ..tasks import resolve_task
     from ..training.loading import model_config_for
 
-    a = study.user_attrs
-    task = resolve_task(a.get("task_spec") or a["task"])
-    model_config = model_config_for(json.loads(a["backbone"]), task)
+    header = StudyHeader.of(study)
+    task = resolve_task(header.task_ref)
+    model_config = model_config_for(header.backbone_spec, task)
     config = _study_space(study).with_head(preset(name, model_config))  # the head the trials had
     n = count_parameters(model_config, config, num_labels=task.num_labels)
     counts = {
@@ -218,7 +218,7 @@ def preset_record(
         "trainable": n.trainable,
         "pct_of_backbone": round(100 * n.deployable / n.backbone, 4),
     }
-    rates = a.get(RATE_CALIBRATION) or {}
+    rates = header.rate_calibration or {}
     measured = rates.get("rates")
     config, lr = at_rates(measured, config, 1.0, rates.get("scales")) if measured else (config, preset_lr(name))
     return _record(
@@ -243,32 +243,32 @@ def _record(
 ) -> ExportRecord:
     if recipe_source not in RECIPES:
         raise ConfigError(f"--recipe: expected one of {', '.join(RECIPES)}, got {recipe_source!r}")
-    a = study.user_attrs
-    fidelity, final_cfg = a.get("fidelity", {}), a.get("final", {})
+    header = StudyHeader.of(study)
+    fidelity, final_cfg = header.fidelity, header.final
     # "search": the trial's own length and data, where its score says it is good; "final": the study's
     # final recipe, where the search's ranking may not hold (a longer run can overfit a high rate)
     length = fidelity if recipe_source == "search" else final_cfg
     k = fidelity.get("k") if recipe_source == "search" or final_cfg.get("k", FinalEval.k) == -1 else final_cfg.get("k")
     return ExportRecord(
         petl_nas_version=__version__,
-        backbone=json.loads(a["backbone"]) if "backbone" in a else None,
-        task=a.get("task_spec", a.get("task")),
-        data_dir=a.get("data_dir"),
-        data_seed=a.get("data_seed", Experiment.data_seed),
+        backbone=header.backbone_spec,
+        task=header.task_spec if header.task_spec is not None else header.task,
+        data_dir=header.data_dir,
+        data_seed=header.data_seed,
         k=k,
         search_dev=fidelity.get("search_dev"),  # with K, the rows carved beside (or out of) it
         petl_config=petl_config,
         recipe=record_recipe(lr, fidelity, length),
         seeds=final_cfg.get("seeds", FinalEval.seeds),
-        counts={**counts, "backbone": a.get("backbone_params")},
+        counts={**counts, "backbone": header.backbone_params},
         provenance={
             "storage": redact(storage_url),
             "study": study.study_name,
             "recipe": recipe_source,
             **provenance,
-            "metric": a.get("metric"),
-            "space": a.get("space_name"),
-            "space_hash": a.get("space_hash"),
+            "metric": header.metric,
+            "space": header.space_name,
+            "space_hash": header.space_hash,
             "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         },
     )
@@ -306,16 +306,17 @@ def front_table(study: optuna.Study) -> str:
     candidates even off the front)."""
     from ..training.costs import COSTS, UNITS
 
-    backbone = study.user_attrs.get("backbone_params") or 1
-    costs = [o for o in study.user_attrs.get("objectives", ["score", "params"])[2:] if o in COSTS]
+    header = StudyHeader.of(study)
+    backbone = header.backbone_params or 1
+    costs = [o for o in header.cost_objectives if o in COSTS]
     lines = [
         f"{'trial':>5}  {'source':<14}{'search':>9}{'test (±std)':>20}{'deployable':>12}{'%':>8}"
         + "".join(f"{f'{o} {UNITS[o]}':>16}" for o in costs)
     ]
-    now, attrs = confirmed_now(study), study.user_attrs
+    now, stored = confirmed_now(study), {t.number: t for t in stored_trials(study)}
     on_front = {t.number for t in study.best_trials}
     off = [t for t in study.get_trials(deepcopy=False) if t.number in now and t.number not in on_front]
-    for t in sorted((StoredTrial.of(t, attrs) for t in study.best_trials + off), key=lambda t: t.values[1]):
+    for t in sorted((stored[t.number] for t in study.best_trials + off), key=lambda t: t.values[1]):
         f = t.final or {}
         test = mean_std(f["mean"], f["std"], len(f.get("scores", []))) if f else "-"
         values = [t.cost(o) for o in costs]

@@ -110,7 +110,7 @@ def read_record(path: str | Path) -> ExportRecord:
     rec = read_yaml(read_text(path), path)
     if not isinstance(rec, dict):
         raise ConfigError(f"{path}: expected a mapping of {', '.join(RECORD_KEYS)}")
-    from ..search.experiment import Experiment
+    from ..study.experiment import Experiment
 
     searched = {f.name for f in dataclasses.fields(Experiment)} - set(RECORD_KEYS)
     for key in rec:

@@ -35,7 +35,7 @@ from ..core.models import check_backbone_files
 from ..core.precision import autocast_for
 from ..errors import ConfigError, PetlWarning, read_text
 from ..fileio import atomic_folder, atomic_write
-from ..search.experiment import Experiment
+from ..study.experiment import Experiment
 from ..tasks import load_splits, recorded_task, resolve_task
 from ..tasks.encoding import encode
 from ..tasks.glue import label_names

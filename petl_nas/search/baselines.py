@@ -39,7 +39,7 @@ from ..core.budget import count_parameters, fits, fitted
 from ..core.config import ModuleSpec, PetlConfig
 from ..core.eras import uses_recent_method
 from ..errors import ConfigError
-from .records import LR_FROM_SAMPLER, StoredTrial
+from ..study.records import LR_FROM_SAMPLER, StoredTrial
 
 RANKS = (1, 2, 4, 8, 16, 32)
 PROMPT_TOKENS = 20  # the prompt_tuning preset's length: the longest tried here
@@ -149,7 +149,7 @@ def best_2022_baseline(study):
     among those that learned, the best confirmed mean where confirmation re-scored any of them, else
     the best search score; where none learned, the complete one with the best search score (as
     confirmation's best baseline falls back); None where the study has no such baseline."""
-    from .confirm import confirmed_scores, is_baseline, mean_score
+    from ..study.pick import confirmed_scores, is_baseline, mean_score
 
     done = [
         t

@@ -32,12 +32,13 @@ import time
 
 from ..core.budget import count_parameters
 from ..core.presets import preset
+from ..study.header import StudyHeader
+from ..study.results import TrialResult
+from ..study.storage import as_stored
 from ..tasks.significance import clearly_better, did_not_learn
 from . import claims
 from .progress import Stage
-from .results import TrialResult
 from .specs import trial_recipe, trial_spec
-from .storage import as_stored
 from .study import CALIBRATION_ATTR, preset_in_space
 from .worker import free_memory, run_trial
 
@@ -104,7 +105,7 @@ def pays(cost: float, trials: int, final_epochs: float, epochs: float) -> bool:
 def calibrate(exp, baseline: dict | None, model_config, budget: int | None, printer) -> dict:
     """Train the calibration presets at the final length, then at growing lengths until one ranks
     and scores as the final length does; returns the record stored on the study."""
-    from .space import SearchSpace
+    from ..study.space import SearchSpace
 
     start = time.perf_counter()
     space = SearchSpace.load(exp.space)
@@ -251,7 +252,7 @@ def resolve(study, exp, baseline: dict | None, model_config, budget: int | None,
     a resumed study recorded."""
     if exp.fidelity.epochs != "auto":
         return exp, None
-    record = study.user_attrs.get(ATTR)
+    record = StudyHeader.of(study).fidelity_calibration
     if record is None:
 
         def measure() -> dict:

@@ -1,42 +1,10 @@
 """Confirm before choosing: re-score the best few trials over extra seeds on search-dev.
 
-The best of many noisy scores is the best draw as much as the best configuration. On SST-2 (v5:
-29 trials at the final length, standard errors of 1.2 points), the top search score was 1.5
-points above LoRA r=8's and ended 0.65 points below it on test. With ``final.confirm: N``, the
-N trials with the highest search scores that learned are trained again with
-``final.confirm_seeds`` other seeds (each seed changes the initialisation and the data order),
-with the trial recipe and scored on search-dev. The final re-evaluation then takes the one with
-the best mean over all its seeds, not the best single score. Nothing here reads the test split.
-
-The baselines (presets and LoRA rank sweep points that learned) with the highest search scores,
-up to ``final.confirm_baselines`` of those within noise of the best one's, are confirmed beside
-them with the same seeds; the best baseline is the best confirmed mean among them, so no baseline
-is defended by one lucky score and every comparison with it is paired. Where no baseline learned
-and a searched trial did, the baseline with the best search score is confirmed all the same: the
-pick is then still compared with what a user would otherwise deploy.
-`verdict` then asks whether any searched configuration beats it beyond noise: the mean of the
-per-seed differences above twice its standard error, and the gain of the mean over seeds above
-twice its standard error over search-dev's rows (a paired bootstrap of the per-row predictions
-each run keeps; trials trained before they were kept are judged over seeds alone). The search's pick
-(what ``export`` takes by default) is the best winner's mean, ties to fewer parameters, where some
-searched configuration beats the baseline. Where none does, the pick is the best baseline itself,
-and the search says so in one line: a tie is no reason to deploy a configuration that has not shown
-it is better, and on SST-2 (v5) the best confirmed mean of such a tie ended 0.54 points below LoRA
-r=8 on test (experiments/trials_that_rank/README.md). So the default export never trails the best
-baseline, and being within noise of the best confirmed mean, never trails the best beyond noise.
-One more rule bounds the pick's size: ``final.reference`` (a preset, PEFT's LoRA r=8 on q, v by
-default) is confirmed beside them wherever it learned, and a pick with more deployable parameters
-than the reference that does not beat it beyond noise gives way to it, unless the best baseline or
-the best confirmed mean does (so the default export still trails neither beyond noise). A user's
-default is that preset; a larger configuration must show it is better (on SST-2 at 0.5% the
-parallel adapter, 113,040 parameters, was the best baseline by 2.2 points of one search score over
-LoRA r=8's 73,728 and tied it on test, −0.15 ± 0.69; experiments/suite/README.md). A smaller pick
-is never replaced.
-The line also names the best confirmed mean (``best``, exported by ``--pick best-mean``) and the
-smallest configuration within noise of it, baselines included (``smallest``, exported by
-``--pick smallest-within-noise``). Neither is the default: a tie on search-dev did not hold on test
-for small configurations, twice on SST-2 (a 3,843-parameter pick −1.64 points to LoRA r=8, a
-7,680-parameter one −1.91, where the best confirmed mean was −0.27; experiments/rates/README.md).
+With ``final.confirm: N``, the trials `petl_nas.study.pick.candidates` names (the N with the highest
+search scores that learned, the best baselines and the reference preset) are trained again with
+``final.confirm_seeds`` other seeds (each seed changes the initialisation and the data order), with
+the trial recipe, and scored on search-dev; the pick rule over their means is
+`petl_nas.study.pick.verdict`. Nothing here reads the test split.
 
 The scores are stored on the study (``confirm:<trial number>``: the search score first, then one
 per extra seed; a finished trial's own attributes cannot change), the per-row predictions beside
@@ -48,94 +16,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from optuna.trial import TrialState
-
+from ..console import table
 from ..core.describe import short_name
-from ..tasks.significance import Z, clearly_better, decode_rows, paired_difference, row_gain
-from .console import table
+from ..study.pick import candidates, is_baseline, mean_score, trial_name, verdict
+from ..study.records import CONFIRMED as PREFIX
+from ..study.records import CONFIRMED_ROWS, CONFIRMED_TEST, stored_trial
 from .progress import Stage
-from .records import CONFIRMED as PREFIX
-from .records import CONFIRMED_ROWS, CONFIRMED_TEST, SEARCH_DEV_LABELS, StoredTrial
 from .side_by_side import describe, for_stage, run_all
-
-
-def candidates(study, n: int, baselines: int = 1, reference: str | None = None) -> list:
-    """The ``n`` completed trials that learned with the highest search scores (front membership is
-    itself decided by single scores, so it does not limit them), then the baselines
-    `baselines_to_confirm` names and the ``reference`` preset's trial (`reference_trial`) that are
-    not among them (none when ``n`` is 0)."""
-    top = sorted(_learned(study), key=lambda t: -t.values[0])[:n]
-    if not n:
-        return top
-    seen = {t.number for t in top}
-    for t in baselines_to_confirm(study, baselines) + [reference_trial(study, reference)]:
-        if t is not None and t.number not in seen:
-            top.append(t)
-            seen.add(t.number)
-    return top
-
-
-def reference_trial(study, name: str | None):
-    """The trial of the preset ``name`` (``final.reference``: PEFT's LoRA r=8 on q, v by default),
-    when it learned; None when the study has no such trial (the preset is over the budget or not
-    among the study's presets) or it did not learn."""
-    if name is None:
-        return None
-    return next((t for t in _learned(study) if StoredTrial.of(t).preset == name), None)
-
-
-def baselines_to_confirm(study, n: int) -> list:
-    """Up to ``n`` baselines that learned, highest search scores first, each within noise of the best
-    one's single search score (not behind it by more than two standard errors of the difference;
-    one without a standard error is kept); where none learned, `_unlearned_baseline`. One search
-    score cannot tell close baselines apart (at 0.05% on SST-2 prompt tuning's 0.828 was defended
-    over LoRA r=1's 0.824, which then led it by 2.6 points on test), so the best baseline is the
-    best confirmed mean among these."""
-    learned = _learned(study)
-    ranked = sorted((t for t in learned if is_baseline(t)), key=lambda t: -t.values[0])
-    if not ranked:  # then whatever learned is a searched trial
-        return _unlearned_baseline(study, learned)[:n]
-    best = StoredTrial.of(ranked[0])
-    return [t for t in ranked[:n] if not _behind_beyond_noise(StoredTrial.of(t), best)]
-
-
-def _unlearned_baseline(study, learned: list) -> list:
-    """Where no baseline learned and a searched trial did: the baseline with the best search score,
-    confirmed all the same, so that the search's pick is still compared, paired, with the baseline
-    a user would otherwise have (issue 51: the best baseline at a budget is the best by search
-    score). A single score within noise of the trivial baseline is not proof of nothing learned (on
-    QNLI at 0.01%, LoRA r=1 on q, v of the top layer scored 0.548 against the constant predictor's
-    0.508, 0.004 short of two standard errors). Nothing when nothing learned at all (``learned``
-    is empty: no baseline is among it)."""
-    if not learned:
-        return []
-    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and is_baseline(t)]
-    return [max(done, key=lambda t: t.values[0])] if done else []
-
-
-def _behind_beyond_noise(trial: StoredTrial, best: StoredTrial) -> bool:
-    if trial.score_se is None or best.score_se is None:
-        return False
-    return clearly_better(best.values[0], best.score_se, trial.values[0], trial.score_se)
-
-
-def _learned(study) -> list:
-    return [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if t.state == TrialState.COMPLETE and not StoredTrial.of(t).did_not_learn
-    ]
-
-
-def is_baseline(trial) -> bool:
-    """A preset or a point of the LoRA rank sweep: what a searched configuration must beat."""
-    stored = StoredTrial.of(trial)
-    return bool(stored.preset or stored.sweep)
-
-
-def best_baseline(study):
-    """The baseline that learned with the highest search score (None: no baseline learned)."""
-    return max((t for t in _learned(study) if is_baseline(t)), key=lambda t: t.values[0], default=None)
 
 
 def confirm(study, exp, recipe, printer) -> list:
@@ -145,11 +32,11 @@ def confirm(study, exp, recipe, printer) -> list:
 
     n, extra = exp.final.confirm, exp.final.confirm_seeds
     top = candidates(study, n, exp.final.confirm_baselines, exp.final.reference)
-    todo = [t for t in top if StoredTrial.of(t, study.user_attrs).confirmed is None]
+    todo = [t for t in top if stored_trial(study, t).confirmed is None]
     jobs = [(t, i) for t in todo for i in range(1, extra + 1)]
     specs = []
     for t, i in jobs:
-        stored = StoredTrial.of(t, study.user_attrs)
+        stored = stored_trial(study, t)
         run = recipe.with_overrides(lr=stored.lr, seed=exp.seed + i)
         if exp.fidelity.score == "last":  # one evaluation, at the end, is all "last" reads
             run = dataclasses.replace(run, evals_per_epoch=0)
@@ -169,15 +56,14 @@ def confirm(study, exp, recipe, printer) -> list:
             _store(study, t, [got[t.number][j] for j in range(1, extra + 1)])
             printer(f"  confirming: trial {t.number} done ({stage.left()})")
     ranked = sorted(top, key=lambda t: -mean_score(study, t))
-    attrs = study.user_attrs
     rows = []
     for t in ranked:
-        stored = StoredTrial.of(t, attrs)
+        stored = stored_trial(study, t)
         s = stored.confirmed
         rows.append(
             [
                 t.number,
-                _name(t) if is_baseline(t) else short_name(stored.petl_config),
+                trial_name(t) if is_baseline(t) else short_name(stored.petl_config),
                 f"{s[0]:.4f}",
                 f"{statistics.fmean(s):.4f}",
                 len(s),
@@ -202,7 +88,7 @@ def confirm(study, exp, recipe, printer) -> list:
 
 def _store(study, t, results: list) -> None:
     """One confirmed trial's extra seeds' scores, per-row predictions and test runs, on the study."""
-    stored = StoredTrial.of(t, study.user_attrs)
+    stored = stored_trial(study, t)
     scores, rows = [t.values[0]] + [r.score for r in results], [stored.rows] + [r.rows for r in results]
     tested = [r.test_run for r in results if r.test_run]  # for the final re-evaluation only
     if all(r is not None for r in rows):  # a trial trained before rows were kept has none
@@ -212,235 +98,4 @@ def _store(study, t, results: list) -> None:
     study.set_user_attr(PREFIX + str(t.number), scores)
 
 
-def confirmed_now(study) -> set[int]:
-    """The trials the study's current ``final.confirm`` (the last run's setting) re-scored: its top N
-    that learned. Scores an earlier run stored for others (with a larger N) are not the search's."""
-    return set(confirmed_scores(study))
-
-
-def confirmed_scores(study) -> dict[int, list[float]]:
-    """{trial number: its search score, then one per extra seed} for the trials `confirmed_now` names."""
-    attrs = study.user_attrs
-    final = attrs.get("final") or {}
-    n = final.get("confirm") or 0  # a study from before confirm_baselines confirmed one
-    stored = (
-        [
-            StoredTrial.of(t, attrs)
-            for t in candidates(study, n, final.get("confirm_baselines", 1), final.get("reference"))
-        ]
-        if n
-        else []
-    )
-    return {s.number: s.confirmed for s in stored if s.confirmed is not None}
-
-
-def confirmed_text(scores: list[float], on_front: bool = True) -> str:
-    """A confirmed trial's mean as the summary, the report and ``export --list`` show it beside its
-    single search score."""
-    seeds = f"{len(scores)} seed{'s' if len(scores) != 1 else ''}"
-    return f"confirmed: mean {statistics.fmean(scores):.4f} over {seeds}" + ("" if on_front else ", off the front")
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """What confirmation concluded: the search's ``pick`` (a trial number), the best baseline's,
-    whether a searched configuration beat it beyond noise (``beaten``), the confirmed trial with
-    the fewest deployable parameters within noise of the best confirmed mean (``smallest``),
-    the best confirmed mean itself (``best``, ties to fewer parameters), and the confirmed trial of
-    ``final.reference`` (``reference``; None where it was not confirmed)."""
-
-    pick: int
-    baseline: int | None
-    beaten: bool
-    line: str
-    smallest: int
-    best: int
-    reference: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Rows:
-    """Two confirmed trials' per-row predictions on search-dev, one array per seed, with the labels
-    and the metric that scores them: what `beyond_noise` resamples."""
-
-    a: list
-    b: list
-    labels: object
-    metric: str
-
-
-def beyond_noise(a: list[float], b: list[float], rows: Rows | None = None) -> bool:
-    """Is ``a`` higher than ``b`` beyond noise, seed by seed: the mean per-seed difference above
-    twice its standard error (equal differences on every seed count as beyond it); and, with
-    ``rows``, over the rows too: the gain of the mean over seeds above twice its standard error in a
-    paired bootstrap of search-dev's rows (`petl_nas.tasks.significance.row_gain`). Without rows
-    (trials trained before they were kept) the seeds alone decide."""
-    d = paired_difference(a, b)
-    if d["std"] is None:
-        return False  # one seed tells nothing apart
-    if not d["mean"] > Z * d["std"] / d["n"] ** 0.5:
-        return False
-    if rows is None:
-        return True
-    gain, se = row_gain(rows.a, rows.b, rows.labels, rows.metric)
-    return se is None or gain > Z * se
-
-
-def verdict(study) -> Verdict | None:
-    """The search's pick among the trials confirmation re-scored; None when it re-scored none. See
-    the module docstring."""
-    scores = {n: s for n, s in confirmed_scores(study).items() if len(s) > 1}
-    trials = {t.number: t for t in study.get_trials(deepcopy=False) if t.number in scores}
-    if not trials:
-        return None
-    apart = _comparer(study, scores, trials)
-    best = max(trials, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
-    near = [n for n in trials if not apart(best, n)]
-    smallest = min(near, key=lambda n: (trials[n].values[1], -statistics.fmean(scores[n])))
-    baselines = [n for n in trials if is_baseline(trials[n])]
-    baseline = max(baselines, key=lambda n: statistics.fmean(scores[n])) if baselines else None
-    searched = [n for n in trials if n not in baselines]
-    if baseline is None:
-        return Verdict(
-            best,
-            None,
-            False,
-            f"search's pick: trial {best}, the best confirmed mean (no baseline learned to compare it with)",
-            smallest,
-            best,
-        )
-    winners = [n for n in searched if apart(n, baseline)]
-    reference = _confirmed_reference(study, trials)
-    if winners:
-        winner = max(winners, key=lambda n: (statistics.fmean(scores[n]), -trials[n].values[1]))
-        pick = _no_larger_than_reference(winner, reference, trials, apart, baseline, best)
-        line = (
-            f"trial {winner} beats the best baseline "
-            f"({_name(trials[baseline])}{_unlearned(trials[baseline])}) beyond noise on search-dev "
-            f"({statistics.fmean(scores[winner]):.4f} against {statistics.fmean(scores[baseline]):.4f})"
-        )
-        line = (
-            f"search's pick: {line}"
-            if pick == winner
-            else f"{line}, but {_reference_clause(trials, scores, reference)}"
-        )
-        return Verdict(pick, baseline, True, line, smallest, best, reference)
-    pick = _no_larger_than_reference(baseline, reference, trials, apart, best)
-    line = (
-        f"no searched configuration beats the best baseline ({_name(trials[baseline])}"
-        f"{_unlearned(trials[baseline])}, mean {statistics.fmean(scores[baseline]):.4f}) beyond noise on "
-        f"search-dev: "
-        + (
-            f"the pick is that baseline, {_described(trials[baseline])}"
-            if pick == baseline
-            else f"that baseline, {_described(trials[baseline])}, {_reference_clause(trials, scores, reference)}"
-        )
-    )
-    if best != baseline:
-        line += (
-            f"; the best confirmed mean, {_described(trials[best])} at {statistics.fmean(scores[best]):.4f}, "
-            f"is within noise of {'it' if pick == baseline else 'the best baseline'} (export --pick best-mean)"
-        )
-    if smallest not in (baseline, best, pick):
-        line += (
-            f"; the smallest within noise of the best is {_described(trials[smallest])} "
-            f"(export --pick smallest-within-noise)"
-        )
-    return Verdict(pick, baseline, False, line, smallest, best, reference)
-
-
-def _confirmed_reference(study, trials: dict) -> int | None:
-    """The confirmed trial of the study's ``final.reference`` preset (None: not set, as in studies
-    from before it, or not confirmed)."""
-    found = reference_trial(study, (study.user_attrs.get("final") or {}).get("reference"))
-    return found.number if found is not None and found.number in trials else None
-
-
-def _no_larger_than_reference(pick: int, reference: int | None, trials: dict, apart, *others: int) -> int:
-    """The reference instead of a ``pick`` with more deployable parameters that does not beat it
-    beyond noise on search-dev: a configuration larger than the field's default must show it is
-    better to be deployed instead of it (on SST-2 at 0.5% the parallel adapter, 113,040 parameters,
-    led LoRA r=8 by 2.2 points on one search score and tied it on test; experiments/suite/README.md).
-    Never where one of ``others`` (the best baseline, the best confirmed mean) beats the reference
-    beyond noise: the default export trails neither."""
-    if (
-        reference is None
-        or pick == reference
-        or trials[pick].values[1] <= trials[reference].values[1]
-        or any(apart(n, reference) for n in (pick, *others) if n != reference)
-    ):
-        return pick
-    return reference
-
-
-def _reference_clause(trials: dict, scores: dict, reference: int) -> str:
-    return (
-        f"holds more deployable parameters than the reference ({_name(trials[reference])}, mean "
-        f"{statistics.fmean(scores[reference]):.4f}) and does not beat it beyond noise: the pick is the "
-        f"reference, {_described(trials[reference])}"
-    )
-
-
-def _comparer(study, scores: dict, trials: dict):
-    """``apart(x, y)``: trial ``x`` beyond noise above trial ``y`` (`beyond_noise`), over the rows too
-    where the study kept its search-dev labels and both trials' per-row predictions for every seed
-    (rows of another length than the labels, under ``eval_rows``, leave the seeds to decide)."""
-    attrs = study.user_attrs
-    labels, metric = attrs.get(SEARCH_DEV_LABELS), attrs.get("metric")
-    kept = {}
-    if labels is not None and metric is not None:
-        labels = decode_rows(labels)
-        for n, t in trials.items():
-            rows = StoredTrial.of(t, attrs).confirmed_rows
-            if rows is not None and len(rows) == len(scores[n]):
-                kept[n] = [decode_rows(r) for r in rows]
-
-    def apart(x: int, y: int) -> bool:
-        rows = Rows(kept[x], kept[y], labels[: len(kept[x][0])], metric) if x in kept and y in kept else None
-        return beyond_noise(scores[x], scores[y], rows)
-
-    return apart
-
-
-def _name(trial) -> str:
-    stored = StoredTrial.of(trial)
-    return stored.preset or stored.sweep or f"trial {trial.number}"
-
-
-def _unlearned(trial) -> str:
-    """What a verdict says of a best baseline confirmed though its search score did not learn."""
-    return (
-        ", whose search score was within noise of the trivial baseline" if StoredTrial.of(trial).did_not_learn else ""
-    )
-
-
-def _described(trial) -> str:
-    """``trial 3 (lora, 5,000 deployable parameters)``; a searched trial has no name beside its number."""
-    stored, count = StoredTrial.of(trial), f"{int(trial.values[1]):,} deployable parameters"
-    name = stored.preset or stored.sweep
-    return f"trial {trial.number} ({name + ', ' if name else ''}{count})"
-
-
-def mean_score(study, trial) -> float:
-    """A trial's confirmed mean search score (its single score when it was not confirmed)."""
-    scores = StoredTrial.of(trial, study.user_attrs).confirmed
-    return statistics.fmean(scores) if scores else trial.values[0]
-
-
-__all__ = [
-    "confirm",
-    "candidates",
-    "baselines_to_confirm",
-    "reference_trial",
-    "best_baseline",
-    "is_baseline",
-    "verdict",
-    "Verdict",
-    "Rows",
-    "beyond_noise",
-    "confirmed_now",
-    "confirmed_scores",
-    "confirmed_text",
-    "mean_score",
-    "PREFIX",
-]
+__all__ = ["confirm", "PREFIX"]

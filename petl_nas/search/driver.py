@@ -27,8 +27,24 @@ from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 
 from .. import __version__
+from ..console import SaidOnce, fit, one_line, say, table
 from ..core.describe import short_name
 from ..fileio import atomic_write
+from ..study.experiment import Experiment, large_budget_warning
+from ..study.fronts import source_of, sweep_line
+from ..study.header import StudyHeader
+from ..study.pick import confirmed_scores, verdict
+from ..study.records import SEARCH_DEV_LABELS, StoredTrial, mark_finished, record_session, stored_trials
+from ..study.storage import (
+    ClaimLock,
+    Heartbeat,
+    close_storage,
+    fail_interrupted,
+    fail_stale,
+    redact,
+    running_without_heartbeat,
+    sqlite_path,
+)
 from ..tasks import data_lines
 from ..tasks.files import file_fingerprints
 from ..tasks.metrics import LM_METRICS, TEXT_METRICS, points_per_unit
@@ -46,31 +62,14 @@ from ..training.loop import n_evaluations
 from . import calibrate, rates, study_note
 from . import progress as progress_lines
 from .baselines import seed_sweep, sweep_trials
-from .confirm import confirmed_scores, verdict
-from .console import SaidOnce, fit, one_line, say, table
 from .executors import EXECUTORS, Recorder
-from .experiment import Experiment, large_budget_warning
 from .finals import reevaluate_front
-from .fronts import source_of, sweep_line
 from .inputs import check_inputs
 from .interrupts import before_writing, interruptible, raise_if_stopped
-from .oneshot.propose import ATTR as ONESHOT
 from .oneshot.propose import check_resumable, propose, read_proposals
 from .packing import GpuPacking
-from .records import SEARCH_DEV_LABELS, StoredTrial, mark_finished, record_session, stored_trials
 from .specs import trial_recipe, trial_spec
-from .storage import (
-    ClaimLock,
-    Heartbeat,
-    close_storage,
-    fail_interrupted,
-    fail_stale,
-    redact,
-    running_without_heartbeat,
-    sqlite_path,
-)
 from .study import (
-    CALIBRATION_ATTR,
     INTERRUPTED,
     TrialSource,
     claimed,
@@ -336,7 +335,9 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
     if task.kind in ("classification", "regression"):  # for confirmation's bootstrap over rows
         attrs[SEARCH_DEV_LABELS] = encode_rows(np.asarray(splits.search_dev.labels, dtype=np.float64))
     if exp.strategy != "sampler" and exp.oneshot.file:
-        read_proposals(exp.oneshot.file, attrs, budget)  # a file that cannot serve: said before a study exists
+        read_proposals(
+            exp.oneshot.file, StudyHeader.from_attrs(attrs), budget
+        )  # a file that cannot serve: said before a study exists
     study = open_study(
         exp.storage_url,
         exp.study_name,
@@ -349,7 +350,7 @@ def run_search(exp: Experiment, force_new_study: bool = False, printer=None) -> 
         retries=exp.stale_retries,
         objectives=exp.objectives,
     )
-    recorded = study.user_attrs["fidelity"]  # auto: as the study records it
+    recorded = StudyHeader.of(study).fidelity  # auto: as the study records it
     exp = dataclasses.replace(
         exp,
         fidelity=dataclasses.replace(
@@ -516,7 +517,7 @@ def _announce(run: SearchRun, notes: list[str]) -> None:
     trained = sum(is_trained(t) for t in study.get_trials(deepcopy=False))
     later = (
         ""
-        if exp.strategy == "sampler" or ONESHOT in study.user_attrs
+        if exp.strategy == "sampler" or StudyHeader.of(study).oneshot is not None
         else f" besides the proposals read from {exp.oneshot.file}"
         if exp.oneshot.file
         else " besides the supernet's proposals (it trains first)"
@@ -553,8 +554,8 @@ def _announce(run: SearchRun, notes: list[str]) -> None:
 
 def _announce_data(run: SearchRun) -> None:
     """The trivial baseline, too few search-dev rows, and inputs unlike the test split's."""
-    study, printer, splits = run.study, run.printer, run.splits
-    baseline = study.user_attrs.get("baseline")
+    header, printer, splits = StudyHeader.of(run.study), run.printer, run.splits
+    baseline = header.baseline
     if baseline is not None:
         near = "within noise of" if has_error_bar(run.task) else "no better than"
         printer(
@@ -566,19 +567,19 @@ def _announce_data(run: SearchRun) -> None:
             f"warning: search-dev has only {len(splits.search_dev)} rows, too few to tell trials apart or "
             f"from the trivial baseline: raise fidelity.search_dev (or give the task more training rows)"
         )
-    if study.user_attrs.get("input_shift"):
-        printer(shift_line(study.user_attrs["input_shift"]))
+    if header.input_shift:
+        printer(shift_line(header.input_shift))
 
 
 def _before_trials(run: SearchRun) -> None:
     """The trial length's calibration, each family's rate, then the supernet's proposals (queued)."""
     study, printer = run.study, run.printer
-    baseline = study.user_attrs.get("baseline")
+    baseline = StudyHeader.of(study).baseline
     run.exp, run.calibration = calibrate.resolve(
         study, run.exp, baseline, run.model_config, run.budget, printer, run.lock
     )
     exp = run.exp
-    coming = exp.oneshot.rungs if exp.strategy != "sampler" and ONESHOT not in study.user_attrs else 0
+    coming = exp.oneshot.rungs if exp.strategy != "sampler" and StudyHeader.of(study).oneshot is None else 0
     run.measured = rates.resolve(
         study,
         exp,
@@ -594,7 +595,7 @@ def _before_trials(run: SearchRun) -> None:
     if exp.strategy == "sampler":
         return
     before = _proposals(study)  # the supernet's proposals, then the sampler's (both)
-    if ONESHOT not in study.user_attrs:
+    if StudyHeader.of(study).oneshot is None:
         printer(_supernet_line(exp, run.budget))
     for line in propose(study, exp, run.budget, run.lock, printer):
         printer(line)
@@ -618,7 +619,7 @@ def _trials(run: SearchRun) -> None:
     recorder = Recorder(
         source,
         _trial_writer(run, Progress(study, run.remaining, printer)),
-        baseline=study.user_attrs.get("baseline"),
+        baseline=StudyHeader.of(study).baseline,
         objectives=exp.objectives,
         known=calibrate.known_results(run.calibration) + rates.known_results(run.measured),
     )
@@ -803,7 +804,7 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     that are off the front (export's candidates too); a confirmed row carries its scores over seeds.
     Paired test differences are to the preset with the best search score among those re-evaluated
     (the test split decides nothing here)."""
-    trials = {t.number: t for t in stored_trials(study)}
+    header, trials = StudyHeader.of(study), {t.number: t for t in stored_trials(study)}
     members = [trials[t.number] for t in front(study)]
     on_front = {t.number for t in members}
     presets = [t for t in trials.values() if t.state == TrialState.COMPLETE and t.preset]
@@ -852,19 +853,19 @@ def summarize(study, exp: Experiment, budget, backbone_params: int, wall_s: floa
     return SearchSummary(
         exp.study_name,
         exp.storage_url,
-        study.user_attrs.get("metric", "score"),
+        header.metric or "score",
         budget,
         state_counts(study),
         rows,
         wall_s,
         anchors,
         failure_counts(study),
-        baseline=study.user_attrs.get("baseline"),
+        baseline=header.baseline,
         did_not_learn=flat,
         reference=reference.preset if reference is not None else None,
         sweep=sweep_line(study),
-        shift=study.user_attrs.get("input_shift"),
-        calibrated_epochs=(study.user_attrs.get(CALIBRATION_ATTR) or {}).get("epochs"),
+        shift=header.input_shift,
+        calibrated_epochs=(header.fidelity_calibration or {}).get("epochs"),
         confirmed=off_rows,
         verdict=said.line if (said := verdict(study)) is not None else None,
     )

@@ -33,15 +33,15 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from ..errors import ConfigError
+from ..study.experiment import Experiment
+from ..study.results import TrialResult
+from ..study.storage import as_stored
 from ..tasks import resolve_task
 from ..tasks.significance import Z, did_not_learn
 from ..training.costs import cost_values
 from ..training.loop import NonFiniteLoss
-from .experiment import Experiment
 from .interrupts import caused_by_interrupt, raise_if_stopped
 from .packing import GpuPacking
-from .results import TrialResult
-from .storage import as_stored
 from .study import Proposal, TrialSource
 from .worker import TrialSpec, free_memory, run_trial
 

@@ -14,12 +14,14 @@ import statistics
 
 from optuna.trial import TrialState
 
+from ..study.header import StudyHeader
+from ..study.pick import verdict
+from ..study.records import FINAL, StoredTrial, stored_trial, stored_trials
 from ..tasks.significance import mean_std
 from ..training.loop import Recipe
 from .baselines import best_2022_baseline
-from .confirm import confirm, verdict
+from .confirm import confirm
 from .progress import Stage
-from .records import FINAL, StoredTrial, stored_trials
 from .side_by_side import describe, for_stage, run_all
 from .specs import final_k, final_recipe, trial_spec
 from .study import front
@@ -90,18 +92,14 @@ def _members(study, exp, recipe: Recipe, printer) -> list[StoredTrial]:
             members.append(older)
     else:
         members = sorted(front(study), key=lambda t: -t.values[0])[: exp.final.max_front]
-    members = [StoredTrial.of(t, study.user_attrs) for t in members]  # with their confirmation's test runs
+    members = [stored_trial(study, t) for t in members]  # with their confirmation's test runs
     presets = sorted((t for t in stored_trials(study, (TrialState.COMPLETE,)) if t.preset), key=lambda t: -t.values[0])
     if exp.final.presets == "best":
         presets = presets[:1]
     elif exp.final.presets == "none":
         presets = []
     chosen = {m.number for m in members}
-    return [
-        t
-        for t in members + [p for p in presets if p.number not in chosen]
-        if f"{FINAL}{t.number}" not in study.user_attrs
-    ]
+    return [t for t in members + [p for p in presets if p.number not in chosen] if t.final is None]
 
 
 def _store(study, exp, task, t: StoredTrial, runs: list[dict], stage: Stage) -> None:
@@ -126,7 +124,7 @@ def _store(study, exp, task, t: StoredTrial, runs: list[dict], stage: Stage) -> 
         },
     )
     tag = f" [{t.preset}]" if t.preset else ""
-    floor = (study.user_attrs.get("baseline") or {}).get("test_score")
+    floor = (StudyHeader.of(study).baseline or {}).get("test_score")
     printer = stage.printer
     printer(
         f"re-evaluated trial {t.number}{tag}: test {task.main_metric} {mean_std(mean, std, len(scores))}"

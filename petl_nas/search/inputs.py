@@ -13,13 +13,13 @@ from ..core.budget import check_positions, count_parameters
 from ..core.config import PetlConfig
 from ..core.models import check_backbone_files
 from ..errors import ConfigError
+from ..study.experiment import Experiment, parse_budget
+from ..study.space import SearchSpace
 from ..tasks import load_splits, resolve_task
 from ..tasks.seq2seq import check_languages
 from ..training.loading import load_backbone, model_config_for
 from . import rates
 from .executors import EXECUTORS, check_ray_address
-from .experiment import Experiment, parse_budget
-from .space import SearchSpace
 from .study import SAMPLERS, make_sampler, presets_within, smallest_count, smallest_module
 from .warm_start import front_of
 

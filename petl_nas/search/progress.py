@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from .console import say, status
+from ..console import say, status
 
 EVERY_S = 30.0
 

@@ -53,14 +53,15 @@ from ..core.family_rates import at_rates as apply
 from ..core.family_rates import families_of, reference_scale, scale_can_be_a_rate
 from ..core.presets import preset, preset_lr
 from ..errors import ConfigError, read_text
+from ..study.header import StudyHeader
+from ..study.rates_text import lines
+from ..study.records import RATE_CALIBRATION, RATES_SETTING
+from ..study.results import TrialResult
+from ..study.space import SearchSpace
+from ..study.storage import as_stored
 from . import claims
 from .progress import Stage
 from .rates_file import check_record, keep_file, write_file
-from .rates_text import lines
-from .records import RATE_CALIBRATION, RATES_SETTING
-from .results import TrialResult
-from .space import SearchSpace
-from .storage import as_stored
 from .study import preset_in_space
 
 ATTR = RATE_CALIBRATION  # the study attribute holding the record
@@ -465,7 +466,7 @@ def preset_scale(family: str, name: str) -> float | None:
 def mode(study, exp) -> dict:
     """What the study searches with: ``{"calibrated": bool, "spread": s}``. A new study takes the
     experiment's; a study that holds trials keeps what it recorded (before rates existed: off)."""
-    stored = study.user_attrs.get(SETTING)
+    stored = StudyHeader.of(study).rates_mode
     if stored is None:
         fresh = not study.get_trials(deepcopy=False)
         stored = {"calibrated": exp.rates.on and fresh, "spread": exp.rates.spread}
@@ -482,15 +483,15 @@ def resolve(
     draws one rate per trial."""
     if not mode(study, exp)["calibrated"]:
         return None
-    record = study.user_attrs.get(ATTR)
+    record = StudyHeader.of(study).rate_calibration
     path = exp.run_dir / exp.rates.FILE
     if record is None and exp.rates.file:
         record, notes = read_file(exp.rates.file, exp)
         for note in notes:
             printer(note)
-        if study.user_attrs.get(ATTR) is None:  # another worker may have stored first: its stands
+        if StudyHeader.of(study).rate_calibration is None:  # another worker may have stored first: its stands
             study.set_user_attr(ATTR, record)
-        record = study.user_attrs[ATTR]
+        record = StudyHeader.of(study).rate_calibration
     elif record is None:
 
         def measure() -> dict:

@@ -29,8 +29,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from ..study.results import TrialResult
 from .progress import Stage
-from .results import TrialResult
 
 if TYPE_CHECKING:  # torch loads in a pool process only as it trains
     from .worker import TrialSpec

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..core.config import PetlConfig
+from ..study.experiment import NEW_STUDY_LENGTH_BUCKETS
 from ..training.loop import Recipe
-from .experiment import NEW_STUDY_LENGTH_BUCKETS
 from .worker import TrialSpec
 
 

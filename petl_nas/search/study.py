@@ -37,11 +37,19 @@ from ..core.family_rates import at_rates as apply_rates
 from ..core.forms import form_named
 from ..core.presets import check_preset_names, preset, preset_lr, preset_names
 from ..errors import ConfigError, suggest
+from ..study.records import (
+    INTERRUPTED,
+    INVALID,
+    LR_FROM_SAMPLER,
+    StoredTrial,
+    failure_counts,
+    failure_kind,
+    state_counts,
+)
+from ..study.space import SearchSpace
+from ..study.storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 from ..tasks.files import FILE_KEYS
 from ..training.costs import directions, metric_names
-from .records import INTERRUPTED, INVALID, LR_FROM_SAMPLER, StoredTrial, failure_counts, failure_kind, state_counts
-from .space import SearchSpace
-from .storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stale, open_storage, redact
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
 # `group=True` and `set_metric_names` are marked experimental; we rely on them knowingly.
@@ -138,7 +146,7 @@ def with_fidelity_resolved(attrs: dict, stored: dict | None) -> dict:
     (``stored``; from before these defaults: 0 buckets and precision ``auto``, bf16 on a GPU only),
     else `NEW_STUDY_LENGTH_BUCKETS` and `NEW_STUDY_PRECISION`: a resumed study keeps its trials'
     recipe."""
-    from .experiment import NEW_STUDY_LENGTH_BUCKETS, NEW_STUDY_PRECISION
+    from ..study.experiment import NEW_STUDY_LENGTH_BUCKETS, NEW_STUDY_PRECISION
 
     fidelity = dict(attrs.get("fidelity") or {})
     if fidelity.get("length_buckets") == "auto":
@@ -439,7 +447,7 @@ def _deployable(model_config, config: PetlConfig) -> int | None:
 def _smallest_values(slot, form: str) -> dict:
     """The value of each of ``form``'s dimensions at ``slot``: fixed, the low end of a range, or the
     first choice."""
-    from .space import form_dimensions
+    from ..study.space import form_dimensions
 
     vals = {}
     for d in form_dimensions(form):

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 
+from ..study.header import StudyHeader
 from . import calibrate, rates
-from .records import RATE_CALIBRATION
-from .study import CALIBRATION_ATTR
 
 HEADING = "## Calibration runs (before the trials, scored on search-dev; not trials of this study)"
 
@@ -60,9 +59,9 @@ def _rates_table(record: dict) -> list[str]:
     return out + ["", rates.lines(record)[-1]]
 
 
-def markdown(attrs: dict) -> str | None:
-    """The note for a study with these attributes; None when nothing was calibrated."""
-    length, measured = attrs.get(CALIBRATION_ATTR), attrs.get(RATE_CALIBRATION)
+def markdown(header: StudyHeader) -> str | None:
+    """The note for a study with this header; None when nothing was calibrated."""
+    length, measured = header.fidelity_calibration, header.rate_calibration
     parts = []
     if length and length.get("steps") and length.get("rule") == "final":
         parts += _length_table(length) + [""]
@@ -74,7 +73,7 @@ def markdown(attrs: dict) -> str | None:
 def write(study) -> bool:
     """Store `markdown` as the study's note; False when there is nothing to show or no
     optuna-dashboard to show it (the `dashboard` extra)."""
-    text = markdown(study.user_attrs)
+    text = markdown(StudyHeader.of(study))
     if text is None:
         return False
     try:

@@ -24,9 +24,10 @@ from optuna.trial import FrozenTrial
 from ..core.budget import count_parameters
 from ..core.config import PetlConfig
 from ..errors import ConfigError
-from .fronts import learned_trials, pareto
-from .records import StoredTrial
-from .storage import redact
+from ..study.fronts import learned_trials, pareto
+from ..study.header import StudyHeader
+from ..study.records import StoredTrial
+from ..study.storage import redact
 
 
 def parse_source(source: str) -> tuple[str, str | None]:
@@ -45,7 +46,7 @@ def shown(source: str) -> str:
 
 def front_of(source: str) -> tuple[str, list[FrozenTrial]]:
     """The earlier study's name and its front: complete trials that learned, not dominated."""
-    from .records import load_study
+    from ..study.records import load_study
 
     url, name = parse_source(source)
     try:
@@ -80,7 +81,7 @@ def seed_warm_start(
     name, members = front_of(source)
     if url == storage_url and name == study.study_name:
         raise ConfigError(f"warm start {shown(source)!r}: that is this study; name an earlier one")
-    done = study.user_attrs.get("warm_start", {}).get("source")
+    done = (StudyHeader.of(study).warm_start or {}).get("source")
     if done is not None and shown(done) == shown(source):  # older studies stored the URL as given
         return []  # done when the study began; a resume takes nothing twice
     have = {StoredTrial.of(t).warm_start for t in study.get_trials(deepcopy=False)}

@@ -15,13 +15,13 @@ from typing import Any, Callable
 import torch
 
 from ..core.config import PetlConfig
+from ..study.results import TrialResult
 from ..tasks import Task, load_splits, resolve_task
 from ..tasks.encoding import encode
 from ..tasks.significance import encode_rows
 from ..training.costs import LATENCY_BATCH, deployed_latency_ms, gpu_footprint
 from ..training.loading import TrainData, load_backbone, petl_copy
 from ..training.loop import Recipe, train
-from .results import TrialResult
 
 _WARMED: set[str] = set()  # device types this process has warmed up (`_warm_up`)
 

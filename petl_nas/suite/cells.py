@@ -23,9 +23,10 @@ import statistics
 from ..core.eras import family_name
 from ..errors import ConfigError
 from ..search.baselines import best_2022_baseline
-from ..search.confirm import best_baseline, verdict
-from ..search.fronts import learned_trials, source_of
-from ..search.records import FINAL, StoredTrial, run_state, study_wall_s
+from ..study.fronts import learned_trials, source_of
+from ..study.header import StudyHeader
+from ..study.pick import best_baseline, verdict
+from ..study.records import run_state, stored_trials
 from ..tasks.metrics import points_per_unit
 from ..tasks.significance import paired_difference
 
@@ -58,9 +59,10 @@ def cell(study, task: str, budget: str) -> dict:
     """The suite's row for one study (see the module docstring)."""
     from ..deploy.export import choose  # export's default pick: what a user of the study deploys
 
-    attrs, pts = study.user_attrs, points_per_unit(study.user_attrs.get("metric", "accuracy"))
+    header, stored = StudyHeader.of(study), {t.number: t for t in stored_trials(study)}
+    pts = points_per_unit(header.metric or "accuracy")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    wall_s = study_wall_s(attrs)
+    wall_s = header.wall_s
     said = verdict(study)
     base_no = said.baseline if said is not None else getattr(best_baseline(study), "number", None)
     old_no = getattr(best_2022_baseline(study), "number", None)
@@ -73,17 +75,17 @@ def cell(study, task: str, budget: str) -> dict:
         "task": task,
         "budget": budget,
         "state": _state(study),
-        "budget_params": attrs.get("budget"),
-        "metric": attrs.get("metric"),
-        "pick": _side(pick, attrs),
-        "baseline": _side(trials.get(base_no), attrs),
-        "baseline_2022": _side(trials.get(old_no), attrs),
+        "budget_params": header.budget,
+        "metric": header.metric,
+        "pick": _side(pick, stored),
+        "baseline": _side(trials.get(base_no), stored),
+        "baseline_2022": _side(trials.get(old_no), stored),
         "beaten": bool(said and said.beaten),
-        "delta": _delta(pick, trials.get(base_no), attrs, pts),
-        "delta_2022": _delta(pick, trials.get(old_no), attrs, pts),
-        "best_mean_delta": _delta(trials.get(said.best), trials.get(base_no), attrs, pts) if said else None,
+        "delta": _delta(pick, trials.get(base_no), stored, pts),
+        "delta_2022": _delta(pick, trials.get(old_no), stored, pts),
+        "best_mean_delta": _delta(trials.get(said.best), trials.get(base_no), stored, pts) if said else None,
         "best_search": max((t.values[0] for t in trials.values() if t.values is not None), default=None),
-        "trivial": (attrs.get("baseline") or {}).get("score"),
+        "trivial": (header.baseline or {}).get("score"),
         "trial_min": round(sum(t.user_attrs.get("wall_s") or 0 for t in trials.values()) / 60, 1),
         "wall_min": None if wall_s is None else round(wall_s / 60, 1),
     }
@@ -98,9 +100,9 @@ def _state(study) -> str:
     return MEASURED if learned_trials(study) else NOTHING_LEARNED
 
 
-def _delta(trial, baseline, attrs: dict, pts: float) -> dict | None:
+def _delta(trial, baseline, stored: dict, pts: float) -> dict | None:
     """The paired test Δ (points) of ``trial`` to ``baseline``; None where either has no test runs."""
-    p, b = _side(trial, attrs), _side(baseline, attrs)
+    p, b = _side(trial, stored), _side(baseline, stored)
     if not (p and b and p["test"] and b["test"]):
         return None
     d = (
@@ -111,11 +113,12 @@ def _delta(trial, baseline, attrs: dict, pts: float) -> dict | None:
     return {"mean": pts * d["mean"], "std": None if d["std"] is None else pts * d["std"], "n": d["n"]}
 
 
-def _side(trial, attrs: dict) -> dict | None:
+def _side(trial, stored: dict) -> dict | None:
+    """``trial``'s side of a comparison; ``stored``: the study's trials by number (`stored_trials`)."""
     if trial is None:
         return None
-    final = attrs.get(f"{FINAL}{trial.number}") or {}
-    stored = StoredTrial.of(trial)
+    stored = stored[trial.number]
+    final = stored.final or {}
     family = family_name(stored.config(resolved=False)) if stored.petl_config is not None else None
     return {
         "number": trial.number,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, check_keys, read_text, read_yaml
 from ..rules import option
-from ..search.experiment import BUDGET_SCHEMA, Experiment, OneShot, Rates, check_budget_list, check_budget_text
+from ..study.experiment import BUDGET_SCHEMA, Experiment, OneShot, Rates, check_budget_list, check_budget_text
 
 FROM_THE_SUITE = ("name", "task", "budget", "data_dir", "study", "source")  # each study's own
 SUPERNET = ("per_budget", "shared")  # a supernet per study, or one per task serving its budgets

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError, error_line
-from ..search.experiment import Rates
-from ..search.records import ONESHOT, RATE_CALIBRATION, load_study
-from ..search.storage import close_storage
+from ..study.experiment import Rates
+from ..study.header import StudyHeader
+from ..study.records import load_study
+from ..study.storage import close_storage
 from .config import files_read, files_written, in_suite_terms
 
 POLL_S = 1.0  # how often finished studies and written files are looked for
@@ -61,7 +62,8 @@ def ready(path: Path, writer) -> bool:
     except ConfigError:  # not made yet
         return False
     try:
-        return (RATE_CALIBRATION if path.name == Rates.FILE else ONESHOT) in study.user_attrs
+        header = StudyHeader.of(study)
+        return (header.rate_calibration if path.name == Rates.FILE else header.oneshot) is not None
     finally:
         close_storage(study)
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..console import say
 from ..errors import ConfigError
 from ..fileio import atomic_write
-from ..search.console import say
-from ..search.records import load_study, run_state
-from ..search.storage import close_storage
+from ..study.records import load_study, run_state
+from ..study.storage import close_storage
 from . import cells as table
 from .config import Suite, in_suite_terms
 from .plan import check_plan

@@ -386,7 +386,7 @@ def _make_other_study(root) -> None:
     """A study named like the experiment, made with another space (its hash differs)."""
     import optuna
 
-    from petl_nas.search.storage import close_storage, open_storage
+    from petl_nas.study.storage import close_storage, open_storage
 
     storage = open_storage(f"sqlite:///{root}/study.db")
     study = optuna.create_study(study_name="bad", storage=storage, directions=["maximize", "minimize"])
@@ -662,7 +662,7 @@ def test_blank_lines_of_a_text_input_are_skipped_and_said_once(tmp_path, monkeyp
 def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, monkeypatch, capsys):
     """``--budget 50%`` (0.5% meant) runs, as a comparison with full fine-tuning may ask, and says
     what it is; 5% of a tiny backbone is an ordinary PETL budget and says nothing."""
-    from petl_nas.search.experiment import large_budget_warning
+    from petl_nas.study.experiment import large_budget_warning
 
     assert large_budget_warning("5%", 500, 10_000) is None and large_budget_warning("1000", 1000, 10_000) is None
     assert large_budget_warning("1001", 1001, 10_000) == (
@@ -699,6 +699,6 @@ def test_a_budget_of_half_the_backbone_is_said_not_taken_in_silence(tmp_path, mo
     ],
 )
 def test_a_url_is_shown_without_its_user_info_password_or_secret_parameters(url, shown):
-    from petl_nas.search.storage import redact
+    from petl_nas.study.storage import redact
 
     assert redact(url) == shown

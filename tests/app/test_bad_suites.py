@@ -114,7 +114,7 @@ def _other_study(root) -> None:
     """The suite's first study, made before with another space (its hash differs)."""
     import optuna
 
-    from petl_nas.search.storage import close_storage, open_storage
+    from petl_nas.study.storage import close_storage, open_storage
 
     storage = open_storage(f"sqlite:///{root}/study.db")
     study = optuna.create_study(study_name="s_demo_keyword_5pct", storage=storage, directions=["maximize", "minimize"])

@@ -15,8 +15,8 @@ import pytest
 
 from petl_nas.app.cli import build_parser, main
 from petl_nas.errors import ConfigError
-from petl_nas.search.experiment import Experiment, Fidelity, OneShot
-from petl_nas.search.storage_url import as_url, existing_url
+from petl_nas.study.experiment import Experiment, Fidelity, OneShot
+from petl_nas.study.storage_url import as_url, existing_url
 
 # ---- --storage: a URL, a SQLite file's path or a run folder ---------------------------------------
 
@@ -56,7 +56,7 @@ def test_an_existing_folder_named_without_a_slash_is_a_run_folder(tmp_path, monk
 def _reader_calls(monkeypatch):
     """export, report and dashboard with what opens the study replaced: the URLs each was given."""
     from petl_nas.dashboards import launcher, report
-    from petl_nas.search import records
+    from petl_nas.study import records
 
     seen = []
 

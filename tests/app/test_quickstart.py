@@ -15,7 +15,7 @@ from conftest import REPO
 from petl_nas.app import quickstart
 from petl_nas.app.cli import build_parser, main
 from petl_nas.errors import ConfigError
-from petl_nas.search.experiment import Experiment
+from petl_nas.study.experiment import Experiment
 
 ROOT = REPO
 

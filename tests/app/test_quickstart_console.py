@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from petl_nas.search.console import WIDTH
+from petl_nas.console import WIDTH
 
 MIN_WORDS = 6  # a fragment this long is a sentence (a table row or a count is not)
 

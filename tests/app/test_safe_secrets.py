@@ -24,8 +24,8 @@ from conftest import TINY_BACKBONE
 from petl_nas.app.cli import main
 from petl_nas.dashboards.launcher import make_dashboard
 from petl_nas.search import warm_start
-from petl_nas.search.space import SearchSpace
-from petl_nas.search.storage import redact
+from petl_nas.study.space import SearchSpace
+from petl_nas.study.storage import redact
 
 PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
 

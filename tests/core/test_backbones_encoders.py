@@ -223,7 +223,7 @@ def test_deberta_refuses_head_attention_forms_in_one_line(form):
 # ---- a search on a backbone that refuses some of the space -----------------------------------
 def test_the_supernet_leaves_out_what_a_backbone_refuses():
     from petl_nas.search.oneshot.supernet import allows_bitfit, candidates, prompt_length_for
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace.load("unified")
     deberta, modernbert, bert = (tiny(k).config for k in ("deberta-v2", "modernbert", "bert"))
@@ -243,7 +243,7 @@ def test_a_search_records_what_a_backbone_refuses_and_goes_on(kind, refused, tmp
     from optuna.trial import TrialState
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, OneShot
+    from petl_nas.study.experiment import Experiment, Fidelity, FinalEval, OneShot
 
     monkeypatch.chdir(tmp_path)
     backbone = {

@@ -51,7 +51,7 @@ from petl_nas import (
 )
 from petl_nas.core.backbones import spec_for
 from petl_nas.core.modules.head_attention import edits_of
-from petl_nas.search.space import SearchSpace
+from petl_nas.study.space import SearchSpace
 
 V, D, F = 64, 16, 32
 

@@ -222,7 +222,7 @@ def test_two_doras_on_one_weight_stay_two_and_two_loras_merge():
 
 def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace(
         {

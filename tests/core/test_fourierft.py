@@ -143,7 +143,7 @@ def test_bad_fields_are_one_clear_error():
 
 def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace(
         {

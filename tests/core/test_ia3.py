@@ -194,7 +194,7 @@ def test_its_peft_config_loads_with_feed_forward_modules_only_at_the_ffn():
 def test_a_space_samples_it_per_sublayer_and_maps_it_back():
     from petl_nas.core.describe import describe_config
     from petl_nas.core.presets import preset, preset_lr
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace(
         {

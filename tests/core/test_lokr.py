@@ -181,7 +181,7 @@ def test_its_peft_config_loads_and_peft_refuses_a_gate():
 
 def test_its_rate_is_calibrated_on_its_preset():
     from petl_nas.search.rates import FAMILY_PROBES, probe
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     assert FAMILY_PROBES["lokr"] == ("lokr",)
     space = SearchSpace.load("unified")
@@ -193,7 +193,7 @@ def test_its_rate_is_calibrated_on_its_preset():
 
 def test_a_space_samples_it_and_maps_it_back():
     from petl_nas.core.describe import describe_config
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace(
         {

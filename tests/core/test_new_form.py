@@ -126,7 +126,7 @@ def test_it_saves_and_loads_to_the_same_outputs(demo_scale, tmp_path):
 
 def test_a_space_samples_it_and_maps_it_back(demo_scale):
     from petl_nas.core.describe import describe_config
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace(
         {

@@ -253,7 +253,7 @@ def test_the_experiment_file_accepts_exactly_the_precisions_the_trainer_knows():
 
     from petl_nas.core.precision import PRECISIONS
     from petl_nas.errors import ConfigError
-    from petl_nas.search.experiment import Fidelity
+    from petl_nas.study.experiment import Fidelity
 
     for name in PRECISIONS:
         assert Fidelity(length_buckets=0, precision=name).precision == name

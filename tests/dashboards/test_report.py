@@ -21,7 +21,7 @@ from petl_nas.app.cli import main
 from petl_nas.dashboards import plots, view
 from petl_nas.dashboards.report import write_report
 from petl_nas.errors import ConfigError
-from petl_nas.search.records import sessions
+from petl_nas.study.records import sessions
 
 CHROMIUM_FLAGS = [
     "--headless",

@@ -250,7 +250,7 @@ def test_a_preset_the_study_did_not_train_exports_at_the_rates_the_study_measure
     from petl_nas.app.cli import main
     from petl_nas.core.config import PetlConfig
     from petl_nas.deploy.export import preset_record
-    from petl_nas.search.records import RATE_CALIBRATION
+    from petl_nas.study.records import RATE_CALIBRATION
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = make_study(url, ROWS)
@@ -927,7 +927,7 @@ def test_train_reproduces_the_final_reevaluation_when_the_search_dev_comes_out_o
     the same 70 and scores what the final re-evaluation scored, seed for seed."""
     from petl_nas.deploy.runs import train_record
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+    from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
 
     monkeypatch.chdir(tmp_path)
     words = "good great fine dull bad awful plot film".split()

@@ -12,7 +12,7 @@ from optuna.trial import create_trial
 
 from petl_nas.deploy.export import record
 from petl_nas.deploy.record import RECORD_KEYS, ExportRecord, read_record, write_record
-from petl_nas.search.experiment import Experiment, FinalEval
+from petl_nas.study.experiment import Experiment, FinalEval
 from petl_nas.training.loop import Recipe
 
 # What `petl-nas export` wrote before the record was typed (a one-shot pick with its costs, a

@@ -17,8 +17,8 @@ from conftest import NO_RATES, TINY_BACKBONE
 
 from petl_nas.search import calibrate
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search.results import TrialResult
+from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.study.results import TrialResult
 
 BASELINE = {"score": 0.5, "metric": "accuracy", "what": "constant"}
 

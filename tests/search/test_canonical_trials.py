@@ -7,8 +7,8 @@ import optuna
 from transformers import BertConfig
 
 from petl_nas.core.budget import count_parameters
-from petl_nas.search.space import SearchSpace
 from petl_nas.search.study import TrialSource
+from petl_nas.study.space import SearchSpace
 
 TWO_LORAS = {
     "version": 1,

@@ -13,7 +13,7 @@ import time
 import optuna
 
 from petl_nas.search import claims, rates
-from petl_nas.search.storage import ClaimLock, close_storage, open_storage
+from petl_nas.study.storage import ClaimLock, close_storage, open_storage
 
 RECORD = {
     "rates": {"lora": 1.5e-3},
@@ -31,7 +31,7 @@ RECORD = {
 
 def _worker(folder: str, out) -> None:
     """One worker of study ``s``: resolve its rates, measuring (slowly) if it gets the claim."""
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     os.chdir(folder)
     storage = open_storage(f"sqlite:///{folder}/study.db")

@@ -23,8 +23,8 @@ import pytest
 from conftest import TINY_BACKBONE
 from optuna.trial import TrialState
 
-from petl_nas.search.experiment import Experiment
 from petl_nas.search.study import is_trained
+from petl_nas.study.experiment import Experiment
 
 PG = os.environ.get("PETL_NAS_TEST_POSTGRES")
 PRESETS = ["bitfit", "pfeiffer"]
@@ -145,7 +145,7 @@ def test_a_two_node_ray_cluster_fills_a_postgresql_study(tmp_path, monkeypatch, 
     from ray.cluster_utils import Cluster
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.chdir(tmp_path)
@@ -219,7 +219,7 @@ def test_a_postgresql_password_is_never_printed_or_written(tmp_path, monkeypatch
     import yaml
 
     from petl_nas.app.cli import main
-    from petl_nas.search.storage import redact
+    from petl_nas.study.storage import redact
 
     monkeypatch.chdir(tmp_path)
     secret = PG.split("//", 1)[1].split("@", 1)[0]  # user:password

@@ -17,8 +17,9 @@ from petl_nas import ConfigError
 from petl_nas.deploy.export import choose
 from petl_nas.search import confirm, worker
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import FinalEval
-from petl_nas.search.results import TrialResult
+from petl_nas.study import pick as pick_rule
+from petl_nas.study.experiment import FinalEval
+from petl_nas.study.results import TrialResult
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +32,7 @@ def test_the_pick_is_the_best_mean_over_seeds_not_the_best_draw(tmp_path, monkey
     exp = experiment(tmp_path, trials=8)
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
-    top = confirm.candidates(study, 2)
+    top = pick_rule.candidates(study, 2)
     first, second = top[:2]  # then the best preset: none learned, so the best by search score
     assert first.values[0] >= second.values[0] and [t.user_attrs.get("preset") for t in top[2:]] == ["pfeiffer"]
 
@@ -105,9 +106,9 @@ def test_the_best_baseline_is_re_evaluated_beside_the_pick_wherever_it_ranks(tmp
     )
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert study.trials[0].user_attrs["preset"] == "bitfit"
-    assert said.baseline == 0 and said.beaten and said.pick != 0 and len(confirm.confirmed_scores(study)) >= 3
+    assert said.baseline == 0 and said.beaten and said.pick != 0 and len(pick_rule.confirmed_scores(study)) >= 3
     finals = {int(k.split(":")[1]) for k in study.user_attrs if k.startswith("final:")}
     assert finals == {said.pick, 0}
 
@@ -155,9 +156,9 @@ def test_the_best_baseline_is_the_best_confirmed_mean_of_the_close_ones(
     run_search(exp, printer=lambda *a: None)
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     assert [study.trials[n].user_attrs["preset"] for n in (0, 1)] == ["bitfit", "lora"]
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert said.baseline == defended and said.pick == defended
-    assert set(confirm.confirmed_scores(study)) == ({0, 1} if confirm_baselines == 2 or reference else {0})
+    assert set(pick_rule.confirmed_scores(study)) == ({0, 1} if confirm_baselines == 2 or reference else {0})
     assert f"final:{defended}" in study.user_attrs
 
 
@@ -193,12 +194,12 @@ def test_baselines_within_noise_of_the_best_one_are_confirmed_up_to_the_cap():
             (0.70, None, "preset"),
         ]
     )
-    assert [t.number for t in confirm.baselines_to_confirm(study, 1)] == [2]
-    assert [t.number for t in confirm.baselines_to_confirm(study, 3)] == [2, 4, 0]
-    assert [t.number for t in confirm.baselines_to_confirm(study, 9)] == [2, 4, 0, 5]
-    assert [t.number for t in confirm.candidates(study, 1, 3)] == [1, 2, 4, 0]
-    assert [t.number for t in confirm.candidates(study, 2, 3)] == [1, 2, 4, 0]  # 2 is among the top already
-    assert confirm.candidates(study, 0, 3) == []
+    assert [t.number for t in pick_rule.baselines_to_confirm(study, 1)] == [2]
+    assert [t.number for t in pick_rule.baselines_to_confirm(study, 3)] == [2, 4, 0]
+    assert [t.number for t in pick_rule.baselines_to_confirm(study, 9)] == [2, 4, 0, 5]
+    assert [t.number for t in pick_rule.candidates(study, 1, 3)] == [1, 2, 4, 0]
+    assert [t.number for t in pick_rule.candidates(study, 2, 3)] == [1, 2, 4, 0]  # 2 is among the top already
+    assert pick_rule.candidates(study, 0, 3) == []
 
 
 def test_a_study_confirmed_before_confirm_baselines_reads_its_one_baseline():
@@ -208,10 +209,10 @@ def test_a_study_confirmed_before_confirm_baselines_reads_its_one_baseline():
     for n, scores in ((0, [0.90, 0.80, 0.80]), (1, [0.85, 0.84, 0.84]), (2, [0.84, 0.86, 0.86])):
         study.set_user_attr(f"confirm:{n}", scores)
     study.set_user_attr("final", {"confirm": 1})
-    assert set(confirm.confirmed_scores(study)) == {0, 1} and confirm.verdict(study).baseline == 1
+    assert set(pick_rule.confirmed_scores(study)) == {0, 1} and pick_rule.verdict(study).baseline == 1
     study.set_user_attr("final", {"confirm": 1, "confirm_baselines": 2})
-    assert set(confirm.confirmed_scores(study)) == {0, 1, 2}
-    said = confirm.verdict(study)
+    assert set(pick_rule.confirmed_scores(study)) == {0, 1, 2}
+    said = pick_rule.verdict(study)
     assert (said.baseline, said.pick) == (2, 2)
 
 
@@ -247,13 +248,13 @@ def test_where_no_baseline_learned_the_best_one_by_search_score_is_confirmed_bes
             (0.502, "searched", False),
         ]
     )
-    assert [t.number for t in confirm.baselines_to_confirm(study, 3)] == [2]
-    assert [t.number for t in confirm.candidates(study, 3, 3)] == [1, 4, 2]
-    assert confirm.baselines_to_confirm(study, 0) == [] and confirm.candidates(study, 0, 3) == []
+    assert [t.number for t in pick_rule.baselines_to_confirm(study, 3)] == [2]
+    assert [t.number for t in pick_rule.candidates(study, 3, 3)] == [1, 4, 2]
+    assert pick_rule.baselines_to_confirm(study, 0) == [] and pick_rule.candidates(study, 0, 3) == []
     study.set_user_attr("final", {"confirm": 3, "confirm_baselines": 3})
     for n, scores in ((1, [0.622, 0.592, 0.608]), (4, [0.596, 0.578, 0.592]), (2, [0.548, 0.541, 0.546])):
         study.set_user_attr(f"confirm:{n}", scores)
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.baseline, said.beaten) == (1, 2, True)
     assert (
         "beats the best baseline (lora_qv_r1_top1, whose search score was within noise of the trivial "
@@ -261,7 +262,7 @@ def test_where_no_baseline_learned_the_best_one_by_search_score_is_confirmed_bes
     ) in said.line
 
     nothing = study_of([(0.514, "head_only", False), (0.502, "searched", False)])
-    assert confirm.baselines_to_confirm(nothing, 3) == [] and confirm.candidates(nothing, 3, 3) == []
+    assert pick_rule.baselines_to_confirm(nothing, 3) == [] and pick_rule.candidates(nothing, 3, 3) == []
 
 
 def confirmed_study(storage: str | None = None) -> optuna.Study:
@@ -310,7 +311,7 @@ def test_the_summary_shows_confirmed_means_and_keeps_an_off_front_trial_off_the_
     was listed as a front member, with its single score only)."""
     from petl_nas.deploy.export import front_table
     from petl_nas.search.driver import summarize
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     study = confirmed_study()
     summary = summarize(study, Experiment(), None, 10_000)
@@ -348,14 +349,14 @@ def test_export_follows_the_current_confirm_not_an_earlier_runs():
     study.set_user_attr(f"confirm:{second.number}", [0.85, 0.84, 0.86])
     assert choose(study).number == second.number
     study.set_user_attr("final", {"confirm": 1})  # resumed: only the top trial confirmed
-    assert confirm.confirmed_now(study) == {top.number}
+    assert pick_rule.confirmed_now(study) == {top.number}
     assert choose(study).number == top.number  # its mean 0.767 < third's single 0.8
     assert choose(study, pick="smallest-within=5").number == third.number  # 0.8 is within 5 of 0.767
 
 
 def test_confirm_in_files():
     from petl_nas import ConfigError
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     assert Experiment.from_dict({"final": {"confirm": 3}}).final.confirm == 3
     assert Experiment().final.confirm == 3 and Experiment().final.confirm_baselines == 3
@@ -391,7 +392,7 @@ def test_trials_that_did_not_learn_are_never_confirmation_candidates():
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
-    from petl_nas.search import confirm
+    from petl_nas.study import pick as pick_rule
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     for score, dnl in ((0.9, True), (0.8, False), (0.7, False), (0.6, False)):
@@ -403,7 +404,7 @@ def test_trials_that_did_not_learn_are_never_confirmation_candidates():
                 user_attrs={"did_not_learn": True} if dnl else {},
             )
         )
-    assert [t.number for t in confirm.candidates(study, 2)] == [1, 2]
+    assert [t.number for t in pick_rule.candidates(study, 2)] == [1, 2]
 
 
 def _verdict_study(scores: dict) -> optuna.Study:
@@ -444,7 +445,7 @@ def test_when_nothing_beats_the_best_baseline_the_pick_is_that_baseline():
             ("tiny", 500, "searched"): [0.800, 0.790, 0.802],
         }
     )
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.baseline, said.beaten, said.smallest, said.best) == (1, 1, False, 2, 0)
     assert said.line == (
         "no searched configuration beats the best baseline (lora, mean 0.8240) beyond noise on "
@@ -467,7 +468,7 @@ def test_the_line_names_no_smaller_configuration_when_the_best_is_the_smallest_w
     study = _verdict_study(
         {("lora", 5000, "preset"): [0.826, 0.824, 0.822], ("big", 9000, "searched"): [0.800, 0.790, 0.802]}
     )
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.smallest, said.best) == (0, 0, 0)
     assert said.line.endswith("the pick is that baseline, trial 0 (lora, 5,000 deployable parameters)")
 
@@ -490,7 +491,7 @@ def test_a_searched_configuration_that_beats_the_best_baseline_on_every_seed_is_
             ("small", 3000, "searched"): [0.828, 0.818, 0.826],
         }
     )
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.baseline, said.beaten) == (0, 1, True)
     assert "beats the best baseline (lora_all_r8) beyond noise" in said.line
     assert choose(study).number == 0
@@ -505,18 +506,18 @@ def test_the_best_baseline_is_confirmed_beside_the_top_trials():
             ("bitfit", 100, "preset"): [0.80],
         }
     )
-    assert [t.number for t in confirm.candidates(study, 2)] == [0, 1, 2]
-    assert [t.number for t in confirm.candidates(study, 3)] == [0, 1, 2]  # already among them
-    assert confirm.candidates(study, 0) == []
+    assert [t.number for t in pick_rule.candidates(study, 2)] == [0, 1, 2]
+    assert [t.number for t in pick_rule.candidates(study, 3)] == [0, 1, 2]  # already among them
+    assert pick_rule.candidates(study, 0) == []
 
 
 def test_beyond_noise_is_the_mean_paired_difference_above_twice_its_standard_error():
     base = [0.80, 0.81, 0.82]
-    assert confirm.beyond_noise([b + d for b, d in zip(base, (0.01, 0.02, 0.035))], base)  # 0.0217 > 0.0145
-    assert not confirm.beyond_noise([b + d for b, d in zip(base, (0.00, 0.02, 0.035))], base)  # 0.0183 < 0.0202
-    assert confirm.beyond_noise([b + 0.001 for b in base], base)  # the same gain on every seed
-    assert not confirm.beyond_noise([0.9], [0.8])  # one seed tells nothing apart
-    assert not confirm.beyond_noise(base, base)
+    assert pick_rule.beyond_noise([b + d for b, d in zip(base, (0.01, 0.02, 0.035))], base)  # 0.0217 > 0.0145
+    assert not pick_rule.beyond_noise([b + d for b, d in zip(base, (0.00, 0.02, 0.035))], base)  # 0.0183 < 0.0202
+    assert pick_rule.beyond_noise([b + 0.001 for b in base], base)  # the same gain on every seed
+    assert not pick_rule.beyond_noise([0.9], [0.8])  # one seed tells nothing apart
+    assert not pick_rule.beyond_noise(base, base)
 
 
 def test_a_gain_on_every_seed_but_on_two_rows_is_not_beyond_noise_over_the_rows():
@@ -542,11 +543,12 @@ def test_a_gain_on_every_seed_but_on_two_rows_is_not_beyond_noise_over_the_rows(
 
     for wrong, over_rows in ((2, False), (40, True)):
         big, small = runs(0), runs(wrong)
-        assert confirm.beyond_noise(scored(big), scored(small))  # over seeds alone
+        assert pick_rule.beyond_noise(scored(big), scored(small))  # over seeds alone
         gain, se = row_gain(big, small, labels, "accuracy")
         assert gain == pytest.approx(np.mean(scored(big)) - np.mean(scored(small)))
         assert (
-            confirm.beyond_noise(scored(big), scored(small), confirm.Rows(big, small, labels, "accuracy")) is over_rows
+            pick_rule.beyond_noise(scored(big), scored(small), pick_rule.Rows(big, small, labels, "accuracy"))
+            is over_rows
         )
     same = runs(0)
     assert row_gain(same, same, labels, "accuracy") == (0.0, 0.0)
@@ -565,7 +567,7 @@ def test_confirmation_keeps_every_runs_rows_and_they_score_as_the_run_did(tmp_pa
     """Real tiny runs: each confirmed trial keeps one per-row prediction array per seed (its own
     trial's first), and the study its search-dev labels; scoring the rows against the labels gives
     each run's score exactly, so the bootstrap resamples what the runs measured."""
-    from petl_nas.search.records import StoredTrial
+    from petl_nas.study.records import StoredTrial
     from petl_nas.tasks.metrics import compute_metrics
     from petl_nas.tasks.significance import decode_rows
 
@@ -587,7 +589,7 @@ def test_confirmation_keeps_every_runs_rows_and_they_score_as_the_run_did(tmp_pa
     study = optuna.load_study(study_name=exp.study_name, storage=exp.storage_url)
     labels = decode_rows(study.user_attrs["search_dev_labels"])
     assert len(labels) == exp.fidelity.search_dev
-    confirmed = confirm.confirmed_scores(study)
+    confirmed = pick_rule.confirmed_scores(study)
     assert len(confirmed) >= 2
     for n, scores in confirmed.items():
         rows = study.user_attrs[f"confirm_rows:{n}"]
@@ -615,12 +617,12 @@ def test_the_verdict_bounds_a_win_over_the_rows_where_the_study_kept_them():
     study = _verdict_study(
         {("searched", 900, "searched"): scores["searched"], ("lora", 5000, "preset"): scores["baseline"]}
     )
-    assert confirm.verdict(study).beaten  # no rows: the seeds decide
+    assert pick_rule.verdict(study).beaten  # no rows: the seeds decide
     study.set_user_attr("metric", "accuracy")
     study.set_user_attr("search_dev_labels", encode_rows(labels))
     for n, kind in enumerate(("searched", "baseline")):
         study.set_user_attr(f"confirm_rows:{n}", [encode_rows(p) for p in runs[kind]])
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert not said.beaten and said.pick == 1 and said.line.startswith("no searched configuration beats")
 
 
@@ -642,7 +644,7 @@ def test_a_larger_pick_that_does_not_beat_the_reference_gives_way_to_it():
             }
         )
     )
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.baseline, said.reference, said.beaten, said.best) == (1, 0, 1, False, 2)
     assert said.line.startswith(
         "no searched configuration beats the best baseline (parallel_adapter, mean 0.8413) beyond noise on search-dev: "
@@ -653,7 +655,7 @@ def test_a_larger_pick_that_does_not_beat_the_reference_gives_way_to_it():
     )
     assert choose(study).number == 1
     study.set_user_attr("final", {"confirm": 3})  # no reference: read as it ran
-    assert confirm.verdict(study).pick == 0 and confirm.verdict(study).reference is None
+    assert pick_rule.verdict(study).pick == 0 and pick_rule.verdict(study).reference is None
 
 
 @pytest.mark.parametrize(
@@ -676,7 +678,7 @@ def test_a_larger_pick_that_does_not_beat_the_reference_gives_way_to_it():
     ],
 )
 def test_a_pick_that_beats_the_reference_or_is_smaller_keeps_its_place(scores, pick):
-    said = confirm.verdict(_with_reference(_verdict_study(scores)))
+    said = pick_rule.verdict(_with_reference(_verdict_study(scores)))
     assert (said.pick, said.reference) == (pick, 1) and "the reference" not in said.line
 
 
@@ -692,7 +694,7 @@ def test_a_searched_winner_larger_than_the_reference_must_beat_it_too():
             }
         )
     )
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.baseline, said.beaten) == (2, 1, True)
     assert said.line == (
         "trial 0 beats the best baseline (lora_all_r2) beyond noise on search-dev (0.8500 against "
@@ -707,13 +709,13 @@ def test_the_reference_is_confirmed_whatever_its_rank_if_it_learned():
     study = _baseline_study(
         [(0.84, 0.01, "baseline"), (0.90, 0.01, "searched"), (0.85, 0.01, "preset"), (0.78, 0.01, "preset")]
     )
-    assert [t.number for t in confirm.candidates(study, 1, 1, "p3")] == [1, 2, 3]
-    assert [t.number for t in confirm.candidates(study, 1, 1, "p2")] == [1, 2]  # already among them
-    assert [t.number for t in confirm.candidates(study, 1, 1, None)] == [1, 2]
-    assert confirm.candidates(study, 0, 1, "p3") == []
+    assert [t.number for t in pick_rule.candidates(study, 1, 1, "p3")] == [1, 2, 3]
+    assert [t.number for t in pick_rule.candidates(study, 1, 1, "p2")] == [1, 2]  # already among them
+    assert [t.number for t in pick_rule.candidates(study, 1, 1, None)] == [1, 2]
+    assert pick_rule.candidates(study, 0, 1, "p3") == []
     study.set_user_attr("final", {"confirm": 1, "confirm_baselines": 1, "reference": "p3"})
     study.set_user_attr("confirm:3", [0.78, 0.80, 0.79])
-    assert 3 in confirm.confirmed_scores(study)
+    assert 3 in pick_rule.confirmed_scores(study)
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
@@ -725,7 +727,7 @@ def test_the_reference_is_confirmed_whatever_its_rank_if_it_learned():
             user_attrs={"preset": "p4", "did_not_learn": True},
         )
     )
-    assert confirm.reference_trial(study, "p4") is None
+    assert pick_rule.reference_trial(study, "p4") is None
 
 
 def test_reference_names_a_preset():
@@ -747,6 +749,6 @@ def test_the_reference_never_replaces_a_pick_where_the_best_confirmed_mean_beats
             }
         )
     )
-    said = confirm.verdict(study)
+    said = pick_rule.verdict(study)
     assert (said.pick, said.baseline, said.best, said.beaten) == (0, 0, 2, False)
     assert "the reference" not in said.line

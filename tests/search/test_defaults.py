@@ -10,9 +10,9 @@ import optuna
 import pytest
 from conftest import tiny_experiment
 
-from petl_nas.search.experiment import NEW_STUDY_LENGTH_BUCKETS, NEW_STUDY_PRECISION, Experiment, Fidelity
 from petl_nas.search.specs import trial_recipe
 from petl_nas.search.study import with_fidelity_resolved
+from petl_nas.study.experiment import NEW_STUDY_LENGTH_BUCKETS, NEW_STUDY_PRECISION, Experiment, Fidelity
 
 
 @pytest.fixture(autouse=True)

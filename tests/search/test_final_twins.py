@@ -13,9 +13,9 @@ from test_search import experiment
 
 from petl_nas.search import worker
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import FinalEval
-from petl_nas.search.records import StoredTrial
 from petl_nas.search.specs import final_recipe, final_twin, trial_recipe, trial_spec
+from petl_nas.study.experiment import FinalEval
+from petl_nas.study.records import StoredTrial
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,8 @@ from petl_nas.core.forms import form_named
 from petl_nas.search.oneshot import HardConcrete, build_supernet, derive, ladder
 from petl_nas.search.oneshot.supernet import PROMPT, candidates, prompt_length_for
 from petl_nas.search.oneshot.train import train_supernet
-from petl_nas.search.space import SearchSpace
 from petl_nas.search.worker import TrialSpec, run_trial
+from petl_nas.study.space import SearchSpace
 from petl_nas.tasks import load_splits, resolve_task
 from petl_nas.training.loading import load_backbone, model_config_for
 
@@ -684,7 +684,7 @@ def test_hard_concrete_gates_are_exactly_zero_or_one_at_their_extremes():
 
 
 def _exp(tmp_path, **kw):
-    from petl_nas.search.experiment import Fidelity, OneShot
+    from petl_nas.study.experiment import Fidelity, OneShot
 
     return tiny_experiment(
         **{
@@ -711,7 +711,7 @@ def test_a_study_trains_the_supernets_proposals_beside_the_samplers(tmp_path, mo
 
     from petl_nas.search import progress
     from petl_nas.search.driver import run_search
-    from petl_nas.search.fronts import group_of
+    from petl_nas.study.fronts import group_of
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(progress, "EVERY_S", 0.001)  # while it trains, a line every EVERY_S
@@ -760,8 +760,8 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
-    from petl_nas.search.fronts import group_of
+    from petl_nas.study.experiment import OneShot
+    from petl_nas.study.fronts import group_of
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(
@@ -777,7 +777,7 @@ def test_strategy_oneshot_trains_only_the_proposals_and_presets(tmp_path, monkey
     assert proposals and all(t.user_attrs["recipe"]["lr"] == 3e-3 and "lr" not in t.params for t in proposals)
     # the largest baseline of each kind, whole, with what the supernet keeps beside it, at the budget
     from petl_nas.search.baselines import anchors
-    from petl_nas.search.fronts import source_of
+    from petl_nas.study.fronts import source_of
 
     built = {t.user_attrs["oneshot_anchor"]: t for t in proposals if t.user_attrs.get("oneshot_anchor")}
     config = _tiny_keyword()[3]
@@ -801,8 +801,8 @@ def test_in_a_study_with_measured_rates_the_supernet_trains_each_family_at_its_r
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot, Rates
     from petl_nas.search.oneshot import run
+    from petl_nas.study.experiment import OneShot, Rates
 
     real, seen = run.train_supernet, {}
     real_build, built = run.build_supernet, []
@@ -851,8 +851,8 @@ def test_a_supernet_that_did_not_learn_is_trained_again_at_slower_rates(tmp_path
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import run
+    from petl_nas.study.experiment import OneShot
 
     real, rates = run.train_supernet, []
 
@@ -889,8 +889,8 @@ def test_a_study_stopped_during_the_second_supernet_run_goes_on_with_it(tmp_path
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import run
+    from petl_nas.study.experiment import OneShot
     from petl_nas.training import checkpoint
 
     real_save, real_train, rates = checkpoint.save, run.train_supernet, []
@@ -933,7 +933,7 @@ def test_a_supernet_whose_loss_diverged_is_trained_again_at_slower_rates(tmp_pat
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
+    from petl_nas.study.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(
@@ -1061,7 +1061,7 @@ def test_a_second_worker_waits_for_the_supernet_another_is_training(tmp_path, mo
     import optuna
 
     from petl_nas.search.oneshot import propose as proposing
-    from petl_nas.search.storage import ClaimLock
+    from petl_nas.study.storage import ClaimLock
 
     monkeypatch.chdir(tmp_path)
     exp = dataclasses.replace(_exp(tmp_path), heartbeat_interval=1, grace_period=30)
@@ -1274,7 +1274,7 @@ def test_a_resume_with_other_oneshot_settings_is_refused(tmp_path, monkeypatch):
 def test_strategy_errors_are_one_line(tmp_path):
     from petl_nas import ConfigError
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     with pytest.raises(ConfigError, match="strategy: expected one of sampler, oneshot, both"):
         Experiment(strategy="supernet")
@@ -1297,8 +1297,8 @@ def test_one_supernet_proposes_for_smaller_budgets_whose_studies_train_none(tmp_
     from petl_nas import ConfigError
     from petl_nas.dashboards.report import write_report
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot, parse_budget
     from petl_nas.search.oneshot import propose as proposing
+    from petl_nas.study.experiment import OneShot, parse_budget
 
     monkeypatch.chdir(tmp_path)
     one = OneShot(rungs=4, lr=3e-3, gate_lr=0.05, epochs=2, retry_lr=0)
@@ -1380,7 +1380,7 @@ def test_budgets_a_supernet_cannot_serve_are_refused_before_a_study_exists(tmp_p
 
     from petl_nas import ConfigError
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
+    from petl_nas.study.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
     exp = _exp(
@@ -1401,9 +1401,9 @@ def test_a_study_stored_before_a_oneshot_setting_existed_resumes():
     from types import SimpleNamespace
 
     from petl_nas import ConfigError
-    from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot.propose import check_resumable
-    from petl_nas.search.storage import as_stored
+    from petl_nas.study.experiment import OneShot
+    from petl_nas.study.storage import as_stored
 
     old = {k: v for k, v in as_stored(dataclasses.asdict(OneShot())).items() if k not in ("budgets", "file")}
     study = SimpleNamespace(study_name="s", user_attrs={"oneshot": {"settings": old}})
@@ -1426,7 +1426,7 @@ def test_a_study_stored_before_a_oneshot_setting_existed_resumes():
 )
 def test_bad_shared_supernet_settings_are_one_line(fields, said):
     from petl_nas import ConfigError
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     with pytest.raises(ConfigError, match=re.escape(said)):
         Experiment.from_dict({"strategy": "oneshot", "trials": 0, "oneshot": fields}, "e.yaml")

@@ -95,7 +95,7 @@ def test_the_penalty_step_sets_how_fast_the_multiplier_rises():
 
 
 def _knob_exp(tmp_path, **oneshot):
-    from petl_nas.search.experiment import Fidelity, OneShot
+    from petl_nas.study.experiment import Fidelity, OneShot
 
     return _exp(
         tmp_path,
@@ -111,7 +111,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.fronts import hypervolume
+    from petl_nas.study.fronts import hypervolume
 
     monkeypatch.chdir(tmp_path)
     exp = _knob_exp(tmp_path, runs=3, search={"lr": [3e-3, 3e-2], "temperature": [0.3, 1.0]})
@@ -143,7 +143,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
     assert record["cost_s"] >= sum(r["cost_s"] for r in search["runs"])
     assert sum(line.startswith("one-shot knobs: run") for line in lines) == 3
     assert any("the best of 3 runs" in line for line in lines)
-    from petl_nas.search.records import load_study  # export's and report's way in: named, not a crash
+    from petl_nas.study.records import load_study  # export's and report's way in: named, not a crash
 
     with pytest.raises(
         ConfigError,
@@ -158,7 +158,7 @@ def test_the_knob_search_proposes_from_its_best_run_and_records_every_run(tmp_pa
         page = write_report(exp.storage_url, None, tmp_path / "report")[-1].read_text()
         row = re.search(r"<th>one-shot supernet</th><td>(.*?)</td>", page).group(1)
         assert f"run {best['number']} (chosen)" in row and row.count("inherited hypervolume") == 3
-    from petl_nas.search.records import load_study
+    from petl_nas.study.records import load_study
 
     assert load_study(exp.storage_url).study_name == "o"
     n, k = len(study.trials), len(trials)
@@ -178,8 +178,8 @@ def test_the_worker_that_starts_a_study_keeps_the_runs_another_worker_claimed(tm
     from optuna.trial import TrialState
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import knobs
+    from petl_nas.study.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
     exp = dataclasses.replace(
@@ -209,9 +209,9 @@ def test_a_diverging_run_is_recorded_as_failed_and_the_search_goes_on(tmp_path, 
 
     from petl_nas import ConfigError
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import knobs
     from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
+    from petl_nas.study.experiment import OneShot
 
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path}/k.db"
@@ -267,10 +267,10 @@ def test_a_run_failed_as_lost_while_it_trained_is_dropped_and_trained_again(tmp_
     from conftest import TINY_BACKBONE as TINY
     from optuna.trial import TrialState
 
-    from petl_nas.search.experiment import OneShot
     from petl_nas.search.oneshot import knobs
     from petl_nas.search.oneshot.run import SupernetSpec, run_supernet
-    from petl_nas.search.storage import close_storage, fail_now, open_storage
+    from petl_nas.study.experiment import OneShot
+    from petl_nas.study.storage import close_storage, fail_now, open_storage
 
     url = f"sqlite:///{tmp_path}/k.db"
     spec = SupernetSpec(
@@ -368,7 +368,7 @@ def test_a_knob_search_killed_in_a_run_resumes_that_run_from_its_last_epoch(tmp_
 
 def test_knob_search_settings_are_checked_in_one_line():
     from petl_nas import ConfigError
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     for oneshot, message in [
         ({"search": {"lr": [1e-4, 1e-3]}}, "knob ranges need runs >= 2"),
@@ -395,7 +395,7 @@ def test_oneshot_runs_on_the_command_line(tmp_path, monkeypatch, capsys):
 
     from petl_nas import ConfigError
     from petl_nas.app import cli
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "e.yaml").write_text(
@@ -434,7 +434,7 @@ def test_oneshot_runs_on_the_command_line(tmp_path, monkeypatch, capsys):
 
 def test_knob_settings_a_user_can_get_wrong_are_named():
     from petl_nas import ConfigError
-    from petl_nas.search.experiment import OneShot
+    from petl_nas.study.experiment import OneShot
 
     for kw, words in [
         ({"lr": "1e-3"}, "oneshot: lr: expected a number > 0, got '1e-3' (YAML reads 1e-3 as text: write 1.0e-3)"),

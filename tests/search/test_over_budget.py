@@ -8,8 +8,8 @@ from conftest import tiny_config
 from optuna.trial import TrialState
 
 from petl_nas import ModuleSpec, PetlConfig, count_parameters
-from petl_nas.search.space import SearchSpace
 from petl_nas.search.study import TrialSource
+from petl_nas.study.space import SearchSpace
 
 
 def test_a_proposal_over_the_budget_says_so_and_stays_pruned():

@@ -17,8 +17,8 @@ import pytest
 from optuna.trial import TrialState
 
 from petl_nas.search.executors import OOM, _make_searcher
-from petl_nas.search.experiment import Experiment
 from petl_nas.search.packing import CONTEXT_MB, HEADROOM, USABLE, GpuPacking, fits, share
+from petl_nas.study.experiment import Experiment
 
 H100_MB = 81_559  # torch's total_memory of one H100 80GB, in MB
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from petl_nas.search.console import CLEAR, SaidOnce, say
+from petl_nas.console import CLEAR, SaidOnce, say
 from petl_nas.search.progress import Stage, countdown, time_left
 
 

@@ -19,7 +19,7 @@ from conftest import NO_RATES, TINY_BACKBONE
 
 from petl_nas.deploy.export import choose
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.tasks import clear_cache
 
 

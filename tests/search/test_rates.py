@@ -17,8 +17,8 @@ from conftest import tiny_experiment, tiny_model
 from petl_nas import ConfigError, ModuleSpec, PetlConfig
 from petl_nas.core.family_rates import at_rates, at_reference_scales, families_of
 from petl_nas.search import rates
-from petl_nas.search.experiment import Experiment, FinalEval, Rates
-from petl_nas.search.space import SearchSpace
+from petl_nas.study.experiment import Experiment, FinalEval, Rates
+from petl_nas.study.space import SearchSpace
 
 LORA = ModuleSpec(form="lora", targets=("q", "v"), size=2)
 ADAPTER = ModuleSpec(form="adapter", position="ffn", size=4, insertion="parallel")
@@ -117,7 +117,7 @@ def _calibrated(tmp_path, **changes):
 @pytest.mark.slow
 def test_a_calibrated_study_measures_each_family_then_trains_every_trial_at_the_measured_rates(tmp_path):
     from petl_nas.search.driver import run_search
-    from petl_nas.search.records import stored_trials
+    from petl_nas.study.records import stored_trials
 
     exp = _calibrated(tmp_path)
     lines = []
@@ -215,7 +215,7 @@ def test_a_rates_file_is_reused_on_the_same_backbone_and_refused_on_another(tmp_
 @pytest.mark.slow
 def test_a_study_made_without_rates_keeps_one_rate_per_trial_when_resumed(tmp_path):
     from petl_nas.search.driver import run_search
-    from petl_nas.search.records import stored_trials
+    from petl_nas.study.records import stored_trials
 
     exp = _calibrated(tmp_path, trials=2, presets="none", rates=Rates(calibrate="off"))
     run_search(exp, printer=lambda *a: None)
@@ -230,7 +230,7 @@ def test_a_study_made_without_rates_keeps_one_rate_per_trial_when_resumed(tmp_pa
 @pytest.mark.slow
 def test_the_lora_sweep_trains_at_loras_measured_rate(tmp_path):
     from petl_nas.search.driver import run_search
-    from petl_nas.search.records import stored_trials
+    from petl_nas.study.records import stored_trials
 
     exp = _calibrated(tmp_path, trials=2, presets="none", budget="5%", final=FinalEval(seeds=0, baselines=True))
     lines = []
@@ -426,7 +426,7 @@ def test_calibration_starts_each_family_from_what_the_families_before_it_measure
 
     from petl_nas.core.family_rates import families_of
     from petl_nas.search import worker
-    from petl_nas.search.results import TrialResult
+    from petl_nas.study.results import TrialResult
 
     peaks = {
         "lora": 4.5e-3,
@@ -464,7 +464,7 @@ def test_a_rate_the_length_calibration_already_trained_is_not_trained_again(tmp_
     the same spec: it takes that run (its score, said so) instead of training it a second time."""
     from petl_nas.search import calibrate, worker
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Fidelity, FinalEval
+    from petl_nas.study.experiment import Fidelity, FinalEval
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(calibrate, "pays", lambda *a: False)  # the final length only
@@ -498,7 +498,7 @@ def test_a_rate_the_length_calibration_already_trained_is_not_trained_again(tmp_
 def test_calibration_takes_its_share_of_every_run_the_study_plans():
     """A one-shot study (``trials: 0``) still trains its presets, sweep, baselines, proposals,
     confirmation and finals: calibration's share is of all of them, not of the sampler's trials."""
-    from petl_nas.search.experiment import Experiment, FinalEval, OneShot
+    from petl_nas.study.experiment import Experiment, FinalEval, OneShot
 
     exp = Experiment(
         strategy="oneshot",
@@ -517,7 +517,7 @@ def test_a_one_shot_study_calibrates_with_the_share_of_the_runs_it_plans(tmp_pat
     """The driver passes the runs it plans (queued trials, the ladder's proposals, confirmation,
     finals), not ``trials: 0``, to calibration."""
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import FinalEval, OneShot
+    from petl_nas.study.experiment import FinalEval, OneShot
 
     seen = {}
 
@@ -553,7 +553,7 @@ def test_the_runs_a_study_plans_buy_more_families_their_own_rate(monkeypatch):
 
     from petl_nas.core.family_rates import families_of
     from petl_nas.search import worker
-    from petl_nas.search.results import TrialResult
+    from petl_nas.study.results import TrialResult
 
     def scripted(spec, **kw):  # every family peaks at 1e-3
         assert families_of(PetlConfig.from_dict(spec.config))
@@ -575,12 +575,12 @@ def test_every_family_a_per_budget_baseline_trains_is_measured_on_that_baseline(
     baseline trains is measured anyway, on that baseline's own configuration (so its best run is the
     baseline's trial), with one climb step at least; a family only the space draws keeps the
     factor measured on the others."""
+    from petl_nas.search.results import TrialResult
     from transformers import BertConfig
 
     from petl_nas.core.family_rates import families_of
     from petl_nas.search import worker
     from petl_nas.search.baselines import queued_baselines
-    from petl_nas.search.results import TrialResult
 
     def scripted(spec, **kw):  # every family peaks at 3e-3
         assert families_of(PetlConfig.from_dict(spec.config))

@@ -11,8 +11,8 @@ import pytest
 
 from petl_nas.errors import ConfigError
 from petl_nas.search import rates
-from petl_nas.search.experiment import Experiment
 from petl_nas.search.rates_file import check_record
+from petl_nas.study.experiment import Experiment
 
 BACKBONE = {"tiny": {}}
 RECORD = {

@@ -23,8 +23,8 @@ import pytest
 from conftest import TINY_BACKBONE
 from optuna.trial import TrialState
 
-from petl_nas.search.storage import close_storage, open_storage
 from petl_nas.search.study import LOST, failure_kind, is_trained
+from petl_nas.study.storage import close_storage, open_storage
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -109,7 +109,7 @@ FAULTY_SEARCH = r"""
 import dataclasses, json, resource, sys
 import torch
 from petl_nas.search import executors
-from petl_nas.search.experiment import Experiment
+from petl_nas.study.experiment import Experiment
 from petl_nas.search.driver import run_search
 
 real = executors.run_trial
@@ -254,7 +254,7 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_raises(tmp_path, fail_a
 def test_stale_running_trials_fail_and_a_trial_without_any_beat_gets_its_grace(tmp_path):
     """fail_stale on its own: a trial whose beats stopped is FAIL at once (and enqueued again when
     retries are on); one that never beat first gets a beat, so it fails only after the grace period."""
-    from petl_nas.search.storage import fail_stale
+    from petl_nas.study.storage import fail_stale
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(

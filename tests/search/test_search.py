@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 
 from petl_nas import ConfigError
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval, parse_budget
-from petl_nas.search.results import TrialResult
+from petl_nas.study.experiment import Experiment, Fidelity, FinalEval, parse_budget
+from petl_nas.study.results import TrialResult
 
 
 def experiment(tmp_path, **kw) -> Experiment:
@@ -125,8 +125,8 @@ def test_a_proposal_of_exactly_the_budget_is_trained_not_rejected():
     from conftest import tiny_config
 
     from petl_nas import ModuleSpec, PetlConfig, count_parameters
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import TrialSource
+    from petl_nas.study.space import SearchSpace
 
     model_config = tiny_config("bert")
     config = PetlConfig(modules=(ModuleSpec(form="lora", size=2),))
@@ -143,8 +143,8 @@ def test_a_preset_of_exactly_the_budget_fits():
     from conftest import tiny_config
 
     from petl_nas import count_parameters, preset
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import presets_within
+    from petl_nas.study.space import SearchSpace
 
     model_config = tiny_config("bert")
     space = SearchSpace.load("small")
@@ -391,9 +391,9 @@ def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_ha
     so the interrupt handler fails it as interrupted; released, it stayed RUNNING (seen in CI)."""
     from petl_nas.core.tiny import tiny_backbone
     from petl_nas.search.executors import Recorder
-    from petl_nas.search.space import SearchSpace
-    from petl_nas.search.storage import Heartbeat, open_storage
     from petl_nas.search.study import TrialSource
+    from petl_nas.study.space import SearchSpace
+    from petl_nas.study.storage import Heartbeat, open_storage
 
     storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=60, grace_period=120)
     study = optuna.create_study(storage=storage, directions=["maximize", "minimize"])
@@ -427,7 +427,7 @@ def test_a_stop_while_an_outcome_is_written_leaves_the_trial_to_the_interrupt_ha
 def test_closing_a_study_or_its_storage_leaves_the_sqlite_file_alone(tmp_path, given):
     """What a suite or a search does when it has read a study: its connections close, so SQLite in
     WAL mode folds its -wal and -shm files back into the one study file."""
-    from petl_nas.search.storage import close_storage, open_storage
+    from petl_nas.study.storage import close_storage, open_storage
 
     storage = open_storage(f"sqlite:///{tmp_path}/s.db")
     study = optuna.create_study(storage=storage, study_name="s")
@@ -443,9 +443,9 @@ def test_study_searcher_records_every_outcome(tmp_path):
     pytest.importorskip("ray")
     from petl_nas.core.tiny import tiny_backbone
     from petl_nas.search.executors import Recorder, _make_searcher
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import TrialSource
     from petl_nas.search.worker import TrialSpec
+    from petl_nas.study.space import SearchSpace
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     model = tiny_backbone(vocab_size=50)
@@ -502,9 +502,9 @@ def test_a_trial_that_closes_while_a_dropped_ctrl_c_is_pending_is_still_written(
     from petl_nas.core.tiny import tiny_backbone
     from petl_nas.search.executors import Recorder, _make_searcher
     from petl_nas.search.interrupts import raise_if_stopped, stops_on_signals
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import TrialSource
     from petl_nas.search.worker import TrialSpec
+    from petl_nas.study.space import SearchSpace
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     source = TrialSource(study, SearchSpace.load("small"), tiny_backbone(vocab_size=50).config, budget=None, n_layers=2)
@@ -663,7 +663,7 @@ def replayed_params(trials, sampler_for, space="small", n_layers=2, flat=False):
     """The parameters the samplers ``sampler_for(n)`` propose (n: the trials the study holds at each
     draw), in a fresh in-memory study, for the same sequence of trials on the same space, told the
     same outcomes."""
-    from petl_nas.search.space import SearchSpace
+    from petl_nas.study.space import SearchSpace
 
     space = SearchSpace.load(space)
     replay = optuna.create_study(directions=["maximize", "minimize"])
@@ -848,8 +848,8 @@ def test_a_trial_killed_between_its_attribute_writes_is_drawn_again_from_its_par
     """A driver killed after writing a trial's configuration but before its learning rate leaves a
     retry with ``petl_config`` and no ``recipe``: it is drawn from its parameters, not refused."""
     from petl_nas.core.presets import preset, preset_lr
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import TrialSource
+    from petl_nas.study.space import SearchSpace
     from petl_nas.tasks import resolve_task
     from petl_nas.training.loading import model_config_for
 
@@ -891,8 +891,8 @@ def test_ctrl_c_fails_the_running_trial_for_a_retry_and_the_resume_trains_it(tmp
     that retry and the study ends with exactly the trials asked for."""
     from petl_nas.app.cli import main
     from petl_nas.search import executors
-    from petl_nas.search.records import sessions
     from petl_nas.search.study import INTERRUPTED, is_trained
+    from petl_nas.study.records import sessions
 
     exp = experiment(
         tmp_path,
@@ -1008,8 +1008,9 @@ def test_ctrl_c_that_the_storage_refuses_to_record_still_stops_the_search_in_one
     the search still stops with exit 130, one warning saying when a resume retries those trials and
     the usual line, not a traceback."""
     from petl_nas.app.cli import main
-    from petl_nas.search import executors, storage
+    from petl_nas.search import executors
     from petl_nas.search.study import INTERRUPTED
+    from petl_nas.study import storage
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%", grace_period=45)
     write_experiment(tmp_path, exp)
@@ -1073,9 +1074,10 @@ def test_ctrl_c_inside_a_storage_call_that_left_the_sqlite_write_lock_in_garbage
     import gc
 
     from petl_nas.app.cli import main
-    from petl_nas.search import executors, storage
-    from petl_nas.search.storage import open_storage
+    from petl_nas.search import executors
     from petl_nas.search.study import INTERRUPTED
+    from petl_nas.study import storage
+    from petl_nas.study.storage import open_storage
 
     exp = experiment(tmp_path, trials=2, presets="none", budget="20%")
     write_experiment(tmp_path, exp)
@@ -1176,8 +1178,8 @@ def test_a_draw_that_trains_nothing_is_invalid_not_a_failed_trial():
     """No module on a generation backbone (its LM head frozen) trains nothing: recorded as an invalid
     configuration, never trained and never counted (it once failed in the optimizer and took a
     trial's place); on a classifier the same draw still trains its head."""
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import INVALID, TrialSource, failure_kind
+    from petl_nas.study.space import SearchSpace
     from petl_nas.tasks import resolve_task
     from petl_nas.training.loading import model_config_for
 

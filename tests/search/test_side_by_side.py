@@ -16,11 +16,11 @@ from test_warm_worker import PROBE, _spec
 
 from petl_nas.search import confirm, finals, side_by_side
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import FinalEval
 from petl_nas.search.progress import Stage
-from petl_nas.search.records import StoredTrial
 from petl_nas.search.specs import final_recipe, trial_recipe, trial_spec
 from petl_nas.search.worker import run_trial
+from petl_nas.study.experiment import FinalEval
+from petl_nas.study.records import StoredTrial
 from petl_nas.tasks import resolve_task
 
 

@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 from petl_nas.search import study_note
+from petl_nas.study.header import StudyHeader
 
 LENGTH = {
     "presets": ["lora", "bitfit"],
@@ -49,7 +50,7 @@ RATES = {
 
 
 def test_the_note_tables_every_calibration_run():
-    text = study_note.markdown({"fidelity_calibration": LENGTH, "rate_calibration": RATES})
+    text = study_note.markdown(StudyHeader.from_attrs({"fidelity_calibration": LENGTH, "rate_calibration": RATES}))
     lines = text.splitlines()
     assert lines[0] == study_note.HEADING
     assert "| epochs | lora | bitfit |" in lines
@@ -65,8 +66,10 @@ def test_the_note_tables_every_calibration_run():
         "measured on the others |"
     ) in lines
     assert lines[-1] == "rates: calibration took 3 runs (12% of 24 trials) and 5.0 min"
-    assert study_note.markdown({"rate_calibration": RATES}).count("###") == 1  # what was calibrated only
-    assert study_note.markdown({}) is None
+    assert (
+        study_note.markdown(StudyHeader.from_attrs({"rate_calibration": RATES})).count("###") == 1
+    )  # what was calibrated only
+    assert study_note.markdown(StudyHeader.from_attrs({})) is None
 
 
 def test_nothing_is_written_without_calibration_or_without_optuna_dashboard(monkeypatch):

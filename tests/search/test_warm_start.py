@@ -14,9 +14,9 @@ from petl_nas import ConfigError
 from petl_nas.core.budget import count_parameters
 from petl_nas.core.config import ModuleSpec, PetlConfig
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
-from petl_nas.search.space import SearchSpace
 from petl_nas.search.warm_start import front_of, parse_source, seed_warm_start
+from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.study.space import SearchSpace
 
 D, L = 32, 2
 CFG = BertConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=4, intermediate_size=64, vocab_size=400)
@@ -186,7 +186,7 @@ def test_a_search_warm_started_from_another_takes_its_front(tmp_path, monkeypatc
     assert sorted(t.user_attrs["warm_start"] for t in started) == sorted(f"a trial {t.number}" for t in members)
     assert {str(t.user_attrs["petl_config"]) for t in started} == {str(t.user_attrs["petl_config"]) for t in members}
     assert all(t.number < len(members) + 1 for t in started)  # before the sampler's own
-    from petl_nas.search.fronts import source_of
+    from petl_nas.study.fronts import source_of
 
     assert {source_of(t) for t in started} == {"warm start"}  # the tables say where they came from
     run_search(warm, printer=lines.append)  # resumed: nothing taken twice

@@ -19,9 +19,9 @@ from petl_nas.core.config import ModuleSpec, PetlConfig
 from petl_nas.core.eras import family_name, uses_recent_method
 from petl_nas.search import finals
 from petl_nas.search.baselines import best_2022_baseline
-from petl_nas.search.experiment import FinalEval
-from petl_nas.search.records import mark_finished, record_session, run_state
 from petl_nas.search.specs import trial_recipe
+from petl_nas.study.experiment import FinalEval
+from petl_nas.study.records import mark_finished, record_session, run_state
 from petl_nas.suite.cells import cell, empty, macro, markdown, plot_notes, plot_png
 
 LORA = PetlConfig(modules=(ModuleSpec(form="lora", targets=("q", "v"), size=2),))

@@ -16,8 +16,8 @@ import pytest
 from test_suite import in_tmp, suite_file  # noqa: F401  (in_tmp: every test in its own folder)
 
 from petl_nas.app.cli import main
-from petl_nas.search.experiment import Experiment
-from petl_nas.search.records import RATE_CALIBRATION
+from petl_nas.study.experiment import Experiment
+from petl_nas.study.records import RATE_CALIBRATION
 from petl_nas.suite.config import Suite, files_read
 from petl_nas.suite.jobs import ready, with_share_of_cores
 

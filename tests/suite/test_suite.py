@@ -15,8 +15,8 @@ from conftest import TINY_BACKBONE, trained_runs
 
 from petl_nas import ConfigError
 from petl_nas.app.cli import main
-from petl_nas.search import confirm
-from petl_nas.search.records import sessions
+from petl_nas.study import pick as pick_rule
+from petl_nas.study.records import sessions
 from petl_nas.suite.cells import empty, macro, markdown, plot_png
 from petl_nas.suite.config import Suite
 from petl_nas.suite.runner import run_suite
@@ -141,12 +141,12 @@ def test_a_suite_killed_mid_way_goes_on_and_tables_the_paired_delta(tmp_path, mo
         assert pick["deployable"] <= c["budget_params"] and base["deployable"] <= c["budget_params"]
         assert pick["test"] == study.user_attrs[f"final:{pick['number']}"]["scores"]
         assert base["test"] == study.user_attrs[f"final:{base['number']}"]["scores"]
-        scores = confirm.confirmed_scores(study)  # the best baseline by its confirmed mean
+        scores = pick_rule.confirmed_scores(study)  # the best baseline by its confirmed mean
         named = [n for n in scores if {"preset", "baseline"} & set(study.trials[n].user_attrs)]
         assert base["number"] == max(named, key=lambda n: statistics.fmean(scores[n]))
         diffs = [100 * (a - b) for a, b in zip(pick["test"], base["test"])]
         assert c["delta"]["mean"] == pytest.approx(statistics.fmean(diffs))
-        said = confirm.verdict(study)
+        said = pick_rule.verdict(study)
         assert said.beaten or pick["number"] == base["number"]  # a tie deploys the baseline itself
         found = study.user_attrs[f"final:{said.best}"]["scores"]  # the best confirmed mean: re-evaluated
         assert c["best_mean_delta"]["mean"] == pytest.approx(

@@ -288,7 +288,7 @@ def test_tiny_bart_search_end_to_end(tmp_path, monkeypatch):
     from petl_nas.deploy.export import candidates, front_table
     from petl_nas.search.baselines import lora_sweep
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
     from petl_nas.tasks import get_task
     from petl_nas.training.loading import model_config_for
 
@@ -480,7 +480,7 @@ def test_languages_a_tokenizer_cannot_write_are_refused_before_a_search(tmp_path
     import dataclasses
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment
+    from petl_nas.study.experiment import Experiment
 
     monkeypatch.chdir(tmp_path)
     rows = [{"source": f"a b {i}", "target": f"{i} b a"} for i in range(400)]

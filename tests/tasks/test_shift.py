@@ -11,7 +11,7 @@ import pytest
 from conftest import NO_RATES, SHARED_GLUE, TINY_BACKBONE
 
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.tasks import Split, load_splits
 from petl_nas.tasks.shift import input_shift, words_per_row
 

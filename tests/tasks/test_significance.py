@@ -13,7 +13,7 @@ import pytest
 from conftest import NO_RATES, TINY_BACKBONE
 
 from petl_nas.search.driver import run_search, summarize
-from petl_nas.search.experiment import Experiment, Fidelity, FinalEval
+from petl_nas.study.experiment import Experiment, Fidelity, FinalEval
 from petl_nas.tasks import Split, get_task
 from petl_nas.tasks.significance import (
     clearly_better,

@@ -16,7 +16,7 @@ from torch import nn
 
 from petl_nas import apply_petl, preset, preset_names
 from petl_nas.errors import ConfigError
-from petl_nas.search.experiment import Fidelity
+from petl_nas.study.experiment import Fidelity
 from petl_nas.tasks import get_task
 from petl_nas.training.compiling import COMPILE_MODES, compiled
 from petl_nas.training.loop import LossWatch, NonFiniteLoss, Recipe, train

@@ -17,7 +17,7 @@ from petl_nas.core.inject import merge_lora
 from petl_nas.core.tiny import tiny_backbone
 from petl_nas.deploy.export import choose
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Experiment, Fidelity
+from petl_nas.study.experiment import Experiment, Fidelity
 from petl_nas.training.costs import MemoryProbe, deployed_latency_ms, metric_names
 
 
@@ -461,7 +461,7 @@ def test_retime_times_the_trials_the_study_timed_fastest_and_no_more_copies_than
     copies of the backbone stay within half the memory there is (at least one, all when unknown)."""
     import json
 
-    from petl_nas.search import retime as rt
+    from petl_nas.deploy import retime as rt
 
     study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
     for k, v in {

@@ -14,8 +14,8 @@ from conftest import NO_RATES, batch, tiny_model
 from petl_nas import ModuleSpec, PetlConfig
 from petl_nas.core.inject import apply_petl
 from petl_nas.errors import ConfigError
-from petl_nas.search.experiment import Fidelity
 from petl_nas.search.worker import TrialSpec, prepare, run_trial
+from petl_nas.study.experiment import Fidelity
 from petl_nas.training import frozen
 
 TINY = {"tiny": {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 64}}
@@ -201,7 +201,7 @@ def test_a_search_on_upper_layers_records_what_each_trial_reused(tmp_path, monke
     import optuna
 
     from petl_nas.search.driver import run_search
-    from petl_nas.search.experiment import Experiment, FinalEval
+    from petl_nas.study.experiment import Experiment, FinalEval
 
     monkeypatch.chdir(tmp_path)
     space = tmp_path / "upper.yaml"

@@ -23,7 +23,7 @@ from petl_nas import apply_petl, preset
 from petl_nas.deploy.export import record
 from petl_nas.errors import ConfigError
 from petl_nas.search.driver import run_search
-from petl_nas.search.experiment import Fidelity
+from petl_nas.study.experiment import Fidelity
 from petl_nas.tasks import get_task
 from petl_nas.tasks.encoding import EncodedSplit
 from petl_nas.training import checkpoint

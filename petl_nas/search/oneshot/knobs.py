@@ -39,12 +39,12 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from ...errors import ConfigError
+from ...study.fronts import hypervolume
+from ...study.records import INTERRUPTED
+from ...study.records import KNOB_STUDY_SUFFIX as SUFFIX
+from ...study.storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage
 from ...training.loop import NonFiniteLoss
-from ..fronts import hypervolume
 from ..interrupts import interruptible
-from ..records import INTERRUPTED
-from ..records import KNOB_STUDY_SUFFIX as SUFFIX
-from ..storage import Heartbeat, close_storage, delete_beside, fail_interrupted, fail_stale, open_storage
 from .run import forget_state
 
 

@@ -54,13 +54,14 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...fileio import atomic_write
+from ...study.experiment import OneShot, parse_budget
+from ...study.header import StudyHeader
+from ...study.records import LR_FROM_SAMPLER, ONESHOT
+from ...study.records import ONESHOT_ANCHOR as ANCHOR
+from ...study.storage import as_stored
 from ...tasks.significance import did_not_learn
 from ..claims import training_elsewhere
-from ..experiment import OneShot, parse_budget
 from ..progress import Stage, repeating
-from ..records import LR_FROM_SAMPLER, ONESHOT, RATE_CALIBRATION, RATES_SETTING
-from ..records import ONESHOT_ANCHOR as ANCHOR
-from ..storage import as_stored
 from . import knobs
 from .run import SupernetSpec, forget_state, run_on_ray, run_supernet
 from .standing import describe, standing_path
@@ -77,7 +78,7 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     other workers); the enqueueing inside it, so two workers never both enqueue. ``printer`` gets
     a line per supernet run of a knob search as it ends."""
     settings = as_stored(dataclasses.asdict(exp.oneshot))
-    if ATTR in study.user_attrs:
+    if StudyHeader.of(study).oneshot is not None:
         _check_same_settings(study, settings)
         return []
     if exp.oneshot.file:
@@ -88,9 +89,9 @@ def propose(study, exp, budget: int, lock, printer=None) -> list[str]:
     waited = False
     while True:
         with lock():  # one worker of several is the first to start it
-            if ATTR in study.user_attrs:  # the one it waited for stored its proposals
+            if StudyHeader.of(study).oneshot is not None:  # the one it waited for stored its proposals
                 return []
-            earlier = study.user_attrs.get(STARTED)
+            earlier = StudyHeader.of(study).oneshot_started
             elsewhere = training_elsewhere(earlier, exp.grace_period)
             if o.runs > 1 or not elsewhere:  # a knob search's runs are claimed apart: workers join it
                 joining = o.runs > 1 and elsewhere
@@ -148,7 +149,7 @@ def _beating(study, started: dict, interval: float):
 
     def beat():
         try:
-            current = study.user_attrs.get(STARTED)
+            current = StudyHeader.of(study).oneshot_started
             if current and current.get("pid") == started["pid"] and current.get("host") == started["host"]:
                 study.set_user_attr(STARTED, {**current, "beat": time.time()})
         except Exception:  # noqa: BLE001 - a database hiccup: the next beat retries
@@ -181,7 +182,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
 
     knob_runs = None
     if o.runs > 1:
-        baseline = study.user_attrs.get("baseline")
+        baseline = StudyHeader.of(study).baseline
         reference = (baseline["score"] if baseline else 0.0, float(budget))
         number, result, knob_runs = knobs.search(
             exp.storage_url,
@@ -219,7 +220,7 @@ def _train_and_enqueue(study, exp, budget: int, lock, say, settings: dict, attem
         return []  # another worker got there first
     forget_state(spec)
     return [_trained_line(record, o, chosen, knob_runs, number if knob_runs else None)] + not_learned_lines(
-        record, study.user_attrs.get("baseline")
+        record, StudyHeader.of(study).baseline
     )
 
 
@@ -296,7 +297,7 @@ def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) 
     ``factor`` (`slower`), its result carrying the first's under ``retried``. The first run's result
     is stored before the second starts (`FIRST_RUN`), so a study stopped during the second goes on
     with it and does not train the first again."""
-    first = study.user_attrs.get(FIRST_RUN)
+    first = StudyHeader.of(study).oneshot_first_run
     if first is None:
         if not factor:
             return spec, _run_or_refuse(study, spec, run_one, lock)
@@ -307,7 +308,7 @@ def _run_retrying(study, spec: SupernetSpec, factor: float, run_one, lock, say) 
                 raise
             result = {"score": None, "diverged": _first_line(e), "expected_count": None, "resumed_from": None}
         if result["score"] is not None and not did_not_learn(
-            result["score"], result.get("score_se"), study.user_attrs.get("baseline")
+            result["score"], result.get("score_se"), StudyHeader.of(study).baseline
         ):
             return spec, result
         first = {
@@ -350,7 +351,7 @@ def _run_or_refuse(study, spec: SupernetSpec, run_one, lock) -> dict:
             raise
         why = _first_line(e)
         with lock():
-            study.set_user_attr(STARTED, {**study.user_attrs[STARTED], "diverged": why})
+            study.set_user_attr(STARTED, {**StudyHeader.of(study).oneshot_started, "diverged": why})
         raise ConfigError(
             f"oneshot: the supernet diverged ({why}): lower oneshot.lr or oneshot.gate_lr, "
             f"then run the same command again"
@@ -413,7 +414,7 @@ def measured_rates(study) -> dict | None:
     None for a study that draws one rate per trial. The supernet trains each family at it too."""
     if not trains_at_measured_rates(study):
         return None
-    return (study.user_attrs.get(RATE_CALIBRATION) or {}).get("rates") or None
+    return (StudyHeader.of(study).rate_calibration or {}).get("rates") or None
 
 
 def measured_scales(study) -> dict | None:
@@ -421,13 +422,13 @@ def measured_scales(study) -> dict | None:
     recorded rates without them keeps its modules' own scales, as its trials do). The supernet
     trains every candidate whose scale is only a rate at it, so that a LoRA candidate (s = 1) is
     not ranked at half the rate its trials get (LoRA's rate is measured at s = 2)."""
-    return (study.user_attrs.get(RATE_CALIBRATION) or {}).get("scales") or None
+    return (StudyHeader.of(study).rate_calibration or {}).get("scales") or None
 
 
 def trains_at_measured_rates(study) -> bool:
     """Whether the study's trials train each family at its measured rate (`rates: auto`), rather
     than at one rate drawn per trial."""
-    return bool((study.user_attrs.get(RATES_SETTING) or {}).get("calibrated"))
+    return bool((StudyHeader.of(study).rates_mode or {}).get("calibrated"))
 
 
 def not_learned_lines(record: dict, baseline: dict | None) -> list[str]:
@@ -448,7 +449,7 @@ def not_learned_lines(record: dict, baseline: dict | None) -> list[str]:
 def check_resumable(study, exp) -> None:
     """Refuse, before anything is queued, to resume a study whose supernet was trained with other
     ``oneshot`` settings (`propose` would refuse it later, after presets and warm starts were added)."""
-    if ATTR in study.user_attrs:
+    if StudyHeader.of(study).oneshot is not None:
         _check_same_settings(study, as_stored(dataclasses.asdict(exp.oneshot)))
 
 
@@ -456,7 +457,7 @@ def _check_same_settings(study, settings: dict) -> None:
     """A resumed study whose supernet was trained with other ``oneshot`` settings: refused, since its
     proposals are those of the old settings (a study from before settings were stored is not checked;
     a setting added since it was stored reads as its default)."""
-    stored = study.user_attrs[ATTR].get("settings")
+    stored = StudyHeader.of(study).oneshot.get("settings")
     if stored is None:
         return
     stored = {**as_stored(dataclasses.asdict(OneShot())), **stored}  # a key added since: its default
@@ -476,7 +477,7 @@ def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float,
     proposals the study keeps writes it); False when another worker already had (nothing done)."""
     o = exp.oneshot
     with lock():
-        if ATTR in study.user_attrs:
+        if StudyHeader.of(study).oneshot is not None:
             return False
         if before is not None:
             before()
@@ -502,25 +503,25 @@ def _enqueue(study, exp, proposed: list[dict], record: dict, supernet_lr: float,
 
 def _counts(study, budgets) -> list[int]:
     """``oneshot.budgets`` as deployable counts of this study's backbone."""
-    return [parse_budget(b, study.user_attrs["backbone_params"]) for b in budgets]
+    return [parse_budget(b, StudyHeader.of(study).backbone_params) for b in budgets]
 
 
 MATCHING = ("backbone", "task", "task_files", "data_seed", "space_hash")
 MATCHING_FIDELITY = ("k", "search_dev", "max_length")
 
 
-def _matching(attrs: dict) -> dict:
-    """What a study's proposals depend on besides its budget (from its attributes): the backbone,
-    task, data and space."""
+def _matching(header: StudyHeader) -> dict:
+    """What a study's proposals depend on besides its budget (from its header): the backbone, task,
+    data and space."""
     return {
-        **{k: attrs.get(k) for k in MATCHING},
-        **{k: (attrs.get("fidelity") or {}).get(k) for k in MATCHING_FIDELITY},
+        **{k: getattr(header, k) for k in MATCHING},
+        **{k: header.fidelity.get(k) for k in MATCHING_FIDELITY},
     }
 
 
-def read_proposals(path: str, attrs: dict, budget: int) -> tuple[dict, list[dict]]:
-    """The file ``oneshot.file`` names and its proposals for ``budget``, for a study whose attributes
-    are ``attrs``; one error line when it cannot serve it (unreadable, made on another backbone,
+def read_proposals(path: str, header: StudyHeader, budget: int) -> tuple[dict, list[dict]]:
+    """The file ``oneshot.file`` names and its proposals for ``budget``, for a study whose header is
+    ``header``; one error line when it cannot serve it (unreadable, made on another backbone,
     task, data or space, or without this budget). Called before the study exists."""
 
     def bad(why: str) -> ConfigError:
@@ -546,7 +547,7 @@ def read_proposals(path: str, attrs: dict, budget: int) -> tuple[dict, list[dict
     )
     if not shape:
         raise bad("not a supernet's proposals (written by a study with oneshot.budgets)")
-    here = _matching(attrs)
+    here = _matching(header)
     if differ := [
         f"{k} {data['made_for'].get(k)} (here {here[k]})" for k in here if data["made_for"].get(k) != here[k]
     ]:
@@ -567,7 +568,7 @@ def _write_file(study, exp, run: str, supernet_lr: float, proposed: dict) -> Non
             "study": study.study_name,
             "run": run,
             "lr": supernet_lr,
-            "made_for": _matching(study.user_attrs),
+            "made_for": _matching(StudyHeader.of(study)),
             "proposed": proposed,
         },
         indent=1,
@@ -580,7 +581,7 @@ def _write_file(study, exp, run: str, supernet_lr: float, proposed: dict) -> Non
 def _from_file(study, exp, budget: int, lock, settings: dict) -> list[str]:
     """Enqueue the proposals ``oneshot.file`` holds for ``budget``; no supernet is trained."""
     path = exp.oneshot.file
-    data, mine = read_proposals(path, study.user_attrs, budget)
+    data, mine = read_proposals(path, StudyHeader.of(study), budget)
     source = data.get("study")
     record = {
         "run": f"{source}/{data['run']}",

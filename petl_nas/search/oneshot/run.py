@@ -33,13 +33,13 @@ import time
 from ...core.budget import count_parameters
 from ...core.config import PetlConfig
 from ...core.family_rates import at_reference_scales
+from ...study.space import SearchSpace
 from ...tasks import load_splits, resolve_task
 from ...tasks.encoding import encode
 from ...training import checkpoint
 from ...training.loading import load_backbone
 from ...training.loop import Recipe, evaluate
 from ..baselines import anchors as baseline_anchors
-from ..space import SearchSpace
 from . import standing
 from .derive import anchored, configuration, ladder, select
 from .gates import BETA

@@ -58,8 +58,8 @@ from ...core.modules.lora import LoRA
 from ...core.modules.mh_adapter import MultiHeadAdapter
 from ...core.modules.phm import CompacterAdapter
 from ...core.modules.prefix import PrefixEncoder
-from ..space import DEFAULTS
-from ..space import LORA_TARGETS as SPACE_LORA_TARGETS
+from ...study.space import DEFAULTS
+from ...study.space import LORA_TARGETS as SPACE_LORA_TARGETS
 from .gates import HardConcrete
 
 GATES = "oneshot_gates"

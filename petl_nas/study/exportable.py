@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import ConfigError
-from .confirm import confirmed_now, mean_score, verdict
+from .pick import confirmed_now, mean_score, verdict
 
 __all__ = ["candidates", "best_of"]
 
@@ -43,7 +43,7 @@ def candidates(study: optuna.Study, budget: int | None = None) -> list[tuple[Fro
 
 
 def best_of(study: optuna.Study, pool: list[tuple[FrozenTrial, float]]) -> FrozenTrial:
-    """The default pick among ``pool`` (`candidates`): the search's own pick (`confirm.verdict`) where
+    """The default pick among ``pool`` (`candidates`): the search's own pick (`pick.verdict`) where
     the pool holds it, else the highest score, ties to fewer parameters."""
     top = max(pool, key=lambda c: (c[1], -c[0].values[1]))
     said = verdict(study)

@@ -21,6 +21,7 @@ from collections import Counter
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tasks.significance import clearly_better
+from .header import StudyHeader
 from .records import StoredTrial, stored_trials
 
 GROUPS = ("searched", "oneshot", "preset", "sweep")
@@ -101,7 +102,8 @@ def reference_point(study) -> tuple[float, float] | None:
     ]
     if not complete:
         return None
-    return reference_from(complete, study.user_attrs.get("baseline"), study.user_attrs.get("budget"))
+    header = StudyHeader.of(study)
+    return reference_from(complete, header.baseline, header.budget)
 
 
 def group_hypervolumes(study) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 `worker.run_trial` builds it; it crosses Ray as `to_dict` (plain values: Ray pickles the report)
 and comes back through `from_dict`; `executors.Recorder` stores `attributes()` as the trial's
-Optuna user attributes, and `search.records.StoredTrial` reads them back under the same names. The
+Optuna user attributes, and `study.records.StoredTrial` reads them back under the same names. The
 calibration record keeps whole results (`to_dict` without the history) so that a trial of the same
 spec is recorded from one instead of being trained again.
 
@@ -127,7 +127,7 @@ class TrialResult:
         return cls.from_dict({k: json.loads(v) if k in _NESTED and isinstance(v, str) else v for k, v in data.items()})
 
     def attributes(self) -> dict:
-        """The trial's user attributes that this result sets (`search.records.StoredTrial` reads them)."""
+        """The trial's user attributes that this result sets (`study.records.StoredTrial` reads them)."""
         return {k: v for k, v in self.to_dict().items() if k not in _NOT_STORED}
 
 

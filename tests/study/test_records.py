@@ -14,9 +14,9 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from petl_nas.search.executors import Recorder
-from petl_nas.search.records import INVALID, StoredTrial, load_study, stored_trials, trial_config
-from petl_nas.search.results import STORED, TrialResult
-from petl_nas.search.storage import LOST
+from petl_nas.study.records import INVALID, StoredTrial, load_study, stored_trials, trial_config
+from petl_nas.study.results import STORED, TrialResult
+from petl_nas.study.storage import LOST
 
 LORA = {"modules": [{"form": "lora", "position": "attn", "size": 4}], "pooling": "auto"}
 
@@ -55,8 +55,8 @@ def test_a_trial_result_travels_as_plain_values(result):
 def test_a_trial_result_reads_back_from_its_stored_trial(result, tmp_path):
     """The Recorder writes the result's attributes; `StoredTrial` reads the same values back."""
     from petl_nas.core.tiny import tiny_backbone
-    from petl_nas.search.space import SearchSpace
     from petl_nas.search.study import TrialSource
+    from petl_nas.study.space import SearchSpace
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(storage=url, study_name="s", directions=["maximize", "minimize"])
@@ -79,8 +79,8 @@ def test_a_study_in_the_old_attribute_layout_reads_as_it_did(tmp_path):
     did_not_learn, fail_kind or percentages): every reader takes the value it always gave them."""
     from petl_nas.dashboards.view import study_view
     from petl_nas.deploy.export import choose, front_table, record
-    from petl_nas.search.fronts import group_of, learned_trials, source_of
     from petl_nas.search.study import failure_counts, is_trained, state_counts
+    from petl_nas.study.fronts import group_of, learned_trials, source_of
 
     url = f"sqlite:///{tmp_path}/old.db"
     study = optuna.create_study(storage=url, study_name="old", directions=["maximize", "minimize"])
@@ -163,8 +163,8 @@ def test_a_study_in_the_old_attribute_layout_reads_as_it_did(tmp_path):
 def test_every_run_of_an_experiment_is_built_by_one_builder():
     """A trial, a calibration run, a confirmation and a final run differ only where their builder's
     argument says: the final one on the test split, by its last score, with final.k rows."""
-    from petl_nas.search.experiment import Fidelity, FinalEval
     from petl_nas.search.specs import final_recipe, trial_recipe, trial_spec
+    from petl_nas.study.experiment import Fidelity, FinalEval
     from petl_nas.training.loop import Recipe
 
     exp = tiny_experiment(

@@ -6,7 +6,7 @@ import yaml
 
 from petl_nas import ConfigError, preset
 from petl_nas.core.presets import preset_lr, preset_names
-from petl_nas.search.space import SearchSpace
+from petl_nas.study.space import SearchSpace
 
 SHIPPED = ["unified", "small", "mam", "unipelt"]
 

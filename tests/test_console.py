@@ -1,10 +1,10 @@
-"""`search.console`: aligned tables, each line said once and fit to the width, details only with
+"""`console`: aligned tables, each line said once and fit to the width, details only with
 ``--verbose``; a status line rewritten in place on a terminal and a line of its own in a log."""
 
 import io
 import sys
 
-from petl_nas.search.console import CLEAR, WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, status, table
+from petl_nas.console import CLEAR, WIDTH, SaidOnce, detail, fit, one_line, say, set_verbose, status, table
 
 
 class Terminal(io.StringIO):

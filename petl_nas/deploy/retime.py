@@ -17,10 +17,10 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 
 from ..errors import ConfigError
+from ..study.header import StudyHeader
 
 __all__ = ["retime", "ROUNDS", "MAX_CANDIDATES"]
 
@@ -39,25 +39,25 @@ def retime(
     import torch
 
     from ..core.inject import apply_petl
+    from ..study.records import StoredTrial
     from ..tasks import load_splits, resolve_task
     from ..tasks.encoding import encode
     from ..training.costs import LATENCY_BATCH, deployed_latency_ms
     from ..training.loading import load_backbone
-    from .records import StoredTrial
 
-    a = study.user_attrs
-    fidelity = a.get("fidelity", {})
+    header = StudyHeader.of(study)
+    fidelity = header.fidelity
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
-        task = resolve_task(a.get("task_spec") or a["task"])
+        task = resolve_task(header.task_ref)
         splits = load_splits(
             task,
-            data_dir=a.get("data_dir"),
+            data_dir=header.data_dir,
             k=fidelity.get("k"),
-            data_seed=a.get("data_seed", 111),
+            data_seed=header.data_seed,
             search_dev_size=fidelity.get("search_dev", 500),
         )
-        base, tok = load_backbone(json.loads(a["backbone"]), task, splits)
+        base, tok = load_backbone(header.backbone_spec, task, splits)
     except (ConfigError, OSError) as e:
         raise ConfigError(
             f"the candidates cannot be timed again here ({e}); --no-retime picks by the latencies the trials measured"

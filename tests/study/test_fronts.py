@@ -10,8 +10,8 @@ from transformers import BertConfig
 
 from petl_nas.core.budget import count_parameters
 from petl_nas.search.baselines import budget_baselines, family_baselines, lora_sweep, seed_sweep
-from petl_nas.search.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
-from petl_nas.search.space import SearchSpace
+from petl_nas.study.fronts import compare_to_sweep, group_hypervolumes, hypervolume, pareto, sweep_line
+from petl_nas.study.space import SearchSpace
 
 D, FF, L = 384, 1536, 6
 CFG = BertConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=6, intermediate_size=FF)

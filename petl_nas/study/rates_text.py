@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
+from ..console import detail, table, verbose
 from ..core.family_rates import scale_can_be_a_rate
-from .console import detail, table, verbose
 
 __all__ = ["lines"]
 

@@ -206,6 +206,12 @@ def stored_trials(study: optuna.Study, states=None) -> list[StoredTrial]:
     return [StoredTrial.of(t, attrs) for t in study.get_trials(deepcopy=False, states=states)]
 
 
+def stored_trial(study: optuna.Study, trial) -> StoredTrial:
+    """``trial`` as a `StoredTrial`, with what ``study`` stored about it since (its final and
+    confirmed scores)."""
+    return StoredTrial.of(trial, study.user_attrs)
+
+
 def load_study(storage_url: str, study_name: str | None = None, naming: str = "--study {}") -> optuna.Study:
     """The study at ``storage_url``; the name may be left out when the storage holds exactly one
     search (a search's study of supernet runs, ``<name>:oneshot-knobs``, does not count). ``naming``:
@@ -321,6 +327,7 @@ def state_counts(study: optuna.Study) -> dict[str, int]:
 __all__ = [
     "StoredTrial",
     "stored_trials",
+    "stored_trial",
     "load_study",
     "state_counts",
     "failure_kind",
