@@ -14,6 +14,9 @@
   folds LoRA; PEFT folds the other forms it expresses), BitFit biases, trained LayerNorms and the
   head in place: ``AutoModelFor...from_pretrained(folder)``. Adapters, prefixes, prompts and gated
   LoRA compute beside the weights.
+- ``transformers-remote-code``: for what none of these holds (adapters, Compacter, prefix, gates, a
+  prompt after [CLS]), a transformers folder with its own modeling file
+  (``from_pretrained(folder, trust_remote_code=True)``, `remote_code`).
 
 No target named: the first that represents the run exactly (`_first_that_fits`). Each conversion is
 checked before it is published: the written folder is loaded back the way a user would load it, and
@@ -61,9 +64,11 @@ from .pooled import (
     write_head,
     write_sentence_transformers,
 )
+from .remote_code import TARGET as REMOTE_CODE
+from .remote_code import reload_remote_code, remote_code_load_lines, write_remote_code
 from .runs import fresh_backbone, load
 
-TARGETS = ("peft", "sentence-transformers", "merged")
+TARGETS = ("peft", "sentence-transformers", "merged", REMOTE_CODE)
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
 
 
@@ -91,6 +96,7 @@ def convert(
     model = load(backbone, directory)
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))  # its files may be gone
     probe = _probe(model.petl_tokenizer, task)
+    max_length = model.petl.info.get("max_length", 128)
     expected = _outputs(model, probe)
     with transformers_quiet():
         answer = _greedy(model, probe) if task.kind == "causal_lm" else None
@@ -101,6 +107,7 @@ def convert(
         "peft": (_write_peft, _reload_peft),
         "merged": (_write_merged, _reload_merged),
         "sentence-transformers": (_write_sentence, _reload_sentence),
+        REMOTE_CODE: (write_remote_code, reload_remote_code),
     }[to]
     overrides = _base_overrides(model, backbone_name)
     created = [p for p in out.parents if not p.exists()]  # innermost first: removed again if refused
@@ -147,18 +154,20 @@ def convert(
         "max_abs_diff": diff,
         "answer_checked": answer is not None,
         **what,
-        "load_with": _load_with(to, task, str(out), backbone_name, overrides),
+        "load_with": _load_with(to, task, str(out), backbone_name, overrides, max_length),
     }
 
 
 def _first_that_fits(directory, out, backbone, base_name) -> dict:
     """The most standard target that represents the run exactly: a PEFT adapter with its head
     (``modules_to_save``) where the stock head reads the run's pooling, else a sentence-transformers
-    folder (its Pooling and the head as a Dense layer load in one line), then the others in turn."""
+    folder (its Pooling and the head as a Dense layer load in one line), then the others in turn,
+    last the folder with its own modeling code (the least standard: its loader runs that file)."""
     model = load(backbone, Path(directory))
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
     apart = head_apart(model, task)
     order = ("sentence-transformers", "peft", "merged") if apart else ("peft", "merged")
+    order += (REMOTE_CODE,)
     why = (
         f"pooling {model.petl.pooling}, which the stock {type(model).__name__} head does not read: "
         f"a sentence-transformers folder holds the pooling and the head"
@@ -172,7 +181,13 @@ def _first_that_fits(directory, out, backbone, base_name) -> dict:
         except ConfigError as e:
             refused.append(f"{to}: {str(e).removeprefix(f'{directory}: ')}")
             continue
-        return {**done, "why": why if not refused else "; ".join(refused) + f"; {to} represents it"}
+        if to == REMOTE_CODE:  # each refusal's first reason: one line
+            blocks = "; ".join(r.split("; ")[0] for r in refused)
+            why = f"no standard library holds it ({blocks}): {REMOTE_CODE} rebuilds it exactly"
+        return {
+            **done,
+            "why": why if not refused or to == REMOTE_CODE else "; ".join(refused) + f"; {to} represents it",
+        }
     raise ConfigError(f"convert: no target represents {directory} exactly: " + "; ".join(refused))
 
 
@@ -244,8 +259,10 @@ def _base_arguments(task, overrides: dict) -> dict:
     return {**({"num_labels": task.num_labels} if not task.generative else {}), **overrides}
 
 
-def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
+def _load_with(to: str, task, out: str, backbone, overrides: dict, max_length: int) -> str:
     """The line of Python that loads what was written."""
+    if to == REMOTE_CODE:
+        return remote_code_load_lines(out, max_length)
     if to == "merged":
         return f"{auto_class_name(task)}.from_pretrained({out!r})"
     if to == "sentence-transformers":
