@@ -551,7 +551,10 @@ def cmd_convert(args) -> int:
     done = convert(_trained_run(args), args.output, args.to, backbone=backbone, base_name=args.base_name)
     to, peft_type = done["to"], done.get("peft_config", {}).get("peft_type")
     what = (
-        f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
+        f"a PeftMixedModel's adapters ({', '.join(done['mixed'])}: {done['updates']} weights adapted"
+        + (f", the head apart in head.safetensors, read after {done['pooling']} pooling)" if "head" in done else ")")
+        if "mixed" in done
+        else f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
         if peft_type == "PROMPT_TUNING"
         else f"a PEFT {peft_type} adapter ({done['updates']} weights adapted"
         + (f", the head apart in head.safetensors, read after {done['pooling']} pooling)" if "head" in done else ")")

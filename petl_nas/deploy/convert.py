@@ -52,7 +52,7 @@ from ..core.models import (
 )
 from ..errors import ConfigError
 from ..tasks import recorded_task
-from .interop import NotExpressible, peft_configs
+from .interop import MIXABLE, NotExpressible, peft_configs
 from .pooled import (
     HEAD_FILE,
     HeadApart,
@@ -271,10 +271,37 @@ def _load_with(to: str, task, out: str, backbone, overrides: dict, max_length: i
             f"logits = SentenceTransformer({out!r}).encode(texts)"
         )
     base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
+    if names := mixed_adapters(Path(out)):
+        return "\n".join(_mixed_lines(base, out, names, task, overrides, max_length))
     if (Path(out) / HEAD_FILE).exists():
         return "\n".join(head_load_lines(base, out))
     arguments = "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
     return f"PeftModel.from_pretrained({auto_class_name(task)}.from_pretrained({base}{arguments}), {out!r})"
+
+
+def _mixed_lines(base: str, out: str, names: list[str], task, overrides: dict, max_length: int) -> list[str]:
+    """The lines that join the adapters of a mix in a PeftMixedModel (and pool and apply a head
+    written apart) and give the logits of ``texts``."""
+    apart = (Path(out) / HEAD_FILE).exists()
+    auto = "AutoModel" if apart else auto_class_name(task)
+    arguments = "" if apart else "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
+    join = (
+        f"mixed = PeftMixedModel.from_pretrained({auto}.from_pretrained({base}{arguments}), "
+        f"{f'{out}/{names[0]}'!r}, adapter_name={names[0]!r}); "
+        + "".join(f"mixed.load_adapter({f'{out}/{n}'!r}, adapter_name={n!r}); " for n in names[1:])
+        + f"mixed.set_adapter({names!r})"
+    )
+    if apart:
+        lines = head_load_lines(base, out)
+        loaded = f"PeftModel.from_pretrained(AutoModel.from_pretrained({base}), {out!r})"
+        return [lines[0].replace("PeftModel", "PeftMixedModel"), join, lines[1].replace(loaded, "mixed"), *lines[2:]]
+    return [
+        f"from peft import PeftMixedModel; from transformers import {auto}, AutoTokenizer",
+        join,
+        f"tok = AutoTokenizer.from_pretrained({out!r})",
+        f"logits = mixed.eval()(**tok(texts, padding=True, truncation=True, max_length={max_length}, "
+        "return_tensors='pt')).logits",
+    ]
 
 
 def _probe(tok, task) -> dict:
@@ -301,6 +328,10 @@ def _peft():
     return peft
 
 
+class MixedTuners(ConfigError):
+    """The run mixes PEFT tuner types: one PEFT model cannot hold it (`_write_peft_mixed` writes it)."""
+
+
 def _peft_model(model, directory: Path, task, apart: bool):
     """``model`` (petl-nas applied) as a PEFT model of its backbone, in place, every tuner's weights
     copied from the PETL module on the same weight through its form (`Form.peft_weights`): the base
@@ -315,30 +346,74 @@ def _peft_model(model, directory: Path, task, apart: bool):
     except NotExpressible as e:
         raise ConfigError(f"{directory}: {e}") from None
     if len(configs) > 1:
-        raise ConfigError(
-            f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
-            f"holds it but cannot save it (save_pretrained raises); petl-nas predict --run reads it"
+        raise MixedTuners(
+            f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): a PeftMixedModel of adapters "
+            f"saved apart, which convert --to peft writes"
         )
     base = remove_petl(model, warn=False)  # the backbone with its trained head and biases in place
     ((adapter, exported),) = configs.items()
     wrapped = peft.get_peft_model(base.base_model if apart else base, peft.get_peft_config(exported))
-    layers = {
-        id(layer.get_base_layer()): layer
-        for layer in wrapped.modules()
-        if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)
-    }
     with torch.no_grad():
-        for linear, spec, module in edits:
-            form_named(spec.form).peft_weights(module, layers[id(linear)], adapter)
+        _copy_tuners(peft, wrapped, edits, adapter)
         if prompt is not None:  # a decoder's prompt: PEFT's prompt tuning, prepended alike
             wrapped.prompt_encoder[adapter].embedding.weight.copy_(prompt)
     return wrapped, exported, len(edits)
 
 
+def _copy_tuners(peft, wrapped, edits: list, adapter: str, peft_type: str | None = None) -> int:
+    """Copy each edit's trained tensors (of PEFT type ``peft_type``, None: all) into the tuner layer of
+    ``wrapped`` on the same weight; how many."""
+    layers = {
+        id(layer.get_base_layer()): layer
+        for layer in wrapped.modules()
+        if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)
+    }
+    copied = [
+        (linear, spec, module) for linear, spec, module in edits if peft_type in (None, form_named(spec.form).peft_type)
+    ]
+    for linear, spec, module in copied:
+        form_named(spec.form).peft_weights(module, layers[id(linear)], adapter)
+    return len(copied)
+
+
+def _write_peft_mixed(model, directory: Path, task, staging: Path, base_name: str | None, apart: bool) -> dict:
+    """A mix of tuner types `peft.PeftMixedModel` holds (LoRA, LoHa, LoKr, ...), which peft 0.21
+    cannot save as one: each type as its own PEFT adapter folder, ``staging/mixed_<type>``, written from one
+    `PeftModel` at a time on the same base; `PeftMixedModel.from_pretrained` and ``load_adapter``
+    join them again (`_reload_peft`)."""
+    peft = _peft()
+    config = petl_config_of(model)
+    edits = [(model.get_submodule(path), config.modules[i], module) for path, i, module, _ in weight_edits(model)]
+    configs = peft_configs(config, model.config, task.kind, head_apart=apart)
+    bad = [c["peft_type"] for c in configs.values() if c["peft_type"] not in MIXABLE]
+    if bad or model.petl.prompt is not None:
+        raise ConfigError(f"{directory}: PeftMixedModel mixes {', '.join(MIXABLE)}, not {', '.join(bad) or 'a prompt'}")
+    base = remove_petl(model, warn=False)
+    base = base.base_model if apart else base
+    n = 0
+    configs = {f"mixed_{name}": c for name, c in configs.items()}  # PEFT warns of 'lora' within its 'lora_' prefix
+    for name, exported in configs.items():
+        wrapped = peft.get_peft_model(base, peft.get_peft_config(exported), adapter_name=name)
+        with torch.no_grad():
+            n += _copy_tuners(peft, wrapped, edits, name, exported["peft_type"])
+        wrapped.peft_config[name].base_model_name_or_path = base_name
+        wrapped.save_pretrained(str(staging), save_embedding_layers=False)  # a named adapter: into staging/name
+        base = wrapped.unload()
+    return {"updates": n, "peft_config": configs, "mixed": sorted(configs), "base_name": base_name}
+
+
+def mixed_adapters(folder: Path) -> list[str]:
+    """The adapters of a PeftMixedModel written apart (`_write_peft_mixed`), or [] for one adapter."""
+    return sorted(p.name for p in Path(folder).iterdir() if (p / "adapter_config.json").is_file())
+
+
 def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
     apart = head_apart(model, task)
     head = write_head(model, staging, model.petl.info.get("labels"), f"{directory}") if apart else {}
-    wrapped, exported, n = _peft_model(model, directory, task, apart)
+    try:
+        wrapped, exported, n = _peft_model(model, directory, task, apart)
+    except MixedTuners:
+        return {**_write_peft_mixed(model, directory, task, staging, base_name, apart), **head}
     wrapped.peft_config["default"].base_model_name_or_path = base_name  # PEFT's would be the path loaded here
     wrapped.save_pretrained(str(staging), save_embedding_layers=False)  # nothing trains them; and PEFT would ask
     # the hub about the base named above
@@ -360,7 +435,13 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
     else:
         base, _, _ = fresh_backbone(directory, backbone)
         base = base.base_model if (staging / HEAD_FILE).exists() else base
-    model = _peft().PeftModel.from_pretrained(base, str(staging))
+    if names := mixed_adapters(staging):
+        model = _peft().PeftMixedModel.from_pretrained(base, str(staging / names[0]), adapter_name=names[0])
+        for name in names[1:]:
+            model.load_adapter(str(staging / name), adapter_name=name)
+        model.set_adapter(names)
+    else:
+        model = _peft().PeftModel.from_pretrained(base, str(staging))
     return HeadApart(model, staging) if (staging / HEAD_FILE).exists() else model
 
 
