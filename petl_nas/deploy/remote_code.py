@@ -15,10 +15,16 @@ cannot rebuild exactly is a refusal naming it.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
+from torch import nn
 
 from ..core.backbones import spec_for, stacks
 from ..core.inject import attention_edits, output_edits, remove_petl
@@ -202,11 +208,44 @@ def write_remote_code(model, directory: Path, task, staging: Path, base_name: No
     return {"modules": len(description["modules"]), "pooling": description["pooling"], "code": MODELING.name}
 
 
-def reload_remote_code(staging: Path, directory: Path, backbone, task, overrides: dict):
-    """As the printed lines load it."""
-    import transformers
+# Run in a new process by the check: the folder loaded as a user loads it, the logits of a batch.
+_CHECK = f"""import json, sys, torch
+from transformers import {AUTO_CLASS}
+batch = {{k: torch.tensor(v) for k, v in json.loads(sys.stdin.read()).items()}}
+model = {AUTO_CLASS}.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+with torch.no_grad():
+    print(json.dumps(model(**batch).logits.float().tolist()))
+"""
 
-    return getattr(transformers, AUTO_CLASS).from_pretrained(str(staging), trust_remote_code=True)
+
+class FreshProcess(nn.Module):
+    """The check's view of a written folder: loaded and run in a new Python process, as a user
+    loads it, with no petl-nas imported and no module state shared with this one (an in-process
+    load once passed a folder that a fresh process computed otherwise)."""
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+        self.device_anchor = nn.Parameter(torch.zeros(()), requires_grad=False)  # where the check puts inputs
+
+    def forward(self, **batch):
+        result = subprocess.run(
+            [sys.executable, "-c", _CHECK, str(self.folder)],
+            input=json.dumps({k: v.tolist() for k, v in batch.items()}),
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            timeout=600,
+        )
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            raise ConfigError(f"{TARGET}: the written folder does not load in a new process: {last}")
+        return SimpleNamespace(logits=torch.tensor(json.loads(result.stdout.strip().splitlines()[-1])))
+
+
+def reload_remote_code(staging: Path, directory: Path, backbone, task, overrides: dict):
+    """As the printed lines load it, in a new process (`FreshProcess`)."""
+    return FreshProcess(staging)
 
 
 def remote_code_load_lines(out: str, max_length: int) -> str:
