@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..core.backbones import spec_for, stacks
+from ..core.head import stock_head_fields
 from ..core.inject import attention_edits, output_edits, remove_petl
 from ..core.modules import Bottleneck, CompacterAdapter, LoRA
 from ..errors import ConfigError
@@ -126,7 +127,8 @@ def describe(model, task) -> tuple[dict, dict[str, torch.Tensor]]:
         if head.prefix is not None:
             gate = head.prefix_compose.gate if head.prefix_compose is not None else None
             if head.prefix_composition != "gated" or (gate is not None and gate.per != "example"):
-                reasons.append(f"{path}: a prefix composed by {head.prefix_composition}, gated per token")
+                per_token = ", gated per token" if gate is not None and gate.per != "example" else ""
+                reasons.append(f"{path}: a prefix composed by {head.prefix_composition}{per_token}")
             with torch.no_grad():
                 kv = head.prefix.all_kv()[head.prefix_index]
             key = entry["prefix"] = f"m{len(modules)}"
@@ -160,10 +162,10 @@ def describe(model, task) -> tuple[dict, dict[str, torch.Tensor]]:
     if reasons:
         raise ConfigError("the carrier cannot rebuild " + "; ".join(reasons))
     reads_pooler = getattr(model.base_model, "pooler", None) is not None
-    if pooling in ("mean", "cls") and not reads_pooler and model.config.model_type == "modernbert":
-        raise ConfigError(f"{TARGET}: pooling {pooling} on a head that pools by its config")
+    head_config = stock_head_fields(model, pooling) or {}  # a head that pools by its config (ModernBERT)
     description = {
-        "pooling": pooling,
+        "pooling": "native" if head_config else pooling,
+        "head_config": head_config,
         "reads_pooler": reads_pooler,
         "rules": {key: int(a.shape[0]) for key, a in rules.values()},
         "modules": modules,
@@ -189,7 +191,7 @@ def write_remote_code(model, directory: Path, task, staging: Path, base_name: No
         raise ConfigError(f"{directory}: {e}") from None
     labels = model.petl.info.get("labels")
     plain = remove_petl(model, warn=False)  # the backbone with its trained biases, LayerNorms and head
-    base = plain.config.to_dict()
+    base = plain.config.to_dict() | description["head_config"]
     base.pop("_attn_implementation_autoset", None)
     if task.kind == "classification" and labels:
         base |= {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
