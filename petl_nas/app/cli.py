@@ -554,7 +554,10 @@ def cmd_convert(args) -> int:
     done = convert(_trained_run(args), args.output, args.to, backbone=backbone, base_name=args.base_name)
     to, peft_type = done["to"], done.get("peft_config", {}).get("peft_type")
     what = (
-        f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
+        f"a PeftMixedModel's adapters ({', '.join(done['mixed'])}: {done['updates']} weights adapted"
+        + (f", the head apart in head.safetensors, read after {done['pooling']} pooling)" if "head" in done else ")")
+        if "mixed" in done
+        else f"a PEFT prompt-tuning adapter ({done['peft_config']['num_virtual_tokens']} virtual tokens)"
         if peft_type == "PROMPT_TUNING"
         else f"a PEFT {peft_type} adapter ({done['updates']} weights adapted"
         + (f", the head apart in head.safetensors, read after {done['pooling']} pooling)" if "head" in done else ")")
@@ -563,6 +566,9 @@ def cmd_convert(args) -> int:
         f"updates merged)"
         if to == "sentence-transformers"
         else f"a merged transformers model ({done['updates']} updates folded into the weights)"
+        if to == "merged"
+        else f"a transformers folder with {done['code']} ({done['modules']} modules, {done['pooling']} pooling; "
+        f"trust_remote_code=True runs that file)"
     )
     answer = " and its greedy answer to the probe" if done["answer_checked"] else ""
     print(
@@ -942,17 +948,20 @@ def _convert_command(sub) -> None:
     p = _command(
         sub,
         "convert",
-        "write a trained directory as a HF PEFT adapter, a sentence-transformers folder or a merged transformers model",
+        "write a trained directory as a HF PEFT adapter, a sentence-transformers folder, a merged transformers "
+        "model or a transformers folder with its own modeling code",
     )
     _run_argument(p)
     p.add_argument(
         "--to",
-        choices=["peft", "sentence-transformers", "merged"],
+        choices=["peft", "sentence-transformers", "merged", "transformers-remote-code"],
         help="peft: a PEFT adapter folder (PeftModel.from_pretrained; a head its model cannot read as "
         "trained, e.g. after mean pooling, saved beside it); sentence-transformers: a folder "
         "SentenceTransformer(path) loads, pooling and head included (mean- or cls-pooled "
         "classifiers); merged: a plain transformers model with the updates folded into its weights "
-        "(AutoModelFor...from_pretrained). Default: the first of these that represents the run "
+        "(AutoModelFor...from_pretrained); transformers-remote-code: a folder with modeling_petl.py "
+        "(AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True) runs it) for "
+        "adapters, Compacter, prefix, gates, prompts. Default: the first of these that represents the run "
         "exactly, sentence-transformers first for a pooling the stock head does not read",
     )
     p.add_argument("-o", "--output", required=True, help="a new (or empty) folder to write")

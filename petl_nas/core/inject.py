@@ -736,6 +736,30 @@ def weight_edits(model: nn.Module) -> list[tuple[str, int, nn.Module, OutSlice |
     ]
 
 
+def output_edits(model: nn.Module) -> list[tuple[str, str, nn.Module, object]]:
+    """Each PETL module that adds to a backbone module's output, in the order they apply: (the name
+    of the module it edits, relative to ``model``; its kind: ``lora``, ``weight``, ``sequential``
+    (reads the output), ``parallel`` (reads its sublayer's input), ``replace``; the module; its slice
+    of a fused projection, or for ``parallel`` its sublayer, ``attn`` or ``ffn``), ``input`` rewrites
+    first."""
+    root = petl_root(model, "output_edits")
+    names = {id(m): n for n, m in model.named_modules()}
+    rewritten = [
+        (names[id(linear)], "input", module, None) for linear, inputs in root._input_sites for module in inputs
+    ]
+    return rewritten + [
+        (names[id(linear)], kind, module, extra) for linear, edits, _ in root._sites for kind, module, extra in edits
+    ]
+
+
+def attention_edits(model: nn.Module) -> list[tuple[str, HeadEdits]]:
+    """Each attention module with head edits (a prefix, a multi-head adapter, a gated prompt's keys):
+    (its name relative to ``model``, its `HeadEdits`)."""
+    root = petl_root(model, "attention_edits")
+    names = {id(m): n for n, m in model.named_modules()}
+    return [(names[id(attn)], head_attention.edits_of(attn)) for attn in root._attn_modules]
+
+
 @contextlib.contextmanager
 def petl_disabled(model: nn.Module):
     """Run the backbone without its PETL modules (adapters, LoRA, prefixes, prompts off) inside the
@@ -845,6 +869,8 @@ __all__ = [
     "merge_lora",
     "lora_updates",
     "weight_edits",
+    "output_edits",
+    "attention_edits",
     "petl_disabled",
     "petl_config_of",
     "petl_state_dict",

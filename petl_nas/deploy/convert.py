@@ -14,6 +14,9 @@
   folds LoRA; PEFT folds the other forms it expresses), BitFit biases, trained LayerNorms and the
   head in place: ``AutoModelFor...from_pretrained(folder)``. Adapters, prefixes, prompts and gated
   LoRA compute beside the weights.
+- ``transformers-remote-code``: for what none of these holds (adapters, Compacter, prefix, gates, a
+  prompt after [CLS]), a transformers folder with its own modeling file
+  (``from_pretrained(folder, trust_remote_code=True)``, `remote_code`).
 
 No target named: the first that represents the run exactly (`_first_that_fits`). Each conversion is
 checked before it is published: the written folder is loaded back the way a user would load it, and
@@ -49,7 +52,7 @@ from ..core.models import (
 )
 from ..errors import ConfigError
 from ..tasks import recorded_task
-from .interop import NotExpressible, peft_configs
+from .interop import MIXABLE, NotExpressible, peft_configs
 from .pooled import (
     HEAD_FILE,
     HeadApart,
@@ -61,9 +64,11 @@ from .pooled import (
     write_head,
     write_sentence_transformers,
 )
+from .remote_code import TARGET as REMOTE_CODE
+from .remote_code import reload_remote_code, remote_code_load_lines, write_remote_code
 from .runs import fresh_backbone, load
 
-TARGETS = ("peft", "sentence-transformers", "merged")
+TARGETS = ("peft", "sentence-transformers", "merged", REMOTE_CODE)
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
 
 
@@ -91,6 +96,7 @@ def convert(
     model = load(backbone, directory)
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))  # its files may be gone
     probe = _probe(model.petl_tokenizer, task)
+    max_length = model.petl.info.get("max_length", 128)
     expected = _outputs(model, probe)
     with transformers_quiet():
         answer = _greedy(model, probe) if task.kind == "causal_lm" else None
@@ -101,6 +107,7 @@ def convert(
         "peft": (_write_peft, _reload_peft),
         "merged": (_write_merged, _reload_merged),
         "sentence-transformers": (_write_sentence, _reload_sentence),
+        REMOTE_CODE: (write_remote_code, reload_remote_code),
     }[to]
     overrides = _base_overrides(model, backbone_name)
     created = [p for p in out.parents if not p.exists()]  # innermost first: removed again if refused
@@ -147,18 +154,20 @@ def convert(
         "max_abs_diff": diff,
         "answer_checked": answer is not None,
         **what,
-        "load_with": _load_with(to, task, str(out), backbone_name, overrides),
+        "load_with": _load_with(to, task, str(out), backbone_name, overrides, max_length),
     }
 
 
 def _first_that_fits(directory, out, backbone, base_name) -> dict:
     """The most standard target that represents the run exactly: a PEFT adapter with its head
     (``modules_to_save``) where the stock head reads the run's pooling, else a sentence-transformers
-    folder (its Pooling and the head as a Dense layer load in one line), then the others in turn."""
+    folder (its Pooling and the head as a Dense layer load in one line), then the others in turn,
+    last the folder with its own modeling code (the least standard: its loader runs that file)."""
     model = load(backbone, Path(directory))
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))
     apart = head_apart(model, task)
     order = ("sentence-transformers", "peft", "merged") if apart else ("peft", "merged")
+    order += (REMOTE_CODE,)
     why = (
         f"pooling {model.petl.pooling}, which the stock {type(model).__name__} head does not read: "
         f"a sentence-transformers folder holds the pooling and the head"
@@ -172,7 +181,13 @@ def _first_that_fits(directory, out, backbone, base_name) -> dict:
         except ConfigError as e:
             refused.append(f"{to}: {str(e).removeprefix(f'{directory}: ')}")
             continue
-        return {**done, "why": why if not refused else "; ".join(refused) + f"; {to} represents it"}
+        if to == REMOTE_CODE:  # each refusal's first reason: one line
+            blocks = "; ".join(r.split("; ")[0] for r in refused)
+            why = f"no standard library holds it ({blocks}): {REMOTE_CODE} rebuilds it exactly"
+        return {
+            **done,
+            "why": why if not refused or to == REMOTE_CODE else "; ".join(refused) + f"; {to} represents it",
+        }
     raise ConfigError(f"convert: no target represents {directory} exactly: " + "; ".join(refused))
 
 
@@ -244,8 +259,10 @@ def _base_arguments(task, overrides: dict) -> dict:
     return {**({"num_labels": task.num_labels} if not task.generative else {}), **overrides}
 
 
-def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
+def _load_with(to: str, task, out: str, backbone, overrides: dict, max_length: int) -> str:
     """The line of Python that loads what was written."""
+    if to == REMOTE_CODE:
+        return remote_code_load_lines(out, max_length)
     if to == "merged":
         return f"{auto_class_name(task)}.from_pretrained({out!r})"
     if to == "sentence-transformers":
@@ -254,10 +271,37 @@ def _load_with(to: str, task, out: str, backbone, overrides: dict) -> str:
             f"logits = SentenceTransformer({out!r}).encode(texts)"
         )
     base = repr(resolve_model(backbone)) if isinstance(backbone, str) else "BACKBONE"
+    if names := mixed_adapters(Path(out)):
+        return "\n".join(_mixed_lines(base, out, names, task, overrides, max_length))
     if (Path(out) / HEAD_FILE).exists():
         return "\n".join(head_load_lines(base, out))
     arguments = "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
     return f"PeftModel.from_pretrained({auto_class_name(task)}.from_pretrained({base}{arguments}), {out!r})"
+
+
+def _mixed_lines(base: str, out: str, names: list[str], task, overrides: dict, max_length: int) -> list[str]:
+    """The lines that join the adapters of a mix in a PeftMixedModel (and pool and apply a head
+    written apart) and give the logits of ``texts``."""
+    apart = (Path(out) / HEAD_FILE).exists()
+    auto = "AutoModel" if apart else auto_class_name(task)
+    arguments = "" if apart else "".join(f", {k}={v!r}" for k, v in _base_arguments(task, overrides).items())
+    join = (
+        f"mixed = PeftMixedModel.from_pretrained({auto}.from_pretrained({base}{arguments}), "
+        f"{f'{out}/{names[0]}'!r}, adapter_name={names[0]!r}); "
+        + "".join(f"mixed.load_adapter({f'{out}/{n}'!r}, adapter_name={n!r}); " for n in names[1:])
+        + f"mixed.set_adapter({names!r})"
+    )
+    if apart:
+        lines = head_load_lines(base, out)
+        loaded = f"PeftModel.from_pretrained(AutoModel.from_pretrained({base}), {out!r})"
+        return [lines[0].replace("PeftModel", "PeftMixedModel"), join, lines[1].replace(loaded, "mixed"), *lines[2:]]
+    return [
+        f"from peft import PeftMixedModel; from transformers import {auto}, AutoTokenizer",
+        join,
+        f"tok = AutoTokenizer.from_pretrained({out!r})",
+        f"logits = mixed.eval()(**tok(texts, padding=True, truncation=True, max_length={max_length}, "
+        "return_tensors='pt')).logits",
+    ]
 
 
 def _probe(tok, task) -> dict:
@@ -284,6 +328,10 @@ def _peft():
     return peft
 
 
+class MixedTuners(ConfigError):
+    """The run mixes PEFT tuner types: one PEFT model cannot hold it (`_write_peft_mixed` writes it)."""
+
+
 def _peft_model(model, directory: Path, task, apart: bool):
     """``model`` (petl-nas applied) as a PEFT model of its backbone, in place, every tuner's weights
     copied from the PETL module on the same weight through its form (`Form.peft_weights`): the base
@@ -298,30 +346,74 @@ def _peft_model(model, directory: Path, task, apart: bool):
     except NotExpressible as e:
         raise ConfigError(f"{directory}: {e}") from None
     if len(configs) > 1:
-        raise ConfigError(
-            f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): peft 0.21's PeftMixedModel "
-            f"holds it but cannot save it (save_pretrained raises); petl-nas predict --run reads it"
+        raise MixedTuners(
+            f"{directory}: a mix of PEFT tuners ({' + '.join(configs)}): a PeftMixedModel of adapters "
+            f"saved apart, which convert --to peft writes"
         )
     base = remove_petl(model, warn=False)  # the backbone with its trained head and biases in place
     ((adapter, exported),) = configs.items()
     wrapped = peft.get_peft_model(base.base_model if apart else base, peft.get_peft_config(exported))
-    layers = {
-        id(layer.get_base_layer()): layer
-        for layer in wrapped.modules()
-        if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)
-    }
     with torch.no_grad():
-        for linear, spec, module in edits:
-            form_named(spec.form).peft_weights(module, layers[id(linear)], adapter)
+        _copy_tuners(peft, wrapped, edits, adapter)
         if prompt is not None:  # a decoder's prompt: PEFT's prompt tuning, prepended alike
             wrapped.prompt_encoder[adapter].embedding.weight.copy_(prompt)
     return wrapped, exported, len(edits)
 
 
+def _copy_tuners(peft, wrapped, edits: list, adapter: str, peft_type: str | None = None) -> int:
+    """Copy each edit's trained tensors (of PEFT type ``peft_type``, None: all) into the tuner layer of
+    ``wrapped`` on the same weight; how many."""
+    layers = {
+        id(layer.get_base_layer()): layer
+        for layer in wrapped.modules()
+        if isinstance(layer, peft.tuners.tuners_utils.BaseTunerLayer)
+    }
+    copied = [
+        (linear, spec, module) for linear, spec, module in edits if peft_type in (None, form_named(spec.form).peft_type)
+    ]
+    for linear, spec, module in copied:
+        form_named(spec.form).peft_weights(module, layers[id(linear)], adapter)
+    return len(copied)
+
+
+def _write_peft_mixed(model, directory: Path, task, staging: Path, base_name: str | None, apart: bool) -> dict:
+    """A mix of tuner types `peft.PeftMixedModel` holds (LoRA, LoHa, LoKr, ...), which peft 0.21
+    cannot save as one: each type as its own PEFT adapter folder, ``staging/mixed_<type>``, written from one
+    `PeftModel` at a time on the same base; `PeftMixedModel.from_pretrained` and ``load_adapter``
+    join them again (`_reload_peft`)."""
+    peft = _peft()
+    config = petl_config_of(model)
+    edits = [(model.get_submodule(path), config.modules[i], module) for path, i, module, _ in weight_edits(model)]
+    configs = peft_configs(config, model.config, task.kind, head_apart=apart)
+    bad = [c["peft_type"] for c in configs.values() if c["peft_type"] not in MIXABLE]
+    if bad or model.petl.prompt is not None:
+        raise ConfigError(f"{directory}: PeftMixedModel mixes {', '.join(MIXABLE)}, not {', '.join(bad) or 'a prompt'}")
+    base = remove_petl(model, warn=False)
+    base = base.base_model if apart else base
+    n = 0
+    configs = {f"mixed_{name}": c for name, c in configs.items()}  # PEFT warns of 'lora' within its 'lora_' prefix
+    for name, exported in configs.items():
+        wrapped = peft.get_peft_model(base, peft.get_peft_config(exported), adapter_name=name)
+        with torch.no_grad():
+            n += _copy_tuners(peft, wrapped, edits, name, exported["peft_type"])
+        wrapped.peft_config[name].base_model_name_or_path = base_name
+        wrapped.save_pretrained(str(staging), save_embedding_layers=False)  # a named adapter: into staging/name
+        base = wrapped.unload()
+    return {"updates": n, "peft_config": configs, "mixed": sorted(configs), "base_name": base_name}
+
+
+def mixed_adapters(folder: Path) -> list[str]:
+    """The adapters of a PeftMixedModel written apart (`_write_peft_mixed`), or [] for one adapter."""
+    return sorted(p.name for p in Path(folder).iterdir() if (p / "adapter_config.json").is_file())
+
+
 def _write_peft(model, directory: Path, task, staging: Path, base_name: str | None = None) -> dict:
     apart = head_apart(model, task)
     head = write_head(model, staging, model.petl.info.get("labels"), f"{directory}") if apart else {}
-    wrapped, exported, n = _peft_model(model, directory, task, apart)
+    try:
+        wrapped, exported, n = _peft_model(model, directory, task, apart)
+    except MixedTuners:
+        return {**_write_peft_mixed(model, directory, task, staging, base_name, apart), **head}
     wrapped.peft_config["default"].base_model_name_or_path = base_name  # PEFT's would be the path loaded here
     wrapped.save_pretrained(str(staging), save_embedding_layers=False)  # nothing trains them; and PEFT would ask
     # the hub about the base named above
@@ -343,7 +435,13 @@ def _reload_peft(staging: Path, directory: Path, backbone, task, overrides: dict
     else:
         base, _, _ = fresh_backbone(directory, backbone)
         base = base.base_model if (staging / HEAD_FILE).exists() else base
-    model = _peft().PeftModel.from_pretrained(base, str(staging))
+    if names := mixed_adapters(staging):
+        model = _peft().PeftMixedModel.from_pretrained(base, str(staging / names[0]), adapter_name=names[0])
+        for name in names[1:]:
+            model.load_adapter(str(staging / name), adapter_name=name)
+        model.set_adapter(names)
+    else:
+        model = _peft().PeftModel.from_pretrained(base, str(staging))
     return HeadApart(model, staging) if (staging / HEAD_FILE).exists() else model
 
 

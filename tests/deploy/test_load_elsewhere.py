@@ -215,3 +215,21 @@ def test_each_of_todays_methods_loads_in_peft_without_petl_nas(tmp_path_factory,
     assert done["max_abs_diff"] <= 1e-5
     got = load_elsewhere(done, base_checkpoint(run, tmp_path / "base"))
     assert float((got - trained_logits(run)).abs().max()) <= 1e-5
+
+
+def test_a_lora_and_lokr_mix_loads_as_a_peft_mixed_model(tmp_path_factory, tmp_path):
+    """Two PEFT tuner types, which one PEFT config cannot hold and peft 0.21's PeftMixedModel cannot
+    save: one adapter folder per type, joined again by PeftMixedModel by the printed lines."""
+    config = PetlConfig(
+        modules=(
+            ModuleSpec(form="lora", size=4, targets=("q", "v"), composition="scaled", scale=2.0),
+            ModuleSpec(form="lokr", position="ffn", size=4, targets=("ffn_in",), composition="scaled", scale=1.0),
+        ),
+        pooling="mean",
+    )
+    run = trained(tmp_path_factory, TINY_BERT, config)
+    done = convert(run, tmp_path / "peft", "peft")
+    assert done["mixed"] == ["mixed_lokr", "mixed_lora"] and done["updates"] == 6
+    assert "PeftMixedModel.from_pretrained" in done["load_with"]
+    got = load_elsewhere(done, base_checkpoint(run, tmp_path / "base"))
+    assert float((got - trained_logits(run)).abs().max()) <= 1e-5
