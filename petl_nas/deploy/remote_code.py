@@ -140,20 +140,7 @@ def describe(model, task) -> tuple[dict, dict[str, torch.Tensor]]:
                 tensors |= {f"petl.{key}.gate.weight": gate.proj.weight, f"petl.{key}.gate.bias": gate.proj.bias}
                 entry["reads"] = _layer_of(path, inputs)[0]
         if head.mh is not None:
-            heads, size, head_dim = head.mh.keys.shape
-            compose, t = _compose(head.mh.compose, path, reasons)
-            if compose["gate"] or head.mh.position_gate is not None:
-                reasons.append(f"{path}: a gated multi-head adapter")
-            key = entry["mh"] = f"m{len(modules)}"
-            modules[key] = {
-                "kind": "mh_adapter",
-                "heads": heads,
-                "size": size,
-                "head_dim": head_dim,
-                "compose": compose,
-            }
-            tensors |= {f"petl.{key}.keys": head.mh.keys, f"petl.{key}.values": head.mh.values}
-            tensors |= {f"petl.{key}.{k}": v for k, v in t.items()}
+            entry["mh"] = _mh_adapter(head.mh, path, modules, tensors, reasons)
         attention.append(entry)
     prompt = model.petl.prompt
     if prompt is not None and (prompt.position_gate is not None or prompt.at != 1):
@@ -179,6 +166,20 @@ def describe(model, task) -> tuple[dict, dict[str, torch.Tensor]]:
     if prompt is not None:
         tensors["prompt"] = prompt.embeddings
     return description, {k: v.detach().float().contiguous() for k, v in tensors.items()}
+
+
+def _mh_adapter(mh, path: str, modules: dict, tensors: dict, reasons: list[str]) -> str:
+    """Describe the multi-head adapter ``mh`` at ``path`` into ``modules`` and ``tensors`` (a gated
+    one is a reason the carrier cannot rebuild it); returns its key."""
+    heads, size, head_dim = mh.keys.shape
+    compose, t = _compose(mh.compose, path, reasons)
+    if compose["gate"] or mh.position_gate is not None:
+        reasons.append(f"{path}: a gated multi-head adapter")
+    key = f"m{len(modules)}"
+    modules[key] = {"kind": "mh_adapter", "heads": heads, "size": size, "head_dim": head_dim, "compose": compose}
+    tensors |= {f"petl.{key}.keys": mh.keys, f"petl.{key}.values": mh.values}
+    tensors |= {f"petl.{key}.{k}": v for k, v in t.items()}
+    return key
 
 
 def write_remote_code(model, directory: Path, task, staging: Path, base_name: None = None) -> dict:
