@@ -291,11 +291,45 @@ def cmd_suite(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..deploy.export import LATENCY_TIE, choose, front_table, make_parent, preset_record, record, write_record
-    from ..study.experiment import parse_budget
+    from ..deploy.export import front_table, write_record
     from ..study.records import load_study
-    from ..tasks.significance import mean_std
 
+    _check_export_flags(args)
+    url = existing_url(args.storage)
+    study = load_study(url, args.study)
+    if args.list:
+        print(front_table(study))
+        return 0
+    if not args.output:
+        raise ConfigError("give -o FILE (or --list to print the front)")
+    rec, budget = _export_record(args, study, url)
+    p = rec.provenance
+    p["pick"] = f"preset {args.preset}" if args.preset else args.pick  # how it was chosen
+    if budget is not None and not args.preset:
+        p["pick_budget"] = budget
+    what = _exported_what(args, rec)
+    if args.format != "petl-nas":
+        _write_other_format(args, study, rec, what)
+    else:
+        write_record(rec, args.output)
+    print(f"{what} ({_export_scores(args, p)}{rec.counts['deployable']:,} deployable parameters) -> {args.output}")
+    scored = StudyHeader.of(study).fidelity.get("epochs")
+    if (
+        args.recipe == "final"
+        and args.format == "petl-nas"
+        and isinstance(scored, (int, float))  # a PEFT or
+        and scored != rec.recipe["epochs"]
+    ):  # adapters file has no recipe
+        trains = rec.recipe["epochs"]
+        print(
+            f"note: the record trains {trains:g} epoch{'s' * (trains != 1)}, the search scored {scored:g}; "
+            f"--recipe search trains at the length its ranking was measured"
+        )
+    return 0
+
+
+def _check_export_flags(args) -> None:
+    """Refuse flags that contradict each other, one line naming them."""
     choosing = [
         flag
         for flag, given in (
@@ -320,13 +354,13 @@ def cmd_export(args) -> int:
         raise ConfigError("give --budget or --preset, not both (--preset exports that preset, whatever its size)")
     if args.no_retime and not args.pick.startswith("fastest"):
         raise ConfigError("--no-retime is for --pick fastest-within=X (the other picks time nothing)")
-    url = existing_url(args.storage)
-    study = load_study(url, args.study)
-    if args.list:
-        print(front_table(study))
-        return 0
-    if not args.output:
-        raise ConfigError("give -o FILE (or --list to print the front)")
+
+
+def _export_record(args, study, url: str):
+    """(the record to write, the budget it was chosen under): the preset asked for, or the pick."""
+    from ..deploy.export import choose, preset_record, record
+    from ..study.experiment import parse_budget
+
     if args.preset:
         rec = preset_record(study, args.preset, url, args.recipe)
         budget = StudyHeader.of(study).budget
@@ -335,70 +369,77 @@ def cmd_export(args) -> int:
                 f"note: preset {args.preset} takes {rec.counts['deployable']:,} deployable parameters, over the "
                 f"study's budget of {budget:,} (exported as asked, as a baseline)"
             )
-    else:
-        budget = parse_budget(args.budget, StudyHeader.of(study).backbone_params) if args.budget else None
-        retimed: dict[int, float] = {}
-        again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
-        rec = record(study, choose(study, budget, args.pick, retime=again), url, args.recipe)
-        if retimed:
-            rec.provenance["costs"] = {
-                **rec.provenance.get("costs", {}),
-                "latency_ms_retimed": retimed[rec.provenance["trial"]],
-            }
+        return rec, budget
+    budget = parse_budget(args.budget, StudyHeader.of(study).backbone_params) if args.budget else None
+    retimed: dict[int, float] = {}
+    again = _retimer(study, retimed) if args.pick.startswith("fastest") and not args.no_retime else None
+    rec = record(study, choose(study, budget, args.pick, retime=again), url, args.recipe)
+    if retimed:
+        rec.provenance["costs"] = {
+            **rec.provenance.get("costs", {}),
+            "latency_ms_retimed": retimed[rec.provenance["trial"]],
+        }
+    return rec, budget
+
+
+def _exported_what(args, rec) -> str:
+    """What was exported, in words: the trial (and its preset), or the preset asked for and its rate."""
     p = rec.provenance
-    p["pick"] = f"preset {args.preset}" if args.preset else args.pick  # how it was chosen
-    if budget is not None and not args.preset:
-        p["pick_budget"] = budget
     trial = f"trial {p['trial']}"
-    what = trial + (f", preset {p['preset']}" if p.get("preset") else "")
-    if args.preset:
-        rates = (
-            "at the rates the study measured for its families, lr "
-            if p.get("rates") == "measured"
-            else "at its paper learning rate "
+    if not args.preset:
+        return trial + (f", preset {p['preset']}" if p.get("preset") else "")
+    rates = (
+        "at the rates the study measured for its families, lr "
+        if p.get("rates") == "measured"
+        else "at its paper learning rate "
+    )
+    return (
+        f"preset {args.preset} {rates}{rec.recipe['lr']:g} (the study did not train it)"
+        if p["trial"] is None
+        else f"preset {args.preset} as the study trained it ({trial}, lr {rec.recipe['lr']:g})"
+    )
+
+
+def _write_other_format(args, study, rec, what: str) -> None:
+    """The record's configuration as a PEFT or AdapterHub config file; where that library cannot
+    express it, one line naming why and the nearest front member that it can."""
+    from ..core.config import PetlConfig
+    from ..deploy.export import make_parent, nearest_that_exports
+    from ..deploy.interop import NotExpressible, to_adapters, to_peft
+    from ..fileio import atomic_write
+
+    model_config, task_kind = _backbone_of(study)
+
+    def converted_of(config):
+        return (
+            to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
+            if args.format == "adapters"
+            else to_peft(config, model_config, task_kind)
         )
-        what = (
-            f"preset {args.preset} {rates}{rec.recipe['lr']:g} (the study did not train it)"
-            if p["trial"] is None
-            else f"preset {args.preset} as the study trained it ({trial}, lr {rec.recipe['lr']:g})"
-        )
-    if args.format != "petl-nas":
-        from ..core.config import PetlConfig
-        from ..deploy.export import nearest_that_exports
-        from ..deploy.interop import NotExpressible, to_adapters, to_peft
 
-        config = rec.config()
-        model_config, task_kind = _backbone_of(study)
-
-        def converted_of(config):
-            return (
-                to_adapters(config, model_config.hidden_size, model_config.num_hidden_layers, task_kind)
-                if args.format == "adapters"
-                else to_peft(config, model_config, task_kind)
-            )
-
-        def exports(config_dict) -> bool:
-            try:
-                return bool(converted_of(PetlConfig.from_dict(config_dict)))
-            except (NotExpressible, ConfigError):
-                return False
-
+    def exports(config_dict) -> bool:
         try:
-            converted = converted_of(config)
-        except NotExpressible as e:
-            nearest = nearest_that_exports(study, rec.counts["deployable"], exports)
-            raise ConfigError(
-                f"{what}: {e}; "
-                + (f"the nearest front member that does: {nearest}" if nearest else "no front member does")
-            ) from None
-        from pathlib import Path
+            return bool(converted_of(PetlConfig.from_dict(config_dict)))
+        except (NotExpressible, ConfigError):
+            return False
 
-        from ..fileio import atomic_write
+    try:
+        converted = converted_of(rec.config())
+    except NotExpressible as e:
+        nearest = nearest_that_exports(study, rec.counts["deployable"], exports)
+        raise ConfigError(
+            f"{what}: {e}; " + (f"the nearest front member that does: {nearest}" if nearest else "no front member does")
+        ) from None
+    make_parent(Path(args.output))
+    atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2), encoding="utf-8"))
 
-        make_parent(Path(args.output))
-        atomic_write(Path(args.output), lambda p: Path(p).write_text(json.dumps(converted, indent=2), encoding="utf-8"))
-    else:
-        write_record(rec, args.output)
+
+def _export_scores(args, p: dict) -> str:
+    """The exported trial's scores, as the export line says them: search dev (or its confirmation's
+    mean), test where re-evaluated, and the latency that decided a fastest pick."""
+    from ..deploy.export import LATENCY_TIE
+    from ..tasks.significance import mean_std
+
     at = " at the final recipe" if args.recipe == "search" else ""  # the final re-evaluation measured it
     test = (
         f", test {mean_std(p['test_mean'], p['test_std'], p.get('test_n'))}{at}"
@@ -418,20 +459,7 @@ def cmd_export(args) -> int:
             f"latency {p['costs'][decided]:.2f} ms deployed{' (timed here)' if 'retimed' in decided else ''}, "
             f"the best score of those within {LATENCY_TIE:.0%} of the fastest; "
         )
-    print(f"{what} ({search}{rec.counts['deployable']:,} deployable parameters) -> {args.output}")
-    scored = StudyHeader.of(study).fidelity.get("epochs")
-    if (
-        args.recipe == "final"
-        and args.format == "petl-nas"
-        and isinstance(scored, (int, float))  # a PEFT or
-        and scored != rec.recipe["epochs"]
-    ):  # adapters file has no recipe
-        trains = rec.recipe["epochs"]
-        print(
-            f"note: the record trains {trains:g} epoch{'s' * (trains != 1)}, the search scored {scored:g}; "
-            f"--recipe search trains at the length its ranking was measured"
-        )
-    return 0
+    return search
 
 
 def _retimer(study, retimed: dict):
