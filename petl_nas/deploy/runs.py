@@ -100,33 +100,9 @@ def train_record(
 def _train_seeds(
     rec: ExportRecord, seeds, out: Path, device, progress, printer, keep_models, compile, cuda_graphs
 ) -> dict:
-    task = resolve_task(rec.task)
-    config = rec.config()
-    base_recipe = rec.training_recipe(compile=compile, cuda_graphs=cuda_graphs)
-    task.check_max_length(base_recipe.max_length, "recipe.max_length")
-    data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed  # a record may leave it out
-    splits = load_splits(
-        task,
-        data_dir=rec.data_dir,
-        k=rec.k,
-        data_seed=data_seed,
-        search_dev_size=1 if rec.k is None else rec.search_dev,
+    task, config, base_recipe, model, tok, encoded, deployable = _prepared(
+        rec, seeds, out, printer, compile, cuda_graphs
     )
-    check_backbone_files(rec.backbone)
-    model, tok = load_backbone(rec.backbone, task, splits)
-    check_positions(model.config, base_recipe.max_length, "recipe.max_length")
-    counts = count_parameters(model.config, config, task.num_labels)
-    deployable = counts.deployable  # as trained
-    _check_room(out, seeds or rec.seeds or 1, counts)
-    recorded = (rec.counts or {}).get("deployable")
-    if recorded is not None and recorded != deployable:  # a record edited onto another backbone or task
-        printer(
-            f"note: on this backbone the configuration has {deployable:,} deployable parameters; the record's "
-            f"counts say {recorded:,} (it was exported for another backbone or task)"
-        )
-    if rec.k is None:
-        splits = splits.for_final_training()
-    encoded = encode(splits, tok, max_length=base_recipe.max_length)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     n = seeds or rec.seeds or 1
 
@@ -196,24 +172,60 @@ def _train_seeds(
     runs = [finished[seed][0] for seed in range(n)]
     models = [finished[seed][1] for seed in range(n) if finished[seed][1] is not None]
     _remove_other_records(out, rec, n, printer)
+    summary = _summary(runs, task, len(encoded.test), base_recipe.eval_rows, deployable, rec.provenance)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
+    return {**summary, "models": models} if keep_models else summary
+
+
+def _prepared(rec: ExportRecord, seeds, out: Path, printer, compile, cuda_graphs):
+    """(task, configuration, recipe, backbone, tokenizer, encoded splits, deployable count) of a
+    record about to be trained: its data and backbone loaded and checked, the folder's room too."""
+    task = resolve_task(rec.task)
+    config = rec.config()
+    recipe = rec.training_recipe(compile=compile, cuda_graphs=cuda_graphs)
+    task.check_max_length(recipe.max_length, "recipe.max_length")
+    data_seed = Experiment.data_seed if rec.data_seed is None else rec.data_seed  # a record may leave it out
+    splits = load_splits(
+        task,
+        data_dir=rec.data_dir,
+        k=rec.k,
+        data_seed=data_seed,
+        search_dev_size=1 if rec.k is None else rec.search_dev,
+    )
+    check_backbone_files(rec.backbone)
+    model, tok = load_backbone(rec.backbone, task, splits)
+    check_positions(model.config, recipe.max_length, "recipe.max_length")
+    counts = count_parameters(model.config, config, task.num_labels)
+    _check_room(out, seeds or rec.seeds or 1, counts)
+    recorded = (rec.counts or {}).get("deployable")
+    if recorded is not None and recorded != counts.deployable:  # a record edited onto another backbone or task
+        printer(
+            f"note: on this backbone the configuration has {counts.deployable:,} deployable parameters; the "
+            f"record's counts say {recorded:,} (it was exported for another backbone or task)"
+        )
+    if rec.k is None:
+        splits = splits.for_final_training()
+    encoded = encode(splits, tok, max_length=recipe.max_length)
+    return task, config, recipe, model, tok, encoded, counts.deployable
+
+
+def _summary(runs: list[dict], task, n_test: int, eval_rows, deployable: int, provenance) -> dict:
+    """metrics.json: the test metric's mean and std over the seeds, each run, every metric's mean."""
     last = [r["last"] for r in runs]
     scored = [r["metrics"] for r in runs if "metrics" in r]  # (runs an earlier petl-nas saved lack them)
-    test_rows = len(encoded.test) if base_recipe.eval_rows is None else min(len(encoded.test), base_recipe.eval_rows)
-    summary = {
+    return {
         "metric": task.main_metric,
         "split": "test",
         "mean": statistics.fmean(last),
         "std": statistics.stdev(last) if len(last) > 1 else None,
         "runs": runs,
         "metrics": ({m: statistics.fmean(r[m] for r in scored) for m in scored[0]} if len(scored) == len(runs) else {}),
-        "test_rows": test_rows,
-        "test_rows_of": len(encoded.test),
+        "test_rows": n_test if eval_rows is None else min(n_test, eval_rows),
+        "test_rows_of": n_test,
         "deployable": deployable,
-        "provenance": rec.provenance,
+        "provenance": provenance,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2), encoding="utf-8"))
-    return {**summary, "models": models} if keep_models else summary
 
 
 @contextlib.contextmanager
