@@ -72,15 +72,8 @@ TARGETS = ("peft", "sentence-transformers", "merged", REMOTE_CODE)
 _PROBE = ("a short probe", "a longer probe sentence, to check that the converted model is the trained one")
 
 
-def convert(
-    directory: str | Path, out: str | Path, to: str | None = None, backbone=None, base_name: str | None = None
-) -> dict:
-    """Write the trained run ``directory`` as ``to`` (one of `TARGETS`; None: the first of them that
-    represents it exactly, `_first_that_fits`) into the new folder ``out``; returns what was written,
-    why that target, and the largest output difference the check measured. ``base_name``: what a PEFT
-    adapter names as its base (a hub name, for a run trained on a local copy)."""
-    if to is None:
-        return _first_that_fits(directory, out, backbone, base_name)
+def _check_target(to: str, base_name: str | None, out) -> None:
+    """Refuse a target, a base name or an output folder ``convert`` cannot take, one line each."""
     if to not in TARGETS:
         raise ConfigError(f"convert: --to {to!r}: expected one of {', '.join(TARGETS)}")
     if base_name is not None and to != "peft":
@@ -90,9 +83,22 @@ def convert(
         )
     if base_name is not None and not base_name.strip():
         raise ConfigError("convert: --base-name is empty; give the base model's hub name or path")
-    directory, out = Path(directory), Path(out)
+    out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"output {str(out)!r} exists and is not an empty folder; choose another -o")
+
+
+def convert(
+    directory: str | Path, out: str | Path, to: str | None = None, backbone=None, base_name: str | None = None
+) -> dict:
+    """Write the trained run ``directory`` as ``to`` (one of `TARGETS`; None: the first of them that
+    represents it exactly, `_first_that_fits`) into the new folder ``out``; returns what was written,
+    why that target, and the largest output difference the check measured. ``base_name``: what a PEFT
+    adapter names as its base (a hub name, for a run trained on a local copy)."""
+    if to is None:
+        return _first_that_fits(directory, out, backbone, base_name)
+    _check_target(to, base_name, out)
+    directory, out = Path(directory), Path(out)
     model = load(backbone, directory)
     task = recorded_task(model.petl.info["task"], model.petl.info.get("labels"))  # its files may be gone
     probe = _probe(model.petl_tokenizer, task)
