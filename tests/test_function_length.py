@@ -1,7 +1,5 @@
 """No function in the package runs past `LONGEST` lines (issue 89: long functions cut at their
-seams), counted from its ``def`` to its last line, docstring included. The functions still over it
-are listed by name in `NOT_YET_CUT`; the list only shrinks: a listed function cut short enough
-fails the test until its name is removed, so the list says what is left."""
+seams), counted from its ``def`` to its last line, docstring included."""
 
 from __future__ import annotations
 
@@ -10,9 +8,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "petl_nas"
 LONGEST = 80
-NOT_YET_CUT = {  # (module path, function): not cut yet
-    ("study/storage.py", "open_storage"),
-}
 
 
 def long_functions(package: Path = PACKAGE, longest: int = LONGEST) -> dict[tuple[str, str], int]:
@@ -27,16 +22,9 @@ def long_functions(package: Path = PACKAGE, longest: int = LONGEST) -> dict[tupl
     return found
 
 
-def test_no_function_is_longer_than_80_lines_but_those_listed():
+def test_no_function_is_longer_than_80_lines():
     found = long_functions()
-    new = {k: v for k, v in found.items() if k not in NOT_YET_CUT}
-    assert not new, f"functions over {LONGEST} lines (cut them at their seams): {new}"
-
-
-def test_the_list_of_functions_not_yet_cut_only_shrinks():
-    found = long_functions()
-    done = sorted(k for k in NOT_YET_CUT if k not in found)
-    assert not done, f"now {LONGEST} lines or fewer (or gone): remove them from NOT_YET_CUT: {done}"
+    assert not found, f"functions over {LONGEST} lines (cut them at their seams): {found}"
 
 
 def test_the_count_reads_a_long_function(tmp_path):

@@ -174,6 +174,43 @@ def check_existing(url: str) -> None:
             )
 
 
+def _engine_kwargs(backend: str, sqlite: bool) -> dict:
+    """SQLAlchemy's engine settings: SQLite waits for a busy database and takes its write lock at
+    once (`_ImmediateSQLite`); PostgreSQL checks a pooled connection and keeps it alive."""
+    if sqlite:
+        return {
+            "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None, "factory": _ImmediateSQLite}
+        }
+    if backend == "postgresql":
+        return {
+            "pool_pre_ping": True,
+            "connect_args": {
+                "connect_timeout": PG_CONNECT_TIMEOUT_S,
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+            },
+        }
+    return {}
+
+
+def _sqlite_folder(path: Path, shown: str) -> list[Path]:
+    """Create the folders a SQLite file ``path`` lacks, outermost first; returns them (removed again
+    if the open fails). One line naming the folder that cannot be made."""
+    made: list[Path] = []
+    for parent in reversed([p for p in [path.parent, *path.parent.parents] if not p.exists()]):
+        try:
+            parent.mkdir()
+        except OSError as e:
+            _remove(made)
+            raise ConfigError(
+                f"storage {shown!r} cannot be opened: cannot create folder {parent} ({e.strerror})"
+            ) from None
+        made.append(parent)
+    return made
+
+
 def open_storage(
     url: str,
     heartbeat_interval: int | None = None,
@@ -200,39 +237,11 @@ def open_storage(
         ) from None
     _refuse_postgres_alias(parsed, shown)
     check_driver(url)
-    backend = parsed.get_backend_name()
-    engine_kwargs: dict = {}
-    made: list[Path] = []
     path = sqlite_path(url)
-    if path is not None:
-        engine_kwargs["connect_args"] = {
-            "timeout": SQLITE_BUSY_TIMEOUT_S,
-            "isolation_level": None,
-            "factory": _ImmediateSQLite,
-        }
-        if create_dirs:
-            for parent in reversed([p for p in [path.parent, *path.parent.parents] if not p.exists()]):
-                try:
-                    parent.mkdir()
-                except OSError as e:
-                    _remove(made)
-                    raise ConfigError(
-                        f"storage {shown!r} cannot be opened: cannot create folder {parent} ({e.strerror})"
-                    ) from None
-                made.append(parent)
-        if path.parent.exists() and not path.parent.is_dir():
-            raise ConfigError(f"storage {shown!r} cannot be opened: {path.parent} is a file, not a folder")
-    elif backend == "postgresql":
-        engine_kwargs = {
-            "pool_pre_ping": True,
-            "connect_args": {
-                "connect_timeout": PG_CONNECT_TIMEOUT_S,
-                "keepalives": 1,
-                "keepalives_idle": 30,
-                "keepalives_interval": 10,
-                "keepalives_count": 3,
-            },
-        }
+    engine_kwargs = _engine_kwargs(parsed.get_backend_name(), path is not None)
+    made = _sqlite_folder(path, shown) if path is not None and create_dirs else []
+    if path is not None and path.parent.exists() and not path.parent.is_dir():
+        raise ConfigError(f"storage {shown!r} cannot be opened: {path.parent} is a file, not a folder")
     callback = (
         optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) if retries and heartbeat_interval else None
     )
