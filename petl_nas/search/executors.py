@@ -261,6 +261,32 @@ def ray_trainable(config: dict) -> None:
     tune.report({**info.to_report(), "final": True, "node": node, **shared})
 
 
+def _asha(n_evals: int, first_rung: int):
+    """ASHA stopping trials at rungs from ``first_rung`` evaluations, halving at each; FIFO where a
+    trial evaluates once. A trial reports evaluations 1 .. n-1, then its closing report (time n)
+    carries the last evaluation with the whole result: a rung at n, or max_t, can only stop what
+    has ended."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if n_evals <= 1:
+        return FIFOScheduler()
+    return ASHAScheduler(
+        metric="score", mode="max", max_t=n_evals, grace_period=min(first_rung, n_evals), reduction_factor=2
+    )
+
+
+def _fifo(n_evals: int, first_rung: int):
+    """Every trial trains to its end."""
+    from ray.tune.schedulers import FIFOScheduler
+
+    return FIFOScheduler()
+
+
+# Ray Tune's schedulers by name: (evaluations per trial, ASHA's first rung) -> scheduler. The
+# experiment's ``scheduler`` accepts exactly these names (tests/search/test_search.py).
+SCHEDULERS = {"asha": _asha, "fifo": _fifo}
+
+
 def _make_searcher(
     source: TrialSource,
     n_trials: int,
@@ -521,7 +547,6 @@ def run_ray(
     handed back as ``packing`` by the next call of the same search, it goes on from what it learned
     (no second measuring trial; an out-of-memory halving kept)."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     ray = init_ray(address)
     resources, learned, packing = ray.cluster_resources(), packing, None
@@ -539,14 +564,7 @@ def run_ray(
                 f"its memory, then up to {packing.most} trials share each GPU"
             )
     concurrent = concurrent or _slots(resources, cpus_per_trial, gpus_per_trial)
-    if scheduler == "asha" and n_evals > 1:
-        # A trial reports evaluations 1 .. n-1, then its closing report (time n) carries the last
-        # evaluation with the whole result: a rung at n, or max_t, can only stop what has ended.
-        sched = ASHAScheduler(
-            metric="score", mode="max", max_t=n_evals, grace_period=min(first_rung, n_evals), reduction_factor=2
-        )
-    else:
-        sched = FIFOScheduler()
+    sched = SCHEDULERS[scheduler](n_evals, first_rung)
     trainable = tune.with_resources(
         ray_trainable, _gpu_resources(cpus_per_trial) if packing else {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
     )
@@ -579,4 +597,5 @@ __all__ = [
     "check_ray_address",
     "Recorder",
     "EXECUTORS",
+    "SCHEDULERS",
 ]

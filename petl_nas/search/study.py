@@ -51,27 +51,31 @@ from ..study.storage import LOST, ClaimLock, Heartbeat, close_storage, fail_stal
 from ..tasks.files import FILE_KEYS
 from ..training.costs import directions, metric_names
 
-SAMPLERS = ("tpe", "nsga2", "random", "gp", "presets")
 # `group=True` and `set_metric_names` are marked experimental; we rely on them knowingly.
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_CONSECUTIVE_REJECTIONS = 500
 
 
+# Optuna's samplers by name: (seed, startup trials) -> sampler. TPE is multivariate and grouped
+# (conditional spaces) and lies about running trials (constant liar) so parallel workers spread out;
+# ``presets`` trains the presets alone (its draws are never asked for).
+SAMPLERS: dict[str, Callable[[int, int], optuna.samplers.BaseSampler]] = {
+    "tpe": lambda seed, startup: optuna.samplers.TPESampler(
+        multivariate=True, group=True, constant_liar=True, seed=seed, n_startup_trials=startup
+    ),
+    "nsga2": lambda seed, startup: optuna.samplers.NSGAIISampler(seed=seed),
+    "random": lambda seed, startup: optuna.samplers.RandomSampler(seed=seed),
+    "gp": lambda seed, startup: optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup),
+    "presets": lambda seed, startup: optuna.samplers.RandomSampler(seed=seed),
+}
+
+
 def make_sampler(name: str, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
-    """Optuna's samplers by name. TPE is multivariate and grouped (conditional spaces) and lies
-    about running trials (constant liar) so parallel workers spread out."""
-    if name == "tpe":
-        return optuna.samplers.TPESampler(
-            multivariate=True, group=True, constant_liar=True, seed=seed, n_startup_trials=n_startup_trials
-        )
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if name in ("random", "presets"):
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
-    raise ConfigError(f"sampler: unknown name {name!r}{suggest(name, SAMPLERS)}")
+    """The sampler named ``name`` (`SAMPLERS`); one line naming the accepted ones if unknown."""
+    if name not in SAMPLERS:
+        raise ConfigError(f"sampler: unknown name {name!r}{suggest(name, SAMPLERS)}")
+    return SAMPLERS[name](seed, n_startup_trials)
 
 
 def seeded_sampler(name: str, seed: int, n_startup_trials: int = 10) -> Callable[[int], optuna.samplers.BaseSampler]:
