@@ -32,7 +32,7 @@ import torch
 from petl_nas.core.config import PetlConfig
 from petl_nas.core.inject import apply_petl
 from petl_nas.core.presets import preset, preset_lr
-from petl_nas.search.driver import final_recipe, trial_recipe
+from petl_nas.search.specs import final_recipe, trial_recipe
 from petl_nas.search.worker import TrialSpec, prepare
 from petl_nas.study.experiment import Experiment
 from petl_nas.training.loading import TrainData
