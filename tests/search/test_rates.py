@@ -575,12 +575,12 @@ def test_every_family_a_per_budget_baseline_trains_is_measured_on_that_baseline(
     baseline trains is measured anyway, on that baseline's own configuration (so its best run is the
     baseline's trial), with one climb step at least; a family only the space draws keeps the
     factor measured on the others."""
-    from petl_nas.study.results import TrialResult
     from transformers import BertConfig
 
     from petl_nas.core.family_rates import families_of
     from petl_nas.search import worker
     from petl_nas.search.baselines import queued_baselines
+    from petl_nas.study.results import TrialResult
 
     def scripted(spec, **kw):  # every family peaks at 3e-3
         assert families_of(PetlConfig.from_dict(spec.config))
