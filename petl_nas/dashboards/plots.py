@@ -159,21 +159,27 @@ def _draw_trials(ax, view: StudyView) -> None:
         )
 
 
-def _draw_front(ax, view: StudyView) -> None:
-    """The front's staircase (score and parameters), and the members only a cost keeps on it."""
-    front = view.front
-    steps = pareto_front(front, score=lambda p: p.score, size=lambda p: p.deployable)
+def _staircase(ax, points: list, fmt: str, color: str, lw: float, label: str) -> list:
+    """Draw the front of ``points`` (score and parameters alone) as a staircase; returns its members."""
+    steps = pareto_front(points, score=lambda p: p.score, size=lambda p: p.deployable)
     ax.plot(
         [p.deployable for p in steps],
         [p.score for p in steps],
-        "-o",
+        fmt,
         drawstyle="steps-post",
-        color="tab:blue",
+        color=color,
         markersize=6,
-        lw=1.2,
-        label="Pareto front (search score)",
+        lw=lw,
+        label=label,
         zorder=3,
     )
+    return steps
+
+
+def _draw_front(ax, view: StudyView) -> None:
+    """The front's staircase (score and parameters), and the members only a cost keeps on it."""
+    front = view.front
+    steps = _staircase(ax, front, "-o", "tab:blue", 1.2, "Pareto front (search score)")
     by_costs = [p for p in front if p not in steps]  # on the front by a cost this plot does not show
     if by_costs:
         ax.scatter(
@@ -192,19 +198,8 @@ def _draw_sweep(ax, view: StudyView) -> None:
     """The LoRA rank sweep: its points and its own front."""
     if not view.sweep:
         return
-    steps = pareto_front(
-        [p for p in view.sweep if not p.did_not_learn], score=lambda p: p.score, size=lambda p: p.deployable
-    )
-    ax.plot(
-        [p.deployable for p in steps],
-        [p.score for p in steps],
-        "--^",
-        drawstyle="steps-post",
-        color="tab:green",
-        markersize=6,
-        lw=1.0,
-        label="LoRA rank sweep (its front)",
-        zorder=3,
+    _staircase(
+        ax, [p for p in view.sweep if not p.did_not_learn], "--^", "tab:green", 1.0, "LoRA rank sweep (its front)"
     )
     ax.scatter(
         [p.deployable for p in view.sweep],
